@@ -1,0 +1,1 @@
+"""Adapters: the ports implemented with boto3, urllib3, PyJWT and Powertools."""

@@ -1,0 +1,10 @@
+"""Wall clock port."""
+
+from __future__ import annotations
+
+import time
+
+
+class SystemClock:
+    def now(self) -> float:
+        return time.time()

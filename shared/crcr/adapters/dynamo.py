@@ -1,0 +1,297 @@
+"""DynamoDB state table: delivery dedupe, dispatch ledger, PR heads, holds and pacing cells.
+
+One table, keys `pk`/`sk`, TTL on `expires_at`. Every state change is a conditional write, so
+concurrent Lambda instances and redelivered messages cannot both win.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from crcr.app.ports import Claim, LedgerRow, LedgerState
+from crcr.contracts.messages import DispatchMessage
+from crcr.domain.ids import repo_key
+from crcr.domain.pacing import CONTENT_RATES, pace
+from crcr.domain.ticket import TicketClaims
+
+DAY = 86_400
+DELIVERY_TTL_S = 14 * DAY  # GitHub lets a delivery be redelivered for a few days
+LEDGER_TTL_S = 30 * DAY
+
+
+def _conditional_failed(exc: ClientError) -> bool:
+    return exc.response.get("Error", {}).get("Code") in {
+        "ConditionalCheckFailedException",
+        "TransactionCanceledException",
+    }
+
+
+def _num(value: float) -> Decimal:
+    return Decimal(str(round(value, 6)))
+
+
+class DynamoState:
+    def __init__(self, client: Any, table: str) -> None:
+        self._ddb = client
+        self._table = table
+
+    # -- deliveries ---------------------------------------------------------------------------
+    def claim_delivery(self, delivery_id: str, event: str, now: float) -> Claim:
+        key = {"pk": {"S": f"DLV#{delivery_id}"}, "sk": {"S": "META"}}
+        try:
+            self._ddb.put_item(
+                TableName=self._table,
+                Item=key
+                | {
+                    "event": {"S": event},
+                    "state": {"S": "received"},
+                    "received_at": {"N": str(_num(now))},
+                    "expires_at": {"N": str(int(now) + DELIVERY_TTL_S)},
+                },
+                ConditionExpression="attribute_not_exists(pk)",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if not _conditional_failed(exc):
+                raise
+            old = exc.response.get("Item") or {}
+            return Claim.QUEUED if old.get("state", {}).get("S") == "queued" else Claim.PENDING
+        return Claim.NEW
+
+    def mark_queued(self, delivery_id: str, now: float) -> None:
+        self._ddb.update_item(
+            TableName=self._table,
+            Key={"pk": {"S": f"DLV#{delivery_id}"}, "sk": {"S": "META"}},
+            UpdateExpression="SET #s = :q, queued_at = :t",
+            ExpressionAttributeNames={"#s": "state"},
+            ExpressionAttributeValues={":q": {"S": "queued"}, ":t": {"N": str(_num(now))}},
+        )
+
+    # -- PR heads and holds (planner) --------------------------------------------------------------
+    @staticmethod
+    def _pr_pk(upstream: str, pr: int) -> dict[str, str]:
+        return {"S": f"PR#{repo_key(upstream)}#{pr}"}
+
+    def record_pr_head(self, upstream: str, pr: int, head_sha: str, updated_at: str) -> None:
+        """Keep the newest head; webhooks can arrive out of order, so compare GitHub's updated_at."""
+        try:
+            self._ddb.put_item(
+                TableName=self._table,
+                Item={
+                    "pk": self._pr_pk(upstream, pr),
+                    "sk": {"S": "HEAD"},
+                    "head_sha": {"S": head_sha},
+                    "updated_at": {"S": updated_at},
+                },
+                ConditionExpression="attribute_not_exists(pk) OR updated_at <= :u",
+                ExpressionAttributeValues={":u": {"S": updated_at}},
+            )
+        except ClientError as exc:
+            if not _conditional_failed(exc):
+                raise
+
+    def pr_head(self, upstream: str, pr: int) -> str | None:
+        item = self._ddb.get_item(
+            TableName=self._table,
+            Key={"pk": self._pr_pk(upstream, pr), "sk": {"S": "HEAD"}},
+            ConsistentRead=True,
+        ).get("Item")
+        return item["head_sha"]["S"] if item else None
+
+    def hold(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> None:
+        self._ddb.put_item(
+            TableName=self._table,
+            Item={
+                "pk": self._pr_pk(upstream, pr),
+                "sk": {"S": f"HOLD#{head_sha}#{repo_key(repo)}"},
+                "delivery_id": {"S": delivery_id},
+                "held_at": {"N": str(_num(now))},
+                "expires_at": {"N": str(int(now) + LEDGER_TTL_S)},
+            },
+        )
+
+    def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, now: float) -> bool:
+        try:
+            self._ddb.put_item(
+                TableName=self._table,
+                Item={
+                    "pk": self._pr_pk(upstream, pr),
+                    "sk": {"S": f"RELEASED#{head_sha}#{repo_key(repo)}"},
+                    "released_at": {"N": str(_num(now))},
+                    "expires_at": {"N": str(int(now) + LEDGER_TTL_S)},
+                },
+                ConditionExpression="attribute_not_exists(pk)",
+            )
+        except ClientError as exc:
+            if _conditional_failed(exc):
+                return False
+            raise
+        return True
+
+    # -- dispatch ledger -------------------------------------------------------------------------
+    @staticmethod
+    def _ledger_key(delivery_id: str, repo: str) -> dict[str, dict[str, str]]:
+        return {"pk": {"S": f"DLV#{delivery_id}"}, "sk": {"S": f"DSP#{repo_key(repo)}"}}
+
+    def get(self, delivery_id: str, repo: str) -> LedgerRow | None:
+        item = self._ddb.get_item(
+            TableName=self._table, Key=self._ledger_key(delivery_id, repo), ConsistentRead=True
+        ).get("Item")
+        if not item:
+            return None
+        return LedgerRow(
+            delivery_id=delivery_id,
+            repo=item["repo"]["S"],
+            state=LedgerState(item["state"]["S"]),
+            dispatch_id=item.get("dispatch_id", {}).get("S", ""),
+            lease_until=float(item.get("lease_until", {}).get("N", "0")),
+            dispatched_at=float(item["dispatched_at"]["N"]) if "dispatched_at" in item else None,
+            reason=item.get("reason", {}).get("S"),
+        )
+
+    def _base_values(self, message: DispatchMessage, now: float) -> dict[str, Any]:
+        values: dict[str, Any] = {
+            ":repo": {"S": message.target_repo},
+            ":level": {"N": str(int(message.level))},
+            ":upstream": {"S": message.upstream},
+            ":sha": {"S": message.head_sha},
+            ":event": {"S": message.event_type},
+            ":now": {"N": str(_num(now))},
+            ":exp": {"N": str(int(now) + LEDGER_TTL_S)},
+        }
+        values[":pr"] = {"N": str(message.pr_number)} if message.pr_number is not None else {"NULL": True}
+        return values
+
+    _BASE_SET = (
+        "repo = :repo, #lvl = :level, upstream = :upstream, head_sha = :sha, event_type = :event, "
+        "pr = :pr, updated_at = :now, expires_at = :exp"
+    )
+
+    def claim(self, message: DispatchMessage, dispatch_id: str, now: float, lease_s: float) -> bool:
+        values = self._base_values(message, now) | {
+            ":sending": {"S": LedgerState.SENDING.value},
+            ":lease": {"N": str(_num(now + lease_s))},
+            ":did": {"S": dispatch_id},
+            ":done": {"S": LedgerState.DISPATCHED.value},
+            ":failed": {"S": LedgerState.FAILED.value},
+            ":superseded": {"S": LedgerState.SUPERSEDED.value},
+        }
+        try:
+            self._ddb.update_item(
+                TableName=self._table,
+                Key=self._ledger_key(message.delivery_id, message.target_repo),
+                UpdateExpression=f"SET #s = :sending, lease_until = :lease, dispatch_id = :did, {self._BASE_SET}",
+                ConditionExpression=(
+                    "attribute_not_exists(pk) OR (NOT (#s IN (:done, :failed, :superseded)) AND lease_until < :now)"
+                ),
+                ExpressionAttributeNames={"#s": "state", "#lvl": "level"},
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if _conditional_failed(exc):
+                return False
+            raise
+        return True
+
+    def mark_dispatched(self, message: DispatchMessage, claims: TicketClaims, now: float) -> None:
+        values = self._base_values(message, now) | {
+            ":s": {"S": LedgerState.DISPATCHED.value},
+            ":repo_id": {"N": str(claims.repo_id)},
+            ":full": {"S": claims.sub},
+            ":did": {"S": claims.jti},
+            ":device": {"S": message.device} if message.device else {"NULL": True},
+        }
+        self._ddb.update_item(
+            TableName=self._table,
+            Key=self._ledger_key(message.delivery_id, message.target_repo),
+            UpdateExpression=(
+                f"SET #s = :s, dispatched_at = :now, repo_id = :repo_id, repo_full_name = :full, "
+                f"dispatch_id = :did, device = :device, lease_until = :zero, {self._BASE_SET} REMOVE reason"
+            ),
+            ExpressionAttributeNames={"#s": "state", "#lvl": "level"},
+            ExpressionAttributeValues=values | {":zero": {"N": "0"}},
+        )
+
+    def mark(self, message: DispatchMessage, state: LedgerState, reason: str, now: float) -> None:
+        """Record a non-dispatched state and release the claim, never overwriting a sent dispatch."""
+        values = self._base_values(message, now) | {
+            ":s": {"S": state.value},
+            ":reason": {"S": reason[:1000]},
+            ":zero": {"N": "0"},
+            ":done": {"S": LedgerState.DISPATCHED.value},
+        }
+        try:
+            self._ddb.update_item(
+                TableName=self._table,
+                Key=self._ledger_key(message.delivery_id, message.target_repo),
+                UpdateExpression=f"SET #s = :s, reason = :reason, lease_until = :zero, {self._BASE_SET}",
+                ConditionExpression="attribute_not_exists(pk) OR #s <> :done",
+                ExpressionAttributeNames={"#s": "state", "#lvl": "level"},
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if not _conditional_failed(exc):
+                raise
+
+    def dispatches_of(self, delivery_id: str) -> list[dict[str, Any]]:
+        """Every ledger row of one delivery (operators, `crcr local` status, tests)."""
+        items: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :dsp)",
+            "ExpressionAttributeValues": {":pk": {"S": f"DLV#{delivery_id}"}, ":dsp": {"S": "DSP#"}},
+            "ConsistentRead": True,
+        }
+        while True:
+            page = self._ddb.query(**kwargs)
+            items.extend(page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                return items
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+class DynamoPacer:
+    """Per-installation pacing cell (GCRA) updated with optimistic concurrency."""
+
+    def __init__(self, client: Any, table: str, attempts: int = 5) -> None:
+        self._ddb = client
+        self._table = table
+        self._attempts = attempts
+
+    def acquire(self, installation_id: int, now: float) -> float:
+        key = {"pk": {"S": f"PACE#{installation_id}"}, "sk": {"S": "CONTENT"}}
+        for _ in range(self._attempts):
+            item = self._ddb.get_item(TableName=self._table, Key=key, ConsistentRead=True).get("Item")
+            old = tuple(float(v["N"]) for v in item["tats"]["L"]) if item else None
+            new, wait = pace(old, now, CONTENT_RATES)
+            if wait > 0:
+                return wait
+            condition: dict[str, Any] = (
+                {"ConditionExpression": "attribute_not_exists(pk)"}
+                if item is None
+                else {
+                    "ConditionExpression": "version = :v",
+                    "ExpressionAttributeValues": {":v": item["version"]},
+                }
+            )
+            version = int(item["version"]["N"]) + 1 if item else 1
+            try:
+                self._ddb.put_item(
+                    TableName=self._table,
+                    Item=key
+                    | {
+                        "tats": {"L": [{"N": str(_num(t))} for t in new]},
+                        "version": {"N": str(version)},
+                        "expires_at": {"N": str(int(now) + 2 * DAY)},
+                    },
+                    **condition,
+                )
+            except ClientError as exc:
+                if not _conditional_failed(exc):
+                    raise
+                continue  # another instance paced a call meanwhile: read again
+            return 0.0
+        return 1.0  # heavy contention: let the queue bring the message back shortly

@@ -1,0 +1,223 @@
+"""GitHub REST client for the App: JWT, down-scoped installation tokens (cached), repository_dispatch.
+
+A thin client over urllib3 (already a botocore dependency): no retries inside the Lambda; every
+failure is classified for the caller, which retries through the queue.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from calendar import timegm
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+import jwt
+import urllib3
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+from crcr.app.ports import GitHubRateLimited, GitHubRejected, GitHubUnavailable, NotInstalled, RepoToken
+from crcr.domain.ids import repo_key
+from crcr.domain.retry import rate_limit_wait
+
+USER_AGENT = "crcr-relay/0.1"
+API_VERSION = "2022-11-28"
+APP_JWT_LIFETIME_S = 540  # GitHub accepts at most 10 minutes
+APP_JWT_BACKDATE_S = 60  # GitHub recommends backdating iat against clock drift
+TOKEN_REFRESH_MARGIN_S = 300  # stop using an installation token 5 minutes before it expires
+INSTALLATION_CACHE_S = 3600.0
+# Least privilege per call: repository_dispatch needs contents:write and nothing more.
+DISPATCH_PERMISSIONS = {"contents": "write"}
+
+
+@dataclass
+class Response:
+    status: int
+    headers: dict[str, str]
+    body: Any
+
+
+@dataclass
+class CallLog:
+    """Counts of GitHub calls by endpoint kind; the benchmark reads it."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, kind: str) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def _parse_time(value: str) -> float:
+    return float(timegm(datetime.fromisoformat(value.replace("Z", "+00:00")).utctimetuple()))
+
+
+class GitHubApp:
+    def __init__(
+        self,
+        api_url: str,
+        app_id: str,
+        private_key_pem: str,
+        clock: Callable[[], float],
+        *,
+        connect_timeout_s: float = 3.05,
+        read_timeout_s: float = 10.0,
+        pool: urllib3.PoolManager | None = None,
+    ) -> None:
+        self._api = api_url.rstrip("/")
+        self._app_id = app_id
+        key = load_pem_private_key(private_key_pem.encode(), password=None)
+        if not isinstance(key, RSAPrivateKey):
+            raise ValueError("CRCR_GITHUB_APP_PRIVATE_KEY must be the App's RSA key as GitHub issues it")
+        self._key = key
+        self._clock = clock
+        self._timeout = urllib3.Timeout(connect=connect_timeout_s, read=read_timeout_s)
+        self._http = pool or urllib3.PoolManager(num_pools=4, maxsize=16, retries=False)
+        self._lock = threading.Lock()
+        self._jwt: tuple[str, float] | None = None
+        self._installations: dict[str, tuple[int, float]] = {}
+        self._tokens: dict[str, RepoToken] = {}
+        self.calls = CallLog()
+
+    # -- transport --------------------------------------------------------------------------------
+    def request(
+        self,
+        method: str,
+        path: str,
+        auth: str,
+        body: Any = None,
+        kind: str = "other",
+        extra_headers: dict[str, str] | None = None,
+    ) -> Response:
+        headers = {
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": API_VERSION,
+            "User-Agent": USER_AGENT,
+            "Authorization": auth,
+            **(extra_headers or {}),
+        }
+        data = None
+        if body is not None:
+            data = json.dumps(body, separators=(",", ":")).encode()
+            headers["Content-Type"] = "application/json"
+        self.calls.add(kind)
+        try:
+            raw = self._http.request(
+                method, self._api + path, body=data, headers=headers, timeout=self._timeout, redirect=False
+            )
+        except urllib3.exceptions.HTTPError as exc:  # timeouts, resets, refused connections
+            raise GitHubUnavailable(f"{method} {path}: {type(exc).__name__}") from exc
+        resp_headers = {k.lower(): v for k, v in raw.headers.items()}
+        if raw.status == 304:
+            return Response(304, resp_headers, None)
+        try:
+            parsed = json.loads(raw.data) if raw.data else None
+        except ValueError:
+            parsed = None
+        message = parsed.get("message", "") if isinstance(parsed, dict) else ""
+        if raw.status >= 500:
+            raise GitHubUnavailable(f"{method} {path}: HTTP {raw.status}")
+        wait = rate_limit_wait(raw.status, resp_headers, message, self._clock())
+        if wait is not None:
+            raise GitHubRateLimited(wait, f"{method} {path}: HTTP {raw.status} {message}".strip())
+        if raw.status >= 400:
+            raise GitHubRejected(raw.status, f"{method} {path}: {message or 'no message'}")
+        return Response(raw.status, resp_headers, parsed)
+
+    def app_jwt(self) -> str:
+        now = self._clock()
+        with self._lock:
+            if self._jwt and self._jwt[1] - 60 > now:
+                return self._jwt[0]
+            issued = int(now) - APP_JWT_BACKDATE_S
+            exp = int(now) + APP_JWT_LIFETIME_S
+            token = jwt.encode({"iat": issued, "exp": exp, "iss": self._app_id}, self._key, algorithm="RS256")
+            self._jwt = (token, float(exp))
+            return token
+
+    # -- installations and tokens ---------------------------------------------------------------
+    def installation_for(self, repo: str) -> int:
+        key = repo_key(repo)
+        cached = self._installations.get(key)
+        if cached and cached[1] > self._clock():
+            return cached[0]
+        try:
+            resp = self.request(
+                "GET", f"/repos/{_path(repo)}/installation", f"Bearer {self.app_jwt()}", kind="installation"
+            )
+        except GitHubRejected as exc:
+            if exc.status == 404:
+                raise NotInstalled(f"the App is not installed on {repo}") from exc
+            raise
+        installation_id = int(resp.body["id"])
+        self._installations[key] = (installation_id, self._clock() + INSTALLATION_CACHE_S)
+        return installation_id
+
+    def repo_token(self, installation_id: int, repo: str, permissions: dict[str, str] | None = None) -> RepoToken:
+        key = repo_key(repo)
+        cached = self._tokens.get(key)
+        if cached and cached.expires_at - TOKEN_REFRESH_MARGIN_S > self._clock():
+            return cached
+        name = repo.split("/", 1)[1]
+        try:
+            resp = self.request(
+                "POST",
+                f"/app/installations/{installation_id}/access_tokens",
+                f"Bearer {self.app_jwt()}",
+                {"repositories": [name], "permissions": permissions or DISPATCH_PERMISSIONS},
+                kind="access_token",
+            )
+        except GitHubRejected as exc:
+            if exc.status in (404, 422):
+                # The installation is gone or no longer covers the repository: look it up again next time.
+                self._installations.pop(key, None)
+                if exc.status == 422:
+                    raise NotInstalled(f"installation {installation_id} does not cover {repo}") from exc
+            raise
+        repos = resp.body.get("repositories") or []
+        match = next((r for r in repos if repo_key(r.get("full_name", "")) == key), None)
+        if match is None:
+            raise GitHubRejected(422, f"token for {repo} does not list the repository")
+        token = RepoToken(
+            token=resp.body["token"],
+            repo_id=int(match["id"]),
+            full_name=match["full_name"],
+            expires_at=_parse_time(resp.body["expires_at"]),
+        )
+        self._tokens[key] = token
+        return token
+
+    def forget_token(self, repo: str) -> None:
+        self._tokens.pop(repo_key(repo), None)
+
+    # -- calls --------------------------------------------------------------------------------------
+    def dispatch(self, repo: str, token: RepoToken, event_type: str, client_payload: dict[str, Any]) -> None:
+        self.request(
+            "POST",
+            f"/repos/{_path(repo)}/dispatches",
+            f"Bearer {token.token}",
+            {"event_type": event_type, "client_payload": client_payload},
+            kind="dispatch",
+        )
+
+    def get_contents(self, repo: str, path: str, ref: str, token: RepoToken, etag: str | None) -> Response:
+        """File contents; status 304 (body None) when `etag` still matches, which costs no rate limit."""
+        return self.request(
+            "GET",
+            f"/repos/{_path(repo)}/contents/{quote(path)}?ref={quote(ref, safe='')}",
+            f"Bearer {token.token}",
+            kind="contents",
+            extra_headers={"If-None-Match": etag} if etag else None,
+        )
+
+
+def _path(repo: str) -> str:
+    owner, name = repo.split("/", 1)
+    return f"{quote(owner, safe='')}/{quote(name, safe='')}"

@@ -1,0 +1,1 @@
+"""Use cases: each receives its ports as arguments and speaks only domain and contract types."""

@@ -1,0 +1,172 @@
+"""Dispatch use case: one DispatchMessage -> at most one repository_dispatch, whatever GitHub or SQS do.
+
+Idempotent on (delivery, repository) through the ledger; transient failures go back to the queue with
+a delay (never sleeping in the Lambda), permanent ones are recorded and dead-lettered with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from crcr.app.ports import (
+    Clock,
+    DispatchQueue,
+    GitHub,
+    GitHubRateLimited,
+    GitHubRejected,
+    GitHubUnavailable,
+    Ledger,
+    LedgerState,
+    Metrics,
+    NotInstalled,
+    Pacer,
+    TicketSigner,
+)
+from crcr.contracts.messages import DispatchMessage
+from crcr.domain.retry import RetryPolicy
+from crcr.domain.ticket import TicketClaims
+
+LEASE_S = 60.0  # longer than one GitHub call with its timeout; a crashed worker's claim lapses after it
+IN_FLIGHT_RETRY_S = 30.0
+
+
+class Result(Enum):
+    DISPATCHED = "dispatched"
+    DUPLICATE = "duplicate"
+    SUPERSEDED = "superseded"
+    RESCHEDULED = "rescheduled"
+    DEAD_LETTERED = "dead_lettered"
+
+
+@dataclass(frozen=True)
+class DispatchOutcome:
+    result: Result
+    reason: str = ""
+    delay_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class DispatchDeps:
+    github: GitHub
+    ledger: Ledger
+    queue: DispatchQueue
+    pacer: Pacer
+    signer: TicketSigner
+    metrics: Metrics
+    clock: Clock
+    callback_url: str
+    ticket_ttl_s: int
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    rand: Callable[[], float] = field(default=random.random)
+
+
+def dispatch_id(delivery_id: str, repo: str) -> str:
+    """Stable per (delivery, repository), so a repeated attempt signs the same ticket id."""
+    return hashlib.sha256(f"{delivery_id}\n{repo.lower()}".encode()).hexdigest()[:32]
+
+
+def client_payload(message: DispatchMessage, ticket: str, callback_url: str) -> dict[str, Any]:
+    return {
+        "event_type": message.event_type,
+        "delivery_id": message.delivery_id,
+        "payload": message.payload,
+        "ticket": ticket,
+        "callback_url": callback_url,
+    }
+
+
+def _reschedule(
+    message: DispatchMessage, deps: DispatchDeps, delay: float, reason: str, *, attempt: int
+) -> DispatchOutcome:
+    now = deps.clock.now()
+    deps.ledger.mark(message, LedgerState.RETRYING, reason, now)
+    deps.queue.reschedule(message.model_copy(update={"attempt": attempt, "not_before": now + delay}), delay)
+    deps.metrics.count("DispatchRetried", reason=reason.split(":", 1)[0])
+    return DispatchOutcome(Result.RESCHEDULED, reason, delay)
+
+
+def _dead_letter(message: DispatchMessage, deps: DispatchDeps, reason: str) -> DispatchOutcome:
+    deps.ledger.mark(message, LedgerState.FAILED, reason, deps.clock.now())
+    deps.queue.dead_letter(message, reason)
+    deps.metrics.count("DispatchDeadLettered")
+    return DispatchOutcome(Result.DEAD_LETTERED, reason)
+
+
+def _transient(message: DispatchMessage, deps: DispatchDeps, reason: str) -> DispatchOutcome:
+    attempt = message.attempt + 1
+    if attempt >= deps.policy.max_attempts:
+        return _dead_letter(message, deps, f"{reason} (gave up after {attempt} attempts)")
+    return _reschedule(message, deps, deps.policy.backoff(attempt, deps.rand), reason, attempt=attempt)
+
+
+def dispatch(message: DispatchMessage, deps: DispatchDeps) -> DispatchOutcome:
+    now = deps.clock.now()
+    if message.not_before is not None and message.not_before > now + 1:
+        # SQS delays at most 15 minutes; longer waits (an hourly rate limit) hop until due.
+        delay = message.not_before - now
+        deps.queue.reschedule(message, delay)
+        return DispatchOutcome(Result.RESCHEDULED, "not_due", delay)
+
+    row = deps.ledger.get(message.delivery_id, message.target_repo)
+    if row is not None and row.state in (LedgerState.DISPATCHED, LedgerState.SUPERSEDED, LedgerState.FAILED):
+        deps.metrics.count("DispatchDuplicate")
+        return DispatchOutcome(Result.DUPLICATE, row.state.value)
+
+    if message.pr_number is not None and message.action != "closed":
+        latest = deps.ledger.pr_head(message.upstream, message.pr_number)
+        if latest is not None and latest != message.head_sha:
+            deps.ledger.mark(message, LedgerState.SUPERSEDED, f"superseded by {latest}", now)
+            deps.metrics.count("DispatchSuperseded")
+            return DispatchOutcome(Result.SUPERSEDED, f"superseded by {latest}")
+
+    did = dispatch_id(message.delivery_id, message.target_repo)
+    if not deps.ledger.claim(message, did, now, LEASE_S):
+        # Another worker holds a live claim (a redelivered copy running in parallel): look again later.
+        deps.queue.reschedule(message, IN_FLIGHT_RETRY_S)
+        deps.metrics.count("DispatchRetried", reason="in_flight")
+        return DispatchOutcome(Result.RESCHEDULED, "in_flight", IN_FLIGHT_RETRY_S)
+
+    try:
+        installation = deps.github.installation_for(message.target_repo)
+        token = deps.github.repo_token(installation, message.target_repo)
+        wait = deps.pacer.acquire(installation, deps.clock.now())
+        if wait > 0:
+            return _reschedule(message, deps, wait, "paced", attempt=message.attempt)
+        issued = int(deps.clock.now())
+        claims = TicketClaims(
+            sub=token.full_name,
+            repo_id=token.repo_id,
+            delivery_id=message.delivery_id,
+            upstream=message.upstream,
+            pr=message.pr_number,
+            head_sha=message.head_sha,
+            level=int(message.level),
+            iat=issued,
+            exp=issued + deps.ticket_ttl_s,
+            jti=did,
+        )
+        ticket = deps.signer.sign(claims)
+        deps.github.dispatch(
+            message.target_repo, token, message.event_type, client_payload(message, ticket, deps.callback_url)
+        )
+    except NotInstalled as exc:
+        return _dead_letter(message, deps, f"not_installed: {exc}")
+    except GitHubRateLimited as exc:
+        return _reschedule(message, deps, exc.wait_s, f"rate_limited: {exc}", attempt=message.attempt)
+    except GitHubUnavailable as exc:
+        return _transient(message, deps, f"unavailable: {exc}")
+    except GitHubRejected as exc:
+        if exc.status == 401:
+            # A revoked or expired installation token: mint a new one on the next attempt.
+            deps.github.forget_token(message.target_repo)
+            return _transient(message, deps, f"token_rejected: {exc}")
+        return _dead_letter(message, deps, f"rejected: {exc}")
+
+    deps.ledger.mark_dispatched(message, claims, deps.clock.now())
+    deps.metrics.count("DispatchSent", level=message.level.name)
+    return DispatchOutcome(Result.DISPATCHED)

@@ -1,0 +1,126 @@
+"""Webhook ingest use case: verify, deduplicate, park oversize bodies, enqueue; never fan out here."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+from pydantic import ValidationError
+
+from crcr.app.ports import BlobStore, Claim, Clock, DeliveryStore, EventQueue, Metrics
+from crcr.contracts.github import AnyEvent, PullRequestEvent, PushEvent
+from crcr.contracts.messages import EventMessage
+from crcr.domain.errors import BadRequest, CrcrError, PayloadTooLarge
+from crcr.domain.ids import is_delivery_id, repo_key
+from crcr.domain.planning import PR_ACTIONS_READ
+from crcr.domain.signature import verify_signature
+
+ACTED_ON: dict[str, type[PullRequestEvent] | type[PushEvent]] = {"pull_request": PullRequestEvent, "push": PushEvent}
+
+
+class Outcome(Enum):
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"
+    IGNORED = "ignored"
+    PONG = "pong"
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    outcome: Outcome
+    delivery_id: str | None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class IngestDeps:
+    secrets: tuple[bytes, ...]
+    upstream: str
+    deliveries: DeliveryStore
+    events: EventQueue
+    blobs: BlobStore
+    metrics: Metrics
+    clock: Clock
+    max_body_bytes: int
+    inline_body_bytes: int  # above this the body travels through S3 (queue message limit minus envelope)
+
+
+def _first_error_field(exc: ValidationError) -> str:
+    loc = exc.errors()[0]["loc"] if exc.errors() else ()
+    return ".".join(str(part) for part in loc) or "body"
+
+
+_OUTCOME_METRIC = {
+    Outcome.ACCEPTED: "WebhookAccepted",
+    Outcome.DUPLICATE: "WebhookDuplicate",
+    Outcome.IGNORED: "WebhookIgnored",
+    Outcome.PONG: "WebhookPinged",
+}
+
+
+def ingest(body: bytes, headers: Mapping[str, str], deps: IngestDeps) -> IngestResult:
+    """`headers` must have lower-case names. Raises BadSignature, BadRequest, PayloadTooLarge."""
+    try:
+        result = _ingest(body, headers, deps)
+    except CrcrError as exc:
+        deps.metrics.count("WebhookRejected", reason=exc.reason)
+        raise
+    deps.metrics.count(_OUTCOME_METRIC[result.outcome])
+    return result
+
+
+def _ingest(body: bytes, headers: Mapping[str, str], deps: IngestDeps) -> IngestResult:
+    if len(body) > deps.max_body_bytes:
+        raise PayloadTooLarge(f"body is {len(body)} bytes; the limit is {deps.max_body_bytes}", field="body")
+    verify_signature(deps.secrets, body, headers.get("x-hub-signature-256"))
+
+    event = headers.get("x-github-event", "")
+    delivery_id = headers.get("x-github-delivery", "")
+    if not event:
+        raise BadRequest("missing X-GitHub-Event header", field="X-GitHub-Event")
+    if not is_delivery_id(delivery_id):
+        raise BadRequest("missing or malformed X-GitHub-Delivery header", field="X-GitHub-Delivery")
+    if event == "ping":
+        return IngestResult(Outcome.PONG, delivery_id)
+    model = ACTED_ON.get(event)
+    if model is None:
+        return IngestResult(Outcome.IGNORED, delivery_id, f"event {event} is not acted on")
+
+    try:
+        text = body.decode("utf-8")
+        doc = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadRequest(f"body is not UTF-8 JSON: {exc}", field="body") from exc
+    if not isinstance(doc, dict):
+        raise BadRequest("body must be a JSON object", field="body")
+    try:
+        head = AnyEvent.model_validate(doc)
+        if head.repository is None or repo_key(head.repository.full_name) != repo_key(deps.upstream):
+            return IngestResult(Outcome.IGNORED, delivery_id, "not the upstream repository")
+        if event == "pull_request" and head.action not in PR_ACTIONS_READ:
+            return IngestResult(Outcome.IGNORED, delivery_id, f"pull_request action {head.action} is not acted on")
+        model.model_validate(doc)
+    except ValidationError as exc:
+        raise BadRequest(f"{event} payload is malformed", field=_first_error_field(exc)) from exc
+
+    now = deps.clock.now()
+    claim = deps.deliveries.claim_delivery(delivery_id, event, now)
+    if claim is Claim.QUEUED:
+        return IngestResult(Outcome.DUPLICATE, delivery_id, "delivery already accepted")
+    if claim is Claim.PENDING:
+        deps.metrics.count("WebhookRequeued")
+
+    digest = hashlib.sha256(body).hexdigest()
+    if len(body) > deps.inline_body_bytes:
+        key = f"bodies/{delivery_id}.json"
+        deps.blobs.put(key, body)
+        message = EventMessage(delivery_id=delivery_id, event=event, received_at=now, body_ref=key, body_sha256=digest)
+        deps.metrics.count("WebhookBodyOffloaded")
+    else:
+        message = EventMessage(delivery_id=delivery_id, event=event, received_at=now, body=text, body_sha256=digest)
+    deps.events.send_event(message)
+    deps.deliveries.mark_queued(delivery_id, deps.clock.now())
+    return IngestResult(Outcome.ACCEPTED, delivery_id)

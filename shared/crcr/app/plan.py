@@ -1,0 +1,141 @@
+"""Planner use case: one accepted event -> one DispatchMessage per allowlisted target that wants it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from crcr.app.ports import AllowlistProvider, BlobStore, Clock, DispatchQueue, Metrics, PlannerState
+from crcr.contracts.github import PullRequestEvent, PushEvent
+from crcr.contracts.messages import DispatchMessage, EventMessage
+from crcr.domain.errors import BadRequest
+from crcr.domain.payload import fit_payload
+from crcr.domain.planning import UpstreamEvent, Verdict, plan
+
+# client_payload must stay under 64 KB; the ticket, URL and ids need ~2 KB of it.
+PAYLOAD_BUDGET_BYTES = 60_000
+
+
+@dataclass(frozen=True)
+class PlannerDeps:
+    upstream: str
+    allowlist: AllowlistProvider
+    blobs: BlobStore
+    state: PlannerState
+    dispatches: DispatchQueue
+    metrics: Metrics
+    clock: Clock
+
+
+@dataclass
+class PlanSummary:
+    dispatched: list[str] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def load_body(message: EventMessage, blobs: BlobStore) -> dict[str, Any]:
+    raw = message.body.encode() if message.body is not None else blobs.get(message.body_ref or "")
+    if hashlib.sha256(raw).hexdigest() != message.body_sha256:
+        raise BadRequest(f"body of delivery {message.delivery_id} does not match its digest", field="body")
+    doc = json.loads(raw)
+    if not isinstance(doc, dict):
+        raise BadRequest("body must be a JSON object", field="body")
+    return doc
+
+
+def to_upstream_event(event: str, doc: dict[str, Any]) -> UpstreamEvent:
+    try:
+        if event == "pull_request":
+            pr_event = PullRequestEvent.model_validate(doc)
+            pr = pr_event.pull_request
+            return UpstreamEvent(
+                kind="pull_request",
+                action=pr_event.action,
+                repo=pr_event.repository.full_name,
+                head_sha=pr.head.sha,
+                pr_number=pr.number,
+                ref=pr.head.ref,
+                default_branch=pr_event.repository.default_branch,
+                draft=pr.draft,
+                author_association=pr.author_association,
+                labels=tuple(label.name for label in pr.labels),
+                added_label=pr_event.label.name if pr_event.label else None,
+            )
+        push = PushEvent.model_validate(doc)
+    except ValidationError as exc:
+        raise BadRequest(f"{event} payload is malformed: {exc.errors()[0]['msg']}", field="body") from exc
+    return UpstreamEvent(
+        kind="push",
+        action=None,
+        repo=push.repository.full_name,
+        head_sha=push.after,
+        ref=push.ref,
+        default_branch=push.repository.default_branch,
+        deleted=push.deleted,
+    )
+
+
+def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
+    doc = load_body(message, deps.blobs)
+    event = to_upstream_event(message.event, doc)
+    decisions = plan(event, deps.allowlist.current())
+    now = deps.clock.now()
+    summary = PlanSummary()
+
+    if event.pr_number is not None:
+        updated_at = str(doc.get("pull_request", {}).get("updated_at") or "")
+        deps.state.record_pr_head(deps.upstream, event.pr_number, event.head_sha, updated_at)
+
+    targets = []
+    for decision in decisions:
+        repo = decision.entry.repo
+        verdict = decision.verdict
+        if verdict is Verdict.HOLD:
+            assert event.pr_number is not None
+            deps.state.hold(deps.upstream, event.pr_number, event.head_sha, repo, message.delivery_id, now)
+            summary.held.append(repo)
+            deps.metrics.count("TargetHeld")
+            continue
+        if verdict is Verdict.RELEASE:
+            assert event.pr_number is not None
+            if not deps.state.mark_released(deps.upstream, event.pr_number, event.head_sha, repo, now):
+                verdict, summary.skipped[repo] = Verdict.SKIP, "already_released"
+                deps.metrics.count("TargetSkipped", reason="already_released")
+                continue
+        if verdict is Verdict.SKIP:
+            summary.skipped[repo] = decision.reason
+            deps.metrics.count("TargetSkipped", reason=decision.reason)
+            continue
+        targets.append(decision.entry)
+
+    if not targets:
+        return summary
+    payload, trimmed = fit_payload(doc, PAYLOAD_BUDGET_BYTES)
+    if trimmed:
+        deps.metrics.count("PayloadTrimmed")
+    messages = [
+        DispatchMessage(
+            delivery_id=message.delivery_id,
+            event_type="push" if event.kind == "push" else "pull_request",
+            action=event.action,
+            target_repo=entry.repo,
+            level=entry.level,
+            device=entry.device,
+            upstream=deps.upstream,
+            pr_number=event.pr_number,
+            head_sha=event.head_sha,
+            ref=event.ref,
+            payload=payload,
+            planned_at=now,
+        )
+        for entry in targets
+    ]
+    deps.dispatches.send_dispatches(messages)
+    deps.metrics.count("DispatchPlanned", len(messages))
+    summary.dispatched = [m.target_repo for m in messages]
+    return summary

@@ -1,0 +1,133 @@
+"""Ports the use cases need; adapters implement them, tests pass recording fakes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Protocol
+
+from crcr.contracts.messages import DispatchMessage, EventMessage
+from crcr.domain.allowlist import Allowlist
+from crcr.domain.ticket import TicketClaims
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+
+class Metrics(Protocol):
+    def count(self, name: str, value: int = 1, **dimensions: str) -> None: ...
+
+
+class Claim(Enum):
+    NEW = "new"
+    QUEUED = "queued"  # seen before and handed to the queue: a redelivery
+    PENDING = "pending"  # seen before but never reached the queue: send it again
+
+
+class DeliveryStore(Protocol):
+    def claim_delivery(self, delivery_id: str, event: str, now: float) -> Claim: ...
+    def mark_queued(self, delivery_id: str, now: float) -> None: ...
+
+
+class EventQueue(Protocol):
+    def send_event(self, message: EventMessage) -> None: ...
+
+
+class BlobStore(Protocol):
+    def put(self, key: str, data: bytes) -> None: ...
+    def get(self, key: str) -> bytes: ...
+
+
+class AllowlistProvider(Protocol):
+    def current(self) -> Allowlist: ...
+
+
+class DispatchQueue(Protocol):
+    def send_dispatches(self, messages: list[DispatchMessage]) -> None: ...
+    def reschedule(self, message: DispatchMessage, delay_s: float) -> None: ...
+    def dead_letter(self, message: DispatchMessage, reason: str) -> None: ...
+
+
+class PlannerState(Protocol):
+    def record_pr_head(self, upstream: str, pr: int, head_sha: str, updated_at: str) -> None: ...
+    def hold(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> None: ...
+    def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, now: float) -> bool: ...
+
+
+class LedgerState(Enum):
+    SENDING = "sending"
+    DISPATCHED = "dispatched"
+    RETRYING = "retrying"
+    FAILED = "failed"
+    SUPERSEDED = "superseded"
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    delivery_id: str
+    repo: str
+    state: LedgerState
+    dispatch_id: str
+    lease_until: float = 0.0
+    dispatched_at: float | None = None
+    reason: str | None = None
+
+
+class Ledger(Protocol):
+    def get(self, delivery_id: str, repo: str) -> LedgerRow | None: ...
+    def claim(self, message: DispatchMessage, dispatch_id: str, now: float, lease_s: float) -> bool: ...
+    def mark_dispatched(self, message: DispatchMessage, claims: TicketClaims, now: float) -> None: ...
+    def mark(self, message: DispatchMessage, state: LedgerState, reason: str, now: float) -> None: ...
+    def pr_head(self, upstream: str, pr: int) -> str | None: ...
+
+
+class Pacer(Protocol):
+    def acquire(self, installation_id: int, now: float) -> float:
+        """0 when a content-creating call may go now; otherwise seconds to wait."""
+        ...
+
+
+@dataclass(frozen=True)
+class RepoToken:
+    token: str
+    repo_id: int
+    full_name: str
+    expires_at: float
+
+
+class GitHubError(Exception):
+    """Base of errors the GitHub adapter raises; each tells the use case how to react."""
+
+
+class GitHubUnavailable(GitHubError):
+    """5xx, timeout or connection failure: retry with backoff."""
+
+
+class GitHubRateLimited(GitHubError):
+    def __init__(self, wait_s: float, message: str) -> None:
+        super().__init__(message)
+        self.wait_s = wait_s
+
+
+class GitHubRejected(GitHubError):
+    """A 4xx that retrying will not fix."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+
+
+class NotInstalled(GitHubError):
+    """The App is not installed on the repository."""
+
+
+class GitHub(Protocol):
+    def installation_for(self, repo: str) -> int: ...
+    def repo_token(self, installation_id: int, repo: str) -> RepoToken: ...
+    def forget_token(self, repo: str) -> None: ...
+    def dispatch(self, repo: str, token: RepoToken, event_type: str, client_payload: dict[str, Any]) -> None: ...
+
+
+class TicketSigner(Protocol):
+    def sign(self, claims: TicketClaims) -> str: ...

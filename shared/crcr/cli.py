@@ -1,0 +1,73 @@
+"""The `crcr` command: local stack, allowlist check, demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+
+
+def _allowlist_check(path: str) -> int:
+    from crcr.adapters.allowlist_source import parse_allowlist  # noqa: PLC0415
+    from crcr.domain.errors import AllowlistError  # noqa: PLC0415
+
+    try:
+        allowlist = parse_allowlist(Path(path).read_bytes())
+    except OSError as exc:
+        print(f"{path}: {exc.strerror}", file=sys.stderr)
+        return 2
+    except AllowlistError as exc:
+        print(f"{path}: {exc.message}", file=sys.stderr)
+        return 1
+    rows = [("repository", "level", "device", "oncalls"), *allowlist.table()]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    print(f"{len(allowlist)} repositories")
+    return 0
+
+
+def _local(port: int, host: str) -> int:
+    from crcr.local.stack import LocalStack  # noqa: PLC0415
+
+    stack = LocalStack(port=port, host=host).start()
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    ready = {"event": "ready", "url": stack.url}
+    if stack.sandbox is not None:
+        ready["sandbox_github"] = stack.env["CRCR_GITHUB_API_URL"]
+        ready["webhook_secret"] = stack.secrets["webhook_secret"]
+    print(json.dumps(ready), flush=True)
+    done.wait()
+    stack.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="crcr", description="Cross-Repository CI Relay")
+    sub = parser.add_subparsers(dest="command", required=True)
+    local = sub.add_parser("local", help="run the relay on this machine against an embedded AWS")
+    local.add_argument("--port", type=int, default=8787, help="port to serve on (0 picks a free one)")
+    local.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback unless told)")
+    allow = sub.add_parser("allowlist", help="allowlist tools")
+    allow_sub = allow.add_subparsers(dest="allowlist_command", required=True)
+    check = allow_sub.add_parser("check", help="validate an allowlist file and print its level table")
+    check.add_argument("file")
+    sub.add_parser("demo", help="run the relay end to end on the embedded stack and show what was dispatched")
+    args = parser.parse_args(argv)
+
+    if args.command == "local":
+        return _local(args.port, args.host)
+    if args.command == "allowlist":
+        return _allowlist_check(args.file)
+    from crcr.demo import run_demo  # noqa: PLC0415
+
+    return run_demo()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Composition root: builds each function's dependencies once per cold start from Settings."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from typing import Any
+
+from crcr.adapters.allowlist_source import CachedAllowlist, fetcher_for
+from crcr.adapters.clock import SystemClock
+from crcr.adapters.dynamo import DynamoPacer, DynamoState
+from crcr.adapters.github import GitHubApp
+from crcr.adapters.observability import PowertoolsMetrics, logger
+from crcr.adapters.s3 import S3Blobs
+from crcr.adapters.sqs import SqsDispatchQueue, SqsEventQueue
+from crcr.adapters.tickets import Ed25519Tickets
+from crcr.app.dispatch import DispatchDeps
+from crcr.app.ingest import IngestDeps
+from crcr.app.plan import PlannerDeps
+from crcr.settings import ConfigError, Settings
+
+# API Gateway accepts 10 MB; GitHub caps webhook payloads at 25 MB. SQS messages stop at 256 KiB.
+MAX_WEBHOOK_BYTES = 10 * 1024 * 1024
+INLINE_BODY_BYTES = 200 * 1024
+
+
+@functools.cache
+def aws_client(service: str) -> Any:
+    import boto3  # noqa: PLC0415 - boto3 costs ~150 ms; only functions that talk to AWS pay it
+    from botocore.config import Config  # noqa: PLC0415
+
+    config = Config(
+        retries={"mode": "standard", "max_attempts": 3},
+        connect_timeout=2,
+        read_timeout=10,
+        tcp_keepalive=True,
+    )
+    return boto3.client(service, config=config)
+
+
+@functools.cache
+def _secrets_provider() -> Any:
+    from aws_lambda_powertools.utilities.parameters import SecretsProvider  # noqa: PLC0415
+
+    return SecretsProvider(boto3_client=aws_client("secretsmanager"))
+
+
+def load_settings(env: dict[str, str] | None = None) -> Settings:
+    """Settings with secrets resolved: environment first, then the Secrets Manager JSON document."""
+    settings = Settings.from_env(env)
+    if settings.secrets_arn:
+        raw = _secrets_provider().get(settings.secrets_arn, max_age=300)
+        doc = json.loads(raw if isinstance(raw, str) else raw.decode())
+        if not isinstance(doc, dict):
+            raise ConfigError("CRCR_SECRETS_ARN must hold a JSON object")
+        settings = settings.with_secrets(doc)
+    return settings
+
+
+def _github(settings: Settings) -> GitHubApp:
+    settings.require("github_app_id")
+    return GitHubApp(
+        settings.github_api_url,
+        str(settings.github_app_id),
+        settings.secret("github_app_private_key"),
+        SystemClock().now,
+    )
+
+
+def build_ingest_deps(settings: Settings) -> IngestDeps:
+    settings.require("state_table", "events_queue_url", "bodies_bucket")
+    return IngestDeps(
+        secrets=(settings.secret("webhook_secret").encode(),),
+        upstream=settings.upstream_repo,
+        deliveries=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
+        events=SqsEventQueue(aws_client("sqs"), str(settings.events_queue_url)),
+        blobs=S3Blobs(aws_client("s3"), str(settings.bodies_bucket)),
+        metrics=PowertoolsMetrics(),
+        clock=SystemClock(),
+        max_body_bytes=MAX_WEBHOOK_BYTES,
+        inline_body_bytes=INLINE_BODY_BYTES,
+    )
+
+
+def build_planner_deps(settings: Settings) -> PlannerDeps:
+    settings.require("state_table", "dispatch_queue_url", "dispatch_dlq_url", "bodies_bucket", "allowlist")
+    metrics = PowertoolsMetrics()
+    clock = SystemClock()
+    fetch = fetcher_for(str(settings.allowlist), lambda: aws_client("s3"), lambda: _github(settings))
+    refresh_s = float(os.environ.get("CRCR_ALLOWLIST_REFRESH_S", "60"))
+    return PlannerDeps(
+        upstream=settings.upstream_repo,
+        allowlist=CachedAllowlist(fetch, metrics, clock.now, refresh_s, on_error=logger.error),
+        blobs=S3Blobs(aws_client("s3"), str(settings.bodies_bucket)),
+        state=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
+        dispatches=SqsDispatchQueue(
+            aws_client("sqs"), str(settings.dispatch_queue_url), str(settings.dispatch_dlq_url)
+        ),
+        metrics=metrics,
+        clock=clock,
+    )
+
+
+def build_dispatch_deps(settings: Settings) -> DispatchDeps:
+    settings.require("state_table", "dispatch_queue_url", "dispatch_dlq_url", "callback_url")
+    table = str(settings.state_table)
+    return DispatchDeps(
+        github=_github(settings),
+        ledger=DynamoState(aws_client("dynamodb"), table),
+        queue=SqsDispatchQueue(aws_client("sqs"), str(settings.dispatch_queue_url), str(settings.dispatch_dlq_url)),
+        pacer=DynamoPacer(aws_client("dynamodb"), table),
+        signer=Ed25519Tickets(settings.secret("ticket_signing_key")),
+        metrics=PowertoolsMetrics(),
+        clock=SystemClock(),
+        callback_url=str(settings.callback_url),
+        # A ticket must outlive the longest queue wait plus the longest run it may report on.
+        ticket_ttl_s=settings.start_timeout_s + settings.run_timeout_s + 3600,
+    )
+
+
+def build_jwks(settings: Settings) -> dict[str, Any]:
+    return Ed25519Tickets(settings.secret("ticket_signing_key")).jwks()

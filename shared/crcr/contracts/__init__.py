@@ -1,0 +1,1 @@
+"""Wire models: inbound GitHub payloads (lenient) and the relay's own messages (strict, versioned)."""

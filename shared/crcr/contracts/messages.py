@@ -1,0 +1,45 @@
+"""The relay's own queue messages: strict, versioned, never a raw dict past the handler."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from crcr.domain.levels import Level
+
+
+class _Msg(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EventMessage(_Msg):
+    """Webhook -> planner. The body travels inline, or by reference in S3 when over the queue limit."""
+
+    schema_version: Literal[1] = 1
+    delivery_id: str
+    event: str
+    received_at: float
+    body: str | None = None
+    body_ref: str | None = None
+    body_sha256: str
+
+
+class DispatchMessage(_Msg):
+    """Planner -> dispatcher: one downstream repository for one delivery."""
+
+    schema_version: Literal[1] = 1
+    delivery_id: str
+    event_type: Literal["pull_request", "push"]
+    action: str | None = None
+    target_repo: str
+    level: Level
+    device: str | None = None
+    upstream: str
+    pr_number: int | None = None
+    head_sha: str
+    ref: str | None = None
+    payload: dict[str, Any]
+    planned_at: float
+    attempt: int = Field(default=0, ge=0)
+    not_before: float | None = None

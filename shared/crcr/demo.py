@@ -1,0 +1,103 @@
+"""`crcr demo`: the relay end to end on the embedded stack with the sandbox GitHub, shown as a table."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+import uuid
+from typing import Any
+
+from crcr.domain.signature import sign
+from crcr.local.stack import LocalStack, project_root
+
+
+def post_webhook(url: str, secret: str, event: str, body: bytes, delivery_id: str) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(  # noqa: S310 - a local http URL we started ourselves
+        f"{url}/webhook",
+        data=body,
+        method="POST",
+        headers={
+            "content-type": "application/json",
+            "x-github-event": event,
+            "x-github-delivery": delivery_id,
+            "x-hub-signature-256": sign(secret.encode(), body),
+            "user-agent": "GitHub-Hookshot/crcr-demo",
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
+            return resp.status, json.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def _wait_for(stack: LocalStack, count: int, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+    assert stack.sandbox is not None
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and len(stack.sandbox.dispatches) < count:
+        time.sleep(0.2)
+    time.sleep(1.0)  # anything beyond the expected count would be a duplicate: give it a moment to show
+    return list(stack.sandbox.dispatches)
+
+
+def run_demo() -> int:
+    root = project_root()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CRCR_", "AWS_ENDPOINT"))}
+    env |= {
+        "CRCR_UPSTREAM_REPO": "pytorch/pytorch",
+        "CRCR_ALLOWLIST": str(root / "examples" / "allowlist.yaml"),
+    }
+    events = root / "examples" / "events"
+    pr_body = (events / "pull_request.opened.json").read_bytes()
+    push_body = (events / "push.main.json").read_bytes()
+    print("Starting the local stack (moto server, queues and table from template.yaml, sandbox GitHub)...")
+    with LocalStack(port=0, env=env) as stack:
+        secret = stack.secrets["webhook_secret"]
+        print(f"Relay listening at {stack.url}\n")
+        sent = []
+        pr_delivery, push_delivery = str(uuid.uuid4()), str(uuid.uuid4())
+        for label, event, body, delivery in (
+            ("pull_request opened #170001", "pull_request", pr_body, pr_delivery),
+            ("push to main", "push", push_body, push_delivery),
+            ("redelivery of the pull_request", "pull_request", pr_body, pr_delivery),
+        ):
+            status, reply = post_webhook(stack.url, secret, event, body, delivery)
+            sent.append((label, delivery, status, reply.get("status")))
+        print(f"{'webhook':34} {'delivery':38} {'HTTP':4}  status")
+        for label, delivery, status, outcome in sent:
+            print(f"{label:34} {delivery:38} {status:<4}  {outcome}")
+
+        # PR: all 6 repositories; push to main: all but the pull_request-only MPS repository.
+        expected = 6 + 5
+        dispatches = _wait_for(stack, expected)
+        print(f"\n{'downstream repository':28} {'level':5} {'event':13} {'delivery':38} ticket")
+        for d in sorted(dispatches, key=lambda d: (d["event_type"], d["repo"])):
+            payload = d["client_payload"]
+            print(
+                f"{d['repo']:28} {_level(payload):5} {d['event_type']:13} {payload['delivery_id']:38} "
+                f"{payload['ticket'][:24]}…"
+            )
+        per_key: dict[tuple[str, str], int] = {}
+        for d in dispatches:
+            key = (d["repo"].lower(), d["client_payload"]["delivery_id"])
+            per_key[key] = per_key.get(key, 0) + 1
+        duplicates = sum(n - 1 for n in per_key.values())
+        print(f"\n{len(dispatches)} dispatches, {duplicates} duplicates (expected {expected}, 0).")
+        ok = len(dispatches) == expected and duplicates == 0 and [s[2] for s in sent] == [202, 202, 200]
+        print("Demo passed." if ok else "Demo FAILED.")
+        return 0 if ok else 1
+
+
+def _level(client_payload: dict[str, Any]) -> str:
+    import base64  # noqa: PLC0415
+
+    claims = client_payload["ticket"].split(".")[1]
+    doc = json.loads(base64.urlsafe_b64decode(claims + "=" * (-len(claims) % 4)))
+    return f"L{doc['level']}"
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_demo())

@@ -1,0 +1,37 @@
+"""Typed domain errors; one place (crcr.api) maps them to HTTP status codes."""
+
+from __future__ import annotations
+
+
+class CrcrError(Exception):
+    """Base of every error the relay raises on purpose."""
+
+    reason: str = "error"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class BadSignature(CrcrError):
+    reason = "bad_signature"
+
+
+class BadRequest(CrcrError):
+    reason = "bad_request"
+
+
+class PayloadTooLarge(CrcrError):
+    reason = "too_large"
+
+
+class AllowlistError(CrcrError):
+    """A problem in an allowlist document; `line` is 1-based when known."""
+
+    reason = "bad_allowlist"
+
+    def __init__(self, message: str, *, line: int | None = None) -> None:
+        where = f"line {line}: " if line else ""
+        super().__init__(f"{where}{message}")
+        self.line = line

@@ -1,0 +1,100 @@
+"""Which downstream repositories an upstream event goes to, and why the others do not."""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from enum import Enum
+
+from crcr.domain.allowlist import Allowlist, Entry
+
+# Pull-request actions that dispatch; "labeled" only releases PRs held for trusted_authors_only.
+DISPATCH_ACTIONS = frozenset({"opened", "reopened", "synchronize", "ready_for_review", "closed"})
+PR_ACTIONS_READ = DISPATCH_ACTIONS | {"labeled"}
+# author_association values GitHub gives people who already had work merged or have write access.
+TRUSTED_ASSOCIATIONS = frozenset({"OWNER", "MEMBER", "COLLABORATOR", "CONTRIBUTOR"})
+CIFLOW_PREFIX = "ciflow/"
+
+
+@dataclass(frozen=True)
+class UpstreamEvent:
+    kind: str  # "pull_request" | "push"
+    action: str | None
+    repo: str
+    head_sha: str
+    pr_number: int | None = None
+    ref: str | None = None  # push: refs/heads/<branch>; PR: head branch
+    default_branch: str | None = None
+    draft: bool = False
+    author_association: str | None = None
+    labels: tuple[str, ...] = ()
+    added_label: str | None = None
+    deleted: bool = False
+
+    @property
+    def has_ciflow_label(self) -> bool:
+        return any(label.startswith(CIFLOW_PREFIX) for label in self.labels)
+
+    @property
+    def trusted_author(self) -> bool:
+        return (self.author_association or "").upper() in TRUSTED_ASSOCIATIONS
+
+
+class Verdict(Enum):
+    DISPATCH = "dispatch"
+    HOLD = "hold"  # trusted_authors_only: wait for a maintainer's ciflow/ label
+    RELEASE = "release"  # a held PR got its ciflow/ label: dispatch once per head commit
+    SKIP = "skip"
+
+
+@dataclass(frozen=True)
+class Decision:
+    entry: Entry
+    verdict: Verdict
+    reason: str
+
+
+def _push_decision(event: UpstreamEvent, entry: Entry) -> Decision:
+    if event.deleted:
+        return Decision(entry, Verdict.SKIP, "branch_deleted")
+    ref = event.ref or ""
+    if not ref.startswith("refs/heads/"):
+        return Decision(entry, Verdict.SKIP, "not_a_branch")
+    branch = ref.removeprefix("refs/heads/")
+    patterns = entry.settings.branches
+    if patterns is None:
+        patterns = (event.default_branch,) if event.default_branch else ()
+    if not any(fnmatch.fnmatchcase(branch, p) for p in patterns):
+        return Decision(entry, Verdict.SKIP, "branch_filtered")
+    return Decision(entry, Verdict.DISPATCH, "push")
+
+
+def _pr_decision(event: UpstreamEvent, entry: Entry) -> Decision:
+    settings = entry.settings
+    untrusted = settings.trusted_authors_only and not event.trusted_author
+    if event.action == "labeled":
+        if untrusted and (event.added_label or "").startswith(CIFLOW_PREFIX) and not event.draft:
+            return Decision(entry, Verdict.RELEASE, "ciflow_label")
+        return Decision(entry, Verdict.SKIP, "label_only")
+    if event.action not in DISPATCH_ACTIONS:
+        return Decision(entry, Verdict.SKIP, "action_ignored")
+    if settings.skip_drafts and event.draft and event.action != "closed":
+        return Decision(entry, Verdict.SKIP, "draft")
+    if untrusted and not event.has_ciflow_label and event.action != "closed":
+        return Decision(entry, Verdict.HOLD, "untrusted_author")
+    if untrusted and event.action == "closed":
+        return Decision(entry, Verdict.SKIP, "untrusted_author")
+    return Decision(entry, Verdict.DISPATCH, event.action or "pull_request")
+
+
+def plan(event: UpstreamEvent, allowlist: Allowlist) -> list[Decision]:
+    """One decision per allowlisted repository; unlisted repositories never appear."""
+    decisions = []
+    for entry in allowlist.entries:
+        if event.kind not in entry.settings.events:
+            decisions.append(Decision(entry, Verdict.SKIP, "event_disabled"))
+        elif event.kind == "push":
+            decisions.append(_push_decision(event, entry))
+        else:
+            decisions.append(_pr_decision(event, entry))
+    return decisions

@@ -1,0 +1,1 @@
+"""`crcr local`: the relay's handlers on one machine against an embedded AWS (moto server)."""

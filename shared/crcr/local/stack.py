@@ -1,0 +1,470 @@
+"""The local stack: moto in server mode as the AWS, resources from template.yaml, handlers run as Lambda would.
+
+HTTP routes come from the functions' HttpApi events, SQS pollers from their SQS events (batch size,
+partial batch failure; visibility timeout and redrive are SQS's own, in moto), all on one local port.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import importlib.util
+import json
+import logging
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
+
+from crcr.local.sandbox import SandboxGitHub
+from crcr.local.template import FunctionDecl, Resolver, functions_of, load_template, resources_of
+
+Handler = Callable[..., Any]
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+SANDBOX_PREFIX = "/_sandbox/github"
+SANDBOX_APP_ID = "424242"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def project_root() -> Path:
+    """The folder holding template.yaml: the checkout this package is installed from, or the cwd."""
+    for base in (Path(__file__).resolve().parents[3], Path.cwd()):
+        if (base / "template.yaml").exists():
+            return base
+    raise FileNotFoundError("template.yaml not found; run crcr local from the project folder")
+
+
+@dataclass
+class Context:
+    """The bits of the Lambda context object the handlers (and Powertools) read."""
+
+    function_name: str
+    timeout_s: int
+    memory_limit_in_mb: int = 512
+    invoked_function_arn: str = ""
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    _deadline: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        self.invoked_function_arn = f"arn:aws:lambda:{REGION}:123456789012:function:{self.function_name}"
+        self._deadline = time.time() + self.timeout_s
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.time()) * 1000))
+
+
+def generate_keys() -> dict[str, str]:
+    """Fresh credentials for a local run: the App key as GitHub issues it (PKCS#1) and an Ed25519 ticket key."""
+    app = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ticket = ed25519.Ed25519PrivateKey.generate()
+    return {
+        "github_app_private_key": app.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+        ).decode(),
+        "ticket_signing_key": ticket.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ).decode(),
+        "webhook_secret": secrets.token_hex(20),
+    }
+
+
+class LocalStack:
+    def __init__(
+        self,
+        *,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        root: Path | None = None,
+        env: dict[str, str] | None = None,
+        pollers_per_queue: int = 2,
+        visibility_timeout_s: int | None = None,
+    ) -> None:
+        self.root = root or project_root()
+        self.host = host
+        self.port = port or free_port(host)
+        self.url = f"http://{host}:{self.port}"
+        self.env = dict(os.environ if env is None else env)
+        self.pollers_per_queue = pollers_per_queue
+        self.visibility_timeout_s = visibility_timeout_s
+        self.template = load_template(self.root / "template.yaml")
+        self.functions = functions_of(self.template)
+        self.sandbox: SandboxGitHub | None = None
+        self.secrets: dict[str, str] = {}
+        self.queue_urls: dict[str, str] = {}
+        self.handlers: dict[str, Handler] = {}
+        self.routes: dict[tuple[str, str], FunctionDecl] = {}
+        self.function_env: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._moto: Any = None
+        self._http: ThreadingHTTPServer | None = None
+        self.invocations: dict[str, int] = {}
+
+    # -- AWS ----------------------------------------------------------------------------------------
+    def _start_aws(self) -> None:
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        # Local runs keep metrics in a tally (GET /_crcr/status) instead of EMF lines on stdout.
+        warnings.filterwarnings("ignore", message="No application metrics to publish")
+        os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+        os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
+        os.environ["AWS_REGION"] = os.environ["AWS_DEFAULT_REGION"]
+        if not self.env.get("AWS_ENDPOINT_URL"):
+            from moto.server import ThreadedMotoServer  # noqa: PLC0415 - dev dependency, local stack only
+
+            moto_port = free_port("127.0.0.1")
+            self._moto = ThreadedMotoServer(ip_address="127.0.0.1", port=moto_port, verbose=False)
+            self._moto.start()
+            self.env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{moto_port}"
+        os.environ["AWS_ENDPOINT_URL"] = self.env["AWS_ENDPOINT_URL"]
+
+    def client(self, service: str) -> Any:
+        import boto3  # noqa: PLC0415
+
+        return boto3.client(service, endpoint_url=self.env["AWS_ENDPOINT_URL"], region_name=REGION)
+
+    def _physical(self, logical: str) -> str:
+        return f"crcr-local-{logical}"
+
+    def _create_queues(self, refs: dict[str, str], attrs: dict[tuple[str, str], str]) -> None:
+        queues = resources_of(self.template, "AWS::SQS::Queue")
+        sqs = self.client("sqs")
+        # Dead-letter queues first: the others name them in their redrive policies.
+        for logical in sorted(queues, key=lambda q: "RedrivePolicy" in queues[q]):
+            props = queues[logical]
+            name = self._physical(logical)
+            attributes: dict[str, str] = {
+                prop: str(props[prop])
+                for prop in ("VisibilityTimeout", "MessageRetentionPeriod", "MaximumMessageSize", "DelaySeconds")
+                if prop in props
+            }
+            if "RedrivePolicy" in props:
+                if self.visibility_timeout_s is not None:
+                    attributes["VisibilityTimeout"] = str(self.visibility_timeout_s)
+                policy = dict(props["RedrivePolicy"])
+                policy["deadLetterTargetArn"] = attrs[(policy["deadLetterTargetArn"]["Fn::GetAtt"][0], "Arn")]
+                attributes["RedrivePolicy"] = json.dumps(policy)
+            url = sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+            refs[logical] = self.queue_urls[logical] = url
+            attrs[(logical, "Arn")] = f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"
+            attrs[(logical, "QueueName")] = name
+            attrs[(logical, "QueueUrl")] = url
+
+    def _create_tables(self, refs: dict[str, str], attrs: dict[tuple[str, str], str]) -> None:
+        ddb = self.client("dynamodb")
+        for logical, props in resources_of(self.template, "AWS::DynamoDB::Table").items():
+            name = self._physical(logical)
+            kwargs: dict[str, Any] = {
+                "TableName": name,
+                "KeySchema": props["KeySchema"],
+                "AttributeDefinitions": props["AttributeDefinitions"],
+                "BillingMode": props.get("BillingMode", "PAY_PER_REQUEST"),
+            }
+            if "GlobalSecondaryIndexes" in props:
+                kwargs["GlobalSecondaryIndexes"] = props["GlobalSecondaryIndexes"]
+            if "StreamSpecification" in props:
+                kwargs["StreamSpecification"] = {"StreamEnabled": True} | props["StreamSpecification"]
+            with contextlib.suppress(ddb.exceptions.ResourceInUseException):
+                ddb.create_table(**kwargs)
+            refs[logical] = name
+            attrs[(logical, "Arn")] = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{name}"
+
+    def _create_buckets(self, refs: dict[str, str], attrs: dict[tuple[str, str], str]) -> None:
+        s3 = self.client("s3")
+        for logical in resources_of(self.template, "AWS::S3::Bucket"):
+            name = self._physical(logical).lower()
+            with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou, s3.exceptions.BucketAlreadyExists):
+                s3.create_bucket(Bucket=name)
+            refs[logical] = name
+            attrs[(logical, "Arn")] = f"arn:aws:s3:::{name}"
+
+    def _create_resources(self) -> Resolver:
+        refs: dict[str, str] = {}
+        attrs: dict[tuple[str, str], str] = {}
+        self._create_queues(refs, attrs)
+        self._create_tables(refs, attrs)
+        self._create_buckets(refs, attrs)
+        for logical in self.template["Resources"]:
+            refs.setdefault(logical, self._physical(logical))
+        parameters = {
+            name: str(spec.get("Default", "")) for name, spec in (self.template.get("Parameters") or {}).items()
+        }
+        parameters.update(self._parameter_overrides(parameters))
+        return Resolver(parameters, refs, attrs, self.template.get("Conditions") or {}, REGION, ACCOUNT)
+
+    def _parameter_overrides(self, parameters: dict[str, str]) -> dict[str, str]:
+        secret_arn = self._store_secret()
+        overrides = {"SecretsArn": secret_arn, "PublicUrl": self.url}
+        by_env = {
+            "UpstreamRepo": "CRCR_UPSTREAM_REPO",
+            "GitHubApiUrl": "CRCR_GITHUB_API_URL",
+            "GitHubAppId": "CRCR_GITHUB_APP_ID",
+            "Allowlist": "CRCR_ALLOWLIST",
+            "OidcIssuer": "CRCR_OIDC_ISSUER",
+            "OidcAudience": "CRCR_OIDC_AUDIENCE",
+            "HudUrl": "CRCR_HUD_URL",
+            "StartTimeoutS": "CRCR_START_TIMEOUT_S",
+            "RunTimeoutS": "CRCR_RUN_TIMEOUT_S",
+        }
+        for param, var in by_env.items():
+            if param in parameters and self.env.get(var):
+                overrides[param] = self.env[var]
+        return overrides
+
+    def _store_secret(self) -> str:
+        """Secrets go through Secrets Manager, as in Lambda: the same code path reads them."""
+        generated = generate_keys()
+        for name, value in generated.items():
+            self.secrets[name] = self.env.get(f"CRCR_{name.upper()}") or value
+        if self.env.get("CRCR_HUD_TOKEN"):
+            self.secrets["hud_token"] = self.env["CRCR_HUD_TOKEN"]
+        sm = self.client("secretsmanager")
+        name = f"crcr-local-secrets-{uuid.uuid4().hex[:8]}"
+        return str(sm.create_secret(Name=name, SecretString=json.dumps(self.secrets))["ARN"])
+
+    # -- functions ------------------------------------------------------------------------------------
+    def _load_handler(self, fn: FunctionDecl) -> Handler:
+        module_name, func = fn.handler.rsplit(".", 1)
+        path = self.root / fn.code_uri / f"{module_name}.py"
+        spec = importlib.util.spec_from_file_location(f"crcr_fn_{fn.logical_id}", path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        handler: Handler = getattr(module, func)
+        return handler
+
+    def invoke(self, logical_id: str, event: dict[str, Any]) -> Any:
+        fn = next(f for f in self.functions if f.logical_id == logical_id)
+        self.invocations[logical_id] = self.invocations.get(logical_id, 0) + 1
+        return self.handlers[logical_id](event, Context(self._physical(logical_id), fn.timeout))
+
+    def _configure_functions(self, resolver: Resolver) -> None:
+        merged: dict[str, str] = {}
+        for fn in self.functions:
+            for key, value in fn.environment.items():
+                resolved = str(resolver.resolve(value))
+                if key in merged and merged[key] != resolved:
+                    raise ValueError(f"functions disagree on {key}; the local stack shares one environment")
+                merged[key] = resolved
+        merged.setdefault("CRCR_CALLBACK_URL", f"{self.url}/callback")
+        merged["POWERTOOLS_METRICS_DISABLED"] = self.env.get("POWERTOOLS_METRICS_DISABLED", "true")
+        merged["POWERTOOLS_LOG_LEVEL"] = self.env.get("POWERTOOLS_LOG_LEVEL", "WARNING")
+        for passthrough in ("CRCR_ALLOWLIST_REFRESH_S",):
+            if self.env.get(passthrough):
+                merged[passthrough] = self.env[passthrough]
+        self.function_env = merged
+        os.environ.update(merged)
+        for fn in self.functions:
+            self.handlers[fn.logical_id] = self._load_handler(fn)
+            for route in fn.http_routes:
+                self.routes[route] = fn
+
+    # -- pollers ----------------------------------------------------------------------------------------
+    def _poll(self, fn: FunctionDecl, queue_logical: str, batch_size: int, report_failures: bool) -> None:
+        sqs = self.client("sqs")
+        url = self.queue_urls[queue_logical]
+        arn = f"arn:aws:sqs:{REGION}:{ACCOUNT}:{self._physical(queue_logical)}"
+        while not self._stop.is_set():
+            try:
+                got = sqs.receive_message(
+                    QueueUrl=url,
+                    MaxNumberOfMessages=min(batch_size, 10),
+                    WaitTimeSeconds=1,
+                    AttributeNames=["All"],
+                    MessageAttributeNames=["All"],
+                )
+            except Exception:  # moto restarting or gone while stopping
+                if self._stop.wait(0.5):
+                    return
+                continue
+            messages = got.get("Messages") or []
+            if not messages:
+                continue
+            records = [_sqs_record(m, arn) for m in messages]
+            try:
+                result = self.invoke(fn.logical_id, {"Records": records})
+            except Exception as exc:  # the whole batch returns after the visibility timeout, as in Lambda
+                print(json.dumps({"event": "invoke_failed", "function": fn.logical_id, "error": repr(exc)}), flush=True)
+                continue
+            failed: set[str] = set()
+            if report_failures and isinstance(result, dict):
+                failed = {f["itemIdentifier"] for f in result.get("batchItemFailures") or []}
+            done = [m for m in messages if m["MessageId"] not in failed]
+            if done:
+                sqs.delete_message_batch(
+                    QueueUrl=url,
+                    Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)],
+                )
+
+    def _start_pollers(self) -> None:
+        for fn in self.functions:
+            for source in fn.sqs_sources:
+                for i in range(self.pollers_per_queue):
+                    thread = threading.Thread(
+                        target=self._poll,
+                        args=(fn, source.queue, source.batch_size, source.report_failures),
+                        name=f"poll-{fn.logical_id}-{i}",
+                        daemon=True,
+                    )
+                    thread.start()
+                    self._threads.append(thread)
+
+    # -- HTTP -------------------------------------------------------------------------------------------
+    def _serve(self) -> None:
+        stack = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+            def _reply(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length) if length else b""
+                parts = urlsplit(self.path)
+                status, out, headers = stack.route(self.command, parts.path, parts.query, dict(self.headers), body)
+                self._reply(status, out, headers)
+
+            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _handle
+
+        self._http = ThreadingHTTPServer((self.host, self.port), Handler)
+        self._http.daemon_threads = True
+        thread = threading.Thread(target=self._http.serve_forever, name="crcr-http", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def route(
+        self, method: str, path: str, query: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, bytes, dict[str, str]]:
+        if path.startswith(SANDBOX_PREFIX + "/") and self.sandbox is not None:
+            doc = json.loads(body) if body else None
+            reply = self.sandbox.handle(
+                method, path.removeprefix(SANDBOX_PREFIX), _header(headers, "authorization"), doc
+            )
+            data = json.dumps(reply.body).encode() if reply.body is not None else b""
+            return reply.status, data, {"content-type": "application/json"} | reply.headers
+        if path == "/_crcr/status":
+            return 200, json.dumps(self.status()).encode(), {"content-type": "application/json"}
+        fn = self.routes.get((method, path))
+        if fn is None:
+            return 404, b'{"error":"not_found"}', {"content-type": "application/json"}
+        event = {
+            "version": "2.0",
+            "routeKey": f"{method} {path}",
+            "rawPath": path,
+            "rawQueryString": query,
+            "headers": {k.lower(): v for k, v in headers.items()},
+            "requestContext": {
+                "http": {"method": method, "path": path, "sourceIp": "127.0.0.1"},
+                "requestId": str(uuid.uuid4()),
+                "stage": "$default",
+            },
+            # API Gateway base64-encodes bodies it cannot pass as text; do the same for every body.
+            "body": base64.b64encode(body).decode(),
+            "isBase64Encoded": True,
+        }
+        result = self.invoke(fn.logical_id, event)
+        out = result.get("body", "")
+        data = base64.b64decode(out) if result.get("isBase64Encoded") else str(out).encode()
+        return int(result.get("statusCode", 200)), data, dict(result.get("headers") or {})
+
+    def status(self) -> dict[str, Any]:
+        from crcr.adapters.observability import TOTALS  # noqa: PLC0415
+
+        return {
+            "url": self.url,
+            "metrics": dict(TOTALS),
+            "invocations": dict(self.invocations),
+            "dispatches": self.sandbox.dispatches if self.sandbox else None,
+        }
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+    def start(self) -> LocalStack:
+        self._start_aws()
+        if not self.env.get("CRCR_GITHUB_API_URL"):
+            keys = generate_keys()
+            self.env.setdefault("CRCR_GITHUB_APP_PRIVATE_KEY", keys["github_app_private_key"])
+            self.env.setdefault("CRCR_GITHUB_APP_ID", SANDBOX_APP_ID)
+            self.env["CRCR_GITHUB_API_URL"] = self.url + SANDBOX_PREFIX
+            private = serialization.load_pem_private_key(self.env["CRCR_GITHUB_APP_PRIVATE_KEY"].encode(), None)
+            assert isinstance(private, rsa.RSAPrivateKey)
+            self.sandbox = SandboxGitHub(self.env["CRCR_GITHUB_APP_ID"], private.public_key())
+        resolver = self._create_resources()
+        self._configure_functions(resolver)
+        self._serve()
+        self._start_pollers()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        if self._moto is not None:
+            self._moto.stop()
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _header(headers: dict[str, str], name: str) -> str:
+    return next((v for k, v in headers.items() if k.lower() == name), "")
+
+
+def _sqs_record(message: dict[str, Any], arn: str) -> dict[str, Any]:
+    """A Lambda SQS event record, as the event source mapping builds it."""
+    attributes = {
+        name: {
+            "stringValue": value.get("StringValue"),
+            "dataType": value.get("DataType"),
+            "stringListValues": [],
+            "binaryListValues": [],
+        }
+        for name, value in (message.get("MessageAttributes") or {}).items()
+    }
+    return {
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message["Body"],
+        "attributes": message.get("Attributes") or {},
+        "messageAttributes": attributes,
+        "md5OfBody": message.get("MD5OfBody"),
+        "eventSource": "aws:sqs",
+        "eventSourceARN": arn,
+        "awsRegion": REGION,
+    }
