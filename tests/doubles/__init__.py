@@ -1,0 +1,1 @@
+"""Test doubles of external services, written from their public documentation."""

@@ -1,0 +1,1772 @@
+"""An independent, strict HTTP double of the GitHub REST API, for judging the relay.
+
+Written from GitHub's public REST documentation (docs.github.com, the OpenAPI description in
+github/rest-api-description) and from error bodies GitHub is publicly known to return, never from
+the relay's code.  It is a real HTTP server (``ThreadingHTTPServer`` on 127.0.0.1, a free port, a
+daemon thread), so the code under test talks to it over the wire exactly as it would to
+``https://api.github.com``.
+
+Usage::
+
+    gh = GitHubDouble(app_id="424242", app_public_key_pem=pem_bytes)   # already serving
+    gh.url                                                              # "http://127.0.0.1:<port>"
+    gh.install("Org/Repo", installation_id=7, repo_id=1001,
+               permissions={"contents": "write", "checks": "write", "metadata": "read"})
+    gh.install("Org/Other", installation_id=7)      # same org installation, one more repository
+    gh.script("POST", r"/repos/org/repo/dispatches", [Reply(502), Reply(502), Reply(502)])
+    ...
+    gh.dispatches("org/repo")      # accepted (204) dispatch bodies, in order
+    gh.requests                    # every request, in arrival order (RecordedRequest)
+    gh.unexpected                  # requests to endpoints outside the list below (answered 404)
+    gh.stop()                      # or: with GitHubDouble(...) as gh: ...
+
+World set-up: ``install`` / ``add_repo_to_installation`` / ``remove_repo_from_installation`` /
+``set_installation_permissions`` / ``suspend_installation``; ``put_file(repo, path, ref, bytes)``;
+``add_commit(repo, sha, branch=None)``; ``add_workflow_run(repo, run_id, ...)``;
+``add_check_run(repo, name=, head_sha=, ...)`` (a run owned by another App, e.g. GitHub Actions);
+``check_suite_id(repo, head_sha)``; ``expire_tokens()``; ``reset_requests()``.  Observation:
+``requests``, ``unexpected``, ``dispatches(repo)``, ``check_runs(repo)``, ``reruns(repo)``,
+``workflow_run(repo, id)``, ``tokens`` / ``token_info(token)`` (each issued token's scope), and
+``internal_errors`` (exceptions inside the double; answered 500 - should stay empty).  Pass
+``clock=`` to move time (JWT checks, token expiry, rate-limit windows) without sleeping.
+Repository names are case-insensitive everywhere, as on GitHub.
+
+Endpoints (every other method/path is answered ``404 {"message": "Not Found"}`` and recorded in
+``unexpected``, as GitHub answers an unknown route or an unsupported method with 404):
+
+* ``POST /app/installations/{id}/access_tokens`` (App JWT) -> 201 installation token
+* ``GET /repos/{owner}/{repo}/installation`` (App JWT)
+* ``POST /repos/{owner}/{repo}/dispatches`` (contents: write) -> 204
+* ``POST /repos/{owner}/{repo}/check-runs``, ``PATCH .../check-runs/{id}`` (checks: write)
+* ``GET /repos/{owner}/{repo}/check-suites/{id}/check-runs`` (checks: read; paginated, Link header)
+* ``GET /repos/{owner}/{repo}/actions/runs/{id}`` (actions: read)
+* ``POST /repos/{owner}/{repo}/actions/runs/{id}/rerun-failed-jobs`` (actions: write) -> 201 ``{}``
+* ``GET /repos/{owner}/{repo}/contents/{path}[?ref=]`` (contents: read; ETag / If-None-Match -> 304;
+  ``Accept: application/vnd.github.raw`` gives the raw bytes)
+* ``GET /repos/{owner}/{repo}/commits/{ref}`` (contents: read)
+
+Scripted faults: ``gh.script(method, path_regex, replies)``.  ``method`` is an HTTP method or
+``"*"``; ``path_regex`` is matched with ``re.fullmatch`` against the request path (without the
+query string), case-insensitively.  The next matching requests take the replies in order; once
+they are used up the endpoint behaves normally again.  Scripted replies pre-empt everything
+(authentication, validation, rate limits), as a fault in front of GitHub would.  Reply kinds:
+
+* ``Reply(502)`` / ``Reply.error(status, message=None)`` - that status with a GitHub-shaped body
+  ``{"message": ..., "documentation_url": ..., "status": "<code>"}``.
+* ``Reply.too_many_requests(retry_after=60)`` - 429 with ``retry-after``.
+* ``Reply.secondary_rate_limit(retry_after=60, status=403)`` - GitHub's secondary-limit answer:
+  403 (or 429) "You have exceeded a secondary rate limit. Please wait a few minutes before you
+  try again. ..." with ``retry-after`` (pass ``retry_after=None`` to omit it, which GitHub also
+  does) while ``x-ratelimit-remaining`` stays above 0, so only the body tells it apart.
+* ``Reply.primary_rate_limit(reset_in=60, status=403)`` - "API rate limit exceeded for
+  installation ID N. ..." with ``x-ratelimit-remaining: 0`` and ``x-ratelimit-reset`` = now +
+  ``reset_in`` (UTC epoch seconds).
+* ``Reply.slow(seconds, then=None)`` - wait, then answer normally (or with ``then``).  Only that
+  request's thread waits; other requests are served meanwhile.  Side effects of a normal answer
+  happen after the wait, even if the client has given up by then (as on GitHub).
+* ``Reply.drop(after_processing=False)`` - close the connection without an answer.  With
+  ``after_processing=True`` the request is first processed normally (e.g. the dispatch IS
+  accepted), then the answer is lost.
+* ``Reply.normal()`` - behave normally (a gap in a sequence).
+* ``Reply(status, body=..., headers=...)`` - anything else (``body``: JSON-able, bytes, or None).
+
+GitHub facts this double enforces (sources: docs.github.com and the REST OpenAPI description):
+
+* App JWT: ``RS256`` only, signed with the App key; ``iss`` = the App id (string or integer) or
+  the App's client id; ``exp`` "no more than 10 minutes into the future" (``exp - now <= 600``)
+  and in the future; ``iat`` at most 60 s in the future.  Messages: "A JSON web token could not
+  be decoded", "'Expiration time' claim ('exp') is too far in the future", "'Expiration time'
+  claim ('exp') must be a numeric value representing the future time at which the assertion
+  expires", "'Issued at' claim ('iat') must be an Integer representing the time that the
+  assertion was issued".  ``jwt_max_lifetime=600`` additionally enforces ``exp - iat <= 600``.
+* Installation tokens expire after 1 hour; ``repositories`` / ``repository_ids`` and
+  ``permissions`` can only narrow the installation (422 "There is at least one repository that
+  does not exist or is not accessible to the parent installation." / "The permissions requested
+  are not granted to this installation." / "The level of access for permissions requested are
+  not granted to this installation.").  A suspended installation: 403 "This installation has
+  been suspended".
+* ``repository_dispatch``: ``event_type`` 1-100 characters; ``client_payload`` an object with "a
+  maximum of 10 top-level properties" (422 "No more than 10 properties are allowed; N were
+  supplied.") whose "total size ... must be less than 64KB" (we reject >= 65536 bytes of compact
+  UTF-8 JSON with 422 "client_payload is too large."); needs ``contents: write``.
+* Bad/expired token: 401 "Bad credentials"; a token that does not cover the repository: 404 "Not
+  Found" (GitHub hides private repositories); no ``Authorization`` at all: 404 for a private
+  repository, 401 "Requires authentication" for a public one; an App JWT on a repository
+  endpoint: 403; missing permission: 403 "Resource not accessible by integration" (with
+  ``x-accepted-github-permissions``).  ``Authorization: token <t>`` and ``Bearer <t>`` both work
+  for installation tokens; App JWTs must be sent as ``Bearer``.
+* Check runs: ``name`` and ``head_sha`` required (and the commit must exist: 422 "No commit found
+  for SHA: ..."), status ``queued|in_progress|completed`` ("Only GitHub Actions can set a status
+  of waiting, pending, or requested"), ``conclusion`` required with status ``completed`` or
+  ``completed_at``, providing it sets status ``completed``, ``stale`` "only GitHub can set",
+  ``output`` needs ``title`` and ``summary``, summary/text at most 65535 characters, at most 50
+  annotations per request.
+* Every answer carries ``x-ratelimit-limit/remaining/reset/used/resource`` and
+  ``x-github-request-id``; a 304 does not count against the primary limit.  Primary limit
+  (default 5000/hour per installation, and per App for JWT calls) is enforced; the secondary
+  "80 content-generating requests per minute" is enforced per installation when
+  ``content_writes_per_minute`` is given.
+* A request without ``User-Agent`` is refused (403), and an unsupported ``X-GitHub-Api-Version``
+  is a 400, as on GitHub.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import dataclasses
+import hashlib
+import itertools
+import json
+import math
+import re
+import secrets
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, quote, unquote, urlsplit
+
+import jwt
+from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+__all__ = ["DEFAULT_PERMISSIONS", "GitHubDouble", "RecordedRequest", "Reply", "TokenInfo"]
+
+DOCS = "https://docs.github.com/rest"
+DOC_TOKEN = "https://docs.github.com/rest/apps/apps#create-an-installation-access-token-for-an-app"
+DOC_REPO_INSTALLATION = "https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app"
+DOC_DISPATCH = "https://docs.github.com/rest/repos/repos#create-a-repository-dispatch-event"
+DOC_CHECK_CREATE = "https://docs.github.com/rest/checks/runs#create-a-check-run"
+DOC_CHECK_UPDATE = "https://docs.github.com/rest/checks/runs#update-a-check-run"
+DOC_CHECK_LIST = "https://docs.github.com/rest/checks/runs#list-check-runs-in-a-check-suite"
+DOC_RUN_GET = "https://docs.github.com/rest/actions/workflow-runs#get-a-workflow-run"
+DOC_RUN_RERUN = "https://docs.github.com/rest/actions/workflow-runs#re-run-failed-jobs-from-a-workflow-run"
+DOC_CONTENTS = "https://docs.github.com/rest/repos/contents#get-repository-content"
+DOC_COMMIT = "https://docs.github.com/rest/commits/commits#get-a-commit"
+DOC_PRIMARY = "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"
+DOC_SECONDARY = (
+    "https://docs.github.com/free-pro-team@latest/rest/overview/rate-limits-for-the-rest-api"
+    "#about-secondary-rate-limits"
+)
+
+#: API versions GitHub currently accepts in ``X-GitHub-Api-Version`` (REST OpenAPI descriptions).
+API_VERSIONS = ("2022-11-28", "2026-03-10")
+
+#: Permissions an installation gets when ``install()`` is not told otherwise.
+DEFAULT_PERMISSIONS: Mapping[str, str] = {
+    "actions": "write",
+    "checks": "write",
+    "contents": "write",
+    "metadata": "read",
+}
+
+JSON_TYPE = "application/json; charset=utf-8"
+LEVELS = {"read": 1, "write": 2, "admin": 3}
+CHECK_STATUSES = ("queued", "in_progress", "completed")
+ACTIONS_ONLY_STATUSES = ("waiting", "requested", "pending")
+CHECK_CONCLUSIONS = ("action_required", "cancelled", "failure", "neutral", "success", "skipped", "timed_out")
+ANNOTATION_LEVELS = ("notice", "warning", "failure")
+MAX_CLIENT_PAYLOAD_PROPERTIES = 10
+MAX_CLIENT_PAYLOAD_BYTES = 64 * 1024  # "must be less than 64KB"
+MAX_EVENT_TYPE = 100
+MAX_OUTPUT_TEXT = 65535
+MAX_ANNOTATIONS = 50
+MAX_CHECK_ACTIONS = 3
+MAX_RERUN_ATTEMPTS = 50
+JWT_MAX_EXP_AHEAD = 600
+JWT_MAX_IAT_AHEAD = 60
+CONTENT_INLINE_LIMIT = 1024 * 1024
+WRITE_METHODS = frozenset({"POST", "PATCH", "PUT", "DELETE"})
+
+_SECONDARY_MESSAGE = (
+    "You have exceeded a secondary rate limit. Please wait a few minutes before you try again. "
+    "If you reach out to GitHub Support for help, please include the request ID {rid}."
+)
+_DEFAULT_MESSAGES = {
+    400: "Bad Request",
+    401: "Bad credentials",
+    403: "Forbidden",
+    404: "Not Found",
+    409: "Conflict",
+    422: "Validation Failed",
+    429: "Too Many Requests",
+    500: "Server Error",
+    502: "Server Error",
+    503: "Service Unavailable",
+    504: (
+        "We couldn't respond to your request in time. Sorry about that. Please try resubmitting "
+        "your request and contact us if the problem persists."
+    ),
+}
+_NO_USER_AGENT = (
+    "Request forbidden by administrative rules. Please make sure your request has a User-Agent "
+    "header (https://docs.github.com/en/rest/overview/resources-in-the-rest-api#user-agent-required). "
+    "Check https://developer.github.com for other possible causes.\n"
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Public value types
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted answer.  ``status=None`` means "answer normally" (after ``delay``)."""
+
+    status: int | None = None
+    message: str | None = None
+    body: Any = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    close_connection: bool = False
+    after_processing: bool = False
+    retry_after: int | None = None
+    reset_in: float | None = None
+    kind: str = "error"
+
+    @classmethod
+    def error(cls, status: int, message: str | None = None, headers: Mapping[str, str] | None = None) -> Reply:
+        return cls(status=status, message=message, headers=dict(headers or {}))
+
+    @classmethod
+    def too_many_requests(cls, retry_after: int = 60, message: str | None = None) -> Reply:
+        return cls(status=429, message=message, retry_after=retry_after, kind="too_many")
+
+    @classmethod
+    def secondary_rate_limit(cls, retry_after: int | None = 60, status: int = 403) -> Reply:
+        return cls(status=status, retry_after=retry_after, kind="secondary")
+
+    @classmethod
+    def primary_rate_limit(cls, reset_in: float = 60, status: int = 403) -> Reply:
+        return cls(status=status, reset_in=reset_in, kind="primary")
+
+    @classmethod
+    def slow(cls, seconds: float, then: Reply | None = None) -> Reply:
+        return dataclasses.replace(then or cls(), delay=seconds)
+
+    @classmethod
+    def drop(cls, after_processing: bool = False) -> Reply:
+        return cls(close_connection=True, after_processing=after_processing)
+
+    @classmethod
+    def normal(cls) -> Reply:
+        return cls()
+
+
+@dataclass
+class RecordedRequest:
+    """One request as the double saw it, and what it answered."""
+
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    body: bytes
+    json: Any
+    time: float
+    status: int | None = None
+    outcome: str = "pending"  # answered | scripted | dropped | client-gone | pending
+    response_headers: dict[str, str] = field(default_factory=dict)
+    response_body: bytes = b""
+    installation_id: int | None = None
+
+    @property
+    def response_json(self) -> Any:
+        try:
+            return json.loads(self.response_body) if self.response_body else None
+        except ValueError:
+            return None
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    """What the double remembers about an installation token it issued."""
+
+    token: str
+    installation_id: int
+    repository_ids: frozenset[int] | None  # None: every repository of the installation
+    permissions: Mapping[str, str]
+    expires_at: float
+    issued_at: float
+
+
+# --------------------------------------------------------------------------------------------
+# Internal state
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Repo:
+    id: int
+    owner: str
+    name: str
+    private: bool
+    default_branch: str
+    installation_id: int
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.owner}/{self.name}"
+
+    @property
+    def key(self) -> str:
+        return self.full_name.lower()
+
+
+@dataclass
+class _Installation:
+    id: int
+    account: str
+    account_id: int
+    target_type: str
+    permissions: dict[str, str]
+    repository_selection: str
+    repo_keys: list[str] = field(default_factory=list)
+    suspended: bool = False
+    created_at: float = 0.0
+
+
+@dataclass
+class _File:
+    content: bytes
+    sha: str
+
+
+@dataclass
+class _Resp:
+    status: int
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Ctx:
+    rec: RecordedRequest
+    bucket: str | None = None
+    count: bool = True
+    unexpected: bool = False
+
+
+class _Script:
+    def __init__(self, method: str, pattern: str, replies: Iterable[Reply]) -> None:
+        self.method = method.upper()
+        self.regex = re.compile(pattern, re.IGNORECASE)
+        self.replies: deque[Reply] = deque(replies)
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_iso(value: Any) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def _inspect(value: Any) -> str:
+    """Render a value the way GitHub's (Ruby) validation messages do."""
+    if value is None:
+        return "nil"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_inspect(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))}=>{_inspect(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _node_id(kind: str, ident: int) -> str:
+    return base64.b64encode(f"0{len(kind)}:{kind}{ident}".encode()).decode().rstrip("=")
+
+
+def _json_resp(status: int, obj: Any, headers: Mapping[str, str] | None = None) -> _Resp:
+    body = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    return _Resp(status, body, {"content-type": JSON_TYPE, **(headers or {})})
+
+
+def _error(status: int, message: str, doc: str = DOCS, headers: Mapping[str, str] | None = None) -> _Resp:
+    return _json_resp(status, {"message": message, "documentation_url": doc, "status": str(status)}, headers)
+
+
+def _invalid(detail: str, doc: str) -> _Resp:
+    return _error(422, f"Invalid request.\n\n{detail}", doc)
+
+
+def _not_found(doc: str = DOCS) -> _Resp:
+    return _error(404, "Not Found", doc)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], double: GitHubDouble) -> None:
+        self.double = double
+        super().__init__(address, _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "GitHub.com"
+    sys_version = ""
+    timeout = 30  # idle keep-alive connections end on their own
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        with contextlib.suppress(OSError):  # small answers must not wait on Nagle + delayed ACK
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def _serve(self) -> None:
+        try:
+            body = self._read_body()
+        except (OSError, ValueError):
+            self.close_connection = True
+            return
+        self.server.double._serve(self, body)
+
+    do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = do_HEAD = do_OPTIONS = _serve
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+
+# --------------------------------------------------------------------------------------------
+# The double
+# --------------------------------------------------------------------------------------------
+
+
+class GitHubDouble:
+    """A strict in-process GitHub REST API served over HTTP.  See the module docstring."""
+
+    def __init__(
+        self,
+        app_id: str | int,
+        app_public_key_pem: bytes | str,
+        *,
+        client_id: str | None = None,
+        app_slug: str = "crcr-test-app",
+        content_writes_per_minute: int | None = None,
+        primary_rate_limit: int = 5000,
+        token_ttl: float = 3600.0,
+        jwt_max_lifetime: int | None = None,
+        require_known_commits: bool = True,
+        clock: Callable[[], float] = time.time,
+        host: str = "127.0.0.1",
+    ) -> None:
+        pem = app_public_key_pem.encode() if isinstance(app_public_key_pem, str) else app_public_key_pem
+        self.app_id = str(app_id)
+        self.client_id = client_id
+        self.app_slug = app_slug
+        self.content_writes_per_minute = content_writes_per_minute
+        self.primary_rate_limit = primary_rate_limit
+        self.token_ttl = token_ttl
+        self.jwt_max_lifetime = jwt_max_lifetime
+        self.require_known_commits = require_known_commits
+        self.clock = clock
+        self._public_key = load_pem_public_key(pem)
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._requests: list[RecordedRequest] = []
+        self.internal_errors: list[Exception] = []
+        self._unexpected: list[RecordedRequest] = []
+        self._scripts: list[_Script] = []
+        self._installations: dict[int, _Installation] = {}
+        self._repos: dict[str, _Repo] = {}
+        self._tokens: dict[str, TokenInfo] = {}
+        self._dispatches: list[tuple[str, dict[str, Any]]] = []
+        self._reruns: list[tuple[str, int, Any]] = []
+        self._check_runs: dict[int, dict[str, Any]] = {}
+        self._check_run_owner: dict[int, tuple[str, str]] = {}  # id -> (repo key, app slug)
+        self._suites: dict[tuple[str, str, str], int] = {}
+        self._suite_repo: dict[int, str] = {}
+        self._workflow_runs: dict[tuple[str, int], dict[str, Any]] = {}
+        self._files: dict[tuple[str, str, str], _File] = {}
+        self._commits: dict[str, set[str]] = {}
+        self._branches: dict[tuple[str, str], str] = {}
+        self._refs: dict[str, set[str]] = {}
+        self._buckets: dict[str, list[float]] = {}  # key -> [window_start, used]
+        self._writes: dict[int, deque[float]] = {}
+        self._ids = itertools.count(1001)
+        self._account_ids = itertools.count(9_000_001)
+        self._check_run_ids = itertools.count(4_000_000_001)
+        self._suite_ids = itertools.count(5_000_000_001)
+        self._routes: list[tuple[str, re.Pattern[str], Callable[..., _Resp]]] = [
+            ("POST", re.compile(r"/app/installations/(\d+)/access_tokens"), self._h_access_token),
+            ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/installation"), self._h_repo_installation),
+            ("POST", re.compile(r"/repos/([^/]+)/([^/]+)/dispatches"), self._h_dispatch),
+            ("POST", re.compile(r"/repos/([^/]+)/([^/]+)/check-runs"), self._h_check_create),
+            ("PATCH", re.compile(r"/repos/([^/]+)/([^/]+)/check-runs/(\d+)"), self._h_check_update),
+            ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/check-suites/(\d+)/check-runs"), self._h_check_list),
+            ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/actions/runs/(\d+)"), self._h_run_get),
+            (
+                "POST",
+                re.compile(r"/repos/([^/]+)/([^/]+)/actions/runs/(\d+)/rerun-failed-jobs"),
+                self._h_run_rerun,
+            ),
+            ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/contents/(.+)"), self._h_contents),
+            ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/commits/(.+)"), self._h_commit),
+        ]
+        self._server = _Server((host, 0), self)
+        self.port: int = self._server.server_address[1]
+        self.url = f"http://{host}:{self.port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
+        self._thread.start()
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def stop(self) -> None:
+        """Stop serving; wakes any request that is still waiting on a scripted delay."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> GitHubDouble:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---------------------------------------------------------------- world set-up
+
+    def install(
+        self,
+        full_name: str,
+        *,
+        installation_id: int,
+        repo_id: int | None = None,
+        permissions: Mapping[str, str] | None = None,
+        private: bool = True,
+        default_branch: str = "main",
+        repository_selection: str = "selected",
+        target_type: str = "Organization",
+    ) -> None:
+        """Install the App on ``owner/name``; calling again with the same id adds a repository.
+
+        One account has at most one installation of the App (as on GitHub); permissions given
+        for an existing installation must match (use ``set_installation_permissions`` to change).
+        """
+        owner, _, _ = full_name.partition("/")
+        with self._lock:
+            inst = self._installations.get(installation_id)
+            if inst is None:
+                for other in self._installations.values():
+                    if other.account.lower() == owner.lower():
+                        raise ValueError(f"{owner} already has installation {other.id} of this App")
+                if repository_selection not in ("selected", "all"):
+                    raise ValueError("repository_selection must be 'selected' or 'all'")
+                inst = _Installation(
+                    id=installation_id,
+                    account=owner,
+                    account_id=next(self._account_ids),
+                    target_type=target_type,
+                    permissions=dict(DEFAULT_PERMISSIONS if permissions is None else permissions),
+                    repository_selection=repository_selection,
+                    created_at=self.clock(),
+                )
+                self._installations[installation_id] = inst
+            elif permissions is not None and dict(permissions) != inst.permissions:
+                raise ValueError(
+                    f"installation {installation_id} has permissions {inst.permissions}; "
+                    "use set_installation_permissions() to change them"
+                )
+        self.add_repo_to_installation(
+            installation_id, full_name, repo_id=repo_id, private=private, default_branch=default_branch
+        )
+
+    def add_repo_to_installation(
+        self,
+        installation_id: int,
+        full_name: str,
+        *,
+        repo_id: int | None = None,
+        private: bool = True,
+        default_branch: str = "main",
+    ) -> None:
+        owner, sep, name = full_name.partition("/")
+        if not sep or not owner or not name or "/" in name:
+            raise ValueError(f"not an owner/name repository: {full_name!r}")
+        with self._lock:
+            inst = self._installations[installation_id]
+            if owner.lower() != inst.account.lower():
+                raise ValueError(f"installation {installation_id} belongs to {inst.account}, not {owner}")
+            key = full_name.lower()
+            existing = self._repos.get(key)
+            if existing is not None:
+                if existing.installation_id != installation_id:
+                    raise ValueError(f"{full_name} is in installation {existing.installation_id}")
+                if repo_id is not None and repo_id != existing.id:
+                    raise ValueError(f"{full_name} already has id {existing.id}")
+                return
+            taken = {r.id for r in self._repos.values()}
+            if repo_id is not None and repo_id in taken:
+                raise ValueError(f"repository id {repo_id} is taken")
+            rid = repo_id
+            while rid is None or rid in taken:
+                rid = next(self._ids)
+            self._repos[key] = _Repo(rid, inst.account, name, private, default_branch, installation_id)
+            inst.repo_keys.append(key)
+
+    def remove_repo_from_installation(self, full_name: str) -> None:
+        """Take a repository out of its installation (tokens stop covering it at once)."""
+        with self._lock:
+            repo = self._repos.pop(full_name.lower())
+            self._installations[repo.installation_id].repo_keys.remove(repo.key)
+
+    def set_installation_permissions(self, installation_id: int, permissions: Mapping[str, str]) -> None:
+        """Change what the installation grants; tokens already issued keep their own scope."""
+        with self._lock:
+            self._installations[installation_id].permissions = dict(permissions)
+
+    def suspend_installation(self, installation_id: int, suspended: bool = True) -> None:
+        with self._lock:
+            self._installations[installation_id].suspended = suspended
+
+    def put_file(self, repo: str, path: str, ref: str, content: bytes | str) -> str:
+        """Serve ``content`` at ``path`` for ``ref`` (a branch name or a 40-hex commit sha, which then
+        counts as a commit of ``repo``); returns the git blob sha GitHub would report."""
+        data = content.encode() if isinstance(content, str) else bytes(content)
+        sha = hashlib.sha1(b"blob %d\x00" % len(data) + data, usedforsecurity=False).hexdigest()
+        with self._lock:
+            self._files[(repo.lower(), path.strip("/"), ref)] = _File(data, sha)
+            self._refs.setdefault(repo.lower(), set()).add(ref)
+            if re.fullmatch(r"[0-9a-fA-F]{40}", ref):  # a file at a commit implies the commit
+                self._commits.setdefault(repo.lower(), set()).add(ref.lower())
+        return sha
+
+    def add_commit(self, repo: str, sha: str, *, branch: str | None = None) -> None:
+        """Make ``sha`` a commit of ``repo`` (and, with ``branch``, that branch's head)."""
+        with self._lock:
+            self._commits.setdefault(repo.lower(), set()).add(sha.lower())
+            if branch is not None:
+                self._branches[(repo.lower(), branch)] = sha.lower()
+                self._refs.setdefault(repo.lower(), set()).add(branch)
+
+    def add_workflow_run(
+        self,
+        repo: str,
+        run_id: int,
+        *,
+        head_sha: str = "0" * 40,
+        status: str = "completed",
+        conclusion: str | None = "failure",
+        name: str = "CI",
+        event: str = "repository_dispatch",
+        head_branch: str = "main",
+        run_attempt: int = 1,
+        path: str = ".github/workflows/ci.yml",
+    ) -> dict[str, Any]:
+        now = self.clock()
+        with self._lock:
+            key = repo.lower()
+            owner_repo = self._repos.get(key)
+            full = owner_repo.full_name if owner_repo else repo
+            run = {
+                "id": run_id,
+                "name": name,
+                "node_id": _node_id("WorkflowRun", run_id),
+                "head_branch": head_branch,
+                "head_sha": head_sha,
+                "path": path,
+                "display_title": name,
+                "run_number": run_id % 100000,
+                "event": event,
+                "status": status,
+                "conclusion": conclusion,
+                "workflow_id": 161335,
+                "check_suite_id": next(self._suite_ids),
+                "url": f"{self.url}/repos/{full}/actions/runs/{run_id}",
+                "html_url": f"https://github.com/{full}/actions/runs/{run_id}",
+                "jobs_url": f"{self.url}/repos/{full}/actions/runs/{run_id}/jobs",
+                "logs_url": f"{self.url}/repos/{full}/actions/runs/{run_id}/logs",
+                "rerun_url": f"{self.url}/repos/{full}/actions/runs/{run_id}/rerun",
+                "pull_requests": [],
+                "created_at": _iso(now),
+                "updated_at": _iso(now),
+                "run_attempt": run_attempt,
+                "run_started_at": _iso(now),
+                "repository": self._repo_summary(owner_repo) if owner_repo else {"full_name": full},
+            }
+            self._workflow_runs[(key, run_id)] = run
+            return copy.deepcopy(run)
+
+    def add_check_run(
+        self,
+        repo: str,
+        *,
+        name: str,
+        head_sha: str,
+        status: str = "completed",
+        conclusion: str | None = "success",
+        app_slug: str = "github-actions",
+    ) -> dict[str, Any]:
+        """Seed a check run, by default one created by another App (e.g. GitHub Actions)."""
+        with self._lock:
+            key = repo.lower()
+            now = self.clock()
+            run = self._new_check_run(key, app_slug, {"name": name, "head_sha": head_sha}, now)
+            run["status"] = status
+            run["conclusion"] = conclusion
+            if status == "completed":
+                run["completed_at"] = _iso(now)
+            return copy.deepcopy(run)
+
+    def check_suite_id(self, repo: str, head_sha: str, app_slug: str | None = None) -> int:
+        """The id of the check suite of ``app_slug`` (default: this App) for ``head_sha``."""
+        with self._lock:
+            return self._suite_for(repo.lower(), head_sha, app_slug or self.app_slug)
+
+    def script(self, method: str, path_pattern: str, replies: Iterable[Reply]) -> None:
+        with self._lock:
+            self._scripts.append(_Script(method, path_pattern, replies))
+
+    def expire_tokens(self) -> None:
+        """Make every installation token issued so far expired."""
+        with self._lock:
+            past = self.clock() - 1
+            self._tokens = {t: dataclasses.replace(i, expires_at=past) for t, i in self._tokens.items()}
+
+    def reset_requests(self) -> None:
+        with self._lock:
+            self._requests.clear()
+            self._unexpected.clear()
+
+    # ---------------------------------------------------------------- observation
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def unexpected(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._unexpected)
+
+    @property
+    def tokens(self) -> list[TokenInfo]:
+        with self._lock:
+            return list(self._tokens.values())
+
+    def token_info(self, token: str) -> TokenInfo | None:
+        with self._lock:
+            return self._tokens.get(token)
+
+    def dispatches(self, repo: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [copy.deepcopy(body) for key, body in self._dispatches if key == repo.lower()]
+
+    def reruns(self, repo: str) -> list[int]:
+        """Workflow run ids whose failed jobs were re-run (accepted requests), in order."""
+        with self._lock:
+            return [run_id for key, run_id, _ in self._reruns if key == repo.lower()]
+
+    def check_runs(self, repo: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [
+                copy.deepcopy(run)
+                for cid, run in sorted(self._check_runs.items())
+                if self._check_run_owner[cid][0] == repo.lower()
+            ]
+
+    def workflow_run(self, repo: str, run_id: int) -> dict[str, Any]:
+        with self._lock:
+            return copy.deepcopy(self._workflow_runs[(repo.lower(), run_id)])
+
+    # ---------------------------------------------------------------- HTTP plumbing
+
+    def _serve(self, handler: _Handler, body: bytes) -> None:
+        split = urlsplit(handler.path)
+        try:
+            parsed = json.loads(body) if body else None
+        except ValueError:
+            parsed = None
+        rec = RecordedRequest(
+            method=handler.command,
+            path=unquote(split.path),
+            query=parse_qs(split.query, keep_blank_values=True),
+            headers={k.lower(): v for k, v in handler.headers.items()},
+            body=body,
+            json=parsed,
+            time=self.clock(),
+        )
+        rec_raw_path = split.path
+        with self._lock:
+            self._requests.append(rec)
+            reply = self._take_scripted(rec)
+        ctx = _Ctx(rec)
+        if reply is None:
+            resp = self._process(ctx, rec_raw_path)
+            rec.outcome = "answered"
+        else:
+            if reply.delay and self._stopping.wait(reply.delay):
+                self._drop_connection(handler, rec)
+                return
+            if reply.close_connection:
+                if reply.after_processing:
+                    self._process(ctx, rec_raw_path)
+                self._drop_connection(handler, rec)
+                return
+            if reply.status is None:
+                resp = self._process(ctx, rec_raw_path)
+                rec.outcome = "answered"
+            else:
+                resp = self._scripted(reply, ctx)
+                rec.outcome = "scripted"
+        self._send(handler, ctx, resp)
+
+    def _process(self, ctx: _Ctx, raw_path: str) -> _Resp:
+        try:
+            return self._normal(ctx, raw_path)
+        except Exception as exc:  # a bug in the double must show, not hang the client
+            with self._lock:
+                self.internal_errors.append(exc)
+            ctx.count = False
+            return _error(500, "Server Error")
+
+    def _take_scripted(self, rec: RecordedRequest) -> Reply | None:
+        for script in self._scripts:
+            if script.replies and script.method in ("*", rec.method) and script.regex.fullmatch(rec.path) is not None:
+                return script.replies.popleft()
+        return None
+
+    def _drop_connection(self, handler: _Handler, rec: RecordedRequest) -> None:
+        rec.outcome = "dropped"
+        rec.status = None
+        handler.close_connection = True
+        with contextlib.suppress(OSError):
+            handler.connection.shutdown(socket.SHUT_RDWR)
+
+    def _send(self, handler: _Handler, ctx: _Ctx, resp: _Resp) -> None:
+        rec = ctx.rec
+        headers = {**self._rate_headers(ctx, resp), **resp.headers}
+        headers.setdefault("x-github-request-id", self._request_id())
+        headers.setdefault("x-github-api-version-selected", "2022-11-28")
+        if resp.status not in (204, 304):
+            headers["content-length"] = str(len(resp.body))
+        rec.status = resp.status
+        rec.response_headers = dict(headers)
+        rec.response_body = resp.body
+        try:
+            handler.send_response(resp.status)
+            for name, value in headers.items():
+                handler.send_header(name, value)
+            handler.end_headers()
+            if resp.body and resp.status not in (204, 304) and rec.method != "HEAD":
+                handler.wfile.write(resp.body)
+            handler.wfile.flush()
+        except OSError:
+            rec.outcome = "client-gone"
+            handler.close_connection = True
+
+    @staticmethod
+    def _request_id() -> str:
+        parts = (secrets.token_hex(n).upper() for n in (2, 3, 3, 3, 4))
+        return ":".join(parts)
+
+    # ---------------------------------------------------------------- rate limits
+
+    def _bucket_state(self, key: str) -> list[float]:
+        now = self.clock()
+        state = self._buckets.get(key)
+        if state is None or now >= state[0] + 3600:
+            state = [math.floor(now), 0]
+            self._buckets[key] = state
+        return state
+
+    def _rate_headers(self, ctx: _Ctx, resp: _Resp) -> dict[str, str]:
+        with self._lock:
+            key = ctx.bucket or self._peek_bucket(ctx.rec)
+            limit = 60 if key.startswith("anonymous") else self.primary_rate_limit
+            state = self._bucket_state(key)
+            if ctx.bucket is not None and ctx.count and resp.status != 304 and state[1] < limit:
+                state[1] += 1
+            used = int(state[1])
+            return {
+                "x-ratelimit-limit": str(limit),
+                "x-ratelimit-remaining": str(max(limit - used, 0)),
+                "x-ratelimit-reset": str(int(state[0] + 3600)),
+                "x-ratelimit-used": str(used),
+                "x-ratelimit-resource": "core",
+            }
+
+    def _peek_bucket(self, rec: RecordedRequest) -> str:
+        scheme, cred = self._authorization(rec)
+        info = self._tokens.get(cred) if cred else None
+        if info is not None:
+            return f"installation:{info.installation_id}"
+        if scheme == "bearer" and cred.count(".") == 2:
+            return "app"
+        return "anonymous"
+
+    def _primary_exhausted(self, ctx: _Ctx) -> _Resp | None:
+        assert ctx.bucket is not None
+        with self._lock:
+            state = self._bucket_state(ctx.bucket)
+            if state[1] < self.primary_rate_limit:
+                return None
+        ctx.count = False
+        return self._primary_limit_resp(ctx.bucket, int(state[0] + 3600), 403)
+
+    def _primary_limit_resp(self, bucket: str, reset: int, status: int) -> _Resp:
+        who = (
+            f"installation ID {bucket.split(':', 1)[1]}"
+            if bucket.startswith("installation:")
+            else (f"app ID {self.app_id}" if bucket == "app" else "127.0.0.1")
+        )
+        rid = self._request_id()
+        message = (
+            f"API rate limit exceeded for {who}. If you reach out to GitHub Support for help, please "
+            f"include the request ID {rid} and timestamp {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC."
+        )
+        return _error(
+            status,
+            message,
+            DOC_PRIMARY + "#about-primary-rate-limits",
+            {
+                "x-ratelimit-remaining": "0",
+                "x-ratelimit-used": str(self.primary_rate_limit),
+                "x-ratelimit-reset": str(reset),
+                "x-github-request-id": rid,
+            },
+        )
+
+    def _secondary_resp(self, retry_after: int | None, status: int = 403) -> _Resp:
+        rid = self._request_id()
+        headers = {"x-github-request-id": rid}
+        if retry_after is not None:
+            headers["retry-after"] = str(retry_after)
+        return _error(status, _SECONDARY_MESSAGE.format(rid=rid), DOC_SECONDARY, headers)
+
+    def _secondary_gate(self, ctx: _Ctx, installation_id: int) -> _Resp | None:
+        if self.content_writes_per_minute is None or ctx.rec.method not in WRITE_METHODS:
+            return None
+        now = self.clock()
+        with self._lock:
+            window = self._writes.setdefault(installation_id, deque())
+            while window and window[0] <= now - 60:
+                window.popleft()
+            if len(window) >= self.content_writes_per_minute:
+                retry = max(1, math.ceil(window[0] + 60 - now))
+                return self._secondary_resp(retry)
+            window.append(now)
+        return None
+
+    def _scripted(self, reply: Reply, ctx: _Ctx) -> _Resp:
+        assert reply.status is not None
+        ctx.count = False
+        if reply.kind == "secondary":
+            return self._secondary_resp(reply.retry_after, reply.status)
+        if reply.kind == "primary":
+            with self._lock:
+                bucket = self._peek_bucket(ctx.rec)
+            reset = int(self.clock() + (reply.reset_in or 0))
+            return self._primary_limit_resp(bucket, reset, reply.status)
+        headers = dict(reply.headers)
+        if reply.retry_after is not None:
+            headers.setdefault("retry-after", str(reply.retry_after))
+        if isinstance(reply.body, bytes):
+            return _Resp(reply.status, reply.body, headers)
+        if reply.body is not None:
+            return _json_resp(reply.status, reply.body, headers)
+        if reply.status in (204, 304):
+            return _Resp(reply.status, b"", headers)
+        message = reply.message or _DEFAULT_MESSAGES.get(reply.status, "Error")
+        return _error(reply.status, message, DOCS, headers)
+
+    # ---------------------------------------------------------------- routing
+
+    def _normal(self, ctx: _Ctx, raw_path: str) -> _Resp:
+        rec = ctx.rec
+        if not rec.headers.get("user-agent"):
+            ctx.count = False
+            return _Resp(403, _NO_USER_AGENT.encode(), {"content-type": "text/plain; charset=utf-8"})
+        version = rec.headers.get("x-github-api-version")
+        if version is not None and version not in API_VERSIONS:
+            supported = ", ".join(f'"{v}"' for v in sorted(API_VERSIONS, reverse=True))
+            return _error(
+                400,
+                f'The version you specified in the "X-GitHub-API-Version" request header, "{version}", '
+                f"is not a supported version. The following versions are currently supported: {supported}.",
+            )
+        for method, regex, handler in self._routes:
+            match = regex.fullmatch(raw_path)
+            if match is not None and method == rec.method:
+                return handler(ctx, *(unquote(g) for g in match.groups()))
+        ctx.unexpected = True
+        with self._lock:
+            self._unexpected.append(rec)
+        return _not_found()
+
+    @staticmethod
+    def _authorization(rec: RecordedRequest) -> tuple[str, str]:
+        value = rec.headers.get("authorization", "").strip()
+        scheme, _, cred = value.partition(" ")
+        return scheme.lower(), cred.strip()
+
+    def _body_object(self, ctx: _Ctx, doc: str, *, required: bool) -> dict[str, Any] | _Resp:
+        rec = ctx.rec
+        if not rec.body.strip():
+            if required:
+                return _error(400, "Problems parsing JSON", doc)
+            return {}
+        try:
+            value = json.loads(rec.body)
+        except ValueError:
+            return _error(400, "Problems parsing JSON", doc)
+        if not isinstance(value, dict):
+            return _invalid(f"{_inspect(value)} is not an object.", doc)
+        return value
+
+    # ---------------------------------------------------------------- App (JWT) authentication
+
+    def _jwt_problem(self, cred: str) -> str | None:
+        """None if ``cred`` is a JWT GitHub would accept for this App, else GitHub's message."""
+        undecodable = "A JSON web token could not be decoded"
+        try:
+            header = jwt.get_unverified_header(cred)
+        except jwt.PyJWTError:
+            return undecodable
+        if header.get("alg") != "RS256":
+            return undecodable
+        try:
+            raw = jwt.PyJWS().decode(cred, self._public_key, algorithms=["RS256"])  # type: ignore[arg-type]
+            claims = json.loads(raw)
+        except (jwt.PyJWTError, ValueError):
+            return undecodable
+        if not isinstance(claims, dict):
+            return undecodable
+        iss = claims.get("iss")
+        if iss is None or isinstance(iss, bool):
+            return "'Issuer' claim ('iss') must be an Integer"
+        if str(iss) != self.app_id and (self.client_id is None or str(iss) != self.client_id):
+            return undecodable
+        now = self.clock()
+        exp, iat = claims.get("exp"), claims.get("iat")
+        if not _is_number(exp) or exp <= now:
+            return (
+                "'Expiration time' claim ('exp') must be a numeric value representing the future time "
+                "at which the assertion expires"
+            )
+        if exp > now + JWT_MAX_EXP_AHEAD:
+            return "'Expiration time' claim ('exp') is too far in the future"
+        if not _is_number(iat) or iat > now + JWT_MAX_IAT_AHEAD:
+            return "'Issued at' claim ('iat') must be an Integer representing the time that the assertion was issued"
+        if self.jwt_max_lifetime is not None and exp - iat > self.jwt_max_lifetime:
+            return "'Expiration time' claim ('exp') is too far in the future"
+        return None
+
+    def _auth_app(self, ctx: _Ctx, doc: str) -> _Resp | None:
+        scheme, cred = self._authorization(ctx.rec)
+        problem = "A JSON web token could not be decoded" if scheme != "bearer" or not cred else self._jwt_problem(cred)
+        if problem is not None:
+            ctx.count = False
+            return _error(401, problem, DOCS)
+        ctx.bucket = "app"
+        return self._primary_exhausted(ctx)
+
+    # ---------------------------------------------------------------- installation token authentication
+
+    def _auth_repo(
+        self, ctx: _Ctx, owner: str, name: str, permission: str, level: str, doc: str
+    ) -> tuple[_Repo, TokenInfo] | _Resp:
+        rec = ctx.rec
+        key = f"{owner}/{name}".lower()
+        scheme, cred = self._authorization(rec)
+        with self._lock:
+            repo = self._repos.get(key)
+            info = self._tokens.get(cred) if cred else None
+        if not rec.headers.get("authorization"):
+            ctx.count = False
+            if repo is None or repo.private:
+                return _not_found(doc)
+            return _error(401, "Requires authentication", doc)
+        if scheme not in ("token", "bearer") or not cred:
+            ctx.count = False
+            return _error(401, "Bad credentials", DOCS)
+        if info is None:
+            ctx.count = False
+            if scheme == "bearer" and self._jwt_problem(cred) is None:
+                # An App JWT is not an installation: it cannot act on repositories.
+                ctx.bucket = "app"
+                return _error(403, "Resource not accessible by integration", doc)
+            return _error(401, "Bad credentials", DOCS)
+        if self.clock() >= info.expires_at:
+            ctx.count = False
+            return _error(401, "Bad credentials", DOCS)
+        rec.installation_id = info.installation_id
+        ctx.bucket = f"installation:{info.installation_id}"
+        limited = self._primary_exhausted(ctx) or self._secondary_gate(ctx, info.installation_id)
+        if limited is not None:
+            ctx.count = False
+            return limited
+        if (
+            repo is None
+            or repo.installation_id != info.installation_id
+            or (info.repository_ids is not None and repo.id not in info.repository_ids)
+        ):
+            return _not_found(doc)
+        if LEVELS.get(info.permissions.get(permission, ""), 0) < LEVELS[level]:
+            return _error(
+                403,
+                "Resource not accessible by integration",
+                doc,
+                {"x-accepted-github-permissions": f"{permission}={level}"},
+            )
+        return repo, info
+
+    # ---------------------------------------------------------------- endpoints: App
+
+    def _h_access_token(self, ctx: _Ctx, installation_id: str) -> _Resp:
+        denied = self._auth_app(ctx, DOC_TOKEN)
+        if denied is not None:
+            return denied
+        with self._lock:
+            inst = self._installations.get(int(installation_id))
+        if inst is None:
+            return _not_found(DOC_TOKEN)
+        if inst.suspended:
+            return _error(403, "This installation has been suspended", DOC_TOKEN)
+        body = self._body_object(ctx, DOC_TOKEN, required=False)
+        if isinstance(body, _Resp):
+            return body
+        with self._lock:
+            inst_repos = [self._repos[k] for k in inst.repo_keys]
+        names, ids = body.get("repositories"), body.get("repository_ids")
+        for prop, value, kind in (("repositories", names, str), ("repository_ids", ids, int)):
+            if value is not None and (
+                not isinstance(value, list) or any(not isinstance(v, kind) or isinstance(v, bool) for v in value)
+            ):
+                return _invalid(f"For 'properties/{prop}', {_inspect(value)} is not valid.", DOC_TOKEN)
+        chosen: list[_Repo] | None = None
+        if names or ids:  # empty lists narrow nothing
+            chosen = []
+            by_name = {r.name.lower(): r for r in inst_repos}
+            by_id = {r.id: r for r in inst_repos}
+            for wanted in names or []:
+                found = by_name.get(wanted.lower())
+                if found is None:
+                    return _error(
+                        422,
+                        "There is at least one repository that does not exist or is not accessible "
+                        "to the parent installation.",
+                        DOC_TOKEN,
+                    )
+                if found not in chosen:
+                    chosen.append(found)
+            for wanted_id in ids or []:
+                found = by_id.get(wanted_id)
+                if found is None:
+                    return _error(
+                        422,
+                        "There is at least one repository that does not exist or is not accessible "
+                        "to the parent installation.",
+                        DOC_TOKEN,
+                    )
+                if found not in chosen:
+                    chosen.append(found)
+            if len(chosen) > 500:
+                return _invalid("No more than 500 repositories may be requested.", DOC_TOKEN)
+        asked = body.get("permissions")
+        if asked is not None:
+            if not isinstance(asked, dict):
+                return _invalid(f"For 'properties/permissions', {_inspect(asked)} is not an object.", DOC_TOKEN)
+            for perm, level in asked.items():
+                if level not in LEVELS:
+                    return _invalid(
+                        f'For \'properties/{perm}\', {_inspect(level)} is not a member of ["read", "write"].',
+                        DOC_TOKEN,
+                    )
+                granted = inst.permissions.get(perm)
+                if granted is None:
+                    return _error(422, "The permissions requested are not granted to this installation.", DOC_TOKEN)
+                if LEVELS[level] > LEVELS[granted]:
+                    return _error(
+                        422,
+                        "The level of access for permissions requested are not granted to this installation.",
+                        DOC_TOKEN,
+                    )
+            permissions = dict(asked)
+            if "metadata" in inst.permissions:
+                permissions.setdefault("metadata", "read")
+        else:
+            permissions = dict(inst.permissions)
+        now = self.clock()
+        token = "ghs_" + secrets.token_urlsafe(27).replace("-", "a").replace("_", "b")[:36]
+        info = TokenInfo(
+            token=token,
+            installation_id=inst.id,
+            repository_ids=frozenset(r.id for r in chosen) if chosen is not None else None,
+            permissions=permissions,
+            expires_at=now + self.token_ttl,
+            issued_at=now,
+        )
+        with self._lock:
+            self._tokens[token] = info
+        out: dict[str, Any] = {
+            "token": token,
+            "expires_at": _iso(info.expires_at),
+            "permissions": permissions,
+            "repository_selection": "selected" if chosen is not None else inst.repository_selection,
+        }
+        if chosen is not None:
+            out["repositories"] = [self._repo_summary(r) for r in chosen]
+        return _json_resp(201, out)
+
+    def _h_repo_installation(self, ctx: _Ctx, owner: str, name: str) -> _Resp:
+        denied = self._auth_app(ctx, DOC_REPO_INSTALLATION)
+        if denied is not None:
+            return denied
+        with self._lock:
+            repo = self._repos.get(f"{owner}/{name}".lower())
+            inst = self._installations.get(repo.installation_id) if repo else None
+        if repo is None or inst is None:
+            return _not_found(DOC_REPO_INSTALLATION)
+        return _json_resp(200, self._installation_obj(inst))
+
+    # ---------------------------------------------------------------- endpoints: dispatch
+
+    def _h_dispatch(self, ctx: _Ctx, owner: str, name: str) -> _Resp:
+        auth = self._auth_repo(ctx, owner, name, "contents", "write", DOC_DISPATCH)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        body = self._body_object(ctx, DOC_DISPATCH, required=True)
+        if isinstance(body, _Resp):
+            return body
+        if "event_type" not in body:
+            return _invalid('"event_type" wasn\'t supplied.', DOC_DISPATCH)
+        event_type = body["event_type"]
+        if not isinstance(event_type, str):
+            return _invalid(f"For 'properties/event_type', {_inspect(event_type)} is not a string.", DOC_DISPATCH)
+        if not 1 <= len(event_type) <= MAX_EVENT_TYPE:
+            bound = "too short" if not event_type else "too long"
+            return _invalid(
+                f"For 'properties/event_type', {_inspect(event_type)} is {bound} "
+                f"({len(event_type)} chars, must be 1 to {MAX_EVENT_TYPE}).",
+                DOC_DISPATCH,
+            )
+        if "client_payload" in body:
+            payload = body["client_payload"]
+            if not isinstance(payload, dict):
+                return _invalid(f"For 'properties/client_payload', {_inspect(payload)} is not an object.", DOC_DISPATCH)
+            if len(payload) > MAX_CLIENT_PAYLOAD_PROPERTIES:
+                return _invalid(
+                    f"No more than {MAX_CLIENT_PAYLOAD_PROPERTIES} properties are allowed; "
+                    f"{len(payload)} were supplied.",
+                    DOC_DISPATCH,
+                )
+            size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+            if size >= MAX_CLIENT_PAYLOAD_BYTES:
+                return _error(422, "client_payload is too large.", DOC_DISPATCH)
+        with self._lock:
+            self._dispatches.append((repo.key, copy.deepcopy(body)))
+        return _Resp(204)
+
+    # ---------------------------------------------------------------- endpoints: check runs
+
+    def _suite_for(self, repo_key: str, head_sha: str, app_slug: str) -> int:
+        key = (repo_key, head_sha.lower(), app_slug)
+        suite = self._suites.get(key)
+        if suite is None:
+            suite = next(self._suite_ids)
+            self._suites[key] = suite
+            self._suite_repo[suite] = repo_key
+        return suite
+
+    def _new_check_run(self, repo_key: str, app_slug: str, fields: dict[str, Any], now: float) -> dict[str, Any]:
+        cid = next(self._check_run_ids)
+        repo = self._repos.get(repo_key)
+        full = repo.full_name if repo else repo_key
+        suite = self._suite_for(repo_key, fields["head_sha"], app_slug)
+        run = {
+            "id": cid,
+            "node_id": _node_id("CheckRun", cid),
+            "head_sha": fields["head_sha"],
+            "external_id": "",
+            "url": f"{self.url}/repos/{full}/check-runs/{cid}",
+            "html_url": f"https://github.com/{full}/runs/{cid}",
+            "details_url": f"https://github.com/apps/{app_slug}",
+            "status": "queued",
+            "conclusion": None,
+            "started_at": _iso(now),
+            "completed_at": None,
+            "output": {
+                "title": None,
+                "summary": None,
+                "text": None,
+                "annotations_count": 0,
+                "annotations_url": f"{self.url}/repos/{full}/check-runs/{cid}/annotations",
+            },
+            "name": fields["name"],
+            "check_suite": {"id": suite},
+            "app": self._app_obj(app_slug),
+            "pull_requests": [],
+        }
+        self._check_runs[cid] = run
+        self._check_run_owner[cid] = (repo_key, app_slug)
+        return run
+
+    def _validate_check_fields(self, body: dict[str, Any], doc: str, *, creating: bool) -> _Resp | None:
+        for prop in ("name", "head_sha", "details_url", "external_id"):
+            if prop in body and not isinstance(body[prop], str):
+                return _invalid(f"For 'properties/{prop}', {_inspect(body[prop])} is not a string.", doc)
+        if creating:
+            for prop in ("name", "head_sha"):
+                if prop not in body:
+                    return _invalid(f'"{prop}" wasn\'t supplied.', doc)
+        status = body.get("status")
+        conclusion = body.get("conclusion")
+        if "status" in body and status not in CHECK_STATUSES:
+            only_actions = (
+                "\nOnly GitHub Actions can set a status of waiting, pending, or requested."
+                if status in ACTIONS_ONLY_STATUSES
+                else ""
+            )
+            return _invalid(
+                'No subschema in "anyOf" matched.\n'
+                f"{_inspect(status)} is not a member of {json.dumps(list(CHECK_STATUSES))}.{only_actions}",
+                doc,
+            )
+        if "conclusion" in body and conclusion not in CHECK_CONCLUSIONS:
+            return _invalid(
+                f"{_inspect(conclusion)} is not a member of {json.dumps(list(CHECK_CONCLUSIONS))}."
+                + ("\nOnly GitHub can set a conclusion of stale." if conclusion == "stale" else ""),
+                doc,
+            )
+        if conclusion is None and (status == "completed" or "completed_at" in body):
+            return _invalid('No subschema in "anyOf" matched.\n"conclusion" wasn\'t supplied.', doc)
+        for prop in ("started_at", "completed_at"):
+            if prop in body and _parse_iso(body[prop]) is None:
+                return _invalid(f"For 'properties/{prop}', {_inspect(body[prop])} is not a date-time.", doc)
+        if "output" in body:
+            problem = self._validate_output(body["output"])
+            if problem is not None:
+                return _invalid(problem, doc)
+        if "actions" in body:
+            actions = body["actions"]
+            if not isinstance(actions, list) or len(actions) > MAX_CHECK_ACTIONS:
+                return _invalid(f"For 'properties/actions', at most {MAX_CHECK_ACTIONS} items are allowed.", doc)
+            for action in actions:
+                if not isinstance(action, dict):
+                    return _invalid(f"{_inspect(action)} is not an object.", doc)
+                for prop, limit in (("label", 20), ("description", 40), ("identifier", 20)):
+                    value = action.get(prop)
+                    if not isinstance(value, str):
+                        return _invalid(f'"{prop}" wasn\'t supplied.', doc)
+                    if len(value) > limit:
+                        return _invalid(f"{_inspect(value)} is too long (maximum is {limit} characters).", doc)
+        return None
+
+    @staticmethod
+    def _validate_output(output: Any) -> str | None:
+        if not isinstance(output, dict):
+            return f"For 'properties/output', {_inspect(output)} is not an object."
+        for prop in ("title", "summary"):
+            if prop not in output:
+                return f'"{prop}" wasn\'t supplied.'
+        for prop in ("title", "summary", "text"):
+            if prop in output and not isinstance(output[prop], str):
+                return f"For 'properties/{prop}', {_inspect(output[prop])} is not a string."
+        for prop in ("summary", "text"):
+            if prop in output and len(output[prop]) > MAX_OUTPUT_TEXT:
+                return (
+                    f"For 'properties/{prop}', the value is too long "
+                    f"({len(output[prop])} characters; maximum is {MAX_OUTPUT_TEXT})."
+                )
+        annotations = output.get("annotations", [])
+        if not isinstance(annotations, list):
+            return f"For 'properties/annotations', {_inspect(annotations)} is not an array."
+        if len(annotations) > MAX_ANNOTATIONS:
+            return f"For 'properties/annotations', no more than {MAX_ANNOTATIONS} items are allowed."
+        for item in annotations:
+            if not isinstance(item, dict):
+                return f"{_inspect(item)} is not an object."
+            for prop in ("path", "start_line", "end_line", "annotation_level", "message"):
+                if prop not in item:
+                    return f'"{prop}" wasn\'t supplied.'
+            if item["annotation_level"] not in ANNOTATION_LEVELS:
+                return f"{_inspect(item['annotation_level'])} is not a member of {json.dumps(list(ANNOTATION_LEVELS))}."
+        return None
+
+    def _apply_check_fields(self, run: dict[str, Any], body: dict[str, Any], now: float) -> None:
+        for prop in ("name", "details_url", "external_id"):
+            if prop in body:
+                run[prop] = body[prop]
+        if "started_at" in body:
+            run["started_at"] = _iso(_parse_iso(body["started_at"]) or now)
+        if "conclusion" in body:
+            run["status"] = "completed"
+            run["conclusion"] = body["conclusion"]
+            completed = _parse_iso(body.get("completed_at"))
+            run["completed_at"] = _iso(completed if completed is not None else now)
+        elif "status" in body:
+            run["status"] = body["status"]
+            run["conclusion"] = None
+            run["completed_at"] = None
+        if "output" in body:
+            output = body["output"]
+            run["output"] = {
+                **run["output"],
+                "title": output["title"],
+                "summary": output["summary"],
+                "text": output.get("text", run["output"].get("text")),
+                "annotations_count": run["output"]["annotations_count"] + len(output.get("annotations", [])),
+            }
+
+    def _commit_known(self, repo_key: str, ref: str) -> bool:
+        return self._resolve_commit(repo_key, ref) is not None
+
+    def _resolve_commit(self, repo_key: str, ref: str) -> str | None:
+        with self._lock:
+            head = self._branches.get((repo_key, ref))
+            if head is not None:
+                return head
+            commits = self._commits.get(repo_key, set())
+            lowered = ref.lower()
+            if lowered in commits:
+                return lowered
+            if len(lowered) >= 4 and re.fullmatch(r"[0-9a-f]+", lowered):
+                matches = [c for c in commits if c.startswith(lowered)]
+                if len(matches) == 1:
+                    return matches[0]
+        return None
+
+    def _h_check_create(self, ctx: _Ctx, owner: str, name: str) -> _Resp:
+        auth = self._auth_repo(ctx, owner, name, "checks", "write", DOC_CHECK_CREATE)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        body = self._body_object(ctx, DOC_CHECK_CREATE, required=True)
+        if isinstance(body, _Resp):
+            return body
+        problem = self._validate_check_fields(body, DOC_CHECK_CREATE, creating=True)
+        if problem is not None:
+            return problem
+        if self.require_known_commits and not self._commit_known(repo.key, body["head_sha"]):
+            return _error(422, f"No commit found for SHA: {body['head_sha']}", DOC_CHECK_CREATE)
+        now = self.clock()
+        with self._lock:
+            run = self._new_check_run(repo.key, self.app_slug, body, now)
+            self._apply_check_fields(run, body, now)
+            return _json_resp(201, copy.deepcopy(run))
+
+    def _h_check_update(self, ctx: _Ctx, owner: str, name: str, check_run_id: str) -> _Resp:
+        auth = self._auth_repo(ctx, owner, name, "checks", "write", DOC_CHECK_UPDATE)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        with self._lock:
+            run = self._check_runs.get(int(check_run_id))
+            owner_of = self._check_run_owner.get(int(check_run_id))
+        if run is None or owner_of is None or owner_of[0] != repo.key:
+            return _not_found(DOC_CHECK_UPDATE)
+        if owner_of[1] != self.app_slug:
+            return _error(
+                403,
+                f"Invalid app_id `{self.app_id}` - check run can only be modified by the GitHub App that created it.",
+                DOC_CHECK_UPDATE,
+            )
+        body = self._body_object(ctx, DOC_CHECK_UPDATE, required=True)
+        if isinstance(body, _Resp):
+            return body
+        problem = self._validate_check_fields(body, DOC_CHECK_UPDATE, creating=False)
+        if problem is not None:
+            return problem
+        with self._lock:
+            self._apply_check_fields(run, body, self.clock())
+            return _json_resp(200, copy.deepcopy(run))
+
+    def _h_check_list(self, ctx: _Ctx, owner: str, name: str, suite_id: str) -> _Resp:
+        auth = self._auth_repo(ctx, owner, name, "checks", "read", DOC_CHECK_LIST)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        query = {k: v[-1] for k, v in ctx.rec.query.items()}
+        with self._lock:
+            if self._suite_repo.get(int(suite_id)) != repo.key:
+                return _not_found(DOC_CHECK_LIST)
+            runs = [
+                copy.deepcopy(r) for _, r in sorted(self._check_runs.items()) if r["check_suite"]["id"] == int(suite_id)
+            ]
+        status = query.get("status")
+        if status is not None and status not in CHECK_STATUSES:
+            return _invalid(
+                f"{_inspect(status)} is not a member of {json.dumps(list(CHECK_STATUSES))}.", DOC_CHECK_LIST
+            )
+        filt = query.get("filter", "latest")
+        if filt not in ("latest", "all"):
+            return _invalid(f'{_inspect(filt)} is not a member of ["latest", "all"].', DOC_CHECK_LIST)
+        if "check_name" in query:
+            runs = [r for r in runs if r["name"] == query["check_name"]]
+        if status is not None:
+            runs = [r for r in runs if r["status"] == status]
+        if filt == "latest":
+            newest: dict[str, dict[str, Any]] = {}
+            for run in runs:
+                newest[run["name"]] = run
+            runs = sorted(newest.values(), key=lambda r: r["id"])
+        runs.sort(key=lambda r: r["id"], reverse=True)
+        try:
+            per_page = min(max(int(query.get("per_page", "30")), 1), 100)
+            page = max(int(query.get("page", "1")), 1)
+        except ValueError:
+            return _invalid("per_page and page must be integers.", DOC_CHECK_LIST)
+        chunk = runs[(page - 1) * per_page : page * per_page]
+        headers: dict[str, str] = {}
+        last = max(1, math.ceil(len(runs) / per_page))
+        if page < last:
+            base = f"{self.url}/repos/{repo.full_name}/check-suites/{suite_id}/check-runs"
+            extra = "".join(f"&{quote(k)}={quote(v)}" for k, v in query.items() if k not in ("page", "per_page"))
+            links = [
+                f'<{base}?per_page={per_page}&page={page + 1}{extra}>; rel="next"',
+                f'<{base}?per_page={per_page}&page={last}{extra}>; rel="last"',
+            ]
+            headers["link"] = ", ".join(links)
+        return _json_resp(200, {"total_count": len(runs), "check_runs": chunk}, headers)
+
+    # ---------------------------------------------------------------- endpoints: workflow runs
+
+    def _h_run_get(self, ctx: _Ctx, owner: str, name: str, run_id: str) -> _Resp:
+        auth = self._auth_repo(ctx, owner, name, "actions", "read", DOC_RUN_GET)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        with self._lock:
+            run = self._workflow_runs.get((repo.key, int(run_id)))
+            return _json_resp(200, copy.deepcopy(run)) if run is not None else _not_found(DOC_RUN_GET)
+
+    def _h_run_rerun(self, ctx: _Ctx, owner: str, name: str, run_id: str) -> _Resp:
+        auth = self._auth_repo(ctx, owner, name, "actions", "write", DOC_RUN_RERUN)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        with self._lock:
+            run = self._workflow_runs.get((repo.key, int(run_id)))
+        if run is None:
+            return _not_found(DOC_RUN_RERUN)
+        body = self._body_object(ctx, DOC_RUN_RERUN, required=False)
+        if isinstance(body, _Resp):
+            return body
+        debug = body.get("enable_debug_logging", False)
+        if not isinstance(debug, bool):
+            return _invalid(
+                f"For 'properties/enable_debug_logging', {_inspect(debug)} is not a boolean.", DOC_RUN_RERUN
+            )
+        with self._lock:
+            if run["status"] != "completed":
+                return _error(403, "This workflow is already running", DOC_RUN_RERUN)
+            if run["conclusion"] in ("success", "skipped", "neutral") or run["run_attempt"] >= MAX_RERUN_ATTEMPTS:
+                return _error(403, "This workflow run cannot be retried", DOC_RUN_RERUN)
+            now = _iso(self.clock())
+            run.update(status="queued", conclusion=None, updated_at=now, run_started_at=now)
+            run["run_attempt"] += 1
+            self._reruns.append((repo.key, int(run_id), copy.deepcopy(body)))
+        return _json_resp(201, {})
+
+    # ---------------------------------------------------------------- endpoints: contents and commits
+
+    def _ref_known(self, repo: _Repo, ref: str) -> bool:
+        with self._lock:
+            return (
+                ref == repo.default_branch
+                or ref in self._refs.get(repo.key, set())
+                or self._resolve_commit(repo.key, ref) is not None
+            )
+
+    def _find_file(self, repo: _Repo, path: str, ref: str) -> _File | None:
+        with self._lock:
+            candidates = [ref]
+            head = self._branches.get((repo.key, ref))
+            if head is not None:
+                candidates.append(head)
+            sha = self._resolve_commit(repo.key, ref)
+            if sha is not None:
+                candidates.append(sha)
+                candidates += [b for (k, b), h in self._branches.items() if k == repo.key and h == sha]
+            for candidate in candidates:
+                found = self._files.get((repo.key, path, candidate))
+                if found is not None:
+                    return found
+        return None
+
+    def _h_contents(self, ctx: _Ctx, owner: str, name: str, path: str) -> _Resp:
+        auth = self._auth_repo(ctx, owner, name, "contents", "read", DOC_CONTENTS)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        refs = ctx.rec.query.get("ref")
+        ref = refs[-1] if refs and refs[-1] else repo.default_branch
+        if not self._ref_known(repo, ref):
+            return _error(404, f"No commit found for the ref {ref}", DOC_CONTENTS)
+        clean = path.strip("/")
+        found = self._find_file(repo, clean, ref)
+        if found is None:
+            return _not_found(DOC_CONTENTS)
+        raw = "vnd.github.raw" in ctx.rec.headers.get("accept", "")
+        tag = hashlib.sha1(f"{found.sha}:{ref}:{clean}:{raw}".encode(), usedforsecurity=False).hexdigest()
+        etag = f'W/"{tag}"'
+        headers = {
+            "etag": etag,
+            "cache-control": "private, max-age=60, s-maxage=60",
+            "vary": "Accept, Authorization, Cookie, X-GitHub-OTP",
+        }
+        wanted = ctx.rec.headers.get("if-none-match", "")
+        offered = {t.strip().removeprefix("W/") for t in wanted.split(",") if t.strip()}
+        if f'"{tag}"' in offered or "*" in offered:
+            return _Resp(304, b"", headers)
+        if raw:
+            return _Resp(200, found.content, {**headers, "content-type": "application/vnd.github.raw; charset=utf-8"})
+        inline = len(found.content) <= CONTENT_INLINE_LIMIT
+        encoded = base64.encodebytes(found.content).decode() if inline else ""
+        full, url_path = repo.full_name, quote(clean)
+        obj = {
+            "type": "file",
+            "encoding": "base64" if inline else "none",
+            "size": len(found.content),
+            "name": clean.rsplit("/", 1)[-1],
+            "path": clean,
+            "content": encoded,
+            "sha": found.sha,
+            "url": f"{self.url}/repos/{full}/contents/{url_path}?ref={quote(ref)}",
+            "git_url": f"{self.url}/repos/{full}/git/blobs/{found.sha}",
+            "html_url": f"https://github.com/{full}/blob/{quote(ref)}/{url_path}",
+            "download_url": f"https://raw.githubusercontent.com/{full}/{quote(ref)}/{url_path}",
+            "_links": {
+                "self": f"{self.url}/repos/{full}/contents/{url_path}?ref={quote(ref)}",
+                "git": f"{self.url}/repos/{full}/git/blobs/{found.sha}",
+                "html": f"https://github.com/{full}/blob/{quote(ref)}/{url_path}",
+            },
+        }
+        return _json_resp(200, obj, headers)
+
+    def _h_commit(self, ctx: _Ctx, owner: str, name: str, ref: str) -> _Resp:
+        auth = self._auth_repo(ctx, owner, name, "contents", "read", DOC_COMMIT)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        sha = self._resolve_commit(repo.key, ref)
+        if sha is None:
+            return _error(422, f"No commit found for SHA: {ref}", DOC_COMMIT)
+        person = {"name": "Octo Cat", "email": "octocat@example.com", "date": _iso(self.clock())}
+        obj = {
+            "sha": sha,
+            "node_id": base64.b64encode(f"Commit:{repo.id}:{sha}".encode()).decode(),
+            "commit": {
+                "author": person,
+                "committer": person,
+                "message": f"commit {sha[:7]}",
+                "tree": {"sha": hashlib.sha1(sha.encode(), usedforsecurity=False).hexdigest()},
+                "comment_count": 0,
+            },
+            "url": f"{self.url}/repos/{repo.full_name}/commits/{sha}",
+            "html_url": f"https://github.com/{repo.full_name}/commit/{sha}",
+            "parents": [],
+            "stats": {"total": 0, "additions": 0, "deletions": 0},
+            "files": [],
+        }
+        return _json_resp(200, obj, {"etag": f'W/"{sha}"'})
+
+    # ---------------------------------------------------------------- object shapes
+
+    def _owner_obj(self, login: str, account_id: int, kind: str) -> dict[str, Any]:
+        return {
+            "login": login,
+            "id": account_id,
+            "node_id": _node_id(kind, account_id),
+            "type": kind,
+            "site_admin": False,
+            "url": f"{self.url}/users/{login}",
+            "html_url": f"https://github.com/{login}",
+        }
+
+    def _repo_summary(self, repo: _Repo) -> dict[str, Any]:
+        inst = self._installations[repo.installation_id]
+        return {
+            "id": repo.id,
+            "node_id": _node_id("Repository", repo.id),
+            "name": repo.name,
+            "full_name": repo.full_name,
+            "private": repo.private,
+            "owner": self._owner_obj(inst.account, inst.account_id, inst.target_type),
+            "html_url": f"https://github.com/{repo.full_name}",
+            "url": f"{self.url}/repos/{repo.full_name}",
+            "default_branch": repo.default_branch,
+            "visibility": "private" if repo.private else "public",
+        }
+
+    def _installation_obj(self, inst: _Installation) -> dict[str, Any]:
+        return {
+            "id": inst.id,
+            "account": self._owner_obj(inst.account, inst.account_id, inst.target_type),
+            "repository_selection": inst.repository_selection,
+            "access_tokens_url": f"{self.url}/app/installations/{inst.id}/access_tokens",
+            "repositories_url": f"{self.url}/installation/repositories",
+            "html_url": f"https://github.com/organizations/{inst.account}/settings/installations/{inst.id}",
+            "app_id": int(self.app_id) if self.app_id.isdigit() else self.app_id,
+            "app_slug": self.app_slug,
+            "client_id": self.client_id,
+            "target_id": inst.account_id,
+            "target_type": inst.target_type,
+            "permissions": dict(inst.permissions),
+            "events": ["check_run", "check_suite", "push", "workflow_run"],
+            "created_at": _iso(inst.created_at),
+            "updated_at": _iso(inst.created_at),
+            "single_file_name": None,
+            "has_multiple_single_files": False,
+            "single_file_paths": [],
+            "suspended_by": None,
+            "suspended_at": _iso(self.clock()) if inst.suspended else None,
+        }
+
+    def _app_obj(self, slug: str) -> dict[str, Any]:
+        ours = slug == self.app_slug
+        app_id = (int(self.app_id) if self.app_id.isdigit() else self.app_id) if ours else 15368
+        return {
+            "id": app_id,
+            "slug": slug,
+            "node_id": _node_id("App", app_id if isinstance(app_id, int) else 0),
+            "name": slug,
+            "client_id": self.client_id if ours else None,
+            "html_url": f"https://github.com/apps/{slug}",
+        }

@@ -1,0 +1,705 @@
+"""Self-tests of the GitHub double, with real RSA keys, real JWTs and a real HTTP client."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from .github_double import GitHubDouble, Reply
+
+APP_ID = "424242"
+SHA = "a" * 40
+
+
+@dataclass
+class Keys:
+    private_key: rsa.RSAPrivateKey  # key objects, not PEM: loading a PEM private key costs ~40 ms
+    public_pem: bytes
+    other_private_key: rsa.RSAPrivateKey
+
+
+@pytest.fixture(scope="module")
+def keys() -> Keys:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return Keys(key, public, other)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def gh(keys: Keys) -> Iterator[GitHubDouble]:
+    with GitHubDouble(app_id=APP_ID, app_public_key_pem=keys.public_pem) as double:
+        double.install(
+            "Org/Repo",
+            installation_id=7,
+            repo_id=1001,
+            permissions={"contents": "write", "checks": "write", "actions": "write", "metadata": "read"},
+        )
+        double.install("Org/Other", installation_id=7, repo_id=1002)
+        yield double
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body) if self.body else None
+
+
+def call(
+    gh: GitHubDouble,
+    method: str,
+    path: str,
+    *,
+    auth: str | None = None,
+    body: Any = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 5,
+) -> Answer:
+    data = None
+    if body is not None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(gh.url + path, data=data, method=method)
+    req.add_header("Accept", "application/vnd.github+json")
+    if auth is not None:
+        req.add_header("Authorization", auth)
+    for name, value in (headers or {}).items():
+        req.add_header(name, value)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return Answer(resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read())
+    except urllib.error.HTTPError as err:
+        return Answer(err.code, {k.lower(): v for k, v in err.headers.items()}, err.read())
+
+
+def app_jwt(
+    keys: Keys, *, now: float | None = None, key: rsa.RSAPrivateKey | None = None, alg: str = "RS256", **claims: Any
+) -> str:
+    t = int(time.time() if now is None else now)
+    payload = {"iat": t - 30, "exp": t + 540, "iss": APP_ID, **claims}
+    payload = {k: v for k, v in payload.items() if v is not None}
+    return jwt.encode(payload, key or keys.private_key, algorithm=alg)
+
+
+def mint(gh: GitHubDouble, keys: Keys, installation_id: int = 7, body: Any = None) -> Answer:
+    return call(
+        gh, "POST", f"/app/installations/{installation_id}/access_tokens", auth=f"Bearer {app_jwt(keys)}", body=body
+    )
+
+
+def token(gh: GitHubDouble, keys: Keys, body: Any = None) -> str:
+    answer = mint(gh, keys, body=body)
+    assert answer.status == 201, answer.json
+    return answer.json["token"]
+
+
+def dispatch(gh: GitHubDouble, tok: str, repo: str = "Org/Repo", body: Any = None, **kw: Any) -> Answer:
+    payload = {"event_type": "upstream", "client_payload": {"sha": SHA}} if body is None else body
+    return call(gh, "POST", f"/repos/{repo}/dispatches", auth=f"token {tok}", body=payload, **kw)
+
+
+# ----------------------------------------------------------------------------- App JWT and tokens
+
+
+def test_mint_installation_token(gh: GitHubDouble, keys: Keys) -> None:
+    answer = mint(gh, keys)
+    assert answer.status == 201
+    assert answer.headers["content-type"] == "application/json; charset=utf-8"
+    body = answer.json
+    assert body["token"].startswith("ghs_")
+    assert body["permissions"] == {"contents": "write", "checks": "write", "actions": "write", "metadata": "read"}
+    assert body["repository_selection"] == "selected"
+    assert "repositories" not in body
+    expires = time.mktime(time.strptime(body["expires_at"], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+    assert 3590 < expires - time.time() <= 3600
+    info = gh.token_info(body["token"])
+    assert info is not None
+    assert info.installation_id == 7
+    assert info.repository_ids is None
+
+
+@pytest.mark.parametrize("iss", [APP_ID, int(APP_ID)])
+def test_iss_may_be_string_or_integer(gh: GitHubDouble, keys: Keys, iss: Any) -> None:
+    now = int(time.time())
+    claims = json.dumps({"iat": now - 30, "exp": now + 540, "iss": iss}).encode()
+    signed = jwt.PyJWS().encode(claims, keys.private_key, algorithm="RS256")  # PyJWT insists on a string iss
+    answer = call(gh, "POST", "/app/installations/7/access_tokens", auth=f"Bearer {signed}")
+    assert answer.status == 201
+
+
+def test_docs_example_jwt_is_accepted_unless_lifetime_is_capped(keys: Keys) -> None:
+    # docs.github.com's own example: iat = now - 60, exp = now + 600.
+    now = int(time.time())
+    example = jwt.encode({"iat": now - 60, "exp": now + 600, "iss": APP_ID}, keys.private_key, algorithm="RS256")
+    with (
+        GitHubDouble(APP_ID, keys.public_pem) as loose,
+        GitHubDouble(APP_ID, keys.public_pem, jwt_max_lifetime=600) as capped,
+    ):
+        for double in (loose, capped):
+            double.install("Org/Repo", installation_id=7)
+        assert call(loose, "POST", "/app/installations/7/access_tokens", auth=f"Bearer {example}").status == 201
+        refused = call(capped, "POST", "/app/installations/7/access_tokens", auth=f"Bearer {example}")
+        assert refused.status == 401
+        assert refused.json["message"] == "'Expiration time' claim ('exp') is too far in the future"
+
+
+UNDECODABLE = "A JSON web token could not be decoded"
+EXPIRED = (
+    "'Expiration time' claim ('exp') must be a numeric value representing the future time at which the "
+    "assertion expires"
+)
+TOO_FAR = "'Expiration time' claim ('exp') is too far in the future"
+IAT = "'Issued at' claim ('iat') must be an Integer representing the time that the assertion was issued"
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("expired", EXPIRED),
+        ("exp_too_far", TOO_FAR),
+        ("no_exp", EXPIRED),
+        ("iat_in_future", IAT),
+        ("hs256", UNDECODABLE),
+        ("wrong_key", UNDECODABLE),
+        ("alg_none", UNDECODABLE),
+        ("wrong_iss", UNDECODABLE),
+        ("garbage", UNDECODABLE),
+        ("token_scheme", UNDECODABLE),
+        ("missing", UNDECODABLE),
+    ],
+)
+def test_bad_app_jwts_are_refused(gh: GitHubDouble, keys: Keys, case: str, message: str) -> None:
+    now = int(time.time())
+    auth: str | None
+    if case == "expired":
+        auth = "Bearer " + app_jwt(keys, iat=now - 700, exp=now - 5)
+    elif case == "exp_too_far":
+        auth = "Bearer " + app_jwt(keys, iat=now, exp=now + 660)
+    elif case == "no_exp":
+        auth = "Bearer " + jwt.encode({"iat": now, "iss": APP_ID}, keys.private_key, algorithm="RS256")
+    elif case == "iat_in_future":
+        auth = "Bearer " + app_jwt(keys, iat=now + 120, exp=now + 500)
+    elif case == "hs256":
+        auth = "Bearer " + jwt.encode({"iat": now, "exp": now + 300, "iss": APP_ID}, "s" * 32, algorithm="HS256")
+    elif case == "wrong_key":
+        auth = "Bearer " + app_jwt(keys, key=keys.other_private_key)
+    elif case == "alg_none":
+        auth = "Bearer " + jwt.encode({"iat": now, "exp": now + 300, "iss": APP_ID}, None, algorithm="none")
+    elif case == "wrong_iss":
+        auth = "Bearer " + app_jwt(keys, iss="999")
+    elif case == "garbage":
+        auth = "Bearer not.a.jwt"
+    elif case == "token_scheme":
+        auth = "token " + app_jwt(keys)
+    else:
+        auth = None
+    answer = call(gh, "POST", "/app/installations/7/access_tokens", auth=auth)
+    assert answer.status == 401
+    assert answer.json["message"] == message
+    assert gh.tokens == []
+
+
+def test_unknown_and_suspended_installations(gh: GitHubDouble, keys: Keys) -> None:
+    assert mint(gh, keys, installation_id=99).status == 404
+    gh.suspend_installation(7)
+    answer = mint(gh, keys)
+    assert answer.status == 403
+    assert answer.json["message"] == "This installation has been suspended"
+
+
+def test_repository_installation_lookup(gh: GitHubDouble, keys: Keys) -> None:
+    answer = call(gh, "GET", "/repos/org/REPO/installation", auth=f"Bearer {app_jwt(keys)}")
+    assert answer.status == 200
+    assert answer.json["id"] == 7
+    assert answer.json["account"]["login"] == "Org"
+    assert answer.json["app_id"] == int(APP_ID)
+    assert call(gh, "GET", "/repos/org/nope/installation", auth=f"Bearer {app_jwt(keys)}").status == 404
+    # An installation token is not an App JWT.
+    tok = token(gh, keys)
+    assert call(gh, "GET", "/repos/org/repo/installation", auth=f"Bearer {tok}").status == 401
+
+
+def test_token_scoped_to_repositories(gh: GitHubDouble, keys: Keys) -> None:
+    answer = mint(gh, keys, body={"repositories": ["repo"]})
+    assert answer.status == 201
+    assert answer.json["repository_selection"] == "selected"
+    assert [(r["id"], r["full_name"], r["owner"]["login"]) for r in answer.json["repositories"]] == [
+        (1001, "Org/Repo", "Org")
+    ]
+    tok = answer.json["token"]
+    assert dispatch(gh, tok).status == 204
+    denied = dispatch(gh, tok, repo="Org/Other")
+    assert denied.status == 404
+    assert denied.json["message"] == "Not Found"
+    by_id = mint(gh, keys, body={"repository_ids": [1002]}).json
+    assert [r["name"] for r in by_id["repositories"]] == ["Other"]
+    assert dispatch(gh, by_id["token"], repo="Org/Other").status == 204
+    assert dispatch(gh, by_id["token"]).status == 404
+
+
+def test_token_request_cannot_widen_the_installation(gh: GitHubDouble, keys: Keys) -> None:
+    gh.install("Else/Where", installation_id=8, permissions={"checks": "read", "metadata": "read"})
+    outside = mint(gh, keys, body={"repositories": ["Where"]})
+    assert outside.status == 422
+    assert outside.json["message"].startswith("There is at least one repository that does not exist")
+    assert mint(gh, keys, body={"repository_ids": [424242]}).status == 422
+    not_granted = mint(gh, keys, body={"permissions": {"issues": "write"}})
+    assert not_granted.status == 422
+    assert not_granted.json["message"] == "The permissions requested are not granted to this installation."
+    higher = mint(gh, keys, installation_id=8, body={"permissions": {"checks": "write"}})
+    assert higher.status == 422
+    assert higher.json["message"] == (
+        "The level of access for permissions requested are not granted to this installation."
+    )
+
+
+def test_down_scoped_permissions_are_enforced(gh: GitHubDouble, keys: Keys) -> None:
+    answer = mint(gh, keys, body={"permissions": {"contents": "read"}})
+    assert answer.json["permissions"] == {"contents": "read", "metadata": "read"}
+    denied = dispatch(gh, answer.json["token"])
+    assert denied.status == 403
+    assert denied.json["message"] == "Resource not accessible by integration"
+    assert denied.headers["x-accepted-github-permissions"] == "contents=write"
+    assert gh.dispatches("org/repo") == []
+
+
+def test_bad_credentials(gh: GitHubDouble, keys: Keys) -> None:
+    unknown = dispatch(gh, "ghs_" + "x" * 36)
+    assert (unknown.status, unknown.json["message"]) == (401, "Bad credentials")
+    tok = token(gh, keys)
+    gh.expire_tokens()
+    assert dispatch(gh, tok).status == 401
+    # No credentials at all: GitHub hides a private repository behind a 404.
+    anonymous = call(gh, "POST", "/repos/Org/Repo/dispatches", body={"event_type": "x"})
+    assert anonymous.status == 404
+    # An App JWT cannot act on a repository.
+    as_app = call(gh, "POST", "/repos/Org/Repo/dispatches", auth=f"Bearer {app_jwt(keys)}", body={"event_type": "x"})
+    assert as_app.status == 403
+
+
+def test_token_expires_after_an_hour(keys: Keys) -> None:
+    clock = Clock()
+    with GitHubDouble(APP_ID, keys.public_pem, clock=clock) as gh:
+        gh.install("Org/Repo", installation_id=7)
+        answer = call(gh, "POST", "/app/installations/7/access_tokens", auth=f"Bearer {app_jwt(keys, now=clock.now)}")
+        tok = answer.json["token"]
+        clock.now += 3599
+        assert dispatch(gh, tok).status == 204
+        clock.now += 1
+        assert dispatch(gh, tok).status == 401
+
+
+# ----------------------------------------------------------------------------- repository_dispatch
+
+
+def test_dispatch_accepted_and_recorded_case_insensitively(gh: GitHubDouble, keys: Keys) -> None:
+    tok = token(gh, keys)
+    answer = call(
+        gh,
+        "POST",
+        "/repos/oRG/rEPO/dispatches",
+        auth=f"Bearer {tok}",
+        body={"event_type": "up", "client_payload": {"a": 1}},
+    )
+    assert answer.status == 204
+    assert answer.body == b""
+    assert gh.dispatches("ORG/repo") == [{"event_type": "up", "client_payload": {"a": 1}}]
+    assert gh.requests[-1].installation_id == 7
+
+
+def test_dispatch_validation(gh: GitHubDouble, keys: Keys) -> None:
+    tok = token(gh, keys)
+    missing = dispatch(gh, tok, body={"client_payload": {}})
+    assert missing.status == 422
+    assert missing.json["message"] == 'Invalid request.\n\n"event_type" wasn\'t supplied.'
+    assert dispatch(gh, tok, body={"event_type": ""}).status == 422
+    assert dispatch(gh, tok, body={"event_type": "e" * 101}).status == 422
+    assert dispatch(gh, tok, body={"event_type": "e" * 100}).status == 204
+    assert dispatch(gh, tok, body={"event_type": "e", "client_payload": None}).status == 422
+    assert dispatch(gh, tok, body={"event_type": "e", "client_payload": [1]}).status == 422
+    assert dispatch(gh, tok, body=b"{not json").status == 400
+    ten = {f"k{i}": i for i in range(10)}
+    assert dispatch(gh, tok, body={"event_type": "e", "client_payload": ten}).status == 204
+    eleven = dispatch(gh, tok, body={"event_type": "e", "client_payload": {**ten, "k10": 10}})
+    assert eleven.status == 422
+    assert eleven.json["message"] == "Invalid request.\n\nNo more than 10 properties are allowed; 11 were supplied."
+    assert eleven.json["documentation_url"].endswith("#create-a-repository-dispatch-event")
+    assert len(gh.dispatches("org/repo")) == 2
+
+
+def test_dispatch_client_payload_size_limit(gh: GitHubDouble, keys: Keys) -> None:
+    tok = token(gh, keys)
+    overhead = len(json.dumps({"blob": ""}, separators=(",", ":")))
+    just_under = {"blob": "x" * (64 * 1024 - 1 - overhead)}
+    assert dispatch(gh, tok, body={"event_type": "e", "client_payload": just_under}).status == 204
+    at_limit = {"blob": "x" * (64 * 1024 - overhead)}
+    refused = dispatch(gh, tok, body={"event_type": "e", "client_payload": at_limit})
+    assert refused.status == 422
+    assert refused.json["message"] == "client_payload is too large."
+
+
+# ----------------------------------------------------------------------------- scripted faults
+
+
+def test_scripted_502s_then_normal(gh: GitHubDouble, keys: Keys) -> None:
+    gh.script("POST", r"/repos/org/repo/dispatches", [Reply(502), Reply(502)])
+    tok = token(gh, keys)
+    statuses = [dispatch(gh, tok).status for _ in range(3)]
+    assert statuses == [502, 502, 204]
+    failed = [r for r in gh.requests if r.status == 502]
+    assert failed[0].response_json["message"] == "Server Error"
+    assert failed[0].outcome == "scripted"
+    assert len(gh.dispatches("org/repo")) == 1
+
+
+def test_scripted_rate_limits(gh: GitHubDouble, keys: Keys) -> None:
+    tok = token(gh, keys)
+    gh.script(
+        "*",
+        r"/repos/[^/]+/[^/]+/dispatches",
+        [Reply.too_many_requests(retry_after=7), Reply.secondary_rate_limit(), Reply.primary_rate_limit(reset_in=90)],
+    )
+    too_many = dispatch(gh, tok)
+    assert (too_many.status, too_many.headers["retry-after"]) == (429, "7")
+    secondary = dispatch(gh, tok)
+    assert secondary.status == 403
+    assert secondary.json["message"].startswith("You have exceeded a secondary rate limit")
+    assert secondary.headers["retry-after"] == "60"
+    assert int(secondary.headers["x-ratelimit-remaining"]) > 0
+    primary = dispatch(gh, tok)
+    assert primary.status == 403
+    assert primary.json["message"].startswith("API rate limit exceeded for installation ID 7.")
+    assert primary.headers["x-ratelimit-remaining"] == "0"
+    assert 80 <= int(primary.headers["x-ratelimit-reset"]) - time.time() <= 91
+    assert dispatch(gh, tok).status == 204
+
+
+def test_delay_makes_the_client_time_out_without_blocking_others(gh: GitHubDouble, keys: Keys) -> None:
+    tok = token(gh, keys)
+    gh.script("POST", r"/repos/org/repo/dispatches", [Reply.slow(0.6)])
+    errors: list[BaseException] = []
+
+    def slow_client() -> None:
+        try:
+            dispatch(gh, tok, timeout=0.15)
+        except (TimeoutError, urllib.error.URLError) as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=slow_client)
+    started = time.monotonic()
+    thread.start()
+    time.sleep(0.05)
+    assert dispatch(gh, tok, repo="Org/Other").status == 204  # served while the other waits
+    assert time.monotonic() - started < 0.55
+    assert gh.dispatches("org/repo") == []  # the slow one is still waiting
+    thread.join()
+    assert len(errors) == 1
+    deadline = time.monotonic() + 2
+    while not gh.dispatches("org/repo") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    # GitHub processed it after all, although the client had given up.
+    assert len(gh.dispatches("org/repo")) == 1
+
+
+def test_dropped_connection(gh: GitHubDouble, keys: Keys) -> None:
+    tok = token(gh, keys)
+    gh.script("POST", r"/repos/org/repo/dispatches", [Reply.drop(), Reply.drop(after_processing=True)])
+    for _ in range(2):
+        with pytest.raises((http.client.RemoteDisconnected, ConnectionError, urllib.error.URLError)):
+            dispatch(gh, tok)
+    assert [r.outcome for r in gh.requests[-2:]] == ["dropped", "dropped"]
+    assert len(gh.dispatches("org/repo")) == 1  # the second one was accepted, its answer lost
+
+
+# ----------------------------------------------------------------------------- routing and headers
+
+
+def test_unexpected_endpoints_are_404_and_recorded(gh: GitHubDouble, keys: Keys) -> None:
+    tok = token(gh, keys)
+    answer = call(gh, "GET", "/repos/Org/Repo/pulls", auth=f"token {tok}")
+    assert answer.status == 404
+    assert answer.json["message"] == "Not Found"
+    assert call(gh, "DELETE", "/repos/Org/Repo/dispatches", auth=f"token {tok}").status == 404
+    assert call(gh, "POST", "/repos/Org/Repo/dispatches/", auth=f"token {tok}", body={}).status == 404
+    assert [(r.method, r.path) for r in gh.unexpected] == [
+        ("GET", "/repos/Org/Repo/pulls"),
+        ("DELETE", "/repos/Org/Repo/dispatches"),
+        ("POST", "/repos/Org/Repo/dispatches/"),
+    ]
+
+
+def test_every_response_carries_rate_limit_headers(gh: GitHubDouble, keys: Keys) -> None:
+    tok = token(gh, keys)
+    answers = [
+        dispatch(gh, tok),
+        dispatch(gh, "ghs_unknown"),
+        call(gh, "GET", "/nowhere"),
+        call(gh, "POST", "/app/installations/7/access_tokens", auth="Bearer x"),
+    ]
+    for answer in answers:
+        for name in (
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+            "x-ratelimit-reset",
+            "x-ratelimit-used",
+            "x-ratelimit-resource",
+            "x-github-request-id",
+        ):
+            assert name in answer.headers, (answer.status, name)
+    assert answers[0].headers["x-ratelimit-used"] == "1"
+    assert answers[0].headers["x-ratelimit-limit"] == "5000"
+
+
+def test_primary_limit_is_enforced(keys: Keys) -> None:
+    with GitHubDouble(APP_ID, keys.public_pem, primary_rate_limit=2) as gh:
+        gh.install("Org/Repo", installation_id=7)
+        tok = token(gh, keys)
+        assert [dispatch(gh, tok).status for _ in range(3)] == [204, 204, 403]
+        assert gh.requests[-1].response_json["message"].startswith("API rate limit exceeded for installation ID 7")
+        assert gh.requests[-1].response_headers["x-ratelimit-remaining"] == "0"
+
+
+def test_secondary_content_limit_per_installation(keys: Keys) -> None:
+    clock = Clock()
+    with GitHubDouble(APP_ID, keys.public_pem, clock=clock, content_writes_per_minute=2) as gh:
+        gh.install("Org/Repo", installation_id=7)
+        gh.install("Org/Other", installation_id=7)
+        minted = call(gh, "POST", "/app/installations/7/access_tokens", auth=f"Bearer {app_jwt(keys, now=clock.now)}")
+        tok = minted.json["token"]
+        assert dispatch(gh, tok).status == 204
+        clock.now += 30
+        assert dispatch(gh, tok, repo="Org/Other").status == 204
+        limited = dispatch(gh, tok)
+        assert limited.status == 403
+        assert limited.json["message"].startswith("You have exceeded a secondary rate limit")
+        assert limited.headers["retry-after"] == "30"
+        clock.now += 31
+        assert dispatch(gh, tok).status == 204
+
+
+def test_user_agent_and_api_version(gh: GitHubDouble, keys: Keys) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", gh.port, timeout=5)
+    conn.putrequest("POST", "/repos/Org/Repo/dispatches", skip_accept_encoding=True)
+    conn.putheader("Content-Length", "0")
+    conn.endheaders()
+    assert conn.getresponse().status == 403
+    conn.close()
+    tok = token(gh, keys)
+    old = dispatch(gh, tok, headers={"X-GitHub-Api-Version": "v3"})
+    assert old.status == 400
+    assert dispatch(gh, tok, headers={"X-GitHub-Api-Version": "2022-11-28"}).status == 204
+
+
+# ----------------------------------------------------------------------------- contents and commits
+
+
+def test_contents_with_etag(gh: GitHubDouble, keys: Keys) -> None:
+    blob = gh.put_file("Org/Repo", ".crcr/downstreams.yml", "main", b"downstreams: []\n")
+    tok = token(gh, keys)
+    first = call(gh, "GET", "/repos/org/repo/contents/.crcr/downstreams.yml?ref=main", auth=f"token {tok}")
+    assert first.status == 200
+    assert first.json["sha"] == blob
+    assert first.json["encoding"] == "base64"
+    assert base64.b64decode(first.json["content"]) == b"downstreams: []\n"
+    etag = first.headers["etag"]
+    used = int(first.headers["x-ratelimit-used"])
+    again = call(
+        gh,
+        "GET",
+        "/repos/org/repo/contents/.crcr/downstreams.yml",
+        auth=f"token {tok}",
+        headers={"If-None-Match": etag},
+    )
+    assert again.status == 304
+    assert again.body == b""
+    assert int(again.headers["x-ratelimit-used"]) == used  # a 304 is free
+    raw = call(
+        gh,
+        "GET",
+        "/repos/org/repo/contents/.crcr/downstreams.yml",
+        auth=f"token {tok}",
+        headers={"Accept": "application/vnd.github.raw+json"},
+    )
+    assert raw.body == b"downstreams: []\n"
+    gh.put_file("Org/Repo", ".crcr/downstreams.yml", "main", b"downstreams: [a]\n")
+    changed = call(
+        gh,
+        "GET",
+        "/repos/org/repo/contents/.crcr/downstreams.yml",
+        auth=f"token {tok}",
+        headers={"If-None-Match": etag},
+    )
+    assert changed.status == 200
+    assert call(gh, "GET", "/repos/org/repo/contents/missing.yml", auth=f"token {tok}").status == 404
+    bad_ref = call(gh, "GET", "/repos/org/repo/contents/.crcr/downstreams.yml?ref=nope", auth=f"token {tok}")
+    assert (bad_ref.status, bad_ref.json["message"]) == (404, "No commit found for the ref nope")
+
+
+def test_commits(gh: GitHubDouble, keys: Keys) -> None:
+    gh.add_commit("Org/Repo", SHA, branch="main")
+    tok = token(gh, keys)
+    found = call(gh, "GET", f"/repos/Org/Repo/commits/{SHA}", auth=f"token {tok}")
+    assert (found.status, found.json["sha"]) == (200, SHA)
+    assert call(gh, "GET", "/repos/Org/Repo/commits/main", auth=f"token {tok}").json["sha"] == SHA
+    missing = call(gh, "GET", f"/repos/Org/Repo/commits/{'b' * 40}", auth=f"token {tok}")
+    assert (missing.status, missing.json["message"]) == (422, f"No commit found for SHA: {'b' * 40}")
+
+
+# ----------------------------------------------------------------------------- check runs and workflow runs
+
+
+def test_check_run_validation(gh: GitHubDouble, keys: Keys) -> None:
+    gh.add_commit("Org/Repo", SHA)
+    tok = token(gh, keys)
+
+    def create(body: dict[str, Any]) -> Answer:
+        return call(gh, "POST", "/repos/Org/Repo/check-runs", auth=f"token {tok}", body=body)
+
+    base = {"name": "downstream", "head_sha": SHA}
+    assert create({"head_sha": SHA}).status == 422
+    assert create({"name": "x"}).status == 422
+    assert create({"name": "x", "head_sha": "b" * 40}).json["message"] == f"No commit found for SHA: {'b' * 40}"
+    assert create({**base, "status": "completed"}).status == 422
+    assert create({**base, "status": "waiting"}).status == 422
+    assert create({**base, "conclusion": "stale"}).status == 422
+    assert create({**base, "conclusion": "bogus"}).status == 422
+    assert create({**base, "completed_at": "2024-01-01T00:00:00Z"}).status == 422
+    assert create({**base, "output": {"title": "t"}}).status == 422
+    assert create({**base, "output": {"title": "t", "summary": "s" * 65536}}).status == 422
+    assert create({**base, "output": {"title": "t", "summary": "s" * 65535}}).status == 201
+    assert len(gh.check_runs("org/repo")) == 1
+
+
+def test_check_run_lifecycle_and_listing(gh: GitHubDouble, keys: Keys) -> None:
+    gh.add_commit("Org/Repo", SHA)
+    tok = token(gh, keys)
+    created = call(
+        gh,
+        "POST",
+        "/repos/Org/Repo/check-runs",
+        auth=f"token {tok}",
+        body={"name": "downstream", "head_sha": SHA, "external_id": "e1", "details_url": "https://x.test/1"},
+    )
+    assert created.status == 201
+    run = created.json
+    assert (run["status"], run["conclusion"], run["external_id"]) == ("queued", None, "e1")
+    updated = call(
+        gh,
+        "PATCH",
+        f"/repos/Org/Repo/check-runs/{run['id']}",
+        auth=f"token {tok}",
+        body={"conclusion": "success", "output": {"title": "ok", "summary": "all good"}},
+    )
+    assert updated.status == 200
+    assert updated.json["status"] == "completed"
+    assert updated.json["completed_at"] is not None
+    assert updated.json["output"]["summary"] == "all good"
+    assert (
+        call(gh, "PATCH", "/repos/Org/Other/check-runs/" + str(run["id"]), auth=f"token {tok}", body={}).status == 404
+    )
+    for i in range(3):
+        call(gh, "POST", "/repos/Org/Repo/check-runs", auth=f"token {tok}", body={"name": f"n{i}", "head_sha": SHA})
+    suite = run["check_suite"]["id"]
+    assert suite == gh.check_suite_id("Org/Repo", SHA)
+    page1 = call(gh, "GET", f"/repos/Org/Repo/check-suites/{suite}/check-runs?per_page=3", auth=f"token {tok}")
+    assert page1.json["total_count"] == 4
+    assert len(page1.json["check_runs"]) == 3
+    next_url = page1.headers["link"].split(";")[0].strip("<>")
+    page2 = call(gh, "GET", next_url.removeprefix(gh.url), auth=f"token {tok}")
+    assert len(page2.json["check_runs"]) == 1
+    by_name = call(gh, "GET", f"/repos/Org/Repo/check-suites/{suite}/check-runs?check_name=n1", auth=f"token {tok}")
+    assert [r["name"] for r in by_name.json["check_runs"]] == ["n1"]
+    assert gh.check_runs("ORG/REPO")[0]["conclusion"] == "success"
+
+
+def test_check_runs_need_checks_permission(gh: GitHubDouble, keys: Keys) -> None:
+    gh.add_commit("Org/Repo", SHA)
+    tok = token(gh, keys, body={"permissions": {"contents": "write"}})
+    denied = call(gh, "POST", "/repos/Org/Repo/check-runs", auth=f"token {tok}", body={"name": "n", "head_sha": SHA})
+    assert denied.status == 403
+
+
+def test_workflow_run_rerun(gh: GitHubDouble, keys: Keys) -> None:
+    gh.add_workflow_run("Org/Repo", 555, conclusion="failure")
+    tok = token(gh, keys)
+    got = call(gh, "GET", "/repos/Org/Repo/actions/runs/555", auth=f"token {tok}")
+    assert (got.status, got.json["conclusion"]) == (200, "failure")
+    rerun = call(gh, "POST", "/repos/Org/Repo/actions/runs/555/rerun-failed-jobs", auth=f"token {tok}")
+    assert (rerun.status, rerun.json) == (201, {})
+    assert gh.workflow_run("org/repo", 555)["run_attempt"] == 2
+    busy = call(gh, "POST", "/repos/Org/Repo/actions/runs/555/rerun-failed-jobs", auth=f"token {tok}")
+    assert (busy.status, busy.json["message"]) == (403, "This workflow is already running")
+    assert call(gh, "GET", "/repos/Org/Repo/actions/runs/556", auth=f"token {tok}").status == 404
+    assert gh.reruns("org/repo") == [555]
+
+
+def test_install_rules(gh: GitHubDouble) -> None:
+    with pytest.raises(ValueError, match="already has installation"):
+        gh.install("Org/Third", installation_id=8)
+    with pytest.raises(ValueError, match="belongs to"):
+        gh.install("Else/Repo", installation_id=7)
+    with pytest.raises(ValueError, match="set_installation_permissions"):
+        gh.install("Org/Third", installation_id=7, permissions={"metadata": "read"})
+
+
+def test_stop_is_prompt_even_with_a_pending_delay(keys: Keys) -> None:
+    gh = GitHubDouble(APP_ID, keys.public_pem)
+    gh.script("GET", r"/anything", [Reply.slow(30)])
+    sock = socket.create_connection(("127.0.0.1", gh.port))
+    sock.sendall(b"GET /anything HTTP/1.1\r\nHost: x\r\nUser-Agent: t\r\n\r\n")
+    time.sleep(0.05)
+    started = time.monotonic()
+    gh.stop()
+    assert time.monotonic() - started < 2
+    sock.close()
+    assert gh.internal_errors == []
+
+
+def test_keep_alive_framing(gh: GitHubDouble, keys: Keys) -> None:
+    # One persistent HTTP/1.1 connection across a 204, a 404, a 200 and a 304 (what urllib3 pools do).
+    gh.put_file("Org/Repo", "f.txt", "main", "hello")
+    tok = token(gh, keys)
+    conn = http.client.HTTPConnection("127.0.0.1", gh.port, timeout=5)
+    auth = {"Authorization": f"token {tok}", "User-Agent": "t"}
+    statuses = []
+    etag = ""
+    for method, path, body, extra in [
+        ("POST", "/repos/Org/Repo/dispatches", b'{"event_type":"e"}', {}),
+        ("GET", "/repos/Org/Repo/pulls", None, {}),
+        ("GET", "/repos/Org/Repo/contents/f.txt", None, {}),
+        ("GET", "/repos/Org/Repo/contents/f.txt", None, {"If-None-Match": "<etag>"}),
+    ]:
+        headers = {**auth, **{k: (etag if v == "<etag>" else v) for k, v in extra.items()}}
+        conn.request(method, path, body=body, headers=headers)
+        resp = conn.getresponse()
+        resp.read()
+        etag = resp.getheader("etag") or etag
+        statuses.append(resp.status)
+    conn.close()
+    assert statuses == [204, 404, 200, 304]

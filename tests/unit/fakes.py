@@ -1,0 +1,188 @@
+"""In-memory fakes of the ports that record what the use cases did (no patching of internals)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from crcr.app.ports import (
+    Claim,
+    GitHubError,
+    LedgerRow,
+    LedgerState,
+    NotInstalled,
+    RepoToken,
+)
+from crcr.contracts.messages import DispatchMessage, EventMessage
+from crcr.domain.allowlist import Allowlist
+from crcr.domain.ticket import TicketClaims
+
+
+class RecordingMetrics:
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def count(self, name: str, value: int = 1, **dimensions: str) -> None:
+        self.counts[name] += value
+        for dim, dim_value in dimensions.items():
+            self.counts[f"{name}.{dim}={dim_value}"] += value
+
+
+@dataclass
+class FakeClock:
+    t: float = 1_800_000_000.0
+
+    def now(self) -> float:
+        return self.t
+
+
+@dataclass
+class FakeDeliveries:
+    rows: dict[str, str] = field(default_factory=dict)
+
+    def claim_delivery(self, delivery_id: str, event: str, now: float) -> Claim:
+        state = self.rows.get(delivery_id)
+        if state is None:
+            self.rows[delivery_id] = "received"
+            return Claim.NEW
+        return Claim.QUEUED if state == "queued" else Claim.PENDING
+
+    def mark_queued(self, delivery_id: str, now: float) -> None:
+        self.rows[delivery_id] = "queued"
+
+
+@dataclass
+class FakeEventQueue:
+    sent: list[EventMessage] = field(default_factory=list)
+    fail: bool = False
+
+    def send_event(self, message: EventMessage) -> None:
+        if self.fail:
+            raise ConnectionError("SQS unreachable")
+        self.sent.append(message)
+
+
+@dataclass
+class FakeBlobs:
+    items: dict[str, bytes] = field(default_factory=dict)
+
+    def put(self, key: str, data: bytes) -> None:
+        self.items[key] = data
+
+    def get(self, key: str) -> bytes:
+        return self.items[key]
+
+
+@dataclass
+class StaticAllowlist:
+    allowlist: Allowlist
+
+    def current(self) -> Allowlist:
+        return self.allowlist
+
+
+@dataclass
+class FakeDispatchQueue:
+    sent: list[DispatchMessage] = field(default_factory=list)
+    rescheduled: list[tuple[DispatchMessage, float]] = field(default_factory=list)
+    dead: list[tuple[DispatchMessage, str]] = field(default_factory=list)
+
+    def send_dispatches(self, messages: list[DispatchMessage]) -> None:
+        self.sent.extend(messages)
+
+    def reschedule(self, message: DispatchMessage, delay_s: float) -> None:
+        self.rescheduled.append((message, delay_s))
+
+    def dead_letter(self, message: DispatchMessage, reason: str) -> None:
+        self.dead.append((message, reason))
+
+
+@dataclass
+class FakeState:
+    """PlannerState and Ledger in one, like the DynamoDB table."""
+
+    heads: dict[tuple[str, int], str] = field(default_factory=dict)
+    holds: list[tuple[int, str, str]] = field(default_factory=list)
+    released: set[tuple[int, str, str]] = field(default_factory=set)
+    ledger: dict[tuple[str, str], LedgerRow] = field(default_factory=dict)
+    dispatched_claims: list[TicketClaims] = field(default_factory=list)
+
+    def record_pr_head(self, upstream: str, pr: int, head_sha: str, updated_at: str) -> None:
+        self.heads[(upstream, pr)] = head_sha
+
+    def hold(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> None:
+        self.holds.append((pr, head_sha, repo))
+
+    def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, now: float) -> bool:
+        key = (pr, head_sha, repo.lower())
+        if key in self.released:
+            return False
+        self.released.add(key)
+        return True
+
+    def get(self, delivery_id: str, repo: str) -> LedgerRow | None:
+        return self.ledger.get((delivery_id, repo.lower()))
+
+    def claim(self, message: DispatchMessage, dispatch_id: str, now: float, lease_s: float) -> bool:
+        row = self.get(message.delivery_id, message.target_repo)
+        if row is not None and (row.state is LedgerState.DISPATCHED or row.lease_until >= now):
+            return False
+        self.ledger[(message.delivery_id, message.target_repo.lower())] = LedgerRow(
+            message.delivery_id, message.target_repo, LedgerState.SENDING, dispatch_id, now + lease_s
+        )
+        return True
+
+    def mark_dispatched(self, message: DispatchMessage, claims: TicketClaims, now: float) -> None:
+        self.ledger[(message.delivery_id, message.target_repo.lower())] = LedgerRow(
+            message.delivery_id, message.target_repo, LedgerState.DISPATCHED, claims.jti, 0.0, now
+        )
+        self.dispatched_claims.append(claims)
+
+    def mark(self, message: DispatchMessage, state: LedgerState, reason: str, now: float) -> None:
+        self.ledger[(message.delivery_id, message.target_repo.lower())] = LedgerRow(
+            message.delivery_id, message.target_repo, state, "", 0.0, None, reason
+        )
+
+    def pr_head(self, upstream: str, pr: int) -> str | None:
+        return self.heads.get((upstream, pr))
+
+
+@dataclass
+class FakeGitHub:
+    """Answers from a script: each call pops the next error for that repo, if any."""
+
+    errors: dict[str, list[GitHubError]] = field(default_factory=dict)
+    installed: set[str] = field(default_factory=set)
+    sent: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    forgotten: list[str] = field(default_factory=list)
+
+    def installation_for(self, repo: str) -> int:
+        if repo.lower() not in self.installed:
+            raise NotInstalled(repo)
+        return 7
+
+    def repo_token(self, installation_id: int, repo: str) -> RepoToken:
+        return RepoToken("ghs_fake", 1000 + len(repo), repo, 1e12)
+
+    def forget_token(self, repo: str) -> None:
+        self.forgotten.append(repo)
+
+    def dispatch(self, repo: str, token: RepoToken, event_type: str, client_payload: dict[str, Any]) -> None:
+        queue = self.errors.get(repo.lower()) or []
+        if queue:
+            raise queue.pop(0)
+        self.sent.append((repo, event_type, client_payload))
+
+
+@dataclass
+class FakePacer:
+    waits: list[float] = field(default_factory=list)
+
+    def acquire(self, installation_id: int, now: float) -> float:
+        return self.waits.pop(0) if self.waits else 0.0
+
+
+class FakeSigner:
+    def sign(self, claims: TicketClaims) -> str:
+        return f"ticket-for-{claims.sub}-{claims.jti}"

@@ -1,0 +1,129 @@
+"""Signature, retry, pacing and payload fitting: the arithmetic the relay's promises rest on."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from crcr.domain.errors import BadSignature
+from crcr.domain.pacing import CONTENT_RATES, Rate, pace
+from crcr.domain.payload import encoded_size, fit_payload
+from crcr.domain.retry import RetryPolicy, rate_limit_wait
+from crcr.domain.signature import sign, verify_signature
+
+EVENTS = Path(__file__).resolve().parents[2] / "examples" / "events"
+
+
+def test_signature_accepts_the_body_as_signed() -> None:
+    body = b'{"zen": "Design for failure."}'
+    verify_signature((b"s3cret",), body, sign(b"s3cret", body))
+
+
+@pytest.mark.parametrize(
+    "header", [None, "", "sha1=abc", "sha256=" + "0" * 64, sign(b"other", b"{}"), "sha256=\u00e9"]
+)
+def test_signature_refuses_anything_else(header: str | None) -> None:
+    with pytest.raises(BadSignature):
+        verify_signature((b"s3cret",), b"{}", header)
+
+
+def test_signature_accepts_a_rotating_out_secret() -> None:
+    verify_signature((b"new", b"old"), b"{}", sign(b"old", b"{}"))
+
+
+def test_backoff_grows_and_is_capped() -> None:
+    policy = RetryPolicy(base_s=2, cap_s=60)
+    assert policy.backoff(1, lambda: 1.0) == 4
+    assert policy.backoff(3, lambda: 1.0) == 16
+    assert policy.backoff(20, lambda: 1.0) == 60
+    assert policy.backoff(3, lambda: 0.0) == 1.0  # never zero: SQS would hand it straight back
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "message", "expected"),
+    [
+        (429, {"retry-after": "7"}, "", 7.0),
+        (403, {"retry-after": "30"}, "You have exceeded a secondary rate limit", 30.0),
+        (403, {"x-ratelimit-remaining": "0", "x-ratelimit-reset": "1000120"}, "API rate limit exceeded", 121.0),
+        (403, {}, "You have exceeded a secondary rate limit. Please wait a few minutes", 60.0),
+        (429, {}, "", 60.0),
+        (403, {"x-ratelimit-remaining": "4999"}, "Resource not accessible by integration", None),
+        (404, {"retry-after": "5"}, "Not Found", None),
+        (502, {}, "", None),
+    ],
+)
+def test_rate_limit_signals(status: int, headers: dict[str, str], message: str, expected: float | None) -> None:
+    assert rate_limit_wait(status, headers, message, now=1_000_000.0) == expected
+
+
+def _saturate(rates: tuple[Rate, ...], horizon_s: float) -> list[float]:
+    """Send as fast as pacing allows for `horizon_s` seconds; return the send times."""
+    state, now, times = None, 0.0, []
+    while now < horizon_s:
+        new, wait = pace(state, now, rates)
+        if wait > 0:
+            now += wait
+            continue
+        state = new
+        times.append(now)
+    return times
+
+
+def _max_in_window(times: list[float], window: float) -> int:
+    best, lo = 0, 0
+    for hi, t in enumerate(times):
+        while times[lo] <= t - window:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best
+
+
+def test_pacing_allows_a_burst_then_spaces_calls() -> None:
+    times = _saturate(CONTENT_RATES, 60)
+    assert times[:16] == [0.0] * 16  # a burst goes out at once
+    assert _max_in_window(times, 60) <= 80  # GitHub: about 80 content writes a minute
+
+
+def test_pacing_holds_the_hourly_budget_under_saturation() -> None:
+    times = _saturate(CONTENT_RATES, 3 * 3600)
+    assert _max_in_window(times, 60) <= 80
+    assert 440 <= _max_in_window(times, 3600) <= 500  # GitHub: about 500 an hour
+
+
+def test_pacing_state_is_unchanged_when_refused() -> None:
+    rates = (Rate(1, 10.0),)
+    state, wait = pace(None, 0.0, rates)
+    assert wait == 0
+    again, wait = pace(state, 1.0, rates)
+    assert again == state and wait == 9.0
+
+
+def test_small_payloads_travel_untouched() -> None:
+    payload = json.loads((EVENTS / "pull_request.opened.json").read_text())
+    assert fit_payload(payload, 60_000) == (payload, False)
+
+
+def test_large_payloads_are_trimmed_keeping_documented_paths() -> None:
+    payload = json.loads((EVENTS / "pull_request.opened.json").read_text())
+    payload["pull_request"]["body"] = "x" * 200_000
+    payload["pull_request"]["labels"] = [{"name": f"label-{i}", "color": "ededed", "id": i} for i in range(300)]
+    original = copy.deepcopy(payload)
+    fitted, trimmed = fit_payload(payload, 20_000)
+    assert trimmed and encoded_size(fitted) <= 20_000
+    pr = fitted["pull_request"]
+    assert pr["number"] == 170001 and pr["draft"] is False
+    assert pr["head"]["sha"] == original["pull_request"]["head"]["sha"]
+    assert pr["base"]["ref"] == "main" and pr["user"]["login"] == "octodev"
+    assert len(pr["labels"]) == 300 and fitted["repository"]["full_name"] == "pytorch/pytorch"
+    assert payload == original  # the caller's copy is not modified
+
+
+def test_push_paths_survive_trimming() -> None:
+    payload = json.loads((EVENTS / "push.main.json").read_text())
+    payload["commits"] = payload["commits"] * 2000
+    fitted, trimmed = fit_payload(payload, 10_000)
+    assert trimmed and encoded_size(fitted) <= 10_000
+    assert (fitted["after"], fitted["ref"]) == (payload["after"], "refs/heads/main")
