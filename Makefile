@@ -36,5 +36,27 @@ demo: venv
 bench: venv
 	$(PY) bench/run.py --out bench/results.json
 
+# Deployment tooling lives in its own virtualenv: aws-sam-cli pins its own boto3 and pydantic (~340 MB),
+# which must not meet the runtime pins in .venv. cfn-lint and samtranslator come with it.
+TOOLS_VENV := .tools-venv
+TOOLS_PY := $(TOOLS_VENV)/bin/python
+TOOLS_STAMP := $(TOOLS_VENV)/.installed-$(shell cksum < infra/requirements-tools.txt | cut -d' ' -f1)
+# sam build needs python3.12 (the Lambda runtime) on PATH; pyenv's shim answers only when listed here.
+SAM_PYENV_VERSION ?= 3.11.7:3.12.1:3.13.0
+SAM_ENV := PYENV_VERSION=$(SAM_PYENV_VERSION) SAM_CLI_TELEMETRY=0
+
+$(TOOLS_STAMP): infra/requirements-tools.txt
+	test -x $(TOOLS_PY) || $(PYTHON) -m venv $(TOOLS_VENV)
+	$(TOOLS_PY) -m pip install -q --disable-pip-version-check -r infra/requirements-tools.txt
+	rm -f $(TOOLS_VENV)/.installed-* && touch $@
+
+template-lint: $(TOOLS_STAMP)
+	$(SAM_ENV) $(TOOLS_VENV)/bin/sam validate --lint --template-file template.yaml
+	$(TOOLS_PY) infra/lint_template.py template.yaml
+
+build: $(TOOLS_STAMP)
+	$(SAM_ENV) $(TOOLS_VENV)/bin/sam build --template-file template.yaml
+	$(SAM_ENV) $(TOOLS_PY) infra/check_build.py .aws-sam/build
+
 clean:
 	rm -rf $(VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache

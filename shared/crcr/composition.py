@@ -18,6 +18,7 @@ from crcr.adapters.tickets import Ed25519Tickets
 from crcr.app.dispatch import DispatchDeps
 from crcr.app.ingest import IngestDeps
 from crcr.app.plan import PlannerDeps
+from crcr.domain.retry import RetryPolicy
 from crcr.settings import ConfigError, Settings
 
 # API Gateway accepts 10 MB; GitHub caps webhook payloads at 25 MB. SQS messages stop at 256 KiB.
@@ -25,8 +26,13 @@ MAX_WEBHOOK_BYTES = 10 * 1024 * 1024
 INLINE_BODY_BYTES = 200 * 1024
 
 
-@functools.cache
 def aws_client(service: str) -> Any:
+    """One client per service and endpoint (AWS_ENDPOINT_URL points boto3 at the local stack)."""
+    return _client(service, os.environ.get("AWS_ENDPOINT_URL", ""))
+
+
+@functools.cache
+def _client(service: str, endpoint: str) -> Any:
     import boto3  # noqa: PLC0415 - boto3 costs ~150 ms; only functions that talk to AWS pay it
     from botocore.config import Config  # noqa: PLC0415
 
@@ -40,7 +46,7 @@ def aws_client(service: str) -> Any:
 
 
 @functools.cache
-def _secrets_provider() -> Any:
+def _secrets_provider(endpoint: str) -> Any:
     from aws_lambda_powertools.utilities.parameters import SecretsProvider  # noqa: PLC0415
 
     return SecretsProvider(boto3_client=aws_client("secretsmanager"))
@@ -50,7 +56,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
     """Settings with secrets resolved: environment first, then the Secrets Manager JSON document."""
     settings = Settings.from_env(env)
     if settings.secrets_arn:
-        raw = _secrets_provider().get(settings.secrets_arn, max_age=300)
+        raw = _secrets_provider(os.environ.get("AWS_ENDPOINT_URL", "")).get(settings.secrets_arn, max_age=300)
         doc = json.loads(raw if isinstance(raw, str) else raw.decode())
         if not isinstance(doc, dict):
             raise ConfigError("CRCR_SECRETS_ARN must hold a JSON object")
@@ -65,6 +71,7 @@ def _github(settings: Settings) -> GitHubApp:
         str(settings.github_app_id),
         settings.secret("github_app_private_key"),
         SystemClock().now,
+        read_timeout_s=settings.github_timeout_s,
     )
 
 
@@ -88,10 +95,9 @@ def build_planner_deps(settings: Settings) -> PlannerDeps:
     metrics = PowertoolsMetrics()
     clock = SystemClock()
     fetch = fetcher_for(str(settings.allowlist), lambda: aws_client("s3"), lambda: _github(settings))
-    refresh_s = float(os.environ.get("CRCR_ALLOWLIST_REFRESH_S", "60"))
     return PlannerDeps(
         upstream=settings.upstream_repo,
-        allowlist=CachedAllowlist(fetch, metrics, clock.now, refresh_s, on_error=logger.error),
+        allowlist=CachedAllowlist(fetch, metrics, clock.now, settings.allowlist_refresh_s, on_error=logger.error),
         blobs=S3Blobs(aws_client("s3"), str(settings.bodies_bucket)),
         state=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
         dispatches=SqsDispatchQueue(
@@ -116,6 +122,9 @@ def build_dispatch_deps(settings: Settings) -> DispatchDeps:
         callback_url=str(settings.callback_url),
         # A ticket must outlive the longest queue wait plus the longest run it may report on.
         ticket_ttl_s=settings.start_timeout_s + settings.run_timeout_s + 3600,
+        policy=RetryPolicy(base_s=settings.retry_base_s),
+        # A claim must outlast one GitHub call (connect + read timeout) so a live worker is never doubled.
+        lease_s=settings.github_timeout_s + 15.0,
     )
 
 

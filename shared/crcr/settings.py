@@ -32,6 +32,10 @@ class Settings(BaseModel):
     start_timeout_s: int = 3600
     run_timeout_s: int = 43200
     sweep_interval_s: int = 60
+    # Operational tuning (extensions to DESIGN §6): GitHub read timeout and the retry backoff base.
+    github_timeout_s: float = 10.0
+    retry_base_s: float = 2.0
+    allowlist_refresh_s: float = 60.0
     # Resource names: set by template.yaml in Lambda and by `crcr local` from the same declarations.
     state_table: str | None = None
     events_queue_url: str | None = None

@@ -32,7 +32,9 @@ PR = UpstreamEvent(
     default_branch="main",
     author_association="CONTRIBUTOR",
 )
-PUSH = UpstreamEvent(kind="push", action=None, repo="pytorch/pytorch", head_sha="def", ref="refs/heads/main", default_branch="main")
+PUSH = UpstreamEvent(
+    kind="push", action=None, repo="pytorch/pytorch", head_sha="def", ref="refs/heads/main", default_branch="main"
+)
 
 
 def verdicts(event: UpstreamEvent) -> dict[str, tuple[Verdict, str]]:
@@ -66,7 +68,9 @@ def test_push_to_default_branch_unless_branches_set() -> None:
     assert got["a/one"] == (Verdict.SKIP, "branch_filtered")
 
 
-@pytest.mark.parametrize(("change", "reason"), [({"deleted": True}, "branch_deleted"), ({"ref": "refs/tags/v2.11.0"}, "not_a_branch")])
+@pytest.mark.parametrize(
+    ("change", "reason"), [({"deleted": True}, "branch_deleted"), ({"ref": "refs/tags/v2.11.0"}, "not_a_branch")]
+)
 def test_branch_deletions_and_tags_are_not_dispatched(change: dict[str, object], reason: str) -> None:
     assert verdicts(replace(PUSH, **change))["a/one"] == (Verdict.SKIP, reason)  # type: ignore[arg-type]
 
@@ -83,5 +87,7 @@ def test_first_time_contributor_held_then_released_by_ciflow_label() -> None:
 
 
 def test_a_non_ciflow_label_releases_nothing() -> None:
-    event = replace(PR, author_association="NONE", action="labeled", added_label="module: rocm", labels=("module: rocm",))
+    event = replace(
+        PR, author_association="NONE", action="labeled", added_label="module: rocm", labels=("module: rocm",)
+    )
     assert verdicts(event)["d/four"] == (Verdict.SKIP, "label_only")

@@ -31,7 +31,6 @@ from crcr.contracts.messages import DispatchMessage
 from crcr.domain.retry import RetryPolicy
 from crcr.domain.ticket import TicketClaims
 
-LEASE_S = 60.0  # longer than one GitHub call with its timeout; a crashed worker's claim lapses after it
 IN_FLIGHT_RETRY_S = 30.0
 
 
@@ -63,6 +62,7 @@ class DispatchDeps:
     ticket_ttl_s: int
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     rand: Callable[[], float] = field(default=random.random)
+    lease_s: float = 30.0  # longer than one GitHub call with its timeouts; a crashed worker's claim lapses
 
 
 def dispatch_id(delivery_id: str, repo: str) -> str:
@@ -125,7 +125,7 @@ def dispatch(message: DispatchMessage, deps: DispatchDeps) -> DispatchOutcome:
             return DispatchOutcome(Result.SUPERSEDED, f"superseded by {latest}")
 
     did = dispatch_id(message.delivery_id, message.target_repo)
-    if not deps.ledger.claim(message, did, now, LEASE_S):
+    if not deps.ledger.claim(message, did, now, deps.lease_s):
         # Another worker holds a live claim (a redelivered copy running in parallel): look again later.
         deps.queue.reschedule(message, IN_FLIGHT_RETRY_S)
         deps.metrics.count("DispatchRetried", reason="in_flight")

@@ -270,9 +270,8 @@ class LocalStack:
         merged.setdefault("CRCR_CALLBACK_URL", f"{self.url}/callback")
         merged["POWERTOOLS_METRICS_DISABLED"] = self.env.get("POWERTOOLS_METRICS_DISABLED", "true")
         merged["POWERTOOLS_LOG_LEVEL"] = self.env.get("POWERTOOLS_LOG_LEVEL", "WARNING")
-        for passthrough in ("CRCR_ALLOWLIST_REFRESH_S",):
-            if self.env.get(passthrough):
-                merged[passthrough] = self.env[passthrough]
+        # Configuration given to `crcr local` (DESIGN §6 variables) wins over the template's defaults.
+        merged.update({k: v for k, v in self.env.items() if k.startswith("CRCR_") and k != "CRCR_SECRETS_ARN"})
         self.function_env = merged
         os.environ.update(merged)
         for fn in self.functions:
