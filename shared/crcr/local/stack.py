@@ -17,6 +17,7 @@ import socket
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 import warnings
 from collections.abc import Callable
@@ -118,6 +119,7 @@ class LocalStack:
         self._moto: Any = None
         self._http: ThreadingHTTPServer | None = None
         self.invocations: dict[str, int] = {}
+        self._saved_environ: dict[str, str] = {}
 
     # -- AWS ----------------------------------------------------------------------------------------
     def _start_aws(self) -> None:
@@ -135,6 +137,10 @@ class LocalStack:
             self._moto = ThreadedMotoServer(ip_address="127.0.0.1", port=moto_port, verbose=False)
             self._moto.start()
             self.env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{moto_port}"
+            # moto keeps its backends per process: a stack started after another must begin empty.
+            reset_url = f"{self.env['AWS_ENDPOINT_URL']}/moto-api/reset"
+            reset = urllib.request.Request(reset_url, method="POST")  # noqa: S310 - our own loopback server
+            urllib.request.urlopen(reset, timeout=10).close()  # noqa: S310
         os.environ["AWS_ENDPOINT_URL"] = self.env["AWS_ENDPOINT_URL"]
 
     def client(self, service: str) -> Any:
@@ -409,6 +415,7 @@ class LocalStack:
 
     # -- lifecycle --------------------------------------------------------------------------------------
     def start(self) -> LocalStack:
+        self._saved_environ = dict(os.environ)
         self._start_aws()
         if not self.env.get("CRCR_GITHUB_API_URL"):
             keys = generate_keys()
@@ -433,6 +440,9 @@ class LocalStack:
             thread.join(timeout=5)
         if self._moto is not None:
             self._moto.stop()
+        # Leave the process environment as found, so stacks started one after another do not mix.
+        os.environ.clear()
+        os.environ.update(self._saved_environ)
 
     def __enter__(self) -> LocalStack:
         return self.start()

@@ -1,0 +1,159 @@
+"""Shared fixtures: real keys, an independent GitHub double, and `crcr local` stacks on moto server."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from crcr.domain.signature import sign
+from crcr.local.stack import LocalStack
+from tests.doubles.github_double import GitHubDouble
+
+ROOT = Path(__file__).resolve().parents[1]
+EVENTS = ROOT / "examples" / "events"
+APP_ID = "31337"
+WEBHOOK_SECRET = "it's-a-secret-to-everybody"
+
+
+@pytest.fixture(scope="session")
+def app_key() -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+@pytest.fixture(scope="session")
+def app_key_pem(app_key: rsa.RSAPrivateKey) -> str:
+    """The App key exactly as GitHub issues it: PKCS#1 'BEGIN RSA PRIVATE KEY'."""
+    return app_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+    ).decode()
+
+
+@pytest.fixture
+def github(app_key: rsa.RSAPrivateKey) -> Iterator[GitHubDouble]:
+    public = app_key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    with GitHubDouble(app_id=APP_ID, app_public_key_pem=public) as double:
+        yield double
+        assert double.internal_errors == []
+
+
+@dataclass
+class Relay:
+    stack: LocalStack
+    github: GitHubDouble
+    allowlist: Path
+    baseline: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Metrics are tallied per process; a test sees only what happened since its relay started.
+        self.baseline = dict(self.stack.status()["metrics"])
+
+    @property
+    def url(self) -> str:
+        return self.stack.url
+
+    def post(
+        self, event: str, body: bytes, delivery: str | None = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        base = {
+            "content-type": "application/json",
+            "x-github-event": event,
+            "x-github-delivery": delivery or str(uuid.uuid4()),
+            "x-hub-signature-256": sign(WEBHOOK_SECRET.encode(), body),
+        }
+        return http("POST", f"{self.url}/webhook", body, base | (headers or {}))
+
+    def metric(self, name: str) -> int:
+        return int(self.stack.status()["metrics"].get(name, 0)) - self.baseline.get(name, 0)
+
+    def wait_dispatches(self, expected: dict[str, int], timeout_s: float = 30.0, settle_s: float = 1.0) -> None:
+        """Wait until each repo has `expected` dispatches, then a moment more so a duplicate would show."""
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            if all(len(self.github.dispatches(r)) >= n for r, n in expected.items()):
+                break
+            time.sleep(0.1)
+        time.sleep(settle_s)
+
+
+def http(method: str, url: str, body: bytes | None = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=15) as resp:
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw else {}
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        return exc.code, json.loads(raw) if raw else {}
+
+
+DEFAULT_ALLOWLIST = """\
+L1:
+  - org-one/l1-repo
+L2:
+  - org-two/l2-repo: oncall-two
+L3:
+  gpu:
+    org-three/l3-repo: [oncall-three]
+L4:
+  - org-four/L4-Repo
+"""
+LISTED = ["org-one/l1-repo", "org-two/l2-repo", "org-three/l3-repo", "org-four/L4-Repo"]
+
+
+@pytest.fixture
+def relay_factory(github: GitHubDouble, app_key_pem: str, tmp_path: Path) -> Iterator[Callable[..., Relay]]:
+    stacks: list[LocalStack] = []
+
+    def make(allowlist: str = DEFAULT_ALLOWLIST, env: dict[str, str] | None = None, **kwargs: Any) -> Relay:
+        path = tmp_path / f"allowlist-{len(stacks)}.yaml"
+        path.write_text(allowlist)
+        for i, repo in enumerate(LISTED):
+            github.install(repo, installation_id=100 + i, repo_id=5000 + i)
+        github.install("org-one/installed-not-listed", installation_id=100, repo_id=5999)
+        config = {
+            "CRCR_UPSTREAM_REPO": "pytorch/pytorch",
+            "CRCR_GITHUB_API_URL": github.url,
+            "CRCR_GITHUB_APP_ID": APP_ID,
+            "CRCR_GITHUB_APP_PRIVATE_KEY": app_key_pem,
+            "CRCR_WEBHOOK_SECRET": WEBHOOK_SECRET,
+            "CRCR_ALLOWLIST": str(path),
+            "CRCR_RETRY_BASE_S": "0.5",
+            "CRCR_GITHUB_TIMEOUT_S": "2",
+            "PATH": "/usr/bin:/bin",
+        } | (env or {})
+        stack = LocalStack(port=0, env=config, root=ROOT, **kwargs).start()
+        stacks.append(stack)
+        return Relay(stack, github, path)
+
+    yield make
+    for stack in stacks:
+        stack.stop()
+
+
+@pytest.fixture
+def relay(relay_factory: Callable[..., Relay]) -> Relay:
+    return relay_factory()
+
+
+def event_body(name: str, **changes: Any) -> bytes:
+    """A realistic event from examples/events with top-level or pull_request fields changed."""
+    doc = json.loads((EVENTS / name).read_text())
+    for key, value in changes.items():
+        if key.startswith("pr_"):
+            doc["pull_request"][key.removeprefix("pr_")] = value
+        else:
+            doc[key] = value
+    return json.dumps(doc).encode()
