@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -33,7 +34,8 @@ def _allowlist_check(path: str) -> int:
 def _local(port: int, host: str) -> int:
     from crcr.local.stack import LocalStack  # noqa: PLC0415
 
-    stack = LocalStack(port=port, host=host).start()
+    visibility = os.environ.get("CRCR_LOCAL_VISIBILITY_TIMEOUT_S")
+    stack = LocalStack(port=port, host=host, visibility_timeout_s=int(visibility) if visibility else None).start()
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())

@@ -31,8 +31,6 @@ from crcr.contracts.messages import DispatchMessage
 from crcr.domain.retry import RetryPolicy
 from crcr.domain.ticket import TicketClaims
 
-IN_FLIGHT_RETRY_S = 30.0
-
 
 class Result(Enum):
     DISPATCHED = "dispatched"
@@ -126,10 +124,13 @@ def dispatch(message: DispatchMessage, deps: DispatchDeps) -> DispatchOutcome:
 
     did = dispatch_id(message.delivery_id, message.target_repo)
     if not deps.ledger.claim(message, did, now, deps.lease_s):
-        # Another worker holds a live claim (a redelivered copy running in parallel): look again later.
-        deps.queue.reschedule(message, IN_FLIGHT_RETRY_S)
+        # Another worker holds a live claim (a redelivered copy, or a worker that died mid-call):
+        # look again when that claim lapses.
+        held = deps.ledger.get(message.delivery_id, message.target_repo)
+        wait = max(1.0, (held.lease_until if held else now) - now + 1.0)
+        deps.queue.reschedule(message, wait)
         deps.metrics.count("DispatchRetried", reason="in_flight")
-        return DispatchOutcome(Result.RESCHEDULED, "in_flight", IN_FLIGHT_RETRY_S)
+        return DispatchOutcome(Result.RESCHEDULED, "in_flight", wait)
 
     try:
         installation = deps.github.installation_for(message.target_repo)

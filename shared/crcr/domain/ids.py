@@ -10,7 +10,7 @@ RunId = NewType("RunId", int)
 
 # GitHub: owner 1-39 of [A-Za-z0-9-]; repository name 1-100 of [A-Za-z0-9._-], never "." or "..".
 _REPO_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
-_DELIVERY_RE = re.compile(r"^[A-Za-z0-9-]{1,100}$")
+_DELIVERY_RE = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 
 
 def is_repo_name(value: str) -> bool:
