@@ -31,6 +31,22 @@ def _allowlist_check(path: str) -> int:
     return 0
 
 
+def _dlq(args: argparse.Namespace) -> int:
+    from crcr.composition import aws_client  # noqa: PLC0415
+    from crcr.ops import list_dead_letters, redrive  # noqa: PLC0415
+
+    sqs = aws_client("sqs")
+    if args.dlq_command == "list":
+        rows = list_dead_letters(sqs, args.queue, args.max)
+        for row in rows:
+            print(json.dumps(row))
+        print(f"{len(rows)} dead letters", file=sys.stderr)
+        return 0
+    moved = redrive(sqs, args.queue, args.to, args.max)
+    print(f"redrove {moved} messages to {args.to}")
+    return 0
+
+
 def _local(port: int, host: str) -> int:
     from crcr.local.stack import LocalStack  # noqa: PLC0415
 
@@ -59,6 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     allow_sub = allow.add_subparsers(dest="allowlist_command", required=True)
     check = allow_sub.add_parser("check", help="validate an allowlist file and print its level table")
     check.add_argument("file")
+    dlq = sub.add_parser("dlq", help="list or redrive dead letters (uses AWS credentials / AWS_ENDPOINT_URL)")
+    dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True)
+    dlq_list = dlq_sub.add_parser("list", help="show dead letters with their failure reasons")
+    dlq_list.add_argument("queue", help="dead-letter queue URL (stack output DispatchDLQUrl or EventsDLQUrl)")
+    dlq_list.add_argument("--max", type=int, default=100)
+    dlq_redrive = dlq_sub.add_parser("redrive", help="move dead letters back to their queue")
+    dlq_redrive.add_argument("queue", help="dead-letter queue URL")
+    dlq_redrive.add_argument("--to", required=True, help="queue URL to move them to")
+    dlq_redrive.add_argument("--max", type=int, default=1000)
     sub.add_parser("demo", help="run the relay end to end on the embedded stack and show what was dispatched")
     args = parser.parse_args(argv)
 
@@ -66,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         return _local(args.port, args.host)
     if args.command == "allowlist":
         return _allowlist_check(args.file)
+    if args.command == "dlq":
+        return _dlq(args)
     from crcr.demo import run_demo  # noqa: PLC0415
 
     return run_demo()

@@ -232,3 +232,20 @@ def test_a_bad_allowlist_edit_keeps_the_last_good_one(relay_factory: Callable[..
     relay.wait_dispatches(dict.fromkeys(LISTED, 2))
     assert counts(relay) == dict.fromkeys(LISTED, 2) | {"org-one/installed-not-listed": 0}
     assert relay.metric("AllowlistRejected") >= 1
+
+
+def test_dead_letters_are_listed_with_reasons_and_redriven_once_fixed(relay: Relay) -> None:
+    from crcr.ops import list_dead_letters, redrive  # noqa: PLC0415
+
+    relay.github.script("POST", r"/repos/org-two/l2-repo/dispatches", [Reply.error(403, "Repository access blocked")])
+    relay.post("pull_request", event_body("pull_request.opened.json"))
+    relay.wait_dispatches({r: 1 for r in LISTED if r != "org-two/l2-repo"})
+    sqs, queues = relay.stack.client("sqs"), relay.stack.queue_urls
+    [row] = list_dead_letters(sqs, queues["DispatchDLQ"])
+    assert row["target_repo"] == "org-two/l2-repo" and "Repository access blocked" in row["reason"]
+    assert len(list_dead_letters(sqs, queues["DispatchDLQ"])) == 1  # listing hides nothing
+
+    assert redrive(sqs, queues["DispatchDLQ"], queues["DispatchQueue"]) == 1
+    relay.wait_dispatches({"org-two/l2-repo": 1})
+    assert counts(relay) == dict.fromkeys(LISTED, 1) | {"org-one/installed-not-listed": 0}
+    assert list_dead_letters(sqs, queues["DispatchDLQ"]) == []

@@ -176,7 +176,6 @@ class DynamoState:
             ":lease": {"N": str(_num(now + lease_s))},
             ":did": {"S": dispatch_id},
             ":done": {"S": LedgerState.DISPATCHED.value},
-            ":failed": {"S": LedgerState.FAILED.value},
             ":superseded": {"S": LedgerState.SUPERSEDED.value},
         }
         try:
@@ -185,7 +184,7 @@ class DynamoState:
                 Key=self._ledger_key(message.delivery_id, message.target_repo),
                 UpdateExpression=f"SET #s = :sending, lease_until = :lease, dispatch_id = :did, {self._BASE_SET}",
                 ConditionExpression=(
-                    "attribute_not_exists(pk) OR (NOT (#s IN (:done, :failed, :superseded)) AND lease_until < :now)"
+                    "attribute_not_exists(pk) OR (NOT (#s IN (:done, :superseded)) AND lease_until < :now)"
                 ),
                 ExpressionAttributeNames={"#s": "state", "#lvl": "level"},
                 ExpressionAttributeValues=values,

@@ -111,7 +111,8 @@ def dispatch(message: DispatchMessage, deps: DispatchDeps) -> DispatchOutcome:
         return DispatchOutcome(Result.RESCHEDULED, "not_due", delay)
 
     row = deps.ledger.get(message.delivery_id, message.target_repo)
-    if row is not None and row.state in (LedgerState.DISPATCHED, LedgerState.SUPERSEDED, LedgerState.FAILED):
+    # FAILED is not final: an operator's redrive of a dead letter must be able to try again.
+    if row is not None and row.state in (LedgerState.DISPATCHED, LedgerState.SUPERSEDED):
         deps.metrics.count("DispatchDuplicate")
         return DispatchOutcome(Result.DUPLICATE, row.state.value)
 

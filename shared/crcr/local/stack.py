@@ -410,6 +410,7 @@ class LocalStack:
             "url": self.url,
             "metrics": dict(TOTALS),
             "invocations": dict(self.invocations),
+            "queues": dict(self.queue_urls),
             "dispatches": self.sandbox.dispatches if self.sandbox else None,
         }
 
