@@ -58,7 +58,8 @@ def _local(port: int, host: str) -> int:
     ready = {"event": "ready", "url": stack.url}
     if stack.sandbox is not None:
         ready["sandbox_github"] = stack.env["CRCR_GITHUB_API_URL"]
-        ready["webhook_secret"] = stack.secrets["webhook_secret"]
+        if not os.environ.get("CRCR_WEBHOOK_SECRET"):  # generated for this run: the caller needs it to sign
+            ready["webhook_secret"] = stack.secrets["webhook_secret"]
     print(json.dumps(ready), flush=True)
     done.wait()
     stack.stop()
