@@ -7,12 +7,28 @@ import binascii
 import json
 from typing import Any
 
-from crcr.domain.errors import AllowlistError, BadRequest, BadSignature, CrcrError, PayloadTooLarge
+from crcr.domain.errors import (
+    AllowlistError,
+    BadRequest,
+    BadSignature,
+    Conflict,
+    CrcrError,
+    Forbidden,
+    PayloadTooLarge,
+    TooManyRequests,
+    Unauthorized,
+    Unavailable,
+)
 
 STATUS: dict[type[CrcrError], int] = {
     BadSignature: 401,
+    Unauthorized: 401,
+    Forbidden: 403,
     BadRequest: 400,
     PayloadTooLarge: 413,
+    Conflict: 409,
+    TooManyRequests: 429,
+    Unavailable: 503,
     AllowlistError: 400,
 }
 
@@ -30,7 +46,10 @@ def error_response(exc: CrcrError) -> dict[str, Any]:
     body: dict[str, Any] = {"error": exc.reason, "message": exc.message}
     if exc.field:
         body["field"] = exc.field
-    return json_response(status, body)
+    headers = {}
+    if isinstance(exc, TooManyRequests | Unavailable):
+        headers["retry-after"] = str(exc.retry_after_s)
+    return json_response(status, body, headers)
 
 
 def internal_error() -> dict[str, Any]:

@@ -15,6 +15,7 @@ from crcr.adapters.observability import PowertoolsMetrics, logger
 from crcr.adapters.s3 import S3Blobs
 from crcr.adapters.sqs import SqsDispatchQueue, SqsEventQueue
 from crcr.adapters.tickets import Ed25519Tickets
+from crcr.app.callback import CallbackDeps
 from crcr.app.dispatch import DispatchDeps
 from crcr.app.ingest import IngestDeps
 from crcr.app.plan import PlannerDeps
@@ -125,6 +126,26 @@ def build_dispatch_deps(settings: Settings) -> DispatchDeps:
         policy=RetryPolicy(base_s=settings.retry_base_s),
         # A claim must outlast one GitHub call (connect + read timeout) so a live worker is never doubled.
         lease_s=settings.github_timeout_s + 15.0,
+    )
+
+
+def build_callback_deps(settings: Settings) -> CallbackDeps:
+    from crcr.adapters.oidc import OidcVerifier  # noqa: PLC0415
+    from crcr.adapters.results import DynamoRateLimiter, DynamoResults  # noqa: PLC0415
+
+    settings.require("state_table", "results_table", "allowlist")
+    metrics = PowertoolsMetrics()
+    clock = SystemClock()
+    fetch = fetcher_for(str(settings.allowlist), lambda: aws_client("s3"), lambda: _github(settings))
+    return CallbackDeps(
+        tokens=OidcVerifier(settings.oidc_issuer, settings.oidc_audience, clock.now),
+        tickets=Ed25519Tickets(settings.secret("ticket_signing_key")),
+        ledger=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
+        allowlist=CachedAllowlist(fetch, metrics, clock.now, settings.allowlist_refresh_s, on_error=logger.error),
+        results=DynamoResults(aws_client("dynamodb"), str(settings.results_table)),
+        limiter=DynamoRateLimiter(aws_client("dynamodb"), str(settings.state_table), settings.callback_rate_per_min),
+        metrics=metrics,
+        clock=clock,
     )
 
 

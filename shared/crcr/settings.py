@@ -43,6 +43,8 @@ class Settings(BaseModel):
     dispatch_dlq_url: str | None = None
     bodies_bucket: str | None = None
     callback_url: str | None = None
+    results_table: str | None = None
+    callback_rate_per_min: int = 600
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

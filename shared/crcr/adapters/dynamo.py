@@ -144,12 +144,18 @@ class DynamoState:
             return None
         return LedgerRow(
             delivery_id=delivery_id,
-            repo=item["repo"]["S"],
+            repo=item.get("repo_full_name", item["repo"])["S"],
             state=LedgerState(item["state"]["S"]),
             dispatch_id=item.get("dispatch_id", {}).get("S", ""),
             lease_until=float(item.get("lease_until", {}).get("N", "0")),
             dispatched_at=float(item["dispatched_at"]["N"]) if "dispatched_at" in item else None,
             reason=item.get("reason", {}).get("S"),
+            repo_id=int(item["repo_id"]["N"]) if "repo_id" in item else None,
+            upstream=item.get("upstream", {}).get("S"),
+            head_sha=item.get("head_sha", {}).get("S"),
+            pr=int(item["pr"]["N"]) if "N" in item.get("pr", {}) else None,
+            level=int(item["level"]["N"]) if "level" in item else None,
+            device=item.get("device", {}).get("S"),
         )
 
     def _base_values(self, message: DispatchMessage, now: float) -> dict[str, Any]:

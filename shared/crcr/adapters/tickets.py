@@ -11,6 +11,7 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat, load_pem_private_key
 
+from crcr.domain.errors import Unauthorized
 from crcr.domain.ticket import TicketClaims
 
 
@@ -50,6 +51,27 @@ class Ed25519Tickets:
 
     def sign(self, claims: TicketClaims) -> str:
         return jwt.encode(claims.model_dump(), self._key, algorithm="EdDSA", headers={"kid": self.kid, "typ": "JWT"})
+
+    def verify(self, token: str, now: float) -> TicketClaims:
+        """A ticket this relay signed, unexpired and unedited; anything else is Unauthorized."""
+        try:
+            header = jwt.get_unverified_header(token)
+            if header.get("alg") != "EdDSA" or header.get("kid") != self.kid:
+                raise Unauthorized("the ticket was not signed by this relay", field="ticket")
+            claims = jwt.decode(
+                token,
+                self._key.public_key(),
+                algorithms=["EdDSA"],
+                options={"require": ["exp", "iat", "sub", "jti"], "verify_exp": False},
+            )
+        except jwt.PyJWTError as exc:
+            raise Unauthorized(f"ticket rejected: {exc}", field="ticket") from exc
+        if claims["exp"] < now:
+            raise Unauthorized("the ticket has expired", field="ticket")
+        try:
+            return TicketClaims.model_validate(claims)
+        except ValueError as exc:
+            raise Unauthorized("the ticket's claims are not the relay's", field="ticket") from exc
 
     def jwks(self) -> dict[str, Any]:
         return {"keys": [self._jwk]}

@@ -72,6 +72,13 @@ class LedgerRow:
     lease_until: float = 0.0
     dispatched_at: float | None = None
     reason: str | None = None
+    # Identity of the dispatch, read by callbacks: what was sent where (never taken from a callback body).
+    repo_id: int | None = None
+    upstream: str | None = None
+    head_sha: str | None = None
+    pr: int | None = None
+    level: int | None = None
+    device: str | None = None
 
 
 class Ledger(Protocol):
@@ -131,3 +138,52 @@ class GitHub(Protocol):
 
 class TicketSigner(Protocol):
     def sign(self, claims: TicketClaims) -> str: ...
+
+
+class TokenVerifier(Protocol):
+    def verify(self, token: str) -> dict[str, Any]: ...
+
+
+class TicketVerifier(Protocol):
+    def verify(self, token: str, now: float) -> TicketClaims: ...
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job's recorded state; identity fields come from the dispatch ledger."""
+
+    dispatch_id: str
+    run_id: int
+    run_attempt: int
+    job_name: str
+    workflow_name: str
+    state: str
+    conclusion: str | None
+    fingerprint: str
+    url: str
+    repo: str
+    repo_id: int
+    level: int
+    delivery_id: str
+    upstream: str
+    head_sha: str
+    pr: int | None
+    device: str | None
+    dispatched_at: float
+    started_at: float | None
+    completed_at: float | None
+    callback_payload: str  # the body as the downstream sent it (untrusted), JSON text
+    version: int = 0
+
+
+class ResultsStore(Protocol):
+    def get_job(self, dispatch_id: str, run_id: int, run_attempt: int, job_name: str) -> JobRecord | None: ...
+    def put_job(self, record: JobRecord, expected_version: int | None) -> bool:
+        """Conditional write: False when someone else wrote the job first (read and decide again)."""
+        ...
+
+
+class RateLimiter(Protocol):
+    def hit(self, key: str, now: float) -> float:
+        """0 when under the limit; otherwise seconds until the window frees up."""
+        ...

@@ -35,3 +35,37 @@ class AllowlistError(CrcrError):
         where = f"line {line}: " if line else ""
         super().__init__(f"{where}{message}")
         self.line = line
+
+
+class Unauthorized(CrcrError):
+    """The token or ticket does not prove who is calling."""
+
+    reason = "unauthorized"
+
+
+class Forbidden(CrcrError):
+    """The caller is known but may not report this."""
+
+    reason = "forbidden"
+
+
+class Conflict(CrcrError):
+    reason = "conflict"
+
+
+class TooManyRequests(CrcrError):
+    reason = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after_s: int, field: str | None = None) -> None:
+        super().__init__(message, field=field)
+        self.retry_after_s = retry_after_s
+
+
+class Unavailable(CrcrError):
+    """A dependency (the OIDC issuer) cannot answer now; the caller may retry."""
+
+    reason = "unavailable"
+
+    def __init__(self, message: str, *, retry_after_s: int, field: str | None = None) -> None:
+        super().__init__(message, field=field)
+        self.retry_after_s = retry_after_s

@@ -1,0 +1,153 @@
+"""GitHub Actions OIDC token verification: discovery → JWKS (cached), RS256/ES256 only, pinned iss/aud.
+
+PyJWT's PyJWKClient refuses an unknown `kid` for 30 s after a fetch, so a key rotated in moments
+ago fails. Here an unknown `kid` refetches the key set at once, unless a fetch happened less than
+`refetch_interval_s` ago for another unknown `kid` (then the caller is told to retry shortly): random `kid`s cost the
+issuer at most one fetch per interval per instance.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+import jwt
+import urllib3
+
+from crcr.domain.errors import Unauthorized, Unavailable
+
+ALLOWED_ALGORITHMS = ("RS256", "ES256")
+_KTY_FOR_ALG = {"RS256": "RSA", "ES256": "EC"}
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_issuer_url(url: str) -> None:
+    """https, except plain http on loopback for local runs (DESIGN §5)."""
+    parts = urlsplit(url)
+    if parts.scheme == "https" and parts.hostname:
+        return
+    if parts.scheme == "http" and parts.hostname and _is_loopback(parts.hostname):
+        return
+    raise ValueError(f"OIDC issuer {url!r} must be https (plain http only on loopback)")
+
+
+class OidcVerifier:
+    def __init__(
+        self,
+        issuer: str,
+        audience: str,
+        clock: Callable[[], float],
+        *,
+        pool: urllib3.PoolManager | None = None,
+        cache_s: float = 300.0,
+        refetch_interval_s: float = 2.0,
+        leeway_s: int = 60,
+    ) -> None:
+        check_issuer_url(issuer)
+        self.issuer = issuer.rstrip("/")
+        self.audience = audience
+        self._clock = clock
+        self._http = pool or urllib3.PoolManager(num_pools=2, maxsize=8, retries=False)
+        self._timeout = urllib3.Timeout(connect=2.0, read=5.0)
+        self._cache_s = cache_s
+        self._refetch_interval_s = refetch_interval_s
+        self._leeway = leeway_s
+        self._lock = threading.Lock()
+        self._keys: dict[str, jwt.PyJWK] = {}
+        self._fetched_at = float("-inf")
+        self._unknown_kid_fetch_at = float("-inf")  # only these refetches are rate-limited
+        self._jwks_uri: str | None = None
+        self.fetches = 0
+
+    def _get_json(self, url: str) -> Any:
+        try:
+            resp = self._http.request("GET", url, timeout=self._timeout, headers={"Accept": "application/json"})
+        except urllib3.exceptions.HTTPError as exc:
+            raise Unavailable(f"OIDC issuer unreachable: {type(exc).__name__}", retry_after_s=5) from exc
+        if resp.status != 200:
+            raise Unavailable(f"OIDC issuer answered {resp.status} for {url}", retry_after_s=5)
+        try:
+            return json.loads(resp.data)
+        except ValueError as exc:
+            raise Unavailable("OIDC issuer sent a document that is not JSON", retry_after_s=5) from exc
+
+    def _refresh(self) -> None:
+        self.fetches += 1
+        self._fetched_at = self._clock()
+        if self._jwks_uri is None:
+            discovery = self._get_json(f"{self.issuer}/.well-known/openid-configuration")
+            if not isinstance(discovery, dict) or discovery.get("issuer", "").rstrip("/") != self.issuer:
+                raise Unavailable("the OIDC discovery document names another issuer", retry_after_s=30)
+            jwks_uri = str(discovery.get("jwks_uri") or "")
+            # The key set must come from the issuer's own origin: a discovery document cannot send us elsewhere.
+            if urlsplit(jwks_uri)[:2] != urlsplit(self.issuer)[:2]:
+                raise Unavailable("the OIDC jwks_uri is not on the issuer's origin", retry_after_s=30)
+            self._jwks_uri = jwks_uri
+        doc = self._get_json(self._jwks_uri)
+        keys: dict[str, jwt.PyJWK] = {}
+        for raw in doc.get("keys", []) if isinstance(doc, dict) else []:
+            kid, kty = raw.get("kid"), raw.get("kty")
+            if not kid or kty not in {"RSA", "EC"} or raw.get("use", "sig") != "sig":
+                continue
+            try:
+                keys[str(kid)] = jwt.PyJWK(raw)
+            except jwt.PyJWTError:
+                continue  # a key we cannot use cannot verify anything either
+        self._keys = keys
+
+    def _key(self, kid: str) -> jwt.PyJWK:
+        with self._lock:
+            now = self._clock()
+            if now - self._fetched_at >= self._cache_s:
+                self._refresh()
+            key = self._keys.get(kid)
+            if key is not None:
+                return key
+            if now - self._unknown_kid_fetch_at < self._refetch_interval_s:
+                raise Unavailable("token signed with a key not seen yet; retry shortly", retry_after_s=2)
+            self._unknown_kid_fetch_at = now
+            self._refresh()
+            key = self._keys.get(kid)
+            if key is None:
+                raise Unauthorized("the token's key id is not one of the issuer's keys", field="Authorization")
+            return key
+
+    def verify(self, token: str) -> dict[str, Any]:
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError as exc:
+            raise Unauthorized("the bearer token is not a JWT", field="Authorization") from exc
+        alg = header.get("alg")
+        if alg not in ALLOWED_ALGORITHMS:
+            raise Unauthorized(f"token algorithm {alg!r} is not accepted", field="Authorization")
+        kid = header.get("kid")
+        if not isinstance(kid, str) or not kid:
+            raise Unauthorized("the token names no key id", field="Authorization")
+        key = self._key(kid)
+        if key.key_type != _KTY_FOR_ALG[alg]:
+            raise Unauthorized("the token's algorithm does not fit its key", field="Authorization")
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                key.key,
+                algorithms=[alg],
+                audience=self.audience,
+                issuer=self.issuer,
+                leeway=self._leeway,
+                options={"require": ["exp", "iat", "iss", "aud"]},
+            )
+        except jwt.PyJWTError as exc:
+            raise Unauthorized(f"token rejected: {exc}", field="Authorization") from exc
+        return claims

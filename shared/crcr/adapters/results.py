@@ -1,0 +1,143 @@
+"""DynamoDB results table (job records, streamed to the reporter) and the per-repository callback limiter."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from crcr.app.ports import JobRecord
+from crcr.domain.ids import repo_key
+
+RESULTS_TTL_S = 90 * 86_400
+
+
+def _conditional_failed(exc: ClientError) -> bool:
+    return bool(exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException")
+
+
+def _n(value: float | int) -> dict[str, str]:
+    return {"N": str(Decimal(str(round(value, 6))))}
+
+
+def _opt_n(value: float | int | None) -> dict[str, Any]:
+    return _n(value) if value is not None else {"NULL": True}
+
+
+def _opt_s(value: str | None) -> dict[str, Any]:
+    return {"S": value} if value else {"NULL": True}
+
+
+def job_key(dispatch_id: str, run_id: int, run_attempt: int, job_name: str) -> dict[str, dict[str, str]]:
+    return {"pk": {"S": f"DSP#{dispatch_id}"}, "sk": {"S": f"JOB#{run_id}#{run_attempt}#{job_name}"}}
+
+
+def to_item(record: JobRecord) -> dict[str, Any]:
+    return job_key(record.dispatch_id, record.run_id, record.run_attempt, record.job_name) | {
+        "dispatch_id": {"S": record.dispatch_id},
+        "run_id": _n(record.run_id),
+        "run_attempt": _n(record.run_attempt),
+        "job_name": {"S": record.job_name},
+        "workflow_name": {"S": record.workflow_name},
+        "state": {"S": record.state},
+        "conclusion": _opt_s(record.conclusion),
+        "fingerprint": {"S": record.fingerprint},
+        "url": {"S": record.url},
+        "repo": {"S": record.repo},
+        "repo_id": _n(record.repo_id),
+        "level": _n(record.level),
+        "delivery_id": {"S": record.delivery_id},
+        "upstream": {"S": record.upstream},
+        "head_sha": {"S": record.head_sha},
+        "pr": _opt_n(record.pr),
+        "device": _opt_s(record.device),
+        "dispatched_at": _n(record.dispatched_at),
+        "started_at": _opt_n(record.started_at),
+        "completed_at": _opt_n(record.completed_at),
+        "callback_payload": {"S": record.callback_payload},
+        "version": _n(record.version),
+        "expires_at": _n(int(record.completed_at or record.started_at or record.dispatched_at) + RESULTS_TTL_S),
+    }
+
+
+def from_item(item: dict[str, Any]) -> JobRecord:
+    def num(name: str) -> float | None:
+        return float(item[name]["N"]) if "N" in item.get(name, {}) else None
+
+    def text(name: str) -> str | None:
+        return item[name]["S"] if "S" in item.get(name, {}) else None
+
+    pr = num("pr")
+    return JobRecord(
+        dispatch_id=item["dispatch_id"]["S"],
+        run_id=int(item["run_id"]["N"]),
+        run_attempt=int(item["run_attempt"]["N"]),
+        job_name=item["job_name"]["S"],
+        workflow_name=item["workflow_name"]["S"],
+        state=item["state"]["S"],
+        conclusion=text("conclusion"),
+        fingerprint=item["fingerprint"]["S"],
+        url=item["url"]["S"],
+        repo=item["repo"]["S"],
+        repo_id=int(item["repo_id"]["N"]),
+        level=int(item["level"]["N"]),
+        delivery_id=item["delivery_id"]["S"],
+        upstream=item["upstream"]["S"],
+        head_sha=item["head_sha"]["S"],
+        pr=int(pr) if pr is not None else None,
+        device=text("device"),
+        dispatched_at=float(item["dispatched_at"]["N"]),
+        started_at=num("started_at"),
+        completed_at=num("completed_at"),
+        callback_payload=item["callback_payload"]["S"],
+        version=int(item["version"]["N"]),
+    )
+
+
+class DynamoResults:
+    def __init__(self, client: Any, table: str) -> None:
+        self._ddb = client
+        self._table = table
+
+    def get_job(self, dispatch_id: str, run_id: int, run_attempt: int, job_name: str) -> JobRecord | None:
+        item = self._ddb.get_item(
+            TableName=self._table, Key=job_key(dispatch_id, run_id, run_attempt, job_name), ConsistentRead=True
+        ).get("Item")
+        return from_item(item) if item else None
+
+    def put_job(self, record: JobRecord, expected_version: int | None) -> bool:
+        condition: dict[str, Any] = (
+            {"ConditionExpression": "attribute_not_exists(pk)"}
+            if expected_version is None
+            else {"ConditionExpression": "version = :v", "ExpressionAttributeValues": {":v": _n(expected_version)}}
+        )
+        try:
+            self._ddb.put_item(TableName=self._table, Item=to_item(record), **condition)
+        except ClientError as exc:
+            if _conditional_failed(exc):
+                return False
+            raise
+        return True
+
+
+class DynamoRateLimiter:
+    """Fixed one-minute windows per key, counted with an atomic ADD in the state table."""
+
+    def __init__(self, client: Any, table: str, per_minute: int) -> None:
+        self._ddb = client
+        self._table = table
+        self._limit = per_minute
+
+    def hit(self, key: str, now: float) -> float:
+        window = int(now // 60)
+        got = self._ddb.update_item(
+            TableName=self._table,
+            Key={"pk": {"S": f"RATE#{repo_key(key)}"}, "sk": {"S": str(window)}},
+            UpdateExpression="ADD hits :one SET expires_at = :exp",
+            ExpressionAttributeValues={":one": {"N": "1"}, ":exp": {"N": str((window + 2) * 60)}},
+            ReturnValues="UPDATED_NEW",
+        )
+        if int(got["Attributes"]["hits"]["N"]) > self._limit:
+            return (window + 1) * 60 - now
+        return 0.0

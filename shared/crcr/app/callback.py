@@ -1,0 +1,215 @@
+"""Callback use case: a downstream job reports its state; only the dispatched run of the dispatched
+repository may, and what is recorded about it (repository, commit, PR, level) comes from the ledger."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from pydantic import ValidationError
+
+from crcr.app.ports import (
+    AllowlistProvider,
+    Clock,
+    JobRecord,
+    Ledger,
+    LedgerRow,
+    LedgerState,
+    Metrics,
+    RateLimiter,
+    ResultsStore,
+    TicketVerifier,
+    TokenVerifier,
+)
+from crcr.contracts.callback import CallbackBody, PyTorchCallbackBody
+from crcr.domain.callback_rules import check_identity
+from crcr.domain.errors import (
+    BadRequest,
+    Conflict,
+    CrcrError,
+    Forbidden,
+    PayloadTooLarge,
+    TooManyRequests,
+    Unauthorized,
+)
+from crcr.domain.jobs import Current, Decision, JobState, decide
+from crcr.domain.levels import Level
+
+MAX_CALLBACK_BYTES = 256 * 1024
+
+
+class Reply(Enum):
+    RECORDED = "recorded"
+    DUPLICATE = "duplicate"
+    IGNORED = "ignored"
+
+
+@dataclass(frozen=True)
+class CallbackDeps:
+    tokens: TokenVerifier
+    tickets: TicketVerifier
+    ledger: Ledger
+    allowlist: AllowlistProvider
+    results: ResultsStore
+    limiter: RateLimiter
+    metrics: Metrics
+    clock: Clock
+    max_body_bytes: int = MAX_CALLBACK_BYTES
+
+
+@dataclass(frozen=True)
+class Report:
+    """A callback body in one shape, whichever shape it arrived in."""
+
+    status: str
+    conclusion: str | None
+    workflow_name: str
+    job_name: str
+    run_id: int
+    run_attempt: int
+    url: str
+    raw: dict[str, Any]
+
+
+def _field(exc: ValidationError) -> str:
+    errors = exc.errors()
+    return ".".join(str(p) for p in errors[0]["loc"]) if errors and errors[0]["loc"] else "body"
+
+
+def _parse(body: bytes) -> tuple[CallbackBody | PyTorchCallbackBody, Report]:
+    try:
+        doc = json.loads(body)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BadRequest("body is not JSON", field="body") from exc
+    if not isinstance(doc, dict):
+        raise BadRequest("body must be a JSON object", field="body")
+    try:
+        if "ticket" in doc:
+            ours = CallbackBody.model_validate(doc)
+            return ours, Report(
+                ours.status, ours.conclusion, ours.workflow_name, ours.job_name, ours.run_id, ours.run_attempt,
+                ours.url, doc,
+            )  # fmt: skip
+        theirs = PyTorchCallbackBody.model_validate(doc)
+    except ValidationError as exc:
+        raise BadRequest(f"invalid callback: {exc.errors()[0]['msg']}", field=_field(exc)) from exc
+    wf = theirs.workflow
+    return theirs, Report(wf.status, wf.conclusion, wf.name, wf.job_name, wf.run_id, wf.run_attempt, wf.url, doc)
+
+
+def _bearer(authorization: str | None) -> str:
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized("missing Authorization: Bearer <GitHub Actions OIDC token>", field="Authorization")
+    return token.strip()
+
+
+def _dispatch_of(parsed: CallbackBody | PyTorchCallbackBody, claims: dict[str, Any], deps: CallbackDeps) -> LedgerRow:
+    """The dispatch this report belongs to, from the ticket or (PyTorch's body) the delivery id."""
+    if isinstance(parsed, CallbackBody):
+        ticket = deps.tickets.verify(parsed.ticket, deps.clock.now())
+        if str(claims.get("repository", "")).lower() != ticket.sub.lower():
+            raise Forbidden(f"this ticket was issued to {ticket.sub}", field="ticket")
+        row = deps.ledger.get(ticket.delivery_id, ticket.sub)
+        if row is None or row.state is not LedgerState.DISPATCHED or row.dispatch_id != ticket.jti:
+            raise Unauthorized("the ticket's dispatch is not in the ledger", field="ticket")
+        return row
+    row = deps.ledger.get(parsed.delivery_id, str(claims.get("repository", "")))
+    if row is None or row.state is not LedgerState.DISPATCHED:
+        raise Forbidden("this delivery was never dispatched to the calling repository", field="delivery_id")
+    return row
+
+
+def _fingerprint(raw: dict[str, Any]) -> str:
+    """What makes two reports the same report: everything the downstream sent but its credentials."""
+    content = {k: v for k, v in raw.items() if k != "ticket"}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def handle_callback(body: bytes, authorization: str | None, deps: CallbackDeps) -> Reply:
+    try:
+        reply = _handle(body, authorization, deps)
+    except CrcrError as exc:
+        deps.metrics.count("CallbackRejected", reason=exc.reason)
+        raise
+    deps.metrics.count(f"Callback{reply.value.capitalize()}")
+    return reply
+
+
+def _handle(body: bytes, authorization: str | None, deps: CallbackDeps) -> Reply:
+    if len(body) > deps.max_body_bytes:
+        raise PayloadTooLarge(f"body is {len(body)} bytes; the limit is {deps.max_body_bytes}", field="body")
+    claims = deps.tokens.verify(_bearer(authorization))
+    parsed, report = _parse(body)
+    row = _dispatch_of(parsed, claims, deps)
+    entry = deps.allowlist.current().get(row.repo)
+    if entry is None:
+        raise Forbidden(f"{row.repo} is no longer on the allowlist", field="repository")
+    check_identity(
+        claims,
+        repo=row.repo,
+        repo_id=row.repo_id or 0,
+        run_id=report.run_id,
+        run_attempt=report.run_attempt,
+        pinned_repo_id=entry.settings.repository_id,
+        workflows=entry.settings.workflows,
+    )
+    if Level(row.level or entry.level) < Level.L2:
+        return Reply.IGNORED  # L1: dispatch only; results are not recorded
+    wait = deps.limiter.hit(row.repo, deps.clock.now())
+    if wait > 0:
+        raise TooManyRequests(f"too many callbacks from {row.repo}", retry_after_s=math.ceil(wait))
+    return _record(row, report, deps)
+
+
+def _record(row: LedgerRow, report: Report, deps: CallbackDeps) -> Reply:
+    fingerprint = _fingerprint(report.raw)
+    for _ in range(5):
+        now = deps.clock.now()
+        current = deps.results.get_job(row.dispatch_id, report.run_id, report.run_attempt, report.job_name)
+        decision = decide(
+            Current(JobState(current.state), current.fingerprint) if current else None, report.status, fingerprint
+        )
+        if decision is Decision.CONFLICT:
+            raise Conflict(f"job {report.job_name} already reported {current.state if current else ''} differently")
+        if decision in (Decision.DUPLICATE, Decision.STALE):
+            return Reply.DUPLICATE
+        record = _next_record(row, report, current, fingerprint, now)
+        if deps.results.put_job(record, current.version if current else None):
+            return Reply.RECORDED
+        # Another callback for the same job won the conditional write: read it and decide again.
+    raise Conflict(f"job {report.job_name} is being reported concurrently; retry")
+
+
+def _next_record(row: LedgerRow, report: Report, current: JobRecord | None, fingerprint: str, now: float) -> JobRecord:
+    completed = report.status == "completed"
+    # Queue and execution times are measured on the relay's clock: start is when in_progress arrived.
+    started_at = current.started_at if current and current.started_at else (None if completed else now)
+    return JobRecord(
+        dispatch_id=row.dispatch_id,
+        run_id=report.run_id,
+        run_attempt=report.run_attempt,
+        job_name=report.job_name,
+        workflow_name=report.workflow_name,
+        state=report.status,
+        conclusion=report.conclusion,
+        fingerprint=fingerprint,
+        url=report.url,
+        repo=row.repo,
+        repo_id=row.repo_id or 0,
+        level=row.level or 0,
+        delivery_id=row.delivery_id,
+        upstream=row.upstream or "",
+        head_sha=row.head_sha or "",
+        pr=row.pr,
+        device=row.device,
+        dispatched_at=row.dispatched_at or now,
+        started_at=started_at,
+        completed_at=now if completed else None,
+        callback_payload=json.dumps(report.raw, separators=(",", ":")),
+        version=(current.version + 1) if current else 1,
+    )

@@ -1,0 +1,280 @@
+"""POST /callback on `crcr local`: real OIDC tokens from an independent issuer, real tickets, real ledger."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.conftest import LISTED, Relay, event_body, http
+from tests.doubles.oidc_issuer import GITHUB_OBSERVED_LIFETIME, OidcIssuer
+
+pytestmark = pytest.mark.e2e
+REPO_IDS = {repo: 5000 + i for i, repo in enumerate(LISTED)}
+L2 = "org-two/l2-repo"
+
+
+@pytest.fixture
+def oidc() -> Iterator[OidcIssuer]:
+    with OidcIssuer() as issuer:
+        yield issuer
+
+
+@dataclass
+class Scenario:
+    relay: Relay
+    oidc: OidcIssuer
+    delivery: str
+    head_sha: str
+
+    def dispatch_payload(self, repo: str) -> dict[str, Any]:
+        [sent] = self.relay.github.dispatches(repo)
+        payload: dict[str, Any] = sent["client_payload"]
+        return payload
+
+    def token(self, repo: str = L2, **claims: Any) -> str:
+        params: dict[str, Any] = {
+            "repository": repo,
+            "repository_id": REPO_IDS.get(repo, 1),
+            "run_id": 777,
+            "run_attempt": 1,
+            "job_workflow_ref": f"{repo}/.github/workflows/ci.yml@refs/heads/main",
+        }
+        return self.oidc.token(**(params | claims))
+
+    def body(self, repo: str = L2, **changes: Any) -> dict[str, Any]:
+        body = {
+            "schema_version": 1,
+            "ticket": self.dispatch_payload(repo)["ticket"],
+            "status": "in_progress",
+            "workflow_name": "CI",
+            "job_name": "build-and-test",
+            "run_id": 777,
+            "run_attempt": 1,
+            "url": f"https://github.com/{repo}/actions/runs/777",
+        }
+        return body | changes
+
+    def post(self, body: dict[str, Any] | bytes, token: str | None) -> tuple[int, dict[str, Any]]:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        headers = {"content-type": "application/json"}
+        if token is not None:
+            headers["authorization"] = f"Bearer {token}"
+        return http("POST", f"{self.relay.url}/callback", data, headers)
+
+    def jobs(self) -> list[dict[str, Any]]:
+        ddb = self.relay.stack.client("dynamodb")
+        items = ddb.scan(TableName="crcr-local-ResultsTable", ConsistentRead=True)["Items"]
+        return [{k: next(iter(v.values())) for k, v in item.items()} for item in items]
+
+
+@pytest.fixture
+def scenario(relay_factory: Callable[..., Relay], oidc: OidcIssuer) -> Scenario:
+    relay = relay_factory(env={"CRCR_OIDC_ISSUER": oidc.url, "CRCR_OIDC_AUDIENCE": "crcr"})
+    delivery = str(uuid.uuid4())
+    body = event_body("pull_request.opened.json")
+    assert relay.post("pull_request", body, delivery)[0] == 202
+    relay.wait_dispatches(dict.fromkeys(LISTED, 1), settle_s=0)
+    return Scenario(relay, oidc, delivery, json.loads(body)["pull_request"]["head"]["sha"])
+
+
+def test_a_job_is_recorded_with_the_ledgers_identity_and_retries_are_duplicates(scenario: Scenario) -> None:
+    s = scenario
+    assert s.post(s.body(), s.token()) == (200, {"status": "recorded"})
+    assert s.post(s.body(), s.token()) == (200, {"status": "duplicate"})
+    done = s.body(
+        status="completed", conclusion="success", test_results={"passed": 5, "failed": 0, "skipped": 1, "total": 6}
+    )
+    assert s.post(done, s.token()) == (200, {"status": "recorded"})
+    assert s.post(done, s.token()) == (200, {"status": "duplicate"})
+    # A late in_progress after completion never regresses the job.
+    assert s.post(s.body(), s.token()) == (200, {"status": "duplicate"})
+    [job] = s.jobs()
+    assert job["state"] == "completed" and job["conclusion"] == "success"
+    assert (job["repo"], job["repo_id"], job["level"]) == ("org-two/l2-repo", "5001", "2")
+    assert (job["delivery_id"], job["head_sha"], job["pr"]) == (s.delivery, s.head_sha, "170001")
+    assert float(job["started_at"]) <= float(job["completed_at"])
+    # A different result for a job already completed is a conflict, not an overwrite.
+    status, reply = s.post(s.body(status="completed", conclusion="failure"), s.token())
+    assert status == 409 and reply["error"] == "conflict"
+
+
+def test_completed_first_is_recorded(scenario: Scenario) -> None:
+    s = scenario
+    token = s.token(lifetime=GITHUB_OBSERVED_LIFETIME)  # real GitHub tokens live for hours
+    assert s.post(s.body(status="completed", conclusion="failure"), token)[1] == {"status": "recorded"}
+    [job] = s.jobs()
+    assert job["state"] == "completed" and job["started_at"] is True  # NULL: never seen starting
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "wrong_audience",
+        "expired",
+        "alg_none",
+        "hs256_with_public_key",
+        "unknown_key_known_kid",
+        "wrong_issuer",
+        "tampered_payload",
+    ],
+)
+def test_every_forged_token_is_refused_with_401(scenario: Scenario, kind: str) -> None:
+    s = scenario
+    forged = s.oidc.forge(kind, repository=L2, repository_id=REPO_IDS[L2], run_id=777, run_attempt=1)
+    status, reply = s.post(s.body(), forged)
+    assert status == 401 and reply["error"] == "unauthorized" and reply["field"] == "Authorization"
+    assert s.jobs() == []
+
+
+def test_a_missing_token_is_401(scenario: Scenario) -> None:
+    status, reply = scenario.post(scenario.body(), None)
+    assert status == 401 and reply["field"] == "Authorization"
+
+
+def test_a_ticket_used_by_another_repository_is_refused(scenario: Scenario) -> None:
+    s = scenario
+    stolen = s.body(L2)  # L2's ticket, presented by the L3 repository's own valid token
+    status, reply = s.post(stolen, s.token("org-three/l3-repo"))
+    assert status == 403 and reply["field"] == "ticket"
+    assert s.jobs() == []
+
+
+def test_an_edited_ticket_is_refused(scenario: Scenario) -> None:
+    s = scenario
+    header, claims, signature = s.body()["ticket"].split(".")
+    import base64  # noqa: PLC0415
+
+    doc = json.loads(base64.urlsafe_b64decode(claims + "=" * (-len(claims) % 4)))
+    doc["head_sha"] = "f" * 40
+    edited = base64.urlsafe_b64encode(json.dumps(doc).encode()).rstrip(b"=").decode()
+    status, reply = s.post(s.body(ticket=f"{header}.{edited}.{signature}"), s.token())
+    assert status == 401 and reply["field"] == "ticket"
+
+
+@pytest.mark.parametrize(
+    ("claims", "field"),
+    [
+        ({"run_id": 778}, "run_id"),
+        ({"run_attempt": 2}, "run_attempt"),
+        ({"repository_id": 9999}, "repository_id"),
+        ({"event_name": "push"}, "event_name"),
+    ],
+)
+def test_a_token_from_another_run_or_trigger_is_refused(scenario: Scenario, claims: dict[str, Any], field: str) -> None:
+    status, reply = scenario.post(scenario.body(), scenario.token(**claims))
+    assert status == 403 and reply["field"] == field
+
+
+def test_pytorchs_body_is_bound_through_the_ledger(scenario: Scenario) -> None:
+    s = scenario
+    theirs = {
+        "schema_version": "1",
+        "delivery_id": s.delivery,
+        "payload": {"pull_request": {"number": 1, "head": {"sha": "0" * 40}}},  # ignored: the ledger decides
+        "workflow": {
+            "status": "completed",
+            "conclusion": "success",
+            "name": "OOT L2 CI",
+            "url": "https://github.com/org-two/l2-repo/actions/runs/777",
+            "job_name": "build-and-test",
+            "run_id": "777",
+            "run_attempt": 1,
+        },
+    }
+    assert s.post(theirs, s.token()) == (200, {"status": "recorded"})
+    [job] = s.jobs()
+    assert job["head_sha"] == s.head_sha and job["pr"] == "170001"
+    # The same body for a delivery that was never dispatched to this repository.
+    status, reply = s.post(theirs | {"delivery_id": str(uuid.uuid4())}, s.token())
+    assert status == 403 and reply["field"] == "delivery_id"
+
+
+def test_an_l1_repository_is_answered_ignored(scenario: Scenario) -> None:
+    s = scenario
+    l1 = "org-one/l1-repo"
+    assert s.post(s.body(l1), s.token(l1)) == (200, {"status": "ignored"})
+    assert s.jobs() == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"status": "done"}, "status"),
+        ({"status": "completed"}, "body"),  # conclusion missing
+        ({"conclusion": "success"}, "body"),  # conclusion without completed
+        ({"run_id": "seven"}, "run_id"),
+        ({"schema_version": 2}, "schema_version"),
+        ({"surprise": True}, "surprise"),
+    ],
+)
+def test_bad_bodies_are_400_naming_the_field(scenario: Scenario, changes: dict[str, Any], field: str) -> None:
+    status, reply = scenario.post(scenario.body(**changes), scenario.token())
+    assert status == 400 and reply["error"] == "bad_request" and reply["field"] == field
+
+
+def test_a_3mb_body_is_413(scenario: Scenario) -> None:
+    status, reply = scenario.post(scenario.body(summary="x" * 3_000_000), scenario.token())
+    assert status == 413 and reply["field"] == "body"
+
+
+def test_two_identical_callbacks_racing_record_once(scenario: Scenario) -> None:
+    s = scenario
+    body, token = s.body(status="completed", conclusion="success"), s.token()
+    results: list[tuple[int, dict[str, Any]]] = []
+    threads = [threading.Thread(target=lambda: results.append(s.post(body, token))) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    statuses = sorted(reply["status"] for _, reply in results)
+    assert statuses == ["duplicate"] * 5 + ["recorded"]
+    assert len(s.jobs()) == 1
+
+
+def test_a_rotated_issuer_key_verifies_at_once(scenario: Scenario) -> None:
+    s = scenario
+    assert s.post(s.body(job_name="one"), s.token())[0] == 200
+    s.oidc.rotate()
+    assert s.post(s.body(job_name="two"), s.token()) == (200, {"status": "recorded"})
+
+
+def test_random_key_ids_do_not_hammer_the_issuer(scenario: Scenario) -> None:
+    s = scenario
+    assert s.post(s.body(), s.token())[0] == 200
+    before = len([r for r in s.oidc.requests if r.path.endswith("/jwks")])
+    for _ in range(40):
+        status, _ = s.post(s.body(), s.oidc.forge("unknown_kid", repository=L2, repository_id=REPO_IDS[L2]))
+        assert status in (401, 503)
+    fetched = len([r for r in s.oidc.requests if r.path.endswith("/jwks")]) - before
+    assert fetched <= 5
+
+
+def test_callbacks_over_the_repository_rate_limit_get_429(
+    relay_factory: Callable[..., Relay], oidc: OidcIssuer
+) -> None:
+    relay = relay_factory(
+        env={"CRCR_OIDC_ISSUER": oidc.url, "CRCR_OIDC_AUDIENCE": "crcr", "CRCR_CALLBACK_RATE_PER_MIN": "3"}
+    )
+    relay.post("pull_request", event_body("pull_request.opened.json"))
+    relay.wait_dispatches(dict.fromkeys(LISTED, 1), settle_s=0)
+    s = Scenario(relay, oidc, "", "")
+    answers = [s.post(s.body(job_name=f"job-{i}"), s.token())[0] for i in range(3)]
+    assert answers == [200, 200, 200]
+    request = urllib.request.Request(
+        f"{relay.url}/callback",
+        data=json.dumps(s.body(job_name="job-4")).encode(),
+        headers={"authorization": f"Bearer {s.token()}", "content-type": "application/json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=10)
+    assert caught.value.code == 429
+    assert 1 <= int(caught.value.headers["retry-after"]) <= 60
+    assert json.loads(caught.value.read())["error"] == "rate_limited"
