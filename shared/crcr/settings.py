@@ -44,6 +44,7 @@ class Settings(BaseModel):
     bodies_bucket: str | None = None
     callback_url: str | None = None
     results_table: str | None = None
+    reporter_dlq_url: str | None = None
     callback_rate_per_min: int = 600
 
     @classmethod

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import LISTED, Relay, event_body, http
+from tests.doubles.hud import HudDouble
 from tests.doubles.oidc_issuer import GITHUB_OBSERVED_LIFETIME, OidcIssuer
 
 pytestmark = pytest.mark.e2e
@@ -75,9 +77,26 @@ class Scenario:
         return [{k: next(iter(v.values())) for k, v in item.items()} for item in items]
 
 
+HUD_TOKEN = "hud-bot-token"
+
+
 @pytest.fixture
-def scenario(relay_factory: Callable[..., Relay], oidc: OidcIssuer) -> Scenario:
-    relay = relay_factory(env={"CRCR_OIDC_ISSUER": oidc.url, "CRCR_OIDC_AUDIENCE": "crcr"})
+def hud() -> Iterator[HudDouble]:
+    double = HudDouble(HUD_TOKEN)
+    yield double
+    double.stop()
+
+
+@pytest.fixture
+def scenario(relay_factory: Callable[..., Relay], oidc: OidcIssuer, hud: HudDouble) -> Scenario:
+    relay = relay_factory(
+        env={
+            "CRCR_OIDC_ISSUER": oidc.url,
+            "CRCR_OIDC_AUDIENCE": "crcr",
+            "CRCR_HUD_URL": hud.url,
+            "CRCR_HUD_TOKEN": HUD_TOKEN,
+        }
+    )
     delivery = str(uuid.uuid4())
     body = event_body("pull_request.opened.json")
     assert relay.post("pull_request", body, delivery)[0] == 202
@@ -278,3 +297,61 @@ def test_callbacks_over_the_repository_rate_limit_get_429(
     assert caught.value.code == 429
     assert 1 <= int(caught.value.headers["retry-after"]) <= 60
     assert json.loads(caught.value.read())["error"] == "rate_limited"
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float = 15.0) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and not predicate():
+        time.sleep(0.1)
+
+
+def test_each_state_change_is_pushed_to_the_hud_once(scenario: Scenario, hud: HudDouble) -> None:
+    s = scenario
+    s.post(s.body(), s.token())
+    s.post(s.body(), s.token())  # duplicate: no second push
+    done = s.body(
+        status="completed", conclusion="failure", test_results={"passed": 1, "failed": 2, "skipped": 0, "total": 3}
+    )
+    s.post(done, s.token())
+    s.post(done, s.token())
+    s.post(s.body(), s.token())  # late in_progress: no push
+    wait_for(lambda: len(hud.pushes) >= 2)
+    time.sleep(1.5)
+    assert len(hud.pushes) == 2
+    first, second = hud.pushes
+    trusted = second["trusted"]
+    assert trusted["verified_repo"] == "org-two/l2-repo" and trusted["downstream_repo_level"] == "L2"
+    assert (trusted["pr_number"], trusted["head_sha"], trusted["delivery_id"]) == (170001, s.head_sha, s.delivery)
+    assert (
+        first["trusted"]["ci_metrics"]["queue_time"] >= 0 and first["trusted"]["ci_metrics"]["execution_time"] is None
+    )
+    assert second["trusted"]["ci_metrics"]["execution_time"] >= 0
+    assert second["untrusted"]["callback_payload"]["conclusion"] == "failure"
+    assert "ticket" in second["untrusted"]["callback_payload"]  # verbatim, as the downstream sent it
+
+
+def test_refused_callbacks_never_reach_the_hud(scenario: Scenario, hud: HudDouble) -> None:
+    s = scenario
+    s.post(s.body(), s.oidc.forge("wrong_audience", repository=L2, repository_id=REPO_IDS[L2], run_id=777))
+    s.post(s.body(L2), s.token("org-three/l3-repo"))
+    s.post(s.body(), s.token(run_id=778))
+    s.post(s.body("org-one/l1-repo"), s.token("org-one/l1-repo"))
+    time.sleep(2)
+    assert hud.attempts == []
+
+
+def test_hud_server_errors_are_retried_and_client_errors_dead_lettered(scenario: Scenario, hud: HudDouble) -> None:
+    s = scenario
+    hud.script(503, 502)  # two failures, then the push goes through
+    s.post(s.body(job_name="retried"), s.token())
+    wait_for(lambda: len(hud.pushes) >= 1)
+    assert [status for status, _ in hud.attempts] == [503, 502, 200]
+    hud.script(422)
+    s.post(s.body(job_name="refused"), s.token())
+    wait_for(lambda: len(hud.attempts) >= 4)
+    time.sleep(1)
+    assert [status for status, _ in hud.attempts] == [503, 502, 200, 422]  # 4xx: not retried
+    from crcr.ops import list_dead_letters  # noqa: PLC0415
+
+    [dead] = list_dead_letters(s.relay.stack.client("sqs"), s.relay.stack.queue_urls["ReporterDLQ"])
+    assert "HUD rejected the push: 422" in dead["reason"]

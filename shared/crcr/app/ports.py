@@ -187,3 +187,23 @@ class RateLimiter(Protocol):
     def hit(self, key: str, now: float) -> float:
         """0 when under the limit; otherwise seconds until the window frees up."""
         ...
+
+
+class HudUnavailable(Exception):
+    """5xx, 429, timeout: worth retrying."""
+
+
+class HudRejected(Exception):
+    """A 4xx: the HUD will not take this push however often it is sent."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+
+
+class Hud(Protocol):
+    def push(self, envelope: dict[str, Any]) -> None: ...
+
+
+class DeadLetters(Protocol):
+    def send(self, body: dict[str, Any], reason: str) -> None: ...

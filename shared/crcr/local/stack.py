@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
 from crcr.local.sandbox import SandboxGitHub
-from crcr.local.template import FunctionDecl, Resolver, functions_of, load_template, resources_of
+from crcr.local.template import FunctionDecl, Resolver, StreamSource, functions_of, load_template, resources_of
 
 Handler = Callable[..., Any]
 REGION = "us-east-1"
@@ -111,6 +111,7 @@ class LocalStack:
         self.sandbox: SandboxGitHub | None = None
         self.secrets: dict[str, str] = {}
         self.queue_urls: dict[str, str] = {}
+        self.stream_arns: dict[str, str] = {}
         self.handlers: dict[str, Handler] = {}
         self.routes: dict[tuple[str, str], FunctionDecl] = {}
         self.function_env: dict[str, str] = {}
@@ -193,6 +194,9 @@ class LocalStack:
                 ddb.create_table(**kwargs)
             refs[logical] = name
             attrs[(logical, "Arn")] = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{name}"
+            stream_arn = ddb.describe_table(TableName=name)["Table"].get("LatestStreamArn")
+            if stream_arn:
+                attrs[(logical, "StreamArn")] = self.stream_arns[logical] = stream_arn
 
     def _create_buckets(self, refs: dict[str, str], attrs: dict[tuple[str, str], str]) -> None:
         s3 = self.client("s3")
@@ -322,6 +326,77 @@ class LocalStack:
                     Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)],
                 )
 
+    def _poll_stream(self, fn: FunctionDecl, source: StreamSource) -> None:
+        """Lambda's stream event source: in order per shard, retry from the failed record, then on-failure."""
+        streams = self.client("dynamodbstreams")
+        arn = self.stream_arns[source.table]
+        iterators: dict[str, str] = {}
+        pending: dict[str, list[dict[str, Any]]] = {}
+        retries: dict[str, int] = {}
+        while not self._stop.is_set():
+            try:
+                for shard in streams.describe_stream(StreamArn=arn)["StreamDescription"].get("Shards", []):
+                    sid = shard["ShardId"]
+                    if sid not in iterators:
+                        iterators[sid] = streams.get_shard_iterator(
+                            StreamArn=arn, ShardId=sid, ShardIteratorType="TRIM_HORIZON"
+                        )["ShardIterator"]
+                for sid in list(iterators):
+                    if not pending.get(sid):
+                        got = streams.get_records(ShardIterator=iterators[sid], Limit=source.batch_size)
+                        iterators[sid] = got.get("NextShardIterator") or iterators[sid]
+                        pending[sid] = [r | {"eventSourceARN": arn} for r in got.get("Records", [])]
+                    if pending[sid]:
+                        self._deliver_stream_batch(fn, source, sid, pending, retries)
+            except Exception:  # moto going away while stopping
+                if self._stop.wait(0.5):
+                    return
+            self._stop.wait(0.2)
+
+    def _deliver_stream_batch(
+        self,
+        fn: FunctionDecl,
+        source: StreamSource,
+        shard: str,
+        pending: dict[str, list[dict[str, Any]]],
+        retries: dict[str, int],
+    ) -> None:
+        batch = pending[shard][: source.batch_size]
+        try:
+            result = self.invoke(fn.logical_id, {"Records": batch})
+            failed = [f["itemIdentifier"] for f in (result or {}).get("batchItemFailures") or []]
+        except Exception:
+            failed = [batch[0]["dynamodb"]["SequenceNumber"]]
+        if not failed:
+            pending[shard] = pending[shard][len(batch) :]
+            retries[shard] = 0
+            return
+        first = next(i for i, r in enumerate(batch) if r["dynamodb"]["SequenceNumber"] in failed)
+        pending[shard] = pending[shard][first:]
+        retries[shard] = retries.get(shard, 0) + 1
+        if source.max_retries >= 0 and retries[shard] > source.max_retries:
+            dropped = pending[shard][: len(batch) - first]
+            pending[shard] = pending[shard][len(dropped) :]
+            retries[shard] = 0
+            if source.on_failure_queue:
+                self.client("sqs").send_message(
+                    QueueUrl=self.queue_urls[source.on_failure_queue],
+                    MessageBody=json.dumps(
+                        {
+                            "requestContext": {"condition": "RetryAttemptsExhausted", "functionArn": fn.logical_id},
+                            "DDBStreamBatchInfo": {
+                                "shardId": shard,
+                                "streamArn": self.stream_arns[source.table],
+                                "startSequenceNumber": dropped[0]["dynamodb"]["SequenceNumber"],
+                                "endSequenceNumber": dropped[-1]["dynamodb"]["SequenceNumber"],
+                                "batchSize": len(dropped),
+                            },
+                        }
+                    ),
+                )
+            return
+        self._stop.wait(min(2.0 ** retries[shard] * 0.1, 5.0))  # Lambda backs off between stream retries
+
     def _start_pollers(self) -> None:
         for fn in self.functions:
             for source in fn.sqs_sources:
@@ -334,6 +409,12 @@ class LocalStack:
                     )
                     thread.start()
                     self._threads.append(thread)
+            for stream in fn.stream_sources:
+                thread = threading.Thread(
+                    target=self._poll_stream, args=(fn, stream), name=f"stream-{fn.logical_id}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
 
     # -- HTTP -------------------------------------------------------------------------------------------
     def _serve(self) -> None:

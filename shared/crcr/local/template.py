@@ -54,6 +54,15 @@ class SqsSource:
 
 
 @dataclass
+class StreamSource:
+    table: str  # logical id of the table whose stream feeds the function
+    batch_size: int = 100
+    max_retries: int = -1  # -1: until the record expires, as Lambda's default
+    report_failures: bool = False
+    on_failure_queue: str | None = None  # logical id of the SQS on-failure destination
+
+
+@dataclass
 class FunctionDecl:
     logical_id: str
     code_uri: str
@@ -63,6 +72,7 @@ class FunctionDecl:
     http_routes: list[tuple[str, str]] = field(default_factory=list)  # (METHOD, path)
     sqs_sources: list[SqsSource] = field(default_factory=list)
     schedules: list[str] = field(default_factory=list)
+    stream_sources: list[StreamSource] = field(default_factory=list)
 
 
 @dataclass
@@ -169,6 +179,18 @@ def functions_of(template: dict[str, Any]) -> list[FunctionDecl]:
                         queue=logical,
                         batch_size=int(ev.get("BatchSize", 10)),
                         report_failures="ReportBatchItemFailures" in (ev.get("FunctionResponseTypes") or []),
+                    )
+                )
+            elif kind == "DynamoDB":
+                stream = ev.get("Stream") or {}
+                on_failure = ((ev.get("DestinationConfig") or {}).get("OnFailure") or {}).get("Destination")
+                decl.stream_sources.append(
+                    StreamSource(
+                        table=stream["Fn::GetAtt"][0],
+                        batch_size=int(ev.get("BatchSize", 100)),
+                        max_retries=int(ev.get("MaximumRetryAttempts", -1)),
+                        report_failures="ReportBatchItemFailures" in (ev.get("FunctionResponseTypes") or []),
+                        on_failure_queue=on_failure["Fn::GetAtt"][0] if isinstance(on_failure, dict) else None,
                     )
                 )
             elif kind in ("Schedule", "ScheduleV2"):

@@ -1,0 +1,35 @@
+"""HUD push client: POST a job change with PyTorch's `x-hud-internal-bot` header."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import urllib3
+
+from crcr.app.ports import HudRejected, HudUnavailable
+
+
+class HudClient:
+    def __init__(self, url: str, token: str, *, timeout_s: float = 10.0) -> None:
+        self._url = url
+        self._token = token
+        self._timeout = urllib3.Timeout(connect=3.0, read=timeout_s)
+        self._http = urllib3.PoolManager(num_pools=1, maxsize=4, retries=False)
+
+    def push(self, envelope: dict[str, Any]) -> None:
+        try:
+            resp = self._http.request(
+                "POST",
+                self._url,
+                body=json.dumps(envelope, separators=(",", ":")).encode(),
+                headers={"content-type": "application/json", "x-hud-internal-bot": self._token},
+                timeout=self._timeout,
+                redirect=False,
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            raise HudUnavailable(f"HUD unreachable: {type(exc).__name__}") from exc
+        if resp.status >= 500 or resp.status == 429:
+            raise HudUnavailable(f"HUD answered {resp.status}")
+        if resp.status >= 400:
+            raise HudRejected(resp.status, resp.data[:500].decode("utf-8", "replace"))

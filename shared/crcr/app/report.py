@@ -1,0 +1,74 @@
+"""Reporter use case: each recorded job change is pushed to the HUD once, as PyTorch's HUD expects it."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from crcr.app.ports import DeadLetters, Hud, HudRejected, HudUnavailable, JobRecord, Metrics
+
+
+@dataclass(frozen=True)
+class ReportDeps:
+    hud: Hud | None
+    dead_letters: DeadLetters
+    metrics: Metrics
+    attempts: int = 3  # in this invocation; then the stream retries the record, then its DLQ
+    base_delay_s: float = 0.5
+    sleep: Callable[[float], None] = time.sleep
+    rand: Callable[[], float] = field(default=random.random)
+
+
+def changed(old: JobRecord | None, new: JobRecord) -> bool:
+    """A state change, not a rewrite of the same report (duplicates never reach the table anyway)."""
+    return old is None or (old.state, old.conclusion, old.fingerprint) != (new.state, new.conclusion, new.fingerprint)
+
+
+def _seconds(start: float | None, end: float | None) -> float | None:
+    return round(end - start, 3) if start is not None and end is not None else None
+
+
+def hud_envelope(job: JobRecord) -> dict[str, Any]:
+    """PyTorch's HUD shape: relay-established facts in `trusted`, the downstream's own words in `untrusted`."""
+    return {
+        "trusted": {
+            "verified_repo": job.repo,
+            "downstream_repo_level": f"L{job.level}",
+            "ci_metrics": {
+                "queue_time": _seconds(job.dispatched_at, job.started_at),
+                "execution_time": _seconds(job.started_at, job.completed_at),
+            },
+            "pr_number": job.pr,
+            "head_sha": job.head_sha,
+            "delivery_id": job.delivery_id,
+            "upstream_repo": job.upstream,
+            "state": job.state,
+        },
+        "untrusted": {"callback_payload": json.loads(job.callback_payload)},
+    }
+
+
+def report_change(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> None:
+    """Raise HudUnavailable when the push should be retried later; 4xx are dead-lettered, not retried."""
+    if deps.hud is None or not changed(old, new):
+        return
+    envelope = hud_envelope(new)
+    for attempt in range(deps.attempts):
+        try:
+            deps.hud.push(envelope)
+        except HudRejected as exc:
+            deps.metrics.count("HudRejected")
+            deps.dead_letters.send(envelope, f"HUD rejected the push: {exc}")
+            return
+        except HudUnavailable:
+            deps.metrics.count("HudRetried")
+            if attempt + 1 == deps.attempts:
+                raise
+            deps.sleep(deps.rand() * deps.base_delay_s * 2**attempt)
+            continue
+        deps.metrics.count("HudPushed")
+        return
