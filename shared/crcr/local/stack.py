@@ -121,6 +121,8 @@ class LocalStack:
         self._http: ThreadingHTTPServer | None = None
         self.invocations: dict[str, int] = {}
         self._saved_environ: dict[str, str] = {}
+        self._warm: set[str] = set()
+        self._cold_lock = threading.Lock()
 
     # -- AWS ----------------------------------------------------------------------------------------
     def _start_aws(self) -> None:
@@ -267,7 +269,15 @@ class LocalStack:
     def invoke(self, logical_id: str, event: dict[str, Any]) -> Any:
         fn = next(f for f in self.functions if f.logical_id == logical_id)
         self.invocations[logical_id] = self.invocations.get(logical_id, 0) + 1
-        return self.handlers[logical_id](event, Context(self._physical(logical_id), fn.timeout))
+        context = Context(self._physical(logical_id), fn.timeout)
+        if logical_id not in self._warm:
+            # Lambda runs one invocation per environment: the first (cold) one builds the handler's
+            # dependencies alone, so parallel pollers do not each build their own caches.
+            with self._cold_lock:
+                result = self.handlers[logical_id](event, context)
+                self._warm.add(logical_id)
+                return result
+        return self.handlers[logical_id](event, context)
 
     def _configure_functions(self, resolver: Resolver) -> None:
         merged: dict[str, str] = {}
@@ -321,10 +331,14 @@ class LocalStack:
                 failed = {f["itemIdentifier"] for f in result.get("batchItemFailures") or []}
             done = [m for m in messages if m["MessageId"] not in failed]
             if done:
-                sqs.delete_message_batch(
-                    QueueUrl=url,
-                    Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)],
-                )
+                try:
+                    sqs.delete_message_batch(
+                        QueueUrl=url,
+                        Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)],
+                    )
+                except Exception:  # AWS gone (stopping): the messages come back, as in Lambda
+                    if self._stop.is_set():
+                        return
 
     def _poll_stream(self, fn: FunctionDecl, source: StreamSource) -> None:
         """Lambda's stream event source: in order per shard, retry from the failed record, then on-failure."""
@@ -422,6 +436,7 @@ class LocalStack:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out separately: don't wait for delayed ACKs
 
             def log_message(self, format: str, *args: Any) -> None:
                 return
