@@ -80,15 +80,76 @@ def run_demo() -> int:
                 f"{d['repo']:28} {_level(payload):5} {d['event_type']:13} {payload['delivery_id']:38} "
                 f"{payload['ticket'][:24]}…"
             )
+        callbacks = _wait_for_callbacks(stack, 2 * len(dispatches))
+        print(
+            f"\n{'downstream repository':28} {'level':5} {'event':13} {'job':16} {'state':10} {'conclusion':10} "
+            f"{'queue s':>7} {'run s':>6}"
+        )
+        for job in sorted(_jobs(stack), key=lambda j: (j["event"], j["repo"])):
+            print(
+                f"{job['repo']:28} L{job['level']:4} {job['event']:13} {job['job']:16} {job['state']:10} "
+                f"{job['conclusion']:10} {job['queue_s']:>7} {job['run_s']:>6}"
+            )
+        ignored = sum(1 for c in callbacks if c["reply"].get("status") == "ignored")
+        refused = [c for c in callbacks if c["http"] != 200]
+        print(
+            f"\n{len(callbacks)} callbacks: {ignored} answered 'ignored' (L1 records nothing), {len(refused)} refused."
+        )
+
         per_key: dict[tuple[str, str], int] = {}
         for d in dispatches:
             key = (d["repo"].lower(), d["client_payload"]["delivery_id"])
             per_key[key] = per_key.get(key, 0) + 1
         duplicates = sum(n - 1 for n in per_key.values())
         print(f"\n{len(dispatches)} dispatches, {duplicates} duplicates (expected {expected}, 0).")
-        ok = len(dispatches) == expected and duplicates == 0 and [s[2] for s in sent] == [202, 202, 200]
+        ok = (
+            len(dispatches) == expected
+            and duplicates == 0
+            and [s[2] for s in sent] == [202, 202, 200]
+            and len(callbacks) == 2 * expected
+            and not refused
+            and len(_jobs(stack)) == expected - 4  # the two L1 repositories, for both events
+        )
         print("Demo passed." if ok else "Demo FAILED.")
         return 0 if ok else 1
+
+
+def _wait_for_callbacks(stack: LocalStack, count: int, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+    assert stack.workflows is not None
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and len(stack.workflows.replies) < count:
+        time.sleep(0.2)
+    time.sleep(0.5)
+    return list(stack.workflows.replies)
+
+
+def _jobs(stack: LocalStack) -> list[dict[str, Any]]:
+    """Job rows as the relay recorded them, with queue and run times on the relay's clock."""
+    ddb = stack.client("dynamodb")
+    items = ddb.scan(TableName="crcr-local-ResultsTable", ConsistentRead=True)["Items"]
+    events = {
+        d["client_payload"]["delivery_id"]: d["event_type"] for d in (stack.sandbox.dispatches if stack.sandbox else [])
+    }
+
+    def num(item: dict[str, Any], name: str) -> float | None:
+        return float(item[name]["N"]) if "N" in item.get(name, {}) else None
+
+    rows = []
+    for item in items:
+        dispatched, started, completed = num(item, "dispatched_at"), num(item, "started_at"), num(item, "completed_at")
+        rows.append(
+            {
+                "repo": item["repo"]["S"],
+                "level": item["level"]["N"],
+                "event": events.get(item["delivery_id"]["S"], "?"),
+                "job": item["job_name"]["S"],
+                "state": item["state"]["S"],
+                "conclusion": item.get("conclusion", {}).get("S", "-"),
+                "queue_s": f"{started - dispatched:.2f}" if started and dispatched else "-",
+                "run_s": f"{completed - started:.2f}" if completed and started else "-",
+            }
+        )
+    return rows
 
 
 def _level(client_payload: dict[str, Any]) -> str:

@@ -3,11 +3,15 @@ that checks the App JWT and installation tokens, records what the relay sends, a
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import threading
 import time
+import urllib.error
+import urllib.request
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -42,6 +46,7 @@ class SandboxGitHub:
         self._lock = threading.Lock()
         self._tokens: dict[str, _Token] = {}
         self._owners: dict[int, str] = {}
+        self.on_dispatch: Callable[[str, int, dict[str, Any]], None] | None = None
         self.dispatches: list[dict[str, Any]] = []
         self.requests: list[tuple[str, str, int]] = []
 
@@ -114,5 +119,69 @@ class SandboxGitHub:
                         "at": time.time(),
                     }
                 )
+            if self.on_dispatch is not None:
+                self.on_dispatch(repo, _ids(repo)[1], payload)
             return SandboxReply(204)
         return SandboxReply(404, {"message": "Not Found"})
+
+
+class SandboxWorkflows:
+    """Plays a downstream workflow for each sandbox dispatch: in_progress, then completed, over HTTP.
+
+    The runs report through the relay's real /callback path with tokens from the sandbox issuer.
+    """
+
+    def __init__(self, mint: Callable[..., str], audience: str, queue_s: float = 0.4, run_s: float = 0.8) -> None:
+        self._mint = mint
+        self._audience = audience
+        self._queue_s = queue_s
+        self._run_s = run_s
+        self._lock = threading.Lock()
+        self._next_run = 9_000_000_000
+        self.replies: list[dict[str, Any]] = []
+
+    def start(self, repo: str, repo_id: int, client_payload: dict[str, Any]) -> None:
+        with self._lock:
+            self._next_run += 1
+            run_id = self._next_run
+        threading.Thread(target=self._play, args=(repo, repo_id, run_id, client_payload), daemon=True).start()
+
+    def _play(self, repo: str, repo_id: int, run_id: int, client_payload: dict[str, Any]) -> None:
+        ticket, url = client_payload.get("ticket"), client_payload.get("callback_url")
+        if not ticket or not url:
+            return
+        base = {
+            "schema_version": 1,
+            "ticket": ticket,
+            "workflow_name": "crcr sandbox",
+            "job_name": "build-and-test",
+            "run_id": run_id,
+            "run_attempt": 1,
+            "url": f"https://github.com/{repo}/actions/runs/{run_id}",
+        }
+        time.sleep(self._queue_s)
+        self._report(url, repo, repo_id, run_id, base | {"status": "in_progress"})
+        time.sleep(self._run_s)
+        done = {"status": "completed", "conclusion": "success"}
+        results = {"test_results": {"passed": 412, "failed": 0, "skipped": 9, "total": 421}}
+        self._report(url, repo, repo_id, run_id, base | done | results)
+
+    def _report(self, url: str, repo: str, repo_id: int, run_id: int, body: dict[str, Any]) -> None:
+        token = self._mint(
+            audience=self._audience, repository=repo, repository_id=repo_id, run_id=run_id, run_attempt=1
+        )
+        request = urllib.request.Request(  # noqa: S310 - the relay's own local callback URL
+            url,
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"content-type": "application/json", "authorization": f"Bearer {token}"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
+                status, reply = resp.status, json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            status, reply = exc.code, json.loads(exc.read() or b"{}")
+        except OSError as exc:
+            status, reply = 0, {"error": repr(exc)}
+        with self._lock:
+            self.replies.append({"repo": repo, "status": body["status"], "http": status, "reply": reply})

@@ -30,7 +30,8 @@ from urllib.parse import urlsplit
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
-from crcr.local.sandbox import SandboxGitHub
+from crcr.local.sandbox import SandboxGitHub, SandboxWorkflows
+from crcr.local.sandbox_oidc import SandboxOidc
 from crcr.local.template import FunctionDecl, Resolver, StreamSource, functions_of, load_template, resources_of
 
 Handler = Callable[..., Any]
@@ -38,6 +39,7 @@ REGION = "us-east-1"
 ACCOUNT = "123456789012"
 SANDBOX_PREFIX = "/_sandbox/github"
 SANDBOX_APP_ID = "424242"
+SANDBOX_OIDC_PREFIX = "/_sandbox/oidc"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -109,6 +111,8 @@ class LocalStack:
         self.template = load_template(self.root / "template.yaml")
         self.functions = functions_of(self.template)
         self.sandbox: SandboxGitHub | None = None
+        self.sandbox_oidc: SandboxOidc | None = None
+        self.workflows: SandboxWorkflows | None = None
         self.secrets: dict[str, str] = {}
         self.queue_urls: dict[str, str] = {}
         self.stream_arns: dict[str, str] = {}
@@ -474,6 +478,15 @@ class LocalStack:
             )
             data = json.dumps(reply.body).encode() if reply.body is not None else b""
             return reply.status, data, {"content-type": "application/json"} | reply.headers
+        if path.startswith(SANDBOX_OIDC_PREFIX + "/") and self.sandbox_oidc is not None:
+            suffix = path.removeprefix(SANDBOX_OIDC_PREFIX)
+            docs = {
+                "/.well-known/openid-configuration": self.sandbox_oidc.discovery,
+                "/.well-known/jwks": self.sandbox_oidc.jwks,
+            }
+            if suffix in docs:
+                return 200, json.dumps(docs[suffix]()).encode(), {"content-type": "application/json"}
+            return 404, b'{"error":"not_found"}', {"content-type": "application/json"}
         if path == "/_crcr/status":
             return 200, json.dumps(self.status()).encode(), {"content-type": "application/json"}
         fn = self.routes.get((method, path))
@@ -508,6 +521,7 @@ class LocalStack:
             "invocations": dict(self.invocations),
             "queues": dict(self.queue_urls),
             "dispatches": self.sandbox.dispatches if self.sandbox else None,
+            "sandbox_callbacks": self.workflows.replies if self.workflows else None,
         }
 
     # -- lifecycle --------------------------------------------------------------------------------------
@@ -522,6 +536,14 @@ class LocalStack:
             private = serialization.load_pem_private_key(self.env["CRCR_GITHUB_APP_PRIVATE_KEY"].encode(), None)
             assert isinstance(private, rsa.RSAPrivateKey)
             self.sandbox = SandboxGitHub(self.env["CRCR_GITHUB_APP_ID"], private.public_key())
+            if not self.env.get("CRCR_OIDC_ISSUER"):
+                # Sandbox downstream runs report with tokens from a sandbox issuer on this port.
+                self.sandbox_oidc = SandboxOidc(self.url + SANDBOX_OIDC_PREFIX)
+                self.env["CRCR_OIDC_ISSUER"] = self.sandbox_oidc.issuer
+                audience = self.env.get("CRCR_OIDC_AUDIENCE") or "crcr"
+                self.env["CRCR_OIDC_AUDIENCE"] = audience
+                self.workflows = SandboxWorkflows(self.sandbox_oidc.token, audience)
+                self.sandbox.on_dispatch = self.workflows.start
         resolver = self._create_resources()
         self._configure_functions(resolver)
         self._serve()
