@@ -10,7 +10,7 @@ from typing import Any
 from crcr.adapters.allowlist_source import CachedAllowlist, fetcher_for
 from crcr.adapters.clock import SystemClock
 from crcr.adapters.dynamo import DynamoPacer, DynamoState
-from crcr.adapters.github import GitHubApp
+from crcr.adapters.github import GitHubApp, UpstreamCommitLookup
 from crcr.adapters.observability import PowertoolsMetrics, logger
 from crcr.adapters.s3 import S3Blobs
 from crcr.adapters.sqs import SqsDispatchQueue, SqsEventQueue
@@ -147,6 +147,8 @@ def build_callback_deps(settings: Settings) -> CallbackDeps:
         limiter=DynamoRateLimiter(aws_client("dynamodb"), str(settings.state_table), settings.callback_rate_per_min),
         metrics=metrics,
         clock=clock,
+        upstream=settings.upstream_repo,
+        commits=UpstreamCommitLookup(_github(settings), settings.upstream_repo) if settings.github_app_id else None,
     )
 
 

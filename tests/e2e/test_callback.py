@@ -355,3 +355,50 @@ def test_hud_server_errors_are_retried_and_client_errors_dead_lettered(scenario:
 
     [dead] = list_dead_letters(s.relay.stack.client("sqs"), s.relay.stack.queue_urls["ReporterDLQ"])
     assert "HUD rejected the push: 422" in dead["reason"]
+
+
+def scheduled_body(sha: str, **changes: Any) -> dict[str, Any]:
+    body = {
+        "schema_version": 1,
+        "scheduled": True,
+        "head_sha": sha,
+        "status": "completed",
+        "conclusion": "success",
+        "workflow_name": "nightly",
+        "job_name": "full-suite",
+        "run_id": 777,
+        "run_attempt": 1,
+        "url": "https://github.com/org-two/l2-repo/actions/runs/777",
+    }
+    return body | changes
+
+
+def test_a_scheduled_run_on_an_upstream_commit_is_recorded(scenario: Scenario) -> None:
+    s = scenario
+    github = s.relay.github
+    github.install("pytorch/pytorch", installation_id=1, repo_id=65600975)
+    nightly_sha = "c" * 40
+    github.add_commit("pytorch/pytorch", nightly_sha)
+    nightly = s.token(event_name="schedule")
+    assert s.post(scheduled_body(nightly_sha), nightly) == (200, {"status": "recorded"})
+    assert s.post(scheduled_body(nightly_sha), nightly) == (200, {"status": "duplicate"})
+    [job] = s.jobs()
+    assert (job["repo"], job["head_sha"], job["delivery_id"], job["pr"]) == (
+        "org-two/l2-repo",
+        nightly_sha,
+        "scheduled",
+        True,
+    )
+    # Not a commit of the upstream.
+    status, reply = s.post(scheduled_body("d" * 40, job_name="other"), nightly)
+    assert status == 403 and reply["field"] == "head_sha"
+    # Only completed runs.
+    status, reply = s.post(scheduled_body(nightly_sha, status="in_progress", conclusion=None), nightly)
+    assert status == 400 and reply["field"] == "status"
+    # An L1 repository's nightly is not recorded.
+    l1 = "org-one/l1-repo"
+    assert s.post(scheduled_body(nightly_sha), s.token(l1, event_name="schedule")) == (200, {"status": "ignored"})
+    # A run started by something else cannot pose as a nightly.
+    status, reply = s.post(scheduled_body(nightly_sha, job_name="x"), s.token(event_name="push"))
+    assert status == 403 and reply["field"] == "event_name"
+    assert len(s.jobs()) == 1

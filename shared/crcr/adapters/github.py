@@ -161,7 +161,8 @@ class GitHubApp:
         return installation_id
 
     def repo_token(self, installation_id: int, repo: str, permissions: dict[str, str] | None = None) -> RepoToken:
-        key = repo_key(repo)
+        wanted = permissions or DISPATCH_PERMISSIONS
+        key = repo_key(repo) + "|" + ",".join(f"{k}:{v}" for k, v in sorted(wanted.items()))
         cached = self._tokens.get(key)
         if cached and cached.expires_at - TOKEN_REFRESH_MARGIN_S > self._clock():
             return cached
@@ -171,18 +172,18 @@ class GitHubApp:
                 "POST",
                 f"/app/installations/{installation_id}/access_tokens",
                 f"Bearer {self.app_jwt()}",
-                {"repositories": [name], "permissions": permissions or DISPATCH_PERMISSIONS},
+                {"repositories": [name], "permissions": wanted},
                 kind="access_token",
             )
         except GitHubRejected as exc:
             if exc.status in (404, 422):
                 # The installation is gone or no longer covers the repository: look it up again next time.
-                self._installations.pop(key, None)
+                self._installations.pop(repo_key(repo), None)
                 if exc.status == 422:
                     raise NotInstalled(f"installation {installation_id} does not cover {repo}") from exc
             raise
         repos = resp.body.get("repositories") or []
-        match = next((r for r in repos if repo_key(r.get("full_name", "")) == key), None)
+        match = next((r for r in repos if repo_key(r.get("full_name", "")) == repo_key(repo)), None)
         if match is None:
             raise GitHubRejected(422, f"token for {repo} does not list the repository")
         token = RepoToken(
@@ -195,7 +196,9 @@ class GitHubApp:
         return token
 
     def forget_token(self, repo: str) -> None:
-        self._tokens.pop(repo_key(repo), None)
+        prefix = repo_key(repo) + "|"
+        for key in [k for k in self._tokens if k.startswith(prefix)]:
+            self._tokens.pop(key, None)
 
     # -- calls --------------------------------------------------------------------------------------
     def dispatch(self, repo: str, token: RepoToken, event_type: str, client_payload: dict[str, Any]) -> None:
@@ -216,6 +219,32 @@ class GitHubApp:
             kind="contents",
             extra_headers={"If-None-Match": etag} if etag else None,
         )
+
+
+class UpstreamCommitLookup:
+    """The UpstreamCommits port: does a commit exist in the upstream repository? (Positive answers cached.)"""
+
+    def __init__(self, github: GitHubApp, upstream: str) -> None:
+        self._github = github
+        self._upstream = upstream
+        self._known: set[str] = set()
+
+    def exists(self, sha: str) -> bool:
+        if sha in self._known:
+            return True
+        token = self._github.repo_token(
+            self._github.installation_for(self._upstream), self._upstream, {"contents": "read"}
+        )
+        try:
+            self._github.request(
+                "GET", f"/repos/{_path(self._upstream)}/commits/{sha}", f"Bearer {token.token}", kind="commit"
+            )
+        except GitHubRejected as exc:
+            if exc.status in (404, 422):
+                return False
+            raise
+        self._known.add(sha)
+        return True
 
 
 def _path(repo: str) -> str:

@@ -24,9 +24,10 @@ from crcr.app.ports import (
     ResultsStore,
     TicketVerifier,
     TokenVerifier,
+    UpstreamCommits,
 )
-from crcr.contracts.callback import CallbackBody, PyTorchCallbackBody
-from crcr.domain.callback_rules import check_identity
+from crcr.contracts.callback import CallbackBody, PyTorchCallbackBody, ScheduledBody
+from crcr.domain.callback_rules import SCHEDULED_EVENTS, check_identity
 from crcr.domain.errors import (
     BadRequest,
     Conflict,
@@ -58,6 +59,8 @@ class CallbackDeps:
     limiter: RateLimiter
     metrics: Metrics
     clock: Clock
+    upstream: str = ""
+    commits: UpstreamCommits | None = None
     max_body_bytes: int = MAX_CALLBACK_BYTES
 
 
@@ -80,7 +83,7 @@ def _field(exc: ValidationError) -> str:
     return ".".join(str(p) for p in errors[0]["loc"]) if errors and errors[0]["loc"] else "body"
 
 
-def _parse(body: bytes) -> tuple[CallbackBody | PyTorchCallbackBody, Report]:
+def _parse(body: bytes) -> tuple[CallbackBody | PyTorchCallbackBody | ScheduledBody, Report]:
     try:
         doc = json.loads(body)
     except (UnicodeDecodeError, ValueError) as exc:
@@ -88,6 +91,12 @@ def _parse(body: bytes) -> tuple[CallbackBody | PyTorchCallbackBody, Report]:
     if not isinstance(doc, dict):
         raise BadRequest("body must be a JSON object", field="body")
     try:
+        if doc.get("scheduled") is True:
+            sched = ScheduledBody.model_validate(doc)
+            return sched, Report(
+                sched.status, sched.conclusion, sched.workflow_name, sched.job_name, sched.run_id, sched.run_attempt,
+                sched.url, doc,
+            )  # fmt: skip
         if "ticket" in doc:
             ours = CallbackBody.model_validate(doc)
             return ours, Report(
@@ -145,6 +154,8 @@ def _handle(body: bytes, authorization: str | None, deps: CallbackDeps) -> Reply
         raise PayloadTooLarge(f"body is {len(body)} bytes; the limit is {deps.max_body_bytes}", field="body")
     claims = deps.tokens.verify(_bearer(authorization))
     parsed, report = _parse(body)
+    if isinstance(parsed, ScheduledBody):
+        return _scheduled(parsed, report, claims, deps)
     row = _dispatch_of(parsed, claims, deps)
     entry = deps.allowlist.current().get(row.repo)
     if entry is None:
@@ -163,6 +174,45 @@ def _handle(body: bytes, authorization: str | None, deps: CallbackDeps) -> Reply
     wait = deps.limiter.hit(row.repo, deps.clock.now())
     if wait > 0:
         raise TooManyRequests(f"too many callbacks from {row.repo}", retry_after_s=math.ceil(wait))
+    return _record(row, report, deps)
+
+
+def _scheduled(body: ScheduledBody, report: Report, claims: dict[str, Any], deps: CallbackDeps) -> Reply:
+    """A nightly run on an upstream commit: L2+ only, completed only, and the commit must be upstream's."""
+    repo = str(claims.get("repository", ""))
+    entry = deps.allowlist.current().get(repo)
+    if entry is None:
+        raise Forbidden(f"{repo or 'the caller'} is not on the allowlist", field="repository")
+    check_identity(
+        claims,
+        events=SCHEDULED_EVENTS,
+        repo=entry.repo,
+        repo_id=int(str(claims.get("repository_id") or 0)),
+        run_id=report.run_id,
+        run_attempt=report.run_attempt,
+        pinned_repo_id=entry.settings.repository_id,
+        workflows=entry.settings.workflows,
+    )
+    if entry.level < Level.L2:
+        return Reply.IGNORED
+    wait = deps.limiter.hit(entry.repo, deps.clock.now())
+    if wait > 0:
+        raise TooManyRequests(f"too many callbacks from {entry.repo}", retry_after_s=math.ceil(wait))
+    if deps.commits is None or not deps.commits.exists(body.head_sha):
+        raise Forbidden(f"{body.head_sha} is not a commit of {deps.upstream}", field="head_sha")
+    digest = hashlib.sha256(f"{entry.key}\n{body.head_sha}".encode()).hexdigest()[:32]
+    row = LedgerRow(
+        delivery_id="scheduled",
+        repo=str(claims["repository"]),
+        state=LedgerState.DISPATCHED,
+        dispatch_id=f"sched-{digest}",
+        repo_id=int(str(claims["repository_id"])),
+        upstream=deps.upstream,
+        head_sha=body.head_sha,
+        pr=None,
+        level=int(entry.level),
+        device=entry.device,
+    )
     return _record(row, report, deps)
 
 

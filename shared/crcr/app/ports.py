@@ -207,3 +207,7 @@ class Hud(Protocol):
 
 class DeadLetters(Protocol):
     def send(self, body: dict[str, Any], reason: str) -> None: ...
+
+
+class UpstreamCommits(Protocol):
+    def exists(self, sha: str) -> bool: ...

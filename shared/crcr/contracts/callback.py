@@ -78,3 +78,25 @@ class PyTorchCallbackBody(BaseModel):
     event_type: str | None = None
     payload: dict[str, Any] | None = None
     workflow: PyTorchWorkflow
+
+
+class ScheduledBody(_Report):
+    """A scheduled (nightly/periodic) downstream run reporting on an upstream commit it was not sent."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: Literal[1]
+    scheduled: Literal[True]
+    head_sha: str = Field(pattern=r"^[0-9a-f]{40}$")
+    status: Literal["completed"]
+    conclusion: Conclusion | None = None
+    workflow_name: str = Field(min_length=1, max_length=200)
+    job_name: str = Field(min_length=1, max_length=200)
+    run_id: int = Field(gt=0)
+    run_attempt: int = Field(ge=1)
+    url: str = Field(min_length=1, max_length=1000)
+    started_at: str | None = Field(default=None, max_length=40)
+    completed_at: str | None = Field(default=None, max_length=40)
+    test_results: TestResults | None = None
+    artifact_url: str | None = Field(default=None, max_length=1000)
+    summary: str | None = Field(default=None, max_length=65_535)

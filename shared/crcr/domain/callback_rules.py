@@ -12,9 +12,13 @@ from crcr.domain.ids import repo_key
 REQUIRED_CLAIMS = ("repository", "repository_id", "event_name", "run_id", "run_attempt")
 
 
+SCHEDULED_EVENTS = frozenset({"schedule", "workflow_dispatch"})
+
+
 def check_identity(
     claims: Mapping[str, Any],
     *,
+    events: frozenset[str] = frozenset({"repository_dispatch"}),
     repo: str,
     repo_id: int,
     run_id: int,
@@ -36,7 +40,7 @@ def check_identity(
         raise Forbidden("the token's repository_id is not the dispatched repository's", field="repository_id")
     if pinned_repo_id is not None and str(claims["repository_id"]) != str(pinned_repo_id):
         raise Forbidden("the token's repository_id does not match the allowlist pin", field="repository_id")
-    if claims["event_name"] != "repository_dispatch":
+    if claims["event_name"] not in events:
         raise Forbidden(f"runs started by {claims['event_name']} cannot report", field="event_name")
     if str(claims["run_id"]) != str(run_id):
         raise Forbidden("run_id does not match the token's run", field="run_id")
