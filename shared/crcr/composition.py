@@ -9,7 +9,7 @@ from typing import Any
 
 from crcr.adapters.allowlist_source import CachedAllowlist, fetcher_for
 from crcr.adapters.clock import SystemClock
-from crcr.adapters.dynamo import DynamoPacer, DynamoState
+from crcr.adapters.dynamo import LEDGER_TTL_S, DynamoPacer, DynamoState
 from crcr.adapters.github import GitHubApp, UpstreamCommitLookup
 from crcr.adapters.observability import PowertoolsMetrics, logger
 from crcr.adapters.s3 import S3Blobs
@@ -122,8 +122,9 @@ def build_dispatch_deps(settings: Settings) -> DispatchDeps:
         metrics=PowertoolsMetrics(),
         clock=SystemClock(),
         callback_url=str(settings.callback_url),
-        # A ticket must outlive the longest queue wait plus the longest run it may report on.
-        ticket_ttl_s=settings.start_timeout_s + settings.run_timeout_s + 3600,
+        # A ticket lives as long as its ledger row, so re-runs days later still report (the OIDC token,
+        # not the ticket's age, proves which run is calling).
+        ticket_ttl_s=LEDGER_TTL_S,
         policy=RetryPolicy(base_s=settings.retry_base_s),
         # A claim must outlast one GitHub call (connect + read timeout) so a live worker is never doubled.
         lease_s=settings.github_timeout_s + 15.0,

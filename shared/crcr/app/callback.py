@@ -36,6 +36,7 @@ from crcr.domain.errors import (
     PayloadTooLarge,
     TooManyRequests,
     Unauthorized,
+    Unavailable,
 )
 from crcr.domain.jobs import Current, Decision, JobState, decide
 from crcr.domain.levels import Level
@@ -232,7 +233,8 @@ def _record(row: LedgerRow, report: Report, deps: CallbackDeps) -> Reply:
         if deps.results.put_job(record, current.version if current else None):
             return Reply.RECORDED
         # Another callback for the same job won the conditional write: read it and decide again.
-    raise Conflict(f"job {report.job_name} is being reported concurrently; retry")
+    # Not a conflict of content: retrying will settle it, so say so (the action retries 503).
+    raise Unavailable(f"job {report.job_name} is being reported concurrently; retry", retry_after_s=1)
 
 
 def _next_record(row: LedgerRow, report: Report, current: JobRecord | None, fingerprint: str, now: float) -> JobRecord:
