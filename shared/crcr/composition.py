@@ -5,23 +5,23 @@ from __future__ import annotations
 import functools
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from crcr.adapters.allowlist_source import CachedAllowlist, fetcher_for
 from crcr.adapters.clock import SystemClock
-from crcr.adapters.dynamo import LEDGER_TTL_S, DynamoPacer, DynamoState
-from crcr.adapters.github import GitHubApp, UpstreamCommitLookup
 from crcr.adapters.observability import PowertoolsMetrics, logger
-from crcr.adapters.s3 import S3Blobs
-from crcr.adapters.sqs import SqsDispatchQueue, SqsEventQueue
-from crcr.adapters.tickets import Ed25519Tickets
-from crcr.app.callback import CallbackDeps
-from crcr.app.dispatch import DispatchDeps
-from crcr.app.ingest import IngestDeps
-from crcr.app.plan import PlannerDeps
-from crcr.app.report import ReportDeps
-from crcr.domain.retry import RetryPolicy
 from crcr.settings import ConfigError, Settings
+
+if TYPE_CHECKING:
+    from crcr.adapters.allowlist_source import CachedAllowlist
+    from crcr.adapters.github import GitHubApp
+    from crcr.app.callback import CallbackDeps
+    from crcr.app.dispatch import DispatchDeps
+    from crcr.app.ingest import IngestDeps
+    from crcr.app.plan import PlannerDeps
+    from crcr.app.report import ReportDeps
+
+# Adapters are imported inside each builder: a function pays at cold start only for the libraries it
+# uses (the webhook needs no JWT, YAML or HTTP client; see bench/README.md for the import times).
 
 # API Gateway accepts 10 MB; GitHub caps webhook payloads at 25 MB. SQS messages stop at 256 KiB.
 MAX_WEBHOOK_BYTES = 10 * 1024 * 1024
@@ -67,6 +67,8 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
 
 
 def _github(settings: Settings) -> GitHubApp:
+    from crcr.adapters.github import GitHubApp  # noqa: PLC0415
+
     settings.require("github_app_id")
     return GitHubApp(
         settings.github_api_url,
@@ -78,6 +80,11 @@ def _github(settings: Settings) -> GitHubApp:
 
 
 def build_ingest_deps(settings: Settings) -> IngestDeps:
+    from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
+    from crcr.adapters.s3 import S3Blobs  # noqa: PLC0415
+    from crcr.adapters.sqs import SqsEventQueue  # noqa: PLC0415
+    from crcr.app.ingest import IngestDeps  # noqa: PLC0415
+
     settings.require("state_table", "events_queue_url", "bodies_bucket")
     return IngestDeps(
         secrets=(settings.secret("webhook_secret").encode(),),
@@ -92,14 +99,25 @@ def build_ingest_deps(settings: Settings) -> IngestDeps:
     )
 
 
+def _allowlist(settings: Settings, metrics: PowertoolsMetrics, clock: SystemClock) -> CachedAllowlist:
+    from crcr.adapters.allowlist_source import CachedAllowlist, fetcher_for  # noqa: PLC0415
+
+    fetch = fetcher_for(str(settings.allowlist), lambda: aws_client("s3"), lambda: _github(settings))
+    return CachedAllowlist(fetch, metrics, clock.now, settings.allowlist_refresh_s, on_error=logger.error)
+
+
 def build_planner_deps(settings: Settings) -> PlannerDeps:
+    from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
+    from crcr.adapters.s3 import S3Blobs  # noqa: PLC0415
+    from crcr.adapters.sqs import SqsDispatchQueue  # noqa: PLC0415
+    from crcr.app.plan import PlannerDeps  # noqa: PLC0415
+
     settings.require("state_table", "dispatch_queue_url", "dispatch_dlq_url", "bodies_bucket", "allowlist")
     metrics = PowertoolsMetrics()
     clock = SystemClock()
-    fetch = fetcher_for(str(settings.allowlist), lambda: aws_client("s3"), lambda: _github(settings))
     return PlannerDeps(
         upstream=settings.upstream_repo,
-        allowlist=CachedAllowlist(fetch, metrics, clock.now, settings.allowlist_refresh_s, on_error=logger.error),
+        allowlist=_allowlist(settings, metrics, clock),
         blobs=S3Blobs(aws_client("s3"), str(settings.bodies_bucket)),
         state=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
         dispatches=SqsDispatchQueue(
@@ -111,6 +129,12 @@ def build_planner_deps(settings: Settings) -> PlannerDeps:
 
 
 def build_dispatch_deps(settings: Settings) -> DispatchDeps:
+    from crcr.adapters.dynamo import LEDGER_TTL_S, DynamoPacer, DynamoState  # noqa: PLC0415
+    from crcr.adapters.sqs import SqsDispatchQueue  # noqa: PLC0415
+    from crcr.adapters.tickets import Ed25519Tickets  # noqa: PLC0415
+    from crcr.app.dispatch import DispatchDeps  # noqa: PLC0415
+    from crcr.domain.retry import RetryPolicy  # noqa: PLC0415
+
     settings.require("state_table", "dispatch_queue_url", "dispatch_dlq_url", "callback_url")
     table = str(settings.state_table)
     return DispatchDeps(
@@ -132,18 +156,21 @@ def build_dispatch_deps(settings: Settings) -> DispatchDeps:
 
 
 def build_callback_deps(settings: Settings) -> CallbackDeps:
+    from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
+    from crcr.adapters.github import UpstreamCommitLookup  # noqa: PLC0415
     from crcr.adapters.oidc import OidcVerifier  # noqa: PLC0415
     from crcr.adapters.results import DynamoRateLimiter, DynamoResults  # noqa: PLC0415
+    from crcr.adapters.tickets import Ed25519Tickets  # noqa: PLC0415
+    from crcr.app.callback import CallbackDeps  # noqa: PLC0415
 
     settings.require("state_table", "results_table", "allowlist")
     metrics = PowertoolsMetrics()
     clock = SystemClock()
-    fetch = fetcher_for(str(settings.allowlist), lambda: aws_client("s3"), lambda: _github(settings))
     return CallbackDeps(
         tokens=OidcVerifier(settings.oidc_issuer, settings.oidc_audience, clock.now),
         tickets=Ed25519Tickets(settings.secret("ticket_signing_key")),
         ledger=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
-        allowlist=CachedAllowlist(fetch, metrics, clock.now, settings.allowlist_refresh_s, on_error=logger.error),
+        allowlist=_allowlist(settings, metrics, clock),
         results=DynamoResults(aws_client("dynamodb"), str(settings.results_table)),
         limiter=DynamoRateLimiter(aws_client("dynamodb"), str(settings.state_table), settings.callback_rate_per_min),
         metrics=metrics,
@@ -156,6 +183,7 @@ def build_callback_deps(settings: Settings) -> CallbackDeps:
 def build_report_deps(settings: Settings) -> ReportDeps:
     from crcr.adapters.hud import HudClient  # noqa: PLC0415
     from crcr.adapters.stream import SqsDeadLetters  # noqa: PLC0415
+    from crcr.app.report import ReportDeps  # noqa: PLC0415
 
     settings.require("reporter_dlq_url")
     hud = HudClient(settings.hud_url, settings.secret("hud_token")) if settings.hud_url else None
@@ -167,4 +195,6 @@ def build_report_deps(settings: Settings) -> ReportDeps:
 
 
 def build_jwks(settings: Settings) -> dict[str, Any]:
+    from crcr.adapters.tickets import Ed25519Tickets  # noqa: PLC0415
+
     return Ed25519Tickets(settings.secret("ticket_signing_key")).jwks()
