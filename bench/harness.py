@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import json
 import os
 import re
 import socket
@@ -35,6 +36,7 @@ if str(ROOT / "shared") not in sys.path:
 from cryptography.hazmat.primitives import serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: E402
 
+from crcr.adapters.observability import TOTALS  # noqa: E402
 from crcr.domain.signature import sign  # noqa: E402
 from crcr.local.stack import LocalStack  # noqa: E402
 from tests.doubles.github_double import GitHubDouble, RecordedRequest  # noqa: E402
@@ -43,6 +45,7 @@ APP_ID = "271828"
 UPSTREAM = "pytorch/pytorch"
 EVENT_FILE = ROOT / "examples" / "events" / "pull_request.opened.json"
 DISPATCH_FUNCTION = "DispatchFunction"
+REPO_ID_BASE = 50_000  # the double gives target i the repository id REPO_ID_BASE + i
 
 _KINDS = (
     ("access_tokens", re.compile(r"/app/installations/\d+/access_tokens")),
@@ -86,6 +89,29 @@ def summary_ms(values_s: list[float]) -> dict[str, Any]:
         "min_ms": round(min(ms), 2),
         "max_ms": round(max(ms), 2),
     }
+
+
+def metrics_delta(before: Counter[str]) -> dict[str, int]:
+    now = Counter(TOTALS)
+    now.subtract(before)
+    return {k: v for k, v in sorted(now.items()) if v}
+
+
+def log_summary(lines: list[str]) -> dict[str, Any]:
+    """Relay output (Powertools JSON logs at WARNING+, stack prints) seen in a window."""
+    levels: Counter[str] = Counter()
+    samples: list[str] = []
+    for line in lines:
+        try:
+            doc = json.loads(line)
+            level = str(doc.get("level") or doc.get("event") or "json")
+            text = f"{level}: {doc.get('message') or doc.get('error') or ''} {doc.get('exception_name') or ''}".strip()
+        except ValueError:
+            level, text = "text", line
+        levels[level] += 1
+        if len(samples) < 5 and text not in samples:
+            samples.append(text[:300])
+    return {"lines": len(lines), "by_level": dict(levels), "samples": samples}
 
 
 @dataclass(frozen=True)
@@ -138,9 +164,6 @@ class Relay:
         By default each POST opens its own connection (the timing includes the TCP connect), as GitHub's
         deliveries do; keep_alive=True reuses one connection.
         """
-        if not keep_alive and self._conn is not None:
-            self._conn.close()
-            self._conn = None
         delivery = str(uuid.uuid4())
         headers = {
             "content-type": "application/json",
@@ -149,14 +172,31 @@ class Relay:
             "x-hub-signature-256": sign(self.secret, body),
             "user-agent": "GitHub-Hookshot/crcr-bench",
         }
+        self.posted[delivery] = time.time()
+        status, elapsed, _ = self._send("/webhook", body, headers, keep_alive=keep_alive)
+        return status, elapsed, delivery
+
+    def callback(self, body: bytes, token: str | None, *, keep_alive: bool = False) -> tuple[int, float, bytes]:
+        """One POST /callback with `Authorization: Bearer <token>`: (status, round trip seconds, reply body).
+
+        A new connection per POST by default: each downstream job reports from its own runner process.
+        """
+        headers = {"content-type": "application/json", "user-agent": "crcr-bench-downstream"}
+        if token is not None:
+            headers["authorization"] = f"Bearer {token}"
+        return self._send("/callback", body, headers, keep_alive=keep_alive)
+
+    def _send(self, path: str, body: bytes, headers: dict[str, str], *, keep_alive: bool) -> tuple[int, float, bytes]:
+        if not keep_alive and self._conn is not None:
+            self._conn.close()
+            self._conn = None
         for attempt in range(2):
             conn = self._connection()
-            self.posted[delivery] = time.time()
             start = time.perf_counter()
             try:
-                conn.request("POST", "/webhook", body=body, headers=headers)
+                conn.request("POST", path, body=body, headers=headers)
                 resp = conn.getresponse()
-                resp.read()
+                data = resp.read()
             except (ConnectionError, http.client.HTTPException):
                 conn.close()
                 self._conn = None
@@ -167,7 +207,7 @@ class Relay:
             if not keep_alive:
                 conn.close()
                 self._conn = None
-            return resp.status, elapsed, delivery
+            return resp.status, elapsed, data
         raise AssertionError("unreachable")
 
     # -- observation -------------------------------------------------------------------------------
@@ -323,29 +363,44 @@ def clean_env() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def relay(key: AppKey, n_targets: int, *, installations: int, pollers_per_queue: int = 2) -> Iterator[Relay]:
-    """A fresh GitHub double, moto process and local stack: nothing is shared with any other run."""
+def relay(
+    key: AppKey,
+    n_targets: int,
+    *,
+    installations: int,
+    pollers_per_queue: int = 2,
+    level: str = "L1",
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[Relay]:
+    """A fresh GitHub double, moto process and local stack: nothing is shared with any other run.
+
+    Every target is allowlisted at `level`; `extra_env` adds to (or overrides) the stack's configuration.
+    """
     with tempfile.TemporaryDirectory(prefix="crcr-bench-") as tmp, MotoProcess() as moto:
         workdir = Path(tmp)
         double = GitHubDouble(app_id=APP_ID, app_public_key_pem=key.public_pem)
         repos: list[str] = []
         try:
             for i, (repo, installation_id) in enumerate(target_repos(n_targets, installations)):
-                double.install(repo, installation_id=installation_id, repo_id=50_000 + i)
+                double.install(repo, installation_id=installation_id, repo_id=REPO_ID_BASE + i)
                 repos.append(repo)
             allowlist = workdir / "allowlist.yaml"
-            allowlist.write_text("L1:\n" + "".join(f"  - {r}\n" for r in repos))
+            allowlist.write_text(f"{level}:\n" + "".join(f"  - {r}\n" for r in repos))
             secret = uuid.uuid4().hex
-            env = clean_env() | {
-                "CRCR_UPSTREAM_REPO": UPSTREAM,
-                "CRCR_GITHUB_API_URL": double.url,
-                "CRCR_GITHUB_APP_ID": APP_ID,
-                "CRCR_GITHUB_APP_PRIVATE_KEY": key.private_pem,
-                "CRCR_ALLOWLIST": str(allowlist),
-                "CRCR_WEBHOOK_SECRET": secret,
-                "POWERTOOLS_LOG_LEVEL": "WARNING",
-                "AWS_ENDPOINT_URL": moto.url,
-            }
+            env = (
+                clean_env()
+                | {
+                    "CRCR_UPSTREAM_REPO": UPSTREAM,
+                    "CRCR_GITHUB_API_URL": double.url,
+                    "CRCR_GITHUB_APP_ID": APP_ID,
+                    "CRCR_GITHUB_APP_PRIVATE_KEY": key.private_pem,
+                    "CRCR_ALLOWLIST": str(allowlist),
+                    "CRCR_WEBHOOK_SECRET": secret,
+                    "POWERTOOLS_LOG_LEVEL": "WARNING",
+                    "AWS_ENDPOINT_URL": moto.url,
+                }
+                | (extra_env or {})
+            )
             stack = LocalStack(port=0, env=env, pollers_per_queue=pollers_per_queue)
         except BaseException:
             double.stop()

@@ -1,5 +1,6 @@
 """crcr benchmark: ingest acknowledgement latency vs allowlist size, GitHub requests per (event x target),
-end-to-end throughput on the local stack, and cold-start import time of each function. See bench/README.md.
+end-to-end throughput on the local stack, callback latency and OIDC verification cost (with requests to the
+issuer's key set), and cold-start import time of each function. See bench/README.md.
 
     .venv/bin/python bench/run.py --out bench/results.json [--build]
 """
@@ -20,6 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import callbacks
 import coldstart
 from harness import (
     ROOT,
@@ -30,6 +32,8 @@ from harness import (
     breakdown,
     cpu_seconds,
     event_body,
+    log_summary,
+    metrics_delta,
     relay,
     request_kind,
     summary_ms,
@@ -45,33 +49,12 @@ METHOD = {
     "webhook": "examples/events/pull_request.opened.json, new X-GitHub-Delivery per POST, one connection per POST",
     "isolated": "pollers_per_queue=0: only the webhook function runs (in Lambda each function is its own process)",
     "with_fanout": "pollers on: planner and dispatcher run in the same process while the timed POSTs go in",
+    "callback": "one L2 target dispatched once; tests/doubles/oidc_issuer.OidcIssuer as CRCR_OIDC_ISSUER; "
+    "POST /callback with the dispatch's ticket and a fresh RS256 token, one connection per POST",
 }
 MAX_INSTALLATIONS = 10  # targets spread round-robin over at most this many App installations (orgs)
 WARM_REQUESTS_TARGET = 1.3
 REFERENCE_RELAY_REQUESTS = 4
-
-
-def metrics_delta(before: Counter[str]) -> dict[str, int]:
-    now = Counter(TOTALS)
-    now.subtract(before)
-    return {k: v for k, v in sorted(now.items()) if v}
-
-
-def log_summary(lines: list[str]) -> dict[str, Any]:
-    """Relay output (Powertools JSON logs at WARNING+, stack prints) seen in a window."""
-    levels: Counter[str] = Counter()
-    samples: list[str] = []
-    for line in lines:
-        try:
-            doc = json.loads(line)
-            level = str(doc.get("level") or doc.get("event") or "json")
-            text = f"{level}: {doc.get('message') or doc.get('error') or ''} {doc.get('exception_name') or ''}".strip()
-        except ValueError:
-            level, text = "text", line
-        levels[level] += 1
-        if len(samples) < 5 and text not in samples:
-            samples.append(text[:300])
-    return {"lines": len(lines), "by_level": dict(levels), "samples": samples}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -330,6 +313,10 @@ def git_info() -> dict[str, Any]:
 def print_table(results: dict[str, Any]) -> None:
     print("\n== crcr bench ==")
     print(f"commit {results['git']['commit']}{' (dirty)' if results['git']['dirty'] else ''}  {results['timestamp']}")
+    if results["git"].get("commit_changed_during_run"):
+        print(
+            f"WARNING: HEAD moved to {results['git']['commit_at_end']} during the run; phases measured different code"
+        )
     print(f"python {results['machine']['python']}, {results['machine']['cpu_count']} CPUs")
     print("\n1. ingest acknowledgement latency (POST /webhook -> 202), ms")
     print(f"   {'mode':12} {'N':>4} {'p50':>8} {'p99':>8} {'mean':>8} {'samples':>8}")
@@ -368,8 +355,9 @@ def print_table(results: dict[str, Any]) -> None:
             f"   CPU in {cpu['wall_s']} s: relay process {cpu['relay_process']} s, moto {cpu['moto_process']} s; "
             f"AWS calls per dispatch {sum(tp['aws_calls_per_dispatch'].values()):.1f} {tp['aws_calls_per_dispatch']}"
         )
+    print_callbacks(results)
     cs = results.get("cold_start", {})
-    print("\n4. cold-start import time (median of 7), ms")
+    print("\n5. cold-start import time (median of 7), ms")
     src = cs.get("source", {}).get("functions", {})
     built = cs.get("built", {})
     bf = built.get("functions", {}) if not built.get("skipped") else {}
@@ -391,6 +379,47 @@ def print_table(results: dict[str, Any]) -> None:
     print(f"\ntotal {results['duration_s']} s")
 
 
+def print_callbacks(results: dict[str, Any]) -> None:
+    cb = results.get("callback_latency")
+    if not cb:
+        return
+    print("\n4. callbacks (POST /callback, one L2 target, new connection per POST), ms")
+    print(f"   {'reply':26} {'p50':>8} {'p99':>8} {'mean':>8} {'samples':>8}  outcomes")
+    for name in ("cold_first_callback", "recorded", "duplicate", "recorded_after_duplicates"):
+        row = cb[name]
+        print(
+            f"   {name:26} {row.get('p50_ms', 0):8.2f} {row.get('p99_ms', 0):8.2f} {row.get('mean_ms', 0):8.2f} "
+            f"{row.get('samples', 0):8}  {row.get('outcomes')}"
+        )
+    print(
+        f"   AWS calls per callback: recorded {cb['recorded']['aws_calls']['total_per_callback']}, "
+        f"duplicate {cb['duplicate']['aws_calls']['total_per_callback']}; results rows "
+        f"{cb['results_table_rows']}/{cb['results_table_rows_expected']}"
+    )
+    ov = results.get("oidc_verify")
+    if ov:
+        w, j = ov["warm"], ov["pyjwt_decode_only"]
+        print(
+            f"   OidcVerifier.verify warm ({w['samples']} tokens): p50 {w['p50_us']} us, p99 {w['p99_us']} us, "
+            f"mean {w['mean_us']} us (PyJWT decode alone p50 {j['p50_us']} us); "
+            f"cold first {ov['cold_first_verify_ms']} ms"
+        )
+    iq = results.get("oidc_issuer_requests")
+    if iq:
+        warm, hostile = iq["warm"], iq["unknown_kid"]
+        print(
+            f"   issuer requests: cold first callback {iq['cold_first_callback']}; JWKS fetches per 1,000 warm "
+            f"callbacks {warm['jwks_fetches_per_1000_callbacks']} ({warm['callbacks']} sent)"
+        )
+        print(
+            f"   unknown kid: {hostile['forged_callbacks']} forged + "
+            f"{hostile['genuine_callbacks_interleaved']} genuine "
+            f"in {hostile['seconds']} s -> {hostile['jwks_fetches']} JWKS fetches (bound "
+            f"{hostile['bound_one_per_interval']}); forged {hostile['forged_outcomes']}, genuine "
+            f"{hostile['genuine_outcomes']}"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
@@ -404,6 +433,14 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=15, help="events in the throughput run")
     parser.add_argument("--targets", type=int, default=10, help="targets in the throughput run")
     parser.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for dispatches to land")
+    parser.add_argument("--callbacks", type=int, default=300, help="timed callbacks that record a new job")
+    parser.add_argument("--callback-duplicates", type=int, default=300, help="timed identical repeats (duplicate)")
+    parser.add_argument(
+        "--callback-window", type=int, default=1000, help="warm callbacks over which issuer requests are counted"
+    )
+    parser.add_argument("--callback-hostile", type=int, default=200, help="unknown-kid callbacks, interleaved")
+    parser.add_argument("--verify-tokens", type=int, default=2000, help="tokens for the in-process verify timing")
+    parser.add_argument("--skip-callbacks", action="store_true", help="leave out the callback figures")
     parser.add_argument("--build", action="store_true", help="run `make build` first (about a minute)")
     parser.add_argument("--skip-fanout-latency", action="store_true", help="only the isolated ingest latency")
     parser.add_argument("--skip-coldstart", action="store_true", help="leave out the cold-start import times")
@@ -422,6 +459,11 @@ def main() -> int:
             "throughput_events": args.events,
             "throughput_targets": args.targets,
             "event": "examples/events/pull_request.opened.json",
+            "callbacks": args.callbacks,
+            "callback_duplicates": args.callback_duplicates,
+            "callback_window": args.callback_window,
+            "callback_hostile": args.callback_hostile,
+            "verify_tokens": args.verify_tokens,
         },
     }
     key = AppKey.generate()
@@ -457,10 +499,25 @@ def main() -> int:
         results["throughput"] = throughput
         phases["github_requests_and_throughput"] = round(time.perf_counter() - t, 1)
         t = time.perf_counter()
+        if not args.skip_callbacks:
+            out.say(f"4. callbacks ({args.callback_window} warm + {args.callback_hostile} unknown-kid) and OIDC verify")
+            results["oidc_verify"] = callbacks.verify_cost(args.verify_tokens)
+            results["callback_latency"], results["oidc_issuer_requests"] = callbacks.callback_bench(
+                key,
+                aws,
+                out,
+                recorded=args.callbacks,
+                duplicates=args.callback_duplicates,
+                window=args.callback_window,
+                hostile=args.callback_hostile,
+                timeout_s=args.timeout,
+            )
+            phases["callbacks"] = round(time.perf_counter() - t, 1)
+        t = time.perf_counter()
         if args.skip_coldstart:
             results["cold_start"] = {"skipped": True}
         else:
-            out.say("4. cold-start import time")
+            out.say("5. cold-start import time")
             results["cold_start"] = {
                 "source": coldstart.measure_source(out.say),
                 "built": coldstart.measure_built(out.say),
@@ -473,6 +530,10 @@ def main() -> int:
     else:
         out.path.unlink(missing_ok=True)
     results["phase_seconds"] = phases
+    end_commit = git_info()["commit"]
+    # Others commit while the bench runs: then the phases measured different code (the build, too).
+    results["git"]["commit_at_end"] = end_commit
+    results["git"]["commit_changed_during_run"] = end_commit != results["git"]["commit"]
     results["method"] = METHOD
     results["duration_s"] = round(time.perf_counter() - started, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)

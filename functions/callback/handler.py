@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crcr.adapters.observability import logger, metrics
+from crcr.adapters.observability import PowertoolsMetrics, logger, metrics
 from crcr.api import error_response, internal_error, json_response, lower_headers, raw_body
 from crcr.app.callback import CallbackDeps, handle_callback
 from crcr.composition import build_callback_deps, load_settings
@@ -24,6 +24,7 @@ def lambda_handler(event: dict[str, Any], context: Any, deps: CallbackDeps | Non
         logger.warning("callback rejected", extra={"reason": exc.reason, "detail": exc.message, "field": exc.field})
         return error_response(exc)
     except Exception:
+        PowertoolsMetrics().count("CallbackFailed")  # answered 500, so Lambda's Errors metric never sees it
         logger.exception("callback failed; the downstream action retries 5xx")
         return internal_error()
     logger.info("callback handled", extra={"outcome": reply.value})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crcr.adapters.observability import logger, metrics
+from crcr.adapters.observability import PowertoolsMetrics, logger, metrics
 from crcr.api import error_response, internal_error, json_response, lower_headers, raw_body
 from crcr.app.ingest import IngestDeps, Outcome, ingest
 from crcr.composition import build_ingest_deps, load_settings
@@ -24,6 +24,7 @@ def lambda_handler(event: dict[str, Any], context: Any, deps: IngestDeps | None 
         logger.warning("webhook rejected", extra={"reason": exc.reason, "detail": exc.message})
         return error_response(exc)
     except Exception:
+        PowertoolsMetrics().count("WebhookFailed")  # answered 500, so Lambda's Errors metric never sees it
         logger.exception("webhook failed; GitHub will show the delivery as failed so it can be redelivered")
         return internal_error()
     logger.info("webhook handled", extra={"outcome": result.outcome.value, "detail": result.reason})

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import LISTED, Relay, event_body, http
+from tests.doubles.github_double import Reply
 from tests.doubles.hud import HudDouble
 from tests.doubles.oidc_issuer import GITHUB_OBSERVED_LIFETIME, OidcIssuer
 
@@ -327,7 +328,8 @@ def test_each_state_change_is_pushed_to_the_hud_once(scenario: Scenario, hud: Hu
     )
     assert second["trusted"]["ci_metrics"]["execution_time"] >= 0
     assert second["untrusted"]["callback_payload"]["conclusion"] == "failure"
-    assert "ticket" in second["untrusted"]["callback_payload"]  # verbatim, as the downstream sent it
+    assert second["untrusted"]["callback_payload"]["job_name"] == "build-and-test"  # as the downstream sent it
+    assert "ticket" not in second["untrusted"]["callback_payload"]  # ... less its credential
 
 
 def test_refused_callbacks_never_reach_the_hud(scenario: Scenario, hud: HudDouble) -> None:
@@ -398,7 +400,34 @@ def test_a_scheduled_run_on_an_upstream_commit_is_recorded(scenario: Scenario) -
     # An L1 repository's nightly is not recorded.
     l1 = "org-one/l1-repo"
     assert s.post(scheduled_body(nightly_sha), s.token(l1, event_name="schedule")) == (200, {"status": "ignored"})
+    # A repository recreated under the same name (another id) cannot report as the allowlisted one.
+    status, reply = s.post(
+        scheduled_body(nightly_sha, job_name="y"), s.token(event_name="schedule", repository_id=4242)
+    )
+    assert status == 403 and reply["field"] == "repository_id"
     # A run started by something else cannot pose as a nightly.
     status, reply = s.post(scheduled_body(nightly_sha, job_name="x"), s.token(event_name="push"))
     assert status == 403 and reply["field"] == "event_name"
     assert len(s.jobs()) == 1
+
+
+def test_hostile_bodies_get_400_or_413_never_500(scenario: Scenario) -> None:
+    s = scenario
+    nested = b"[" * 100_000 + b"]" * 100_000
+    status, reply = s.post(nested, s.token())
+    assert status == 400 and reply["field"] == "body"
+    # Non-ASCII text under the body limit is stored as UTF-8, not as six-byte escapes.
+    wide = s.body(status="completed", conclusion="success", summary="\U0001f680" * 50_000)  # 200 KB as UTF-8
+    assert s.post(json.dumps(wide, ensure_ascii=False).encode(), s.token()) == (200, {"status": "recorded"})
+
+
+def test_a_run_reports_even_while_its_dispatch_is_being_retried(
+    relay_factory: Callable[..., Relay], oidc: OidcIssuer
+) -> None:
+    """GitHub accepted a POST the relay timed out on: the run it started must still be able to report."""
+    relay = relay_factory(env={"CRCR_OIDC_ISSUER": oidc.url, "CRCR_OIDC_AUDIENCE": "crcr", "CRCR_RETRY_BASE_S": "30"})
+    relay.github.script("POST", r"/repos/org-two/l2-repo/dispatches", [Reply.slow(3)])  # accepted after the timeout
+    relay.post("pull_request", event_body("pull_request.opened.json"))
+    relay.wait_dispatches({L2: 1}, settle_s=0)
+    s = Scenario(relay, oidc, "", "")
+    assert s.post(s.body(), s.token()) == (200, {"status": "recorded"})

@@ -104,7 +104,7 @@ class FakeState:
 
     heads: dict[tuple[str, int], str] = field(default_factory=dict)
     holds: list[tuple[int, str, str]] = field(default_factory=list)
-    released: set[tuple[int, str, str]] = field(default_factory=set)
+    released: dict[tuple[int, str, str], str] = field(default_factory=dict)
     ledger: dict[tuple[str, str], LedgerRow] = field(default_factory=dict)
     dispatched_claims: list[TicketClaims] = field(default_factory=list)
 
@@ -114,35 +114,51 @@ class FakeState:
     def hold(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> None:
         self.holds.append((pr, head_sha, repo))
 
-    def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, now: float) -> bool:
+    def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> bool:
         key = (pr, head_sha, repo.lower())
-        if key in self.released:
-            return False
-        self.released.add(key)
-        return True
+        return self.released.setdefault(key, delivery_id) == delivery_id
 
     def get(self, delivery_id: str, repo: str) -> LedgerRow | None:
         return self.ledger.get((delivery_id, repo.lower()))
 
-    def claim(self, message: DispatchMessage, dispatch_id: str, now: float, lease_s: float) -> bool:
-        row = self.get(message.delivery_id, message.target_repo)
-        if row is not None and (row.state is LedgerState.DISPATCHED or row.lease_until >= now):
+    owners: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def claim(
+        self,
+        message: DispatchMessage,
+        dispatch_id: str,
+        now: float,
+        lease_s: float,
+        owner: str,
+        repo_id: int,
+        full_name: str,
+    ) -> bool:
+        key = (message.delivery_id, message.target_repo.lower())
+        row = self.ledger.get(key)
+        final = (LedgerState.DISPATCHED, LedgerState.SUPERSEDED)
+        if row is not None and (row.state in final or row.lease_until >= now):
             return False
-        self.ledger[(message.delivery_id, message.target_repo.lower())] = LedgerRow(
-            message.delivery_id, message.target_repo, LedgerState.SENDING, dispatch_id, now + lease_s
+        self.ledger[key] = LedgerRow(
+            message.delivery_id, full_name, LedgerState.SENDING, dispatch_id, now + lease_s, repo_id=repo_id
         )
+        self.owners[key] = owner
         return True
 
     def mark_dispatched(self, message: DispatchMessage, claims: TicketClaims, now: float) -> None:
         self.ledger[(message.delivery_id, message.target_repo.lower())] = LedgerRow(
-            message.delivery_id, message.target_repo, LedgerState.DISPATCHED, claims.jti, 0.0, now
+            message.delivery_id, claims.sub, LedgerState.DISPATCHED, claims.jti, 0.0, now, repo_id=claims.repo_id
         )
         self.dispatched_claims.append(claims)
 
-    def mark(self, message: DispatchMessage, state: LedgerState, reason: str, now: float) -> None:
-        self.ledger[(message.delivery_id, message.target_repo.lower())] = LedgerRow(
-            message.delivery_id, message.target_repo, state, "", 0.0, None, reason
-        )
+    def mark(self, message: DispatchMessage, state: LedgerState, reason: str, now: float, owner: str = "") -> None:
+        key = (message.delivery_id, message.target_repo.lower())
+        row = self.ledger.get(key)
+        if row is not None and (
+            row.state is LedgerState.DISPATCHED or (row.lease_until >= now and self.owners.get(key) != owner)
+        ):
+            return  # as the table's condition: never undo a sent dispatch or another attempt's live claim
+        did = row.dispatch_id if row else ""
+        self.ledger[key] = LedgerRow(message.delivery_id, message.target_repo, state, did, 0.0, None, reason)
 
     def pr_head(self, upstream: str, pr: int) -> str | None:
         return self.heads.get((upstream, pr))

@@ -78,7 +78,7 @@ def test_a_repeated_message_dispatches_once(deps: DispatchDeps) -> None:
 
 
 def test_a_live_claim_by_another_worker_is_not_doubled(deps: DispatchDeps) -> None:
-    assert deps.ledger.claim(message(), "x", FakeClock().t, 60)
+    assert deps.ledger.claim(message(), "x", FakeClock().t, 60, "other-worker", 1, REPO)
     outcome = dispatch(message(), deps)
     assert outcome.result is Result.RESCHEDULED and outcome.reason == "in_flight"
     assert sent(deps) == []

@@ -82,13 +82,13 @@ def _max_in_window(times: list[float], window: float) -> int:
 def test_pacing_allows_a_burst_then_spaces_calls() -> None:
     times = _saturate(CONTENT_RATES, 60)
     assert times[:16] == [0.0] * 16  # a burst goes out at once
-    assert _max_in_window(times, 60) <= 80  # GitHub: about 80 content writes a minute
+    assert _max_in_window(times, 60) <= 75  # GitHub: about 80 content writes a minute
 
 
 def test_pacing_holds_the_hourly_budget_under_saturation() -> None:
     times = _saturate(CONTENT_RATES, 3 * 3600)
-    assert _max_in_window(times, 60) <= 80
-    assert 440 <= _max_in_window(times, 3600) <= 500  # GitHub: about 500 an hour
+    assert _max_in_window(times, 60) <= 75
+    assert 440 <= _max_in_window(times, 3600) <= 491  # GitHub: about 500 an hour
 
 
 def test_pacing_state_is_unchanged_when_refused() -> None:

@@ -58,3 +58,16 @@ def test_bodies_over_the_inline_limit_travel_by_reference_intact() -> None:
 def test_size_is_checked_before_the_signature_is_computed() -> None:
     with pytest.raises(PayloadTooLarge):
         ingest(b"x" * 1_000_001, {}, deps(FakeEventQueue(), FakeDeliveries()))
+
+
+def test_escaping_is_counted_when_deciding_to_offload() -> None:
+    """A body of quotes and backslashes grows as a JSON string inside the queue message."""
+    doc = json.loads(BODY)
+    doc["pull_request"]["body"] = '\\"' * 1_000  # 2,000 characters that escape to 4,000
+    body = json.dumps(doc).encode()
+    for limit, offloaded in ((len(body) + 500, True), (len(body) + 5_000, False)):
+        queue = FakeEventQueue()
+        ready = deps(queue, FakeDeliveries(), FakeBlobs())
+        ready = IngestDeps(**{**ready.__dict__, "inline_body_bytes": limit})
+        ingest(body, headers(body), ready)
+        assert (queue.sent[0].body_ref is not None) is offloaded

@@ -113,17 +113,20 @@ class DynamoState:
             },
         )
 
-    def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, now: float) -> bool:
+    def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> bool:
         try:
             self._ddb.put_item(
                 TableName=self._table,
                 Item={
                     "pk": self._pr_pk(upstream, pr),
                     "sk": {"S": f"RELEASED#{head_sha}#{repo_key(repo)}"},
+                    "delivery_id": {"S": delivery_id},
                     "released_at": {"N": str(_num(now))},
                     "expires_at": {"N": str(int(now) + LEDGER_TTL_S)},
                 },
-                ConditionExpression="attribute_not_exists(pk)",
+                # A retried planner run of the same delivery must release again (its send may have failed).
+                ConditionExpression="attribute_not_exists(pk) OR delivery_id = :d",
+                ExpressionAttributeValues={":d": {"S": delivery_id}},
             )
         except ClientError as exc:
             if _conditional_failed(exc):
@@ -176,10 +179,22 @@ class DynamoState:
         "pr = :pr, updated_at = :now, expires_at = :exp"
     )
 
-    def claim(self, message: DispatchMessage, dispatch_id: str, now: float, lease_s: float) -> bool:
+    def claim(
+        self,
+        message: DispatchMessage,
+        dispatch_id: str,
+        now: float,
+        lease_s: float,
+        owner: str,
+        repo_id: int,
+        full_name: str,
+    ) -> bool:
         values = self._base_values(message, now) | {
             ":sending": {"S": LedgerState.SENDING.value},
             ":lease": {"N": str(_num(now + lease_s))},
+            ":owner": {"S": owner},
+            ":repo_id": {"N": str(repo_id)},
+            ":full": {"S": full_name},
             ":did": {"S": dispatch_id},
             ":done": {"S": LedgerState.DISPATCHED.value},
             ":superseded": {"S": LedgerState.SUPERSEDED.value},
@@ -188,7 +203,10 @@ class DynamoState:
             self._ddb.update_item(
                 TableName=self._table,
                 Key=self._ledger_key(message.delivery_id, message.target_repo),
-                UpdateExpression=f"SET #s = :sending, lease_until = :lease, dispatch_id = :did, {self._BASE_SET}",
+                UpdateExpression=(
+                    "SET #s = :sending, lease_until = :lease, lease_owner = :owner, dispatch_id = :did, "
+                    f"repo_id = :repo_id, repo_full_name = :full, {self._BASE_SET}"
+                ),
                 ConditionExpression=(
                     "attribute_not_exists(pk) OR (NOT (#s IN (:done, :superseded)) AND lease_until < :now)"
                 ),
@@ -220,20 +238,26 @@ class DynamoState:
             ExpressionAttributeValues=values | {":zero": {"N": "0"}},
         )
 
-    def mark(self, message: DispatchMessage, state: LedgerState, reason: str, now: float) -> None:
-        """Record a non-dispatched state and release the claim, never overwriting a sent dispatch."""
+    def mark(self, message: DispatchMessage, state: LedgerState, reason: str, now: float, owner: str = "") -> None:
+        """Record a non-dispatched state and release the claim, never overwriting a sent dispatch or
+        another attempt's live claim."""
         values = self._base_values(message, now) | {
             ":s": {"S": state.value},
             ":reason": {"S": reason[:1000]},
             ":zero": {"N": "0"},
             ":done": {"S": LedgerState.DISPATCHED.value},
+            ":owner": {"S": owner or "-"},
         }
         try:
             self._ddb.update_item(
                 TableName=self._table,
                 Key=self._ledger_key(message.delivery_id, message.target_repo),
                 UpdateExpression=f"SET #s = :s, reason = :reason, lease_until = :zero, {self._BASE_SET}",
-                ConditionExpression="attribute_not_exists(pk) OR #s <> :done",
+                ConditionExpression=(
+                    "attribute_not_exists(pk) OR "
+                    "(#s <> :done AND (attribute_not_exists(lease_until) OR lease_until < :now "
+                    "OR lease_owner = :owner))"
+                ),
                 ExpressionAttributeNames={"#s": "state", "#lvl": "level"},
                 ExpressionAttributeValues=values,
             )

@@ -105,7 +105,7 @@ class GitHubApp:
         }
         data = None
         if body is not None:
-            data = json.dumps(body, separators=(",", ":")).encode()
+            data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
             headers["Content-Type"] = "application/json"
         self.calls.add(kind)
         try:
@@ -129,6 +129,9 @@ class GitHubApp:
             raise GitHubRateLimited(wait, f"{method} {path}: HTTP {raw.status} {message}".strip())
         if raw.status >= 400:
             raise GitHubRejected(raw.status, f"{method} {path}: {message or 'no message'}")
+        if not 200 <= raw.status < 300:
+            # A redirect or anything else is not GitHub having done it: never count it as sent.
+            raise GitHubUnavailable(f"{method} {path}: unexpected HTTP {raw.status}")
         return Response(raw.status, resp_headers, parsed)
 
     def app_jwt(self) -> str:
@@ -181,6 +184,7 @@ class GitHubApp:
                 self._installations.pop(repo_key(repo), None)
                 if exc.status == 422:
                     raise NotInstalled(f"installation {installation_id} does not cover {repo}") from exc
+                raise GitHubUnavailable(f"installation {installation_id} is gone; looking it up again") from exc
             raise
         repos = resp.body.get("repositories") or []
         match = next((r for r in repos if repo_key(r.get("full_name", "")) == repo_key(repo)), None)
@@ -245,6 +249,10 @@ class UpstreamCommitLookup:
             raise
         self._known.add(sha)
         return True
+
+    def repo_id(self, repo: str) -> int:
+        # A metadata-only token down-scoped to the repository lists it with its id (DESIGN §4.2).
+        return self._github.repo_token(self._github.installation_for(repo), repo, {"metadata": "read"}).repo_id
 
 
 def _path(repo: str) -> str:

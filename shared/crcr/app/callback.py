@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from crcr.app.ports import (
     AllowlistProvider,
     Clock,
+    GitHubError,
     JobRecord,
     Ledger,
     LedgerRow,
@@ -27,8 +28,10 @@ from crcr.app.ports import (
     UpstreamCommits,
 )
 from crcr.contracts.callback import CallbackBody, PyTorchCallbackBody, ScheduledBody
+from crcr.domain.allowlist import Allowlist
 from crcr.domain.callback_rules import SCHEDULED_EVENTS, check_identity
 from crcr.domain.errors import (
+    AllowlistError,
     BadRequest,
     Conflict,
     CrcrError,
@@ -87,7 +90,7 @@ def _field(exc: ValidationError) -> str:
 def _parse(body: bytes) -> tuple[CallbackBody | PyTorchCallbackBody | ScheduledBody, Report]:
     try:
         doc = json.loads(body)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: [[[[... nested
         raise BadRequest("body is not JSON", field="body") from exc
     if not isinstance(doc, dict):
         raise BadRequest("body must be a JSON object", field="body")
@@ -125,13 +128,26 @@ def _dispatch_of(parsed: CallbackBody | PyTorchCallbackBody, claims: dict[str, A
         if str(claims.get("repository", "")).lower() != ticket.sub.lower():
             raise Forbidden(f"this ticket was issued to {ticket.sub}", field="ticket")
         row = deps.ledger.get(ticket.delivery_id, ticket.sub)
-        if row is None or row.state is not LedgerState.DISPATCHED or row.dispatch_id != ticket.jti:
+        # Any state will do when the ids match: the relay signs a ticket only just before sending it, so a
+        # run may report while its row still says SENDING/RETRYING (a POST that timed out but was accepted).
+        if row is None or row.dispatch_id != ticket.jti:
             raise Unauthorized("the ticket's dispatch is not in the ledger", field="ticket")
         return row
     row = deps.ledger.get(parsed.delivery_id, str(claims.get("repository", "")))
-    if row is None or row.state is not LedgerState.DISPATCHED:
+    if row is None or not row.dispatch_id or row.state is LedgerState.SUPERSEDED:
         raise Forbidden("this delivery was never dispatched to the calling repository", field="delivery_id")
     return row
+
+
+MAX_STORED_PAYLOAD_BYTES = 300_000  # DynamoDB items stop at 400 KB; leave room for the other attributes
+
+
+def _stored_payload(raw: dict[str, Any]) -> str:
+    """The body as sent, minus the ticket (a credential has no place in the table or on the HUD)."""
+    text = json.dumps({k: v for k, v in raw.items() if k != "ticket"}, separators=(",", ":"), ensure_ascii=False)
+    if len(text.encode()) > MAX_STORED_PAYLOAD_BYTES:
+        raise PayloadTooLarge("the report is too large to store; shorten its summary", field="summary")
+    return text
 
 
 def _fingerprint(raw: dict[str, Any]) -> str:
@@ -158,7 +174,7 @@ def _handle(body: bytes, authorization: str | None, deps: CallbackDeps) -> Reply
     if isinstance(parsed, ScheduledBody):
         return _scheduled(parsed, report, claims, deps)
     row = _dispatch_of(parsed, claims, deps)
-    entry = deps.allowlist.current().get(row.repo)
+    entry = _allowlist(deps).get(row.repo)
     if entry is None:
         raise Forbidden(f"{row.repo} is no longer on the allowlist", field="repository")
     check_identity(
@@ -178,17 +194,30 @@ def _handle(body: bytes, authorization: str | None, deps: CallbackDeps) -> Reply
     return _record(row, report, deps)
 
 
+def _allowlist(deps: CallbackDeps) -> Allowlist:
+    try:
+        return deps.allowlist.current()
+    except AllowlistError as exc:  # the relay's problem, not the caller's: let the action retry
+        raise Unavailable("the relay has no valid allowlist loaded", retry_after_s=30) from exc
+
+
 def _scheduled(body: ScheduledBody, report: Report, claims: dict[str, Any], deps: CallbackDeps) -> Reply:
     """A nightly run on an upstream commit: L2+ only, completed only, and the commit must be upstream's."""
     repo = str(claims.get("repository", ""))
-    entry = deps.allowlist.current().get(repo)
+    entry = _allowlist(deps).get(repo)
     if entry is None:
         raise Forbidden(f"{repo or 'the caller'} is not on the allowlist", field="repository")
+    try:
+        # No dispatch to bind to: bind to GitHub's id of the allowlisted name, so a deleted and recreated
+        # repository of the same name cannot report as the old one.
+        repo_id = deps.commits.repo_id(entry.repo) if deps.commits is not None else 0
+    except GitHubError as exc:
+        raise Unavailable(f"cannot ask GitHub about {entry.repo} now: {exc}", retry_after_s=30) from exc
     check_identity(
         claims,
         events=SCHEDULED_EVENTS,
         repo=entry.repo,
-        repo_id=int(str(claims.get("repository_id") or 0)),
+        repo_id=repo_id,
         run_id=report.run_id,
         run_attempt=report.run_attempt,
         pinned_repo_id=entry.settings.repository_id,
@@ -199,7 +228,11 @@ def _scheduled(body: ScheduledBody, report: Report, claims: dict[str, Any], deps
     wait = deps.limiter.hit(entry.repo, deps.clock.now())
     if wait > 0:
         raise TooManyRequests(f"too many callbacks from {entry.repo}", retry_after_s=math.ceil(wait))
-    if deps.commits is None or not deps.commits.exists(body.head_sha):
+    try:
+        exists = deps.commits is not None and deps.commits.exists(body.head_sha)
+    except GitHubError as exc:
+        raise Unavailable(f"cannot ask GitHub about {body.head_sha} now: {exc}", retry_after_s=30) from exc
+    if not exists:
         raise Forbidden(f"{body.head_sha} is not a commit of {deps.upstream}", field="head_sha")
     digest = hashlib.sha256(f"{entry.key}\n{body.head_sha}".encode()).hexdigest()[:32]
     row = LedgerRow(
@@ -207,7 +240,7 @@ def _scheduled(body: ScheduledBody, report: Report, claims: dict[str, Any], deps
         repo=str(claims["repository"]),
         state=LedgerState.DISPATCHED,
         dispatch_id=f"sched-{digest}",
-        repo_id=int(str(claims["repository_id"])),
+        repo_id=repo_id,
         upstream=deps.upstream,
         head_sha=body.head_sha,
         pr=None,
@@ -262,6 +295,6 @@ def _next_record(row: LedgerRow, report: Report, current: JobRecord | None, fing
         dispatched_at=row.dispatched_at or now,
         started_at=started_at,
         completed_at=now if completed else None,
-        callback_payload=json.dumps(report.raw, separators=(",", ":")),
+        callback_payload=_stored_payload(report.raw),
         version=(current.version + 1) if current else 1,
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -79,27 +80,27 @@ def client_payload(message: DispatchMessage, ticket: str, callback_url: str) -> 
 
 
 def _reschedule(
-    message: DispatchMessage, deps: DispatchDeps, delay: float, reason: str, *, attempt: int
+    message: DispatchMessage, deps: DispatchDeps, delay: float, reason: str, *, attempt: int, owner: str
 ) -> DispatchOutcome:
     now = deps.clock.now()
-    deps.ledger.mark(message, LedgerState.RETRYING, reason, now)
+    deps.ledger.mark(message, LedgerState.RETRYING, reason, now, owner)
     deps.queue.reschedule(message.model_copy(update={"attempt": attempt, "not_before": now + delay}), delay)
     deps.metrics.count("DispatchRetried", reason=reason.split(":", 1)[0])
     return DispatchOutcome(Result.RESCHEDULED, reason, delay)
 
 
-def _dead_letter(message: DispatchMessage, deps: DispatchDeps, reason: str) -> DispatchOutcome:
-    deps.ledger.mark(message, LedgerState.FAILED, reason, deps.clock.now())
+def _dead_letter(message: DispatchMessage, deps: DispatchDeps, reason: str, owner: str) -> DispatchOutcome:
+    deps.ledger.mark(message, LedgerState.FAILED, reason, deps.clock.now(), owner)
     deps.queue.dead_letter(message, reason)
     deps.metrics.count("DispatchDeadLettered")
     return DispatchOutcome(Result.DEAD_LETTERED, reason)
 
 
-def _transient(message: DispatchMessage, deps: DispatchDeps, reason: str) -> DispatchOutcome:
+def _transient(message: DispatchMessage, deps: DispatchDeps, reason: str, owner: str) -> DispatchOutcome:
     attempt = message.attempt + 1
     if attempt >= deps.policy.max_attempts:
-        return _dead_letter(message, deps, f"{reason} (gave up after {attempt} attempts)")
-    return _reschedule(message, deps, deps.policy.backoff(attempt, deps.rand), reason, attempt=attempt)
+        return _dead_letter(message, deps, f"{reason} (gave up after {attempt} attempts)", owner)
+    return _reschedule(message, deps, deps.policy.backoff(attempt, deps.rand), reason, attempt=attempt, owner=owner)
 
 
 def dispatch(message: DispatchMessage, deps: DispatchDeps) -> DispatchOutcome:
@@ -124,22 +125,27 @@ def dispatch(message: DispatchMessage, deps: DispatchDeps) -> DispatchOutcome:
             return DispatchOutcome(Result.SUPERSEDED, f"superseded by {latest}")
 
     did = dispatch_id(message.delivery_id, message.target_repo)
-    if not deps.ledger.claim(message, did, now, deps.lease_s):
-        # Another worker holds a live claim (a redelivered copy, or a worker that died mid-call):
-        # look again when that claim lapses.
-        held = deps.ledger.get(message.delivery_id, message.target_repo)
-        wait = max(1.0, (held.lease_until if held else now) - now + 1.0)
-        deps.queue.reschedule(message, wait)
-        deps.metrics.count("DispatchRetried", reason="in_flight")
-        return DispatchOutcome(Result.RESCHEDULED, "in_flight", wait)
-
+    owner = uuid.uuid4().hex  # this attempt's claim: only it may release the claim early
     try:
+        # Everything slow or fallible happens before the claim, so the claim covers one POST only.
         installation = deps.github.installation_for(message.target_repo)
         token = deps.github.repo_token(installation, message.target_repo)
         wait = deps.pacer.acquire(installation, deps.clock.now())
         if wait > 0:
-            return _reschedule(message, deps, wait, "paced", attempt=message.attempt)
-        issued = int(deps.clock.now())
+            return _reschedule(message, deps, wait, "paced", attempt=message.attempt, owner=owner)
+        now = deps.clock.now()
+        if not deps.ledger.claim(message, did, now, deps.lease_s, owner, token.repo_id, token.full_name):
+            # Another worker holds a live claim (a redelivered copy, or a worker that died mid-call):
+            # look again when that claim lapses.
+            held = deps.ledger.get(message.delivery_id, message.target_repo)
+            if held is not None and held.state in (LedgerState.DISPATCHED, LedgerState.SUPERSEDED):
+                deps.metrics.count("DispatchDuplicate")
+                return DispatchOutcome(Result.DUPLICATE, held.state.value)
+            wait = max(1.0, (held.lease_until if held else now) - now + 1.0)
+            deps.queue.reschedule(message, wait)
+            deps.metrics.count("DispatchRetried", reason="in_flight")
+            return DispatchOutcome(Result.RESCHEDULED, "in_flight", wait)
+        issued = int(now)
         claims = TicketClaims(
             sub=token.full_name,
             repo_id=token.repo_id,
@@ -157,17 +163,17 @@ def dispatch(message: DispatchMessage, deps: DispatchDeps) -> DispatchOutcome:
             message.target_repo, token, message.event_type, client_payload(message, ticket, deps.callback_url)
         )
     except NotInstalled as exc:
-        return _dead_letter(message, deps, f"not_installed: {exc}")
+        return _dead_letter(message, deps, f"not_installed: {exc}", owner)
     except GitHubRateLimited as exc:
-        return _reschedule(message, deps, exc.wait_s, f"rate_limited: {exc}", attempt=message.attempt)
+        return _reschedule(message, deps, exc.wait_s, f"rate_limited: {exc}", attempt=message.attempt, owner=owner)
     except GitHubUnavailable as exc:
-        return _transient(message, deps, f"unavailable: {exc}")
+        return _transient(message, deps, f"unavailable: {exc}", owner)
     except GitHubRejected as exc:
         if exc.status == 401:
             # A revoked or expired installation token: mint a new one on the next attempt.
             deps.github.forget_token(message.target_repo)
-            return _transient(message, deps, f"token_rejected: {exc}")
-        return _dead_letter(message, deps, f"rejected: {exc}")
+            return _transient(message, deps, f"token_rejected: {exc}", owner)
+        return _dead_letter(message, deps, f"rejected: {exc}", owner)
 
     deps.ledger.mark_dispatched(message, claims, deps.clock.now())
     deps.metrics.count("DispatchSent", level=message.level.name)

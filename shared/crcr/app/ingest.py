@@ -114,13 +114,13 @@ def _ingest(body: bytes, headers: Mapping[str, str], deps: IngestDeps) -> Ingest
         deps.metrics.count("WebhookRequeued")
 
     digest = hashlib.sha256(body).hexdigest()
-    if len(body) > deps.inline_body_bytes:
+    message = EventMessage(delivery_id=delivery_id, event=event, received_at=now, body=text, body_sha256=digest)
+    # Measure what travels: the body as a JSON string inside the message, escapes included.
+    if len(message.model_dump_json().encode()) > deps.inline_body_bytes:
         key = f"bodies/{delivery_id}.json"
         deps.blobs.put(key, body)
         message = EventMessage(delivery_id=delivery_id, event=event, received_at=now, body_ref=key, body_sha256=digest)
         deps.metrics.count("WebhookBodyOffloaded")
-    else:
-        message = EventMessage(delivery_id=delivery_id, event=event, received_at=now, body=text, body_sha256=digest)
     deps.events.send_event(message)
     deps.deliveries.mark_queued(delivery_id, deps.clock.now())
     return IngestResult(Outcome.ACCEPTED, delivery_id)

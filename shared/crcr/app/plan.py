@@ -103,7 +103,9 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
             continue
         if verdict is Verdict.RELEASE:
             assert event.pr_number is not None
-            if not deps.state.mark_released(deps.upstream, event.pr_number, event.head_sha, repo, now):
+            if not deps.state.mark_released(
+                deps.upstream, event.pr_number, event.head_sha, repo, message.delivery_id, now
+            ):
                 verdict, summary.skipped[repo] = Verdict.SKIP, "already_released"
                 deps.metrics.count("TargetSkipped", reason="already_released")
                 continue

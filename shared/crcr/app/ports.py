@@ -52,7 +52,9 @@ class DispatchQueue(Protocol):
 class PlannerState(Protocol):
     def record_pr_head(self, upstream: str, pr: int, head_sha: str, updated_at: str) -> None: ...
     def hold(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> None: ...
-    def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, now: float) -> bool: ...
+    def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> bool:
+        """True for the first release of this head to this repository, and for retries of that same delivery."""
+        ...
 
 
 class LedgerState(Enum):
@@ -83,9 +85,25 @@ class LedgerRow:
 
 class Ledger(Protocol):
     def get(self, delivery_id: str, repo: str) -> LedgerRow | None: ...
-    def claim(self, message: DispatchMessage, dispatch_id: str, now: float, lease_s: float) -> bool: ...
+    def claim(
+        self,
+        message: DispatchMessage,
+        dispatch_id: str,
+        now: float,
+        lease_s: float,
+        owner: str,
+        repo_id: int,
+        full_name: str,
+    ) -> bool:
+        """Take the send for one attempt: no row yet, or not final and no live claim by another attempt."""
+        ...
+
     def mark_dispatched(self, message: DispatchMessage, claims: TicketClaims, now: float) -> None: ...
-    def mark(self, message: DispatchMessage, state: LedgerState, reason: str, now: float) -> None: ...
+
+    def mark(self, message: DispatchMessage, state: LedgerState, reason: str, now: float, owner: str = "") -> None:
+        """Record a state that is not DISPATCHED; never undoes a sent dispatch or another attempt's live claim."""
+        ...
+
     def pr_head(self, upstream: str, pr: int) -> str | None: ...
 
 
@@ -211,3 +229,6 @@ class DeadLetters(Protocol):
 
 class UpstreamCommits(Protocol):
     def exists(self, sha: str) -> bool: ...
+    def repo_id(self, repo: str) -> int:
+        """GitHub's numeric id of a repository the App is installed on."""
+        ...

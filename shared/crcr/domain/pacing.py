@@ -22,7 +22,7 @@ class Rate:
 
 
 # GitHub's secondary limits: about 80 content-creating requests a minute and 500 an hour.
-# Windows hold at most 75 and 490, leaving room for other writers of the same installation.
+# Windows hold at most 75 and 491, leaving room for other writers of the same installation.
 CONTENT_RATES: tuple[Rate, ...] = (Rate(60, 60.0, burst=15), Rate(440, 3600.0, burst=50))
 
 

@@ -1,0 +1,60 @@
+"""Planner: a release that failed to send is released again when the event is retried."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from crcr.adapters.allowlist_source import parse_allowlist
+from crcr.app.plan import PlannerDeps, plan_event
+from crcr.contracts.messages import DispatchMessage, EventMessage
+from tests.unit.fakes import FakeBlobs, FakeClock, FakeDispatchQueue, FakeState, RecordingMetrics, StaticAllowlist
+
+BODY = json.loads(
+    (Path(__file__).resolve().parents[2] / "examples" / "events" / "pull_request.opened.json").read_text()
+)
+ALLOWLIST = parse_allowlist("L4:\n  - org/held\nrepos:\n  org/held:\n    trusted_authors_only: true\n")
+
+
+class FlakyQueue(FakeDispatchQueue):
+    failures = 1
+
+    def send_dispatches(self, messages: list[DispatchMessage]) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("SQS unreachable")
+        super().send_dispatches(messages)
+
+
+def labeled_event(delivery: str) -> EventMessage:
+    doc = json.loads(json.dumps(BODY))
+    doc["action"] = "labeled"
+    doc["label"] = {"name": "ciflow/trunk"}
+    doc["pull_request"]["author_association"] = "FIRST_TIME_CONTRIBUTOR"
+    text = json.dumps(doc)
+    return EventMessage(
+        delivery_id=delivery, event="pull_request", received_at=0, body=text,
+        body_sha256=hashlib.sha256(text.encode()).hexdigest(),
+    )  # fmt: skip
+
+
+def test_a_release_whose_send_failed_is_released_again_on_retry() -> None:
+    queue, state = FlakyQueue(), FakeState()
+    deps = PlannerDeps(
+        upstream="pytorch/pytorch",
+        allowlist=StaticAllowlist(ALLOWLIST),
+        blobs=FakeBlobs(),
+        state=state,
+        dispatches=queue,
+        metrics=RecordingMetrics(),
+        clock=FakeClock(),
+    )
+    with pytest.raises(ConnectionError):
+        plan_event(labeled_event("d-1"), deps)  # SQS redelivers the event
+    assert plan_event(labeled_event("d-1"), deps).dispatched == ["org/held"]
+    # Another label (another delivery) on the same head releases nothing more.
+    assert plan_event(labeled_event("d-2"), deps).skipped == {"org/held": "already_released"}
+    assert [m.target_repo for m in queue.sent] == ["org/held"]
