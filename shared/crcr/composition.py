@@ -187,10 +187,20 @@ def build_report_deps(settings: Settings) -> ReportDeps:
 
     settings.require("reporter_dlq_url")
     hud = HudClient(settings.hud_url, settings.secret("hud_token")) if settings.hud_url else None
+    metrics = PowertoolsMetrics()
+    checks = None
+    if settings.github_app_id and settings.state_table:
+        from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
+        from crcr.adapters.github import GitHubCheckRuns  # noqa: PLC0415
+        from crcr.app.checks import CheckDeps  # noqa: PLC0415
+
+        store = DynamoState(aws_client("dynamodb"), str(settings.state_table))
+        checks = CheckDeps(api=GitHubCheckRuns(_github(settings)), store=store, metrics=metrics)
     return ReportDeps(
         hud=hud,
         dead_letters=SqsDeadLetters(aws_client("sqs"), str(settings.reporter_dlq_url)),
-        metrics=PowertoolsMetrics(),
+        metrics=metrics,
+        checks=checks,
     )
 
 

@@ -108,7 +108,9 @@ class FakeState:
     ledger: dict[tuple[str, str], LedgerRow] = field(default_factory=dict)
     dispatched_claims: list[TicketClaims] = field(default_factory=list)
 
-    def record_pr_head(self, upstream: str, pr: int, head_sha: str, updated_at: str) -> None:
+    def record_pr_head(
+        self, upstream: str, pr: int, head_sha: str, updated_at: str, labels: tuple[str, ...] = ()
+    ) -> None:
         self.heads[(upstream, pr)] = head_sha
 
     def hold(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> None:

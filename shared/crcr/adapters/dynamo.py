@@ -6,6 +6,7 @@ concurrent Lambda instances and redelivered messages cannot both win.
 
 from __future__ import annotations
 
+import time
 from decimal import Decimal
 from typing import Any
 
@@ -13,6 +14,7 @@ from botocore.exceptions import ClientError
 
 from crcr.app.ports import Claim, LedgerRow, LedgerState
 from crcr.contracts.messages import DispatchMessage
+from crcr.domain.checks import Known
 from crcr.domain.ids import repo_key
 from crcr.domain.pacing import CONTENT_RATES, pace
 from crcr.domain.ticket import TicketClaims
@@ -75,8 +77,10 @@ class DynamoState:
     def _pr_pk(upstream: str, pr: int) -> dict[str, str]:
         return {"S": f"PR#{repo_key(upstream)}#{pr}"}
 
-    def record_pr_head(self, upstream: str, pr: int, head_sha: str, updated_at: str) -> None:
-        """Keep the newest head; webhooks can arrive out of order, so compare GitHub's updated_at."""
+    def record_pr_head(
+        self, upstream: str, pr: int, head_sha: str, updated_at: str, labels: tuple[str, ...] = ()
+    ) -> None:
+        """Keep the newest head and labels; webhooks can arrive out of order, so compare GitHub's updated_at."""
         try:
             self._ddb.put_item(
                 TableName=self._table,
@@ -85,6 +89,7 @@ class DynamoState:
                     "sk": {"S": "HEAD"},
                     "head_sha": {"S": head_sha},
                     "updated_at": {"S": updated_at},
+                    "labels": {"L": [{"S": label} for label in labels]},
                 },
                 ConditionExpression="attribute_not_exists(pk) OR updated_at <= :u",
                 ExpressionAttributeValues={":u": {"S": updated_at}},
@@ -100,6 +105,54 @@ class DynamoState:
             ConsistentRead=True,
         ).get("Item")
         return item["head_sha"]["S"] if item else None
+
+    def pr_labels(self, upstream: str, pr: int) -> tuple[str, ...]:
+        item = self._ddb.get_item(
+            TableName=self._table,
+            Key={"pk": self._pr_pk(upstream, pr), "sk": {"S": "HEAD"}},
+            ConsistentRead=True,
+        ).get("Item")
+        return tuple(v["S"] for v in item.get("labels", {}).get("L", [])) if item else ()
+
+    # -- upstream check runs (reporter) ------------------------------------------------------------------
+    @staticmethod
+    def _check_key(upstream: str, head_sha: str, name: str) -> dict[str, dict[str, str]]:
+        return {"pk": {"S": f"CHECK#{repo_key(upstream)}#{head_sha}"}, "sk": {"S": f"NAME#{name}"}}
+
+    def get_check(self, upstream: str, head_sha: str, name: str) -> tuple[Known | None, int]:
+        item = self._ddb.get_item(
+            TableName=self._table, Key=self._check_key(upstream, head_sha, name), ConsistentRead=True
+        ).get("Item")
+        if not item:
+            return None, 0
+        known = Known(
+            check_run_id=int(item["check_run_id"]["N"]),
+            status=item["status"]["S"],
+            conclusion=item.get("conclusion", {}).get("S"),
+        )
+        return known, int(item["version"]["N"])
+
+    def save_check(self, upstream: str, head_sha: str, name: str, known: Known, version: int) -> bool:
+        condition: dict[str, Any] = (
+            {"ConditionExpression": "attribute_not_exists(pk)"}
+            if version == 0
+            else {"ConditionExpression": "version = :v", "ExpressionAttributeValues": {":v": {"N": str(version)}}}
+        )
+        item = self._check_key(upstream, head_sha, name) | {
+            "check_run_id": {"N": str(known.check_run_id)},
+            "status": {"S": known.status},
+            "version": {"N": str(version + 1)},
+            "expires_at": {"N": str(int(time.time()) + LEDGER_TTL_S)},
+        }
+        if known.conclusion:
+            item["conclusion"] = {"S": known.conclusion}
+        try:
+            self._ddb.put_item(TableName=self._table, Item=item, **condition)
+        except ClientError as exc:
+            if _conditional_failed(exc):
+                return False
+            raise
+        return True
 
     def hold(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> None:
         self._ddb.put_item(

@@ -225,6 +225,32 @@ class GitHubApp:
         )
 
 
+class GitHubCheckRuns:
+    """The CheckRunApi port: check runs on the upstream, written with a checks:write token for it alone."""
+
+    def __init__(self, github: GitHubApp) -> None:
+        self._github = github
+
+    def _auth(self, upstream: str) -> str:
+        token = self._github.repo_token(self._github.installation_for(upstream), upstream, {"checks": "write"})
+        return f"Bearer {token.token}"
+
+    def create_check_run(self, upstream: str, fields: dict[str, Any]) -> int:
+        resp = self._github.request(
+            "POST", f"/repos/{_path(upstream)}/check-runs", self._auth(upstream), fields, kind="check_run"
+        )
+        return int(resp.body["id"])
+
+    def update_check_run(self, upstream: str, check_run_id: int, fields: dict[str, Any]) -> None:
+        self._github.request(
+            "PATCH",
+            f"/repos/{_path(upstream)}/check-runs/{check_run_id}",
+            self._auth(upstream),
+            fields,
+            kind="check_run",
+        )
+
+
 class UpstreamCommitLookup:
     """The UpstreamCommits port: does a commit exist in the upstream repository? (Positive answers cached.)"""
 

@@ -89,7 +89,7 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
 
     if event.pr_number is not None:
         updated_at = str(doc.get("pull_request", {}).get("updated_at") or "")
-        deps.state.record_pr_head(deps.upstream, event.pr_number, event.head_sha, updated_at)
+        deps.state.record_pr_head(deps.upstream, event.pr_number, event.head_sha, updated_at, event.labels)
 
     targets = []
     for decision in decisions:

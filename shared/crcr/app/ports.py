@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from crcr.contracts.messages import DispatchMessage, EventMessage
 from crcr.domain.allowlist import Allowlist
+from crcr.domain.checks import Known
 from crcr.domain.ticket import TicketClaims
 
 
@@ -50,7 +51,9 @@ class DispatchQueue(Protocol):
 
 
 class PlannerState(Protocol):
-    def record_pr_head(self, upstream: str, pr: int, head_sha: str, updated_at: str) -> None: ...
+    def record_pr_head(
+        self, upstream: str, pr: int, head_sha: str, updated_at: str, labels: tuple[str, ...] = ()
+    ) -> None: ...
     def hold(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> None: ...
     def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> bool:
         """True for the first release of this head to this repository, and for retries of that same delivery."""
@@ -232,3 +235,20 @@ class UpstreamCommits(Protocol):
     def repo_id(self, repo: str) -> int:
         """GitHub's numeric id of a repository the App is installed on."""
         ...
+
+
+class CheckRunApi(Protocol):
+    def create_check_run(self, upstream: str, fields: dict[str, Any]) -> int: ...
+    def update_check_run(self, upstream: str, check_run_id: int, fields: dict[str, Any]) -> None: ...
+
+
+class CheckRunStore(Protocol):
+    def get_check(self, upstream: str, head_sha: str, name: str) -> tuple[Known | None, int]:
+        """What was last written to this check run, and the row's version (0: no row)."""
+        ...
+
+    def save_check(self, upstream: str, head_sha: str, name: str, known: Known, version: int) -> bool:
+        """Conditional on `version`: False when another writer got there first."""
+        ...
+
+    def pr_labels(self, upstream: str, pr: int) -> tuple[str, ...]: ...

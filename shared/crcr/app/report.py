@@ -9,7 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from crcr.app.ports import DeadLetters, Hud, HudRejected, HudUnavailable, JobRecord, Metrics
+from crcr.app.checks import CheckDeps, check_run_fields, sync_check_run
+from crcr.app.ports import DeadLetters, GitHubRejected, Hud, HudRejected, HudUnavailable, JobRecord, Metrics
+from crcr.domain.checks import check_run_name
 
 
 @dataclass(frozen=True)
@@ -17,6 +19,7 @@ class ReportDeps:
     hud: Hud | None
     dead_letters: DeadLetters
     metrics: Metrics
+    checks: CheckDeps | None = None
     attempts: int = 3  # in this invocation; then the stream retries the record, then its DLQ
     base_delay_s: float = 0.5
     sleep: Callable[[float], None] = time.sleep
@@ -53,8 +56,18 @@ def hud_envelope(job: JobRecord) -> dict[str, Any]:
 
 
 def report_change(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> None:
-    """Raise HudUnavailable when the push should be retried later; 4xx are dead-lettered, not retried."""
-    if deps.hud is None or not changed(old, new):
+    """Push the change to the HUD and the upstream check run. Raise when it should be retried later
+    (the stream then retries this record); 4xx are dead-lettered with the reason, not retried."""
+    if not changed(old, new):
+        return
+    if deps.checks is not None:
+        try:
+            sync_check_run(new, deps.checks)
+        except GitHubRejected as exc:
+            deps.metrics.count("CheckRunRejected")
+            name = check_run_name(new.repo, new.workflow_name, new.job_name)
+            deps.dead_letters.send(check_run_fields(new, name), f"GitHub rejected the check run: {exc}")
+    if deps.hud is None:
         return
     envelope = hud_envelope(new)
     for attempt in range(deps.attempts):

@@ -10,7 +10,7 @@ from crcr.domain.allowlist import Allowlist, Entry
 
 # Pull-request actions that dispatch; "labeled" only releases PRs held for trusted_authors_only.
 DISPATCH_ACTIONS = frozenset({"opened", "reopened", "synchronize", "ready_for_review", "closed"})
-PR_ACTIONS_READ = DISPATCH_ACTIONS | {"labeled"}
+PR_ACTIONS_READ = DISPATCH_ACTIONS | {"labeled", "unlabeled"}  # labels decide L3 check runs
 # author_association values GitHub gives people who already had work merged or have write access.
 TRUSTED_ASSOCIATIONS = frozenset({"OWNER", "MEMBER", "COLLABORATOR", "CONTRIBUTOR"})
 CIFLOW_PREFIX = "ciflow/"
@@ -72,6 +72,8 @@ def _push_decision(event: UpstreamEvent, entry: Entry) -> Decision:
 def _pr_decision(event: UpstreamEvent, entry: Entry) -> Decision:
     settings = entry.settings
     untrusted = settings.trusted_authors_only and not event.trusted_author
+    if event.action == "unlabeled":
+        return Decision(entry, Verdict.SKIP, "label_only")
     if event.action == "labeled":
         if untrusted and (event.added_label or "").startswith(CIFLOW_PREFIX) and not event.draft:
             return Decision(entry, Verdict.RELEASE, "ciflow_label")

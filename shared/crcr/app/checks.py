@@ -1,0 +1,96 @@
+"""Check-run use case: mirror a recorded job as a check run on the upstream commit (L3 with label, L4).
+
+One check run per (head SHA, name): created once, then PATCHed forward, never back.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from crcr.app.ports import CheckRunApi, CheckRunStore, JobRecord, Metrics
+from crcr.domain.checks import Known, check_run_name, should_write, wants_check_run
+
+MAX_SUMMARY = 65_535  # GitHub's limit on output.summary
+
+
+@dataclass(frozen=True)
+class CheckDeps:
+    api: CheckRunApi
+    store: CheckRunStore
+    metrics: Metrics
+
+
+class CheckRunRace(Exception):
+    """Another writer updated the same check run meanwhile: process the record again."""
+
+
+def _iso(ts: float | None) -> str | None:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if ts is not None else None
+
+
+def _summary(job: JobRecord) -> str:
+    body: dict[str, Any] = json.loads(job.callback_payload)
+    lines = [f"**{job.repo}** · {job.workflow_name} / {job.job_name} · {job.conclusion or job.state}"]
+    results = body.get("test_results") or (body.get("workflow") or {}).get("test_results")
+    if isinstance(results, dict):
+        lines.append(
+            f"Tests: {results.get('passed', 0)} passed, {results.get('failed', 0)} failed, "
+            f"{results.get('skipped', 0)} skipped of {results.get('total', 0)}"
+        )
+    if job.started_at is not None:
+        lines.append(f"Queue time: {job.started_at - job.dispatched_at:.0f} s")
+        if job.completed_at is not None:
+            lines.append(f"Execution time: {job.completed_at - job.started_at:.0f} s")
+    lines.append(f"Run: {job.url}")
+    artifact = body.get("artifact_url")
+    if isinstance(artifact, str):
+        lines.append(f"Artifacts: {artifact}")
+    summary = body.get("summary")
+    if isinstance(summary, str) and summary:
+        lines += ["", summary]
+    return "\n\n".join(lines)[:MAX_SUMMARY]
+
+
+def check_run_fields(job: JobRecord, name: str) -> dict[str, Any]:
+    status = "completed" if job.state in ("completed", "timed_out") else "in_progress"
+    fields: dict[str, Any] = {
+        "name": name,
+        "head_sha": job.head_sha,
+        "status": status,
+        "details_url": job.url,
+        "external_id": f"{job.repo}:{job.run_id}:{job.pr if job.pr is not None else ''}",
+        "output": {"title": f"{job.repo}: {job.conclusion or job.state}", "summary": _summary(job)},
+    }
+    if job.started_at is not None:
+        fields["started_at"] = _iso(job.started_at)
+    if status == "completed":
+        fields["conclusion"] = job.conclusion or "timed_out"
+        fields["completed_at"] = _iso(job.completed_at or job.started_at or job.dispatched_at)
+    return fields
+
+
+def sync_check_run(job: JobRecord, deps: CheckDeps) -> None:
+    if not job.head_sha or job.delivery_id == "scheduled":
+        return  # scheduled runs report on a commit, not on a PR's checks
+    labels = deps.store.pr_labels(job.upstream, job.pr) if job.pr is not None and job.level == 3 else ()
+    if not wants_check_run(job.level, job.device, labels):
+        return
+    name = check_run_name(job.repo, job.workflow_name, job.job_name)
+    fields = check_run_fields(job, name)
+    known, version = deps.store.get_check(job.upstream, job.head_sha, name)
+    if not should_write(known, fields["status"], fields.get("conclusion")):
+        return
+    if known is None:
+        check_run_id = deps.api.create_check_run(job.upstream, fields)
+        deps.metrics.count("CheckRunCreated")
+    else:
+        check_run_id = known.check_run_id
+        deps.api.update_check_run(job.upstream, check_run_id, {k: v for k, v in fields.items() if k != "head_sha"})
+        deps.metrics.count("CheckRunUpdated")
+    if not deps.store.save_check(
+        job.upstream, job.head_sha, name, Known(check_run_id, fields["status"], fields.get("conclusion")), version
+    ):
+        raise CheckRunRace(name)

@@ -1,0 +1,42 @@
+"""Upstream check runs (DESIGN §4.5): who gets one, its name, and which writes move it forward."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from crcr.domain.levels import Level
+
+STATUS_RANK = {"queued": 0, "in_progress": 1, "completed": 2}
+CIFLOW_DEVICE_PREFIX = "ciflow/crcr/"
+
+
+def wants_check_run(level: int, device: str | None, labels: tuple[str, ...]) -> bool:
+    """L4 always; L3 only while the PR carries ciflow/crcr/<device>; L1/L2 never."""
+    if level >= Level.L4:
+        return True
+    if level == Level.L3 and device:
+        return f"{CIFLOW_DEVICE_PREFIX}{device}".lower() in {label.lower() for label in labels}
+    return False
+
+
+def check_run_name(repo: str, workflow_name: str, job_name: str) -> str:
+    return f"crcr/{repo}/{workflow_name}/{job_name}"
+
+
+@dataclass(frozen=True)
+class Known:
+    """What the relay last wrote to a check run."""
+
+    check_run_id: int
+    status: str
+    conclusion: str | None
+
+
+def should_write(known: Known | None, status: str, conclusion: str | None) -> bool:
+    """Create when unknown; then only forward: never back to an earlier status, and a completed run is
+    rewritten only when its conclusion changes (a sweeper's timed_out replaced by a genuine result)."""
+    if known is None:
+        return True
+    if STATUS_RANK[status] != STATUS_RANK[known.status]:
+        return STATUS_RANK[status] > STATUS_RANK[known.status]
+    return status == "completed" and conclusion != known.conclusion

@@ -1,0 +1,91 @@
+"""Upstream check runs for L4 and labelled L3 jobs, judged by the GitHub double's check-run API."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.conftest import LISTED, Relay, event_body
+from tests.doubles.oidc_issuer import OidcIssuer
+from tests.e2e.test_callback import REPO_IDS, Scenario, oidc  # noqa: F401 - oidc is a fixture
+
+pytestmark = pytest.mark.e2e
+L2, L3, L4 = "org-two/l2-repo", "org-three/l3-repo", "org-four/L4-Repo"
+UPSTREAM = "pytorch/pytorch"
+
+
+def start(relay_factory: Callable[..., Relay], oidc: OidcIssuer, labels: tuple[str, ...] = ()) -> Scenario:  # noqa: F811
+    relay = relay_factory(env={"CRCR_OIDC_ISSUER": oidc.url, "CRCR_OIDC_AUDIENCE": "crcr"})
+    relay.github.install(UPSTREAM, installation_id=1, repo_id=65600975)
+    doc = json.loads(event_body("pull_request.opened.json"))
+    doc["pull_request"]["labels"] += [{"name": label} for label in labels]
+    relay.github.add_commit(UPSTREAM, doc["pull_request"]["head"]["sha"])
+    delivery = str(uuid.uuid4())
+    assert relay.post("pull_request", json.dumps(doc).encode(), delivery)[0] == 202
+    relay.wait_dispatches(dict.fromkeys(LISTED, 1), settle_s=0)
+    return Scenario(relay, oidc, delivery, doc["pull_request"]["head"]["sha"])
+
+
+def check_runs(s: Scenario, expected: int, timeout_s: float = 15.0) -> list[dict[str, Any]]:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and len(s.relay.github.check_runs(UPSTREAM)) < expected:
+        time.sleep(0.1)
+    time.sleep(1.0)  # room for a duplicate to show
+    return s.relay.github.check_runs(UPSTREAM)
+
+
+def writes(s: Scenario) -> list[str]:
+    return [f"{r.method} {r.status}" for r in s.relay.github.requests if "/check-runs" in r.path]
+
+
+def test_an_l4_job_is_one_check_run_moving_forward_in_place(
+    relay_factory: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811
+) -> None:
+    s = start(relay_factory, oidc)
+    token = s.token(L4)
+    assert s.post(s.body(L4), token)[0] == 200
+    [run] = check_runs(s, 1)
+    assert run["name"] == f"crcr/{L4}/CI/build-and-test" and run["status"] == "in_progress"
+    assert run["head_sha"] == s.head_sha
+    assert run["details_url"] == f"https://github.com/{L4}/actions/runs/777"
+    assert run["external_id"] == f"{L4}:777:170001"
+
+    done = s.body(
+        L4, status="completed", conclusion="failure", test_results={"passed": 9, "failed": 1, "skipped": 0, "total": 10}
+    )
+    assert s.post(done, token)[0] == 200
+    assert s.post(done, token)[1] == {"status": "duplicate"}  # no second write
+    assert s.post(s.body(L4), token)[1] == {"status": "duplicate"}  # late in_progress: no regression
+    time.sleep(2)
+    [run] = s.relay.github.check_runs(UPSTREAM)
+    assert (run["status"], run["conclusion"]) == ("completed", "failure")
+    assert "9 passed, 1 failed" in run["output"]["summary"]
+    assert writes(s) == ["POST 201", "PATCH 200"]  # created once, then PATCHed
+
+
+def test_l3_needs_its_label_and_l2_never_gets_one(
+    relay_factory: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811
+) -> None:
+    s = start(relay_factory, oidc)
+    assert s.post(s.body(L2), s.token(L2))[0] == 200
+    assert s.post(s.body(L3), s.token(L3))[0] == 200
+    time.sleep(2)
+    assert s.relay.github.check_runs(UPSTREAM) == []
+
+
+def test_l3_with_its_device_label_gets_a_check_run(
+    relay_factory: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811
+) -> None:
+    s = start(relay_factory, oidc, labels=("ciflow/crcr/gpu",))
+    assert s.post(s.body(L3, status="completed", conclusion="success"), s.token(L3))[0] == 200
+    [run] = check_runs(s, 1)
+    assert run["name"] == f"crcr/{L3}/CI/build-and-test"
+    assert (run["status"], run["conclusion"]) == ("completed", "success")
