@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from crcr.app.ingest import IngestDeps
     from crcr.app.plan import PlannerDeps
     from crcr.app.report import ReportDeps
+    from crcr.app.sweep import SweepDeps
 
 # Adapters are imported inside each builder: a function pays at cold start only for the libraries it
 # uses (the webhook needs no JWT, YAML or HTTP client; see bench/README.md for the import times).
@@ -139,7 +140,7 @@ def build_dispatch_deps(settings: Settings) -> DispatchDeps:
     table = str(settings.state_table)
     return DispatchDeps(
         github=_github(settings),
-        ledger=DynamoState(aws_client("dynamodb"), table),
+        ledger=DynamoState(aws_client("dynamodb"), table, start_timeout_s=settings.start_timeout_s),
         queue=SqsDispatchQueue(aws_client("sqs"), str(settings.dispatch_queue_url), str(settings.dispatch_dlq_url)),
         pacer=DynamoPacer(aws_client("dynamodb"), table),
         signer=Ed25519Tickets(settings.secret("ticket_signing_key")),
@@ -171,7 +172,7 @@ def build_callback_deps(settings: Settings) -> CallbackDeps:
         tickets=Ed25519Tickets(settings.secret("ticket_signing_key")),
         ledger=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
         allowlist=_allowlist(settings, metrics, clock),
-        results=DynamoResults(aws_client("dynamodb"), str(settings.results_table)),
+        results=DynamoResults(aws_client("dynamodb"), str(settings.results_table), settings.run_timeout_s),
         limiter=DynamoRateLimiter(aws_client("dynamodb"), str(settings.state_table), settings.callback_rate_per_min),
         metrics=metrics,
         clock=clock,
@@ -201,6 +202,20 @@ def build_report_deps(settings: Settings) -> ReportDeps:
         dead_letters=SqsDeadLetters(aws_client("sqs"), str(settings.reporter_dlq_url)),
         metrics=metrics,
         checks=checks,
+    )
+
+
+def build_sweep_deps(settings: Settings) -> SweepDeps:
+    from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
+    from crcr.adapters.results import DynamoResults  # noqa: PLC0415
+    from crcr.app.sweep import SweepDeps  # noqa: PLC0415
+
+    settings.require("state_table", "results_table")
+    return SweepDeps(
+        starts=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
+        runs=DynamoResults(aws_client("dynamodb"), str(settings.results_table), settings.run_timeout_s),
+        metrics=PowertoolsMetrics(),
+        clock=SystemClock(),
     )
 
 

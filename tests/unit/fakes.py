@@ -165,6 +165,9 @@ class FakeState:
     def pr_head(self, upstream: str, pr: int) -> str | None:
         return self.heads.get((upstream, pr))
 
+    def clear_start_watch(self, delivery_id: str, repo: str) -> None:
+        return
+
 
 @dataclass
 class FakeGitHub:

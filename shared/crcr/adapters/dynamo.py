@@ -35,10 +35,14 @@ def _num(value: float) -> Decimal:
     return Decimal(str(round(value, 6)))
 
 
+SWEEP_INDEX = "sweep"  # sparse GSI (sweep_pk, sweep_at): only rows the sweeper must look at carry it
+
+
 class DynamoState:
-    def __init__(self, client: Any, table: str) -> None:
+    def __init__(self, client: Any, table: str, start_timeout_s: float | None = None) -> None:
         self._ddb = client
         self._table = table
+        self._start_timeout_s = start_timeout_s
 
     # -- deliveries ---------------------------------------------------------------------------
     def claim_delivery(self, delivery_id: str, event: str, now: float) -> Claim:
@@ -280,12 +284,17 @@ class DynamoState:
             ":did": {"S": claims.jti},
             ":device": {"S": message.device} if message.device else {"NULL": True},
         }
+        watch = ""
+        if self._start_timeout_s is not None and message.level >= 2:
+            # Until a job reports, the sweeper watches this dispatch through the sparse index.
+            watch = ", sweep_pk = :watch, sweep_at = :due"
+            values |= {":watch": {"S": "START"}, ":due": {"N": str(_num(now + self._start_timeout_s))}}
         self._ddb.update_item(
             TableName=self._table,
             Key=self._ledger_key(message.delivery_id, message.target_repo),
             UpdateExpression=(
                 f"SET #s = :s, dispatched_at = :now, repo_id = :repo_id, repo_full_name = :full, "
-                f"dispatch_id = :did, device = :device, lease_until = :zero, {self._BASE_SET} REMOVE reason"
+                f"dispatch_id = :did, device = :device, lease_until = :zero, {self._BASE_SET}{watch} REMOVE reason"
             ),
             ExpressionAttributeNames={"#s": "state", "#lvl": "level"},
             ExpressionAttributeValues=values | {":zero": {"N": "0"}},
@@ -317,6 +326,31 @@ class DynamoState:
         except ClientError as exc:
             if not _conditional_failed(exc):
                 raise
+
+    def clear_start_watch(self, delivery_id: str, repo: str) -> None:
+        self._ddb.update_item(
+            TableName=self._table,
+            Key=self._ledger_key(delivery_id, repo),
+            UpdateExpression="REMOVE sweep_pk, sweep_at",
+            ConditionExpression="attribute_exists(pk)",
+        )
+
+    def due_starts(self, now: float, limit: int = 100) -> list[LedgerRow]:
+        """Dispatches no job has reported on by their start deadline."""
+        items = self._ddb.query(
+            TableName=self._table,
+            IndexName=SWEEP_INDEX,
+            KeyConditionExpression="sweep_pk = :w AND sweep_at <= :now",
+            ExpressionAttributeValues={":w": {"S": "START"}, ":now": {"N": str(_num(now))}},
+            Limit=limit,
+        ).get("Items", [])
+        rows = []
+        for item in items:
+            delivery_id = item["pk"]["S"].removeprefix("DLV#")
+            row = self.get(delivery_id, item["repo"]["S"])
+            if row is not None:
+                rows.append(row)
+        return rows
 
     def dispatches_of(self, delivery_id: str) -> list[dict[str, Any]]:
         """Every ledger row of one delivery (operators, `crcr local` status, tests)."""

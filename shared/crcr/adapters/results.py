@@ -96,9 +96,21 @@ def from_item(item: dict[str, Any]) -> JobRecord:
 
 
 class DynamoResults:
-    def __init__(self, client: Any, table: str) -> None:
+    def __init__(self, client: Any, table: str, run_timeout_s: float | None = None) -> None:
         self._ddb = client
         self._table = table
+        self._run_timeout_s = run_timeout_s
+
+    def due_runs(self, now: float, limit: int = 100) -> list[JobRecord]:
+        """Jobs still in progress at their run deadline."""
+        items = self._ddb.query(
+            TableName=self._table,
+            IndexName="sweep",
+            KeyConditionExpression="sweep_pk = :w AND sweep_at <= :now",
+            ExpressionAttributeValues={":w": {"S": "RUN"}, ":now": _n(now)},
+            Limit=limit,
+        ).get("Items", [])
+        return [from_item(item) for item in items]
 
     def get_job(self, dispatch_id: str, run_id: int, run_attempt: int, job_name: str) -> JobRecord | None:
         item = self._ddb.get_item(
@@ -112,8 +124,12 @@ class DynamoResults:
             if expected_version is None
             else {"ConditionExpression": "version = :v", "ExpressionAttributeValues": {":v": _n(expected_version)}}
         )
+        item = to_item(record)
+        if record.state == "in_progress" and self._run_timeout_s is not None and record.started_at is not None:
+            # Watched by the sweeper until it completes (put_item replaces the item, dropping these).
+            item |= {"sweep_pk": {"S": "RUN"}, "sweep_at": _n(record.started_at + self._run_timeout_s)}
         try:
-            self._ddb.put_item(TableName=self._table, Item=to_item(record), **condition)
+            self._ddb.put_item(TableName=self._table, Item=item, **condition)
         except ClientError as exc:
             if _conditional_failed(exc):
                 return False

@@ -264,6 +264,8 @@ def _record(row: LedgerRow, report: Report, deps: CallbackDeps) -> Reply:
             return Reply.DUPLICATE
         record = _next_record(row, report, current, fingerprint, now)
         if deps.results.put_job(record, current.version if current else None):
+            if current is None and row.delivery_id != "scheduled":
+                deps.ledger.clear_start_watch(row.delivery_id, row.repo)  # a job started: no start timeout
             return Reply.RECORDED
         # Another callback for the same job won the conditional write: read it and decide again.
     # Not a conflict of content: retrying will settle it, so say so (the action retries 503).

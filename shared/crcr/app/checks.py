@@ -44,7 +44,10 @@ def _summary(job: JobRecord) -> str:
         lines.append(f"Queue time: {job.started_at - job.dispatched_at:.0f} s")
         if job.completed_at is not None:
             lines.append(f"Execution time: {job.completed_at - job.started_at:.0f} s")
-    lines.append(f"Run: {job.url}")
+    if job.url:
+        lines.append(f"Run: {job.url}")
+    elif job.state == "timed_out":
+        lines.append("No job of this dispatch started before the start timeout.")
     artifact = body.get("artifact_url")
     if isinstance(artifact, str):
         lines.append(f"Artifacts: {artifact}")
@@ -60,10 +63,11 @@ def check_run_fields(job: JobRecord, name: str) -> dict[str, Any]:
         "name": name,
         "head_sha": job.head_sha,
         "status": status,
-        "details_url": job.url,
         "external_id": f"{job.repo}:{job.run_id}:{job.pr if job.pr is not None else ''}",
         "output": {"title": f"{job.repo}: {job.conclusion or job.state}", "summary": _summary(job)},
     }
+    if job.url:
+        fields["details_url"] = job.url
     if job.started_at is not None:
         fields["started_at"] = _iso(job.started_at)
     if status == "completed":

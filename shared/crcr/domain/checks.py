@@ -20,7 +20,8 @@ def wants_check_run(level: int, device: str | None, labels: tuple[str, ...]) -> 
 
 
 def check_run_name(repo: str, workflow_name: str, job_name: str) -> str:
-    return f"crcr/{repo}/{workflow_name}/{job_name}"
+    """Per job; a dispatch no job started on is the repository's own check run, crcr/<owner>/<repo>."""
+    return f"crcr/{repo}/{workflow_name}/{job_name}" if job_name else f"crcr/{repo}"
 
 
 @dataclass(frozen=True)

@@ -415,6 +415,16 @@ class LocalStack:
             return
         self._stop.wait(min(2.0 ** retries[shard] * 0.1, 5.0))  # Lambda backs off between stream retries
 
+    def _run_schedule(self, fn: FunctionDecl) -> None:
+        """EventBridge's schedule, every CRCR_SWEEP_INTERVAL_S seconds locally (DESIGN §9)."""
+        interval = float(self.env.get("CRCR_SWEEP_INTERVAL_S") or 60)
+        while not self._stop.wait(interval):
+            event = {"source": "aws.events", "detail-type": "Scheduled Event", "time": time.time(), "detail": {}}
+            try:
+                self.invoke(fn.logical_id, event)
+            except Exception as exc:  # as in Lambda: the next tick tries again
+                print(json.dumps({"event": "invoke_failed", "function": fn.logical_id, "error": repr(exc)}), flush=True)
+
     def _start_pollers(self) -> None:
         for fn in self.functions:
             for source in fn.sqs_sources:
@@ -427,6 +437,12 @@ class LocalStack:
                     )
                     thread.start()
                     self._threads.append(thread)
+            if fn.schedules:
+                thread = threading.Thread(
+                    target=self._run_schedule, args=(fn,), name=f"timer-{fn.logical_id}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
             for stream in fn.stream_sources:
                 thread = threading.Thread(
                     target=self._poll_stream, args=(fn, stream), name=f"stream-{fn.logical_id}", daemon=True

@@ -1,0 +1,91 @@
+"""The sweeper on `crcr local`: a dispatch that never starts and a job that never finishes end timed_out,
+visible on the HUD and as check runs; a genuine late result replaces timed_out."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.conftest import Relay
+from tests.doubles.hud import HudDouble
+from tests.doubles.oidc_issuer import OidcIssuer
+from tests.e2e.test_callback import Scenario, oidc  # noqa: F401 - oidc is a fixture
+from tests.e2e.test_check_runs import L2, L4, UPSTREAM, start
+
+pytestmark = pytest.mark.e2e
+HUD_TOKEN = "hud-bot-token"
+
+
+@pytest.fixture
+def hud() -> Iterator[HudDouble]:
+    double = HudDouble(HUD_TOKEN)
+    yield double
+    double.stop()
+
+
+@pytest.fixture
+def swept(relay_factory: Callable[..., Relay], hud: HudDouble) -> Callable[..., Relay]:
+    def make(**env: str) -> Relay:
+        return relay_factory(
+            env={
+                "CRCR_START_TIMEOUT_S": "2",
+                "CRCR_RUN_TIMEOUT_S": "3",
+                "CRCR_SWEEP_INTERVAL_S": "1",
+                "CRCR_HUD_URL": hud.url,
+                "CRCR_HUD_TOKEN": HUD_TOKEN,
+            }
+            | env
+        )
+
+    return make
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and not predicate():
+        time.sleep(0.2)
+
+
+def test_a_dispatch_that_never_starts_ends_timed_out(
+    swept: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811
+    hud: HudDouble,
+) -> None:
+    s = start(lambda **kw: swept(**kw["env"]), oidc)
+    runs = s.relay.github.check_runs
+    wait_for(lambda: any(r["name"] == f"crcr/{L4}" for r in runs(UPSTREAM)))
+    [repo_run] = [r for r in runs(UPSTREAM) if r["name"] == f"crcr/{L4}"]
+    assert (repo_run["status"], repo_run["conclusion"]) == ("completed", "timed_out")
+    assert "No job of this dispatch started" in repo_run["output"]["summary"]
+    timed_out = [p["trusted"] for p in hud.pushes if p["trusted"]["state"] == "timed_out"]
+    assert {t["verified_repo"] for t in timed_out} >= {L2, L4}  # L2+: recorded; L1 never watched
+    assert all(t["head_sha"] == s.head_sha for t in timed_out)
+    assert not any(t["verified_repo"] == "org-one/l1-repo" for t in timed_out)
+    before = len(hud.pushes)
+    time.sleep(2.5)
+    assert len(hud.pushes) == before  # swept once, not on every tick
+
+
+def test_a_job_that_never_finishes_times_out_and_a_late_result_replaces_it(
+    swept: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811
+) -> None:
+    s = start(lambda **kw: swept(**kw["env"]), oidc)
+    token = s.token(L4)
+    assert s.post(s.body(L4), token)[0] == 200  # started: no start timeout for this dispatch
+    name = f"crcr/{L4}/CI/build-and-test"
+
+    def job_run() -> dict[str, object]:
+        return next((r for r in s.relay.github.check_runs(UPSTREAM) if r["name"] == name), {})
+
+    wait_for(lambda: job_run().get("conclusion") == "timed_out")
+    assert job_run()["status"] == "completed" and job_run()["conclusion"] == "timed_out"
+    assert not any(r["name"] == f"crcr/{L4}" for r in s.relay.github.check_runs(UPSTREAM))
+    late = s.body(L4, status="completed", conclusion="success")
+    assert s.post(late, s.token(L4)) == (200, {"status": "recorded"})
+    wait_for(lambda: job_run().get("conclusion") == "success")
+    assert job_run()["conclusion"] == "success"
+    [job] = [j for j in s.jobs() if j["job_name"] == "build-and-test"]
+    assert (job["state"], job["conclusion"]) == ("completed", "success")
