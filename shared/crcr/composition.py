@@ -14,7 +14,9 @@ from crcr.settings import ConfigError, Settings
 if TYPE_CHECKING:
     from crcr.adapters.allowlist_source import CachedAllowlist
     from crcr.adapters.github import GitHubApp
+    from crcr.adapters.results import DynamoResults
     from crcr.app.callback import CallbackDeps
+    from crcr.app.checks import CheckDeps
     from crcr.app.dispatch import DispatchDeps
     from crcr.app.ingest import IngestDeps
     from crcr.app.plan import PlannerDeps
@@ -117,6 +119,8 @@ def build_planner_deps(settings: Settings) -> PlannerDeps:
     metrics = PowertoolsMetrics()
     clock = SystemClock()
     return PlannerDeps(
+        checks=_check_deps(settings, metrics),
+        jobs=_results(settings) if settings.results_table else None,
         upstream=settings.upstream_repo,
         allowlist=_allowlist(settings, metrics, clock),
         blobs=S3Blobs(aws_client("s3"), str(settings.bodies_bucket)),
@@ -181,6 +185,24 @@ def build_callback_deps(settings: Settings) -> CallbackDeps:
     )
 
 
+def _check_deps(settings: Settings, metrics: PowertoolsMetrics) -> CheckDeps | None:
+    """Check runs need the App (a checks:write token for the upstream); without it they are off."""
+    if not (settings.github_app_id and settings.state_table):
+        return None
+    from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
+    from crcr.adapters.github import GitHubCheckRuns  # noqa: PLC0415
+    from crcr.app.checks import CheckDeps  # noqa: PLC0415
+
+    store = DynamoState(aws_client("dynamodb"), str(settings.state_table))
+    return CheckDeps(api=GitHubCheckRuns(_github(settings)), store=store, metrics=metrics)
+
+
+def _results(settings: Settings) -> DynamoResults:
+    from crcr.adapters.results import DynamoResults  # noqa: PLC0415
+
+    return DynamoResults(aws_client("dynamodb"), str(settings.results_table), settings.run_timeout_s)
+
+
 def build_report_deps(settings: Settings) -> ReportDeps:
     from crcr.adapters.hud import HudClient  # noqa: PLC0415
     from crcr.adapters.stream import SqsDeadLetters  # noqa: PLC0415
@@ -189,14 +211,7 @@ def build_report_deps(settings: Settings) -> ReportDeps:
     settings.require("reporter_dlq_url")
     hud = HudClient(settings.hud_url, settings.secret("hud_token")) if settings.hud_url else None
     metrics = PowertoolsMetrics()
-    checks = None
-    if settings.github_app_id and settings.state_table:
-        from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
-        from crcr.adapters.github import GitHubCheckRuns  # noqa: PLC0415
-        from crcr.app.checks import CheckDeps  # noqa: PLC0415
-
-        store = DynamoState(aws_client("dynamodb"), str(settings.state_table))
-        checks = CheckDeps(api=GitHubCheckRuns(_github(settings)), store=store, metrics=metrics)
+    checks = _check_deps(settings, metrics)
     return ReportDeps(
         hud=hud,
         dead_letters=SqsDeadLetters(aws_client("sqs"), str(settings.reporter_dlq_url)),

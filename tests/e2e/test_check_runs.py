@@ -89,3 +89,67 @@ def test_l3_with_its_device_label_gets_a_check_run(
     [run] = check_runs(s, 1)
     assert run["name"] == f"crcr/{L3}/CI/build-and-test"
     assert (run["status"], run["conclusion"]) == ("completed", "success")
+
+
+def label_event(s: Scenario, action: str, label: str, labels: list[str]) -> bytes:
+    doc = json.loads(event_body("pull_request.opened.json"))
+    doc["action"] = action
+    doc["label"] = {"name": label}
+    doc["pull_request"]["labels"] = [{"name": name} for name in labels]
+    doc["pull_request"]["updated_at"] = "2026-11-29T18:30:00Z"
+    return json.dumps(doc).encode()
+
+
+def test_l3_label_added_while_jobs_run_backfills_in_progress(
+    relay_factory: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811
+) -> None:
+    s = start(relay_factory, oidc)
+    token = s.token(L3)
+    assert s.post(s.body(L3, job_name="build"), token)[0] == 200
+    assert s.post(s.body(L3, job_name="test"), token)[0] == 200
+    time.sleep(1)
+    assert s.relay.github.check_runs(UPSTREAM) == []
+    assert s.relay.post("pull_request", label_event(s, "labeled", "ciflow/crcr/gpu", ["ciflow/crcr/gpu"]))[0] == 202
+    runs = check_runs(s, 2)
+    assert sorted((r["name"], r["status"]) for r in runs) == [
+        (f"crcr/{L3}/CI/build", "in_progress"),
+        (f"crcr/{L3}/CI/test", "in_progress"),
+    ]
+    # ... and the jobs carry on updating them in place.
+    assert s.post(s.body(L3, job_name="build", status="completed", conclusion="success"), token)[0] == 200
+    time.sleep(2)
+    build = next(r for r in s.relay.github.check_runs(UPSTREAM) if r["name"].endswith("/build"))
+    assert (build["status"], build["conclusion"]) == ("completed", "success")
+    assert len(s.relay.github.check_runs(UPSTREAM)) == 2
+    assert len(s.relay.github.dispatches(L3)) == 1  # nothing dispatched again
+
+
+def test_l3_label_added_after_jobs_finished_creates_completed_runs(
+    relay_factory: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811
+) -> None:
+    s = start(relay_factory, oidc)
+    assert s.post(s.body(L3, status="completed", conclusion="failure"), s.token(L3))[0] == 200
+    time.sleep(1)
+    s.relay.post("pull_request", label_event(s, "labeled", "ciflow/crcr/gpu", ["ciflow/crcr/gpu"]))
+    [run] = check_runs(s, 1)
+    assert (run["status"], run["conclusion"]) == ("completed", "failure")
+    assert len(s.relay.github.dispatches(L3)) == 1
+
+
+def test_removing_the_label_leaves_existing_runs_following_their_jobs(
+    relay_factory: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811
+) -> None:
+    s = start(relay_factory, oidc, labels=("ciflow/crcr/gpu",))
+    token = s.token(L3)
+    assert s.post(s.body(L3), token)[0] == 200
+    check_runs(s, 1)
+    s.relay.post("pull_request", label_event(s, "unlabeled", "ciflow/crcr/gpu", []))
+    time.sleep(1)
+    assert s.post(s.body(L3, status="completed", conclusion="success"), token)[0] == 200
+    assert s.post(s.body(L3, job_name="later"), token)[0] == 200  # a new job after removal: no run
+    time.sleep(2)
+    [run] = s.relay.github.check_runs(UPSTREAM)
+    assert (run["status"], run["conclusion"]) == ("completed", "success")

@@ -56,6 +56,7 @@ def to_item(record: JobRecord) -> dict[str, Any]:
         "started_at": _opt_n(record.started_at),
         "completed_at": _opt_n(record.completed_at),
         "callback_payload": {"S": record.callback_payload},
+        "head_key": {"S": f"{repo_key(record.upstream)}#{record.head_sha}"},
         "version": _n(record.version),
         "expires_at": _n(int(record.completed_at or record.started_at or record.dispatched_at) + RESULTS_TTL_S),
     }
@@ -100,6 +101,22 @@ class DynamoResults:
         self._ddb = client
         self._table = table
         self._run_timeout_s = run_timeout_s
+
+    def jobs_for_head(self, upstream: str, head_sha: str) -> list[JobRecord]:
+        """Every job reported on one upstream commit (index by_head)."""
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "IndexName": "by_head",
+            "KeyConditionExpression": "head_key = :h",
+            "ExpressionAttributeValues": {":h": {"S": f"{repo_key(upstream)}#{head_sha}"}},
+        }
+        jobs: list[JobRecord] = []
+        while True:
+            page = self._ddb.query(**kwargs)
+            jobs.extend(from_item(item) for item in page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                return jobs
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def due_runs(self, now: float, limit: int = 100) -> list[JobRecord]:
         """Jobs still in progress at their run deadline."""

@@ -76,15 +76,30 @@ def check_run_fields(job: JobRecord, name: str) -> dict[str, Any]:
     return fields
 
 
+def backfill(jobs: list[JobRecord], device: str, deps: CheckDeps) -> int:
+    """A ciflow/crcr/<device> label added late: mirror the device's L3 jobs already reported on this head,
+    as they stand (in progress or finished), without dispatching anything again."""
+    count = 0
+    for job in jobs:
+        if job.level == 3 and (job.device or "").lower() == device.lower():
+            sync_check_run(job, deps)
+            count += 1
+    return count
+
+
 def sync_check_run(job: JobRecord, deps: CheckDeps) -> None:
     if not job.head_sha or job.delivery_id == "scheduled":
         return  # scheduled runs report on a commit, not on a PR's checks
-    labels = deps.store.pr_labels(job.upstream, job.pr) if job.pr is not None and job.level == 3 else ()
-    if not wants_check_run(job.level, job.device, labels):
+    if job.level < 3:
         return
     name = check_run_name(job.repo, job.workflow_name, job.job_name)
-    fields = check_run_fields(job, name)
     known, version = deps.store.get_check(job.upstream, job.head_sha, name)
+    if known is None:
+        # A check run that exists keeps following its job even if the label is removed later (README).
+        labels = deps.store.pr_labels(job.upstream, job.pr) if job.pr is not None and job.level == 3 else ()
+        if not wants_check_run(job.level, job.device, labels):
+            return
+    fields = check_run_fields(job, name)
     if not should_write(known, fields["status"], fields.get("conclusion")):
         return
     if known is None:

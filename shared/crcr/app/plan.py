@@ -9,9 +9,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from crcr.app.ports import AllowlistProvider, BlobStore, Clock, DispatchQueue, Metrics, PlannerState
+from crcr.app.checks import CheckDeps, backfill
+from crcr.app.ports import AllowlistProvider, BlobStore, Clock, DispatchQueue, JobsByHead, Metrics, PlannerState
 from crcr.contracts.github import PullRequestEvent, PushEvent
 from crcr.contracts.messages import DispatchMessage, EventMessage
+from crcr.domain.checks import CIFLOW_DEVICE_PREFIX
 from crcr.domain.errors import BadRequest
 from crcr.domain.payload import fit_payload
 from crcr.domain.planning import UpstreamEvent, Verdict, plan
@@ -29,6 +31,8 @@ class PlannerDeps:
     dispatches: DispatchQueue
     metrics: Metrics
     clock: Clock
+    checks: CheckDeps | None = None
+    jobs: JobsByHead | None = None
 
 
 @dataclass
@@ -90,6 +94,12 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
     if event.pr_number is not None:
         updated_at = str(doc.get("pull_request", {}).get("updated_at") or "")
         deps.state.record_pr_head(deps.upstream, event.pr_number, event.head_sha, updated_at, event.labels)
+
+    label = event.added_label or ""
+    if event.action == "labeled" and label.lower().startswith(CIFLOW_DEVICE_PREFIX) and deps.checks and deps.jobs:
+        device = label[len(CIFLOW_DEVICE_PREFIX) :]
+        mirrored = backfill(deps.jobs.jobs_for_head(deps.upstream, event.head_sha), device, deps.checks)
+        deps.metrics.count("CheckRunsBackfilled", mirrored)
 
     targets = []
     for decision in decisions:
