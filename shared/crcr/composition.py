@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from crcr.app.ingest import IngestDeps
     from crcr.app.plan import PlannerDeps
     from crcr.app.report import ReportDeps
+    from crcr.app.rerun import RerunDeps
     from crcr.app.sweep import SweepDeps
 
 # Adapters are imported inside each builder: a function pays at cold start only for the libraries it
@@ -69,6 +70,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
     return settings
 
 
+@functools.cache  # one App client (key, JWT and token caches) per function, however many adapters use it
 def _github(settings: Settings) -> GitHubApp:
     from crcr.adapters.github import GitHubApp  # noqa: PLC0415
 
@@ -118,11 +120,14 @@ def build_planner_deps(settings: Settings) -> PlannerDeps:
     settings.require("state_table", "dispatch_queue_url", "dispatch_dlq_url", "bodies_bucket", "allowlist")
     metrics = PowertoolsMetrics()
     clock = SystemClock()
+    checks = _check_deps(settings, metrics)
+    allowlist = _allowlist(settings, metrics, clock)
     return PlannerDeps(
-        checks=_check_deps(settings, metrics),
+        checks=checks,
         jobs=_results(settings) if settings.results_table else None,
+        reruns=_rerun_deps(settings, checks, allowlist, metrics),
         upstream=settings.upstream_repo,
-        allowlist=_allowlist(settings, metrics, clock),
+        allowlist=allowlist,
         blobs=S3Blobs(aws_client("s3"), str(settings.bodies_bucket)),
         state=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
         dispatches=SqsDispatchQueue(
@@ -195,6 +200,22 @@ def _check_deps(settings: Settings, metrics: PowertoolsMetrics) -> CheckDeps | N
 
     store = DynamoState(aws_client("dynamodb"), str(settings.state_table))
     return CheckDeps(api=GitHubCheckRuns(_github(settings)), store=store, metrics=metrics)
+
+
+def _rerun_deps(
+    settings: Settings, checks: CheckDeps | None, allowlist: CachedAllowlist, metrics: PowertoolsMetrics
+) -> RerunDeps | None:
+    if checks is None:
+        return None
+    from crcr.adapters.github import GitHubReruns  # noqa: PLC0415
+    from crcr.app.rerun import RerunDeps  # noqa: PLC0415
+
+    return RerunDeps(
+        github=GitHubReruns(_github(settings)),
+        store=checks.store,
+        allowlist=allowlist,
+        metrics=metrics,
+    )
 
 
 def _results(settings: Settings) -> DynamoResults:

@@ -153,3 +153,77 @@ def test_removing_the_label_leaves_existing_runs_following_their_jobs(
     time.sleep(2)
     [run] = s.relay.github.check_runs(UPSTREAM)
     assert (run["status"], run["conclusion"]) == ("completed", "success")
+
+
+def rerequest(s: Scenario, run: dict[str, Any]) -> int:
+    doc = {
+        "action": "rerequested",
+        "check_run": {
+            "id": run["id"],
+            "name": run["name"],
+            "head_sha": run["head_sha"],
+            "external_id": run["external_id"],
+            "status": run["status"],
+            "conclusion": run["conclusion"],
+        },
+        "repository": {"id": 65600975, "full_name": UPSTREAM, "default_branch": "main"},
+        "sender": {"login": "a-maintainer"},
+    }
+    return s.relay.post("check_run", json.dumps(doc).encode())[0]
+
+
+def wait(predicate: Callable[[], bool], timeout_s: float = 15.0) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and not predicate():
+        time.sleep(0.1)
+
+
+def test_a_rerun_from_the_checks_tab_reruns_the_downstream_run_once_and_updates_in_place(
+    relay_factory: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811
+) -> None:
+    s = start(relay_factory, oidc)
+    github = s.relay.github
+    github.add_workflow_run(L4, 777, head_sha=s.head_sha, status="completed", conclusion="failure")
+    assert s.post(s.body(L4, status="completed", conclusion="failure"), s.token(L4))[0] == 200
+    [run] = check_runs(s, 1)
+
+    assert rerequest(s, run) == 202
+    wait(lambda: github.reruns(L4) == [777])
+    assert github.reruns(L4) == [777]
+    assert rerequest(s, run) == 202  # the run is queued again now: a no-op
+    time.sleep(2)
+    assert github.reruns(L4) == [777]
+
+    # The second attempt reports with its own token, and moves the same check run.
+    attempt2 = s.token(L4, run_attempt=2)
+    assert s.post(s.body(L4, run_attempt=2), attempt2) == (200, {"status": "recorded"})
+    wait(lambda: github.check_runs(UPSTREAM)[0]["status"] == "in_progress")
+    assert s.post(s.body(L4, run_attempt=2, status="completed", conclusion="success"), attempt2)[0] == 200
+    wait(lambda: github.check_runs(UPSTREAM)[0]["conclusion"] == "success")
+    [again] = github.check_runs(UPSTREAM)
+    assert again["id"] == run["id"] and (again["status"], again["conclusion"]) == ("completed", "success")
+
+
+def test_a_suite_rerun_reruns_each_downstream_run_once_and_ignores_other_apps(
+    relay_factory: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811
+) -> None:
+    s = start(relay_factory, oidc)
+    github = s.relay.github
+    github.add_workflow_run(L4, 777, head_sha=s.head_sha, status="completed", conclusion="failure")
+    token = s.token(L4)
+    for job in ("build", "test"):  # two jobs of one downstream run
+        assert s.post(s.body(L4, job_name=job, status="completed", conclusion="failure"), token)[0] == 200
+    check_runs(s, 2)
+    github.add_check_run(UPSTREAM, name="crcr/evil/repo/CI/x", head_sha=s.head_sha, conclusion="failure")
+    suite = github.check_suite_id(UPSTREAM, s.head_sha)
+    doc = {
+        "action": "rerequested",
+        "check_suite": {"id": suite, "head_sha": s.head_sha, "status": "completed", "conclusion": "failure"},
+        "repository": {"id": 65600975, "full_name": UPSTREAM, "default_branch": "main"},
+    }
+    assert s.relay.post("check_suite", json.dumps(doc).encode())[0] == 202
+    wait(lambda: bool(github.reruns(L4)))
+    time.sleep(1.5)
+    assert github.reruns(L4) == [777]

@@ -133,6 +133,7 @@ class DynamoState:
             check_run_id=int(item["check_run_id"]["N"]),
             status=item["status"]["S"],
             conclusion=item.get("conclusion", {}).get("S"),
+            run_attempt=int(item.get("run_attempt", {}).get("N", "0")),
         )
         return known, int(item["version"]["N"])
 
@@ -145,6 +146,7 @@ class DynamoState:
         item = self._check_key(upstream, head_sha, name) | {
             "check_run_id": {"N": str(known.check_run_id)},
             "status": {"S": known.status},
+            "run_attempt": {"N": str(known.run_attempt)},
             "version": {"N": str(version + 1)},
             "expires_at": {"N": str(int(time.time()) + LEDGER_TTL_S)},
         }

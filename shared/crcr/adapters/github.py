@@ -251,6 +251,52 @@ class GitHubCheckRuns:
         )
 
 
+class GitHubReruns:
+    """The Reruns port: downstream runs read and re-run with an actions:write token for that repository."""
+
+    def __init__(self, github: GitHubApp) -> None:
+        self._github = github
+
+    def _auth(self, repo: str, permissions: dict[str, str]) -> str:
+        return f"Bearer {self._github.repo_token(self._github.installation_for(repo), repo, permissions).token}"
+
+    def run_status(self, repo: str, run_id: int) -> str:
+        resp = self._github.request(
+            "GET", f"/repos/{_path(repo)}/actions/runs/{run_id}", self._auth(repo, {"actions": "write"}), kind="run"
+        )
+        return str(resp.body.get("status"))
+
+    def rerun_failed_jobs(self, repo: str, run_id: int) -> bool:
+        try:
+            self._github.request(
+                "POST",
+                f"/repos/{_path(repo)}/actions/runs/{run_id}/rerun-failed-jobs",
+                self._auth(repo, {"actions": "write"}),
+                kind="rerun",
+            )
+        except GitHubRejected as exc:
+            if exc.status == 403:  # "already running" / "cannot be retried": a no-op, as asked
+                return False
+            raise
+        return True
+
+    def suite_check_runs(self, upstream: str, suite_id: int) -> list[tuple[int, str, str | None]]:
+        auth = self._auth(upstream, {"checks": "write"})
+        out: list[tuple[int, str, str | None]] = []
+        for page in range(1, 11):  # at most 1,000 check runs
+            resp = self._github.request(
+                "GET",
+                f"/repos/{_path(upstream)}/check-suites/{suite_id}/check-runs?per_page=100&page={page}",
+                auth,
+                kind="check_runs",
+            )
+            runs = resp.body.get("check_runs") or []
+            out += [(int(r["id"]), str(r["name"]), r.get("external_id")) for r in runs]
+            if len(runs) < 100:
+                break
+        return out
+
+
 class UpstreamCommitLookup:
     """The UpstreamCommits port: does a commit exist in the upstream repository? (Positive answers cached.)"""
 

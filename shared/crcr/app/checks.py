@@ -100,7 +100,7 @@ def sync_check_run(job: JobRecord, deps: CheckDeps) -> None:
         if not wants_check_run(job.level, job.device, labels):
             return
     fields = check_run_fields(job, name)
-    if not should_write(known, fields["status"], fields.get("conclusion")):
+    if not should_write(known, fields["status"], fields.get("conclusion"), job.run_attempt):
         return
     if known is None:
         check_run_id = deps.api.create_check_run(job.upstream, fields)
@@ -110,6 +110,10 @@ def sync_check_run(job: JobRecord, deps: CheckDeps) -> None:
         deps.api.update_check_run(job.upstream, check_run_id, {k: v for k, v in fields.items() if k != "head_sha"})
         deps.metrics.count("CheckRunUpdated")
     if not deps.store.save_check(
-        job.upstream, job.head_sha, name, Known(check_run_id, fields["status"], fields.get("conclusion")), version
+        job.upstream,
+        job.head_sha,
+        name,
+        Known(check_run_id, fields["status"], fields.get("conclusion"), job.run_attempt),
+        version,
     ):
         raise CheckRunRace(name)

@@ -11,14 +11,20 @@ from enum import Enum
 from pydantic import ValidationError
 
 from crcr.app.ports import BlobStore, Claim, Clock, DeliveryStore, EventQueue, Metrics
-from crcr.contracts.github import AnyEvent, PullRequestEvent, PushEvent
+from crcr.contracts.github import AnyEvent, CheckRunEvent, CheckSuiteEvent, PullRequestEvent, PushEvent
 from crcr.contracts.messages import EventMessage
 from crcr.domain.errors import BadRequest, CrcrError, PayloadTooLarge
 from crcr.domain.ids import is_delivery_id, repo_key
 from crcr.domain.planning import PR_ACTIONS_READ
 from crcr.domain.signature import verify_signature
 
-ACTED_ON: dict[str, type[PullRequestEvent] | type[PushEvent]] = {"pull_request": PullRequestEvent, "push": PushEvent}
+ACTED_ON: dict[str, type[PullRequestEvent | PushEvent | CheckRunEvent | CheckSuiteEvent]] = {
+    "pull_request": PullRequestEvent,
+    "push": PushEvent,
+    "check_run": CheckRunEvent,  # rerequested from the Checks tab
+    "check_suite": CheckSuiteEvent,
+}
+ACTIONS_READ = {"pull_request": PR_ACTIONS_READ, "check_run": {"rerequested"}, "check_suite": {"rerequested"}}
 
 
 class Outcome(Enum):
@@ -100,8 +106,8 @@ def _ingest(body: bytes, headers: Mapping[str, str], deps: IngestDeps) -> Ingest
         head = AnyEvent.model_validate(doc)
         if head.repository is None or repo_key(head.repository.full_name) != repo_key(deps.upstream):
             return IngestResult(Outcome.IGNORED, delivery_id, "not the upstream repository")
-        if event == "pull_request" and head.action not in PR_ACTIONS_READ:
-            return IngestResult(Outcome.IGNORED, delivery_id, f"pull_request action {head.action} is not acted on")
+        if event in ACTIONS_READ and head.action not in ACTIONS_READ[event]:
+            return IngestResult(Outcome.IGNORED, delivery_id, f"{event} action {head.action} is not acted on")
         model.model_validate(doc)
     except ValidationError as exc:
         raise BadRequest(f"{event} payload is malformed", field=_first_error_field(exc)) from exc

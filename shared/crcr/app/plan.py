@@ -11,7 +11,8 @@ from pydantic import ValidationError
 
 from crcr.app.checks import CheckDeps, backfill
 from crcr.app.ports import AllowlistProvider, BlobStore, Clock, DispatchQueue, JobsByHead, Metrics, PlannerState
-from crcr.contracts.github import PullRequestEvent, PushEvent
+from crcr.app.rerun import RerunDeps, rerun_check_run, rerun_check_suite
+from crcr.contracts.github import CheckRunEvent, CheckSuiteEvent, PullRequestEvent, PushEvent
 from crcr.contracts.messages import DispatchMessage, EventMessage
 from crcr.domain.checks import CIFLOW_DEVICE_PREFIX
 from crcr.domain.errors import BadRequest
@@ -33,6 +34,7 @@ class PlannerDeps:
     clock: Clock
     checks: CheckDeps | None = None
     jobs: JobsByHead | None = None
+    reruns: RerunDeps | None = None
 
 
 @dataclass
@@ -84,8 +86,28 @@ def to_upstream_event(event: str, doc: dict[str, Any]) -> UpstreamEvent:
     )
 
 
+def plan_rerun(message: EventMessage, doc: dict[str, Any], deps: PlannerDeps) -> PlanSummary:
+    summary = PlanSummary()
+    if deps.reruns is None:
+        summary.skipped["*"] = "reruns_off"
+        return summary
+    try:
+        if message.event == "check_run":
+            run = CheckRunEvent.model_validate(doc).check_run
+            outcome = rerun_check_run(deps.upstream, run.head_sha, run.id, run.name, run.external_id, deps.reruns)
+            summary.skipped[run.name] = outcome
+        else:
+            suite = CheckSuiteEvent.model_validate(doc).check_suite
+            summary.skipped.update(rerun_check_suite(deps.upstream, suite.head_sha, suite.id, deps.reruns))
+    except ValidationError as exc:
+        raise BadRequest(f"{message.event} payload is malformed", field="body") from exc
+    return summary
+
+
 def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
     doc = load_body(message, deps.blobs)
+    if message.event in ("check_run", "check_suite"):
+        return plan_rerun(message, doc, deps)
     event = to_upstream_event(message.event, doc)
     decisions = plan(event, deps.allowlist.current())
     now = deps.clock.now()

@@ -64,6 +64,30 @@ class PushEvent(_In):
     installation: Installation | None = None
 
 
+class CheckRunRef(_In):
+    id: int
+    name: str
+    head_sha: str
+    external_id: str | None = None
+
+
+class CheckSuiteRef(_In):
+    id: int
+    head_sha: str
+
+
+class CheckRunEvent(_In):
+    action: str
+    check_run: CheckRunRef
+    repository: Repository
+
+
+class CheckSuiteEvent(_In):
+    action: str
+    check_suite: CheckSuiteRef
+    repository: Repository
+
+
 class AnyEvent(_In):
     """What ingest reads of every event: whose repository it is about and what happened."""
 
