@@ -10,7 +10,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from crcr.app.checks import CheckDeps, backfill
-from crcr.app.ports import AllowlistProvider, BlobStore, Clock, DispatchQueue, JobsByHead, Metrics, PlannerState
+from crcr.app.ports import (
+    AllowlistProvider,
+    BlobStore,
+    Clock,
+    DispatchQueue,
+    GitHubRejected,
+    JobsByHead,
+    Metrics,
+    NotInstalled,
+    PlannerState,
+)
 from crcr.app.rerun import RerunDeps, rerun_check_run, rerun_check_suite
 from crcr.contracts.github import CheckRunEvent, CheckSuiteEvent, PullRequestEvent, PushEvent
 from crcr.contracts.messages import DispatchMessage, EventMessage
@@ -101,6 +111,10 @@ def plan_rerun(message: EventMessage, doc: dict[str, Any], deps: PlannerDeps) ->
             summary.skipped.update(rerun_check_suite(deps.upstream, suite.head_sha, suite.id, deps.reruns))
     except ValidationError as exc:
         raise BadRequest(f"{message.event} payload is malformed", field="body") from exc
+    except (GitHubRejected, NotInstalled) as exc:
+        # A 4xx will not change on retry (5xx and rate limits do: those propagate and SQS retries).
+        deps.metrics.count("RerunIgnored", reason="github_rejected")
+        summary.skipped["*"] = f"github_rejected: {exc}"
     return summary
 
 
