@@ -40,6 +40,7 @@ from crcr.domain.errors import (
     TooManyRequests,
     Unauthorized,
     Unavailable,
+    invalid_field,
 )
 from crcr.domain.jobs import Current, Decision, JobState, decide
 from crcr.domain.levels import Level
@@ -82,11 +83,6 @@ class Report:
     raw: dict[str, Any]
 
 
-def _field(exc: ValidationError) -> str:
-    errors = exc.errors()
-    return ".".join(str(p) for p in errors[0]["loc"]) if errors and errors[0]["loc"] else "body"
-
-
 def _parse(body: bytes) -> tuple[CallbackBody | PyTorchCallbackBody | ScheduledBody, Report]:
     try:
         doc = json.loads(body)
@@ -109,7 +105,7 @@ def _parse(body: bytes) -> tuple[CallbackBody | PyTorchCallbackBody | ScheduledB
             )  # fmt: skip
         theirs = PyTorchCallbackBody.model_validate(doc)
     except ValidationError as exc:
-        raise BadRequest(f"invalid callback: {exc.errors()[0]['msg']}", field=_field(exc)) from exc
+        raise BadRequest(f"invalid callback: {exc.errors()[0]['msg']}", field=invalid_field(exc)) from exc
     wf = theirs.workflow
     return theirs, Report(wf.status, wf.conclusion, wf.name, wf.job_name, wf.run_id, wf.run_attempt, wf.url, doc)
 

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from crcr.app.ports import BlobStore, Claim, Clock, DeliveryStore, EventQueue, Metrics
 from crcr.contracts.github import AnyEvent, CheckRunEvent, CheckSuiteEvent, PullRequestEvent, PushEvent
 from crcr.contracts.messages import EventMessage
-from crcr.domain.errors import BadRequest, CrcrError, PayloadTooLarge
+from crcr.domain.errors import BadRequest, CrcrError, PayloadTooLarge, invalid_field
 from crcr.domain.ids import is_delivery_id, repo_key
 from crcr.domain.planning import PR_ACTIONS_READ
 from crcr.domain.signature import verify_signature
@@ -52,11 +52,6 @@ class IngestDeps:
     clock: Clock
     max_body_bytes: int
     inline_body_bytes: int  # above this the body travels through S3 (queue message limit minus envelope)
-
-
-def _first_error_field(exc: ValidationError) -> str:
-    loc = exc.errors()[0]["loc"] if exc.errors() else ()
-    return ".".join(str(part) for part in loc) or "body"
 
 
 _OUTCOME_METRIC = {
@@ -110,7 +105,7 @@ def _ingest(body: bytes, headers: Mapping[str, str], deps: IngestDeps) -> Ingest
             return IngestResult(Outcome.IGNORED, delivery_id, f"{event} action {head.action} is not acted on")
         model.model_validate(doc)
     except ValidationError as exc:
-        raise BadRequest(f"{event} payload is malformed", field=_first_error_field(exc)) from exc
+        raise BadRequest(f"{event} payload is malformed", field=invalid_field(exc)) from exc
 
     now = deps.clock.now()
     claim = deps.deliveries.claim_delivery(delivery_id, event, now)

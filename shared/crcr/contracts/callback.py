@@ -30,14 +30,12 @@ class _Report(BaseModel):
         return self
 
 
-class CallbackBody(_Report):
-    """Ours: bound to its dispatch by the relay-signed ticket."""
+class _OurReport(_Report):
+    """Fields our callback bodies share (the ticket-bound and the scheduled one)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     schema_version: Literal[1]
-    ticket: str = Field(min_length=20, max_length=4096)
-    status: Status
     conclusion: Conclusion | None = None
     workflow_name: str = Field(min_length=1, max_length=200)
     job_name: str = Field(min_length=1, max_length=200)
@@ -49,6 +47,13 @@ class CallbackBody(_Report):
     test_results: TestResults | None = None
     artifact_url: str | None = Field(default=None, max_length=1000)
     summary: str | None = Field(default=None, max_length=65_535)
+
+
+class CallbackBody(_OurReport):
+    """Ours: bound to its dispatch by the relay-signed ticket."""
+
+    ticket: str = Field(min_length=20, max_length=4096)
+    status: Status
 
 
 class PyTorchWorkflow(_Report):
@@ -80,23 +85,9 @@ class PyTorchCallbackBody(BaseModel):
     workflow: PyTorchWorkflow
 
 
-class ScheduledBody(_Report):
+class ScheduledBody(_OurReport):
     """A scheduled (nightly/periodic) downstream run reporting on an upstream commit it was not sent."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    schema_version: Literal[1]
     scheduled: Literal[True]
     head_sha: str = Field(pattern=r"^[0-9a-f]{40}$")
     status: Literal["completed"]
-    conclusion: Conclusion | None = None
-    workflow_name: str = Field(min_length=1, max_length=200)
-    job_name: str = Field(min_length=1, max_length=200)
-    run_id: int = Field(gt=0)
-    run_attempt: int = Field(ge=1)
-    url: str = Field(min_length=1, max_length=1000)
-    started_at: str | None = Field(default=None, max_length=40)
-    completed_at: str | None = Field(default=None, max_length=40)
-    test_results: TestResults | None = None
-    artifact_url: str | None = Field(default=None, max_length=1000)
-    summary: str | None = Field(default=None, max_length=65_535)

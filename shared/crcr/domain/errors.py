@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 
 class CrcrError(Exception):
     """Base of every error the relay raises on purpose."""
@@ -69,3 +71,9 @@ class Unavailable(CrcrError):
     def __init__(self, message: str, *, retry_after_s: int, field: str | None = None) -> None:
         super().__init__(message, field=field)
         self.retry_after_s = retry_after_s
+
+
+def invalid_field(exc: ValidationError) -> str:
+    """The dotted path of the first invalid field, for the `field` of a 400 answer."""
+    errors = exc.errors()
+    return ".".join(str(part) for part in errors[0]["loc"]) if errors and errors[0]["loc"] else "body"
