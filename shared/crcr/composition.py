@@ -199,7 +199,8 @@ def _check_deps(settings: Settings, metrics: PowertoolsMetrics) -> CheckDeps | N
     from crcr.app.checks import CheckDeps  # noqa: PLC0415
 
     store = DynamoState(aws_client("dynamodb"), str(settings.state_table))
-    return CheckDeps(api=GitHubCheckRuns(_github(settings)), store=store, metrics=metrics)
+    results = _results(settings) if settings.results_table else None
+    return CheckDeps(api=GitHubCheckRuns(_github(settings)), store=store, metrics=metrics, results=results)
 
 
 def _rerun_deps(

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from crcr.app.ports import CheckRunApi, CheckRunStore, JobRecord, Metrics
+from crcr.app.ports import CheckRunApi, CheckRunStore, JobRecord, Metrics, ResultsStore
 from crcr.domain.checks import Known, check_run_name, should_write, wants_check_run
 
 MAX_SUMMARY = 65_535  # GitHub's limit on output.summary
@@ -21,6 +21,7 @@ class CheckDeps:
     api: CheckRunApi
     store: CheckRunStore
     metrics: Metrics
+    results: ResultsStore | None = None  # to write the job's latest state, not the one in the stream record
 
 
 class CheckRunRace(Exception):
@@ -92,6 +93,10 @@ def sync_check_run(job: JobRecord, deps: CheckDeps) -> None:
         return  # scheduled runs report on a commit, not on a PR's checks
     if job.level < 3:
         return
+    if deps.results is not None:
+        # Stream records can lag the table: a job that completed before its in_progress record is handled
+        # is written once, as completed, and the completed record then finds nothing left to write.
+        job = deps.results.get_job(job.dispatch_id, job.run_id, job.run_attempt, job.job_name) or job
     name = check_run_name(job.repo, job.workflow_name, job.job_name)
     known, version = deps.store.get_check(job.upstream, job.head_sha, name)
     if known is None:
