@@ -15,6 +15,7 @@ from crcr.domain.errors import (
     CrcrError,
     Forbidden,
     PayloadTooLarge,
+    RetryLater,
     TooManyRequests,
     Unauthorized,
     Unavailable,
@@ -47,7 +48,7 @@ def error_response(exc: CrcrError) -> dict[str, Any]:
     if exc.field:
         body["field"] = exc.field
     headers = {}
-    if isinstance(exc, TooManyRequests | Unavailable):
+    if isinstance(exc, RetryLater):
         headers["retry-after"] = str(exc.retry_after_s)
     return json_response(status, body, headers)
 

@@ -55,22 +55,22 @@ class Conflict(CrcrError):
     reason = "conflict"
 
 
-class TooManyRequests(CrcrError):
+class RetryLater(CrcrError):
+    """Answered with Retry-After: the same request may succeed later."""
+
+    def __init__(self, message: str, *, retry_after_s: int, field: str | None = None) -> None:
+        super().__init__(message, field=field)
+        self.retry_after_s = retry_after_s
+
+
+class TooManyRequests(RetryLater):
     reason = "rate_limited"
 
-    def __init__(self, message: str, *, retry_after_s: int, field: str | None = None) -> None:
-        super().__init__(message, field=field)
-        self.retry_after_s = retry_after_s
 
-
-class Unavailable(CrcrError):
-    """A dependency (the OIDC issuer) cannot answer now; the caller may retry."""
+class Unavailable(RetryLater):
+    """A dependency (the OIDC issuer, GitHub, the allowlist) cannot answer now."""
 
     reason = "unavailable"
-
-    def __init__(self, message: str, *, retry_after_s: int, field: str | None = None) -> None:
-        super().__init__(message, field=field)
-        self.retry_after_s = retry_after_s
 
 
 def invalid_field(exc: ValidationError) -> str:
