@@ -103,7 +103,6 @@ class FakeState:
     """PlannerState and Ledger in one, like the DynamoDB table."""
 
     heads: dict[tuple[str, int], str] = field(default_factory=dict)
-    holds: list[tuple[int, str, str]] = field(default_factory=list)
     released: dict[tuple[int, str, str], str] = field(default_factory=dict)
     ledger: dict[tuple[str, str], LedgerRow] = field(default_factory=dict)
     dispatched_claims: list[TicketClaims] = field(default_factory=list)
@@ -112,9 +111,6 @@ class FakeState:
         self, upstream: str, pr: int, head_sha: str, updated_at: str, labels: tuple[str, ...] = ()
     ) -> None:
         self.heads[(upstream, pr)] = head_sha
-
-    def hold(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> None:
-        self.holds.append((pr, head_sha, repo))
 
     def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> bool:
         key = (pr, head_sha, repo.lower())

@@ -1,4 +1,4 @@
-"""DynamoDB state table: delivery dedupe, dispatch ledger, PR heads, holds and pacing cells.
+"""DynamoDB state table: delivery dedupe, dispatch ledger, PR heads, releases, check runs and pacing cells.
 
 One table, keys `pk`/`sk`, TTL on `expires_at`. Every state change is a conditional write, so
 concurrent Lambda instances and redelivered messages cannot both win.
@@ -24,14 +24,14 @@ DELIVERY_TTL_S = 14 * DAY  # GitHub lets a delivery be redelivered for a few day
 LEDGER_TTL_S = 30 * DAY
 
 
-def _conditional_failed(exc: ClientError) -> bool:
+def conditional_failed(exc: ClientError) -> bool:
     return exc.response.get("Error", {}).get("Code") in {
         "ConditionalCheckFailedException",
         "TransactionCanceledException",
     }
 
 
-def _num(value: float) -> Decimal:
+def num(value: float) -> Decimal:
     return Decimal(str(round(value, 6)))
 
 
@@ -54,14 +54,14 @@ class DynamoState:
                 | {
                     "event": {"S": event},
                     "state": {"S": "received"},
-                    "received_at": {"N": str(_num(now))},
+                    "received_at": {"N": str(num(now))},
                     "expires_at": {"N": str(int(now) + DELIVERY_TTL_S)},
                 },
                 ConditionExpression="attribute_not_exists(pk)",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
-            if not _conditional_failed(exc):
+            if not conditional_failed(exc):
                 raise
             old = exc.response.get("Item") or {}
             return Claim.QUEUED if old.get("state", {}).get("S") == "queued" else Claim.PENDING
@@ -73,10 +73,10 @@ class DynamoState:
             Key={"pk": {"S": f"DLV#{delivery_id}"}, "sk": {"S": "META"}},
             UpdateExpression="SET #s = :q, queued_at = :t",
             ExpressionAttributeNames={"#s": "state"},
-            ExpressionAttributeValues={":q": {"S": "queued"}, ":t": {"N": str(_num(now))}},
+            ExpressionAttributeValues={":q": {"S": "queued"}, ":t": {"N": str(num(now))}},
         )
 
-    # -- PR heads and holds (planner) --------------------------------------------------------------
+    # -- PR heads and releases (planner) --------------------------------------------------------------
     @staticmethod
     def _pr_pk(upstream: str, pr: int) -> dict[str, str]:
         return {"S": f"PR#{repo_key(upstream)}#{pr}"}
@@ -99,7 +99,7 @@ class DynamoState:
                 ExpressionAttributeValues={":u": {"S": updated_at}},
             )
         except ClientError as exc:
-            if not _conditional_failed(exc):
+            if not conditional_failed(exc):
                 raise
 
     def pr_head(self, upstream: str, pr: int) -> str | None:
@@ -155,22 +155,10 @@ class DynamoState:
         try:
             self._ddb.put_item(TableName=self._table, Item=item, **condition)
         except ClientError as exc:
-            if _conditional_failed(exc):
+            if conditional_failed(exc):
                 return False
             raise
         return True
-
-    def hold(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> None:
-        self._ddb.put_item(
-            TableName=self._table,
-            Item={
-                "pk": self._pr_pk(upstream, pr),
-                "sk": {"S": f"HOLD#{head_sha}#{repo_key(repo)}"},
-                "delivery_id": {"S": delivery_id},
-                "held_at": {"N": str(_num(now))},
-                "expires_at": {"N": str(int(now) + LEDGER_TTL_S)},
-            },
-        )
 
     def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> bool:
         try:
@@ -180,7 +168,7 @@ class DynamoState:
                     "pk": self._pr_pk(upstream, pr),
                     "sk": {"S": f"RELEASED#{head_sha}#{repo_key(repo)}"},
                     "delivery_id": {"S": delivery_id},
-                    "released_at": {"N": str(_num(now))},
+                    "released_at": {"N": str(num(now))},
                     "expires_at": {"N": str(int(now) + LEDGER_TTL_S)},
                 },
                 # A retried planner run of the same delivery must release again (its send may have failed).
@@ -188,7 +176,7 @@ class DynamoState:
                 ExpressionAttributeValues={":d": {"S": delivery_id}},
             )
         except ClientError as exc:
-            if _conditional_failed(exc):
+            if conditional_failed(exc):
                 return False
             raise
         return True
@@ -227,7 +215,7 @@ class DynamoState:
             ":upstream": {"S": message.upstream},
             ":sha": {"S": message.head_sha},
             ":event": {"S": message.event_type},
-            ":now": {"N": str(_num(now))},
+            ":now": {"N": str(num(now))},
             ":exp": {"N": str(int(now) + LEDGER_TTL_S)},
         }
         values[":pr"] = {"N": str(message.pr_number)} if message.pr_number is not None else {"NULL": True}
@@ -250,7 +238,7 @@ class DynamoState:
     ) -> bool:
         values = self._base_values(message, now) | {
             ":sending": {"S": LedgerState.SENDING.value},
-            ":lease": {"N": str(_num(now + lease_s))},
+            ":lease": {"N": str(num(now + lease_s))},
             ":owner": {"S": owner},
             ":repo_id": {"N": str(repo_id)},
             ":full": {"S": full_name},
@@ -273,7 +261,7 @@ class DynamoState:
                 ExpressionAttributeValues=values,
             )
         except ClientError as exc:
-            if _conditional_failed(exc):
+            if conditional_failed(exc):
                 return False
             raise
         return True
@@ -290,7 +278,7 @@ class DynamoState:
         if self._start_timeout_s is not None and message.level >= 2:
             # Until a job reports, the sweeper watches this dispatch through the sparse index.
             watch = ", sweep_pk = :watch, sweep_at = :due"
-            values |= {":watch": {"S": "START"}, ":due": {"N": str(_num(now + self._start_timeout_s))}}
+            values |= {":watch": {"S": "START"}, ":due": {"N": str(num(now + self._start_timeout_s))}}
         self._ddb.update_item(
             TableName=self._table,
             Key=self._ledger_key(message.delivery_id, message.target_repo),
@@ -326,7 +314,7 @@ class DynamoState:
                 ExpressionAttributeValues=values,
             )
         except ClientError as exc:
-            if not _conditional_failed(exc):
+            if not conditional_failed(exc):
                 raise
 
     def clear_start_watch(self, delivery_id: str, repo: str) -> None:
@@ -343,7 +331,7 @@ class DynamoState:
             TableName=self._table,
             IndexName=SWEEP_INDEX,
             KeyConditionExpression="sweep_pk = :w AND sweep_at <= :now",
-            ExpressionAttributeValues={":w": {"S": "START"}, ":now": {"N": str(_num(now))}},
+            ExpressionAttributeValues={":w": {"S": "START"}, ":now": {"N": str(num(now))}},
             Limit=limit,
         ).get("Items", [])
         rows = []
@@ -353,22 +341,6 @@ class DynamoState:
             if row is not None:
                 rows.append(row)
         return rows
-
-    def dispatches_of(self, delivery_id: str) -> list[dict[str, Any]]:
-        """Every ledger row of one delivery (operators, `crcr local` status, tests)."""
-        items: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :dsp)",
-            "ExpressionAttributeValues": {":pk": {"S": f"DLV#{delivery_id}"}, ":dsp": {"S": "DSP#"}},
-            "ConsistentRead": True,
-        }
-        while True:
-            page = self._ddb.query(**kwargs)
-            items.extend(page.get("Items", []))
-            if "LastEvaluatedKey" not in page:
-                return items
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
 class DynamoPacer:
@@ -401,14 +373,14 @@ class DynamoPacer:
                     TableName=self._table,
                     Item=key
                     | {
-                        "tats": {"L": [{"N": str(_num(t))} for t in new]},
+                        "tats": {"L": [{"N": str(num(t))} for t in new]},
                         "version": {"N": str(version)},
                         "expires_at": {"N": str(int(now) + 2 * DAY)},
                     },
                     **condition,
                 )
             except ClientError as exc:
-                if not _conditional_failed(exc):
+                if not conditional_failed(exc):
                     raise
                 continue  # another instance paced a call meanwhile: read again
             return 0.0

@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from crcr.adapters.dynamo import conditional_failed, num
 from crcr.app.ports import JobRecord
 from crcr.domain.ids import repo_key
 
 RESULTS_TTL_S = 90 * 86_400
 
 
-def _conditional_failed(exc: ClientError) -> bool:
-    return bool(exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException")
-
-
 def _n(value: float | int) -> dict[str, str]:
-    return {"N": str(Decimal(str(round(value, 6))))}
+    return {"N": str(num(value))}
 
 
 def _opt_n(value: float | int | None) -> dict[str, Any]:
@@ -148,7 +144,7 @@ class DynamoResults:
         try:
             self._ddb.put_item(TableName=self._table, Item=item, **condition)
         except ClientError as exc:
-            if _conditional_failed(exc):
+            if conditional_failed(exc):
                 return False
             raise
         return True

@@ -15,6 +15,14 @@ class QueueSendError(RuntimeError):
     """Some messages could not be sent even after retrying the failed entries."""
 
 
+def _attributes(message: DispatchMessage) -> dict[str, Any]:
+    """Who a dispatch message is for, readable without parsing the body (crcr dlq list)."""
+    return {
+        "delivery_id": {"DataType": "String", "StringValue": message.delivery_id},
+        "target_repo": {"DataType": "String", "StringValue": message.target_repo},
+    }
+
+
 class SqsEventQueue:
     def __init__(self, client: Any, url: str) -> None:
         self._sqs = client
@@ -40,10 +48,7 @@ class SqsDispatchQueue:
                 str(i): {
                     "Id": str(i),
                     "MessageBody": m.model_dump_json(),
-                    "MessageAttributes": {
-                        "delivery_id": {"DataType": "String", "StringValue": m.delivery_id},
-                        "target_repo": {"DataType": "String", "StringValue": m.target_repo},
-                    },
+                    "MessageAttributes": _attributes(m),
                 }
                 for i, m in enumerate(messages[start : start + _BATCH])
             }
@@ -61,19 +66,13 @@ class SqsDispatchQueue:
             QueueUrl=self._url,
             MessageBody=message.model_dump_json(),
             DelaySeconds=max(0, min(SQS_MAX_DELAY_S, math.ceil(delay_s))),
-            MessageAttributes={
-                "delivery_id": {"DataType": "String", "StringValue": message.delivery_id},
-                "target_repo": {"DataType": "String", "StringValue": message.target_repo},
-            },
+            MessageAttributes=_attributes(message),
         )
 
     def dead_letter(self, message: DispatchMessage, reason: str) -> None:
         self._sqs.send_message(
             QueueUrl=self._dlq,
             MessageBody=message.model_dump_json(),
-            MessageAttributes={
-                "delivery_id": {"DataType": "String", "StringValue": message.delivery_id},
-                "target_repo": {"DataType": "String", "StringValue": message.target_repo},
-                "failure_reason": {"DataType": "String", "StringValue": reason[:1000] or "unknown"},
-            },
+            MessageAttributes=_attributes(message)
+            | {"failure_reason": {"DataType": "String", "StringValue": reason[:1000] or "unknown"}},
         )

@@ -182,7 +182,7 @@ def _handle(body: bytes, authorization: str | None, deps: CallbackDeps) -> Reply
         pinned_repo_id=entry.settings.repository_id,
         workflows=entry.settings.workflows,
     )
-    if Level(row.level or entry.level) < Level.L2:
+    if not Level(row.level or entry.level).records_results:
         return Reply.IGNORED  # L1: dispatch only; results are not recorded
     wait = deps.limiter.hit(row.repo, deps.clock.now())
     if wait > 0:
@@ -219,7 +219,7 @@ def _scheduled(body: ScheduledBody, report: Report, claims: dict[str, Any], deps
         pinned_repo_id=entry.settings.repository_id,
         workflows=entry.settings.workflows,
     )
-    if entry.level < Level.L2:
+    if not entry.level.records_results:
         return Reply.IGNORED
     wait = deps.limiter.hit(entry.repo, deps.clock.now())
     if wait > 0:

@@ -142,9 +142,7 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
         repo = decision.entry.repo
         verdict = decision.verdict
         if verdict is Verdict.HOLD:
-            assert event.pr_number is not None
-            deps.state.hold(deps.upstream, event.pr_number, event.head_sha, repo, message.delivery_id, now)
-            summary.held.append(repo)
+            summary.held.append(repo)  # released by a ciflow/ label (RELEASE below): nothing to store
             deps.metrics.count("TargetHeld")
             continue
         if verdict is Verdict.RELEASE:

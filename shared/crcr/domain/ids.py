@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import re
-from typing import NewType
-
-DeliveryId = NewType("DeliveryId", str)
-RunId = NewType("RunId", int)
 
 # GitHub: owner 1-39 of [A-Za-z0-9-]; repository name 1-100 of [A-Za-z0-9._-], never "." or "..".
 _REPO_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
