@@ -371,10 +371,12 @@ def relay(
     pollers_per_queue: int = 2,
     level: str = "L1",
     extra_env: dict[str, str] | None = None,
+    repo_settings: str = "",
 ) -> Iterator[Relay]:
     """A fresh GitHub double, moto process and local stack: nothing is shared with any other run.
 
-    Every target is allowlisted at `level`; `extra_env` adds to (or overrides) the stack's configuration.
+    Every target is allowlisted at `level` (with `repo_settings` under `repos:`, if given); `extra_env` adds to
+    (or overrides) the stack's configuration.
     """
     with tempfile.TemporaryDirectory(prefix="crcr-bench-") as tmp, MotoProcess() as moto:
         workdir = Path(tmp)
@@ -385,7 +387,10 @@ def relay(
                 double.install(repo, installation_id=installation_id, repo_id=REPO_ID_BASE + i)
                 repos.append(repo)
             allowlist = workdir / "allowlist.yaml"
-            allowlist.write_text(f"{level}:\n" + "".join(f"  - {r}\n" for r in repos))
+            text = f"{level}:\n" + "".join(f"  - {r}\n" for r in repos)
+            if repo_settings:  # the same per-repository settings for every target, e.g. "check_runs: per_repo"
+                text += "repos:\n" + "".join(f"  {r}:\n    {repo_settings}\n" for r in repos)
+            allowlist.write_text(text)
             secret = uuid.uuid4().hex
             env = (
                 clean_env()

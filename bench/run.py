@@ -22,6 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import callbacks
+import checkruns
 import coldstart
 from harness import (
     ROOT,
@@ -356,6 +357,7 @@ def print_table(results: dict[str, Any]) -> None:
             f"AWS calls per dispatch {sum(tp['aws_calls_per_dispatch'].values()):.1f} {tp['aws_calls_per_dispatch']}"
         )
     print_callbacks(results)
+    print_checkruns(results)
     cs = results.get("cold_start", {})
     print("\n5. cold-start import time (median of 7), ms")
     src = cs.get("source", {}).get("functions", {})
@@ -377,6 +379,22 @@ def print_table(results: dict[str, Any]) -> None:
             f"modules, handler .pyc shipped: {bc.get('function_handler_pyc_shipped')}"
         )
     print(f"\ntotal {results['duration_s']} s")
+
+
+def print_checkruns(results: dict[str, Any]) -> None:
+    cw = results.get("check_run_writes")
+    if not cw:
+        return
+    print("\n6. upstream check-run writes (POST + PATCH through the upstream installation)")
+    print(f"   {'setting':9} {'runs':>5} {'writes':>7} {'/event':>7} {'/repo/commit':>13} {'/hour@PyTorch':>14}  paced")
+    for mode in ("per_job", "per_repo"):
+        row = cw[mode]
+        print(
+            f"   {mode:9} {row['check_runs']:>5} {row['writes']['total']:>7} {row['writes_per_event']:>7} "
+            f"{row['writes_per_repository_per_commit']:>13} {row['writes_per_hour_at_pytorch_volume']:>14}  "
+            f"{row['relay_metrics'].get('CheckRunPaced', 0)}"
+        )
+    print(f"   {cw['method']}")
 
 
 def print_callbacks(results: dict[str, Any]) -> None:
@@ -441,6 +459,10 @@ def main() -> int:
     parser.add_argument("--callback-hostile", type=int, default=200, help="unknown-kid callbacks, interleaved")
     parser.add_argument("--verify-tokens", type=int, default=2000, help="tokens for the in-process verify timing")
     parser.add_argument("--skip-callbacks", action="store_true", help="leave out the callback figures")
+    parser.add_argument("--check-events", type=int, default=4, help="pull requests in the check-run write run")
+    parser.add_argument("--check-targets", type=int, default=3, help="L4 repositories in that run")
+    parser.add_argument("--check-jobs", type=int, default=2, help="jobs per repository in that run")
+    parser.add_argument("--skip-checkruns", action="store_true", help="leave out the check-run write figures")
     parser.add_argument("--build", action="store_true", help="run `make build` first (about a minute)")
     parser.add_argument("--skip-fanout-latency", action="store_true", help="only the isolated ingest latency")
     parser.add_argument("--skip-coldstart", action="store_true", help="leave out the cold-start import times")
@@ -513,6 +535,19 @@ def main() -> int:
                 timeout_s=args.timeout,
             )
             phases["callbacks"] = round(time.perf_counter() - t, 1)
+        t = time.perf_counter()
+        if not args.skip_checkruns:
+            out.say("6. upstream check-run writes per event, per_job against per_repo")
+            results["check_run_writes"] = checkruns.checkrun_bench(
+                key,
+                out,
+                events=args.check_events,
+                targets=args.check_targets,
+                jobs=args.check_jobs,
+                settle_s=2,
+                timeout_s=max(args.timeout, 240.0),
+            )
+            phases["check_run_writes"] = round(time.perf_counter() - t, 1)
         t = time.perf_counter()
         if args.skip_coldstart:
             results["cold_start"] = {"skipped": True}

@@ -132,6 +132,7 @@ def relay_factory(github: GitHubDouble, app_key_pem: str, tmp_path: Path) -> Ite
             "CRCR_ALLOWLIST": str(path),
             "CRCR_RETRY_BASE_S": "0.5",
             "CRCR_GITHUB_TIMEOUT_S": "2",
+            "CRCR_CHECK_SETTLE_S": "1",
             "PATH": "/usr/bin:/bin",
         } | (env or {})
         stack = LocalStack(port=0, env=config, root=ROOT, **kwargs).start()

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from crcr.adapters.allowlist_source import CachedAllowlist
     from crcr.adapters.github import GitHubApp
     from crcr.adapters.results import DynamoResults
+    from crcr.adapters.sqs import SqsChecksQueue
     from crcr.app.callback import CallbackDeps
     from crcr.app.checks import CheckDeps
     from crcr.app.dispatch import DispatchDeps
@@ -120,12 +121,11 @@ def build_planner_deps(settings: Settings) -> PlannerDeps:
     settings.require("state_table", "dispatch_queue_url", "dispatch_dlq_url", "bodies_bucket", "allowlist")
     metrics = PowertoolsMetrics()
     clock = SystemClock()
-    checks = _check_deps(settings, metrics)
     allowlist = _allowlist(settings, metrics, clock)
     return PlannerDeps(
-        checks=checks,
+        checks=_checks_queue(settings),
         jobs=_results(settings) if settings.results_table else None,
-        reruns=_rerun_deps(settings, checks, allowlist, metrics),
+        reruns=_rerun_deps(settings, allowlist, metrics),
         upstream=settings.upstream_repo,
         allowlist=allowlist,
         blobs=S3Blobs(aws_client("s3"), str(settings.bodies_bucket)),
@@ -162,6 +162,7 @@ def build_dispatch_deps(settings: Settings) -> DispatchDeps:
         policy=RetryPolicy(base_s=settings.retry_base_s),
         # A claim must outlast one GitHub call (connect + read timeout) so a live worker is never doubled.
         lease_s=settings.github_timeout_s + 15.0,
+        checks=_checks_queue(settings),
     )
 
 
@@ -190,30 +191,51 @@ def build_callback_deps(settings: Settings) -> CallbackDeps:
     )
 
 
-def _check_deps(settings: Settings, metrics: PowertoolsMetrics) -> CheckDeps | None:
-    """Check runs need the App (a checks:write token for the upstream); without it they are off."""
-    if not (settings.github_app_id and settings.state_table):
+def _checks_queue(settings: Settings) -> SqsChecksQueue | None:
+    """Check runs need the App (a checks:write token for the upstream) and the queue; without them they are off."""
+    if not (settings.github_app_id and settings.checks_queue_url and settings.checks_dlq_url):
         return None
-    from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
+    from crcr.adapters.sqs import SqsChecksQueue  # noqa: PLC0415
+
+    return SqsChecksQueue(aws_client("sqs"), str(settings.checks_queue_url), str(settings.checks_dlq_url))
+
+
+def build_checks_deps(settings: Settings) -> CheckDeps:
+    from crcr.adapters.dynamo import DynamoPacer, DynamoState  # noqa: PLC0415
     from crcr.adapters.github import GitHubCheckRuns  # noqa: PLC0415
     from crcr.app.checks import CheckDeps  # noqa: PLC0415
 
-    store = DynamoState(aws_client("dynamodb"), str(settings.state_table))
-    results = _results(settings) if settings.results_table else None
-    return CheckDeps(api=GitHubCheckRuns(_github(settings)), store=store, metrics=metrics, results=results)
+    settings.require("state_table", "results_table", "checks_queue_url", "checks_dlq_url", "allowlist", "github_app_id")
+    queue = _checks_queue(settings)
+    assert queue is not None
+    metrics = PowertoolsMetrics()
+    clock = SystemClock()
+    state = DynamoState(aws_client("dynamodb"), str(settings.state_table))
+    return CheckDeps(
+        api=GitHubCheckRuns(_github(settings)),
+        store=state,
+        results=_results(settings),
+        ledger=state,
+        queue=queue,
+        pacer=DynamoPacer(aws_client("dynamodb"), str(settings.state_table)),
+        allowlist=_allowlist(settings, metrics, clock),
+        metrics=metrics,
+        clock=clock,
+        settle_s=settings.check_settle_s,
+        lease_s=settings.github_timeout_s + 15.0,
+    )
 
 
-def _rerun_deps(
-    settings: Settings, checks: CheckDeps | None, allowlist: CachedAllowlist, metrics: PowertoolsMetrics
-) -> RerunDeps | None:
-    if checks is None:
+def _rerun_deps(settings: Settings, allowlist: CachedAllowlist, metrics: PowertoolsMetrics) -> RerunDeps | None:
+    if not (settings.github_app_id and settings.state_table):
         return None
+    from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
     from crcr.adapters.github import GitHubReruns  # noqa: PLC0415
     from crcr.app.rerun import RerunDeps  # noqa: PLC0415
 
     return RerunDeps(
         github=GitHubReruns(_github(settings)),
-        store=checks.store,
+        store=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
         allowlist=allowlist,
         metrics=metrics,
     )
@@ -232,13 +254,11 @@ def build_report_deps(settings: Settings) -> ReportDeps:
 
     settings.require("reporter_dlq_url")
     hud = HudClient(settings.hud_url, settings.secret("hud_token")) if settings.hud_url else None
-    metrics = PowertoolsMetrics()
-    checks = _check_deps(settings, metrics)
     return ReportDeps(
         hud=hud,
         dead_letters=SqsDeadLetters(aws_client("sqs"), str(settings.reporter_dlq_url)),
-        metrics=metrics,
-        checks=checks,
+        metrics=PowertoolsMetrics(),
+        checks=_checks_queue(settings),
     )
 
 

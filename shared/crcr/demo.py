@@ -49,6 +49,7 @@ def run_demo() -> int:
     env |= {
         "CRCR_UPSTREAM_REPO": "pytorch/pytorch",
         "CRCR_ALLOWLIST": str(root / "examples" / "allowlist.yaml"),
+        "CRCR_CHECK_SETTLE_S": "2",  # production waits 60 s for a repository's jobs to settle
     }
     events = root / "examples" / "events"
     pr_body = (events / "pull_request.opened.json").read_bytes()
@@ -96,6 +97,15 @@ def run_demo() -> int:
             f"\n{len(callbacks)} callbacks: {ignored} answered 'ignored' (L1 records nothing), {len(refused)} refused."
         )
 
+        # The L4 repository (check_runs: per_repo) has one check run per upstream commit: PR head and main.
+        runs = _wait_for_check_runs(stack, 2)
+        print(f"\n{'upstream check run':40} {'commit':12} {'status':10} {'conclusion':10} writes")
+        for run in runs:
+            print(
+                f"{run['name']:40} {run['head_sha'][:12]:12} {run['status']:10} {run['conclusion'] or '-':10} "
+                f"{run['writes']}"
+            )
+
         per_key: dict[tuple[str, str], int] = {}
         for d in dispatches:
             key = (d["repo"].lower(), d["client_payload"]["delivery_id"])
@@ -109,6 +119,8 @@ def run_demo() -> int:
             and len(callbacks) == 2 * expected
             and not refused
             and len(_jobs(stack)) == expected - 4  # the two L1 repositories, for both events
+            and len(runs) == 2
+            and all((r["status"], r["conclusion"], r["writes"]) == ("completed", "success", 2) for r in runs)
         )
         print("Demo passed." if ok else "Demo FAILED.")
         return 0 if ok else 1
@@ -121,6 +133,20 @@ def _wait_for_callbacks(stack: LocalStack, count: int, timeout_s: float = 30.0) 
         time.sleep(0.2)
     time.sleep(0.5)
     return list(stack.workflows.replies)
+
+
+def _wait_for_check_runs(stack: LocalStack, count: int, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+    assert stack.sandbox is not None
+    sandbox = stack.sandbox
+
+    def done() -> list[dict[str, Any]]:
+        return [r for r in list(sandbox.check_runs.values()) if r.get("status") == "completed"]
+
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and len(done()) < count:
+        time.sleep(0.2)
+    time.sleep(0.5)
+    return sorted(sandbox.check_runs.values(), key=lambda r: r["head_sha"])
 
 
 def _jobs(stack: LocalStack) -> list[dict[str, Any]]:

@@ -45,6 +45,11 @@ class Settings(BaseModel):
     callback_url: str | None = None
     results_table: str | None = None
     reporter_dlq_url: str | None = None
+    checks_queue_url: str | None = None
+    checks_dlq_url: str | None = None
+    # A repository's check run completes once all its jobs finished and nothing changed for this long
+    # (jobs of a workflow can run one after another; the next one reports only when it starts).
+    check_settle_s: int = 60
     callback_rate_per_min: int = 600
 
     @classmethod

@@ -55,8 +55,12 @@ def test_a_dispatch_that_never_starts_ends_timed_out(
 ) -> None:
     s = start(lambda **kw: swept(**kw["env"]), oidc)
     runs = s.relay.github.check_runs
-    wait_for(lambda: any(r["name"] == f"crcr/{L4}" for r in runs(UPSTREAM)))
-    [repo_run] = [r for r in runs(UPSTREAM) if r["name"] == f"crcr/{L4}"]
+
+    def repo_runs() -> list[dict[str, object]]:
+        return [r for r in runs(UPSTREAM) if r["name"] == f"crcr/{L4}"]
+
+    wait_for(lambda: any(r["status"] == "completed" for r in repo_runs()))
+    [repo_run] = repo_runs()  # the one created queued at dispatch, completed in place
     assert (repo_run["status"], repo_run["conclusion"]) == ("completed", "timed_out")
     assert "No job of this dispatch started" in repo_run["output"]["summary"]
 
@@ -82,15 +86,18 @@ def test_a_job_that_never_finishes_times_out_and_a_late_result_replaces_it(
     assert s.post(s.body(L4), token)[0] == 200  # started: no start timeout for this dispatch
     name = f"crcr/{L4}/CI/build-and-test"
 
-    def job_run() -> dict[str, object]:
-        return next((r for r in s.relay.github.check_runs(UPSTREAM) if r["name"] == name), {})
+    def job_run(check: str = name) -> dict[str, object]:
+        return next((r for r in s.relay.github.check_runs(UPSTREAM) if r["name"] == check), {})
 
-    wait_for(lambda: job_run().get("conclusion") == "timed_out")
+    wait_for(
+        lambda: job_run().get("conclusion") == "timed_out" and job_run(f"crcr/{L4}").get("conclusion") == "timed_out"
+    )
     assert job_run()["status"] == "completed" and job_run()["conclusion"] == "timed_out"
-    assert not any(r["name"] == f"crcr/{L4}" for r in s.relay.github.check_runs(UPSTREAM))
+    assert job_run(f"crcr/{L4}")["conclusion"] == "timed_out"  # the repository's run follows its job
     late = s.body(L4, status="completed", conclusion="success")
     assert s.post(late, s.token(L4)) == (200, {"status": "recorded"})
-    wait_for(lambda: job_run().get("conclusion") == "success")
+    wait_for(lambda: job_run().get("conclusion") == "success" and job_run(f"crcr/{L4}").get("conclusion") == "success")
     assert job_run()["conclusion"] == "success"
+    assert job_run(f"crcr/{L4}")["conclusion"] == "success"  # a genuine result replaces the relay's timed_out
     [job] = [j for j in s.jobs() if j["job_name"] == "build-and-test"]
     assert (job["state"], job["conclusion"]) == ("completed", "success")

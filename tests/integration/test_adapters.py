@@ -13,8 +13,9 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from crcr.adapters.allowlist_source import CachedAllowlist, fetcher_for
-from crcr.adapters.dynamo import DynamoPacer
+from crcr.adapters.dynamo import DynamoPacer, DynamoState
 from crcr.adapters.github import GitHubApp
+from crcr.domain.checks import Known
 from crcr.local.stack import free_port
 from tests.conftest import APP_ID, ROOT, http
 from tests.doubles.github_double import GitHubDouble
@@ -70,8 +71,16 @@ def test_allowlist_from_github_uses_the_app_token_and_etags(github: GitHubDouble
 
 def test_pacer_shares_one_budget_across_workers(aws: dict[str, Any]) -> None:
     ddb = aws["dynamodb"]
+    _table(ddb, "pace")
+    workers = [DynamoPacer(ddb, "pace"), DynamoPacer(ddb, "pace")]
+    waits = [workers[i % 2].acquire(installation_id=1, now=1000.0) for i in range(20)]
+    assert waits[:16] == [0.0] * 16 and all(w > 0 for w in waits[16:])
+    assert workers[0].acquire(installation_id=2, now=1000.0) == 0.0  # another installation, its own budget
+
+
+def _table(ddb: Any, name: str) -> None:
     ddb.create_table(
-        TableName="pace",
+        TableName=name,
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
         AttributeDefinitions=[
             {"AttributeName": "pk", "AttributeType": "S"},
@@ -79,10 +88,37 @@ def test_pacer_shares_one_budget_across_workers(aws: dict[str, Any]) -> None:
         ],
         BillingMode="PAY_PER_REQUEST",
     )
-    workers = [DynamoPacer(ddb, "pace"), DynamoPacer(ddb, "pace")]
-    waits = [workers[i % 2].acquire(installation_id=1, now=1000.0) for i in range(20)]
-    assert waits[:16] == [0.0] * 16 and all(w > 0 for w in waits[16:])
-    assert workers[0].acquire(installation_id=2, now=1000.0) == 0.0  # another installation, its own budget
+
+
+def test_one_writer_per_check_run_and_a_crashed_writer_lapses(aws: dict[str, Any]) -> None:
+    _table(aws["dynamodb"], "checks")
+    a, b = DynamoState(aws["dynamodb"], "checks"), DynamoState(aws["dynamodb"], "checks")
+    args = ("pytorch/pytorch", "a" * 40, "crcr/o/r")
+    assert a.lock_check(*args, version=0, now=100.0, lease_s=25.0) == 1
+    assert b.lock_check(*args, version=0, now=100.0, lease_s=25.0) is None  # the creator holds it
+    assert b.get_check(*args) == (None, 1)  # being created: nothing to PATCH yet
+    assert b.lock_check(*args, version=1, now=110.0, lease_s=25.0) is None  # lock still live
+    assert a.save_check(*args, Known(7, "queued", None), locked=1)
+    known, version = b.get_check(*args)
+    assert known == Known(7, "queued", None) and version == 2
+    assert b.lock_check(*args, version=1, now=111.0, lease_s=25.0) is None  # stale version: re-read first
+    assert b.lock_check(*args, version=2, now=111.0, lease_s=25.0) == 3
+    # b dies mid-write; after the lease another writer takes over, and b's late save is refused.
+    assert a.lock_check(*args, version=3, now=120.0, lease_s=25.0) is None
+    assert a.lock_check(*args, version=3, now=137.0, lease_s=25.0) == 4
+    assert not b.save_check(*args, Known(7, "completed", "success"), locked=3)
+    assert a.save_check(*args, Known(7, "in_progress", None), locked=4)
+    assert [(n, k.status) for n, k, _ in a.checks_of_head("pytorch/pytorch", "a" * 40)] == [("crcr/o/r", "in_progress")]
+
+
+def test_a_new_pr_head_returns_the_head_it_replaced(aws: dict[str, Any]) -> None:
+    _table(aws["dynamodb"], "heads")
+    state = DynamoState(aws["dynamodb"], "heads")
+    assert state.record_pr_head("pytorch/pytorch", 5, "a" * 40, "2026-11-29T10:00:00Z") is None
+    assert state.record_pr_head("pytorch/pytorch", 5, "a" * 40, "2026-11-29T10:01:00Z") is None  # same head
+    assert state.record_pr_head("pytorch/pytorch", 5, "b" * 40, "2026-11-29T10:02:00Z") == "a" * 40
+    assert state.record_pr_head("pytorch/pytorch", 5, "c" * 40, "2026-11-29T09:00:00Z") is None  # older event
+    assert state.pr_head("pytorch/pytorch", 5) == "b" * 40
 
 
 def test_allowlist_check_prints_the_level_table(tmp_path: Any) -> None:

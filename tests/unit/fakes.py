@@ -109,8 +109,10 @@ class FakeState:
 
     def record_pr_head(
         self, upstream: str, pr: int, head_sha: str, updated_at: str, labels: tuple[str, ...] = ()
-    ) -> None:
+    ) -> str | None:
+        previous = self.heads.get((upstream, pr))
         self.heads[(upstream, pr)] = head_sha
+        return previous if previous != head_sha else None
 
     def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> bool:
         key = (pr, head_sha, repo.lower())

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from crcr.app.checks import CheckDeps, sync_check_run
-from crcr.app.ports import JobRecord
-from crcr.domain.checks import Known, check_run_name, should_write, wants_check_run
-from tests.unit.fakes import RecordingMetrics
+from crcr.adapters.allowlist_source import parse_allowlist
+from crcr.app.checks import CheckDeps, job_message, sync
+from crcr.app.ports import JobRecord, LedgerRow, LedgerState
+from crcr.contracts.messages import CheckSyncMessage
+from crcr.domain.checks import JobState, Known, check_run_name, rollup, should_write, wants_check_run
+from tests.unit.fakes import FakeClock, FakePacer, FakeState, RecordingMetrics, StaticAllowlist
 
 
 @pytest.mark.parametrize(
@@ -62,6 +65,9 @@ class _Api:
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
+    def installation_for(self, upstream: str) -> int:
+        return 1
+
     def create_check_run(self, upstream: str, fields: dict[str, Any]) -> int:
         self.calls.append(("create", fields))
         return 99
@@ -72,14 +78,25 @@ class _Api:
 
 class _Store:
     def __init__(self) -> None:
-        self.rows: dict[str, tuple[Known, int]] = {}
+        self.rows: dict[str, tuple[Known | None, int]] = {}
 
     def get_check(self, upstream: str, head_sha: str, name: str) -> tuple[Known | None, int]:
-        known, version = self.rows.get(name, (None, 0))
-        return known, version
+        return self.rows.get(name, (None, 0))
 
-    def save_check(self, upstream: str, head_sha: str, name: str, known: Known, version: int) -> bool:
+    def checks_of_head(self, upstream: str, head_sha: str) -> list[tuple[str, Known, int]]:
+        return [(name, known, version) for name, (known, version) in self.rows.items() if known is not None]
+
+    def lock_check(self, upstream: str, head_sha: str, name: str, version: int, now: float, lease_s: float) -> int:
+        known, current = self.rows.get(name, (None, 0))
+        assert current == version
         self.rows[name] = (known, version + 1)
+        return version + 1
+
+    def unlock_check(self, upstream: str, head_sha: str, name: str, locked: int) -> None:
+        return
+
+    def save_check(self, upstream: str, head_sha: str, name: str, known: Known, locked: int) -> bool:
+        self.rows[name] = (known, locked + 1)
         return True
 
     def pr_labels(self, upstream: str, pr: int) -> tuple[str, ...]:
@@ -93,13 +110,98 @@ class _Results:
     def get_job(self, dispatch_id: str, run_id: int, run_attempt: int, job_name: str) -> JobRecord | None:
         return self.latest
 
+    def jobs_of_dispatch(self, dispatch_id: str) -> list[JobRecord]:
+        return [self.latest]
+
     def put_job(self, record: JobRecord, expected_version: int | None) -> bool:
         raise AssertionError("check runs never write results")
 
 
+class _Queue:
+    def __init__(self) -> None:
+        self.sent: list[tuple[CheckSyncMessage, float]] = []
+
+    def send_checks(self, messages: list[CheckSyncMessage], delay_s: float = 0.0) -> None:
+        self.sent += [(m, delay_s) for m in messages]
+
+    def dead_letter(self, message: CheckSyncMessage, reason: str) -> None:
+        raise AssertionError(reason)
+
+
+def _deps(latest: JobRecord, pacer: FakePacer | None = None, now: float = 1000.0) -> tuple[CheckDeps, _Api, _Queue]:
+    api, queue, state = _Api(), _Queue(), FakeState()
+    state.ledger[("x", "o/r")] = LedgerRow("x", "o/r", LedgerState.DISPATCHED, "d", level=4, head_sha="a" * 40,
+                                           upstream="pytorch/pytorch", pr=5)  # fmt: skip
+    deps = CheckDeps(
+        api=api, store=_Store(), results=_Results(latest), ledger=state, queue=queue, pacer=pacer or FakePacer(),
+        allowlist=StaticAllowlist(parse_allowlist("L4:\n  - o/r\n")), metrics=RecordingMetrics(),
+        clock=FakeClock(now), settle_s=60.0,
+    )  # fmt: skip
+    return deps, api, queue
+
+
 def test_a_job_completed_before_its_in_progress_record_is_handled_is_written_once() -> None:
-    api, store = _Api(), _Store()
-    deps = CheckDeps(api=api, store=store, metrics=RecordingMetrics(), results=_Results(_job("completed", "success")))
-    sync_check_run(_job("in_progress", None), deps)  # the older stream record, handled late
-    sync_check_run(_job("completed", "success"), deps)
-    assert [(kind, f["status"], f.get("conclusion")) for kind, f in api.calls] == [("create", "completed", "success")]
+    deps, api, _ = _deps(_job("completed", "success"))
+    sync(job_message(_job("in_progress", None)), deps)  # type: ignore[arg-type]  # the older record, handled late
+    sync(job_message(_job("completed", "success")), deps)  # type: ignore[arg-type]
+    job_writes = [
+        (kind, f["status"], f.get("conclusion")) for kind, f in api.calls if f.get("name", "").endswith("/build")
+    ]
+    assert job_writes == [("create", "completed", "success")]
+
+
+def test_over_the_budget_a_write_waits_in_the_queue_and_nothing_is_written() -> None:
+    deps, api, queue = _deps(_job("in_progress", None), pacer=FakePacer(waits=[42.0]))
+    outcome = sync(job_message(_job("in_progress", None)), deps)  # type: ignore[arg-type]
+    assert (outcome.detail, api.calls) == ("paced", [])
+    [(later, delay)] = queue.sent
+    assert delay == 42.0 and later.not_before == 1042.0 and later.kind == "job"
+
+
+def test_the_repository_run_waits_for_its_jobs_to_settle_before_completing() -> None:
+    done = _job("completed", "failure")  # completed at 150
+    deps, api, queue = _deps(done, now=180.0)
+    outcome = sync(CheckSyncMessage(kind="repo", upstream="pytorch/pytorch", head_sha="a" * 40, delivery_id="x",
+                                    repo="o/r"), deps)  # fmt: skip
+    assert [(f["name"], f["status"]) for _, f in api.calls] == [("crcr/o/r", "in_progress")]
+    assert outcome.detail == "settling" and queue.sent[0][1] == 30.0  # 150 + 60 - 180
+    later = replace(deps, clock=FakeClock(211.0))
+    sync(queue.sent[0][0], later)
+    assert [(f["status"], f.get("conclusion")) for _, f in api.calls] == [
+        ("in_progress", None),
+        ("completed", "failure"),
+    ]
+
+
+def _state(name: str, state: str, conclusion: str | None = None, attempt: int = 1, at: float = 0.0,
+           genuine: bool = True) -> JobState:  # fmt: skip
+    return JobState(7, name, attempt, state, conclusion, genuine, at)
+
+
+@pytest.mark.parametrize(
+    ("jobs", "expected"),
+    [
+        ([], ("queued", None)),
+        ([_state("", "timed_out", "timed_out", 0)], ("completed", "timed_out")),
+        ([_state("a", "in_progress")], ("in_progress", None)),
+        ([_state("a", "completed", "success"), _state("b", "in_progress")], ("in_progress", None)),
+        ([_state("a", "completed", "success"), _state("b", "completed", "failure")], ("completed", "failure")),
+        ([_state("a", "completed", "success"), _state("b", "completed", "skipped")], ("completed", "success")),
+        ([_state("a", "completed", "startup_failure")], ("completed", "failure")),  # unknown never goes green
+        # A re-run's attempt replaces the failed one.
+        ([_state("a", "completed", "failure", 1), _state("a", "completed", "success", 2)], ("completed", "success")),
+        # A late genuine job replaces the sweeper's "nothing started".
+        ([_state("", "timed_out", "timed_out", 0), _state("a", "completed", "success")], ("completed", "success")),
+        # Finished a moment ago: the next job of the workflow may not have reported yet.
+        ([_state("a", "completed", "success", at=990.0)], ("in_progress", None)),
+    ],
+)
+def test_a_repository_is_as_good_as_its_worst_job(jobs: list[JobState], expected: tuple[str, str | None]) -> None:
+    result = rollup(jobs, now=1000.0, settle_s=60.0)
+    assert (result.status, result.conclusion) == expected
+
+
+def test_the_relay_never_overwrites_a_completed_run_with_its_own_verdict() -> None:
+    cancelled = Known(1, "completed", "cancelled")
+    assert not should_write(cancelled, "completed", "timed_out", genuine=False)  # the sweeper, later
+    assert should_write(cancelled, "completed", "success", genuine=True)  # the job ran after all

@@ -6,7 +6,6 @@ concurrent Lambda instances and redelivered messages cannot both win.
 
 from __future__ import annotations
 
-import time
 from decimal import Decimal
 from typing import Any
 
@@ -29,6 +28,17 @@ def conditional_failed(exc: ClientError) -> bool:
         "ConditionalCheckFailedException",
         "TransactionCanceledException",
     }
+
+
+def query_all(client: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    """Every item a Query matches, following LastEvaluatedKey across pages."""
+    items: list[dict[str, Any]] = []
+    while True:
+        page = client.query(**kwargs)
+        items.extend(page.get("Items", []))
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
 def num(value: float) -> Decimal:
@@ -83,10 +93,11 @@ class DynamoState:
 
     def record_pr_head(
         self, upstream: str, pr: int, head_sha: str, updated_at: str, labels: tuple[str, ...] = ()
-    ) -> None:
-        """Keep the newest head and labels; webhooks can arrive out of order, so compare GitHub's updated_at."""
+    ) -> str | None:
+        """Keep the newest head and labels; webhooks can arrive out of order, so compare GitHub's updated_at.
+        Returns the head this event replaced, if it changed."""
         try:
-            self._ddb.put_item(
+            old = self._ddb.put_item(
                 TableName=self._table,
                 Item={
                     "pk": self._pr_pk(upstream, pr),
@@ -97,10 +108,14 @@ class DynamoState:
                 },
                 ConditionExpression="attribute_not_exists(pk) OR updated_at <= :u",
                 ExpressionAttributeValues={":u": {"S": updated_at}},
-            )
+                ReturnValues="ALL_OLD",
+            ).get("Attributes")
         except ClientError as exc:
             if not conditional_failed(exc):
                 raise
+            return None
+        previous = old["head_sha"]["S"] if old else None
+        return previous if previous != head_sha else None
 
     def pr_head(self, upstream: str, pr: int) -> str | None:
         item = self._ddb.get_item(
@@ -123,37 +138,108 @@ class DynamoState:
     def _check_key(upstream: str, head_sha: str, name: str) -> dict[str, dict[str, str]]:
         return {"pk": {"S": f"CHECK#{repo_key(upstream)}#{head_sha}"}, "sk": {"S": f"NAME#{name}"}}
 
+    @staticmethod
+    def _known(item: dict[str, Any]) -> Known | None:
+        if "check_run_id" not in item:
+            return None  # being created: a writer holds the row
+        return Known(
+            check_run_id=int(item["check_run_id"]["N"]),
+            status=item["status"]["S"],
+            conclusion=item.get("conclusion", {}).get("S"),
+            run_attempt=int(item.get("run_attempt", {}).get("N", "0")),
+        )
+
     def get_check(self, upstream: str, head_sha: str, name: str) -> tuple[Known | None, int]:
         item = self._ddb.get_item(
             TableName=self._table, Key=self._check_key(upstream, head_sha, name), ConsistentRead=True
         ).get("Item")
         if not item:
             return None, 0
-        known = Known(
-            check_run_id=int(item["check_run_id"]["N"]),
-            status=item["status"]["S"],
-            conclusion=item.get("conclusion", {}).get("S"),
-            run_attempt=int(item.get("run_attempt", {}).get("N", "0")),
-        )
-        return known, int(item["version"]["N"])
+        return self._known(item), int(item["version"]["N"])
 
-    def save_check(self, upstream: str, head_sha: str, name: str, known: Known, version: int) -> bool:
-        condition: dict[str, Any] = (
-            {"ConditionExpression": "attribute_not_exists(pk)"}
-            if version == 0
-            else {"ConditionExpression": "version = :v", "ExpressionAttributeValues": {":v": {"N": str(version)}}}
+    def checks_of_head(self, upstream: str, head_sha: str) -> list[tuple[str, Known, int]]:
+        items = query_all(
+            self._ddb,
+            TableName=self._table,
+            KeyConditionExpression="pk = :p",
+            ExpressionAttributeValues={":p": self._check_key(upstream, head_sha, "")["pk"]},
+            ConsistentRead=True,
         )
-        item = self._check_key(upstream, head_sha, name) | {
-            "check_run_id": {"N": str(known.check_run_id)},
-            "status": {"S": known.status},
-            "run_attempt": {"N": str(known.run_attempt)},
-            "version": {"N": str(version + 1)},
-            "expires_at": {"N": str(int(time.time()) + LEDGER_TTL_S)},
-        }
-        if known.conclusion:
-            item["conclusion"] = {"S": known.conclusion}
+        return [
+            (item["sk"]["S"].removeprefix("NAME#"), known, int(item["version"]["N"]))
+            for item in items
+            if (known := self._known(item)) is not None
+        ]
+
+    def lock_check(
+        self, upstream: str, head_sha: str, name: str, version: int, now: float, lease_s: float
+    ) -> int | None:
+        key = self._check_key(upstream, head_sha, name)
         try:
-            self._ddb.put_item(TableName=self._table, Item=item, **condition)
+            if version == 0:
+                self._ddb.put_item(
+                    TableName=self._table,
+                    Item=key
+                    | {
+                        "version": {"N": "1"},
+                        "lock_until": {"N": str(num(now + lease_s))},
+                        "expires_at": {"N": str(int(now) + LEDGER_TTL_S)},
+                    },
+                    ConditionExpression="attribute_not_exists(pk)",
+                )
+                return 1
+            self._ddb.update_item(
+                TableName=self._table,
+                Key=key,
+                UpdateExpression="SET version = :n, lock_until = :l",
+                ConditionExpression="version = :v AND (attribute_not_exists(lock_until) OR lock_until < :now)",
+                ExpressionAttributeValues={
+                    ":n": {"N": str(version + 1)},
+                    ":v": {"N": str(version)},
+                    ":l": {"N": str(num(now + lease_s))},
+                    ":now": {"N": str(num(now))},
+                },
+            )
+        except ClientError as exc:
+            if conditional_failed(exc):
+                return None
+            raise
+        return version + 1
+
+    def unlock_check(self, upstream: str, head_sha: str, name: str, locked: int) -> None:
+        try:
+            self._ddb.update_item(
+                TableName=self._table,
+                Key=self._check_key(upstream, head_sha, name),
+                UpdateExpression="REMOVE lock_until",
+                ConditionExpression="version = :v",
+                ExpressionAttributeValues={":v": {"N": str(locked)}},
+            )
+        except ClientError as exc:
+            if not conditional_failed(exc):
+                raise
+
+    def save_check(self, upstream: str, head_sha: str, name: str, known: Known, locked: int) -> bool:
+        values: dict[str, Any] = {
+            ":id": {"N": str(known.check_run_id)},
+            ":s": {"S": known.status},
+            ":a": {"N": str(known.run_attempt)},
+            ":n": {"N": str(locked + 1)},
+            ":v": {"N": str(locked)},
+        }
+        update = "SET check_run_id = :id, #s = :s, run_attempt = :a, version = :n"
+        if known.conclusion:
+            update += ", conclusion = :c"
+            values[":c"] = {"S": known.conclusion}
+        try:
+            self._ddb.update_item(
+                TableName=self._table,
+                Key=self._check_key(upstream, head_sha, name),
+                UpdateExpression=update + " REMOVE lock_until",
+                ConditionExpression="version = :v",
+                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeValues=values,
+            )
         except ClientError as exc:
             if conditional_failed(exc):
                 return False

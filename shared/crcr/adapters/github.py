@@ -235,6 +235,9 @@ class GitHubCheckRuns:
         token = self._github.repo_token(self._github.installation_for(upstream), upstream, {"checks": "write"})
         return f"Bearer {token.token}"
 
+    def installation_for(self, upstream: str) -> int:
+        return self._github.installation_for(upstream)
+
     def create_check_run(self, upstream: str, fields: dict[str, Any]) -> int:
         resp = self._github.request(
             "POST", f"/repos/{_path(upstream)}/check-runs", self._auth(upstream), fields, kind="check_run"

@@ -6,7 +6,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from crcr.adapters.dynamo import conditional_failed, num
+from crcr.adapters.dynamo import conditional_failed, num, query_all
 from crcr.app.ports import JobRecord
 from crcr.domain.ids import repo_key
 
@@ -100,19 +100,25 @@ class DynamoResults:
 
     def jobs_for_head(self, upstream: str, head_sha: str) -> list[JobRecord]:
         """Every job reported on one upstream commit (index by_head)."""
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "IndexName": "by_head",
-            "KeyConditionExpression": "head_key = :h",
-            "ExpressionAttributeValues": {":h": {"S": f"{repo_key(upstream)}#{head_sha}"}},
-        }
-        jobs: list[JobRecord] = []
-        while True:
-            page = self._ddb.query(**kwargs)
-            jobs.extend(from_item(item) for item in page.get("Items", []))
-            if "LastEvaluatedKey" not in page:
-                return jobs
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        items = query_all(
+            self._ddb,
+            TableName=self._table,
+            IndexName="by_head",
+            KeyConditionExpression="head_key = :h",
+            ExpressionAttributeValues={":h": {"S": f"{repo_key(upstream)}#{head_sha}"}},
+        )
+        return [from_item(item) for item in items]
+
+    def jobs_of_dispatch(self, dispatch_id: str) -> list[JobRecord]:
+        """Every job (every run and attempt) reported for one dispatch."""
+        items = query_all(
+            self._ddb,
+            TableName=self._table,
+            KeyConditionExpression="pk = :p",
+            ExpressionAttributeValues={":p": {"S": f"DSP#{dispatch_id}"}},
+            ConsistentRead=True,
+        )
+        return [from_item(item) for item in items]
 
     def due_runs(self, now: float, limit: int = 100) -> list[JobRecord]:
         """Jobs still in progress at their run deadline."""

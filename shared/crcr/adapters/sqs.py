@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from crcr.contracts.messages import DispatchMessage, EventMessage
+from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage
 
 SQS_MAX_DELAY_S = 900  # SQS caps DelaySeconds at 15 minutes; longer waits hop (see DispatchMessage.not_before)
 _BATCH = 10
@@ -21,6 +21,19 @@ def _attributes(message: DispatchMessage) -> dict[str, Any]:
         "delivery_id": {"DataType": "String", "StringValue": message.delivery_id},
         "target_repo": {"DataType": "String", "StringValue": message.target_repo},
     }
+
+
+def _send_batches(sqs: Any, url: str, bodies: list[dict[str, Any]], what: str) -> None:
+    """send_message_batch in tens, re-sending only the entries SQS reports as failed."""
+    for start in range(0, len(bodies), _BATCH):
+        entries = {str(i): {"Id": str(i)} | body for i, body in enumerate(bodies[start : start + _BATCH])}
+        for _ in range(3):
+            result = sqs.send_message_batch(QueueUrl=url, Entries=list(entries.values()))
+            entries = {f["Id"]: entries[f["Id"]] for f in result.get("Failed", [])}
+            if not entries:
+                break
+        if entries:
+            raise QueueSendError(f"{len(entries)} {what} messages were not accepted by SQS")
 
 
 class SqsEventQueue:
@@ -43,23 +56,13 @@ class SqsDispatchQueue:
         self._dlq = dlq_url
 
     def send_dispatches(self, messages: list[DispatchMessage]) -> None:
-        for start in range(0, len(messages), _BATCH):
-            entries = {
-                str(i): {
-                    "Id": str(i),
-                    "MessageBody": m.model_dump_json(),
-                    "MessageAttributes": _attributes(m),
-                }
-                for i, m in enumerate(messages[start : start + _BATCH])
-            }
-            for _ in range(3):
-                result = self._sqs.send_message_batch(QueueUrl=self._url, Entries=list(entries.values()))
-                entries = {f["Id"]: entries[f["Id"]] for f in result.get("Failed", [])}
-                if not entries:
-                    break
-            if entries:
-                # The planner's message is retried whole; the dispatcher's ledger absorbs the repeats.
-                raise QueueSendError(f"{len(entries)} dispatch messages were not accepted by SQS")
+        # On failure the planner's message is retried whole; the dispatcher's ledger absorbs the repeats.
+        _send_batches(
+            self._sqs,
+            self._url,
+            [{"MessageBody": m.model_dump_json(), "MessageAttributes": _attributes(m)} for m in messages],
+            "dispatch",
+        )
 
     def reschedule(self, message: DispatchMessage, delay_s: float) -> None:
         self._sqs.send_message(
@@ -75,4 +78,29 @@ class SqsDispatchQueue:
             MessageBody=message.model_dump_json(),
             MessageAttributes=_attributes(message)
             | {"failure_reason": {"DataType": "String", "StringValue": reason[:1000] or "unknown"}},
+        )
+
+
+class SqsChecksQueue:
+    """Check-run sync requests: sent in batches, delayed when paced or settling, dead-lettered with a reason."""
+
+    def __init__(self, client: Any, url: str, dlq_url: str) -> None:
+        self._sqs = client
+        self._url = url
+        self._dlq = dlq_url
+
+    def send_checks(self, messages: list[CheckSyncMessage], delay_s: float = 0.0) -> None:
+        delay = max(0, min(SQS_MAX_DELAY_S, math.ceil(delay_s)))
+        _send_batches(
+            self._sqs,
+            self._url,
+            [{"MessageBody": m.model_dump_json(), "DelaySeconds": delay} for m in messages],
+            "check-run",
+        )
+
+    def dead_letter(self, message: CheckSyncMessage, reason: str) -> None:
+        self._sqs.send_message(
+            QueueUrl=self._dlq,
+            MessageBody=message.model_dump_json(),
+            MessageAttributes={"failure_reason": {"DataType": "String", "StringValue": reason[:1000] or "unknown"}},
         )

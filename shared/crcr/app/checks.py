@@ -1,54 +1,122 @@
-"""Check-run use case: mirror a recorded job as a check run on the upstream commit (L3 with label, L4).
+"""Check-run writer: upstream check runs (DESIGN §4.5) for L4 and labelled L3 dispatches.
 
-One check run per (head SHA, name): created once, then PATCHed forward, never back.
+Two kinds, each one per (head SHA, name), created once and then PATCHed forward only:
+- the repository's, crcr/<owner>/<repo>: created `queued` when an L4 dispatch is sent, so a required
+  check exists before anything reports; in progress while any job runs; completed with the worst
+  conclusion once every job finished and nothing changed for the settle period; timed_out when no
+  job started. With `check_runs: per_repo` it is the only one, and its summary lists the jobs;
+- per job, crcr/<owner>/<repo>/<workflow>/<job> (`check_runs: per_job`, the default).
+
+Every write goes through the upstream installation, whose budget GitHub caps (80 content-creating
+requests a minute, 500 an hour): writes are paced per installation, and over the budget a message goes
+back to the queue with a delay, never dropped. A message names what to look at; the writer reads the
+latest recorded state when it gets there, so waiting merges writes instead of piling them up.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from crcr.app.ports import CheckRunApi, CheckRunStore, JobRecord, Metrics, ResultsStore
-from crcr.domain.checks import Known, check_run_name, should_write, wants_check_run
+from crcr.app.ports import (
+    AllowlistProvider,
+    CheckReads,
+    CheckRunApi,
+    CheckRunStore,
+    ChecksQueue,
+    Clock,
+    GitHubRateLimited,
+    GitHubRejected,
+    GitHubUnavailable,
+    JobRecord,
+    LedgerRow,
+    LedgerState,
+    Metrics,
+    NotInstalled,
+    Pacer,
+    ResultsStore,
+)
+from crcr.contracts.messages import CheckSyncMessage
+from crcr.domain.checks import (
+    JobState,
+    Known,
+    Rollup,
+    check_run_name,
+    rollup,
+    should_write,
+    wants_check_run,
+)
+from crcr.domain.retry import RetryPolicy
 
 MAX_SUMMARY = 65_535  # GitHub's limit on output.summary
+SWEPT = "swept"  # fingerprint of a sweeper write: any genuine report differs from it
+SCHEDULED = "scheduled"  # delivery id of scheduled runs: they report on a commit, not on a PR's checks
 
 
 @dataclass(frozen=True)
 class CheckDeps:
     api: CheckRunApi
     store: CheckRunStore
+    results: ResultsStore
+    ledger: CheckReads
+    queue: ChecksQueue
+    pacer: Pacer
+    allowlist: AllowlistProvider
     metrics: Metrics
-    results: ResultsStore | None = None  # to write the job's latest state, not the one in the stream record
+    clock: Clock
+    settle_s: float = 60.0
+    lease_s: float = 30.0  # one GitHub write with its timeouts: a crashed writer's lock lapses after this
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    rand: Callable[[], float] = field(default=random.random)
 
 
 class CheckRunRace(Exception):
-    """Another writer updated the same check run meanwhile: process the record again."""
+    """Another writer holds or just moved the same check run: look again shortly."""
+
+
+class Paced(Exception):
+    def __init__(self, wait_s: float) -> None:
+        super().__init__(f"over the installation's write budget for {wait_s:.1f} s")
+        self.wait_s = wait_s
+
+
+@dataclass
+class SyncOutcome:
+    written: list[str] = field(default_factory=list)
+    detail: str = "done"
+    delay_s: float = 0.0
 
 
 def _iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if ts is not None else None
 
 
+def _tests(body: dict[str, Any]) -> str | None:
+    results = body.get("test_results") or (body.get("workflow") or {}).get("test_results")
+    if not isinstance(results, dict):
+        return None
+    return (
+        f"{results.get('passed', 0)} passed, {results.get('failed', 0)} failed, "
+        f"{results.get('skipped', 0)} skipped of {results.get('total', 0)}"
+    )
+
+
 def _summary(job: JobRecord) -> str:
     body: dict[str, Any] = json.loads(job.callback_payload)
     lines = [f"**{job.repo}** · {job.workflow_name} / {job.job_name} · {job.conclusion or job.state}"]
-    results = body.get("test_results") or (body.get("workflow") or {}).get("test_results")
-    if isinstance(results, dict):
-        lines.append(
-            f"Tests: {results.get('passed', 0)} passed, {results.get('failed', 0)} failed, "
-            f"{results.get('skipped', 0)} skipped of {results.get('total', 0)}"
-        )
+    tests = _tests(body)
+    if tests:
+        lines.append(f"Tests: {tests}")
     if job.started_at is not None:
         lines.append(f"Queue time: {job.started_at - job.dispatched_at:.0f} s")
         if job.completed_at is not None:
             lines.append(f"Execution time: {job.completed_at - job.started_at:.0f} s")
     if job.url:
         lines.append(f"Run: {job.url}")
-    elif job.state == "timed_out":
-        lines.append("No job of this dispatch started before the start timeout.")
     artifact = body.get("artifact_url")
     if isinstance(artifact, str):
         lines.append(f"Artifacts: {artifact}")
@@ -58,13 +126,17 @@ def _summary(job: JobRecord) -> str:
     return "\n\n".join(lines)[:MAX_SUMMARY]
 
 
+def _external_id(repo: str, run_id: int, pr: int | None) -> str:
+    return f"{repo}:{run_id}:{pr if pr is not None else ''}"
+
+
 def check_run_fields(job: JobRecord, name: str) -> dict[str, Any]:
     status = "completed" if job.state in ("completed", "timed_out") else "in_progress"
     fields: dict[str, Any] = {
         "name": name,
         "head_sha": job.head_sha,
         "status": status,
-        "external_id": f"{job.repo}:{job.run_id}:{job.pr if job.pr is not None else ''}",
+        "external_id": _external_id(job.repo, job.run_id, job.pr),
         "output": {"title": f"{job.repo}: {job.conclusion or job.state}", "summary": _summary(job)},
     }
     if job.url:
@@ -77,48 +149,250 @@ def check_run_fields(job: JobRecord, name: str) -> dict[str, Any]:
     return fields
 
 
-def backfill(jobs: list[JobRecord], device: str, deps: CheckDeps) -> int:
-    """A ciflow/crcr/<device> label added late: mirror the device's L3 jobs already reported on this head,
-    as they stand (in progress or finished), without dispatching anything again."""
-    count = 0
-    for job in jobs:
-        if job.level == 3 and (job.device or "").lower() == device.lower():
-            sync_check_run(job, deps)
-            count += 1
-    return count
+def _job_line(job: JobRecord) -> str:
+    line = f"- {job.workflow_name} / {job.job_name}: **{job.conclusion or job.state}**"
+    tests = _tests(json.loads(job.callback_payload))
+    if tests:
+        line += f" · {tests}"
+    if job.url:
+        line += f" · [run]({job.url})"
+    return line
 
 
-def sync_check_run(job: JobRecord, deps: CheckDeps) -> None:
-    if not job.head_sha or job.delivery_id == "scheduled":
-        return  # scheduled runs report on a commit, not on a PR's checks
-    if job.level < 3:
-        return
-    if deps.results is not None:
-        # Stream records can lag the table: a job that completed before its in_progress record is handled
-        # is written once, as completed, and the completed record then finds nothing left to write.
-        job = deps.results.get_job(job.dispatch_id, job.run_id, job.run_attempt, job.job_name) or job
-    name = check_run_name(job.repo, job.workflow_name, job.job_name)
-    known, version = deps.store.get_check(job.upstream, job.head_sha, name)
-    if known is None:
-        # A check run that exists keeps following its job even if the label is removed later (README).
-        labels = deps.store.pr_labels(job.upstream, job.pr) if job.pr is not None and job.level == 3 else ()
-        if not wants_check_run(job.level, job.device, labels):
-            return
-    fields = check_run_fields(job, name)
-    if not should_write(known, fields["status"], fields.get("conclusion"), job.run_attempt):
-        return
-    if known is None:
-        check_run_id = deps.api.create_check_run(job.upstream, fields)
-        deps.metrics.count("CheckRunCreated")
+def repo_check_fields(row: LedgerRow, jobs: list[JobRecord], state: Rollup, name: str) -> dict[str, Any]:
+    repo = row.repo
+    named = sorted((j for j in jobs if j.job_name), key=lambda j: (j.run_id, j.job_name, -j.run_attempt))
+    latest = {(j.run_id, j.job_name): j for j in reversed(named)}
+    shown = sorted(latest.values(), key=lambda j: (j.run_id, j.job_name))
+    word = state.conclusion or ("dispatched" if state.status == "queued" else "running")
+    lines = [f"**{repo}** · {word}"]
+    if state.status == "queued":
+        lines.append("Dispatched; waiting for the first job to start.")
+    elif not shown:
+        lines.append("No job of this dispatch started before the start timeout.")
     else:
-        check_run_id = known.check_run_id
-        deps.api.update_check_run(job.upstream, check_run_id, {k: v for k, v in fields.items() if k != "head_sha"})
-        deps.metrics.count("CheckRunUpdated")
-    if not deps.store.save_check(
-        job.upstream,
-        job.head_sha,
-        name,
-        Known(check_run_id, fields["status"], fields.get("conclusion"), job.run_attempt),
-        version,
-    ):
+        lines.append("\n".join(_job_line(j) for j in shown))
+    first = shown[0] if shown else None
+    fields: dict[str, Any] = {
+        "name": name,
+        "head_sha": row.head_sha,
+        "status": state.status,
+        "external_id": _external_id(repo, first.run_id if first else 0, row.pr),
+        "output": {"title": f"{repo}: {word}", "summary": "\n\n".join(lines)[:MAX_SUMMARY]},
+    }
+    if first is not None and first.url:
+        fields["details_url"] = first.url
+    starts = [j.started_at for j in shown if j.started_at is not None]
+    if starts:
+        fields["started_at"] = _iso(min(starts))
+    if state.status == "completed":
+        fields["conclusion"] = state.conclusion
+        ends = [j.completed_at for j in jobs if j.completed_at is not None]
+        fields["completed_at"] = _iso(max(ends) if ends else None)
+    return fields
+
+
+def _write(
+    upstream: str, head_sha: str, name: str, fields: dict[str, Any], attempt: int, genuine: bool, deps: CheckDeps
+) -> bool:
+    """Write one check run if it moves forward. Pace first, then lock the row (one writer per check run,
+    so two PATCHes can never land out of order), then call GitHub, then record what was written."""
+    known, version = deps.store.get_check(upstream, head_sha, name)
+    if not should_write(known, fields["status"], fields.get("conclusion"), attempt, genuine):
+        return False
+    wait = deps.pacer.acquire(deps.api.installation_for(upstream), deps.clock.now())
+    if wait > 0:
+        raise Paced(wait)
+    locked = deps.store.lock_check(upstream, head_sha, name, version, deps.clock.now(), deps.lease_s)
+    if locked is None:
         raise CheckRunRace(name)
+    try:
+        if known is None:
+            check_run_id = deps.api.create_check_run(upstream, fields)
+            deps.metrics.count("CheckRunCreated")
+        else:
+            check_run_id = known.check_run_id
+            deps.api.update_check_run(upstream, check_run_id, {k: v for k, v in fields.items() if k != "head_sha"})
+            deps.metrics.count("CheckRunUpdated")
+    except BaseException:
+        deps.store.unlock_check(upstream, head_sha, name, locked)
+        raise
+    deps.store.save_check(
+        upstream, head_sha, name, Known(check_run_id, fields["status"], fields.get("conclusion"), attempt), locked
+    )
+    return True
+
+
+def _mode(repo: str, deps: CheckDeps) -> str:
+    entry = deps.allowlist.current().get(repo)
+    return entry.settings.check_runs if entry is not None else "per_job"
+
+
+def _wanted(level: int, device: str | None, pr: int | None, upstream: str, deps: CheckDeps) -> bool:
+    labels = deps.store.pr_labels(upstream, pr) if pr is not None and level == 3 else ()
+    return wants_check_run(level, device, labels)
+
+
+def sync_job(message: CheckSyncMessage, deps: CheckDeps, written: list[str]) -> None:
+    if not message.job_name:
+        return  # the dispatch itself (swept): only the repository's check run shows it
+    job = deps.results.get_job(message.dispatch_id, message.run_id, message.run_attempt, message.job_name)
+    if job is None or job.level < 3 or _mode(job.repo, deps) != "per_job":
+        return
+    name = check_run_name(job.repo, job.workflow_name, job.job_name)
+    known, _ = deps.store.get_check(job.upstream, job.head_sha, name)
+    # A check run that exists keeps following its job even if the label is removed later (README).
+    if known is None and not _wanted(job.level, job.device, job.pr, job.upstream, deps):
+        return
+    fields = check_run_fields(job, name)
+    if _write(job.upstream, job.head_sha, name, fields, job.run_attempt, job.fingerprint != SWEPT, deps):
+        written.append(name)
+
+
+def _job_state(job: JobRecord) -> JobState:
+    changed = job.completed_at or job.started_at or job.dispatched_at
+    return JobState(
+        job.run_id, job.job_name, job.run_attempt, job.state, job.conclusion, job.fingerprint != SWEPT, changed
+    )
+
+
+def sync_repo(message: CheckSyncMessage, deps: CheckDeps, written: list[str]) -> float | None:
+    """The repository's check run; returns when to look again if its jobs have not settled yet."""
+    row = deps.ledger.get(message.delivery_id, message.repo)
+    if row is None or not row.head_sha or not row.upstream or (row.level or 0) < 3:
+        return None
+    name = check_run_name(row.repo, "", "")
+    known, _ = deps.store.get_check(row.upstream, row.head_sha, name)
+    if known is None and not _wanted(row.level or 0, row.device, row.pr, row.upstream, deps):
+        return None
+    jobs = deps.results.jobs_of_dispatch(row.dispatch_id)
+    now = deps.clock.now()
+    state = rollup([_job_state(j) for j in jobs], now, deps.settle_s)
+    if known is None and state.status == "queued" and row.state is not LedgerState.DISPATCHED:
+        return None  # not sent (yet, or ever): nothing to show
+    if known is None and state.status == "queued" and row.pr is not None:
+        head = deps.ledger.pr_head(row.upstream, row.pr)
+        if head is not None and head != row.head_sha:
+            return None  # superseded before it was shown: no new queued run on an old commit
+    if (
+        known is not None
+        and known.status == "queued"
+        and state.status == "in_progress"
+        and _mode(row.repo, deps) == "per_repo"
+    ):
+        # per_repo spends its budget on what decides a merge: queued, then the result.
+        return state.settles_at
+    fields = repo_check_fields(row, jobs, state, name)
+    if _write(row.upstream, row.head_sha, name, fields, state.run_attempt, state.genuine, deps):
+        written.append(name)
+    return state.settles_at
+
+
+def cancel_superseded(message: CheckSyncMessage, deps: CheckDeps, written: list[str]) -> None:
+    """A newer commit was pushed to the PR: the old commit's check runs still queued (nothing started)
+    are completed as cancelled, naming the newer commit. Only GitHub itself may set `stale`."""
+    newer = message.superseded_by or ""
+    for name, known, _ in deps.store.checks_of_head(message.upstream, message.head_sha):
+        if known.status != "queued":
+            continue
+        repo = name.removeprefix("crcr/")
+        fields = {
+            "name": name,
+            "status": "completed",
+            "conclusion": "cancelled",
+            "completed_at": _iso(deps.clock.now()),
+            "output": {
+                "title": f"{repo}: superseded by {newer[:12]}",
+                "summary": f"A newer commit, {newer}, was pushed to the pull request before any job of "
+                f"{repo} started on this one. Its results are reported on the newer commit.",
+            },
+        }
+        if _write(message.upstream, message.head_sha, name, fields, known.run_attempt, False, deps):
+            deps.metrics.count("CheckRunCancelled")
+            written.append(name)
+
+
+def _later(message: CheckSyncMessage, deps: CheckDeps, delay: float, attempt: int) -> None:
+    later = message.model_copy(update={"not_before": deps.clock.now() + delay, "attempt": attempt})
+    deps.queue.send_checks([later], delay)
+
+
+def sync(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
+    """Handle one message. Over the budget, behind another writer, or GitHub asking to wait: back to
+    the queue with a delay. 5xx and timeouts: backoff, then the dead-letter queue. 4xx: dead-lettered
+    with the reason at once (retrying will not change GitHub's answer)."""
+    now = deps.clock.now()
+    if message.not_before is not None and message.not_before > now + 1:
+        delay = message.not_before - now  # SQS delays at most 15 minutes; longer waits hop until due
+        deps.queue.send_checks([message], delay)
+        return SyncOutcome(detail="not_due", delay_s=delay)
+    outcome = SyncOutcome()
+    try:
+        if message.kind == "cancel":
+            cancel_superseded(message, deps, outcome.written)
+            return outcome
+        if message.kind == "job":
+            sync_job(message, deps, outcome.written)
+        settles_at = sync_repo(message, deps, outcome.written)
+    except Paced as exc:
+        _later(message, deps, exc.wait_s, message.attempt)
+        deps.metrics.count("CheckRunPaced")
+        return SyncOutcome(outcome.written, "paced", exc.wait_s)
+    except CheckRunRace:
+        _later(message, deps, 1.0, message.attempt)
+        deps.metrics.count("CheckRunRetried", reason="busy")
+        return SyncOutcome(outcome.written, "busy", 1.0)
+    except GitHubRateLimited as exc:
+        _later(message, deps, exc.wait_s, message.attempt)
+        deps.metrics.count("CheckRunRetried", reason="rate_limited")
+        return SyncOutcome(outcome.written, f"rate_limited: {exc}", exc.wait_s)
+    except GitHubUnavailable as exc:
+        attempt = message.attempt + 1
+        if attempt >= deps.policy.max_attempts:
+            return _dead_letter(message, deps, f"unavailable: {exc} (gave up after {attempt} attempts)", outcome)
+        delay = deps.policy.backoff(attempt, deps.rand)
+        _later(message, deps, delay, attempt)
+        deps.metrics.count("CheckRunRetried", reason="unavailable")
+        return SyncOutcome(outcome.written, f"unavailable: {exc}", delay)
+    except (GitHubRejected, NotInstalled) as exc:
+        return _dead_letter(message, deps, f"GitHub rejected the check run: {exc}", outcome)
+    if settles_at is not None:
+        # Every job is done but only just: look again once the settle period has passed quietly.
+        delay = max(1.0, settles_at - now)
+        deps.queue.send_checks([message.model_copy(update={"kind": "repo", "not_before": now + delay})], delay)
+        outcome.detail, outcome.delay_s = "settling", delay
+    return outcome
+
+
+def _dead_letter(message: CheckSyncMessage, deps: CheckDeps, reason: str, outcome: SyncOutcome) -> SyncOutcome:
+    deps.queue.dead_letter(message, reason)
+    deps.metrics.count("CheckRunDeadLettered")
+    return SyncOutcome(outcome.written, reason)
+
+
+def job_message(job: JobRecord) -> CheckSyncMessage | None:
+    """What the reporter asks the writer to look at after a job changed (None: nothing to mirror)."""
+    if job.level < 3 or not job.head_sha or job.delivery_id == SCHEDULED:
+        return None
+    return CheckSyncMessage(
+        kind="job",
+        upstream=job.upstream,
+        head_sha=job.head_sha,
+        delivery_id=job.delivery_id,
+        repo=job.repo,
+        dispatch_id=job.dispatch_id,
+        run_id=job.run_id,
+        run_attempt=job.run_attempt,
+        job_name=job.job_name,
+    )
+
+
+def backfill(jobs: list[JobRecord], device: str) -> list[CheckSyncMessage]:
+    """A ciflow/crcr/<device> label added late: mirror the device's L3 jobs already reported on this
+    head, as they stand (in progress or finished), without dispatching anything again."""
+    return [
+        message
+        for job in jobs
+        if job.level == 3 and (job.device or "").lower() == device.lower()
+        if (message := job_message(job)) is not None
+    ]

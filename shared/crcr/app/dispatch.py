@@ -15,6 +15,7 @@ from enum import Enum
 from typing import Any
 
 from crcr.app.ports import (
+    ChecksQueue,
     Clock,
     DispatchQueue,
     GitHub,
@@ -28,7 +29,7 @@ from crcr.app.ports import (
     Pacer,
     TicketSigner,
 )
-from crcr.contracts.messages import DispatchMessage
+from crcr.contracts.messages import CheckSyncMessage, DispatchMessage
 from crcr.domain.retry import RetryPolicy
 from crcr.domain.ticket import TicketClaims
 
@@ -62,6 +63,7 @@ class DispatchDeps:
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     rand: Callable[[], float] = field(default=random.random)
     lease_s: float = 30.0  # longer than one GitHub call with its timeouts; a crashed worker's claim lapses
+    checks: ChecksQueue | None = None  # L3/L4: the repository's check run, created queued once sent
 
 
 def dispatch_id(delivery_id: str, repo: str) -> str:
@@ -77,6 +79,25 @@ def client_payload(message: DispatchMessage, ticket: str, callback_url: str) -> 
         "ticket": ticket,
         "callback_url": callback_url,
     }
+
+
+def _announce(message: DispatchMessage, deps: DispatchDeps) -> None:
+    """Ask the check-run writer for the repository's check run (L4: queued now, so a required check
+    exists before anything reports). Sent again on every repeat of a sent dispatch, so a worker that
+    died between the dispatch and this send loses nothing; the writer creates it once."""
+    if deps.checks is None or message.level < 3:
+        return
+    deps.checks.send_checks(
+        [
+            CheckSyncMessage(
+                kind="repo",
+                upstream=message.upstream,
+                head_sha=message.head_sha,
+                delivery_id=message.delivery_id,
+                repo=message.target_repo,
+            )
+        ]
+    )
 
 
 def _reschedule(
@@ -115,6 +136,8 @@ def dispatch(message: DispatchMessage, deps: DispatchDeps) -> DispatchOutcome:
     # FAILED is not final: an operator's redrive of a dead letter must be able to try again.
     if row is not None and row.state in (LedgerState.DISPATCHED, LedgerState.SUPERSEDED):
         deps.metrics.count("DispatchDuplicate")
+        if row.state is LedgerState.DISPATCHED:
+            _announce(message, deps)
         return DispatchOutcome(Result.DUPLICATE, row.state.value)
 
     if message.pr_number is not None and message.action != "closed":
@@ -177,4 +200,5 @@ def dispatch(message: DispatchMessage, deps: DispatchDeps) -> DispatchOutcome:
 
     deps.ledger.mark_dispatched(message, claims, deps.clock.now())
     deps.metrics.count("DispatchSent", level=message.level.name)
+    _announce(message, deps)
     return DispatchOutcome(Result.DISPATCHED)

@@ -9,10 +9,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from crcr.app.checks import CheckDeps, backfill
+from crcr.app.checks import backfill
 from crcr.app.ports import (
     AllowlistProvider,
     BlobStore,
+    ChecksQueue,
     Clock,
     DispatchQueue,
     GitHubRejected,
@@ -23,7 +24,7 @@ from crcr.app.ports import (
 )
 from crcr.app.rerun import RerunDeps, rerun_check_run, rerun_check_suite
 from crcr.contracts.github import CheckRunEvent, CheckSuiteEvent, PullRequestEvent, PushEvent
-from crcr.contracts.messages import DispatchMessage, EventMessage
+from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage
 from crcr.domain.checks import CIFLOW_DEVICE_PREFIX
 from crcr.domain.errors import BadRequest
 from crcr.domain.payload import fit_payload
@@ -42,7 +43,7 @@ class PlannerDeps:
     dispatches: DispatchQueue
     metrics: Metrics
     clock: Clock
-    checks: CheckDeps | None = None
+    checks: ChecksQueue | None = None
     jobs: JobsByHead | None = None
     reruns: RerunDeps | None = None
 
@@ -129,13 +130,21 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
 
     if event.pr_number is not None:
         updated_at = str(doc.get("pull_request", {}).get("updated_at") or "")
-        deps.state.record_pr_head(deps.upstream, event.pr_number, event.head_sha, updated_at, event.labels)
+        previous = deps.state.record_pr_head(deps.upstream, event.pr_number, event.head_sha, updated_at, event.labels)
+        if previous is not None and deps.checks is not None:
+            # The old commit's check runs still queued are cancelled, naming this one (never left hanging).
+            cancel = CheckSyncMessage(
+                kind="cancel", upstream=deps.upstream, head_sha=previous, superseded_by=event.head_sha
+            )
+            deps.checks.send_checks([cancel])
+            deps.metrics.count("HeadSuperseded")
 
     label = event.added_label or ""
     if event.action == "labeled" and label.lower().startswith(CIFLOW_DEVICE_PREFIX) and deps.checks and deps.jobs:
         device = label[len(CIFLOW_DEVICE_PREFIX) :]
-        mirrored = backfill(deps.jobs.jobs_for_head(deps.upstream, event.head_sha), device, deps.checks)
-        deps.metrics.count("CheckRunsBackfilled", mirrored)
+        mirrored = backfill(deps.jobs.jobs_for_head(deps.upstream, event.head_sha), device)
+        deps.checks.send_checks(mirrored)
+        deps.metrics.count("CheckRunsBackfilled", len(mirrored))
 
     targets = []
     for decision in decisions:

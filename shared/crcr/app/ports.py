@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol
 
-from crcr.contracts.messages import DispatchMessage, EventMessage
+from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage
 from crcr.domain.allowlist import Allowlist
 from crcr.domain.checks import Known
 from crcr.domain.ticket import TicketClaims
@@ -53,7 +53,10 @@ class DispatchQueue(Protocol):
 class PlannerState(Protocol):
     def record_pr_head(
         self, upstream: str, pr: int, head_sha: str, updated_at: str, labels: tuple[str, ...] = ()
-    ) -> None: ...
+    ) -> str | None:
+        """Store the newest head; returns the head it replaced (None: first, same, or an older event)."""
+        ...
+
     def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> bool:
         """True for the first release of this head to this repository, and for retries of that same delivery."""
         ...
@@ -199,6 +202,7 @@ class JobRecord:
 
 class ResultsStore(Protocol):
     def get_job(self, dispatch_id: str, run_id: int, run_attempt: int, job_name: str) -> JobRecord | None: ...
+    def jobs_of_dispatch(self, dispatch_id: str) -> list[JobRecord]: ...
     def put_job(self, record: JobRecord, expected_version: int | None) -> bool:
         """Conditional write: False when someone else wrote the job first (read and decide again)."""
         ...
@@ -238,6 +242,10 @@ class UpstreamCommits(Protocol):
 
 
 class CheckRunApi(Protocol):
+    def installation_for(self, upstream: str) -> int:
+        """The installation whose budget the writes spend (paced per installation, like dispatches)."""
+        ...
+
     def create_check_run(self, upstream: str, fields: dict[str, Any]) -> int: ...
     def update_check_run(self, upstream: str, check_run_id: int, fields: dict[str, Any]) -> None: ...
 
@@ -247,11 +255,35 @@ class CheckRunStore(Protocol):
         """What was last written to this check run, and the row's version (0: no row)."""
         ...
 
-    def save_check(self, upstream: str, head_sha: str, name: str, known: Known, version: int) -> bool:
-        """Conditional on `version`: False when another writer got there first."""
+    def lock_check(
+        self, upstream: str, head_sha: str, name: str, version: int, now: float, lease_s: float
+    ) -> int | None:
+        """Take the check run for one write, if it is still at `version` and no live lock holds it;
+        returns the locked version, or None."""
+        ...
+
+    def unlock_check(self, upstream: str, head_sha: str, name: str, locked: int) -> None: ...
+
+    def save_check(self, upstream: str, head_sha: str, name: str, known: Known, locked: int) -> bool:
+        """Record what was written and release the lock (False: the lock lapsed and another writer took it)."""
         ...
 
     def pr_labels(self, upstream: str, pr: int) -> tuple[str, ...]: ...
+    def checks_of_head(self, upstream: str, head_sha: str) -> list[tuple[str, Known, int]]:
+        """(name, what was written, version) of every check run the relay wrote on one commit."""
+        ...
+
+
+class CheckReads(Protocol):
+    """What the check-run writer reads from the ledger: the dispatch, and the PR's current head."""
+
+    def get(self, delivery_id: str, repo: str) -> LedgerRow | None: ...
+    def pr_head(self, upstream: str, pr: int) -> str | None: ...
+
+
+class ChecksQueue(Protocol):
+    def send_checks(self, messages: list[CheckSyncMessage], delay_s: float = 0.0) -> None: ...
+    def dead_letter(self, message: CheckSyncMessage, reason: str) -> None: ...
 
 
 class StartWatch(Protocol):

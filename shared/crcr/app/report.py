@@ -9,9 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from crcr.app.checks import CheckDeps, check_run_fields, sync_check_run
-from crcr.app.ports import DeadLetters, GitHubRejected, Hud, HudRejected, HudUnavailable, JobRecord, Metrics
-from crcr.domain.checks import check_run_name
+from crcr.app.checks import job_message
+from crcr.app.ports import ChecksQueue, DeadLetters, Hud, HudRejected, HudUnavailable, JobRecord, Metrics
 
 
 @dataclass(frozen=True)
@@ -19,7 +18,7 @@ class ReportDeps:
     hud: Hud | None
     dead_letters: DeadLetters
     metrics: Metrics
-    checks: CheckDeps | None = None
+    checks: ChecksQueue | None = None  # check runs are written by the check-run writer, paced
     attempts: int = 3  # in this invocation; then the stream retries the record, then its DLQ
     base_delay_s: float = 0.5
     sleep: Callable[[float], None] = time.sleep
@@ -56,17 +55,12 @@ def hud_envelope(job: JobRecord) -> dict[str, Any]:
 
 
 def report_change(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> None:
-    """Push the change to the HUD and the upstream check run. Raise when it should be retried later
-    (the stream then retries this record); 4xx are dead-lettered with the reason, not retried."""
+    """Push the change to the HUD and ask the check-run writer to look at the job. Raise when it should
+    be retried later (the stream then retries this record); 4xx are dead-lettered with the reason."""
     if not changed(old, new):
         return
-    if deps.checks is not None:
-        try:
-            sync_check_run(new, deps.checks)
-        except GitHubRejected as exc:
-            deps.metrics.count("CheckRunRejected")
-            name = check_run_name(new.repo, new.workflow_name, new.job_name)
-            deps.dead_letters.send(check_run_fields(new, name), f"GitHub rejected the check run: {exc}")
+    if deps.checks is not None and (message := job_message(new)) is not None:
+        deps.checks.send_checks([message])
     if deps.hud is None:
         return
     envelope = hud_envelope(new)

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from crcr.app.checks import SWEPT
 from crcr.app.ports import Clock, JobRecord, Metrics, RunWatch, StartWatch
-
-SWEPT = "swept"  # fingerprint of a sweeper write: any genuine report differs from it
 
 
 @dataclass(frozen=True)

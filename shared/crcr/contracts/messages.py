@@ -43,3 +43,23 @@ class DispatchMessage(_Msg):
     planned_at: float
     attempt: int = Field(default=0, ge=0)
     not_before: float | None = None
+
+
+class CheckSyncMessage(_Msg):
+    """Reporter, dispatcher and planner -> check-run writer. It names what to look at again, not what to
+    write: the writer reads the latest recorded state when it gets there, so a job that finished while
+    its message waited (paced, or behind others) is written once, as finished."""
+
+    schema_version: Literal[1] = 1
+    kind: Literal["job", "repo", "cancel"]  # one job (and its repository); a dispatch; a superseded commit
+    upstream: str
+    head_sha: str
+    delivery_id: str = ""
+    repo: str = ""
+    dispatch_id: str = ""
+    run_id: int = 0
+    run_attempt: int = 0
+    job_name: str = ""
+    superseded_by: str | None = None  # kind "cancel": the PR's newer head
+    attempt: int = Field(default=0, ge=0)
+    not_before: float | None = None

@@ -19,8 +19,9 @@ KNOWN_EVENTS = frozenset({"pull_request", "push"})
 DEFAULT_EVENTS = frozenset({"pull_request", "push"})
 _DEVICE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$")
 _SETTING_KEYS = frozenset(
-    {"events", "branches", "skip_drafts", "repository_id", "workflows", "trusted_authors_only", "oncalls"}
+    {"events", "branches", "skip_drafts", "repository_id", "workflows", "trusted_authors_only", "oncalls", "check_runs"}
 )
+CHECK_RUN_MODES = ("per_job", "per_repo")
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,9 @@ class RepoSettings:
     repository_id: int | None = None
     workflows: tuple[str, ...] = ()
     trusted_authors_only: bool = False
+    # per_job: one check run per downstream job plus the repository's; per_repo: the repository's alone,
+    # its summary listing the jobs (fewer writes against the upstream installation's budget).
+    check_runs: str = "per_job"
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,10 @@ def _settings(repo: object, raw: object) -> tuple[RepoSettings, tuple[str, ...] 
         elif key == "repository_id":
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise AllowlistError(f"{where} must be a positive integer", line=_line(key))
+            values[key] = value
+        elif key == "check_runs":
+            if value not in CHECK_RUN_MODES:
+                raise AllowlistError(f"{where} must be one of {', '.join(CHECK_RUN_MODES)}", line=_line(key))
             values[key] = value
         elif key in {"events", "branches", "workflows"}:
             if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):

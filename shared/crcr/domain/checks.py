@@ -42,9 +42,12 @@ class Known:
     run_attempt: int = 0
 
 
-def should_write(known: Known | None, status: str, conclusion: str | None, run_attempt: int = 0) -> bool:
+def should_write(
+    known: Known | None, status: str, conclusion: str | None, run_attempt: int = 0, genuine: bool = True
+) -> bool:
     """Create when unknown; then only forward: never back to an earlier status, and a completed run is
-    rewritten only when its conclusion changes (a sweeper's timed_out replaced by a genuine result).
+    rewritten only by a genuine result with another conclusion (one replacing the relay's own timed_out
+    or cancelled; the relay never overwrites a completed run with its own verdict).
     A newer run attempt (a re-run from the Checks tab) starts the same check run over."""
     if known is None:
         return True
@@ -52,4 +55,64 @@ def should_write(known: Known | None, status: str, conclusion: str | None, run_a
         return run_attempt > known.run_attempt
     if STATUS_RANK[status] != STATUS_RANK[known.status]:
         return STATUS_RANK[status] > STATUS_RANK[known.status]
-    return status == "completed" and conclusion != known.conclusion
+    return status == "completed" and genuine and conclusion != known.conclusion
+
+
+# Worst first: a repository's check run is only as good as its worst job. Anything unknown counts as failure.
+_CONCLUSION_ORDER = ("failure", "timed_out", "cancelled", "action_required", "success", "neutral", "skipped")
+_DONE = ("completed", "timed_out")
+
+
+@dataclass(frozen=True)
+class JobState:
+    """One recorded job, as the repository's check run sees it. name "" is the dispatch itself, which
+    the sweeper records as timed_out when no job started."""
+
+    run_id: int
+    name: str
+    run_attempt: int
+    state: str
+    conclusion: str | None
+    genuine: bool  # reported by the downstream, not the sweeper's timed_out
+    changed_at: float
+
+
+@dataclass(frozen=True)
+class Rollup:
+    status: str
+    conclusion: str | None
+    run_attempt: int
+    genuine: bool
+    settles_at: float | None = None  # every job done, but too recently to call the repository done
+    jobs: tuple[JobState, ...] = ()
+
+
+def worst(conclusions: list[str | None]) -> str:
+    ranks = [_CONCLUSION_ORDER.index(c) if c in _CONCLUSION_ORDER else 0 for c in conclusions]
+    return _CONCLUSION_ORDER[min(ranks)] if ranks else "neutral"
+
+
+def rollup(jobs: list[JobState], now: float, settle_s: float) -> Rollup:
+    """The repository's check run from its jobs: queued until one starts, in progress while any runs,
+    completed with the worst conclusion once every job is done and nothing changed for `settle_s`.
+    Jobs of a workflow can run one after another: the next one reports only when it starts, so a
+    repository whose jobs all finished a moment ago may not be finished at all."""
+    latest: dict[tuple[int, str], JobState] = {}
+    for job in jobs:
+        key = (job.run_id, job.name)
+        if job.name and (key not in latest or job.run_attempt > latest[key].run_attempt):
+            latest[key] = job
+    named = tuple(sorted(latest.values(), key=lambda j: (j.run_id, j.name)))
+    if not named:
+        swept = [j for j in jobs if not j.name and j.state == "timed_out"]
+        if swept:
+            return Rollup("completed", "timed_out", 0, genuine=False)
+        return Rollup("queued", None, 0, genuine=True)
+    attempt = max(j.run_attempt for j in named)
+    genuine = all(j.genuine for j in named)
+    if any(j.state not in _DONE for j in named):
+        return Rollup("in_progress", None, attempt, genuine, jobs=named)
+    settles_at = max(j.changed_at for j in named) + settle_s
+    if now < settles_at:
+        return Rollup("in_progress", None, attempt, genuine, settles_at=settles_at, jobs=named)
+    return Rollup("completed", worst([j.conclusion for j in named]), attempt, genuine, jobs=named)

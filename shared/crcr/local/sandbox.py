@@ -48,6 +48,7 @@ class SandboxGitHub:
         self._owners: dict[int, str] = {}
         self.on_dispatch: Callable[[str, int, dict[str, Any]], None] | None = None
         self.dispatches: list[dict[str, Any]] = []
+        self.check_runs: dict[int, dict[str, Any]] = {}
         self.requests: list[tuple[str, str, int]] = []
 
     def _app_ok(self, auth: str) -> bool:
@@ -97,14 +98,13 @@ class SandboxGitHub:
                     "repositories": [{"id": _ids(r)[1], "full_name": r, "name": r.split("/")[1]} for r in repos],
                 },
             )
+        if m := re.fullmatch(r"/repos/([^/]+/[^/]+)/check-runs(?:/(\d+))?", path):
+            return self._check_run(method, m.group(1), m.group(2), auth, body or {})
         if m := re.fullmatch(r"/repos/([^/]+/[^/]+)/dispatches", path):
             repo = m.group(1)
-            with self._lock:
-                tok = self._tokens.get(auth.removeprefix("Bearer ").removeprefix("token ").strip())
-            if tok is None or tok.expires < time.time():
-                return SandboxReply(401, {"message": "Bad credentials"})
-            if repo.lower() not in tok.repos:
-                return SandboxReply(404, {"message": "Not Found"})
+            denied = self._token_denied(auth, repo)
+            if denied is not None:
+                return denied
             payload = (body or {}).get("client_payload") or {}
             if len(payload) > 10:
                 return SandboxReply(
@@ -122,6 +122,34 @@ class SandboxGitHub:
             if self.on_dispatch is not None:
                 self.on_dispatch(repo, _ids(repo)[1], payload)
             return SandboxReply(204)
+        return SandboxReply(404, {"message": "Not Found"})
+
+    def _token_denied(self, auth: str, repo: str) -> SandboxReply | None:
+        with self._lock:
+            tok = self._tokens.get(auth.removeprefix("Bearer ").removeprefix("token ").strip())
+        if tok is None or tok.expires < time.time():
+            return SandboxReply(401, {"message": "Bad credentials"})
+        if repo.lower() not in tok.repos:
+            return SandboxReply(404, {"message": "Not Found"})
+        return None
+
+    def _check_run(self, method: str, repo: str, run_id: str | None, auth: str, body: dict[str, Any]) -> SandboxReply:
+        """Create (POST) and update (PATCH) check runs on the upstream, kept for `crcr demo` to show."""
+        denied = self._token_denied(auth, repo)
+        if denied is not None:
+            return denied
+        with self._lock:
+            if method == "POST" and run_id is None:
+                if not body.get("name") or not body.get("head_sha"):
+                    return SandboxReply(422, {"message": "name and head_sha are required"})
+                new_id = 5_000_000 + len(self.check_runs) + 1
+                self.check_runs[new_id] = {"id": new_id, "repo": repo, "writes": 1, "conclusion": None} | body
+                return SandboxReply(201, self.check_runs[new_id])
+            if method == "PATCH" and run_id is not None and int(run_id) in self.check_runs:
+                run = self.check_runs[int(run_id)]
+                run.update(body)
+                run["writes"] += 1
+                return SandboxReply(200, run)
         return SandboxReply(404, {"message": "Not Found"})
 
 

@@ -1,0 +1,44 @@
+"""ChecksFunction: ChecksQueue (SQS) -> upstream check runs, written from the latest recorded state and
+paced per upstream installation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crcr.adapters.observability import logger, metrics
+from crcr.app.checks import CheckDeps, sync
+from crcr.composition import build_checks_deps, load_settings
+from crcr.contracts.messages import CheckSyncMessage
+from crcr.sqs_batch import process_batch
+
+_deps: CheckDeps | None = None
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context(clear_state=True)
+def lambda_handler(event: dict[str, Any], context: Any, deps: CheckDeps | None = None) -> dict[str, Any]:
+    global _deps
+    ready = deps or _deps or (_deps := build_checks_deps(load_settings()))
+
+    def handle(record: dict[str, Any]) -> None:
+        message = CheckSyncMessage.model_validate_json(record["body"])
+        outcome = sync(message, ready)
+        logger.info(
+            "check runs synced",
+            extra={
+                "kind": message.kind,
+                "delivery_id": message.delivery_id,
+                "target_repo": message.repo,
+                "head_sha": message.head_sha,
+                "written": outcome.written,
+                "outcome": outcome.detail,
+                "delay_s": outcome.delay_s,
+            },
+        )
+
+    def failed(record: dict[str, Any], exc: BaseException) -> None:
+        ready.metrics.count("CheckRunFailed")
+        logger.exception("check-run sync failed; SQS will redeliver", extra={"message_id": record.get("messageId")})
+
+    # Writes to one check run are serialised by a lock on its row, so records can run side by side.
+    return process_batch(event, handle, failed, parallel=5)
