@@ -3,9 +3,9 @@
 Every write goes through the one upstream installation, whose budget GitHub caps (about 80 content-creating
 requests a minute and 500 an hour). For each setting, a fresh stack with `targets` L4 repositories gets
 `events` pull requests (one commit each); every dispatched repository reports `jobs` jobs through
-POST /callback: each job `in_progress`, then (once those writes have landed, as they would while a real job
-runs) `completed`. The bench counts the POSTs and PATCHes the GitHub double received on the upstream's
-check-runs endpoints.
+POST /callback: each job `in_progress`, then (once ChecksQueue is empty, so those writes have landed, as
+they would while a real job runs) `completed`. The bench counts the POSTs and PATCHes the GitHub double
+received on the upstream's check-runs endpoints.
 """
 
 from __future__ import annotations
@@ -40,17 +40,28 @@ def _writes(r: Relay) -> list[Any]:
     return [q for q in r.double.requests if q.path.startswith(prefix) and q.method in ("POST", "PATCH")]
 
 
-def _wait_quiet(r: Relay, quiet_s: float, timeout_s: float, done: Any = None) -> bool:
-    """Until no new write for `quiet_s` (and `done()` holds, if given)."""
+def _checks_queue_depth(r: Relay) -> int:
+    """Messages waiting, delayed (paced or settling) or in flight on ChecksQueue."""
+    attrs = r.stack.client("sqs").get_queue_attributes(
+        QueueUrl=r.stack.queue_urls["ChecksQueue"],
+        AttributeNames=[
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
+        ],
+    )["Attributes"]
+    return sum(int(v) for v in attrs.values())
+
+
+def _wait_idle(r: Relay, timeout_s: float) -> bool:
+    """Until the check-run writer has nothing left: its queue empty twice in a row, a second apart."""
     deadline = time.monotonic() + timeout_s
-    seen, since = len(_writes(r)), time.monotonic()
+    empty = 0
     while time.monotonic() < deadline:
-        time.sleep(0.2)
-        now = len(_writes(r))
-        if now != seen:
-            seen, since = now, time.monotonic()
-        elif time.monotonic() - since >= quiet_s and (done is None or done()):
+        empty = empty + 1 if _checks_queue_depth(r) == 0 else 0
+        if empty >= 2:
             return True
+        time.sleep(1.0)
     return False
 
 
@@ -105,16 +116,16 @@ def _one_setting(
                     if code != 200:
                         raise RuntimeError(f"callback answered {code}: {reply[:200]!r}")
 
+            time.sleep(1.0)  # the dispatcher's requests for the repositories' queued runs reach the queue
             post("in_progress")
-            _wait_quiet(r, quiet_s=3.0, timeout_s=timeout_s)
+            time.sleep(1.0)  # the results stream hands the changes to the reporter, which asks the writer
+            _wait_idle(r, timeout_s=timeout_s)
             post("completed")
+            time.sleep(1.0)
+            _wait_idle(r, timeout_s=timeout_s)
             repo_runs = events * targets
-
-            def all_completed() -> bool:
-                runs = [c for c in r.double.check_runs(UPSTREAM) if c["name"].count("/") == 2]
-                return len(runs) == repo_runs and all(c["status"] == "completed" for c in runs)
-
-            finished = _wait_quiet(r, quiet_s=max(3.0, settle_s + 2.0), timeout_s=timeout_s, done=all_completed)
+            runs = [c for c in r.double.check_runs(UPSTREAM) if c["name"].count("/") == 2]
+            finished = len(runs) == repo_runs and all(c["status"] == "completed" for c in runs)
             elapsed = time.perf_counter() - t0
             writes = _writes(r)
             runs = r.double.check_runs(UPSTREAM)
@@ -151,7 +162,8 @@ def checkrun_bench(
         )
     results["method"] = (
         f"{events} pull_request events (one commit each) x {targets} L4 repositories x {jobs} jobs; each job "
-        "reports in_progress, then completed once those writes landed; settle period "
+        "reports in_progress, then completed once the check-run writer's queue is empty (those writes landed); "
+        "settle period "
         f"{settle_s} s; writes = POST/PATCH on /repos/{UPSTREAM}/check-runs at the GitHub double. "
         f"Hourly figure: {PYTORCH_PR_EVENTS_PER_DAY} PR events a day; budget {HOURLY_BUDGET} writes an hour."
     )

@@ -198,7 +198,7 @@ class FakeGitHub:
 class FakePacer:
     waits: list[float] = field(default_factory=list)
 
-    def acquire(self, installation_id: int, now: float) -> float:
+    def acquire(self, installation_id: int, now: float, reserve: bool = False) -> float:
         return self.waits.pop(0) if self.waits else 0.0
 
 

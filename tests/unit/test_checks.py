@@ -151,11 +151,15 @@ def test_a_job_completed_before_its_in_progress_record_is_handled_is_written_onc
 
 
 def test_over_the_budget_a_write_waits_in_the_queue_and_nothing_is_written() -> None:
-    deps, api, queue = _deps(_job("in_progress", None), pacer=FakePacer(waits=[42.0]))
+    deps, api, queue = _deps(_job("in_progress", None), pacer=FakePacer(waits=[42.0, 99.0]))
     outcome = sync(job_message(_job("in_progress", None)), deps)  # type: ignore[arg-type]
     assert (outcome.detail, api.calls) == ("paced", [])
     [(later, delay)] = queue.sent
     assert delay == 42.0 and later.not_before == 1042.0 and later.kind == "job"
+    # The pacer booked that slot: back then, the message spends it without asking (else: paced 99 s more).
+    assert later.slot_at == 1042.0
+    sync(later, replace(deps, clock=FakeClock(1042.0)))
+    assert [kind for kind, _ in api.calls][:1] == ["create"]
 
 
 def test_the_repository_run_waits_for_its_jobs_to_settle_before_completing() -> None:

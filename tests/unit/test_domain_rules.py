@@ -99,6 +99,18 @@ def test_pacing_state_is_unchanged_when_refused() -> None:
     assert again == state and wait == 9.0
 
 
+def test_a_reserved_slot_is_booked_so_waiting_callers_queue_instead_of_colliding() -> None:
+    rates = (Rate(1, 10.0),)
+    state, _ = pace(None, 0.0, rates)
+    waits = []
+    for _ in range(3):  # three callers refused at the same moment
+        state, wait = pace(state, 1.0, rates, reserve=True)
+        waits.append(wait)
+    assert waits == [9.0, 19.0, 29.0]  # each gets its own later slot, none the same
+    booked_calls = [1.0 + w for w in waits]
+    assert all(b - a >= 10.0 for a, b in zip([0.0, *booked_calls], booked_calls, strict=False))
+
+
 def test_small_payloads_travel_untouched() -> None:
     payload = json.loads((EVENTS / "pull_request.opened.json").read_text())
     assert fit_payload(payload, 60_000) == (payload, False)

@@ -429,6 +429,9 @@ class DynamoState:
         return rows
 
 
+MAX_RESERVE_S = 900.0  # book slots at most as far ahead as one SQS delay reaches
+
+
 class DynamoPacer:
     """Per-installation pacing cell (GCRA) updated with optimistic concurrency."""
 
@@ -437,14 +440,14 @@ class DynamoPacer:
         self._table = table
         self._attempts = attempts
 
-    def acquire(self, installation_id: int, now: float) -> float:
+    def acquire(self, installation_id: int, now: float, reserve: bool = False) -> float:
         key = {"pk": {"S": f"PACE#{installation_id}"}, "sk": {"S": "CONTENT"}}
         for _ in range(self._attempts):
             item = self._ddb.get_item(TableName=self._table, Key=key, ConsistentRead=True).get("Item")
             old = tuple(float(v["N"]) for v in item["tats"]["L"]) if item else None
-            new, wait = pace(old, now, CONTENT_RATES)
-            if wait > 0:
-                return wait
+            new, wait = pace(old, now, CONTENT_RATES, reserve=reserve)
+            if wait > 0 and (not reserve or wait > MAX_RESERVE_S):
+                return wait  # nothing booked: ask again then
             condition: dict[str, Any] = (
                 {"ConditionExpression": "attribute_not_exists(pk)"}
                 if item is None
@@ -469,5 +472,5 @@ class DynamoPacer:
                 if not conditional_failed(exc):
                     raise
                 continue  # another instance paced a call meanwhile: read again
-            return 0.0
+            return wait
         return 1.0  # heavy contention: let the queue bring the message back shortly

@@ -54,6 +54,7 @@ from crcr.domain.retry import RetryPolicy
 
 MAX_SUMMARY = 65_535  # GitHub's limit on output.summary
 SWEPT = "swept"  # fingerprint of a sweeper write: any genuine report differs from it
+STALE_SLOT_S = 5.0
 SCHEDULED = "scheduled"  # delivery id of scheduled runs: they report on a commit, not on a PR's checks
 
 
@@ -82,6 +83,23 @@ class Paced(Exception):
     def __init__(self, wait_s: float) -> None:
         super().__init__(f"over the installation's write budget for {wait_s:.1f} s")
         self.wait_s = wait_s
+
+
+@dataclass
+class _Budget:
+    """The pacing slot a message holds, booked when it was last paced: its next write spends it."""
+
+    slot_at: float | None = None
+
+    def spend(self, upstream: str, deps: CheckDeps) -> None:
+        now = deps.clock.now()
+        held, self.slot_at = self.slot_at, None
+        if held is not None and now - STALE_SLOT_S <= held <= now + 1:
+            return  # a slot booked for about now; a stale one is dropped (its moment has passed)
+        wait = deps.pacer.acquire(deps.api.installation_for(upstream), now, reserve=True)
+        if wait > 0:
+            self.slot_at = now + wait  # booked: nobody else gets that slot
+            raise Paced(wait)
 
 
 @dataclass
@@ -193,16 +211,21 @@ def repo_check_fields(row: LedgerRow, jobs: list[JobRecord], state: Rollup, name
 
 
 def _write(
-    upstream: str, head_sha: str, name: str, fields: dict[str, Any], attempt: int, genuine: bool, deps: CheckDeps
+    upstream: str,
+    head_sha: str,
+    name: str,
+    fields: dict[str, Any],
+    attempt: int,
+    genuine: bool,
+    deps: CheckDeps,
+    budget: _Budget,
 ) -> bool:
     """Write one check run if it moves forward. Pace first, then lock the row (one writer per check run,
     so two PATCHes can never land out of order), then call GitHub, then record what was written."""
     known, version = deps.store.get_check(upstream, head_sha, name)
     if not should_write(known, fields["status"], fields.get("conclusion"), attempt, genuine):
         return False
-    wait = deps.pacer.acquire(deps.api.installation_for(upstream), deps.clock.now())
-    if wait > 0:
-        raise Paced(wait)
+    budget.spend(upstream, deps)
     locked = deps.store.lock_check(upstream, head_sha, name, version, deps.clock.now(), deps.lease_s)
     if locked is None:
         raise CheckRunRace(name)
@@ -233,7 +256,7 @@ def _wanted(level: int, device: str | None, pr: int | None, upstream: str, deps:
     return wants_check_run(level, device, labels)
 
 
-def sync_job(message: CheckSyncMessage, deps: CheckDeps, written: list[str]) -> None:
+def sync_job(message: CheckSyncMessage, deps: CheckDeps, written: list[str], budget: _Budget) -> None:
     if not message.job_name:
         return  # the dispatch itself (swept): only the repository's check run shows it
     job = deps.results.get_job(message.dispatch_id, message.run_id, message.run_attempt, message.job_name)
@@ -245,7 +268,7 @@ def sync_job(message: CheckSyncMessage, deps: CheckDeps, written: list[str]) -> 
     if known is None and not _wanted(job.level, job.device, job.pr, job.upstream, deps):
         return
     fields = check_run_fields(job, name)
-    if _write(job.upstream, job.head_sha, name, fields, job.run_attempt, job.fingerprint != SWEPT, deps):
+    if _write(job.upstream, job.head_sha, name, fields, job.run_attempt, job.fingerprint != SWEPT, deps, budget):
         written.append(name)
 
 
@@ -256,7 +279,7 @@ def _job_state(job: JobRecord) -> JobState:
     )
 
 
-def sync_repo(message: CheckSyncMessage, deps: CheckDeps, written: list[str]) -> float | None:
+def sync_repo(message: CheckSyncMessage, deps: CheckDeps, written: list[str], budget: _Budget) -> float | None:
     """The repository's check run; returns when to look again if its jobs have not settled yet."""
     row = deps.ledger.get(message.delivery_id, message.repo)
     if row is None or not row.head_sha or not row.upstream or (row.level or 0) < 3:
@@ -283,12 +306,12 @@ def sync_repo(message: CheckSyncMessage, deps: CheckDeps, written: list[str]) ->
         # per_repo spends its budget on what decides a merge: queued, then the result.
         return state.settles_at
     fields = repo_check_fields(row, jobs, state, name)
-    if _write(row.upstream, row.head_sha, name, fields, state.run_attempt, state.genuine, deps):
+    if _write(row.upstream, row.head_sha, name, fields, state.run_attempt, state.genuine, deps, budget):
         written.append(name)
     return state.settles_at
 
 
-def cancel_superseded(message: CheckSyncMessage, deps: CheckDeps, written: list[str]) -> None:
+def cancel_superseded(message: CheckSyncMessage, deps: CheckDeps, written: list[str], budget: _Budget) -> None:
     """A newer commit was pushed to the PR: the old commit's check runs still queued (nothing started)
     are completed as cancelled, naming the newer commit. Only GitHub itself may set `stale`."""
     newer = message.superseded_by or ""
@@ -307,14 +330,14 @@ def cancel_superseded(message: CheckSyncMessage, deps: CheckDeps, written: list[
                 f"{repo} started on this one. Its results are reported on the newer commit.",
             },
         }
-        if _write(message.upstream, message.head_sha, name, fields, known.run_attempt, False, deps):
+        if _write(message.upstream, message.head_sha, name, fields, known.run_attempt, False, deps, budget):
             deps.metrics.count("CheckRunCancelled")
             written.append(name)
 
 
-def _later(message: CheckSyncMessage, deps: CheckDeps, delay: float, attempt: int) -> None:
-    later = message.model_copy(update={"not_before": deps.clock.now() + delay, "attempt": attempt})
-    deps.queue.send_checks([later], delay)
+def _later(message: CheckSyncMessage, deps: CheckDeps, delay: float, attempt: int, budget: _Budget) -> None:
+    update = {"not_before": deps.clock.now() + delay, "attempt": attempt, "slot_at": budget.slot_at}
+    deps.queue.send_checks([message.model_copy(update=update)], delay)
 
 
 def sync(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
@@ -327,23 +350,24 @@ def sync(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
         deps.queue.send_checks([message], delay)
         return SyncOutcome(detail="not_due", delay_s=delay)
     outcome = SyncOutcome()
+    budget = _Budget(message.slot_at)
     try:
         if message.kind == "cancel":
-            cancel_superseded(message, deps, outcome.written)
+            cancel_superseded(message, deps, outcome.written, budget)
             return outcome
         if message.kind == "job":
-            sync_job(message, deps, outcome.written)
-        settles_at = sync_repo(message, deps, outcome.written)
+            sync_job(message, deps, outcome.written, budget)
+        settles_at = sync_repo(message, deps, outcome.written, budget)
     except Paced as exc:
-        _later(message, deps, exc.wait_s, message.attempt)
+        _later(message, deps, exc.wait_s, message.attempt, budget)
         deps.metrics.count("CheckRunPaced")
         return SyncOutcome(outcome.written, "paced", exc.wait_s)
     except CheckRunRace:
-        _later(message, deps, 1.0, message.attempt)
+        _later(message, deps, 1.0, message.attempt, budget)
         deps.metrics.count("CheckRunRetried", reason="busy")
         return SyncOutcome(outcome.written, "busy", 1.0)
     except GitHubRateLimited as exc:
-        _later(message, deps, exc.wait_s, message.attempt)
+        _later(message, deps, exc.wait_s, message.attempt, budget)
         deps.metrics.count("CheckRunRetried", reason="rate_limited")
         return SyncOutcome(outcome.written, f"rate_limited: {exc}", exc.wait_s)
     except GitHubUnavailable as exc:
@@ -351,7 +375,7 @@ def sync(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
         if attempt >= deps.policy.max_attempts:
             return _dead_letter(message, deps, f"unavailable: {exc} (gave up after {attempt} attempts)", outcome)
         delay = deps.policy.backoff(attempt, deps.rand)
-        _later(message, deps, delay, attempt)
+        _later(message, deps, delay, attempt, budget)
         deps.metrics.count("CheckRunRetried", reason="unavailable")
         return SyncOutcome(outcome.written, f"unavailable: {exc}", delay)
     except (GitHubRejected, NotInstalled) as exc:
@@ -359,7 +383,8 @@ def sync(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
     if settles_at is not None:
         # Every job is done but only just: look again once the settle period has passed quietly.
         delay = max(1.0, settles_at - now)
-        deps.queue.send_checks([message.model_copy(update={"kind": "repo", "not_before": now + delay})], delay)
+        update = {"kind": "repo", "not_before": now + delay, "slot_at": budget.slot_at}
+        deps.queue.send_checks([message.model_copy(update=update)], delay)
         outcome.detail, outcome.delay_s = "settling", delay
     return outcome
 

@@ -114,8 +114,9 @@ class Ledger(Protocol):
 
 
 class Pacer(Protocol):
-    def acquire(self, installation_id: int, now: float) -> float:
-        """0 when a content-creating call may go now; otherwise seconds to wait."""
+    def acquire(self, installation_id: int, now: float, reserve: bool = False) -> float:
+        """0 when a content-creating call may go now; otherwise seconds to wait. With `reserve`, a wait
+        up to 15 minutes books that slot: the caller then makes its call at that time without asking again."""
         ...
 
 

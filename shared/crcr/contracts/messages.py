@@ -63,3 +63,4 @@ class CheckSyncMessage(_Msg):
     superseded_by: str | None = None  # kind "cancel": the PR's newer head
     attempt: int = Field(default=0, ge=0)
     not_before: float | None = None
+    slot_at: float | None = None  # a pacing slot booked for this message's next write

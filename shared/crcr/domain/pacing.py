@@ -26,18 +26,19 @@ class Rate:
 CONTENT_RATES: tuple[Rate, ...] = (Rate(60, 60.0, burst=15), Rate(440, 3600.0, burst=50))
 
 
-def pace(tats: tuple[float, ...] | None, now: float, rates: tuple[Rate, ...]) -> tuple[tuple[float, ...], float]:
+def pace(
+    tats: tuple[float, ...] | None, now: float, rates: tuple[Rate, ...], reserve: bool = False
+) -> tuple[tuple[float, ...], float]:
     """Generic cell rate algorithm: return (new theoretical arrival times, wait).
 
-    wait == 0 means the call may go now and the returned state must be stored; wait > 0 means
-    try again after that many seconds, and the state is returned unchanged.
+    wait == 0 means the call may go now and the returned state must be stored. wait > 0 means the call
+    must wait that many seconds: with `reserve` the returned state books that later slot (store it, and
+    make the call then without asking again); without, the state is returned unchanged (ask again then).
+    Booking keeps waiting callers from all coming back for the same freed slot.
     """
     current = tats if tats is not None and len(tats) == len(rates) else tuple(now for _ in rates)
-    new: list[float] = []
-    wait = 0.0
-    for tat, rate in zip(current, rates, strict=True):
-        wait = max(wait, tat - rate.burst * rate.interval - now)
-        new.append(max(tat, now) + rate.interval)
-    if wait > 0:
+    wait = max(0.0, *(tat - rate.burst * rate.interval - now for tat, rate in zip(current, rates, strict=True)))
+    if wait > 0 and not reserve:
         return current, wait
-    return tuple(new), 0.0
+    at = now + wait
+    return tuple(max(tat, at) + rate.interval for tat, rate in zip(current, rates, strict=True)), wait
