@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from harness import REPO_ID_BASE, UPSTREAM, OutputCapture, Relay, metrics_delta, relay
+from harness import REPO_ID_BASE, UPSTREAM, OutputCapture, Relay, event_body, metrics_delta, relay
 
 from crcr.adapters.observability import TOTALS
 from tests.doubles.oidc_issuer import OidcIssuer
@@ -26,8 +26,6 @@ HOURLY_BUDGET = 500  # GitHub: content-creating requests per hour for one identi
 
 
 def _event(n: int) -> tuple[bytes, str]:
-    from harness import event_body  # noqa: PLC0415
-
     doc = json.loads(event_body())
     head = f"{n + 1:040x}"
     doc["number"] = doc["pull_request"]["number"] = 9000 + n

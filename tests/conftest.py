@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from crcr.domain.signature import sign
 from crcr.local.stack import LocalStack
 from tests.doubles.github_double import GitHubDouble
+from tests.doubles.hud import HudDouble
 
 ROOT = Path(__file__).resolve().parents[1]
 EVENTS = ROOT / "examples" / "events"
@@ -142,6 +143,16 @@ def relay_factory(github: GitHubDouble, app_key_pem: str, tmp_path: Path) -> Ite
     yield make
     for stack in stacks:
         stack.stop()
+
+
+HUD_TOKEN = "hud-bot-token"
+
+
+@pytest.fixture
+def hud() -> Iterator[HudDouble]:
+    double = HudDouble(HUD_TOKEN)
+    yield double
+    double.stop()
 
 
 @pytest.fixture

@@ -1183,19 +1183,8 @@ class GitHubDouble:
             chosen = []
             by_name = {r.name.lower(): r for r in inst_repos}
             by_id = {r.id: r for r in inst_repos}
-            for wanted in names or []:
-                found = by_name.get(wanted.lower())
-                if found is None:
-                    return _error(
-                        422,
-                        "There is at least one repository that does not exist or is not accessible "
-                        "to the parent installation.",
-                        DOC_TOKEN,
-                    )
-                if found not in chosen:
-                    chosen.append(found)
-            for wanted_id in ids or []:
-                found = by_id.get(wanted_id)
+            wanted = [by_name.get(n.lower()) for n in names or []] + [by_id.get(i) for i in ids or []]
+            for found in wanted:
                 if found is None:
                     return _error(
                         422,

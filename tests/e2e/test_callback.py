@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import LISTED, Relay, event_body, http
+from tests.conftest import HUD_TOKEN, LISTED, Relay, event_body, http
 from tests.doubles.github_double import Reply
 from tests.doubles.hud import HudDouble
 from tests.doubles.oidc_issuer import GITHUB_OBSERVED_LIFETIME, OidcIssuer
@@ -76,16 +76,6 @@ class Scenario:
         ddb = self.relay.stack.client("dynamodb")
         items = ddb.scan(TableName="crcr-local-ResultsTable", ConsistentRead=True)["Items"]
         return [{k: next(iter(v.values())) for k, v in item.items()} for item in items]
-
-
-HUD_TOKEN = "hud-bot-token"
-
-
-@pytest.fixture
-def hud() -> Iterator[HudDouble]:
-    double = HudDouble(HUD_TOKEN)
-    yield double
-    double.stop()
 
 
 @pytest.fixture

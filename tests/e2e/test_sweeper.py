@@ -4,25 +4,17 @@ visible on the HUD and as check runs; a genuine late result replaces timed_out."
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
-from tests.conftest import Relay
+from tests.conftest import HUD_TOKEN, Relay
 from tests.doubles.hud import HudDouble
 from tests.doubles.oidc_issuer import OidcIssuer
 from tests.e2e.test_callback import Scenario, oidc  # noqa: F401 - oidc is a fixture
 from tests.e2e.test_check_runs import L2, L4, UPSTREAM, start
 
 pytestmark = pytest.mark.e2e
-HUD_TOKEN = "hud-bot-token"
-
-
-@pytest.fixture
-def hud() -> Iterator[HudDouble]:
-    double = HudDouble(HUD_TOKEN)
-    yield double
-    double.stop()
 
 
 @pytest.fixture

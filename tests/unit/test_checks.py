@@ -11,7 +11,7 @@ from crcr.adapters.allowlist_source import parse_allowlist
 from crcr.app.checks import CheckDeps, job_message, sync
 from crcr.app.ports import JobRecord, LedgerRow, LedgerState
 from crcr.contracts.messages import CheckSyncMessage
-from crcr.domain.checks import JobState, Known, check_run_name, rollup, should_write, wants_check_run
+from crcr.domain.checks import JobOutcome, Known, check_run_name, rollup, should_write, wants_check_run
 from tests.unit.fakes import FakeClock, FakePacer, FakeState, RecordingMetrics, StaticAllowlist
 
 
@@ -178,8 +178,8 @@ def test_the_repository_run_waits_for_its_jobs_to_settle_before_completing() -> 
 
 
 def _state(name: str, state: str, conclusion: str | None = None, attempt: int = 1, at: float = 0.0,
-           genuine: bool = True) -> JobState:  # fmt: skip
-    return JobState(7, name, attempt, state, conclusion, genuine, at)
+           genuine: bool = True) -> JobOutcome:  # fmt: skip
+    return JobOutcome(7, name, attempt, state, conclusion, genuine, at)
 
 
 @pytest.mark.parametrize(
@@ -200,7 +200,7 @@ def _state(name: str, state: str, conclusion: str | None = None, attempt: int = 
         ([_state("a", "completed", "success", at=990.0)], ("in_progress", None)),
     ],
 )
-def test_a_repository_is_as_good_as_its_worst_job(jobs: list[JobState], expected: tuple[str, str | None]) -> None:
+def test_a_repository_is_as_good_as_its_worst_job(jobs: list[JobOutcome], expected: tuple[str, str | None]) -> None:
     result = rollup(jobs, now=1000.0, settle_s=60.0)
     assert (result.status, result.conclusion) == expected
 

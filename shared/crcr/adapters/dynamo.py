@@ -6,6 +6,7 @@ concurrent Lambda instances and redelivered messages cannot both win.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -28,6 +29,17 @@ def conditional_failed(exc: ClientError) -> bool:
         "ConditionalCheckFailedException",
         "TransactionCanceledException",
     }
+
+
+def applied(write: Callable[..., Any], **request: Any) -> bool:
+    """Run one conditional DynamoDB write: False when its condition failed (another writer got there first)."""
+    try:
+        write(**request)
+    except ClientError as exc:
+        if conditional_failed(exc):
+            return False
+        raise
+    return True
 
 
 def query_all(client: Any, **kwargs: Any) -> list[dict[str, Any]]:
@@ -175,20 +187,21 @@ class DynamoState:
         self, upstream: str, head_sha: str, name: str, version: int, now: float, lease_s: float
     ) -> int | None:
         key = self._check_key(upstream, head_sha, name)
-        try:
-            if version == 0:
-                self._ddb.put_item(
-                    TableName=self._table,
-                    Item=key
-                    | {
-                        "version": {"N": "1"},
-                        "lock_until": {"N": str(num(now + lease_s))},
-                        "expires_at": {"N": str(int(now) + LEDGER_TTL_S)},
-                    },
-                    ConditionExpression="attribute_not_exists(pk)",
-                )
-                return 1
-            self._ddb.update_item(
+        if version == 0:
+            ok = applied(
+                self._ddb.put_item,
+                TableName=self._table,
+                Item=key
+                | {
+                    "version": {"N": "1"},
+                    "lock_until": {"N": str(num(now + lease_s))},
+                    "expires_at": {"N": str(int(now) + LEDGER_TTL_S)},
+                },
+                ConditionExpression="attribute_not_exists(pk)",
+            )
+        else:
+            ok = applied(
+                self._ddb.update_item,
                 TableName=self._table,
                 Key=key,
                 UpdateExpression="SET version = :n, lock_until = :l",
@@ -200,24 +213,17 @@ class DynamoState:
                     ":now": {"N": str(num(now))},
                 },
             )
-        except ClientError as exc:
-            if conditional_failed(exc):
-                return None
-            raise
-        return version + 1
+        return version + 1 if ok else None
 
     def unlock_check(self, upstream: str, head_sha: str, name: str, locked: int) -> None:
-        try:
-            self._ddb.update_item(
-                TableName=self._table,
-                Key=self._check_key(upstream, head_sha, name),
-                UpdateExpression="REMOVE lock_until",
-                ConditionExpression="version = :v",
-                ExpressionAttributeValues={":v": {"N": str(locked)}},
-            )
-        except ClientError as exc:
-            if not conditional_failed(exc):
-                raise
+        applied(  # a lapsed lock another writer took is theirs now: nothing to release
+            self._ddb.update_item,
+            TableName=self._table,
+            Key=self._check_key(upstream, head_sha, name),
+            UpdateExpression="REMOVE lock_until",
+            ConditionExpression="version = :v",
+            ExpressionAttributeValues={":v": {"N": str(locked)}},
+        )
 
     def save_check(self, upstream: str, head_sha: str, name: str, known: Known, locked: int) -> bool:
         values: dict[str, Any] = {
@@ -231,41 +237,31 @@ class DynamoState:
         if known.conclusion:
             update += ", conclusion = :c"
             values[":c"] = {"S": known.conclusion}
-        try:
-            self._ddb.update_item(
-                TableName=self._table,
-                Key=self._check_key(upstream, head_sha, name),
-                UpdateExpression=update + " REMOVE lock_until",
-                ConditionExpression="version = :v",
-                ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues=values,
-            )
-        except ClientError as exc:
-            if conditional_failed(exc):
-                return False
-            raise
-        return True
+        return applied(
+            self._ddb.update_item,
+            TableName=self._table,
+            Key=self._check_key(upstream, head_sha, name),
+            UpdateExpression=update + " REMOVE lock_until",
+            ConditionExpression="version = :v",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues=values,
+        )
 
     def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> bool:
-        try:
-            self._ddb.put_item(
-                TableName=self._table,
-                Item={
-                    "pk": self._pr_pk(upstream, pr),
-                    "sk": {"S": f"RELEASED#{head_sha}#{repo_key(repo)}"},
-                    "delivery_id": {"S": delivery_id},
-                    "released_at": {"N": str(num(now))},
-                    "expires_at": {"N": str(int(now) + LEDGER_TTL_S)},
-                },
-                # A retried planner run of the same delivery must release again (its send may have failed).
-                ConditionExpression="attribute_not_exists(pk) OR delivery_id = :d",
-                ExpressionAttributeValues={":d": {"S": delivery_id}},
-            )
-        except ClientError as exc:
-            if conditional_failed(exc):
-                return False
-            raise
-        return True
+        return applied(
+            self._ddb.put_item,
+            TableName=self._table,
+            Item={
+                "pk": self._pr_pk(upstream, pr),
+                "sk": {"S": f"RELEASED#{head_sha}#{repo_key(repo)}"},
+                "delivery_id": {"S": delivery_id},
+                "released_at": {"N": str(num(now))},
+                "expires_at": {"N": str(int(now) + LEDGER_TTL_S)},
+            },
+            # A retried planner run of the same delivery must release again (its send may have failed).
+            ConditionExpression="attribute_not_exists(pk) OR delivery_id = :d",
+            ExpressionAttributeValues={":d": {"S": delivery_id}},
+        )
 
     # -- dispatch ledger -------------------------------------------------------------------------
     @staticmethod
@@ -332,25 +328,20 @@ class DynamoState:
             ":done": {"S": LedgerState.DISPATCHED.value},
             ":superseded": {"S": LedgerState.SUPERSEDED.value},
         }
-        try:
-            self._ddb.update_item(
-                TableName=self._table,
-                Key=self._ledger_key(message.delivery_id, message.target_repo),
-                UpdateExpression=(
-                    "SET #s = :sending, lease_until = :lease, lease_owner = :owner, dispatch_id = :did, "
-                    f"repo_id = :repo_id, repo_full_name = :full, {self._BASE_SET}"
-                ),
-                ConditionExpression=(
-                    "attribute_not_exists(pk) OR (NOT (#s IN (:done, :superseded)) AND lease_until < :now)"
-                ),
-                ExpressionAttributeNames={"#s": "state", "#lvl": "level"},
-                ExpressionAttributeValues=values,
-            )
-        except ClientError as exc:
-            if conditional_failed(exc):
-                return False
-            raise
-        return True
+        return applied(
+            self._ddb.update_item,
+            TableName=self._table,
+            Key=self._ledger_key(message.delivery_id, message.target_repo),
+            UpdateExpression=(
+                "SET #s = :sending, lease_until = :lease, lease_owner = :owner, dispatch_id = :did, "
+                f"repo_id = :repo_id, repo_full_name = :full, {self._BASE_SET}"
+            ),
+            ConditionExpression=(
+                "attribute_not_exists(pk) OR (NOT (#s IN (:done, :superseded)) AND lease_until < :now)"
+            ),
+            ExpressionAttributeNames={"#s": "state", "#lvl": "level"},
+            ExpressionAttributeValues=values,
+        )
 
     def mark_dispatched(self, message: DispatchMessage, claims: TicketClaims, now: float) -> None:
         values = self._base_values(message, now) | {
@@ -386,22 +377,19 @@ class DynamoState:
             ":done": {"S": LedgerState.DISPATCHED.value},
             ":owner": {"S": owner or "-"},
         }
-        try:
-            self._ddb.update_item(
-                TableName=self._table,
-                Key=self._ledger_key(message.delivery_id, message.target_repo),
-                UpdateExpression=f"SET #s = :s, reason = :reason, lease_until = :zero, {self._BASE_SET}",
-                ConditionExpression=(
-                    "attribute_not_exists(pk) OR "
-                    "(#s <> :done AND (attribute_not_exists(lease_until) OR lease_until < :now "
-                    "OR lease_owner = :owner))"
-                ),
-                ExpressionAttributeNames={"#s": "state", "#lvl": "level"},
-                ExpressionAttributeValues=values,
-            )
-        except ClientError as exc:
-            if not conditional_failed(exc):
-                raise
+        applied(
+            self._ddb.update_item,
+            TableName=self._table,
+            Key=self._ledger_key(message.delivery_id, message.target_repo),
+            UpdateExpression=f"SET #s = :s, reason = :reason, lease_until = :zero, {self._BASE_SET}",
+            ConditionExpression=(
+                "attribute_not_exists(pk) OR "
+                "(#s <> :done AND (attribute_not_exists(lease_until) OR lease_until < :now "
+                "OR lease_owner = :owner))"
+            ),
+            ExpressionAttributeNames={"#s": "state", "#lvl": "level"},
+            ExpressionAttributeValues=values,
+        )
 
     def clear_start_watch(self, delivery_id: str, repo: str) -> None:
         self._ddb.update_item(
@@ -457,20 +445,12 @@ class DynamoPacer:
                 }
             )
             version = int(item["version"]["N"]) + 1 if item else 1
-            try:
-                self._ddb.put_item(
-                    TableName=self._table,
-                    Item=key
-                    | {
-                        "tats": {"L": [{"N": str(num(t))} for t in new]},
-                        "version": {"N": str(version)},
-                        "expires_at": {"N": str(int(now) + 2 * DAY)},
-                    },
-                    **condition,
-                )
-            except ClientError as exc:
-                if not conditional_failed(exc):
-                    raise
-                continue  # another instance paced a call meanwhile: read again
-            return wait
+            cell = key | {
+                "tats": {"L": [{"N": str(num(t))} for t in new]},
+                "version": {"N": str(version)},
+                "expires_at": {"N": str(int(now) + 2 * DAY)},
+            }
+            if applied(self._ddb.put_item, TableName=self._table, Item=cell, **condition):
+                return wait
+            # another instance paced a call meanwhile: read again
         return 1.0  # heavy contention: let the queue bring the message back shortly

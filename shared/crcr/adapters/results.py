@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from crcr.adapters.dynamo import conditional_failed, num, query_all
+from crcr.adapters.dynamo import applied, num, query_all
 from crcr.app.ports import JobRecord
 from crcr.domain.ids import repo_key
 
@@ -147,13 +145,7 @@ class DynamoResults:
         if record.state == "in_progress" and self._run_timeout_s is not None and record.started_at is not None:
             # Watched by the sweeper until it completes (put_item replaces the item, dropping these).
             item |= {"sweep_pk": {"S": "RUN"}, "sweep_at": _n(record.started_at + self._run_timeout_s)}
-        try:
-            self._ddb.put_item(TableName=self._table, Item=item, **condition)
-        except ClientError as exc:
-            if conditional_failed(exc):
-                return False
-            raise
-        return True
+        return applied(self._ddb.put_item, TableName=self._table, Item=item, **condition)
 
 
 class DynamoRateLimiter:

@@ -272,8 +272,9 @@ def _next_record(row: LedgerRow, report: Report, current: JobRecord | None, fing
     completed = report.status == "completed"
     # Queue and execution times are measured on the relay's clock: start is when in_progress arrived.
     started_at = current.started_at if current and current.started_at else (None if completed else now)
-    return JobRecord(
-        dispatch_id=row.dispatch_id,
+    return JobRecord.of_dispatch(
+        row,
+        now,
         run_id=report.run_id,
         run_attempt=report.run_attempt,
         job_name=report.job_name,
@@ -282,15 +283,6 @@ def _next_record(row: LedgerRow, report: Report, current: JobRecord | None, fing
         conclusion=report.conclusion,
         fingerprint=fingerprint,
         url=report.url,
-        repo=row.repo,
-        repo_id=row.repo_id or 0,
-        level=row.level or 0,
-        delivery_id=row.delivery_id,
-        upstream=row.upstream or "",
-        head_sha=row.head_sha or "",
-        pr=row.pr,
-        device=row.device,
-        dispatched_at=row.dispatched_at or now,
         started_at=started_at,
         completed_at=now if completed else None,
         callback_payload=_stored_payload(report.raw),

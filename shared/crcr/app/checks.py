@@ -42,10 +42,12 @@ from crcr.app.ports import (
 )
 from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain.checks import (
-    JobState,
+    DONE_STATES,
+    JobOutcome,
     Known,
     Rollup,
     check_run_name,
+    latest_attempts,
     rollup,
     should_write,
     wants_check_run,
@@ -149,7 +151,7 @@ def _external_id(repo: str, run_id: int, pr: int | None) -> str:
 
 
 def check_run_fields(job: JobRecord, name: str) -> dict[str, Any]:
-    status = "completed" if job.state in ("completed", "timed_out") else "in_progress"
+    status = "completed" if job.state in DONE_STATES else "in_progress"
     fields: dict[str, Any] = {
         "name": name,
         "head_sha": job.head_sha,
@@ -179,9 +181,7 @@ def _job_line(job: JobRecord) -> str:
 
 def repo_check_fields(row: LedgerRow, jobs: list[JobRecord], state: Rollup, name: str) -> dict[str, Any]:
     repo = row.repo
-    named = sorted((j for j in jobs if j.job_name), key=lambda j: (j.run_id, j.job_name, -j.run_attempt))
-    latest = {(j.run_id, j.job_name): j for j in reversed(named)}
-    shown = sorted(latest.values(), key=lambda j: (j.run_id, j.job_name))
+    shown = latest_attempts(jobs)
     word = state.conclusion or ("dispatched" if state.status == "queued" else "running")
     lines = [f"**{repo}** · {word}"]
     if state.status == "queued":
@@ -210,39 +210,48 @@ def repo_check_fields(row: LedgerRow, jobs: list[JobRecord], state: Rollup, name
     return fields
 
 
+@dataclass(frozen=True)
+class _Check:
+    """One check run as the relay last wrote it (known None: never written), read once per decision."""
+
+    upstream: str
+    head_sha: str
+    name: str
+    known: Known | None
+    version: int
+
+    @classmethod
+    def read(cls, upstream: str, head_sha: str, name: str, deps: CheckDeps) -> _Check:
+        return cls(upstream, head_sha, name, *deps.store.get_check(upstream, head_sha, name))
+
+
 def _write(
-    upstream: str,
-    head_sha: str,
-    name: str,
-    fields: dict[str, Any],
-    attempt: int,
-    genuine: bool,
-    deps: CheckDeps,
-    budget: _Budget,
+    check: _Check, fields: dict[str, Any], attempt: int, genuine: bool, deps: CheckDeps, budget: _Budget
 ) -> bool:
-    """Write one check run if it moves forward. Pace first, then lock the row (one writer per check run,
-    so two PATCHes can never land out of order), then call GitHub, then record what was written."""
-    known, version = deps.store.get_check(upstream, head_sha, name)
+    """Write one check run if it moves forward. Pace first, then lock the row at the version read (one
+    writer per check run, so two PATCHes never land out of order and a stale read never writes), then
+    call GitHub, then record what was written."""
+    known = check.known
     if not should_write(known, fields["status"], fields.get("conclusion"), attempt, genuine):
         return False
-    budget.spend(upstream, deps)
-    locked = deps.store.lock_check(upstream, head_sha, name, version, deps.clock.now(), deps.lease_s)
+    budget.spend(check.upstream, deps)
+    key = (check.upstream, check.head_sha, check.name)
+    locked = deps.store.lock_check(*key, check.version, deps.clock.now(), deps.lease_s)
     if locked is None:
-        raise CheckRunRace(name)
+        raise CheckRunRace(check.name)
     try:
         if known is None:
-            check_run_id = deps.api.create_check_run(upstream, fields)
+            check_run_id = deps.api.create_check_run(check.upstream, fields)
             deps.metrics.count("CheckRunCreated")
         else:
             check_run_id = known.check_run_id
-            deps.api.update_check_run(upstream, check_run_id, {k: v for k, v in fields.items() if k != "head_sha"})
+            patch = {k: v for k, v in fields.items() if k != "head_sha"}
+            deps.api.update_check_run(check.upstream, check_run_id, patch)
             deps.metrics.count("CheckRunUpdated")
     except BaseException:
-        deps.store.unlock_check(upstream, head_sha, name, locked)
+        deps.store.unlock_check(*key, locked)
         raise
-    deps.store.save_check(
-        upstream, head_sha, name, Known(check_run_id, fields["status"], fields.get("conclusion"), attempt), locked
-    )
+    deps.store.save_check(*key, Known(check_run_id, fields["status"], fields.get("conclusion"), attempt), locked)
     return True
 
 
@@ -262,19 +271,18 @@ def sync_job(message: CheckSyncMessage, deps: CheckDeps, written: list[str], bud
     job = deps.results.get_job(message.dispatch_id, message.run_id, message.run_attempt, message.job_name)
     if job is None or job.level < 3 or _mode(job.repo, deps) != "per_job":
         return
-    name = check_run_name(job.repo, job.workflow_name, job.job_name)
-    known, _ = deps.store.get_check(job.upstream, job.head_sha, name)
+    check = _Check.read(job.upstream, job.head_sha, check_run_name(job.repo, job.workflow_name, job.job_name), deps)
     # A check run that exists keeps following its job even if the label is removed later (README).
-    if known is None and not _wanted(job.level, job.device, job.pr, job.upstream, deps):
+    if check.known is None and not _wanted(job.level, job.device, job.pr, job.upstream, deps):
         return
-    fields = check_run_fields(job, name)
-    if _write(job.upstream, job.head_sha, name, fields, job.run_attempt, job.fingerprint != SWEPT, deps, budget):
-        written.append(name)
+    fields = check_run_fields(job, check.name)
+    if _write(check, fields, job.run_attempt, job.fingerprint != SWEPT, deps, budget):
+        written.append(check.name)
 
 
-def _job_state(job: JobRecord) -> JobState:
+def _outcome(job: JobRecord) -> JobOutcome:
     changed = job.completed_at or job.started_at or job.dispatched_at
-    return JobState(
+    return JobOutcome(
         job.run_id, job.job_name, job.run_attempt, job.state, job.conclusion, job.fingerprint != SWEPT, changed
     )
 
@@ -284,38 +292,35 @@ def sync_repo(message: CheckSyncMessage, deps: CheckDeps, written: list[str], bu
     row = deps.ledger.get(message.delivery_id, message.repo)
     if row is None or not row.head_sha or not row.upstream or (row.level or 0) < 3:
         return None
-    name = check_run_name(row.repo, "", "")
-    known, _ = deps.store.get_check(row.upstream, row.head_sha, name)
+    check = _Check.read(row.upstream, row.head_sha, check_run_name(row.repo, "", ""), deps)
+    known = check.known
     if known is None and not _wanted(row.level or 0, row.device, row.pr, row.upstream, deps):
         return None
     jobs = deps.results.jobs_of_dispatch(row.dispatch_id)
-    now = deps.clock.now()
-    state = rollup([_job_state(j) for j in jobs], now, deps.settle_s)
-    if known is None and state.status == "queued" and row.state is not LedgerState.DISPATCHED:
-        return None  # not sent (yet, or ever): nothing to show
-    if known is None and state.status == "queued" and row.pr is not None:
-        head = deps.ledger.pr_head(row.upstream, row.pr)
-        if head is not None and head != row.head_sha:
-            return None  # superseded before it was shown: no new queued run on an old commit
-    if (
-        known is not None
-        and known.status == "queued"
-        and state.status == "in_progress"
-        and _mode(row.repo, deps) == "per_repo"
-    ):
-        # per_repo spends its budget on what decides a merge: queued, then the result.
-        return state.settles_at
-    fields = repo_check_fields(row, jobs, state, name)
-    if _write(row.upstream, row.head_sha, name, fields, state.run_attempt, state.genuine, deps, budget):
-        written.append(name)
+    state = rollup([_outcome(j) for j in jobs], deps.clock.now(), deps.settle_s)
+    if known is None and state.status == "queued" and _not_to_show(row, deps):
+        return None
+    skip_in_progress = known is not None and known.status == "queued" and _mode(row.repo, deps) == "per_repo"
+    if state.status == "in_progress" and skip_in_progress:
+        return state.settles_at  # per_repo spends its budget on what decides a merge: queued, then the result
+    if _write(check, repo_check_fields(row, jobs, state, check.name), state.run_attempt, state.genuine, deps, budget):
+        written.append(check.name)
     return state.settles_at
+
+
+def _not_to_show(row: LedgerRow, deps: CheckDeps) -> bool:
+    """A queued run is shown only for a dispatch that was sent, on a commit still the PR's head."""
+    if row.state is not LedgerState.DISPATCHED:
+        return True  # not sent (yet, or ever)
+    head = deps.ledger.pr_head(row.upstream or "", row.pr) if row.pr is not None else None
+    return head is not None and head != row.head_sha  # superseded before it was shown
 
 
 def cancel_superseded(message: CheckSyncMessage, deps: CheckDeps, written: list[str], budget: _Budget) -> None:
     """A newer commit was pushed to the PR: the old commit's check runs still queued (nothing started)
     are completed as cancelled, naming the newer commit. Only GitHub itself may set `stale`."""
     newer = message.superseded_by or ""
-    for name, known, _ in deps.store.checks_of_head(message.upstream, message.head_sha):
+    for name, known, version in deps.store.checks_of_head(message.upstream, message.head_sha):
         if known.status != "queued":
             continue
         repo = name.removeprefix("crcr/")
@@ -330,7 +335,8 @@ def cancel_superseded(message: CheckSyncMessage, deps: CheckDeps, written: list[
                 f"{repo} started on this one. Its results are reported on the newer commit.",
             },
         }
-        if _write(message.upstream, message.head_sha, name, fields, known.run_attempt, False, deps, budget):
+        check = _Check(message.upstream, message.head_sha, name, known, version)
+        if _write(check, fields, known.run_attempt, False, deps, budget):
             deps.metrics.count("CheckRunCancelled")
             written.append(name)
 

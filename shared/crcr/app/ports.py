@@ -200,6 +200,23 @@ class JobRecord:
     callback_payload: str  # the body as the downstream sent it (untrusted), JSON text
     version: int = 0
 
+    @classmethod
+    def of_dispatch(cls, row: LedgerRow, now: float, **job: Any) -> JobRecord:
+        """A job of this dispatch: its identity is what was sent (the ledger row), never a callback's word."""
+        return cls(
+            dispatch_id=row.dispatch_id,
+            repo=row.repo,
+            repo_id=row.repo_id or 0,
+            level=row.level or 0,
+            delivery_id=row.delivery_id,
+            upstream=row.upstream or "",
+            head_sha=row.head_sha or "",
+            pr=row.pr,
+            device=row.device,
+            dispatched_at=row.dispatched_at or now,
+            **job,
+        )
+
 
 class ResultsStore(Protocol):
     def get_job(self, dispatch_id: str, run_id: int, run_attempt: int, job_name: str) -> JobRecord | None: ...

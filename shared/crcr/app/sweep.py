@@ -31,8 +31,9 @@ def sweep(deps: SweepDeps) -> SweepSummary:
     summary = SweepSummary()
     for row in deps.starts.due_starts(now):
         # The dispatch itself becomes a timed_out "job" with no name: check run crcr/<owner>/<repo>.
-        record = JobRecord(
-            dispatch_id=row.dispatch_id,
+        record = JobRecord.of_dispatch(
+            row,
+            now,
             run_id=0,
             run_attempt=0,
             job_name="",
@@ -41,15 +42,6 @@ def sweep(deps: SweepDeps) -> SweepSummary:
             conclusion="timed_out",
             fingerprint=SWEPT,
             url="",
-            repo=row.repo,
-            repo_id=row.repo_id or 0,
-            level=row.level or 0,
-            delivery_id=row.delivery_id,
-            upstream=row.upstream or "",
-            head_sha=row.head_sha or "",
-            pr=row.pr,
-            device=row.device,
-            dispatched_at=row.dispatched_at or now,
             started_at=None,
             completed_at=now,
             callback_payload="{}",

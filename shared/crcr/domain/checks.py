@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from crcr.domain.levels import Level
 
@@ -60,16 +62,39 @@ def should_write(
 
 # Worst first: a repository's check run is only as good as its worst job. Anything unknown counts as failure.
 _CONCLUSION_ORDER = ("failure", "timed_out", "cancelled", "action_required", "success", "neutral", "skipped")
-_DONE = ("completed", "timed_out")
+DONE_STATES = ("completed", "timed_out")  # a job in either has a completed check run
+
+
+class Attempt(Protocol):
+    @property
+    def run_id(self) -> int: ...
+    @property
+    def job_name(self) -> str: ...
+    @property
+    def run_attempt(self) -> int: ...
+
+
+AttemptT = TypeVar("AttemptT", bound=Attempt)
+
+
+def latest_attempts(jobs: Iterable[AttemptT]) -> list[AttemptT]:
+    """Each named job's latest run attempt (a re-run replaces the failed one), in (run, job) order.
+    The nameless row, the dispatch the sweeper timed out, is left out."""
+    latest: dict[tuple[int, str], AttemptT] = {}
+    for job in jobs:
+        key = (job.run_id, job.job_name)
+        if job.job_name and (key not in latest or job.run_attempt > latest[key].run_attempt):
+            latest[key] = job
+    return [latest[key] for key in sorted(latest)]
 
 
 @dataclass(frozen=True)
-class JobState:
-    """One recorded job, as the repository's check run sees it. name "" is the dispatch itself, which
-    the sweeper records as timed_out when no job started."""
+class JobOutcome:
+    """One recorded job, as the repository's check run sees it. job_name "" is the dispatch itself,
+    which the sweeper records as timed_out when no job started."""
 
     run_id: int
-    name: str
+    job_name: str
     run_attempt: int
     state: str
     conclusion: str | None
@@ -84,7 +109,6 @@ class Rollup:
     run_attempt: int
     genuine: bool
     settles_at: float | None = None  # every job done, but too recently to call the repository done
-    jobs: tuple[JobState, ...] = ()
 
 
 def worst(conclusions: list[str | None]) -> str:
@@ -92,27 +116,20 @@ def worst(conclusions: list[str | None]) -> str:
     return _CONCLUSION_ORDER[min(ranks)] if ranks else "neutral"
 
 
-def rollup(jobs: list[JobState], now: float, settle_s: float) -> Rollup:
+def rollup(jobs: list[JobOutcome], now: float, settle_s: float) -> Rollup:
     """The repository's check run from its jobs: queued until one starts, in progress while any runs,
     completed with the worst conclusion once every job is done and nothing changed for `settle_s`.
     Jobs of a workflow can run one after another: the next one reports only when it starts, so a
     repository whose jobs all finished a moment ago may not be finished at all."""
-    latest: dict[tuple[int, str], JobState] = {}
-    for job in jobs:
-        key = (job.run_id, job.name)
-        if job.name and (key not in latest or job.run_attempt > latest[key].run_attempt):
-            latest[key] = job
-    named = tuple(sorted(latest.values(), key=lambda j: (j.run_id, j.name)))
+    named = latest_attempts(jobs)
     if not named:
-        swept = [j for j in jobs if not j.name and j.state == "timed_out"]
-        if swept:
-            return Rollup("completed", "timed_out", 0, genuine=False)
-        return Rollup("queued", None, 0, genuine=True)
+        swept = any(not j.job_name and j.state == "timed_out" for j in jobs)
+        return Rollup("completed", "timed_out", 0, genuine=False) if swept else Rollup("queued", None, 0, genuine=True)
     attempt = max(j.run_attempt for j in named)
     genuine = all(j.genuine for j in named)
-    if any(j.state not in _DONE for j in named):
-        return Rollup("in_progress", None, attempt, genuine, jobs=named)
+    if any(j.state not in DONE_STATES for j in named):
+        return Rollup("in_progress", None, attempt, genuine)
     settles_at = max(j.changed_at for j in named) + settle_s
     if now < settles_at:
-        return Rollup("in_progress", None, attempt, genuine, settles_at=settles_at, jobs=named)
-    return Rollup("completed", worst([j.conclusion for j in named]), attempt, genuine, jobs=named)
+        return Rollup("in_progress", None, attempt, genuine, settles_at=settles_at)
+    return Rollup("completed", worst([j.conclusion for j in named]), attempt, genuine)
