@@ -138,6 +138,18 @@ def check_callback_url(url: str, relay_url: str) -> str:
     return url
 
 
+def _check_run_id(env: Mapping[str, str], job_name: str) -> str:
+    """The reported job's check-run id (unique per job attempt; PyTorch's HUD keys rows with it): as given,
+    else this job's own when it reports itself. A separate reporting job sends none: the relay then
+    derives one per attempt, since its own id would name the wrong job."""
+    given = _get(env, "CRCR_CHECK_RUN_ID")
+    if not given and job_name == _get(env, "GITHUB_JOB"):
+        given = _get(env, "CRCR_OWN_CHECK_RUN_ID")
+    if given and not re.fullmatch(r"[1-9][0-9]{0,18}", given):
+        raise ReportError(f"`check-run-id` must be a job's numeric check-run id, got {given!r}")
+    return given
+
+
 def _timestamp(name: str, value: str) -> str:
     # Python 3.9's fromisoformat knows neither "Z" nor arbitrary fraction lengths; only validate, send as given.
     text = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value
@@ -250,6 +262,9 @@ def build_report(env: Mapping[str, str]) -> tuple[dict[str, Any], str, str]:
     }
     if conclusion:
         body["conclusion"] = conclusion
+    check_run_id = _check_run_id(env, job_name)
+    if check_run_id:
+        body["check_run_id"] = check_run_id
     for name, key in (("started-at", "CRCR_STARTED_AT"), ("completed-at", "CRCR_COMPLETED_AT")):
         value = _get(env, key)
         if value:

@@ -115,7 +115,9 @@ LISTED = ["org-one/l1-repo", "org-two/l2-repo", "org-three/l3-repo", "org-four/L
 
 
 @pytest.fixture
-def relay_factory(github: GitHubDouble, app_key_pem: str, tmp_path: Path) -> Iterator[Callable[..., Relay]]:
+def relay_factory(
+    github: GitHubDouble, hud: HudDouble, app_key_pem: str, tmp_path: Path
+) -> Iterator[Callable[..., Relay]]:
     stacks: list[LocalStack] = []
 
     def make(allowlist: str = DEFAULT_ALLOWLIST, env: dict[str, str] | None = None, **kwargs: Any) -> Relay:
@@ -134,6 +136,9 @@ def relay_factory(github: GitHubDouble, app_key_pem: str, tmp_path: Path) -> Ite
             "CRCR_RETRY_BASE_S": "0.5",
             "CRCR_GITHUB_TIMEOUT_S": "2",
             "CRCR_CHECK_SETTLE_S": "1",
+            # Every job change of every e2e test is judged by the port of PyTorch's HUD endpoint.
+            "CRCR_HUD_URL": hud.url,
+            "CRCR_HUD_TOKEN": HUD_TOKEN,
             "PATH": "/usr/bin:/bin",
         } | (env or {})
         stack = LocalStack(port=0, env=config, root=ROOT, **kwargs).start()
@@ -141,11 +146,45 @@ def relay_factory(github: GitHubDouble, app_key_pem: str, tmp_path: Path) -> Ite
         return Relay(stack, github, path)
 
     yield make
-    for stack in stacks:
-        stack.stop()
+    try:
+        for stack in stacks:
+            assert_hud_rows_match_the_ledger(stack, hud)
+    finally:
+        for stack in stacks:
+            stack.stop()
 
 
 HUD_TOKEN = "hud-bot-token"
+# Fields of a row that never change for its key: what PyTorch's HUD holds must be the ledger's identity.
+IDENTITY = (
+    "downstream_repo",
+    "upstream_repo",
+    "pr_number",
+    "pytorch_head_sha",
+    "delivery_id",
+    "downstream_repo_level",
+    "event_type",
+    "workflow_name",
+    "job_name",
+    "check_run_id",
+    "run_id",
+    "run_attempt",
+)
+
+
+def assert_hud_rows_match_the_ledger(stack: LocalStack, hud: HudDouble) -> None:
+    """Every row PyTorch's HUD would hold is one the relay recorded, with the ledger's identity, and the
+    relay's own `crcr_workflow_job` row (the export's) has the same key and identity."""
+    from crcr.adapters.results import from_item  # noqa: PLC0415
+    from crcr.app.hud import row  # noqa: PLC0415
+
+    if not hud.rows:
+        return
+    items = stack.client("dynamodb").scan(TableName="crcr-local-ResultsTable", ConsistentRead=True)["Items"]
+    ours = {r["dynamoKey"]: r for r in (row(from_item(item)) for item in items)}
+    for key, theirs in hud.rows.items():
+        assert key in ours, f"PyTorch's HUD holds a row the relay never recorded: {key}"
+        assert {f: theirs.get(f) for f in IDENTITY} == {f: ours[key][f] for f in IDENTITY}
 
 
 @pytest.fixture
@@ -153,6 +192,7 @@ def hud() -> Iterator[HudDouble]:
     double = HudDouble(HUD_TOKEN)
     yield double
     double.stop()
+    assert double.refused == [], "PyTorch's HUD would refuse these pushes"
 
 
 @pytest.fixture

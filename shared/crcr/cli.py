@@ -55,11 +55,12 @@ def _local(port: int, host: str) -> int:
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
-    ready = {"event": "ready", "url": stack.url}
+    ready: dict[str, object] = {"event": "ready", "url": stack.url, "hud": f"{stack.url}/hud/"}
     if stack.sandbox is not None:
         ready["sandbox_github"] = stack.env["CRCR_GITHUB_API_URL"]
         if not os.environ.get("CRCR_WEBHOOK_SECRET"):  # generated for this run: the caller needs it to sign
             ready["webhook_secret"] = stack.secrets["webhook_secret"]
+    ready["env"] = stack.operator_env()
     print(json.dumps(ready), flush=True)
     done.wait()
     stack.stop()

@@ -32,7 +32,10 @@ def test_every_input_reaches_the_script_through_env_only() -> None:
 
     assert action["runs"]["using"] == "composite"
     assert step["run"] == 'python3 "$GITHUB_ACTION_PATH/report.py"'
-    assert step["env"] == {env_name(name): f"${{{{ inputs.{name} }}}}" for name in action["inputs"]}
+    # Besides the inputs, only the job's own check-run id (a number GitHub sets, not user input).
+    assert step["env"] == {env_name(name): f"${{{{ inputs.{name} }}}}" for name in action["inputs"]} | {
+        "CRCR_OWN_CHECK_RUN_ID": "${{ job.check_run_id }}"
+    }
     for name in step["env"]:
         assert f'"{name}"' in source, f"report.py never reads {name}"
 

@@ -260,6 +260,21 @@ def test_job_name_defaults_to_the_running_job(fake: FakeGitHubAndRelay, tmp_path
     assert fake.requests("/callback")[0].json()["job_name"] == "report-start"
 
 
+def test_check_run_id_is_the_reported_jobs_own_never_the_reporting_jobs(
+    fake: FakeGitHubAndRelay, tmp_path: Path
+) -> None:
+    # Reporting itself: the job's own job.check_run_id goes along.
+    assert run_report(fake, tmp_path, CRCR_JOB_NAME="", CRCR_OWN_CHECK_RUN_ID="51725241954").code == 0
+    # A separate reporting job names another job: its own id would be that job's, so none is sent ...
+    assert run_report(fake, tmp_path, CRCR_OWN_CHECK_RUN_ID="51725241954").code == 0
+    # ... unless the reported job's id is passed in.
+    assert run_report(fake, tmp_path, CRCR_CHECK_RUN_ID="51725249999", CRCR_OWN_CHECK_RUN_ID="1").code == 0
+    sent = [r.json().get("check_run_id") for r in fake.requests("/callback")]
+    assert sent == ["51725241954", None, "51725249999"]
+    bad = run_report(fake, tmp_path, CRCR_CHECK_RUN_ID="12/34")
+    assert bad.code == 1 and "`check-run-id` must be" in bad.stderr
+
+
 def test_429_is_retried_after_retry_after_with_a_fresh_token(fake: FakeGitHubAndRelay, tmp_path: Path) -> None:
     fake.reply(Reply(429, {"error": "rate_limited"}, {"Retry-After": "1"}), Reply(200, {"status": "recorded"}))
 

@@ -1,4 +1,9 @@
-"""A HUD endpoint double: records pushes (with their headers) and answers from a script."""
+"""PyTorch's HUD endpoint as an HTTP double: the port of torchci's results route judges every push.
+
+It answers what PyTorch's HUD would (401, 413, 400 for a missing job name or check-run id, 500 for a
+push without `workflow`) and keeps the rows it would write. A script can force statuses first, to play
+an outage; any push the port itself refuses is kept in `refused`, which the fixture requires empty.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,15 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from crcr.local.torchci import TorchciHud
+
 
 class HudDouble:
     def __init__(self, token: str) -> None:
-        self.token = token
+        self.port = TorchciHud(token)
         self.pushes: list[dict[str, Any]] = []  # accepted (2xx) pushes
         self.attempts: list[tuple[int, dict[str, Any]]] = []  # every push with the status answered
+        self.refused: list[tuple[int, dict[str, Any], dict[str, Any]]] = []  # (status, reply, push) from the port
         self._script: list[int] = []
         self._lock = threading.Lock()
         double = self
@@ -22,16 +30,24 @@ class HudDouble:
                 return
 
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+                raw = self.rfile.read(int(self.headers.get("content-length") or 0))
                 with double._lock:
-                    if self.headers.get("x-hud-internal-bot") != double.token:
-                        status = 401
-                    else:
-                        status = double._script.pop(0) if double._script else 200
+                    scripted = double._script.pop(0) if double._script else None
+                if scripted is not None:
+                    status, reply = scripted, {"error": "scripted"}
+                else:
+                    status, reply = double.port.handle("POST", dict(self.headers), raw)
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    body = {"unparsable": raw[:200].decode("utf-8", "replace")}
+                with double._lock:
                     double.attempts.append((status, body))
                     if status < 300:
                         double.pushes.append(body)
-                data = json.dumps({"ok": status < 300}).encode()
+                    elif scripted is None:
+                        double.refused.append((status, reply, body))
+                data = json.dumps(reply).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
@@ -41,6 +57,11 @@ class HudDouble:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}/api/crcr/results"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    @property
+    def rows(self) -> dict[str, dict[str, Any]]:
+        """`torchci-oot-workflow-job` as PyTorch's HUD would hold it, by dynamoKey."""
+        return dict(self.port.table)
 
     def script(self, *statuses: int) -> None:
         with self._lock:

@@ -317,9 +317,78 @@ def test_each_state_change_is_pushed_to_the_hud_once(scenario: Scenario, hud: Hu
         first["trusted"]["ci_metrics"]["queue_time"] >= 0 and first["trusted"]["ci_metrics"]["execution_time"] is None
     )
     assert second["trusted"]["ci_metrics"]["execution_time"] >= 0
-    assert second["untrusted"]["callback_payload"]["conclusion"] == "failure"
-    assert second["untrusted"]["callback_payload"]["job_name"] == "build-and-test"  # as the downstream sent it
-    assert "ticket" not in second["untrusted"]["callback_payload"]  # ... less its credential
+    # PyTorch's callback shape whatever the downstream sent, identity from the ledger ...
+    pushed = second["untrusted"]["callback_payload"]
+    assert "ticket" not in json.dumps(second)
+    assert (pushed["event_type"], pushed["delivery_id"]) == ("pull_request", s.delivery)
+    assert pushed["payload"]["pull_request"] == {"number": 170001, "head": {"sha": s.head_sha}}
+    assert pushed["payload"]["repository"] == {"full_name": "pytorch/pytorch"}
+    # ... and the job's own words in `workflow`.
+    wf = pushed["workflow"]
+    assert (wf["name"], wf["job_name"], wf["status"], wf["conclusion"]) == (
+        "CI",
+        "build-and-test",
+        "completed",
+        "failure",
+    )
+    assert (wf["run_id"], wf["run_attempt"], wf["check_run_id"]) == ("777", 1, "crcr-777-1")
+    # The row PyTorch's HUD holds: one per job attempt, upserted by both pushes.
+    [(key, row)] = hud.rows.items()
+    assert key == f"org-two/l2-repo/{s.delivery}/CI/build-and-test/crcr-777-1"
+    assert (row["pr_number"], row["pytorch_head_sha"], row["status"], row["conclusion"]) == (
+        170001,
+        s.head_sha,
+        "completed",
+        "failure",
+    )
+    assert (row["total_tests"], row["failed_tests"], row["queue_time"] >= 0) == (3, 2, True)
+
+
+def test_the_hud_row_is_keyed_by_the_downstreams_check_run_id_per_attempt(scenario: Scenario, hud: HudDouble) -> None:
+    s = scenario
+    s.post(s.body(check_run_id=51725241954, started_at="2026-11-30T13:00:00+01:00"), s.token())
+    # The completed report forgot the id: the job keeps the one it was first recorded with.
+    s.post(s.body(status="completed", conclusion="failure"), s.token())
+    # A re-run attempt is another job attempt: another row.
+    retry = {"run_attempt": 2, "check_run_id": "51725249999"}
+    s.post(s.body(**retry), s.token(run_attempt=2))
+    s.post(s.body(status="completed", conclusion="success", **retry), s.token(run_attempt=2))
+    wait_for(lambda: len(hud.pushes) >= 4)
+    prefix = f"org-two/l2-repo/{s.delivery}/CI/build-and-test"
+    assert sorted(hud.rows) == [f"{prefix}/51725241954", f"{prefix}/51725249999"]
+    first = hud.rows[f"{prefix}/51725241954"]
+    assert (first["conclusion"], first["run_attempt"], first["started_at"]) == ("failure", 1, "2026-11-30T12:00:00Z")
+    assert hud.rows[f"{prefix}/51725249999"]["conclusion"] == "success"
+    # A timestamp the HUD could not store is refused at the callback, naming the field.
+    status, reply = s.post(s.body(job_name="x", started_at="yesterday"), s.token())
+    assert status == 400 and reply["field"] == "started_at"
+
+
+def test_pytorchs_body_is_pushed_with_the_ledgers_pr_and_commit_not_its_echo(
+    scenario: Scenario, hud: HudDouble
+) -> None:
+    s = scenario
+    body = {
+        "delivery_id": s.delivery,
+        "event_type": "pull_request",
+        # A caller's echo of the dispatch: it claims another PR and commit.
+        "payload": {"pull_request": {"number": 1, "head": {"sha": "f" * 40}}, "repository": {"full_name": "a/b"}},
+        "workflow": {
+            "status": "completed",
+            "conclusion": "success",
+            "name": "CI",
+            "job_name": "xpu",
+            "run_id": "777",
+            "run_attempt": "1",
+            "url": "https://github.com/org-two/l2-repo/actions/runs/777",
+            "check_run_id": "4242",
+        },
+    }
+    assert s.post(body, s.token()) == (200, {"status": "recorded"})
+    wait_for(lambda: len(hud.pushes) >= 1)
+    [row] = hud.rows.values()
+    assert (row["pr_number"], row["pytorch_head_sha"], row["upstream_repo"]) == (170001, s.head_sha, "pytorch/pytorch")
+    assert row["dynamoKey"] == f"org-two/l2-repo/{s.delivery}/CI/xpu/4242"
 
 
 def test_refused_callbacks_never_reach_the_hud(scenario: Scenario, hud: HudDouble) -> None:

@@ -288,6 +288,7 @@ class DynamoState:
             pr=int(item["pr"]["N"]) if "N" in item.get("pr", {}) else None,
             level=int(item["level"]["N"]) if "level" in item else None,
             device=item.get("device", {}).get("S"),
+            event_type=item.get("event_type", {}).get("S"),
         )
 
     def _base_values(self, message: DispatchMessage, now: float) -> dict[str, Any]:

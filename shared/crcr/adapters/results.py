@@ -50,6 +50,9 @@ def to_item(record: JobRecord) -> dict[str, Any]:
         "started_at": _opt_n(record.started_at),
         "completed_at": _opt_n(record.completed_at),
         "callback_payload": {"S": record.callback_payload},
+        "event_type": _opt_s(record.event_type),
+        "check_run_id": _opt_s(record.check_run_id),
+        "reported_started_at": _opt_s(record.reported_started_at),
         "head_key": {"S": f"{repo_key(record.upstream)}#{record.head_sha}"},
         "version": _n(record.version),
         "expires_at": _n(int(record.completed_at or record.started_at or record.dispatched_at) + RESULTS_TTL_S),
@@ -87,6 +90,9 @@ def from_item(item: dict[str, Any]) -> JobRecord:
         completed_at=num("completed_at"),
         callback_payload=item["callback_payload"]["S"],
         version=int(item["version"]["N"]),
+        event_type=text("event_type") or "",
+        check_run_id=text("check_run_id") or "",
+        reported_started_at=text("reported_started_at") or "",
     )
 
 

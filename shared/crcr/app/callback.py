@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from crcr.app.hud import derived_check_run_id
 from crcr.app.ports import (
     AllowlistProvider,
     Clock,
@@ -80,6 +81,8 @@ class Report:
     run_id: int
     run_attempt: int
     url: str
+    check_run_id: str | None
+    started_at: str | None  # as the downstream reported it (ISO 8601, UTC)
     raw: dict[str, Any]
 
 
@@ -95,19 +98,30 @@ def _parse(body: bytes) -> tuple[CallbackBody | PyTorchCallbackBody | ScheduledB
             sched = ScheduledBody.model_validate(doc)
             return sched, Report(
                 sched.status, sched.conclusion, sched.workflow_name, sched.job_name, sched.run_id, sched.run_attempt,
-                sched.url, doc,
+                sched.url, sched.check_run_id, sched.started_at, doc,
             )  # fmt: skip
         if "ticket" in doc:
             ours = CallbackBody.model_validate(doc)
             return ours, Report(
                 ours.status, ours.conclusion, ours.workflow_name, ours.job_name, ours.run_id, ours.run_attempt,
-                ours.url, doc,
+                ours.url, ours.check_run_id, ours.started_at, doc,
             )  # fmt: skip
         theirs = PyTorchCallbackBody.model_validate(doc)
     except ValidationError as exc:
         raise BadRequest(f"invalid callback: {exc.errors()[0]['msg']}", field=invalid_field(exc)) from exc
     wf = theirs.workflow
-    return theirs, Report(wf.status, wf.conclusion, wf.name, wf.job_name, wf.run_id, wf.run_attempt, wf.url, doc)
+    return theirs, Report(
+        wf.status,
+        wf.conclusion,
+        wf.name,
+        wf.job_name,
+        wf.run_id,
+        wf.run_attempt,
+        wf.url,
+        wf.check_run_id,
+        wf.started_at,
+        doc,
+    )
 
 
 def _bearer(authorization: str | None) -> str:
@@ -242,6 +256,7 @@ def _scheduled(body: ScheduledBody, report: Report, claims: dict[str, Any], deps
         pr=None,
         level=int(entry.level),
         device=entry.device,
+        event_type="nightly",  # PyTorch's HUD name for a run no PR dispatched
     )
     return _record(row, report, deps)
 
@@ -287,4 +302,9 @@ def _next_record(row: LedgerRow, report: Report, current: JobRecord | None, fing
         completed_at=now if completed else None,
         callback_payload=_stored_payload(report.raw),
         version=(current.version + 1) if current else 1,
+        # The first id recorded for the attempt stays, so the HUD keeps one row per job attempt.
+        check_run_id=(current.check_run_id if current else "")
+        or report.check_run_id
+        or derived_check_run_id(report.run_id, report.run_attempt),
+        reported_started_at=(current.reported_started_at if current else "") or report.started_at or "",
     )

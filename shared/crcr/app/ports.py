@@ -86,6 +86,7 @@ class LedgerRow:
     pr: int | None = None
     level: int | None = None
     device: str | None = None
+    event_type: str | None = None  # the upstream event dispatched: pull_request or push
 
 
 class Ledger(Protocol):
@@ -199,6 +200,11 @@ class JobRecord:
     completed_at: float | None
     callback_payload: str  # the body as the downstream sent it (untrusted), JSON text
     version: int = 0
+    event_type: str = ""  # pull_request, push, or nightly (a scheduled run); from the ledger
+    # Unique per job attempt (PyTorch's HUD keys its rows with it): the downstream's job.check_run_id
+    # when it sent one, else derived from the attempt; the first one recorded stays.
+    check_run_id: str = ""
+    reported_started_at: str = ""  # the downstream's start time, once any report of the attempt gave it
 
     @classmethod
     def of_dispatch(cls, row: LedgerRow, now: float, **job: Any) -> JobRecord:
@@ -214,6 +220,7 @@ class JobRecord:
             pr=row.pr,
             device=row.device,
             dispatched_at=row.dispatched_at or now,
+            event_type=row.event_type or "",
             **job,
         )
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from crcr.app.checks import job_message
+from crcr.app.hud import envelope
 from crcr.app.ports import ChecksQueue, DeadLetters, Hud, HudRejected, HudUnavailable, JobRecord, Metrics
 
 
@@ -30,30 +29,6 @@ def changed(old: JobRecord | None, new: JobRecord) -> bool:
     return old is None or (old.state, old.conclusion, old.fingerprint) != (new.state, new.conclusion, new.fingerprint)
 
 
-def _seconds(start: float | None, end: float | None) -> float | None:
-    return round(end - start, 3) if start is not None and end is not None else None
-
-
-def hud_envelope(job: JobRecord) -> dict[str, Any]:
-    """PyTorch's HUD shape: relay-established facts in `trusted`, the downstream's own words in `untrusted`."""
-    return {
-        "trusted": {
-            "verified_repo": job.repo,
-            "downstream_repo_level": f"L{job.level}",
-            "ci_metrics": {
-                "queue_time": _seconds(job.dispatched_at, job.started_at),
-                "execution_time": _seconds(job.started_at, job.completed_at),
-            },
-            "pr_number": job.pr,
-            "head_sha": job.head_sha,
-            "delivery_id": job.delivery_id,
-            "upstream_repo": job.upstream,
-            "state": job.state,
-        },
-        "untrusted": {"callback_payload": json.loads(job.callback_payload)},
-    }
-
-
 def report_change(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> None:
     """Push the change to the HUD and ask the check-run writer to look at the job. Raise when it should
     be retried later (the stream then retries this record); 4xx are dead-lettered with the reason."""
@@ -63,13 +38,13 @@ def report_change(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> No
         deps.checks.send_checks([message])
     if deps.hud is None:
         return
-    envelope = hud_envelope(new)
+    push = envelope(new)
     for attempt in range(deps.attempts):
         try:
-            deps.hud.push(envelope)
+            deps.hud.push(push)
         except HudRejected as exc:
             deps.metrics.count("HudRejected")
-            deps.dead_letters.send(envelope, f"HUD rejected the push: {exc}")
+            deps.dead_letters.send(push, f"HUD rejected the push: {exc}")
             return
         except HudUnavailable:
             deps.metrics.count("HudRetried")

@@ -2,12 +2,46 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 Conclusion = Literal["success", "failure", "cancelled", "skipped", "timed_out", "neutral", "action_required"]
 Status = Literal["in_progress", "completed"]
+
+
+def _timestamp(value: str | None) -> str | None:
+    """ISO 8601, normalised to UTC with a Z; a time without a zone is UTC. Empty means not given."""
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise ValueError("must be an ISO 8601 date and time, e.g. 2026-01-31T12:00:00Z") from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _check_run_id(value: Any) -> Any:
+    """GitHub's job.check_run_id is a number; other CI systems have string ids. Kept as text."""
+    if isinstance(value, bool):
+        raise ValueError("must be a number or an id string")
+    if isinstance(value, int):
+        if not 0 < value < 2**63:
+            raise ValueError("must be a positive 64-bit number")
+        return str(value)
+    return value
+
+
+Timestamp = Annotated[str | None, Field(default=None, max_length=40), AfterValidator(_timestamp)]
+# PyTorch's HUD keys rows with it between slashes: no slash, nothing exotic, short.
+CheckRunId = Annotated[
+    str | None,
+    BeforeValidator(_check_run_id),
+    Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"),
+]
 
 
 class TestResults(BaseModel):
@@ -42,8 +76,9 @@ class _OurReport(_Report):
     run_id: int = Field(gt=0)
     run_attempt: int = Field(ge=1)
     url: str = Field(min_length=1, max_length=1000)
-    started_at: str | None = Field(default=None, max_length=40)
-    completed_at: str | None = Field(default=None, max_length=40)
+    started_at: Timestamp = None
+    completed_at: Timestamp = None
+    check_run_id: CheckRunId = None
     test_results: TestResults | None = None
     artifact_url: str | None = Field(default=None, max_length=1000)
     summary: str | None = Field(default=None, max_length=65_535)
@@ -66,8 +101,9 @@ class PyTorchWorkflow(_Report):
     run_id: int = Field(gt=0)  # PyTorch's action sends it as a string of digits
     run_attempt: int = Field(default=1, ge=1)
     url: str = Field(min_length=1, max_length=1000)
-    started_at: str | None = Field(default=None, max_length=40)
-    completed_at: str | None = Field(default=None, max_length=40)
+    started_at: Timestamp = None
+    completed_at: Timestamp = None
+    check_run_id: CheckRunId = None
     test_results: TestResults | None = None
     artifact_url: str | None = Field(default=None, max_length=1000)
     summary: str | None = Field(default=None, max_length=65_535)

@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 from crcr.local.sandbox import SandboxGitHub, SandboxWorkflows
 from crcr.local.sandbox_oidc import SandboxOidc
 from crcr.local.template import FunctionDecl, Resolver, StreamSource, functions_of, load_template, resources_of
+from crcr.local.torchci import TorchciHud
 
 Handler = Callable[..., Any]
 REGION = "us-east-1"
@@ -40,6 +41,29 @@ ACCOUNT = "123456789012"
 SANDBOX_PREFIX = "/_sandbox/github"
 SANDBOX_APP_ID = "424242"
 SANDBOX_OIDC_PREFIX = "/_sandbox/oidc"
+SANDBOX_HUD_PATH = "/_sandbox/hud/api/crcr/results"
+# What an operator command needs to reach this stack (the ready line's `env`); never secrets.
+OPERATOR_ENV_KEYS = (
+    "AWS_ENDPOINT_URL",
+    "AWS_DEFAULT_REGION",
+    "AWS_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+)
+OPERATOR_CRCR_KEYS = (
+    "CRCR_UPSTREAM_REPO",
+    "CRCR_ALLOWLIST",
+    "CRCR_STATE_TABLE",
+    "CRCR_RESULTS_TABLE",
+    "CRCR_EVENTS_QUEUE_URL",
+    "CRCR_DISPATCH_QUEUE_URL",
+    "CRCR_DISPATCH_DLQ_URL",
+    "CRCR_REPORTER_DLQ_URL",
+    "CRCR_CHECKS_QUEUE_URL",
+    "CRCR_CHECKS_DLQ_URL",
+    "CRCR_BODIES_BUCKET",
+    "CRCR_HUD_BUCKET",
+)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -113,6 +137,7 @@ class LocalStack:
         self.sandbox: SandboxGitHub | None = None
         self.sandbox_oidc: SandboxOidc | None = None
         self.workflows: SandboxWorkflows | None = None
+        self.sandbox_hud: TorchciHud | None = None
         self.secrets: dict[str, str] = {}
         self.queue_urls: dict[str, str] = {}
         self.stream_arns: dict[str, str] = {}
@@ -503,6 +528,9 @@ class LocalStack:
             if suffix in docs:
                 return 200, json.dumps(docs[suffix]()).encode(), {"content-type": "application/json"}
             return 404, b'{"error":"not_found"}', {"content-type": "application/json"}
+        if path == SANDBOX_HUD_PATH and self.sandbox_hud is not None:
+            status, answer = self.sandbox_hud.handle(method, headers, body)
+            return status, json.dumps(answer).encode(), {"content-type": "application/json"}
         if path == "/_crcr/status":
             return 200, json.dumps(self.status()).encode(), {"content-type": "application/json"}
         fn = self.routes.get((method, path))
@@ -528,6 +556,11 @@ class LocalStack:
         data = base64.b64decode(out) if result.get("isBase64Encoded") else str(out).encode()
         return int(result.get("statusCode", 200)), data, dict(result.get("headers") or {})
 
+    def operator_env(self) -> dict[str, str]:
+        """The variables with which `crcr dlq`, `crcr hud export` and `crcr health` reach this stack."""
+        env = {k: os.environ[k] for k in OPERATOR_ENV_KEYS if os.environ.get(k)}
+        return env | {k: self.function_env[k] for k in OPERATOR_CRCR_KEYS if self.function_env.get(k)}
+
     def status(self) -> dict[str, Any]:
         from crcr.adapters.observability import TOTALS  # noqa: PLC0415
 
@@ -538,6 +571,7 @@ class LocalStack:
             "queues": dict(self.queue_urls),
             "dispatches": self.sandbox.dispatches if self.sandbox else None,
             "sandbox_callbacks": self.workflows.replies if self.workflows else None,
+            "sandbox_hud_rows": len(self.sandbox_hud.table) if self.sandbox_hud else None,
         }
 
     # -- lifecycle --------------------------------------------------------------------------------------
@@ -560,6 +594,11 @@ class LocalStack:
                 self.env["CRCR_OIDC_AUDIENCE"] = audience
                 self.workflows = SandboxWorkflows(self.sandbox_oidc.token, audience)
                 self.sandbox.on_dispatch = self.workflows.start
+            if not self.env.get("CRCR_HUD_URL"):
+                # Pushes go to a port of PyTorch's HUD endpoint, which judges them as PyTorch's would.
+                self.sandbox_hud = TorchciHud(self.env.get("CRCR_HUD_TOKEN") or secrets.token_hex(16))
+                self.env["CRCR_HUD_URL"] = self.url + SANDBOX_HUD_PATH
+                self.env["CRCR_HUD_TOKEN"] = self.sandbox_hud.token
         resolver = self._create_resources()
         self._configure_functions(resolver)
         self._serve()

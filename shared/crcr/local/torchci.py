@@ -1,0 +1,233 @@
+"""A port of PyTorch's HUD endpoint for relay results (torchci `POST /api/crcr/results`), to judge pushes.
+
+Ported line by line from `torchci/pages/api/crcr/results.ts` and `torchci/lib/crcr/crcrUtils.ts`
+(`extractDynamoRecord`, `writeToDynamo`) including JavaScript's semantics where they decide the answer:
+reading a property of `undefined` is a TypeError (500), `!x` is falsy-ness, `??` skips only
+null/undefined, a template literal prints `undefined`, and UpdateItem sets only defined fields. The
+table is a dict keyed like `torchci-oot-workflow-job`, with DynamoDB's own limits on key and item size.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from typing import Any
+
+MAX_PAYLOAD_BYTES = 2 * 1024 * 1024
+DYNAMO_MAX_PARTITION_KEY_BYTES = 2048
+DYNAMO_MAX_ITEM_BYTES = 400 * 1024
+API_TOKEN_HEADER = "x-hud-internal-bot"  # noqa: S105 - a header name, not a secret
+
+
+class _Undefined:
+    def __repr__(self) -> str:
+        return "undefined"
+
+
+UNDEFINED: Any = _Undefined()
+
+
+class JsTypeError(Exception):
+    """`Cannot read properties of undefined`: the handler's catch-all answers 500."""
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _get(obj: Any, key: str) -> Any:
+    """`obj.key`: TypeError on undefined/null, undefined for a missing key."""
+    if obj is UNDEFINED or obj is None:
+        raise JsTypeError(f"Cannot read properties of {'undefined' if obj is UNDEFINED else 'null'} (reading '{key}')")
+    if isinstance(obj, dict):
+        return obj.get(key, UNDEFINED)
+    return UNDEFINED  # a property a string or number does not have
+
+
+def _opt(obj: Any, key: str) -> Any:
+    """`obj?.key`"""
+    return UNDEFINED if obj is UNDEFINED or obj is None else _get(obj, key)
+
+
+def _nullish(value: Any) -> bool:
+    return value is UNDEFINED or value is None
+
+
+def _coalesce(*values: Any) -> Any:
+    """`a ?? b ?? c`"""
+    for value in values[:-1]:
+        if not _nullish(value):
+            return value
+    return values[-1]
+
+
+def _truthy(value: Any) -> bool:
+    if _nullish(value) or value is False:
+        return False
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value != 0 and not math.isnan(value)
+    if isinstance(value, str):
+        return value != ""
+    return True  # objects and arrays, even empty
+
+
+def js_string(value: Any) -> str:
+    """`String(value)` / a template literal."""
+    if value is UNDEFINED:
+        return "undefined"
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if value.is_integer() and abs(value) < 1e21:
+            return str(int(value))
+        return repr(value)
+    if isinstance(value, int | str):
+        return str(value)
+    if isinstance(value, list):
+        return ",".join("" if _nullish(v) else js_string(v) for v in value)
+    return "[object Object]"
+
+
+def _js_number(value: Any) -> float:
+    """`Number(value)`"""
+    if value is None or value is False:
+        return 0.0
+    if value is True:
+        return 1.0
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text == "":
+            return 0.0
+        try:
+            return float(text)
+        except ValueError:
+            return math.nan
+    return math.nan
+
+
+def _is_number(value: Any) -> bool:
+    """`typeof value === "number"`"""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def extract_dynamo_record(payload: Any) -> dict[str, Any]:
+    trusted, untrusted = _get(payload, "trusted"), _get(payload, "untrusted")
+    cb = _get(untrusted, "callback_payload")
+    wf = _get(cb, "workflow")
+    pr = _opt(_opt(cb, "payload"), "pull_request")
+    upstream_repo = _coalesce(_opt(_opt(_opt(cb, "payload"), "repository"), "full_name"), "pytorch/pytorch")
+
+    if not _truthy(_get(wf, "job_name")):
+        raise ApiError(400, "Missing required field: workflow.job_name")
+    if _nullish(_get(wf, "check_run_id")):
+        raise ApiError(400, "Missing required field: workflow.check_run_id")
+    job_name = _get(wf, "job_name")
+    check_run_id = js_string(_get(wf, "check_run_id"))
+    attempt = _js_number(_coalesce(_get(wf, "run_attempt"), 1))
+    run_attempt = attempt if _truthy(attempt) else 1
+    dynamo_key = "/".join(
+        js_string(v)
+        for v in (_get(trusted, "verified_repo"), _get(cb, "delivery_id"), _get(wf, "name"), job_name, check_run_id)
+    )
+    record: dict[str, Any] = {
+        "dynamoKey": dynamo_key,
+        "status": _get(wf, "status"),
+        "downstream_repo": _get(trusted, "verified_repo"),
+        "upstream_repo": upstream_repo,
+        "pr_number": _coalesce(_opt(pr, "number"), 0),
+        "pytorch_head_sha": _coalesce(
+            _opt(_opt(pr, "head"), "sha"), _opt(_opt(cb, "payload"), "head_sha"), _get(cb, "delivery_id"), ""
+        ),
+        "delivery_id": _get(cb, "delivery_id"),
+        "workflow_run_url": _coalesce(_get(wf, "url"), ""),
+        "workflow_name": _get(wf, "name"),
+        "job_name": job_name,
+        "check_run_id": check_run_id,
+        "run_id": _coalesce(_get(wf, "run_id"), ""),
+        "run_attempt": int(run_attempt) if float(run_attempt).is_integer() else run_attempt,
+    }
+    if _truthy(_get(trusted, "downstream_repo_level")):
+        record["downstream_repo_level"] = _get(trusted, "downstream_repo_level")
+    if _truthy(_get(cb, "event_type")):
+        record["event_type"] = _get(cb, "event_type")
+    metrics = _get(trusted, "ci_metrics")
+    if not _nullish(_opt(metrics, "queue_time")):
+        record["queue_time"] = _get(metrics, "queue_time")
+    if not _nullish(_opt(metrics, "execution_time")):
+        record["execution_time"] = _get(metrics, "execution_time")
+    if _truthy(_get(wf, "started_at")):
+        record["started_at"] = _get(wf, "started_at")
+    if _truthy(_get(wf, "artifact_url")):
+        record["artifact_url"] = _get(wf, "artifact_url")
+    if _get(wf, "status") == "completed":
+        record["conclusion"] = _coalesce(_get(wf, "conclusion"), UNDEFINED)
+        if _truthy(_get(wf, "completed_at")):
+            record["completed_at"] = _get(wf, "completed_at")
+        tr = _get(wf, "test_results")
+        if _truthy(tr):
+            for key, column in (("passed", "passed_tests"), ("failed", "failed_tests"), ("skipped", "skipped_tests")):
+                if _is_number(_get(tr, key)):
+                    record[column] = _get(tr, key)
+            total = _get(tr, "total")
+            record["total_tests"] = (
+                total
+                if _is_number(total)
+                else sum(_js_number(_coalesce(_get(tr, k), 0)) for k in ("passed", "failed", "skipped"))
+            )
+    return record
+
+
+class TorchciHud:
+    """The endpoint and its table. `handle` answers as the Next.js route would."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self.table: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def write_to_dynamo(self, record: dict[str, Any]) -> None:
+        """UpdateItem SET of every defined field but the key, creating the item when absent."""
+        key = record["dynamoKey"]
+        if not isinstance(key, str) or not key or len(key.encode()) > DYNAMO_MAX_PARTITION_KEY_BYTES:
+            raise JsTypeError("ValidationException: the partition key is empty or longer than 2048 bytes")
+        with self._lock:
+            item = dict(self.table.get(key) or {"dynamoKey": key})
+            item.update({k: v for k, v in record.items() if k != "dynamoKey" and v is not UNDEFINED})
+            if len(json.dumps(item).encode()) > DYNAMO_MAX_ITEM_BYTES:
+                raise JsTypeError("ValidationException: Item size has exceeded the maximum allowed size")
+            self.table[key] = item
+
+    def handle(self, method: str, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, Any]]:
+        if method != "POST":
+            return 405, {"error": "Method not allowed"}
+        lowered = {k.lower(): v for k, v in headers.items()}
+        token = lowered.get(API_TOKEN_HEADER)
+        if not token or token != self.token:
+            return 401, {"error": "Unauthorized"}
+        if len(body) > MAX_PAYLOAD_BYTES:  # Next's bodyParser sizeLimit, then validatePayloadSize
+            return 413, {"error": "Payload exceeds 2MB limit"}
+        try:
+            doc = json.loads(body, parse_constant=_not_json)  # JSON.parse knows no NaN or Infinity
+        except ValueError:
+            return 400, {"error": "Invalid JSON"}
+        try:
+            record = extract_dynamo_record(doc)
+            self.write_to_dynamo(record)
+        except ApiError as exc:
+            return exc.status, {"error": str(exc)}
+        except JsTypeError:
+            return 500, {"error": "Internal error writing to DynamoDB"}
+        return 200, {"ok": True, "status": js_string(record["status"]), "dynamoKey": record["dynamoKey"]}
