@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from crcr.adapters.allowlist_source import CachedAllowlist
     from crcr.adapters.github import GitHubApp
     from crcr.adapters.results import DynamoResults
+    from crcr.adapters.s3 import S3HudDocs
     from crcr.adapters.sqs import SqsChecksQueue
     from crcr.app.callback import CallbackDeps
     from crcr.app.checks import CheckDeps
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from crcr.app.plan import PlannerDeps
     from crcr.app.report import ReportDeps
     from crcr.app.rerun import RerunDeps
+    from crcr.app.summaries import SummaryDeps
     from crcr.app.sweep import SweepDeps
 
 # Adapters are imported inside each builder: a function pays at cold start only for the libraries it
@@ -254,12 +256,38 @@ def build_report_deps(settings: Settings) -> ReportDeps:
 
     settings.require("reporter_dlq_url")
     hud = HudClient(settings.hud_url, settings.secret("hud_token")) if settings.hud_url else None
+    metrics = PowertoolsMetrics()
     return ReportDeps(
         hud=hud,
         dead_letters=SqsDeadLetters(aws_client("sqs"), str(settings.reporter_dlq_url)),
-        metrics=PowertoolsMetrics(),
+        metrics=metrics,
         checks=_checks_queue(settings),
+        summaries=_summaries(settings, metrics),
     )
+
+
+def _summaries(settings: Settings, metrics: PowertoolsMetrics) -> SummaryDeps | None:
+    """The HUD pages' documents, when the stack has a HUD bucket."""
+    if not settings.hud_bucket:
+        return None
+    from crcr.adapters.s3 import S3HudDocs  # noqa: PLC0415
+    from crcr.app.summaries import SummaryDeps  # noqa: PLC0415
+
+    return SummaryDeps(
+        docs=S3HudDocs(aws_client("s3"), settings.hud_bucket),
+        metrics=metrics,
+        clock=SystemClock(),
+        health_refresh_s=settings.health_refresh_s,
+    )
+
+
+def build_hud_reader(settings: Settings) -> S3HudDocs | None:
+    """The HUD pages' documents, read-only; None (every page empty) when the stack has no HUD bucket."""
+    if not settings.hud_bucket:
+        return None
+    from crcr.adapters.s3 import S3HudDocs  # noqa: PLC0415
+
+    return S3HudDocs(aws_client("s3"), settings.hud_bucket)
 
 
 def build_sweep_deps(settings: Settings) -> SweepDeps:

@@ -47,10 +47,13 @@ class Settings(BaseModel):
     reporter_dlq_url: str | None = None
     checks_queue_url: str | None = None
     checks_dlq_url: str | None = None
+    hud_bucket: str | None = None  # the HUD pages' documents (written by the reporter, served under /hud/)
     # A repository's check run completes once all its jobs finished and nothing changed for this long
     # (jobs of a workflow can run one after another; the next one reports only when it starts).
     check_settle_s: int = 60
     callback_rate_per_min: int = 600
+    # A repository page's health figures are recomputed from the results table at most this often.
+    health_refresh_s: float = 300.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -122,6 +122,9 @@ class Step:
         return self.stdout + self.stderr
 
 
+CHECK_RUN_ID = 51725241954  # what GitHub would put in job.check_run_id for the running job
+
+
 def resolve_inputs(inputs: dict[str, str], context: dict[str, str]) -> dict[str, str]:
     """Each input's value as the runner computes it: given, else action.yml's default (expressions from `context`)."""
     action = yaml.safe_load((ACTION_DIR / "action.yml").read_text())
@@ -145,12 +148,15 @@ def run_step(tmp_path: Path, endpoint: TokenEndpoint, client_payload: dict[str, 
         "${{ toJSON(github.event.client_payload) }}": json.dumps(client_payload, indent=2),
         "${{ github.workflow }}": WORKFLOW,
         "${{ github.job }}": "report",
+        "${{ job.check_run_id }}": str(CHECK_RUN_ID),
     }
     values = resolve_inputs(inputs, context)
     step_env: dict[str, str] = {}
     for name, expression in step["env"].items():
-        input_name = expression.removeprefix("${{ inputs.").removesuffix(" }}")
-        step_env[name] = values[input_name]
+        if expression.startswith("${{ inputs."):
+            step_env[name] = values[expression.removeprefix("${{ inputs.").removesuffix(" }}")]
+        else:
+            step_env[name] = context[expression]
     outputs = tmp_path / f"github_output-{uuid.uuid4().hex}"
     outputs.write_text("")
     script = tmp_path / f"step-{uuid.uuid4().hex}.sh"
@@ -280,6 +286,8 @@ def test_the_action_reports_a_job_and_the_relay_records_it(downstream: Downstrea
     assert (job["delivery_id"], job["head_sha"], job["pr"]) == (d.delivery, d.head_sha, str(d.pr))
     assert (job["run_id"], job["run_attempt"], job["job_name"]) == (str(RUN_ID), str(RUN_ATTEMPT), JOB)
     assert job["workflow_name"] == WORKFLOW
+    # A reporting job names another job, so it sends no check-run id of its own: one per attempt is derived.
+    assert job["check_run_id"] == f"crcr-{RUN_ID}-{RUN_ATTEMPT}"
     assert job["url"] == f"https://github.com/{L2}/actions/runs/{RUN_ID}"
     assert float(job["started_at"]) <= float(job["completed_at"])
     sent = json.loads(job["callback_payload"])  # what the action sent, kept verbatim less its ticket

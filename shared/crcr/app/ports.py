@@ -334,3 +334,21 @@ class Reruns(Protocol):
     def suite_check_runs(self, upstream: str, suite_id: int) -> list[tuple[int, str, str | None]]:
         """(check run id, name, external_id) of every check run in an upstream check suite."""
         ...
+
+
+class HudDocs(Protocol):
+    """JSON documents the HUD pages read, written with optimistic concurrency."""
+
+    def get(self, key: str) -> tuple[dict[str, Any] | None, str | None]:
+        """The document and its version tag; (None, None) when there is none."""
+        ...
+
+    def put(self, key: str, doc: dict[str, Any], tag: str | None) -> bool:
+        """Write if the document is still at `tag` (None: only if it does not exist); False otherwise."""
+        ...
+
+
+class HudDocReader(Protocol):
+    def read(self, key: str) -> bytes | None:
+        """A document's bytes as stored, or None when there is none."""
+        ...

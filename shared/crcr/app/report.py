@@ -1,4 +1,5 @@
-"""Reporter use case: each recorded job change is pushed to the HUD once, as PyTorch's HUD expects it."""
+"""Reporter use case: each recorded job change updates the HUD pages' documents and is pushed to PyTorch's HUD
+once, in the shape it expects."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from crcr.app.checks import job_message
 from crcr.app.hud import envelope
 from crcr.app.ports import ChecksQueue, DeadLetters, Hud, HudRejected, HudUnavailable, JobRecord, Metrics
+from crcr.app.summaries import SummaryDeps, update_summaries
 
 
 @dataclass(frozen=True)
@@ -18,6 +20,7 @@ class ReportDeps:
     dead_letters: DeadLetters
     metrics: Metrics
     checks: ChecksQueue | None = None  # check runs are written by the check-run writer, paced
+    summaries: SummaryDeps | None = None  # the HUD pages' documents
     attempts: int = 3  # in this invocation; then the stream retries the record, then its DLQ
     base_delay_s: float = 0.5
     sleep: Callable[[float], None] = time.sleep
@@ -36,6 +39,8 @@ def report_change(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> No
         return
     if deps.checks is not None and (message := job_message(new)) is not None:
         deps.checks.send_checks([message])
+    if deps.summaries is not None:
+        update_summaries(new, deps.summaries)  # idempotent: a retried record rewrites nothing
     if deps.hud is None:
         return
     push = envelope(new)

@@ -533,13 +533,15 @@ class LocalStack:
             return status, json.dumps(answer).encode(), {"content-type": "application/json"}
         if path == "/_crcr/status":
             return 200, json.dumps(self.status()).encode(), {"content-type": "application/json"}
-        fn = self.routes.get((method, path))
-        if fn is None:
+        matched = self._match_route(method, path)
+        if matched is None:
             return 404, b'{"error":"not_found"}', {"content-type": "application/json"}
+        fn, route_key, params = matched
         event = {
             "version": "2.0",
-            "routeKey": f"{method} {path}",
+            "routeKey": f"{method} {route_key}",
             "rawPath": path,
+            "pathParameters": params,
             "rawQueryString": query,
             "headers": {k.lower(): v for k, v in headers.items()},
             "requestContext": {
@@ -560,6 +562,22 @@ class LocalStack:
         """The variables with which `crcr dlq`, `crcr hud export` and `crcr health` reach this stack."""
         env = {k: os.environ[k] for k in OPERATOR_ENV_KEYS if os.environ.get(k)}
         return env | {k: self.function_env[k] for k in OPERATOR_CRCR_KEYS if self.function_env.get(k)}
+
+    def _match_route(self, method: str, path: str) -> tuple[FunctionDecl, str, dict[str, str]] | None:
+        """API Gateway's matching: an exact route first (HTTP APIs route `/x/` to `GET /x` as well), then a
+        greedy `{name+}` one (longest prefix; it never matches an empty rest)."""
+        for exact in (path, path.rstrip("/")):
+            if (method, exact) in self.routes:
+                return self.routes[(method, exact)], exact, {}
+        best: tuple[FunctionDecl, str, dict[str, str]] | None = None
+        for (m, route), fn in self.routes.items():
+            prefix, brace, rest = route.partition("{")
+            if m != method or not brace or not rest.endswith("+}") or not path.startswith(prefix):
+                continue
+            value = path[len(prefix) :]
+            if value and (best is None or len(prefix) > len(best[1].partition("{")[0])):
+                best = (fn, route, {rest[:-2]: value})
+        return best
 
     def status(self) -> dict[str, Any]:
         from crcr.adapters.observability import TOTALS  # noqa: PLC0415

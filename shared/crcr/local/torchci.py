@@ -196,6 +196,7 @@ class TorchciHud:
     def __init__(self, token: str) -> None:
         self.token = token
         self.table: dict[str, dict[str, Any]] = {}
+        self.answers: list[int] = []  # the status of every push, in order
         self._lock = threading.Lock()
 
     def write_to_dynamo(self, record: dict[str, Any]) -> None:
@@ -211,6 +212,12 @@ class TorchciHud:
             self.table[key] = item
 
     def handle(self, method: str, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, Any]]:
+        status, reply = self._handle(method, headers, body)
+        with self._lock:
+            self.answers.append(status)
+        return status, reply
+
+    def _handle(self, method: str, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, Any]]:
         if method != "POST":
             return 405, {"error": "Method not allowed"}
         lowered = {k.lower(): v for k, v in headers.items()}

@@ -1,0 +1,52 @@
+"""HUD pages: which file or document answers a GET under /hud/ (HudFunction; `crcr local` serves the same)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from crcr.app.ports import HudDocReader
+
+# Pages are one HTML shell; its script reads the path and fetches the documents it needs.
+PAGE = re.compile(r"^/hud/(commit/[0-9a-f]{40}|pr/[1-9][0-9]{0,9}|repo/[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100})?$")
+DOC = re.compile(
+    r"^/hud/data/(index|commit/[0-9a-f]{40}|pr/[1-9][0-9]{0,9}|repo/[a-z0-9_.-]{1,100}/[a-z0-9_.-]{1,100})\.json$"
+)
+ASSET = re.compile(r"^/hud/static/([a-z0-9-]+\.(?:css|js|svg))$")
+TYPES = {"html": "text/html; charset=utf-8", "css": "text/css; charset=utf-8", "js": "text/javascript; charset=utf-8"}
+TYPES |= {"json": "application/json", "svg": "image/svg+xml"}
+# Everything the pages show from downstreams is untrusted text: no inline script, no third-party origin.
+SECURITY = {
+    "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+}
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _answer(status: int, body: bytes, kind: str, cache: str) -> Answer:
+    return Answer(status, body, {"content-type": TYPES[kind], "cache-control": cache} | SECURITY)
+
+
+def serve(path: str, docs: HudDocReader | None, assets: dict[str, bytes]) -> Answer:
+    if path == "/hud":
+        return Answer(308, b"", {"location": "/hud/"} | SECURITY)
+    if PAGE.match(path):
+        return _answer(200, assets["index.html"], "html", "no-cache")
+    if match := ASSET.match(path):
+        name = match.group(1)
+        if name in assets:
+            return _answer(200, assets[name], name.rsplit(".", 1)[1], "public, max-age=300")
+    elif match := DOC.match(path):
+        body = docs.read(f"{match.group(1)}.json") if docs is not None else None
+        if body is not None:
+            return _answer(200, body, "json", "no-cache")
+        return _answer(404, b'{"error":"not_found","message":"nothing recorded here yet"}', "json", "no-cache")
+    return _answer(404, b'{"error":"not_found","message":"no such HUD page"}', "json", "no-cache")

@@ -1,0 +1,227 @@
+"""The HUD pages' documents: merged per change, never regressed by a retried or overtaken record, and
+written only when they change, with optimistic concurrency."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from crcr.app.hud import NO_JOB_NAME, envelope, row
+from crcr.app.pages import serve
+from crcr.app.ports import JobRecord
+from crcr.app.summaries import INDEX_COMMITS, SummaryConflict, SummaryDeps, update_summaries
+from tests.unit.fakes import FakeClock, RecordingMetrics
+
+
+class FakeDocs:
+    """Documents with a version tag; `interfere` plays another reporter writing between our read and write."""
+
+    def __init__(self) -> None:
+        self.docs: dict[str, tuple[dict[str, Any], int]] = {}
+        self.gets: list[str] = []
+        self.puts: list[str] = []
+        self.interfere: dict[str, Any] = {}
+
+    def get(self, key: str) -> tuple[dict[str, Any] | None, str | None]:
+        self.gets.append(key)
+        if key not in self.docs:
+            return None, None
+        doc, version = self.docs[key]
+        return copy.deepcopy(doc), str(version)
+
+    def put(self, key: str, doc: dict[str, Any], tag: str | None) -> bool:
+        if key in self.interfere:
+            self.interfere.pop(key)(self)
+        current = self.docs.get(key)
+        if (current is None and tag is not None) or (current is not None and tag != str(current[1])):
+            return False
+        self.puts.append(key)
+        self.docs[key] = (json.loads(json.dumps(doc)), (current[1] + 1) if current else 1)
+        return True
+
+    def read(self, key: str) -> bytes | None:
+        return json.dumps(self.docs[key][0]).encode() if key in self.docs else None
+
+    def doc(self, key: str) -> dict[str, Any]:
+        return self.docs[key][0]
+
+
+SHA = "a" * 40
+
+
+def job(
+    state: str = "completed",
+    conclusion: str | None = "success",
+    *,
+    repo: str = "org/backend",
+    name: str = "build",
+    attempt: int = 1,
+    version: int = 2,
+    sha: str = SHA,
+    pr: int | None = 5,
+    dispatched_at: float = 100.0,
+    delivery: str = "d1",
+    level: int = 4,
+) -> JobRecord:
+    tests = {"passed": 9, "failed": 1, "skipped": 0, "total": 10}
+    return JobRecord(
+        dispatch_id=f"dsp-{delivery}-{repo}", run_id=7, run_attempt=attempt, job_name=name, workflow_name="CI",
+        state=state, conclusion=conclusion if state == "completed" else None, fingerprint=f"{state}{version}",
+        url="https://github.com/org/backend/actions/runs/7", repo=repo, repo_id=1, level=level, delivery_id=delivery,
+        upstream="pytorch/pytorch", head_sha=sha, pr=pr, device=None, dispatched_at=dispatched_at,
+        started_at=dispatched_at + 10, completed_at=dispatched_at + 50 if state != "in_progress" else None,
+        callback_payload=json.dumps({"status": state, "test_results": tests}), version=version,
+        event_type="pull_request" if pr else "push",
+    )  # fmt: skip
+
+
+@pytest.fixture
+def docs() -> FakeDocs:
+    return FakeDocs()
+
+
+@pytest.fixture
+def deps(docs: FakeDocs) -> SummaryDeps:
+    return SummaryDeps(docs=docs, metrics=RecordingMetrics(), clock=FakeClock(1000.0))
+
+
+def test_a_job_appears_on_its_commit_pr_overview_and_repository_pages(docs: FakeDocs, deps: SummaryDeps) -> None:
+    update_summaries(job("in_progress", version=1), deps)
+    update_summaries(job("completed", "failure"), deps)
+
+    [entry] = docs.doc(f"commit/{SHA}.json")["jobs"].values()
+    assert (entry["state"], entry["attempt"], entry["queue_s"], entry["run_s"]) == ("failure", 1, 10.0, 40.0)
+    assert entry["tests"] == {"passed": 9, "failed": 1, "skipped": 0, "total": 10}
+    [commit] = docs.doc("index.json")["commits"]
+    assert (commit["sha"], commit["pr"]) == (SHA, 5)
+    assert commit["repos"]["org/backend"] == {
+        "state": "failure", "level": 4, "jobs": 1, "passed": 0, "failed": 1, "running": 0,
+    }  # fmt: skip
+    assert docs.doc("index.json")["repos"] == [{"repo": "org/backend", "level": 4}]
+    assert docs.doc("pr/5.json")["commits"][0]["repos"] == commit["repos"]
+    [history] = docs.doc("repo/org/backend.json")["history"]
+    assert history["state"] == "failure" and history["head_sha"] == SHA
+
+
+def test_a_retried_or_overtaken_record_rewrites_nothing(docs: FakeDocs, deps: SummaryDeps) -> None:
+    update_summaries(job("completed", "failure", version=2), deps)
+    writes = list(docs.puts)
+    update_summaries(job("completed", "failure", version=2), deps)  # the stream retried the record
+    update_summaries(job("in_progress", version=1), deps)  # an older change arriving late (another shard)
+    assert docs.puts == writes
+    [entry] = docs.doc(f"commit/{SHA}.json")["jobs"].values()
+    assert entry["state"] == "failure"
+
+
+def test_push_events_have_no_pr_page(docs: FakeDocs, deps: SummaryDeps) -> None:
+    update_summaries(job(pr=None), deps)
+    assert not any(key.startswith("pr/") for key in docs.docs)
+    assert docs.doc("index.json")["commits"][0]["event_type"] == "push"
+
+
+def test_a_concurrent_writer_is_merged_not_overwritten(docs: FakeDocs, deps: SummaryDeps) -> None:
+    other = job(repo="org/other", delivery="d1")
+    # Between our read of the commit and our write, another reporter records another repository's job.
+    docs.interfere[f"commit/{SHA}.json"] = lambda d: update_summaries(other, replace(deps, docs=d))
+    update_summaries(job(), deps)
+    assert {e["repo"] for e in docs.doc(f"commit/{SHA}.json")["jobs"].values()} == {"org/backend", "org/other"}
+    assert set(docs.doc("index.json")["commits"][0]["repos"]) == {"org/backend", "org/other"}
+    assert deps.metrics.counts["HudSummaryConflict"] >= 1  # type: ignore[attr-defined]
+
+
+def test_a_document_that_keeps_changing_is_left_to_the_stream_to_retry(docs: FakeDocs, deps: SummaryDeps) -> None:
+    class Busy(FakeDocs):
+        def put(self, key: str, doc: dict[str, Any], tag: str | None) -> bool:
+            return False
+
+    with pytest.raises(SummaryConflict):
+        update_summaries(job(), replace(deps, docs=Busy()))
+
+
+def test_cells_show_the_newest_attempt_and_the_worst_job(docs: FakeDocs, deps: SummaryDeps) -> None:
+    update_summaries(job("completed", "failure", name="build", attempt=1), deps)
+    update_summaries(job("completed", "success", name="test"), deps)
+    cell = docs.doc("index.json")["commits"][0]["repos"]["org/backend"]
+    assert (cell["state"], cell["jobs"], cell["failed"]) == ("failure", 2, 1)
+    # A re-run attempt of the failed job passes: the repository is green again; the commit page keeps both.
+    update_summaries(job("completed", "success", name="build", attempt=2), deps)
+    cell = docs.doc("index.json")["commits"][0]["repos"]["org/backend"]
+    assert (cell["state"], cell["jobs"], cell["passed"]) == ("success", 2, 2)
+    assert len(docs.doc(f"commit/{SHA}.json")["jobs"]) == 3
+
+
+def test_a_dispatch_timeout_row_yields_to_a_job_that_started_later(docs: FakeDocs, deps: SummaryDeps) -> None:
+    swept = replace(job("timed_out", "timed_out", name="", version=1), run_id=0, run_attempt=0)
+    update_summaries(swept, deps)
+    cell = docs.doc("index.json")["commits"][0]["repos"]["org/backend"]
+    assert cell["state"] == "timed_out"
+    assert next(iter(docs.doc(f"commit/{SHA}.json")["jobs"].values()))["job"] == NO_JOB_NAME
+    update_summaries(job("in_progress", version=1), deps)
+    assert docs.doc("index.json")["commits"][0]["repos"]["org/backend"]["state"] == "running"
+
+
+def test_the_overview_keeps_the_newest_commits(docs: FakeDocs, deps: SummaryDeps) -> None:
+    for i in range(INDEX_COMMITS + 5):
+        update_summaries(job(sha=f"{i:040x}", dispatched_at=float(i), delivery=f"d{i}"), deps)
+    commits = docs.doc("index.json")["commits"]
+    assert len(commits) == INDEX_COMMITS
+    assert commits[0]["sha"] == f"{INDEX_COMMITS + 4:040x}" and commits[-1]["sha"] == f"{5:040x}"
+
+
+def test_health_is_refreshed_at_most_once_per_interval(docs: FakeDocs, deps: SummaryDeps) -> None:
+    computed: list[str] = []
+
+    def health(j: JobRecord) -> dict[str, Any]:
+        computed.append(j.repo)
+        return {"verdict": "keep", "jobs": len(computed)}
+
+    clock = FakeClock(1000.0)
+    with_health = replace(deps, health=health, health_refresh_s=300.0, clock=clock)
+    update_summaries(job(name="a"), with_health)
+    clock.t += 100
+    update_summaries(job(name="b"), with_health)
+    assert computed == ["org/backend"]
+    clock.t += 300
+    update_summaries(job(name="c"), with_health)
+    assert computed == ["org/backend", "org/backend"]
+    assert docs.doc("repo/org/backend.json")["health"] == {"verdict": "keep", "jobs": 2, "computed_at": 1400.0}
+
+
+def test_the_export_row_and_the_push_agree_on_the_key() -> None:
+    j = job()
+    wf = envelope(j)["untrusted"]["callback_payload"]["workflow"]
+    assert row(j)["dynamoKey"] == f"org/backend/d1/{wf['name']}/{wf['job_name']}/{wf['check_run_id']}"
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "kind"),
+    [
+        ("/hud/", 200, "text/html"),
+        (f"/hud/commit/{SHA}", 200, "text/html"),
+        ("/hud/pr/170001", 200, "text/html"),
+        ("/hud/repo/Org-Four/L4-Repo", 200, "text/html"),
+        ("/hud/static/hud.js", 200, "text/javascript"),
+        ("/hud/data/index.json", 200, "application/json"),
+        ("/hud/data/pr/5.json", 404, "application/json"),
+        ("/hud/data/../../secrets.json", 404, "application/json"),
+        ("/hud/data/repo/Org/Backend.json", 404, "application/json"),  # documents are keyed lower-case
+        ("/hud/commit/xyz", 404, "application/json"),
+        ("/hud/static/../handler.py", 404, "application/json"),
+    ],
+)
+def test_pages_documents_and_assets_are_served_and_nothing_else(
+    docs: FakeDocs, path: str, status: int, kind: str
+) -> None:
+    docs.docs["index.json"] = ({"commits": []}, 1)
+    answer = serve(path, docs, {"index.html": b"<html>", "hud.js": b"//"})
+    assert (answer.status, answer.headers["content-type"].split(";")[0]) == (status, kind)
+    assert "script-src 'self'" in answer.headers["content-security-policy"]
+
+
+def test_hud_without_a_slash_redirects_to_the_overview() -> None:
+    answer = serve("/hud", None, {})
+    assert (answer.status, answer.headers["location"]) == (308, "/hud/")
