@@ -30,8 +30,10 @@ imports: venv
 pytest: venv
 	$(PY) -m pytest
 
+# The HUD pages stay browsable for DEMO_KEEP seconds after the scenario (0: exit at once).
+DEMO_KEEP ?= 60
 demo: venv
-	$(VENV)/bin/crcr demo
+	$(VENV)/bin/crcr demo --keep $(DEMO_KEEP)
 
 bench: venv
 	$(PY) bench/run.py --out bench/results.json

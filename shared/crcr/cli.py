@@ -86,7 +86,16 @@ def main(argv: list[str] | None = None) -> int:
     dlq_redrive.add_argument("queue", help="dead-letter queue URL")
     dlq_redrive.add_argument("--to", required=True, help="queue URL to move them to")
     dlq_redrive.add_argument("--max", type=int, default=1000)
-    sub.add_parser("demo", help="run the relay end to end on the embedded stack and show what was dispatched")
+    demo = sub.add_parser("demo", help="run the relay end to end on the embedded stack and show what was dispatched")
+    demo.add_argument(
+        "--keep",
+        nargs="?",
+        type=float,
+        const=-1.0,
+        default=0.0,
+        metavar="SECONDS",
+        help="keep the stack and its HUD pages up afterwards: for SECONDS, or until Ctrl-C without a value",
+    )
     args = parser.parse_args(argv)
 
     if args.command == "local":
@@ -97,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         return _dlq(args)
     from crcr.demo import run_demo  # noqa: PLC0415
 
-    return run_demo()
+    return run_demo(None if args.keep < 0 else args.keep)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,8 @@ def _wait_for(stack: LocalStack, count: int, timeout_s: float = 60.0) -> list[di
     return list(stack.sandbox.dispatches)
 
 
-def run_demo() -> int:
+def run_demo(keep_s: float | None = 0.0) -> int:
+    """Run the scenario; then keep the stack (and its HUD) up for `keep_s` seconds, or until Ctrl-C if None."""
     root = project_root()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CRCR_", "AWS_ENDPOINT"))}
     env |= {
@@ -57,7 +58,8 @@ def run_demo() -> int:
     print("Starting the local stack (moto server, queues and table from template.yaml, sandbox GitHub)...")
     with LocalStack(port=0, env=env) as stack:
         secret = stack.secrets["webhook_secret"]
-        print(f"Relay listening at {stack.url}\n")
+        print(f"Relay listening at {stack.url}")
+        print(f"HUD pages at {stack.url}/hud/ (live while the demo runs)\n")
         sent = []
         pr_delivery, push_delivery = str(uuid.uuid4()), str(uuid.uuid4())
         for label, event, body, delivery in (
@@ -106,6 +108,12 @@ def run_demo() -> int:
                 f"{run['writes']}"
             )
 
+        accepted, hud_refused, hud_rows = _hud_pushes(stack)
+        print(
+            f"\n{accepted} HUD pushes accepted by the port of PyTorch's HUD endpoint ({len(hud_refused)} refused), "
+            f"{hud_rows} rows in its table, each with the ledger's PR and commit."
+        )
+
         per_key: dict[tuple[str, str], int] = {}
         for d in dispatches:
             key = (d["repo"].lower(), d["client_payload"]["delivery_id"])
@@ -121,9 +129,48 @@ def run_demo() -> int:
             and len(_jobs(stack)) == expected - 4  # the two L1 repositories, for both events
             and len(runs) == 2
             and all((r["status"], r["conclusion"], r["writes"]) == ("completed", "success", 2) for r in runs)
+            and not hud_refused
+            and accepted >= len(_jobs(stack))
+            and hud_rows == len(_jobs(stack))
         )
         print("Demo passed." if ok else "Demo FAILED.")
+        _keep(stack, keep_s)
         return 0 if ok else 1
+
+
+def _hud_pushes(stack: LocalStack, timeout_s: float = 15.0) -> tuple[int, list[int], int]:
+    """Pushes the sandbox HUD (PyTorch's extraction) accepted and refused, and rows whose identity is the
+    ledger's: each row's PR and commit are compared with the job the relay recorded under the same key."""
+    from crcr.adapters.results import from_item  # noqa: PLC0415
+    from crcr.app.hud import row  # noqa: PLC0415
+
+    hud = stack.sandbox_hud
+    assert hud is not None
+    items = stack.client("dynamodb").scan(TableName="crcr-local-ResultsTable", ConsistentRead=True)["Items"]
+    ours = {r["dynamoKey"]: r for r in (row(from_item(item)) for item in items)}
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and len(hud.table) < len(ours):
+        time.sleep(0.2)
+    matching = sum(
+        1
+        for key, theirs in dict(hud.table).items()
+        if key in ours
+        and (theirs.get("pr_number"), theirs.get("pytorch_head_sha"))
+        == (ours[key]["pr_number"], ours[key]["pytorch_head_sha"])
+    )
+    answers = list(hud.answers)
+    return sum(1 for a in answers if a == 200), [a for a in answers if a != 200], matching
+
+
+def _keep(stack: LocalStack, keep_s: float | None) -> None:
+    if keep_s == 0:
+        return
+    until = "Ctrl-C" if keep_s is None else f"{keep_s:.0f} s or Ctrl-C"
+    print(f"\nThe relay and its HUD stay up at {stack.url}/hud/ for {until}.", flush=True)
+    try:
+        time.sleep(keep_s if keep_s is not None else 10**9)
+    except KeyboardInterrupt:
+        print()
 
 
 def _wait_for_callbacks(stack: LocalStack, count: int, timeout_s: float = 30.0) -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ function el(tag, attrs, ...children) {
     if (key === "class") node.className = value;
     else node.setAttribute(key, value);
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined || child === false) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
@@ -162,13 +162,14 @@ function reposOf(commits) {
 
 function jobsTable(entries, options) {
   const showCommit = options && options.showCommit;
+  const showRepo = !showCommit && !(options && options.grouped);
   const rows = entries.map((e) => {
     const run = safeUrl(e.url);
-    return el("tr", { "data-state": e.state, id: showCommit ? null : null },
+    return el("tr", { "data-state": e.state },
       showCommit ? el("td", { class: "when" }, when(e.dispatched_at)) : null,
       showCommit ? el("td", {}, el("a", { class: "mono", href: `/hud/commit/${e.head_sha}` }, shortSha(e.head_sha)),
         e.pr ? [" ", el("a", { href: `/hud/pr/${e.pr}` }, `#${e.pr}`)] : null) : null,
-      showCommit ? null : el("td", {}, el("a", { href: repoPath(e.repo) }, e.repo), " ", levelBadge(e.level)),
+      showRepo ? el("td", {}, el("a", { href: repoPath(e.repo) }, e.repo), " ", levelBadge(e.level)) : null,
       el("td", {}, e.workflow || "–"),
       el("td", {}, e.job),
       el("td", { class: "num" }, e.attempt ? String(e.attempt) : "–"),
@@ -182,7 +183,7 @@ function jobsTable(entries, options) {
     el("thead", {}, el("tr", {},
       showCommit ? el("th", {}, "Dispatched") : null,
       showCommit ? el("th", {}, "Upstream commit") : null,
-      showCommit ? null : el("th", {}, "Downstream repository"),
+      showRepo ? el("th", {}, "Downstream repository") : null,
       el("th", {}, "Workflow"), el("th", {}, "Job"), el("th", { class: "num" }, "Attempt"),
       el("th", {}, "Result"), el("th", {}, "Tests"), el("th", { class: "num" }, "Queue"),
       el("th", { class: "num" }, "Run"), el("th", {}, "Link"))),
@@ -220,7 +221,7 @@ function renderCommit(doc) {
     jobs.sort((a, b) => severity(a.state) - severity(b.state) || a.job.localeCompare(b.job) || b.attempt - a.attempt);
     return el("section", { id: repo, "data-repo": repo },
       el("h2", {}, el("a", { href: repoPath(repo) }, repo), " ", levelBadge(jobs[0].level)),
-      jobsTable(jobs));
+      jobsTable(jobs, { grouped: true }));
   });
   const failed = entries.filter((e) => ["failure", "timed_out"].includes(e.state)).length;
   return [
@@ -367,7 +368,7 @@ async function render() {
   else if (r.kind === "commit") content = renderCommit(doc);
   else if (r.kind === "pr") content = await renderPr(doc);
   else content = renderRepo(doc, r.repo);
-  main.replaceChildren(...[content].flat());
+  main.replaceChildren(...[content].flat(Infinity));
   document.getElementById("crumbs").replaceChildren(...crumbs(r));
   document.getElementById("updated").replaceChildren(stamp ? el("span", {}, "data updated ", when(stamp)) : "");
   document.title = `crcr HUD · ${r.kind === "overview" ? "overview" : r.kind === "commit" ? shortSha(r.sha) : r.kind === "pr" ? `PR #${r.pr}` : r.repo}`;

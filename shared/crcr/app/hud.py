@@ -176,7 +176,7 @@ def row(job: JobRecord) -> dict[str, Any]:
         "job_name": wf["job_name"],
         "check_run_id": wf["check_run_id"],
         "run_id": wf["run_id"],
-        "run_attempt": wf["run_attempt"],
+        "run_attempt": wf["run_attempt"] or 1,  # as the HUD reads it: Number(run_attempt) || 1
         "conclusion": (wf.get("conclusion") or "") if completed else "",
         "queue_time": metrics["queue_time"],
         "execution_time": metrics["execution_time"],

@@ -1,0 +1,52 @@
+"""Headless Chromium for the HUD page tests: Debian's `chromium`, installed here when it is missing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from playwright.sync_api import Browser, sync_playwright
+
+# As the machine's probe runs it: no sandbox as root, and nothing that reaches for Google's hosts.
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def chromium() -> str:
+    """The Chromium binary; `apt-get install -y chromium` first when it is not there (CI starts without it)."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found:
+        return found
+    if os.geteuid() != 0:
+        pytest.fail("the HUD browser test needs Chromium: run `sudo apt-get install -y chromium`")
+    env = os.environ | {"DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium"]
+    for step in (install, ["apt-get", "update", "-q"], install):
+        done = subprocess.run(step, env=env, capture_output=True, text=True, timeout=900, check=False)
+        if step is install and done.returncode == 0:
+            break
+    found = shutil.which("chromium")
+    if not found:
+        pytest.fail(f"could not install Chromium with apt-get: {done.stderr[-2000:]}")
+    return found
+
+
+@contextmanager
+def headless() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium(), args=ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()

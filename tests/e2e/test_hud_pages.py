@@ -1,0 +1,151 @@
+"""The HUD pages as a maintainer sees them: headless Chromium on `crcr local` after a scripted scenario with
+failures, a retry, a timeout and several repositories. Screenshots go to test-output/hud/."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page
+
+from tests.conftest import ROOT, Relay, event_body, http
+from tests.doubles.oidc_issuer import OidcIssuer
+from tests.e2e.browser import headless
+from tests.e2e.test_callback import oidc  # noqa: F401 - a fixture
+from tests.e2e.test_check_runs import L2, L3, L4, start
+
+pytestmark = pytest.mark.e2e
+SHOTS = ROOT / "test-output" / "hud"
+RED = "rgb(207, 34, 46)"  # --failure in hud.css
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with headless() as b:
+        yield b
+
+
+def run_url(repo: str, run_id: int) -> str:
+    return f"https://github.com/{repo}/actions/runs/{run_id}"
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and not predicate():
+        time.sleep(0.3)
+    assert predicate()
+
+
+def data(relay: Relay, key: str) -> dict[str, Any]:
+    status, doc = http("GET", f"{relay.url}/hud/data/{key}")
+    return doc if status == 200 else {}
+
+
+@pytest.fixture
+def scenario(relay_factory: Callable[..., Relay], oidc: OidcIssuer) -> tuple[Relay, str, str]:  # noqa: F811
+    """A PR and a push. On the PR: the L4 job fails, and fails again when re-run; the L2 job fails and passes
+    on its re-run; no L3 job ever starts, so the sweeper times the dispatch out. On the push, L4 passes."""
+    env = {
+        "CRCR_START_TIMEOUT_S": "4",
+        "CRCR_RUN_TIMEOUT_S": "120",
+        "CRCR_SWEEP_INTERVAL_S": "1",
+        "CRCR_HEALTH_REFRESH_S": "0",
+    }
+    s = start(lambda **kw: relay_factory(**kw | {"env": kw["env"] | env}), oidc)
+    for repo, conclusions in ((L4, ["failure", "failure"]), (L2, ["failure", "success"])):
+        for attempt, conclusion in enumerate(conclusions, start=1):
+            run = {"run_id": 900, "run_attempt": attempt}  # a re-run (rerun-failed-jobs) is the run's next attempt
+            token = s.token(repo, **run)
+            url = run_url(repo, 900)
+            tests = {"passed": 120, "failed": 3 if conclusion == "failure" else 0, "skipped": 4}
+            tests["total"] = sum(tests.values())
+            assert s.post(s.body(repo, url=url, **run), token)[0] == 200
+            done = s.body(repo, url=url, status="completed", conclusion=conclusion, test_results=tests, **run)
+            assert s.post(done, token)[0] == 200
+    # A push to main: L4 passes.
+    push = json.loads(event_body("push.main.json"))
+    assert s.relay.post("push", json.dumps(push).encode(), str(uuid.uuid4()))[0] == 202
+    wait_for(lambda: len(s.relay.github.dispatches(L4)) == 2)
+    body = {
+        "schema_version": 1,
+        "ticket": s.relay.github.dispatches(L4)[1]["client_payload"]["ticket"],
+        "status": "completed",
+        "conclusion": "success",
+        "workflow_name": "CI",
+        "job_name": "build-and-test",
+        "run_id": 950,
+        "run_attempt": 1,
+        "url": run_url(L4, 950),
+    }
+    assert s.post(body, s.token(L4, run_id=950))[0] == 200
+
+    def settled() -> bool:
+        commits = {c["sha"]: c["repos"] for c in data(s.relay, "index.json").get("commits", [])}
+        cells = commits.get(s.head_sha, {})
+        return {repo: cell["state"] for repo, cell in cells.items()} == {
+            L4: "failure",
+            L2: "success",
+            L3: "timed_out",
+        } and commits.get(push["after"], {}).get(L4, {}).get("state") == "success"
+
+    wait_for(settled)
+    return s.relay, s.head_sha, push["after"]
+
+
+def open_page(browser: Browser, url: str, shot: str) -> Page:
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(url)
+    page.wait_for_selector("body[data-ready=true]", timeout=15_000)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{shot}.png"), full_page=True)
+    return page
+
+
+def test_a_maintainer_sees_each_downstream_result_on_every_page(
+    scenario: tuple[Relay, str, str], browser: Browser
+) -> None:
+    relay, pr_sha, push_sha = scenario
+    hud = f"{relay.url}/hud"
+
+    # The overview: one row per upstream commit, one cell per downstream repository, colour and text.
+    page = open_page(browser, f"{hud}/", "overview")
+    assert page.locator("h1").inner_text() == "Recent upstream commits"
+    row = page.locator(f'tr[data-sha="{pr_sha}"]')
+    assert row.locator("td", has_text="#170001").count() == 1
+    l4 = row.locator(f'td[data-repo="{L4}"] .state')
+    assert l4.inner_text().split() == ["✗", "failure"]
+    assert l4.evaluate("e => getComputedStyle(e).color") == RED
+    assert row.locator(f'td[data-repo="{L3}"] .state').inner_text().split() == ["◔", "timed", "out"]
+    assert row.locator(f'td[data-repo="{L2}"] .state').inner_text().split() == ["✓", "success"]  # passed on re-run
+    assert page.locator(f'tr[data-sha="{push_sha}"] td[data-repo="{L4}"]').inner_text().split() == ["✓", "success"]
+    headers = page.locator("thead th.repo").all_inner_texts()
+    assert [h.split()[-1] for h in headers] == ["L4", "L3", "L2"]  # sorted by name: org-four, org-three, org-two
+
+    # The commit page: every job attempt, the failed L4 job first in its repository, linked to its run.
+    page = open_page(browser, f"{hud}/commit/{pr_sha}", "commit")
+    section = page.locator(f'section[data-repo="{L4}"]')
+    rows = section.locator("tbody tr")
+    assert rows.count() == 2
+    first = rows.nth(0).locator("td").all_inner_texts()
+    assert first[:5] == ["CI", "build-and-test", "2", "✗\nfailure", "120 passed, 3 failed, 4 skipped"]
+    assert rows.nth(0).locator("a", has_text="downstream run").get_attribute("href") == run_url(L4, 900)
+    timed_out = page.locator(f'section[data-repo="{L3}"] tbody tr').first.locator("td").all_inner_texts()
+    assert timed_out[1:4] == ["(no job started)", "\u2013", "◔\ntimed out"]
+    assert "5 job attempts in 3 repositories, 4 failed or timed out" in page.locator(".meta").inner_text()
+
+    # The PR page: its commits, then the jobs of the newest one with the failed L4 job at the top.
+    page = open_page(browser, f"{hud}/pr/170001", "pr")
+    assert page.locator("h1").inner_text() == "Pull request #170001"
+    top = page.locator("table.jobs tbody tr").first.locator("td").all_inner_texts()
+    assert top[0].startswith(L4) and top[4] == "✗\nfailure"
+
+    # The repository page: its level, its history with both attempts, and the health verdict with numbers.
+    page = open_page(browser, f"{hud}/repo/{L4}", "repo")
+    assert page.locator("h1").inner_text().split() == [L4, "L4"]
+    history = page.locator("table.jobs tbody tr")
+    assert history.count() == 3  # the PR's two attempts and the push
+    assert page.locator("[data-verdict]").count() == 1
