@@ -1,4 +1,5 @@
-"""ReporterFunction: ResultsTable stream -> one HUD push per recorded job change, in order per shard."""
+"""ReporterFunction: ResultsTable stream -> the HUD pages' documents per batch, then one push to PyTorch's
+HUD and one check-run request per recorded job change, in order per shard."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 from crcr.adapters.observability import logger, metrics
 from crcr.adapters.stream import images
-from crcr.app.report import ReportDeps, report_change
+from crcr.app.report import ReportDeps, report_change, summarise
 from crcr.composition import build_report_deps, load_settings
 
 _deps: ReportDeps | None = None
@@ -17,15 +18,23 @@ _deps: ReportDeps | None = None
 def lambda_handler(event: dict[str, Any], context: Any, deps: ReportDeps | None = None) -> dict[str, Any]:
     global _deps
     ready = deps or _deps or (_deps := build_report_deps(load_settings()))
-    for record in event.get("Records") or []:
-        old, new = images(record)
-        if new is None:
-            continue  # TTL expiry or a delete: nothing to report
+    # TTL expiries and deletes have no new image: nothing to report.
+    changes = [(record, old, new) for record in event.get("Records") or [] for old, new in [images(record)] if new]
+    try:
+        summarise([(old, new) for _, old, new in changes], ready)
+    except Exception:
+        logger.exception("HUD pages not updated; the stream retries the batch")
+        return _retry_from(changes[0][0])
+    for record, old, new in changes:
         logger.set_correlation_id(new.delivery_id)
         try:
             report_change(old, new, ready)
         except Exception:
             # Stream order matters: report this record and everything after it for a retry.
             logger.exception("HUD push failed; the stream retries from this record", extra={"target_repo": new.repo})
-            return {"batchItemFailures": [{"itemIdentifier": record["dynamodb"]["SequenceNumber"]}]}
+            return _retry_from(record)
     return {"batchItemFailures": []}
+
+
+def _retry_from(record: dict[str, Any]) -> dict[str, Any]:
+    return {"batchItemFailures": [{"itemIdentifier": record["dynamodb"]["SequenceNumber"]}]}

@@ -412,6 +412,11 @@ def test_hud_server_errors_are_retried_and_client_errors_dead_lettered(scenario:
     wait_for(lambda: len(hud.attempts) >= 4)
     time.sleep(1)
     assert [status for status, _ in hud.attempts] == [503, 502, 200, 422]  # 4xx: not retried
+    # The refused record does not hold back the ones behind it on the stream.
+    s.post(s.body(job_name="after"), s.token())
+    wait_for(lambda: len(hud.attempts) >= 5)
+    assert hud.attempts[4][0] == 200
+    assert hud.attempts[4][1]["untrusted"]["callback_payload"]["workflow"]["job_name"] == "after"
     from crcr.ops import list_dead_letters  # noqa: PLC0415
 
     [dead] = list_dead_letters(s.relay.stack.client("sqs"), s.relay.stack.queue_urls["ReporterDLQ"])

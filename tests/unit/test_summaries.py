@@ -90,8 +90,8 @@ def deps(docs: FakeDocs) -> SummaryDeps:
 
 
 def test_a_job_appears_on_its_commit_pr_overview_and_repository_pages(docs: FakeDocs, deps: SummaryDeps) -> None:
-    update_summaries(job("in_progress", version=1), deps)
-    update_summaries(job("completed", "failure"), deps)
+    update_summaries([job("in_progress", version=1)], deps)
+    update_summaries([job("completed", "failure")], deps)
 
     [entry] = docs.doc(f"commit/{SHA}.json")["jobs"].values()
     assert (entry["state"], entry["attempt"], entry["queue_s"], entry["run_s"]) == ("failure", 1, 10.0, 40.0)
@@ -108,17 +108,17 @@ def test_a_job_appears_on_its_commit_pr_overview_and_repository_pages(docs: Fake
 
 
 def test_a_retried_or_overtaken_record_rewrites_nothing(docs: FakeDocs, deps: SummaryDeps) -> None:
-    update_summaries(job("completed", "failure", version=2), deps)
+    update_summaries([job("completed", "failure", version=2)], deps)
     writes = list(docs.puts)
-    update_summaries(job("completed", "failure", version=2), deps)  # the stream retried the record
-    update_summaries(job("in_progress", version=1), deps)  # an older change arriving late (another shard)
+    update_summaries([job("completed", "failure", version=2)], deps)  # the stream retried the record
+    update_summaries([job("in_progress", version=1)], deps)  # an older change arriving late (another shard)
     assert docs.puts == writes
     [entry] = docs.doc(f"commit/{SHA}.json")["jobs"].values()
     assert entry["state"] == "failure"
 
 
 def test_push_events_have_no_pr_page(docs: FakeDocs, deps: SummaryDeps) -> None:
-    update_summaries(job(pr=None), deps)
+    update_summaries([job(pr=None)], deps)
     assert not any(key.startswith("pr/") for key in docs.docs)
     assert docs.doc("index.json")["commits"][0]["event_type"] == "push"
 
@@ -126,8 +126,8 @@ def test_push_events_have_no_pr_page(docs: FakeDocs, deps: SummaryDeps) -> None:
 def test_a_concurrent_writer_is_merged_not_overwritten(docs: FakeDocs, deps: SummaryDeps) -> None:
     other = job(repo="org/other", delivery="d1")
     # Between our read of the commit and our write, another reporter records another repository's job.
-    docs.interfere[f"commit/{SHA}.json"] = lambda d: update_summaries(other, replace(deps, docs=d))
-    update_summaries(job(), deps)
+    docs.interfere[f"commit/{SHA}.json"] = lambda d: update_summaries([other], replace(deps, docs=d))
+    update_summaries([job()], deps)
     assert {e["repo"] for e in docs.doc(f"commit/{SHA}.json")["jobs"].values()} == {"org/backend", "org/other"}
     assert set(docs.doc("index.json")["commits"][0]["repos"]) == {"org/backend", "org/other"}
     assert deps.metrics.counts["HudSummaryConflict"] >= 1  # type: ignore[attr-defined]
@@ -139,16 +139,16 @@ def test_a_document_that_keeps_changing_is_left_to_the_stream_to_retry(docs: Fak
             return False
 
     with pytest.raises(SummaryConflict):
-        update_summaries(job(), replace(deps, docs=Busy()))
+        update_summaries([job()], replace(deps, docs=Busy()))
 
 
 def test_cells_show_the_newest_attempt_and_the_worst_job(docs: FakeDocs, deps: SummaryDeps) -> None:
-    update_summaries(job("completed", "failure", name="build", attempt=1), deps)
-    update_summaries(job("completed", "success", name="test"), deps)
+    update_summaries([job("completed", "failure", name="build", attempt=1)], deps)
+    update_summaries([job("completed", "success", name="test")], deps)
     cell = docs.doc("index.json")["commits"][0]["repos"]["org/backend"]
     assert (cell["state"], cell["jobs"], cell["failed"]) == ("failure", 2, 1)
     # A re-run attempt of the failed job passes: the repository is green again; the commit page keeps both.
-    update_summaries(job("completed", "success", name="build", attempt=2), deps)
+    update_summaries([job("completed", "success", name="build", attempt=2)], deps)
     cell = docs.doc("index.json")["commits"][0]["repos"]["org/backend"]
     assert (cell["state"], cell["jobs"], cell["passed"]) == ("success", 2, 2)
     assert len(docs.doc(f"commit/{SHA}.json")["jobs"]) == 3
@@ -156,17 +156,17 @@ def test_cells_show_the_newest_attempt_and_the_worst_job(docs: FakeDocs, deps: S
 
 def test_a_dispatch_timeout_row_yields_to_a_job_that_started_later(docs: FakeDocs, deps: SummaryDeps) -> None:
     swept = replace(job("timed_out", "timed_out", name="", version=1), run_id=0, run_attempt=0)
-    update_summaries(swept, deps)
+    update_summaries([swept], deps)
     cell = docs.doc("index.json")["commits"][0]["repos"]["org/backend"]
     assert cell["state"] == "timed_out"
     assert next(iter(docs.doc(f"commit/{SHA}.json")["jobs"].values()))["job"] == NO_JOB_NAME
-    update_summaries(job("in_progress", version=1), deps)
+    update_summaries([job("in_progress", version=1)], deps)
     assert docs.doc("index.json")["commits"][0]["repos"]["org/backend"]["state"] == "running"
 
 
 def test_the_overview_keeps_the_newest_commits(docs: FakeDocs, deps: SummaryDeps) -> None:
     for i in range(INDEX_COMMITS + 5):
-        update_summaries(job(sha=f"{i:040x}", dispatched_at=float(i), delivery=f"d{i}"), deps)
+        update_summaries([job(sha=f"{i:040x}", dispatched_at=float(i), delivery=f"d{i}")], deps)
     commits = docs.doc("index.json")["commits"]
     assert len(commits) == INDEX_COMMITS
     assert commits[0]["sha"] == f"{INDEX_COMMITS + 4:040x}" and commits[-1]["sha"] == f"{5:040x}"
@@ -181,12 +181,12 @@ def test_health_is_refreshed_at_most_once_per_interval(docs: FakeDocs, deps: Sum
 
     clock = FakeClock(1000.0)
     with_health = replace(deps, health=health, health_refresh_s=300.0, clock=clock)
-    update_summaries(job(name="a"), with_health)
+    update_summaries([job(name="a")], with_health)
     clock.t += 100
-    update_summaries(job(name="b"), with_health)
+    update_summaries([job(name="b")], with_health)
     assert computed == ["org/backend"]
     clock.t += 300
-    update_summaries(job(name="c"), with_health)
+    update_summaries([job(name="c")], with_health)
     assert computed == ["org/backend", "org/backend"]
     assert docs.doc("repo/org/backend.json")["health"] == {"verdict": "keep", "jobs": 2, "computed_at": 1400.0}
 
@@ -225,3 +225,12 @@ def test_pages_documents_and_assets_are_served_and_nothing_else(
 def test_hud_without_a_slash_redirects_to_the_overview() -> None:
     answer = serve("/hud", None, {})
     assert (answer.status, answer.headers["location"]) == (308, "/hud/")
+
+
+def test_a_batch_costs_one_write_per_document_it_touches(docs: FakeDocs, deps: SummaryDeps) -> None:
+    batch = [job("in_progress", version=1, name=n) for n in ("a", "b", "c")]
+    batch += [job("completed", "success", version=2, name=n) for n in ("a", "b", "c")]
+    update_summaries(batch, deps)
+    assert sorted(docs.puts) == sorted([f"commit/{SHA}.json", "index.json", "pr/5.json", "repo/org/backend.json"])
+    jobs = docs.doc(f"commit/{SHA}.json")["jobs"].values()
+    assert sorted((e["job"], e["state"]) for e in jobs) == [("a", "success"), ("b", "success"), ("c", "success")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from crcr.app.checks import job_message
@@ -32,6 +32,13 @@ def changed(old: JobRecord | None, new: JobRecord) -> bool:
     return old is None or (old.state, old.conclusion, old.fingerprint) != (new.state, new.conclusion, new.fingerprint)
 
 
+def summarise(changes: Sequence[tuple[JobRecord | None, JobRecord]], deps: ReportDeps) -> None:
+    """The HUD pages' documents take a whole stream batch at once: one write per document touched.
+    Idempotent, so a batch the stream retries rewrites nothing."""
+    if deps.summaries is not None:
+        update_summaries([new for old, new in changes if changed(old, new)], deps.summaries)
+
+
 def report_change(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> None:
     """Push the change to the HUD and ask the check-run writer to look at the job. Raise when it should
     be retried later (the stream then retries this record); 4xx are dead-lettered with the reason."""
@@ -39,8 +46,6 @@ def report_change(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> No
         return
     if deps.checks is not None and (message := job_message(new)) is not None:
         deps.checks.send_checks([message])
-    if deps.summaries is not None:
-        update_summaries(new, deps.summaries)  # idempotent: a retried record rewrites nothing
     if deps.hud is None:
         return
     push = envelope(new)

@@ -12,8 +12,9 @@ is conditional on the version of the document that was read.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from crcr.app.hud import NO_JOB_NAME, reported
@@ -149,51 +150,66 @@ def _update(deps: SummaryDeps, key: str, change: Callable[[dict[str, Any] | None
     raise SummaryConflict(f"{key} kept changing during {WRITE_TRIES} tries")
 
 
-def update_summaries(job: JobRecord, deps: SummaryDeps) -> None:
+def update_summaries(jobs: Sequence[JobRecord], deps: SummaryDeps) -> None:
+    """Merge a batch of changes: one read-modify-write per document touched, however many changes it gets."""
     now = round(deps.clock.now(), 3)
-    new = entry(job)
-    commit_key = f"commit/{job.head_sha}.json"
+    by_commit: dict[str, list[JobRecord]] = {}
+    by_repo: dict[str, list[JobRecord]] = {}
+    for job in jobs:
+        by_commit.setdefault(job.head_sha, []).append(job)
+        by_repo.setdefault(job.repo.lower(), []).append(job)
+    summaries = [_update_commit(group, deps, now) for group in by_commit.values()]
+    _update(deps, "index.json", lambda doc: _with_commits(doc, summaries, INDEX_COMMITS, now, with_repos=True))
+    by_pr: dict[int, list[dict[str, Any]]] = {}
+    for summary in summaries:
+        if summary["pr"] is not None:
+            by_pr.setdefault(summary["pr"], []).append(summary)
+    for pr, commits in by_pr.items():
+        _update(deps, f"pr/{pr}.json", partial(_with_commits, summaries=commits, keep=PR_COMMITS, now=now, pr=pr))
+    for group in by_repo.values():
+        _update(deps, repo_doc_key(group[0].repo), partial(_with_history, jobs=group, now=now, deps=deps))
+
+
+def _update_commit(jobs: list[JobRecord], deps: SummaryDeps, now: float) -> dict[str, Any]:
+    """Merge one commit's changes into its document; returns its overview summary (cells per repository)."""
+    entries = [entry(job) for job in jobs]
+    first = jobs[0]
     merged: dict[str, Any] = {}
 
     def commit(doc: dict[str, Any] | None) -> dict[str, Any] | None:
-        doc = doc if doc and doc.get("schema") == SCHEMA else _commit_doc(job)
-        doc["first_seen"] = min(doc.get("first_seen") or new["dispatched_at"], new["dispatched_at"])
-        if job.pr is not None:
-            doc["pr"] = job.pr
-        doc.setdefault("event_type", job.event_type)
-        changed = _merge_entry(doc["jobs"], new)
+        doc = doc if doc and doc.get("schema") == SCHEMA else _commit_doc(first)
+        for e in entries:
+            doc["first_seen"] = min(doc.get("first_seen") or e["dispatched_at"], e["dispatched_at"])
+        pr = next((job.pr for job in jobs if job.pr is not None), None)
+        if pr is not None:
+            doc["pr"] = pr
+        doc.setdefault("event_type", first.event_type)
+        changed = [_merge_entry(doc["jobs"], e) for e in entries]  # every entry, no short-circuit
+        merged.clear()
         merged.update(doc)
-        if not changed:
+        if not any(changed):
             return None
         doc["updated_at"] = now
         return doc
 
-    _update(deps, commit_key, commit)
-    summary = {
-        "sha": job.head_sha,
-        "upstream": job.upstream,
+    _update(deps, f"commit/{first.head_sha}.json", commit)
+    return {
+        "sha": first.head_sha,
+        "upstream": first.upstream,
         "pr": merged.get("pr"),
-        "event_type": merged.get("event_type", job.event_type),
+        "event_type": merged.get("event_type", first.event_type),
         "first_seen": merged["first_seen"],
         "repos": cells(list(merged["jobs"].values())),
     }
-    _update(deps, "index.json", lambda doc: _with_commit(doc, summary, INDEX_COMMITS, now, with_repos=True))
-    if summary["pr"] is not None:
-        _update(
-            deps,
-            f"pr/{summary['pr']}.json",
-            lambda doc: _with_commit(doc, summary, PR_COMMITS, now, pr=summary["pr"]),
-        )
-    _update(deps, repo_doc_key(job.repo), lambda doc: _with_history(doc, job, new, now, deps))
 
 
 def _commit_doc(job: JobRecord) -> dict[str, Any]:
     return {"schema": SCHEMA, "upstream": job.upstream, "sha": job.head_sha, "pr": job.pr, "jobs": {}}
 
 
-def _with_commit(
+def _with_commits(
     doc: dict[str, Any] | None,
-    summary: dict[str, Any],
+    summaries: list[dict[str, Any]],
     keep: int,
     now: float,
     *,
@@ -203,14 +219,13 @@ def _with_commit(
     if not doc or doc.get("schema") != SCHEMA:
         doc = {"schema": SCHEMA, "commits": []}
         if pr is not None:
-            doc |= {"pr": pr, "upstream": summary["upstream"]}
-    commits = [c for c in doc["commits"] if c.get("sha") != summary["sha"]]
-    before = next((c for c in doc["commits"] if c.get("sha") == summary["sha"]), None)
-    if before == summary:
-        return None  # the cells did not change: no write
-    commits.append(summary)
-    commits.sort(key=lambda c: c.get("first_seen") or 0, reverse=True)
-    doc["commits"] = commits[:keep]
+            doc |= {"pr": pr, "upstream": summaries[0]["upstream"]}
+    by_sha = {c.get("sha"): c for c in doc["commits"]}
+    fresh = [s for s in summaries if by_sha.get(s["sha"]) != s]
+    if not fresh:
+        return None  # no cell changed: no write
+    by_sha |= {s["sha"]: s for s in fresh}
+    doc["commits"] = sorted(by_sha.values(), key=lambda c: c.get("first_seen") or 0, reverse=True)[:keep]
     if with_repos:
         levels: dict[str, int] = {}
         for c in doc["commits"]:
@@ -222,21 +237,22 @@ def _with_commit(
 
 
 def _with_history(
-    doc: dict[str, Any] | None, job: JobRecord, new: dict[str, Any], now: float, deps: SummaryDeps
+    doc: dict[str, Any] | None, jobs: list[JobRecord], now: float, deps: SummaryDeps
 ) -> dict[str, Any] | None:
+    latest = jobs[-1]
     if not doc or doc.get("schema") != SCHEMA:
-        doc = {"schema": SCHEMA, "repo": job.repo, "history": [], "health": None}
+        doc = {"schema": SCHEMA, "repo": latest.repo, "history": [], "health": None}
     entries = {e["key"]: e for e in doc["history"]}
-    changed = _merge_entry(entries, new)
+    changed = [_merge_entry(entries, entry(job)) for job in jobs]
     stale = deps.health is not None and (
         not doc.get("health") or now - float(doc["health"].get("computed_at") or 0) >= deps.health_refresh_s
     )
-    if not changed and not stale:
+    if not any(changed) and not stale:
         return None
     doc["history"] = sorted(entries.values(), key=lambda e: e.get("dispatched_at") or 0, reverse=True)[:REPO_HISTORY]
-    doc["level"] = job.level
+    doc["level"] = latest.level
     if stale and deps.health is not None:
-        health = deps.health(job)
+        health = deps.health(latest)
         doc["health"] = (health or {}) | {"computed_at": now}
     doc["updated_at"] = now
     return doc
