@@ -33,7 +33,7 @@ Deviations, where our data differs or the brief asks:
 - Start and completion are the relay's clock; the HUD prefers the downstream's reported timestamps.
 - PyTorch's special case for its own `pytorch/crcr-test` (xfail/xcancel/xtimeout job names) is not
   copied; neither is tenure at L2 (the allowlist records no history) nor the newer overrun-rate
-  criterion (PyTorch now judges the share of runs over 3 h instead of the maximum).
+  criterion (PyTorch now judges the share of jobs running over 3 h instead of the maximum).
 """
 
 from __future__ import annotations
