@@ -255,6 +255,7 @@ def test_level_overrides_apply_to_their_level_only() -> None:
         ('{"L1": {"pass_rate": 0.9}}', "L1", "L1: unknown key"),
         ('{"L4": {"pass_rate": 1.5}}', "L4.pass_rate", "L4.pass_rate: input should be less than or equal to 1"),
         ('{"avg_queue_s": 0}', "avg_queue_s", "avg_queue_s: input should be greater than 0"),
+        ('{"L3": {"timeout_rate": 0}}', "L3.timeout_rate", "L3.timeout_rate: input should be greater than 0"),
         ('{"pass_rate": "0.9"}', "pass_rate", "pass_rate: input should be a valid number"),
         ('{"min_jobs": 2.5}', "min_jobs", "min_jobs: input should be a valid integer"),
         ('{"L3": 0.9}', "L3", "L3: must be a JSON object"),

@@ -68,7 +68,7 @@ class Thresholds(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     pass_rate: float = Field(0.90, ge=0, le=1)  # at least
-    timeout_rate: float = Field(0.01, ge=0, le=1)  # below
+    timeout_rate: float = Field(0.01, gt=0, le=1)  # below (0 would fail every repository, even a perfect one)
     avg_queue_s: float = Field(30 * 60, gt=0)  # below
     p50_end_to_end_s: float = Field(3 * 3600, gt=0)  # below
     max_execution_s: float = Field(3 * 3600, gt=0)  # below
@@ -80,7 +80,7 @@ class LevelThresholds(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     pass_rate: float | None = Field(None, ge=0, le=1)
-    timeout_rate: float | None = Field(None, ge=0, le=1)
+    timeout_rate: float | None = Field(None, gt=0, le=1)
     avg_queue_s: float | None = Field(None, gt=0)
     p50_end_to_end_s: float | None = Field(None, gt=0)
     max_execution_s: float | None = Field(None, gt=0)
