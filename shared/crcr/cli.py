@@ -1,4 +1,4 @@
-"""The `crcr` command: local stack, allowlist check, demo."""
+"""The `crcr` command: local stack, allowlist check, dead letters, repository health, demo."""
 
 from __future__ import annotations
 
@@ -47,6 +47,82 @@ def _dlq(args: argparse.Namespace) -> int:
     return 0
 
 
+def _health(args: argparse.Namespace) -> int:
+    from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
+
+    from crcr.app.health import health_report  # noqa: PLC0415
+    from crcr.app.ports import GitHubError  # noqa: PLC0415
+    from crcr.composition import build_health_deps, load_settings  # noqa: PLC0415
+    from crcr.domain.errors import CrcrError  # noqa: PLC0415
+    from crcr.settings import ConfigError  # noqa: PLC0415
+
+    try:
+        rows = health_report(build_health_deps(load_settings()), args.window_days, args.min_jobs)
+    except (ConfigError, CrcrError, OSError, BotoCoreError, ClientError, GitHubError) as exc:
+        # What an operator can fix (configuration, allowlist, AWS): one line naming it, no traceback.
+        print(f"crcr health: {_problem(exc)}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([row.as_json() for row in rows], indent=2))
+        return 0
+    table = [("repository", "level", "jobs", "pass", "timeout", "avg queue", "p50 e2e", "max exec", "verdict")]
+    for row in rows:
+        table.append(
+            (
+                row.repo,
+                row.level,
+                str(row.jobs),
+                _pct(row.pass_rate),
+                _pct(row.timeout_rate),
+                _secs(row.avg_queue_s),
+                _secs(row.p50_end_to_end_s),
+                _secs(row.max_execution_s),
+                row.verdict.value,
+            )
+        )
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for line in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+    for row in rows:
+        if row.unmet:
+            print(f"{row.repo}: {'; '.join(row.unmet)}")
+    return 0
+
+
+def _pct(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate * 100:.1f}%"
+
+
+def _secs(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _problem(exc: Exception) -> str:
+    """One line naming what is missing or wrong."""
+    from botocore.exceptions import ClientError, NoRegionError  # noqa: PLC0415
+
+    from crcr.domain.errors import AllowlistError  # noqa: PLC0415
+
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        table = os.environ.get("CRCR_RESULTS_TABLE", "")
+        message = f"AWS {exc.operation_name}: {error.get('Code', '')}: {error.get('Message', '')}"
+        if exc.operation_name == "Query":
+            message = f"results table {table}: {error.get('Code', '')}: {error.get('Message', '')}"
+        return " ".join(message.split())
+    if isinstance(exc, NoRegionError):
+        return "no AWS region: set AWS_REGION or AWS_DEFAULT_REGION"
+    if isinstance(exc, AllowlistError):
+        return f"allowlist {os.environ.get('CRCR_ALLOWLIST', '')}: {exc.message}"
+    if isinstance(exc, OSError) and exc.filename:
+        return f"{exc.filename}: {exc.strerror}"
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def _local(port: int, host: str) -> int:
     from crcr.local.stack import LocalStack  # noqa: PLC0415
 
@@ -65,6 +141,16 @@ def _local(port: int, host: str) -> int:
     done.wait()
     stack.stop()
     return 0
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,6 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     dlq_redrive.add_argument("queue", help="dead-letter queue URL")
     dlq_redrive.add_argument("--to", required=True, help="queue URL to move them to")
     dlq_redrive.add_argument("--max", type=int, default=1000)
+    health = sub.add_parser(
+        "health", help="per-repository pass rate, timeouts and times with a level verdict (uses AWS like dlq)"
+    )
+    health.add_argument("--json", action="store_true", help="print a JSON list instead of the table")
+    health.add_argument("--window-days", type=_positive, default=None, help="days of dispatches to judge (default 14)")
+    health.add_argument("--min-jobs", type=_positive, default=None, help="fewest finished jobs to judge (default 10)")
     demo = sub.add_parser("demo", help="run the relay end to end on the embedded stack and show what was dispatched")
     demo.add_argument(
         "--keep",
@@ -104,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         return _allowlist_check(args.file)
     if args.command == "dlq":
         return _dlq(args)
+    if args.command == "health":
+        return _health(args)
     from crcr.demo import run_demo  # noqa: PLC0415
 
     return run_demo(None if args.keep < 0 else args.keep)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from crcr.app.callback import CallbackDeps
     from crcr.app.checks import CheckDeps
     from crcr.app.dispatch import DispatchDeps
+    from crcr.app.health import HealthDeps
     from crcr.app.ingest import IngestDeps
     from crcr.app.plan import PlannerDeps
     from crcr.app.report import ReportDeps
@@ -302,6 +303,21 @@ def build_sweep_deps(settings: Settings) -> SweepDeps:
         metrics=PowertoolsMetrics(),
         clock=SystemClock(),
     )
+
+
+def build_health_deps(settings: Settings) -> HealthDeps:
+    """`crcr health`: the allowlist read once (its errors surface), jobs from the results table's by_repo index."""
+    from crcr.adapters.allowlist_source import OneShotAllowlist, fetcher_for  # noqa: PLC0415
+    from crcr.app.health import HealthDeps  # noqa: PLC0415
+    from crcr.domain.health import HealthConfigError, parse_policy  # noqa: PLC0415
+
+    settings.require("results_table", "allowlist")
+    try:
+        policy = parse_policy(settings.health_thresholds)
+    except HealthConfigError as exc:
+        raise ConfigError(f"invalid configuration: CRCR_HEALTH_THRESHOLDS: {exc}") from exc
+    fetch = fetcher_for(str(settings.allowlist), lambda: aws_client("s3"), lambda: _github(settings))
+    return HealthDeps(allowlist=OneShotAllowlist(fetch), jobs=_results(settings), clock=SystemClock(), policy=policy)
 
 
 def build_jwks(settings: Settings) -> dict[str, Any]:

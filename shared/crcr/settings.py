@@ -54,6 +54,9 @@ class Settings(BaseModel):
     callback_rate_per_min: int = 600
     # A repository page's health figures are recomputed from the results table at most this often.
     health_refresh_s: float = 300.0
+    # `crcr health`: JSON thresholds (crcr.domain.health.HealthPolicy), parsed where health is built so a
+    # bad document fails that command with the key it names, never an unrelated function's cold start.
+    health_thresholds: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

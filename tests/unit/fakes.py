@@ -9,6 +9,7 @@ from typing import Any
 from crcr.app.ports import (
     Claim,
     GitHubError,
+    JobRecord,
     LedgerRow,
     LedgerState,
     NotInstalled,
@@ -205,3 +206,16 @@ class FakePacer:
 class FakeSigner:
     def sign(self, claims: TicketClaims) -> str:
         return f"ticket-for-{claims.sub}-{claims.jti}"
+
+
+@dataclass
+class FakeJobsByRepo:
+    """JobsByRepo over a list of rows, recording each query (repository, since)."""
+
+    rows: list[JobRecord] = field(default_factory=list)
+    queries: list[tuple[str, float]] = field(default_factory=list)
+
+    def jobs_of_repo(self, repo: str, since: float) -> list[JobRecord]:
+        self.queries.append((repo, since))
+        found = [r for r in self.rows if r.repo.lower() == repo.lower() and r.dispatched_at >= since]
+        return sorted(found, key=lambda r: r.dispatched_at)

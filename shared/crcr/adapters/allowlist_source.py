@@ -178,3 +178,20 @@ class CachedAllowlist:
         except Exception as exc:  # any failure keeps the last good document
             self._metrics.count("AllowlistRejected")
             self._on_error(f"allowlist not loaded, keeping the last good one: {exc}")
+
+
+class OneShotAllowlist:
+    """The AllowlistProvider port for one-shot operator commands: read once, and a source that cannot be
+    read or a document that does not validate raises (there is no last good document to fall back on)."""
+
+    def __init__(self, fetch: Fetcher) -> None:
+        self._fetch = fetch
+        self._allowlist: Allowlist | None = None
+
+    def current(self) -> Allowlist:
+        if self._allowlist is None:
+            data = self._fetch()
+            if data is None:
+                raise AllowlistError("the allowlist source returned no document")
+            self._allowlist = parse_allowlist(data)
+        return self._allowlist

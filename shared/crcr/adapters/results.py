@@ -9,6 +9,7 @@ from crcr.app.ports import JobRecord
 from crcr.domain.ids import repo_key
 
 RESULTS_TTL_S = 90 * 86_400
+BY_REPO_INDEX = "by_repo"  # (repo_key, dispatched_at): every row, for a repository's history and health
 
 
 def _n(value: float | int) -> dict[str, str]:
@@ -54,6 +55,7 @@ def to_item(record: JobRecord) -> dict[str, Any]:
         "check_run_id": _opt_s(record.check_run_id),
         "reported_started_at": _opt_s(record.reported_started_at),
         "head_key": {"S": f"{repo_key(record.upstream)}#{record.head_sha}"},
+        "repo_key": {"S": repo_key(record.repo)},
         "version": _n(record.version),
         "expires_at": _n(int(record.completed_at or record.started_at or record.dispatched_at) + RESULTS_TTL_S),
     }
@@ -75,7 +77,7 @@ def from_item(item: dict[str, Any]) -> JobRecord:
         workflow_name=item["workflow_name"]["S"],
         state=item["state"]["S"],
         conclusion=text("conclusion"),
-        fingerprint=item["fingerprint"]["S"],
+        fingerprint=text("fingerprint") or "",  # not projected into by_repo
         url=item["url"]["S"],
         repo=item["repo"]["S"],
         repo_id=int(item["repo_id"]["N"]),
@@ -88,7 +90,7 @@ def from_item(item: dict[str, Any]) -> JobRecord:
         dispatched_at=float(item["dispatched_at"]["N"]),
         started_at=num("started_at"),
         completed_at=num("completed_at"),
-        callback_payload=item["callback_payload"]["S"],
+        callback_payload=text("callback_payload") or "",  # not projected into by_repo (up to 256 KiB)
         version=int(item["version"]["N"]),
         event_type=text("event_type") or "",
         check_run_id=text("check_run_id") or "",
@@ -110,6 +112,18 @@ class DynamoResults:
             IndexName="by_head",
             KeyConditionExpression="head_key = :h",
             ExpressionAttributeValues={":h": {"S": f"{repo_key(upstream)}#{head_sha}"}},
+        )
+        return [from_item(item) for item in items]
+
+    def jobs_of_repo(self, repo: str, since: float) -> list[JobRecord]:
+        """Every job row of one downstream repository dispatched at or after `since` (index by_repo, which
+        projects everything but `callback_payload` and `fingerprint`), oldest dispatch first."""
+        items = query_all(
+            self._ddb,
+            TableName=self._table,
+            IndexName=BY_REPO_INDEX,
+            KeyConditionExpression="repo_key = :r AND dispatched_at >= :since",
+            ExpressionAttributeValues={":r": {"S": repo_key(repo)}, ":since": _n(since)},
         )
         return [from_item(item) for item in items]
 

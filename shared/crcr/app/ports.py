@@ -320,6 +320,14 @@ class JobsByHead(Protocol):
     def jobs_for_head(self, upstream: str, head_sha: str) -> list[JobRecord]: ...
 
 
+class JobsByRepo(Protocol):
+    def jobs_of_repo(self, repo: str, since: float) -> list[JobRecord]:
+        """Every job row (every attempt, any state) of one downstream repository dispatched at or after
+        `since`, oldest dispatch first; names compare case-insensitively. Rows come from an index without
+        `callback_payload` and `fingerprint` (both ""): read them, never write them back."""
+        ...
+
+
 class RunWatch(Protocol):
     def due_runs(self, now: float, limit: int = 100) -> list[JobRecord]: ...
     def put_job(self, record: JobRecord, expected_version: int | None) -> bool: ...

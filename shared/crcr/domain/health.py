@@ -1,0 +1,389 @@
+"""Repository health (DESIGN §4.7): figures from recorded job attempts, judged against PyTorch's L3 criteria.
+
+Definitions follow PyTorch's HUD queries `crcr_l3_summary` / `crcr_backend_summary` (pytorch/test-infra,
+torchci/clickhouse_queries) over `crcr_workflow_job`, whose `queue_time`/`execution_time` are the ones
+this relay pushes (dispatch → `in_progress` callback, `in_progress` → completion, on the relay's clock).
+
+Matched:
+- jobs: finished attempts only (`status = 'completed'`: our `completed`, and the sweeper's `timed_out`,
+  which the HUD sees as completed/timed_out), of upstream pull requests only (`pr_number > 0`: push and
+  scheduled runs are left out), the latest attempt of each job (`ROW_NUMBER() … ORDER BY run_attempt
+  DESC`, per run and job name).
+- pass rate: conclusion `success` / jobs. Every other conclusion — `failure`, `cancelled`, `skipped`,
+  `neutral`, `action_required`, `timed_out` — counts as a job that did not pass, as PyTorch's `count()`
+  does: a cancelled or skipped job is in the denominator and never in the numerator.
+- timeout rate: conclusion `timed_out` / jobs (the downstream's own or the sweeper's).
+- average queue: mean queue time over jobs that have one (ClickHouse's `avg` skips NULL: a job never
+  seen starting has none).
+- P50 end-to-end: per run, the longest queue time of its jobs plus the span from its first job's start
+  to its last job's completion (`max(queue_time) + dateDiff(min(started_at), max(completed_at))`), one
+  sample per run that has a queue time; the median is ClickHouse's `quantileExact(0.5)`, i.e. the upper
+  middle value of an even count.
+- max execution: longest execution time among jobs that did not time out (the newer query's `maxIf(…,
+  conclusion != 'timed_out')`: a timed-out job's time is the relay's timeout, not a run).
+- thresholds and directions: `l3Thresholds.ts` (pass rate ≥ 90 %, average queue < 30 min, P50
+  end-to-end < 3 h, timeout rate < 1 %, max execution < 3 h; demotion on pass rate, timeout rate and
+  P50 end-to-end only) and its 14-day promotion window.
+
+Deviations, where our data differs or the brief asks:
+- The window is on dispatch time (`dispatched_at`, the index's range key), not `started_at`: a dispatch
+  no job ever started on has no start and must still count.
+- The sweeper's record of a dispatch no job started on (`job_name == ""`) counts as one timed-out job
+  per dispatch. In the HUD it has no start time, so PyTorch's `started_at > now() - days` drops it.
+- Start and completion are the relay's clock; the HUD prefers the downstream's reported timestamps.
+- PyTorch's special case for its own `pytorch/crcr-test` (xfail/xcancel/xtimeout job names) is not
+  copied; neither is tenure at L2 (the allowlist records no history) nor the newer overrun-rate
+  criterion (PyTorch now judges the share of jobs running over 3 h instead of the maximum).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+
+from crcr.domain.levels import Level
+
+DAY_S = 86_400
+FINISHED_STATES = frozenset({"completed", "timed_out"})
+
+
+class Verdict(StrEnum):
+    PROMOTE = "promote"
+    KEEP = "keep"
+    DEMOTE = "demote"
+    INSUFFICIENT_DATA = "insufficient_data"
+
+
+# -- thresholds ----------------------------------------------------------------------------------------
+
+
+class Thresholds(BaseModel):
+    """What a repository at one level is judged against: rates in 0..1, times in seconds."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pass_rate: float = Field(0.90, ge=0, le=1)  # at least
+    timeout_rate: float = Field(0.01, gt=0, le=1)  # below (0 would fail every repository, even a perfect one)
+    avg_queue_s: float = Field(30 * 60, gt=0)  # below
+    p50_end_to_end_s: float = Field(3 * 3600, gt=0)  # below
+    max_execution_s: float = Field(3 * 3600, gt=0)  # below
+
+
+class LevelThresholds(BaseModel):
+    """Overrides for one level; what is left out comes from the top level."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pass_rate: float | None = Field(None, ge=0, le=1)
+    timeout_rate: float | None = Field(None, gt=0, le=1)
+    avg_queue_s: float | None = Field(None, gt=0)
+    p50_end_to_end_s: float | None = Field(None, gt=0)
+    max_execution_s: float | None = Field(None, gt=0)
+
+
+class HealthPolicy(Thresholds):
+    """The whole `CRCR_HEALTH_THRESHOLDS` document: thresholds for every level, per-level overrides under
+    `L2`/`L3`/`L4`, and the defaults of `--window-days` and `--min-jobs`."""
+
+    window_days: int = Field(14, ge=1)
+    min_jobs: int = Field(10, ge=1)
+    L2: LevelThresholds | None = None
+    L3: LevelThresholds | None = None
+    L4: LevelThresholds | None = None
+
+    def thresholds(self, level: Level) -> Thresholds:
+        base = {name: getattr(self, name) for name in Thresholds.model_fields}
+        override = getattr(self, level.name, None) if level >= Level.L2 else None
+        if isinstance(override, LevelThresholds):
+            base |= override.model_dump(exclude_none=True)
+        return Thresholds(**base)
+
+
+class HealthConfigError(ValueError):
+    """A bad thresholds document; `key` is the dotted path of the offending key ("" for the document)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}" if key else message)
+        self.key = key
+        self.message = message
+
+
+def parse_policy(text: str | None) -> HealthPolicy:
+    """The policy from its JSON text (None or blank: PyTorch's defaults). Strict: "0.9" is not a number."""
+    if text is None or not text.strip():
+        return HealthPolicy()
+    try:
+        return HealthPolicy.model_validate_json(text, strict=True)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = ".".join(str(part) for part in error["loc"])
+        if error["type"] == "json_invalid":
+            detail = error.get("ctx", {}).get("error", "")
+            raise HealthConfigError("", f"not valid JSON ({detail})" if detail else "not valid JSON") from None
+        if error["type"] in {"model_type", "model_attributes_type"}:
+            raise HealthConfigError(
+                key, "must be a JSON object" if key else "the document must be a JSON object"
+            ) from None
+        if error["type"] == "extra_forbidden":
+            known = _KNOWN_TOP if "." not in key else _KNOWN_LEVEL
+            raise HealthConfigError(key, f"unknown key (known: {', '.join(known)})") from None
+        raise HealthConfigError(key, str(error["msg"]).lower()) from None
+
+
+_KNOWN_LEVEL = tuple(Thresholds.model_fields)
+_KNOWN_TOP = tuple(HealthPolicy.model_fields)
+
+
+# -- figures -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One recorded job attempt, as health reads it (times are epoch seconds on the relay's clock)."""
+
+    dispatch_id: str
+    run_id: int
+    run_attempt: int
+    job_name: str  # "": the sweeper's record of a dispatch no job ever started on
+    state: str  # in_progress, completed, timed_out
+    conclusion: str | None
+    pr: int | None
+    dispatched_at: float
+    started_at: float | None
+    completed_at: float | None
+
+    @property
+    def timed_out(self) -> bool:
+        return self.state == "timed_out" or self.conclusion == "timed_out"
+
+    @property
+    def queue_s(self) -> float | None:
+        return self.started_at - self.dispatched_at if self.started_at is not None else None
+
+
+@dataclass(frozen=True)
+class Figures:
+    jobs: int = 0
+    passed: int = 0
+    timed_out: int = 0
+    avg_queue_s: float | None = None
+    p50_end_to_end_s: float | None = None
+    max_execution_s: float | None = None
+
+    @property
+    def pass_rate(self) -> float | None:
+        return self.passed / self.jobs if self.jobs else None
+
+    @property
+    def timeout_rate(self) -> float | None:
+        return self.timed_out / self.jobs if self.jobs else None
+
+
+def counted(samples: Iterable[Sample]) -> list[Sample]:
+    """The jobs health counts: finished attempts of pull-request dispatches, the latest attempt of each job."""
+    latest: dict[tuple[str, int, str], Sample] = {}
+    for sample in samples:
+        if sample.state not in FINISHED_STATES or not sample.pr or sample.pr <= 0:
+            continue
+        # GitHub's run ids are unique per repository, so the dispatch adds nothing for real runs; it keeps
+        # the sweeper's nameless rows (run 0) apart, one per dispatch.
+        key = (sample.dispatch_id, sample.run_id, sample.job_name)
+        kept = latest.get(key)
+        if kept is None or sample.run_attempt > kept.run_attempt:
+            latest[key] = sample
+    return list(latest.values())
+
+
+def measure(samples: Iterable[Sample]) -> Figures:
+    jobs = counted(samples)
+    if not jobs:
+        return Figures()
+    queues = [q for q in (s.queue_s for s in jobs) if q is not None]
+    executions = [
+        s.completed_at - s.started_at
+        for s in jobs
+        if s.started_at is not None and s.completed_at is not None and not s.timed_out
+    ]
+    runs: dict[tuple[str, int], list[Sample]] = defaultdict(list)
+    for s in jobs:
+        if s.job_name and s.started_at is not None and s.completed_at is not None:
+            runs[(s.dispatch_id, s.run_id)].append(s)
+    end_to_end = sorted(
+        max(s.queue_s or 0.0 for s in run)
+        + max(s.completed_at or 0.0 for s in run)
+        - min(s.started_at or 0.0 for s in run)
+        for run in runs.values()
+    )
+    return Figures(
+        jobs=len(jobs),
+        passed=sum(1 for s in jobs if s.conclusion == "success" and not s.timed_out),
+        timed_out=sum(1 for s in jobs if s.timed_out),
+        avg_queue_s=sum(queues) / len(queues) if queues else None,
+        p50_end_to_end_s=end_to_end[len(end_to_end) // 2] if end_to_end else None,
+        max_execution_s=max(executions) if executions else None,
+    )
+
+
+# -- the verdict ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Criterion:
+    key: str  # the figure and the threshold it is judged by
+    label: str
+    at_least: bool  # False: the figure must stay below the threshold
+    demotion: bool  # failing it at L3/L4 demotes
+    percent: bool  # a rate (else seconds)
+    unmeasured: str  # why the figure can be missing while jobs were counted
+
+
+CRITERIA = (
+    Criterion("pass_rate", "pass rate", True, True, True, "no finished job"),
+    Criterion("timeout_rate", "timeout rate", False, True, True, "no finished job"),
+    Criterion(
+        "p50_end_to_end_s", "P50 end-to-end", False, True, False, "no run reported in_progress (the relay's start)"
+    ),
+    Criterion("avg_queue_s", "average queue", False, False, False, "no job reported in_progress (the relay's start)"),
+    Criterion(
+        "max_execution_s", "max execution", False, False, False, "no job that did not time out reported in_progress"
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    criterion: Criterion
+    measured: float | None
+    target: float
+
+    @property
+    def met(self) -> bool | None:
+        """None: nothing to judge (it cannot promote, and it does not demote)."""
+        if self.measured is None:
+            return None
+        return self.measured >= self.target if self.criterion.at_least else self.measured < self.target
+
+    def reason(self) -> str:
+        c = self.criterion
+        target = _percent_target(self.target) if c.percent else _duration(self.target)
+        if self.measured is None:
+            return f"{c.label} not measured: {c.unmeasured}; {'≥' if c.at_least else '<'} {target} required"
+        value = _percent(self.measured, self.target, c.at_least) if c.percent else _duration(self.measured)
+        if self.met:
+            return f"{c.label} {value} {'≥' if c.at_least else '<'} {target}"
+        return f"{c.label} {value} < {target} required" if c.at_least else f"{c.label} {value} ≥ {target} limit"
+
+
+class RepoHealth(BaseModel):
+    """One line of `crcr health`: exactly the fields DESIGN §4.7 names."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    repo: str
+    level: str  # "L1".."L4"
+    jobs: int
+    pass_rate: float | None
+    timeout_rate: float | None
+    avg_queue_s: float | None
+    p50_end_to_end_s: float | None
+    max_execution_s: float | None
+    verdict: Verdict
+    reasons: tuple[str, ...]
+    _unmet: int = PrivateAttr(default=0)
+
+    @property
+    def unmet(self) -> tuple[str, ...]:
+        """The leading reasons that stand in the way (failing or unmeasured criteria, or why there is
+        nothing to judge); empty when every criterion is met."""
+        return self.reasons[: self._unmet]
+
+    def as_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdict: Verdict
+    reasons: tuple[str, ...]  # unmet first
+    unmet: int  # how many of the reasons are not met
+
+
+def judge(level: Level, figures: Figures, thresholds: Thresholds, min_jobs: int, window_days: float) -> Judgement:
+    """promote (every criterion met, below L4), keep, demote (a demotion criterion failed at L3/L4), or
+    insufficient_data (L1, or fewer than `min_jobs` counted jobs); reasons list failing criteria first."""
+    if level is Level.L1:
+        return Judgement(Verdict.INSUFFICIENT_DATA, ("L1 records no results: nothing to judge",), 1)
+    if figures.jobs < min_jobs:
+        days = f"{window_days:g} day{'s' if window_days != 1 else ''}"
+        return Judgement(
+            Verdict.INSUFFICIENT_DATA, (f"{figures.jobs} finished jobs in {days} < {min_jobs} required",), 1
+        )
+    checks = [Check(c, _figure(figures, c.key), getattr(thresholds, c.key)) for c in CRITERIA]
+    failed = [check for check in checks if check.met is False]
+    unmeasured = [check for check in checks if check.met is None]
+    met = [check for check in checks if check.met]
+    reasons = tuple(check.reason() for check in (*failed, *unmeasured, *met))
+    unmet = len(failed) + len(unmeasured)
+    if not unmet:
+        return Judgement(Verdict.PROMOTE if level < Level.L4 else Verdict.KEEP, reasons, 0)
+    if level >= Level.L3 and any(check.criterion.demotion for check in failed):
+        return Judgement(Verdict.DEMOTE, reasons, unmet)
+    return Judgement(Verdict.KEEP, reasons, unmet)
+
+
+def assess(
+    repo: str, level: Level, samples: Iterable[Sample], thresholds: Thresholds, min_jobs: int, window_days: float
+) -> RepoHealth:
+    figures = measure(samples) if level >= Level.L2 else Figures()
+    judgement = judge(level, figures, thresholds, min_jobs, window_days)
+    health = RepoHealth(
+        repo=repo,
+        level=level.name,
+        jobs=figures.jobs,
+        pass_rate=_round(figures.pass_rate, 4),
+        timeout_rate=_round(figures.timeout_rate, 4),
+        avg_queue_s=_round(figures.avg_queue_s, 1),
+        p50_end_to_end_s=_round(figures.p50_end_to_end_s, 1),
+        max_execution_s=_round(figures.max_execution_s, 1),
+        verdict=judgement.verdict,
+        reasons=judgement.reasons,
+    )
+    health._unmet = judgement.unmet
+    return health
+
+
+def _figure(figures: Figures, key: str) -> float | None:
+    value = getattr(figures, key)
+    return float(value) if value is not None else None
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return round(value, digits) if value is not None else None
+
+
+def _percent(value: float, target: float, at_least: bool) -> str:
+    """One decimal, or more when one would print a failing value as if it met the target (0.995 vs 1 %)."""
+    met = value >= target if at_least else value < target
+    for digits in (1, 2, 3):
+        shown = round(value * 100, digits)
+        if (shown / 100 >= target if at_least else shown / 100 < target) == met:
+            return f"{shown:.{digits}f}%"
+    return f"{value * 100:.4f}%"
+
+
+def _percent_target(target: float) -> str:
+    return f"{round(target * 100, 4):g}%"
+
+
+def _duration(seconds: float) -> str:
+    """Whole seconds, rounded down (so a time shown under a target is under it): 3h, 29m 59s, 45s."""
+    total = int(seconds)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if n]
+    return " ".join(parts) or "0s"
