@@ -1,4 +1,4 @@
-"""The `crcr` command: local stack, allowlist check, demo."""
+"""The `crcr` command: local stack, allowlist check, dead letters, HUD export, demo."""
 
 from __future__ import annotations
 
@@ -47,6 +47,19 @@ def _dlq(args: argparse.Namespace) -> int:
     return 0
 
 
+def _hud_export(args: argparse.Namespace) -> int:
+    from crcr.ops_export import ExportError, export_from_env  # noqa: PLC0415
+
+    try:
+        done = export_from_env(args.format, args.out, args.since, args.from_export)
+    except ExportError as exc:
+        print(f"crcr hud export: {exc}", file=sys.stderr)
+        return exc.code
+    summary = json.dumps(done.__dict__) if args.json else done.line()
+    print(summary, file=sys.stderr if done.out == "-" else sys.stdout)  # standard output may carry the rows
+    return 0
+
+
 def _local(port: int, host: str) -> int:
     from crcr.local.stack import LocalStack  # noqa: PLC0415
 
@@ -86,6 +99,18 @@ def main(argv: list[str] | None = None) -> int:
     dlq_redrive.add_argument("queue", help="dead-letter queue URL")
     dlq_redrive.add_argument("--to", required=True, help="queue URL to move them to")
     dlq_redrive.add_argument("--max", type=int, default=1000)
+    hud = sub.add_parser("hud", help="PyTorch's HUD data (uses AWS credentials / AWS_ENDPOINT_URL)")
+    hud_sub = hud.add_subparsers(dest="hud_command", required=True)
+    export = hud_sub.add_parser(
+        "export", help="one crcr_workflow_job row per job attempt, as PyTorch's ClickHouse table loads it"
+    )
+    export.add_argument("--since", help="only jobs changed at or after this ISO 8601 time (incremental loads)")
+    export.add_argument("--format", choices=["jsonl", "csv", "parquet"], default="jsonl")
+    export.add_argument("--out", help="file to write (default crcr_workflow_job.<format>; - for standard output)")
+    export.add_argument(
+        "--from-export", metavar="S3_URL", help="read a DynamoDB table export (s3://bucket/prefix) instead of the table"
+    )
+    export.add_argument("--json", action="store_true", help="print the summary as JSON")
     demo = sub.add_parser("demo", help="run the relay end to end on the embedded stack and show what was dispatched")
     demo.add_argument(
         "--keep",
@@ -104,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         return _allowlist_check(args.file)
     if args.command == "dlq":
         return _dlq(args)
+    if args.command == "hud":
+        return _hud_export(args)
     from crcr.demo import run_demo  # noqa: PLC0415
 
     return run_demo(None if args.keep < 0 else args.keep)
