@@ -149,12 +149,12 @@ WRITERS: dict[str, Callable[[list[dict[str, Any]], IO[bytes]], None]] = {
 
 def write(rows: list[dict[str, Any]], fmt: str, out: str) -> None:
     """To `out` whole or not at all (a temporary file renamed into place); `-` is standard output."""
-    if out == "-":
-        WRITERS[fmt](rows, sys.stdout.buffer)
-        sys.stdout.buffer.flush()
-        return
-    target = Path(out)
     try:
+        if out == "-":
+            WRITERS[fmt](rows, sys.stdout.buffer)
+            sys.stdout.buffer.flush()
+            return
+        target = Path(out)
         with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", delete=False) as tmp:
             try:
                 WRITERS[fmt](rows, tmp)
