@@ -18,6 +18,7 @@ from crcr.adapters.results import DynamoResults
 from crcr.app.hud import COLUMNS, EPOCH, row
 from crcr.app.ports import JobRecord
 from crcr.ops_export import FORMATS, last_change, nanoseconds, select_rows, write
+from tests.conftest import ROOT
 from tests.export.conftest import DUCKDB_TYPES, LOAD, RESULTS_TABLE, TIMES, Aws, ClickHouse
 
 
@@ -155,3 +156,25 @@ def test_an_empty_selection_still_loads(clickhouse: ClickHouse, tmp_path: Path) 
         clickhouse.load(path, fmt)
         assert clickhouse.rows() == []
         assert duckdb_rows(path, fmt) == []
+
+
+def readme_command(program: str) -> str:
+    """The SQL of the README's one-line `program …"SQL"` command."""
+    line = next(x for x in (ROOT / "README.md").read_text().splitlines() if x.startswith(f"{program} "))
+    return line.split('"', 1)[1].rsplit('"', 1)[0]
+
+
+def test_the_readmes_clickhouse_command_is_the_load_tested_here() -> None:
+    assert readme_command("clickhouse-client") == LOAD.format(path="crcr_workflow_job.jsonl", format="JSONEachRow")
+
+
+def test_the_readmes_duckdb_command(aws: Aws, jobs: list[JobRecord], tmp_path: Path) -> None:
+    path = tmp_path / "crcr_workflow_job.parquet"
+    write(select_rows(DynamoResults(aws.dynamodb, RESULTS_TABLE).all_jobs()), "parquet", str(path))
+    database = duckdb.connect(str(tmp_path / "crcr.duckdb"))
+    database.execute(readme_command("duckdb -c").replace("'crcr_workflow_job.parquet'", f"'{path}'"))
+    select = ", ".join(f"epoch_ns({name}) AS {name}" if name in TIMES else name for name, _ in COLUMNS)
+    cursor = database.execute(f"SELECT {select} FROM crcr_workflow_job")
+    names = [d[0] for d in cursor.description]
+    loaded = [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+    assert by_key(loaded) == by_key([as_stored(job) for job in jobs])
