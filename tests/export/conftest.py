@@ -88,7 +88,7 @@ def create_results_table(ddb: Any, name: str) -> None:
     ddb.update_continuous_backups(TableName=name, PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": pitr})
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # moto's backends are per process: each module resets and seeds its own
 def aws() -> Iterator[Aws]:
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
@@ -106,7 +106,7 @@ def aws() -> Iterator[Aws]:
     server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def jobs(aws: Aws) -> list[JobRecord]:
     return recorded_jobs()
 
