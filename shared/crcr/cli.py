@@ -1,8 +1,9 @@
-"""The `crcr` command: local stack, allowlist check, dead letters, repository health, demo."""
+"""The `crcr` command: local stack, allowlist check, dead letters, repository health, HUD export, demo."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -123,6 +124,19 @@ def _problem(exc: Exception) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+def _hud_export(args: argparse.Namespace) -> int:
+    from crcr.ops_export import ExportError, export_from_env  # noqa: PLC0415
+
+    try:
+        done = export_from_env(args.format, args.out, args.since, args.from_export)
+    except ExportError as exc:
+        print(f"crcr hud export: {exc}", file=sys.stderr)
+        return exc.code
+    summary = json.dumps(dataclasses.asdict(done)) if args.json else done.line()
+    print(summary, file=sys.stderr if done.out == "-" else sys.stdout)  # standard output may carry the rows
+    return 0
+
+
 def _local(port: int, host: str) -> int:
     from crcr.local.stack import LocalStack  # noqa: PLC0415
 
@@ -178,6 +192,18 @@ def main(argv: list[str] | None = None) -> int:
     health.add_argument("--json", action="store_true", help="print a JSON list instead of the table")
     health.add_argument("--window-days", type=_positive, default=None, help="days of dispatches to judge (default 14)")
     health.add_argument("--min-jobs", type=_positive, default=None, help="fewest finished jobs to judge (default 10)")
+    hud = sub.add_parser("hud", help="PyTorch's HUD data (uses AWS credentials / AWS_ENDPOINT_URL)")
+    hud_sub = hud.add_subparsers(dest="hud_command", required=True)
+    export = hud_sub.add_parser(
+        "export", help="one crcr_workflow_job row per job attempt, as PyTorch's ClickHouse table loads it"
+    )
+    export.add_argument("--since", help="only jobs changed at or after this ISO 8601 time (incremental loads)")
+    export.add_argument("--format", choices=["jsonl", "csv", "parquet"], default="jsonl")
+    export.add_argument("--out", help="file to write (default crcr_workflow_job.<format>; - for standard output)")
+    export.add_argument(
+        "--from-export", metavar="S3_URL", help="read a DynamoDB table export (s3://bucket/prefix) instead of the table"
+    )
+    export.add_argument("--json", action="store_true", help="print the summary as JSON")
     demo = sub.add_parser("demo", help="run the relay end to end on the embedded stack and show what was dispatched")
     demo.add_argument(
         "--keep",
@@ -198,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         return _dlq(args)
     if args.command == "health":
         return _health(args)
+    if args.command == "hud":
+        return _hud_export(args)
     from crcr.demo import run_demo  # noqa: PLC0415
 
     return run_demo(None if args.keep < 0 else args.keep)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from crcr.adapters.dynamo import applied, num, query_all
@@ -59,6 +60,10 @@ def to_item(record: JobRecord) -> dict[str, Any]:
         "version": _n(record.version),
         "expires_at": _n(int(record.completed_at or record.started_at or record.dispatched_at) + RESULTS_TTL_S),
     }
+
+
+def is_job_item(item: dict[str, Any]) -> bool:
+    return str(item.get("sk", {}).get("S", "")).startswith("JOB#")
 
 
 def from_item(item: dict[str, Any]) -> JobRecord:
@@ -137,6 +142,16 @@ class DynamoResults:
             ConsistentRead=True,
         )
         return [from_item(item) for item in items]
+
+    def all_jobs(self) -> Iterator[JobRecord]:
+        """Every job in the table, page by page (a Scan: for operator exports, never on a function's path)."""
+        request: dict[str, Any] = {"TableName": self._table, "ConsistentRead": True}
+        while True:
+            page = self._ddb.scan(**request)
+            yield from (from_item(item) for item in page.get("Items", []) if is_job_item(item))
+            if "LastEvaluatedKey" not in page:
+                return
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def due_runs(self, now: float, limit: int = 100) -> list[JobRecord]:
         """Jobs still in progress at their run deadline."""

@@ -49,6 +49,10 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("event_type", "String"),
 )
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # ClickHouse's DateTime64 default: "never"
+# What DateTime64(9) holds (int64 nanoseconds, from 1900): ClickHouse refuses a whole insert over one
+# time outside it, so such a time is no time at all here.
+EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
+LATEST = datetime(2262, 4, 11, 23, 47, 16, 854775, tzinfo=UTC)
 
 
 def derived_check_run_id(run_id: int, run_attempt: int) -> str:
@@ -149,7 +153,8 @@ def _moment(text: Any) -> datetime:
         moment = datetime.fromisoformat(text)
     except ValueError:
         return EPOCH
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return moment if EARLIEST <= moment <= LATEST else EPOCH
 
 
 def row(job: JobRecord) -> dict[str, Any]:
@@ -190,5 +195,5 @@ def row(job: JobRecord) -> dict[str, Any]:
         "artifact_url": wf.get("artifact_url", ""),
         "environment": "",
         "downstream_repo_level": f"L{job.level}",
-        "event_type": job.event_type,
+        "event_type": job.event_type or "pull_request",  # the HUD sets only a non-empty one: the column's DEFAULT
     }

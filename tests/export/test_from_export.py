@@ -1,0 +1,146 @@
+"""`--from-export`: a DynamoDB table export in S3 gives the rows the live table gives — moto's export (one
+gzip, no manifest) and one laid out as AWS documents it (manifests naming each data file)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+import uuid
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from crcr.adapters.results import DynamoResults
+from crcr.adapters.table_export import ExportUnreadable, export_jobs
+from crcr.local.template import load_template
+from crcr.ops_export import select_rows
+from tests.conftest import ROOT
+from tests.export.conftest import BUCKET, RESULTS_TABLE, Aws, create_results_table
+from tests.export.jobs import recorded_jobs
+
+
+def table_rows(aws: Aws, table: str = RESULTS_TABLE) -> list[dict[str, Any]]:
+    return select_rows(DynamoResults(aws.dynamodb, table).all_jobs())
+
+
+def moto_export(aws: Aws, table: str, prefix: str) -> None:
+    arn = aws.dynamodb.describe_table(TableName=table)["Table"]["TableArn"]
+    export = aws.dynamodb.export_table_to_point_in_time(
+        TableArn=arn, S3Bucket=BUCKET, S3Prefix=prefix, ExportFormat="DYNAMODB_JSON"
+    )["ExportDescription"]
+    deadline = time.time() + 10
+    while export["ExportStatus"] == "IN_PROGRESS" and time.time() < deadline:
+        time.sleep(0.05)
+        export = aws.dynamodb.describe_export(ExportArn=export["ExportArn"])["ExportDescription"]
+    assert export["ExportStatus"] == "COMPLETED", export
+
+
+def put(aws: Aws, key: str, data: bytes) -> None:
+    aws.s3.put_object(Bucket=BUCKET, Key=key, Body=data)
+
+
+def test_the_results_table_keeps_point_in_time_recovery(aws: Aws) -> None:
+    """An export to S3 needs it: template.yaml declares it (moto's CloudFormation would ignore it)."""
+    props = load_template(ROOT / "template.yaml")["Resources"]["ResultsTable"]["Properties"]
+    assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    backups = aws.dynamodb.describe_continuous_backups(TableName=RESULTS_TABLE)["ContinuousBackupsDescription"]
+    assert backups["PointInTimeRecoveryDescription"]["PointInTimeRecoveryStatus"] == "ENABLED"
+
+
+def test_a_moto_export_gives_the_tables_rows(aws: Aws) -> None:
+    moto_export(aws, RESULTS_TABLE, "exports/moto")
+    keys = [o["Key"] for o in aws.s3.list_objects_v2(Bucket=BUCKET, Prefix="exports/moto/")["Contents"]]
+    assert len(keys) == 1 and "/AWSDynamoDB/" in keys[0] and keys[0].endswith(".gz")  # no manifest at all
+    assert select_rows(export_jobs(aws.s3, f"s3://{BUCKET}/exports/moto")) == table_rows(aws)
+
+
+def test_several_exports_under_one_prefix_give_each_job_attempt_once_at_its_latest(aws: Aws) -> None:
+    table = "crcr-test-Results-changing"
+    create_results_table(aws.dynamodb, table)
+    results = DynamoResults(aws.dynamodb, table)
+    running = next(job for job in recorded_jobs() if job.state == "in_progress")
+    assert results.put_job(running, None)
+    moto_export(aws, table, "exports/daily")
+    done = replace(running, state="completed", conclusion="success", completed_at=running.started_at + 60, version=2)
+    assert results.put_job(done, running.version)
+    moto_export(aws, table, "exports/daily")
+
+    rows = select_rows(export_jobs(aws.s3, f"s3://{BUCKET}/exports/daily"))
+    assert [(r["status"], r["conclusion"]) for r in rows] == [("completed", "success")]
+    assert rows == table_rows(aws, table)
+
+
+def test_an_export_laid_out_as_aws_documents_it(aws: Aws) -> None:
+    items = aws.dynamodb.scan(TableName=RESULTS_TABLE, ConsistentRead=True)["Items"]
+    lines = [json.dumps({"Item": item}) + "\n" for item in items]
+    root = "exports/aws/AWSDynamoDB/01764547200000-a1b2c3d4"
+    files = {  # dataFileS3Key counts from the bucket's root in one line, from the export prefix in another
+        f"{root}/data/3ssfmvxqbu2dlbsj7w6bqrtwpy.json.gz": lines[:3],
+        f"{root}/data/vhfbkbrtrq7wnpljq2m5cgqvwa.json.gz": lines[3:],
+        f"{root}/data/yk3jqrsiqq4afhn2kiyyklkfaq.json.gz": [],  # an empty partition
+    }
+    for key, content in files.items():
+        put(aws, key, gzip.compress("".join(content).encode()))
+    first, second, empty = files
+    manifest = [
+        {"itemCount": 3, "md5Checksum": "x", "etag": "y", "dataFileS3Key": first},
+        {
+            "itemCount": len(items) - 3,
+            "md5Checksum": "x",
+            "etag": "y",
+            "dataFileS3Key": second.removeprefix("exports/aws/"),
+        },
+        {"itemCount": 0, "md5Checksum": "x", "etag": "y", "dataFileS3Key": empty},
+    ]
+    put(aws, f"{root}/manifest-files.json", "".join(json.dumps(m) + "\n" for m in manifest).encode())
+    summary = {
+        "version": "2020-06-30", "exportArn": "arn:aws:dynamodb:us-east-1:123456789012:table/t/export/x",
+        "startTime": "2026-12-01T00:00:00.000Z", "endTime": "2026-12-01T00:05:00.000Z",
+        "exportTime": "2026-12-01T00:00:00.000Z", "s3Bucket": BUCKET, "s3Prefix": "exports/aws",
+        "manifestFilesS3Key": f"{root}/manifest-files.json", "itemCount": len(items),
+        "outputFormat": "DYNAMODB_JSON", "exportType": "FULL_EXPORT",
+    }  # fmt: skip
+    put(aws, f"{root}/manifest-summary.json", json.dumps(summary).encode())
+    for name in ("_started", "manifest-files.checksum", "manifest-summary.checksum"):
+        put(aws, f"{root}/{name}", b"")
+    # A data file no manifest names (an export that failed half-way) is not read.
+    put(aws, f"{root}/data/unlisted.json.gz", b"not even gzip")
+
+    assert select_rows(export_jobs(aws.s3, f"s3://{BUCKET}/exports/aws")) == table_rows(aws)
+
+
+@pytest.mark.parametrize(
+    ("files", "says"),
+    [
+        ({}, "no DynamoDB export under it"),
+        ({"AWSDynamoDB/e/data/a.json.gz": b"plain text"}, "not a gzip of UTF-8 lines"),
+        ({"AWSDynamoDB/e/data/a.json.gz": gzip.compress(b'{"Item": {"pk": ')}, "line 1: not JSON"),
+        ({"AWSDynamoDB/e/data/a.json.gz": gzip.compress(b'{"Keys": {}}\n')}, 'not a full-export line ({"Item"'),
+        (
+            {"AWSDynamoDB/e/data/a.json.gz": gzip.compress(b'{"Item": {"pk": {"S": "DSP#x"}, "sk": {"S": "JOB#1"}}}')},
+            "line 1: not a job record (KeyError: 'dispatch_id')",
+        ),
+        ({"AWSDynamoDB/e/manifest-files.json": b'{"dataFileS3Key": "AWSDynamoDB/e/data/gone.json.gz"}\n'}, "NoSuchKey"),
+        (
+            {
+                "AWSDynamoDB/e/manifest-summary.json": b'{"outputFormat": "ION", "exportType": "FULL_EXPORT"}',
+                "AWSDynamoDB/e/manifest-files.json": b"",
+            },
+            "a ION FULL_EXPORT; export the table in full as DYNAMODB_JSON",
+        ),
+    ],
+)
+def test_an_unreadable_export_says_where_and_why(aws: Aws, files: dict[str, bytes], says: str) -> None:
+    prefix = f"broken/{uuid.uuid4().hex}"
+    for key, data in files.items():
+        put(aws, f"{prefix}/{key}", data)
+    with pytest.raises(ExportUnreadable) as caught:
+        list(export_jobs(aws.s3, f"s3://{BUCKET}/{prefix}"))
+    assert says in str(caught.value)
+
+
+def test_a_missing_bucket_is_unreadable(aws: Aws) -> None:
+    with pytest.raises(ExportUnreadable, match="NoSuchBucket"):
+        list(export_jobs(aws.s3, "s3://no-such-bucket/exports"))
