@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from crcr.adapters.clock import SystemClock
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from crcr.app.health import HealthDeps
     from crcr.app.ingest import IngestDeps
     from crcr.app.plan import PlannerDeps
+    from crcr.app.ports import JobRecord
     from crcr.app.report import ReportDeps
     from crcr.app.rerun import RerunDeps
     from crcr.app.summaries import SummaryDeps
@@ -278,8 +280,33 @@ def _summaries(settings: Settings, metrics: PowertoolsMetrics) -> SummaryDeps | 
         docs=S3HudDocs(aws_client("s3"), settings.hud_bucket),
         metrics=metrics,
         clock=SystemClock(),
+        health=_page_health(settings),
         health_refresh_s=settings.health_refresh_s,
     )
+
+
+def _page_health(settings: Settings) -> Callable[[JobRecord], dict[str, Any] | None] | None:
+    """The repository page's health section, from the results table's by_repo index."""
+    from crcr.app.health import page_health  # noqa: PLC0415
+    from crcr.domain.health import HealthConfigError, parse_policy  # noqa: PLC0415
+    from crcr.domain.levels import Level  # noqa: PLC0415
+
+    if not settings.results_table:
+        return None
+    try:
+        policy = parse_policy(settings.health_thresholds)
+    except HealthConfigError as exc:
+        # A bad thresholds document must not stop the reporter: the pages go without the verdict.
+        logger.error("CRCR_HEALTH_THRESHOLDS is invalid; repository pages show no health", extra={"reason": str(exc)})
+        return None
+    results, clock = _results(settings), SystemClock()
+
+    def health(job: JobRecord) -> dict[str, Any] | None:
+        if job.level not in (2, 3, 4):
+            return None
+        return page_health(results, policy, clock, job.repo, Level(job.level))
+
+    return health
 
 
 def build_hud_reader(settings: Settings) -> S3HudDocs | None:

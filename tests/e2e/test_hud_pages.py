@@ -54,6 +54,7 @@ def scenario(relay_factory: Callable[..., Relay], oidc: OidcIssuer) -> tuple[Rel
         "CRCR_RUN_TIMEOUT_S": "120",
         "CRCR_SWEEP_INTERVAL_S": "1",
         "CRCR_HEALTH_REFRESH_S": "0",
+        "CRCR_HEALTH_THRESHOLDS": '{"min_jobs": 1}',
     }
     s = start(lambda **kw: relay_factory(**kw | {"env": kw["env"] | env}), oidc)
     for repo, conclusions in ((L4, ["failure", "failure"]), (L2, ["failure", "success"])):
@@ -148,4 +149,13 @@ def test_a_maintainer_sees_each_downstream_result_on_every_page(
     assert page.locator("h1").inner_text().split() == [L4, "L4"]
     history = page.locator("table.jobs tbody tr")
     assert history.count() == 3  # the PR's two attempts and the push
-    assert page.locator("[data-verdict]").count() == 1
+    verdict = page.locator("[data-verdict]")
+    assert verdict.get_attribute("data-verdict") == "demote"
+    assert verdict.inner_text().startswith("DEMOTE — below its level's thresholds")
+    reasons = page.locator("ul.reasons li").all_inner_texts()
+    assert reasons[0] == "pass rate 0.0% < 90% required"  # one PR job, latest attempt failed
+    figures = {
+        r[0]: r[1:] for r in (row.split("\t") for row in page.locator("table.figures tbody tr").all_inner_texts())
+    }
+    assert figures["Pass rate"] == ["0.0%", "≥ 90.0%", "✗ not met"]
+    assert figures["Finished jobs"][0] == "1"

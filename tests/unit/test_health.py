@@ -7,18 +7,21 @@ from typing import Any
 
 import pytest
 
-from crcr.app.health import HealthDeps, NotListed, health_of, health_report
+from crcr.app.health import HealthDeps, NotListed, health_of, health_report, page_health
 from crcr.app.ports import JobRecord
 from crcr.domain.allowlist import build_allowlist
 from crcr.domain.health import (
     DAY_S,
     HealthConfigError,
     HealthPolicy,
+    LevelThresholds,
     Sample,
     Verdict,
     assess,
     measure,
     parse_policy,
+    quantile_exact,
+    spread,
 )
 from crcr.domain.levels import Level
 from tests.unit.fakes import FakeClock, FakeJobsByRepo, StaticAllowlist
@@ -353,3 +356,52 @@ def test_one_repository_for_the_hud_page_and_an_unlisted_one() -> None:
     assert (health.repo, health.level, health.jobs, health.verdict) == ("org/ecosystem", "L2", 10, Verdict.PROMOTE)
     with pytest.raises(NotListed):
         health_of(d, "org/not-listed")
+
+
+def test_percentiles_are_clickhouses_quantile_exact() -> None:
+    assert quantile_exact([], 0.5) is None
+    assert quantile_exact([4.0, 1.0, 3.0, 2.0], 0.5) == 3.0  # the upper middle of an even count
+    assert quantile_exact([float(i) for i in range(1, 11)], 0.9) == 10.0
+    queues = [job(f"j{i}", started=float(10 * i), completed=float(10 * i + 100 + i)) for i in range(1, 11)]
+    assert spread(queues) == {
+        "queue_p50_s": 60.0,
+        "queue_p90_s": 100.0,
+        "execution_p50_s": 106.0,
+        "execution_p90_s": 110.0,
+    }
+
+
+def test_the_repository_page_is_judged_at_the_level_its_job_was_dispatched_at() -> None:
+    rows = [
+        JobRecord(
+            dispatch_id=f"d{i}",
+            run_id=i,
+            run_attempt=1,
+            job_name="build",
+            workflow_name="CI",
+            state="completed",
+            conclusion="failure" if i % 2 else "success",
+            fingerprint="",
+            url="",
+            repo="Org/Backend",
+            repo_id=1,
+            level=4,
+            delivery_id=f"x{i}",
+            upstream="pytorch/pytorch",
+            head_sha="a" * 40,
+            pr=5,
+            device=None,
+            dispatched_at=1000.0 + i,
+            started_at=1010.0 + i,
+            completed_at=1100.0 + i,
+            callback_payload="",
+        )
+        for i in range(4)
+    ]
+    jobs = FakeJobsByRepo(rows=rows)
+    policy = HealthPolicy(min_jobs=2, L4=LevelThresholds(pass_rate=0.4))
+    page = page_health(jobs, policy, FakeClock(2000.0), "org/backend", Level.L4)
+    assert (page["verdict"], page["jobs"], page["pass_rate"]) == ("keep", 4, 0.5)  # L4's own 40 % bar is met
+    assert page["thresholds"]["pass_rate"] == 0.4 and page["min_jobs"] == 2 and page["window_days"] == 14
+    assert page["queue_p50_s"] == 10.0 and page["execution_p90_s"] == 90.0
+    assert jobs.queries == [("org/backend", 2000.0 - 14 * 86_400)]

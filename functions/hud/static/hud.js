@@ -84,8 +84,8 @@ function duration(seconds) {
   if (seconds === null || seconds === undefined || Number.isNaN(seconds)) return "–";
   const s = Math.round(seconds);
   if (s < 120) return `${s} s`;
-  if (s < 7200) return `${Math.floor(s / 60)} min ${s % 60} s`;
-  return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
+  const parts = s < 7200 ? [[Math.floor(s / 60), "min"], [s % 60, "s"]] : [[Math.floor(s / 3600), "h"], [Math.round((s % 3600) / 60), "min"]];
+  return parts.filter(([n], i) => i === 0 || n).map(([n, unit]) => `${n} ${unit}`).join(" ");
 }
 
 function plural(n, one, many) {

@@ -4,10 +4,11 @@ figures over a window and its level verdict (rules in crcr.domain.health)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from crcr.app.ports import AllowlistProvider, Clock, JobRecord, JobsByRepo
 from crcr.domain.allowlist import Entry
-from crcr.domain.health import DAY_S, HealthPolicy, RepoHealth, Sample, assess
+from crcr.domain.health import DAY_S, HealthPolicy, RepoHealth, Sample, assess, spread
 from crcr.domain.levels import Level
 
 
@@ -64,4 +65,20 @@ def _assess(deps: HealthDeps, entry: Entry, now: float, window_days: int | None,
         deps.policy.thresholds(entry.level),
         min_jobs or deps.policy.min_jobs,
         days,
+    )
+
+
+def page_health(jobs: JobsByRepo, policy: HealthPolicy, clock: Clock, repo: str, level: Level) -> dict[str, Any]:
+    """The repository page's health: what `crcr health` says, judged at the level the repository's latest
+    job was dispatched at (the reporter reads no allowlist), with the thresholds, the window and the
+    queue and execution percentiles the page shows beside the verdict."""
+    now = clock.now()
+    records = jobs.jobs_of_repo(repo, now - policy.window_days * DAY_S) if level >= Level.L2 else []
+    samples = [sample(job) for job in records]
+    thresholds = policy.thresholds(level)
+    health = assess(repo, level, samples, thresholds, policy.min_jobs, policy.window_days)
+    return (
+        health.as_json()
+        | spread(samples)
+        | {"thresholds": thresholds.model_dump(), "window_days": policy.window_days, "min_jobs": policy.min_jobs}
     )

@@ -249,7 +249,9 @@ def _with_history(
     )
     if not any(changed) and not stale:
         return None
-    doc["history"] = sorted(entries.values(), key=lambda e: e.get("dispatched_at") or 0, reverse=True)[:REPO_HISTORY]
+    doc["history"] = sorted(entries.values(), key=lambda e: (e.get("dispatched_at") or 0, e["attempt"]), reverse=True)[
+        :REPO_HISTORY
+    ]
     doc["level"] = latest.level
     if stale and deps.health is not None:
         health = deps.health(latest)

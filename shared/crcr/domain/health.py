@@ -199,6 +199,30 @@ def counted(samples: Iterable[Sample]) -> list[Sample]:
     return list(latest.values())
 
 
+def quantile_exact(values: list[float], q: float) -> float | None:
+    """ClickHouse's quantileExact: the value at index floor(q * n) of the sorted values (for an even count,
+    the median is the upper middle one)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def spread(samples: Iterable[Sample]) -> dict[str, float | None]:
+    """Queue and execution P50/P90 of the counted jobs (the repository page shows them beside the verdict)."""
+    jobs = counted(samples)
+    queues = [q for q in (s.queue_s for s in jobs) if q is not None]
+    executions = [
+        s.completed_at - s.started_at for s in jobs if s.started_at is not None and s.completed_at is not None
+    ]
+    return {
+        "queue_p50_s": _round(quantile_exact(queues, 0.5), 1),
+        "queue_p90_s": _round(quantile_exact(queues, 0.9), 1),
+        "execution_p50_s": _round(quantile_exact(executions, 0.5), 1),
+        "execution_p90_s": _round(quantile_exact(executions, 0.9), 1),
+    }
+
+
 def measure(samples: Iterable[Sample]) -> Figures:
     jobs = counted(samples)
     if not jobs:

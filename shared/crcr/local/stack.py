@@ -263,6 +263,7 @@ class LocalStack:
             "OidcIssuer": "CRCR_OIDC_ISSUER",
             "OidcAudience": "CRCR_OIDC_AUDIENCE",
             "HudUrl": "CRCR_HUD_URL",
+            "HealthThresholds": "CRCR_HEALTH_THRESHOLDS",
             "StartTimeoutS": "CRCR_START_TIMEOUT_S",
             "RunTimeoutS": "CRCR_RUN_TIMEOUT_S",
         }
