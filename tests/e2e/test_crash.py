@@ -46,7 +46,9 @@ def ledger_dispatched(moto_url: str, delivery: str) -> list[str]:
         )["Items"]
     except ddb.exceptions.ResourceNotFoundException:
         return []
-    return [i["sk"]["S"].removeprefix("DSP#") for i in items if i["state"]["S"] == "dispatched"]
+    # moto applies an UpdateItem's SET clauses one by one to the stored item, so a query running beside a
+    # first write can see the new row before its state: such a row is not dispatched yet.
+    return [i["sk"]["S"].removeprefix("DSP#") for i in items if i.get("state", {}).get("S") == "dispatched"]
 
 
 def start_relay(env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
