@@ -1,6 +1,7 @@
 """crcr benchmark: ingest acknowledgement latency vs allowlist size, GitHub requests per (event x target),
 end-to-end throughput on the local stack, callback latency and OIDC verification cost (with requests to the
-issuer's key set), and cold-start import time of each function. See bench/README.md.
+issuer's key set), upstream check-run writes, the reporter's cost per recorded change with the HUD summaries
+on against off, and cold-start import time of each function. See bench/README.md.
 
     .venv/bin/python bench/run.py --out bench/results.json [--build]
 """
@@ -24,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import callbacks
 import checkruns
 import coldstart
+import reporter
 from harness import (
     ROOT,
     AppKey,
@@ -52,6 +54,8 @@ METHOD = {
     "with_fanout": "pollers on: planner and dispatcher run in the same process while the timed POSTs go in",
     "callback": "one L2 target dispatched once; tests/doubles/oidc_issuer.OidcIssuer as CRCR_OIDC_ISSUER; "
     "POST /callback with the dispatch's ticket and a fresh RS256 token, one connection per POST",
+    "reporter": "functions/reporter/handler.py called by the bench with DynamoDB stream events, each batch to "
+    "every setting in turn (HUD summaries off, on); no pollers; HUD push and check runs off",
 }
 MAX_INSTALLATIONS = 10  # targets spread round-robin over at most this many App installations (orgs)
 WARM_REQUESTS_TARGET = 1.3
@@ -358,6 +362,7 @@ def print_table(results: dict[str, Any]) -> None:
         )
     print_callbacks(results)
     print_checkruns(results)
+    reporter.print_section(results.get("reporter"))
     cs = results.get("cold_start", {})
     print("\n5. cold-start import time (median of 7), ms")
     src = cs.get("source", {}).get("functions", {})
@@ -466,6 +471,12 @@ def main() -> int:
     parser.add_argument("--check-targets", type=int, default=3, help="L4 repositories in that run")
     parser.add_argument("--check-jobs", type=int, default=2, help="jobs per repository in that run")
     parser.add_argument("--skip-checkruns", action="store_true", help="leave out the check-run write figures")
+    parser.add_argument("--reporter-commits", type=int, default=40, help="upstream commits in the reporter run")
+    parser.add_argument("--reporter-repos", type=int, default=4, help="downstream repositories per commit there")
+    parser.add_argument(
+        "--reporter-redelivered", type=float, default=0.1, help="share of stream records delivered twice there"
+    )
+    parser.add_argument("--skip-reporter", action="store_true", help="leave out the reporter's cost per change")
     parser.add_argument("--build", action="store_true", help="run `make build` first (about a minute)")
     parser.add_argument("--skip-fanout-latency", action="store_true", help="only the isolated ingest latency")
     parser.add_argument("--skip-coldstart", action="store_true", help="leave out the cold-start import times")
@@ -489,6 +500,9 @@ def main() -> int:
             "callback_window": args.callback_window,
             "callback_hostile": args.callback_hostile,
             "verify_tokens": args.verify_tokens,
+            "reporter_commits": args.reporter_commits,
+            "reporter_repos": args.reporter_repos,
+            "reporter_redelivered": args.reporter_redelivered,
         },
     }
     key = AppKey.generate()
@@ -551,6 +565,17 @@ def main() -> int:
                 timeout_s=max(args.timeout, 240.0),
             )
             phases["check_run_writes"] = round(time.perf_counter() - t, 1)
+        t = time.perf_counter()
+        if not args.skip_reporter:
+            out.say("7. reporter cost per recorded change, HUD summaries off against on")
+            results["reporter"] = reporter.reporter_bench(
+                aws,
+                out,
+                commits=args.reporter_commits,
+                repos=args.reporter_repos,
+                redelivered=args.reporter_redelivered,
+            )
+            phases["reporter"] = round(time.perf_counter() - t, 1)
         t = time.perf_counter()
         if args.skip_coldstart:
             results["cold_start"] = {"skipped": True}
