@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -132,3 +133,24 @@ def test_allowlist_check_prints_the_level_table(tmp_path: Any) -> None:
     broken = subprocess.run([*run, str(bad)], capture_output=True, text=True, cwd=ROOT, check=False)
     assert broken.returncode == 1
     assert "line 3: org-one/L1-REPO is listed twice (first at line 2)" in broken.stderr
+
+
+def test_hud_documents_are_replaced_only_if_unchanged_and_a_stale_copy_costs_one_refusal(aws: dict[str, Any]) -> None:
+    from crcr.adapters.s3 import S3HudDocs  # noqa: PLC0415
+
+    s3 = aws["s3"]
+    s3.create_bucket(Bucket="hud")
+    one, two = S3HudDocs(s3, "hud"), S3HudDocs(s3, "hud")  # two reporters
+    assert one.get("index.json") == (None, None)
+    assert one.put("index.json", {"n": 1}, None)
+    assert not two.put("index.json", {"n": 99}, None)  # it exists now: a blind create is refused
+    doc, tag = two.get("index.json")
+    assert doc == {"n": 1} and two.put("index.json", {"n": 2}, tag)
+    # `one` still holds what it wrote: its write from that copy is refused, then it reads the new one.
+    stale, stale_tag = one.get("index.json")
+    assert stale == {"n": 1} and not one.put("index.json", {"n": 3}, stale_tag)
+    fresh, fresh_tag = one.get("index.json")
+    assert fresh == {"n": 2} and one.put("index.json", {"n": 3}, fresh_tag)
+    assert json.loads(one.read("index.json") or b"") == {"n": 3}
+    got = s3.get_object(Bucket="hud", Key="data/index.json")
+    assert (got["ContentType"], got["CacheControl"]) == ("application/json", "no-cache")

@@ -22,14 +22,24 @@ class S3Blobs:
 
 
 class S3HudDocs:
-    """The HUD's JSON documents in S3, replaced only if unchanged since read (If-Match / If-None-Match)."""
+    """The HUD's JSON documents in S3, replaced only if unchanged since read (If-Match / If-None-Match).
 
-    def __init__(self, client: Any, bucket: str, prefix: str = "data/") -> None:
+    What this instance last wrote is kept with its ETag: the next change of that document writes from
+    that copy without reading it again. If another writer changed it meanwhile, S3 refuses the write
+    (412), the copy is dropped, and the caller reads and tries again, so the copy only saves the read.
+    """
+
+    def __init__(self, client: Any, bucket: str, prefix: str = "data/", keep: int = 256) -> None:
         self._s3 = client
         self._bucket = bucket
         self._prefix = prefix
+        self._keep = keep
+        self._written: dict[str, tuple[bytes, str]] = {}  # key -> (body, ETag), newest last
 
     def get(self, key: str) -> tuple[dict[str, Any] | None, str | None]:
+        if key in self._written:
+            body, tag = self._written[key]
+            return json.loads(body), tag
         try:
             got = self._s3.get_object(Bucket=self._bucket, Key=self._prefix + key)
         except self._s3.exceptions.NoSuchKey:
@@ -50,11 +60,12 @@ class S3HudDocs:
 
     def put(self, key: str, doc: dict[str, Any], tag: str | None) -> bool:
         condition = {"IfMatch": tag} if tag is not None else {"IfNoneMatch": "*"}
+        body = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
         try:
-            self._s3.put_object(
+            written = self._s3.put_object(
                 Bucket=self._bucket,
                 Key=self._prefix + key,
-                Body=json.dumps(doc, separators=(",", ":"), allow_nan=False).encode(),
+                Body=body,
                 ContentType="application/json",
                 CacheControl="no-cache",
                 **condition,
@@ -62,6 +73,11 @@ class S3HudDocs:
         except ClientError as exc:
             # 412: changed since read; 409: a concurrent conditional write to the same key won.
             if exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
+                self._written.pop(key, None)
                 return False
             raise
+        self._written.pop(key, None)
+        self._written[key] = (body, str(written["ETag"]))
+        while len(self._written) > self._keep:
+            self._written.pop(next(iter(self._written)))
         return True

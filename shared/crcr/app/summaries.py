@@ -128,6 +128,13 @@ def cells(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+# What the repository page's history table reads of an entry (the rest is the commit page's).
+HISTORY_FIELDS = frozenset(
+    {"key", "version", "workflow", "job", "attempt", "state", "url", "head_sha", "pr", "dispatched_at"}
+    | {"queue_s", "run_s", "tests"}
+)
+
+
 def _merge_entry(entries: dict[str, Any], new: dict[str, Any]) -> bool:
     old = entries.get(new["key"])
     if old is not None and old.get("version", 0) >= new["version"]:
@@ -243,7 +250,7 @@ def _with_history(
     if not doc or doc.get("schema") != SCHEMA:
         doc = {"schema": SCHEMA, "repo": latest.repo, "history": [], "health": None}
     entries = {e["key"]: e for e in doc["history"]}
-    changed = [_merge_entry(entries, entry(job)) for job in jobs]
+    changed = [_merge_entry(entries, {k: v for k, v in entry(job).items() if k in HISTORY_FIELDS}) for job in jobs]
     stale = deps.health is not None and (
         not doc.get("health") or now - float(doc["health"].get("computed_at") or 0) >= deps.health_refresh_s
     )
