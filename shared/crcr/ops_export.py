@@ -63,7 +63,7 @@ def last_change(job: JobRecord) -> float:
 def select_rows(jobs: Iterable[JobRecord], since: datetime | None = None) -> list[dict[str, Any]]:
     """One row per job attempt — its latest version when it appears more than once (several exports under
     one prefix) — that changed at or after `since`, in the table's ORDER BY."""
-    latest: dict[tuple[str, int, int, str], tuple[int, float, dict[str, Any]]] = {}
+    latest: dict[tuple[str, str, int, str], tuple[int, float, dict[str, Any]]] = {}
     for job in jobs:
         key = (job.dispatch_id, job.run_id, job.run_attempt, job.job_name)
         if key not in latest or job.version > latest[key][0]:

@@ -45,7 +45,7 @@ def recorded_jobs() -> list[JobRecord]:
         # A PR job that ran and passed, reported with our body: downstream clock, test counts, artifact.
         _job(
             dispatch_id="dsp-pr-l4", repo="org-four/L4-Repo", level=4, delivery_id=pr_delivery, head_sha=PR_SHA,
-            pr=171234, run_id=12_345_678_901, run_attempt=1, job_name='build (cuda, "12.4") ü 🎉',
+            pr=171234, run_id="12_345_678_901", run_attempt=1, job_name='build (cuda, "12.4") ü 🎉',
             workflow_name="CI, on PRs", state="completed", conclusion="success",
             url=url.format("org-four/L4-Repo", 12_345_678_901), dispatched_at=T0, started_at=T0 + 95.5,
             completed_at=T0 + 1895.25, check_run_id="31415926535", reported_started_at="2026-11-30T09:01:34.123Z",
@@ -61,7 +61,7 @@ def recorded_jobs() -> list[JobRecord]:
         # The second attempt of a failing PR job, reported by PyTorch's action: no check_run_id sent.
         _job(
             dispatch_id="dsp-pr-l2", repo="org-two/l2-repo", level=2, delivery_id=pr_delivery, head_sha=PR_SHA,
-            pr=171234, run_id=9_876_543_210, run_attempt=2, job_name='lint\\check "quoted", comma\nsecond line',
+            pr=171234, run_id="9_876_543_210", run_attempt=2, job_name='lint\\check "quoted", comma\nsecond line',
             workflow_name="lint", state="completed", conclusion="failure",
             url=url.format("org-two/l2-repo", 9_876_543_210), dispatched_at=T0, started_at=T0 + 600.0,
             completed_at=T0 + 720.125, reported_started_at="2026-11-30T09:10:00Z",
@@ -76,7 +76,7 @@ def recorded_jobs() -> list[JobRecord]:
         # A push still running: no conclusion, no completion, queue time only.
         _job(
             dispatch_id="dsp-push-l2", repo="org-two/l2-repo", level=2, delivery_id=push_delivery,
-            head_sha=PUSH_SHA, pr=None, event_type="push", run_id=222_333_444, run_attempt=1,
+            head_sha=PUSH_SHA, pr=None, event_type="push", run_id="222_333_444", run_attempt=1,
             job_name="test (default, 1, 2)", workflow_name="trunk", state="in_progress", conclusion=None,
             url=url.format("org-two/l2-repo", 222_333_444), dispatched_at=T0 + 30, started_at=T0 + 70.0,
             completed_at=None, check_run_id="55501", reported_started_at="2026-11-30T09:01:10Z",
@@ -90,14 +90,14 @@ def recorded_jobs() -> list[JobRecord]:
         # The sweeper's row for a dispatch no job ever reported on: no name, attempt 0, never started.
         _job(
             dispatch_id="dsp-pr-l3", repo="org-three/l3-repo", level=3, device="rocm", delivery_id=pr_delivery,
-            head_sha=PR_SHA, pr=171234, run_id=0, run_attempt=0, job_name="", workflow_name="",
+            head_sha=PR_SHA, pr=171234, run_id="0", run_attempt=0, job_name="", workflow_name="",
             state="timed_out", conclusion="timed_out", fingerprint="swept", url="", dispatched_at=T0,
             started_at=None, completed_at=T0 + 3600.0, callback_payload="{}", version=1,
         ),
         # A job the sweeper timed out while it ran: it started, never finished.
         _job(
             dispatch_id="dsp-push-l4", repo="org-four/L4-Repo", level=4, delivery_id=push_delivery,
-            head_sha=PUSH_SHA, pr=None, event_type="push", run_id=77_000_001, run_attempt=1, job_name="gpu-tests",
+            head_sha=PUSH_SHA, pr=None, event_type="push", run_id="77_000_001", run_attempt=1, job_name="gpu-tests",
             workflow_name="CI", state="timed_out", conclusion="timed_out", fingerprint="swept",
             url=url.format("org-four/L4-Repo", 77_000_001), dispatched_at=T0 + 30, started_at=T0 + 45.0,
             completed_at=T0 + 43_245.0, check_run_id="88001", reported_started_at="2026-11-30T09:00:45Z",
@@ -109,7 +109,7 @@ def recorded_jobs() -> list[JobRecord]:
         # First heard of completed (no in_progress): no start, no queue or execution time.
         _job(
             dispatch_id="dsp-push-l2", repo="org-two/l2-repo", level=2, delivery_id=push_delivery,
-            head_sha=PUSH_SHA, pr=None, event_type="push", run_id=222_333_444, run_attempt=1, job_name="docs",
+            head_sha=PUSH_SHA, pr=None, event_type="push", run_id="222_333_444", run_attempt=1, job_name="docs",
             workflow_name="trunk", state="completed", conclusion="cancelled",
             url=url.format("org-two/l2-repo", 222_333_444), dispatched_at=T0 + 30, started_at=None,
             completed_at=T0 + 400.5, check_run_id="55502", version=1,
@@ -122,7 +122,7 @@ def recorded_jobs() -> list[JobRecord]:
         # A scheduled nightly run on an upstream commit: no PR, no ticket, completed only.
         _job(
             dispatch_id="sched-org-two-l2-repo-31337", repo="org-two/l2-repo", level=2, delivery_id="scheduled",
-            head_sha=PUSH_SHA, pr=None, event_type="nightly", run_id=31_337, run_attempt=1,
+            head_sha=PUSH_SHA, pr=None, event_type="nightly", run_id="31_337", run_attempt=1,
             job_name="nightly-perf", workflow_name="nightly", state="completed", conclusion="success",
             url=url.format("org-two/l2-repo", 31_337), dispatched_at=T0 + 7200, started_at=None,
             completed_at=T0 + 7200, check_run_id="99001", reported_started_at="2026-11-30T09:00:00Z", version=1,

@@ -80,7 +80,7 @@ class CountingClient:
 
 def job(repo: str, name: str, conclusion: str, dispatched_at: float, **changes: Any) -> JobRecord:
     base = JobRecord(
-        dispatch_id=f"dsp-{repo}-{int(dispatched_at)}", run_id=int(dispatched_at) % 100_000, run_attempt=1,
+        dispatch_id=f"dsp-{repo}-{int(dispatched_at)}", run_id=str(int(dispatched_at) % 100_000 + 1), run_attempt=1,
         job_name=name, workflow_name="CI", state="completed", conclusion=conclusion, fingerprint="fp",
         url=f"https://github.com/{repo}/actions/runs/1", repo=repo, repo_id=42, level=3, delivery_id="dlv",
         upstream="pytorch/pytorch", head_sha="a" * 40, pr=170001, device="gpu", dispatched_at=dispatched_at,

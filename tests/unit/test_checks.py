@@ -53,7 +53,7 @@ def test_only_forward_writes(known: Known | None, status: str, conclusion: str |
 
 def _job(state: str, conclusion: str | None) -> JobRecord:
     return JobRecord(
-        dispatch_id="d", run_id=7, run_attempt=1, job_name="build", workflow_name="CI", state=state,
+        dispatch_id="d", run_id="7", run_attempt=1, job_name="build", workflow_name="CI", state=state,
         conclusion=conclusion, fingerprint=state, url="https://github.com/o/r/actions/runs/7", repo="o/r",
         repo_id=1, level=4, delivery_id="x", upstream="pytorch/pytorch", head_sha="a" * 40, pr=5, device=None,
         dispatched_at=100.0, started_at=110.0, completed_at=150.0 if state == "completed" else None,
@@ -179,7 +179,7 @@ def test_the_repository_run_waits_for_its_jobs_to_settle_before_completing() -> 
 
 def _state(name: str, state: str, conclusion: str | None = None, attempt: int = 1, at: float = 0.0,
            genuine: bool = True) -> JobOutcome:  # fmt: skip
-    return JobOutcome(7, name, attempt, state, conclusion, genuine, at)
+    return JobOutcome("7", name, attempt, state, conclusion, genuine, at)
 
 
 @pytest.mark.parametrize(

@@ -42,7 +42,7 @@ def job(
     started: float | None = 60.0,
     completed: float | None = 600.0,
 ) -> Sample:
-    return Sample(dispatch, run, attempt, name, state, conclusion, pr, dispatched, started, completed)
+    return Sample(dispatch, str(run), attempt, name, state, conclusion, pr, dispatched, started, completed)
 
 
 def passing(n: int, **kw: Any) -> list[Sample]:
@@ -289,7 +289,7 @@ NOW = 1_800_000_000.0
 def record(repo: str, name: str, conclusion: str, *, level: int, age_days: float = 1.0) -> JobRecord:
     dispatched = NOW - age_days * DAY_S
     return JobRecord(
-        dispatch_id=f"dsp-{repo}", run_id=7, run_attempt=1, job_name=name, workflow_name="CI", state="completed",
+        dispatch_id=f"dsp-{repo}", run_id="7", run_attempt=1, job_name=name, workflow_name="CI", state="completed",
         conclusion=conclusion, fingerprint="", url=f"https://github.com/{repo}/actions/runs/7", repo=repo,
         repo_id=1, level=level, delivery_id="dlv", upstream="pytorch/pytorch", head_sha="a" * 40, pr=5,
         device=None, dispatched_at=dispatched, started_at=dispatched + 60, completed_at=dispatched + 600,
@@ -351,7 +351,7 @@ def test_each_level_is_judged_by_its_own_thresholds() -> None:
 
 
 def test_one_repository_for_the_hud_page_and_an_unlisted_one() -> None:
-    d, _ = deps([replace(record("org/ecosystem", f"j{i}", "success", level=2), run_id=i) for i in range(10)])
+    d, _ = deps([replace(record("org/ecosystem", f"j{i}", "success", level=2), run_id=str(i + 1)) for i in range(10)])
     health = health_of(d, "ORG/Ecosystem")
     assert (health.repo, health.level, health.jobs, health.verdict) == ("org/ecosystem", "L2", 10, Verdict.PROMOTE)
     with pytest.raises(NotListed):
@@ -375,7 +375,7 @@ def test_the_repository_page_is_judged_at_the_level_its_job_was_dispatched_at() 
     rows = [
         JobRecord(
             dispatch_id=f"d{i}",
-            run_id=i,
+            run_id=str(i + 1),
             run_attempt=1,
             job_name="build",
             workflow_name="CI",

@@ -13,7 +13,7 @@ from crcr.app.ports import JobRecord
 from crcr.local.torchci import extract_dynamo_record
 
 NEVER_STARTED = JobRecord(  # what the sweeper records for a dispatch no job reported on
-    dispatch_id="d1", run_id=0, run_attempt=0, job_name="", workflow_name="", state="timed_out",
+    dispatch_id="d1", run_id="0", run_attempt=0, job_name="", workflow_name="", state="timed_out",
     conclusion="timed_out", fingerprint="swept", url="", repo="org/repo", repo_id=1, level=2,
     delivery_id="dlv-1", upstream="pytorch/pytorch", head_sha="a" * 40, pr=5, device=None,
     dispatched_at=1_764_583_200.0, started_at=None, completed_at=1_764_586_800.0, callback_payload="{}",
@@ -46,7 +46,15 @@ def test_a_job_without_an_event_type_gets_the_column_default() -> None:
 def test_times_are_those_datetime64_9_can_hold(reported: str, expected: datetime) -> None:
     body = {"workflow": {"status": "completed", "conclusion": "success", "completed_at": reported}}
     job = replace(
-        NEVER_STARTED, run_id=9, run_attempt=1, job_name="build", workflow_name="CI", state="completed",
+        NEVER_STARTED, run_id="9", run_attempt=1, job_name="build", workflow_name="CI", state="completed",
         conclusion="success", callback_payload=json.dumps(body),
     )  # fmt: skip
     assert row(job)["completed_at"] == expected
+
+
+def test_rows_written_before_run_ids_became_text_still_read() -> None:
+    from crcr.adapters.results import from_item, to_item  # noqa: PLC0415
+
+    item = to_item(NEVER_STARTED) | {"run_id": {"N": "0"}}
+    assert from_item(item).run_id == "0"
+    assert to_item(NEVER_STARTED)["run_id"] == {"S": "0"}

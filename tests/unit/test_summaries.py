@@ -69,7 +69,7 @@ def job(
 ) -> JobRecord:
     tests = {"passed": 9, "failed": 1, "skipped": 0, "total": 10}
     return JobRecord(
-        dispatch_id=f"dsp-{delivery}-{repo}", run_id=7, run_attempt=attempt, job_name=name, workflow_name="CI",
+        dispatch_id=f"dsp-{delivery}-{repo}", run_id="7", run_attempt=attempt, job_name=name, workflow_name="CI",
         state=state, conclusion=conclusion if state == "completed" else None, fingerprint=f"{state}{version}",
         url="https://github.com/org/backend/actions/runs/7", repo=repo, repo_id=1, level=level, delivery_id=delivery,
         upstream="pytorch/pytorch", head_sha=sha, pr=pr, device=None, dispatched_at=dispatched_at,
@@ -155,7 +155,7 @@ def test_cells_show_the_newest_attempt_and_the_worst_job(docs: FakeDocs, deps: S
 
 
 def test_a_dispatch_timeout_row_yields_to_a_job_that_started_later(docs: FakeDocs, deps: SummaryDeps) -> None:
-    swept = replace(job("timed_out", "timed_out", name="", version=1), run_id=0, run_attempt=0)
+    swept = replace(job("timed_out", "timed_out", name="", version=1), run_id="0", run_attempt=0)
     update_summaries([swept], deps)
     cell = docs.doc("index.json")["commits"][0]["repos"]["org/backend"]
     assert cell["state"] == "timed_out"

@@ -263,13 +263,13 @@ class GitHubReruns:
     def _auth(self, repo: str, permissions: dict[str, str]) -> str:
         return f"Bearer {self._github.repo_token(self._github.installation_for(repo), repo, permissions).token}"
 
-    def run_status(self, repo: str, run_id: int) -> str:
+    def run_status(self, repo: str, run_id: str) -> str:
         resp = self._github.request(
             "GET", f"/repos/{_path(repo)}/actions/runs/{run_id}", self._auth(repo, {"actions": "write"}), kind="run"
         )
         return str(resp.body.get("status"))
 
-    def rerun_failed_jobs(self, repo: str, run_id: int) -> bool:
+    def rerun_failed_jobs(self, repo: str, run_id: str) -> bool:
         try:
             self._github.request(
                 "POST",

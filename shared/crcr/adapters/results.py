@@ -25,14 +25,14 @@ def _opt_s(value: str | None) -> dict[str, Any]:
     return {"S": value} if value else {"NULL": True}
 
 
-def job_key(dispatch_id: str, run_id: int, run_attempt: int, job_name: str) -> dict[str, dict[str, str]]:
+def job_key(dispatch_id: str, run_id: str, run_attempt: int, job_name: str) -> dict[str, dict[str, str]]:
     return {"pk": {"S": f"DSP#{dispatch_id}"}, "sk": {"S": f"JOB#{run_id}#{run_attempt}#{job_name}"}}
 
 
 def to_item(record: JobRecord) -> dict[str, Any]:
     return job_key(record.dispatch_id, record.run_id, record.run_attempt, record.job_name) | {
         "dispatch_id": {"S": record.dispatch_id},
-        "run_id": _n(record.run_id),
+        "run_id": {"S": record.run_id},
         "run_attempt": _n(record.run_attempt),
         "job_name": {"S": record.job_name},
         "workflow_name": {"S": record.workflow_name},
@@ -76,7 +76,7 @@ def from_item(item: dict[str, Any]) -> JobRecord:
     pr = num("pr")
     return JobRecord(
         dispatch_id=item["dispatch_id"]["S"],
-        run_id=int(item["run_id"]["N"]),
+        run_id=item["run_id"].get("S") or item["run_id"]["N"],  # rows from before Buildkite hold a number
         run_attempt=int(item["run_attempt"]["N"]),
         job_name=item["job_name"]["S"],
         workflow_name=item["workflow_name"]["S"],
@@ -164,7 +164,7 @@ class DynamoResults:
         ).get("Items", [])
         return [from_item(item) for item in items]
 
-    def get_job(self, dispatch_id: str, run_id: int, run_attempt: int, job_name: str) -> JobRecord | None:
+    def get_job(self, dispatch_id: str, run_id: str, run_attempt: int, job_name: str) -> JobRecord | None:
         item = self._ddb.get_item(
             TableName=self._table, Key=job_key(dispatch_id, run_id, run_attempt, job_name), ConsistentRead=True
         ).get("Item")

@@ -78,7 +78,7 @@ class Report:
     conclusion: str | None
     workflow_name: str
     job_name: str
-    run_id: int
+    run_id: str
     run_attempt: int
     url: str
     check_run_id: str | None

@@ -52,6 +52,7 @@ from crcr.domain.checks import (
     should_write,
     wants_check_run,
 )
+from crcr.domain.ids import NO_RUN
 from crcr.domain.retry import RetryPolicy
 
 MAX_SUMMARY = 65_535  # GitHub's limit on output.summary
@@ -146,7 +147,7 @@ def _summary(job: JobRecord) -> str:
     return "\n\n".join(lines)[:MAX_SUMMARY]
 
 
-def _external_id(repo: str, run_id: int, pr: int | None) -> str:
+def _external_id(repo: str, run_id: str, pr: int | None) -> str:
     return f"{repo}:{run_id}:{pr if pr is not None else ''}"
 
 
@@ -195,7 +196,7 @@ def repo_check_fields(row: LedgerRow, jobs: list[JobRecord], state: Rollup, name
         "name": name,
         "head_sha": row.head_sha,
         "status": state.status,
-        "external_id": _external_id(repo, first.run_id if first else 0, row.pr),
+        "external_id": _external_id(repo, first.run_id if first else NO_RUN, row.pr),
         "output": {"title": f"{repo}: {word}", "summary": "\n\n".join(lines)[:MAX_SUMMARY]},
     }
     if first is not None and first.url:

@@ -55,7 +55,7 @@ EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
 LATEST = datetime(2262, 4, 11, 23, 47, 16, 854775, tzinfo=UTC)
 
 
-def derived_check_run_id(run_id: int, run_attempt: int) -> str:
+def derived_check_run_id(run_id: str, run_attempt: int) -> str:
     """For a downstream that sent no job.check_run_id: stable for the attempt, distinct across attempts
     (the row key already holds the job and workflow names)."""
     return f"crcr-{run_id}-{run_attempt}"

@@ -179,7 +179,7 @@ class JobRecord:
     """One job's recorded state; identity fields come from the dispatch ledger."""
 
     dispatch_id: str
-    run_id: int
+    run_id: str  # GitHub's run id (digits) or a Buildkite build UUID; see crcr.domain.ids
     run_attempt: int
     job_name: str
     workflow_name: str
@@ -226,7 +226,7 @@ class JobRecord:
 
 
 class ResultsStore(Protocol):
-    def get_job(self, dispatch_id: str, run_id: int, run_attempt: int, job_name: str) -> JobRecord | None: ...
+    def get_job(self, dispatch_id: str, run_id: str, run_attempt: int, job_name: str) -> JobRecord | None: ...
     def jobs_of_dispatch(self, dispatch_id: str) -> list[JobRecord]: ...
     def put_job(self, record: JobRecord, expected_version: int | None) -> bool:
         """Conditional write: False when someone else wrote the job first (read and decide again)."""
@@ -334,8 +334,8 @@ class RunWatch(Protocol):
 
 
 class Reruns(Protocol):
-    def run_status(self, repo: str, run_id: int) -> str: ...
-    def rerun_failed_jobs(self, repo: str, run_id: int) -> bool:
+    def run_status(self, repo: str, run_id: str) -> str: ...
+    def rerun_failed_jobs(self, repo: str, run_id: str) -> bool:
         """True when GitHub started a new attempt; False when the run is running or cannot be retried."""
         ...
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from crcr.app.ports import AllowlistProvider, CheckRunStore, Metrics, Reruns
 from crcr.domain.checks import parse_external_id
+from crcr.domain.ids import NO_RUN, is_github_run
 from crcr.domain.levels import Level
 
 
@@ -26,12 +27,14 @@ def _ours(upstream: str, head_sha: str, check_run_id: int, name: str, deps: Reru
     return known is not None and known.check_run_id == check_run_id
 
 
-def _rerun(repo: str, run_id: int, deps: RerunDeps) -> str:
+def _rerun(repo: str, run_id: str, deps: RerunDeps) -> str:
     entry = deps.allowlist.current().get(repo)
     if entry is None or entry.level < Level.L3:
         return "not_l3"
-    if run_id == 0:
+    if run_id == NO_RUN:
         return "never_started"  # a dispatch the sweeper timed out has no run to re-run
+    if not is_github_run(run_id):
+        return "not_github"  # a Buildkite build: the Actions API cannot re-run it
     if deps.github.run_status(repo, run_id) != "completed":
         return "running"
     return "requested" if deps.github.rerun_failed_jobs(repo, run_id) else "not_retryable"
@@ -50,7 +53,7 @@ def rerun_check_run(upstream: str, head_sha: str, check_run_id: int, name: str, 
 
 def rerun_check_suite(upstream: str, head_sha: str, suite_id: int, deps: RerunDeps) -> dict[str, str]:
     """Each distinct downstream run behind the suite's crcr check runs, once."""
-    runs: dict[tuple[str, int], str] = {}
+    runs: dict[tuple[str, str], str] = {}
     for check_run_id, name, external_id in deps.github.suite_check_runs(upstream, suite_id):
         target = parse_external_id(external_id)
         if target is None or target in runs or not name.startswith("crcr/"):

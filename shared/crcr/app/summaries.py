@@ -19,6 +19,7 @@ from typing import Any
 
 from crcr.app.hud import NO_JOB_NAME, reported
 from crcr.app.ports import Clock, HudDocs, JobRecord, Metrics
+from crcr.domain.ids import run_order
 
 SCHEMA = 1
 INDEX_COMMITS = 60
@@ -101,7 +102,13 @@ def _latest_attempts(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     latest: dict[tuple[str, str, str, str], dict[str, Any]] = {}
     for e in entries:
         group = (e["repo"].lower(), e["delivery_id"], e["workflow"], e["job"])
-        if group not in latest or (e["run_id"], e["attempt"]) > (latest[group]["run_id"], latest[group]["attempt"]):
+        newer = (
+            (run_order(str(e["run_id"])), e["attempt"])
+            > (run_order(str(latest[group]["run_id"])), latest[group]["attempt"])
+            if group in latest
+            else True
+        )
+        if newer:
             latest[group] = e
     started = {(e["repo"].lower(), e["delivery_id"]) for e in latest.values() if e["job"] != NO_JOB_NAME}
     return [

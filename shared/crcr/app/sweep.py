@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from crcr.app.checks import SWEPT
 from crcr.app.ports import Clock, JobRecord, Metrics, RunWatch, StartWatch
+from crcr.domain.ids import NO_RUN
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ def sweep(deps: SweepDeps) -> SweepSummary:
         record = JobRecord.of_dispatch(
             row,
             now,
-            run_id=0,
+            run_id=NO_RUN,
             run_attempt=0,
             job_name="",
             workflow_name="",

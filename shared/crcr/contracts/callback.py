@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from crcr.domain.ids import RUN_ID_PATTERN
+
 Conclusion = Literal["success", "failure", "cancelled", "skipped", "timed_out", "neutral", "action_required"]
 Status = Literal["in_progress", "completed"]
 
@@ -35,6 +37,14 @@ def _check_run_id(value: Any) -> Any:
     return value
 
 
+def _run_id(value: Any) -> Any:
+    """GitHub sends its run id as a number (PyTorch's action as a string of digits); Buildkite a build UUID."""
+    if isinstance(value, bool):
+        raise ValueError("must be a run id or a build UUID")
+    return str(value) if isinstance(value, int) else value
+
+
+RunId = Annotated[str, BeforeValidator(_run_id), Field(pattern=RUN_ID_PATTERN)]
 Timestamp = Annotated[str | None, Field(default=None, max_length=40), AfterValidator(_timestamp)]
 # PyTorch's HUD keys rows with it between slashes: no slash, nothing exotic, short.
 CheckRunId = Annotated[
@@ -73,7 +83,7 @@ class _OurReport(_Report):
     conclusion: Conclusion | None = None
     workflow_name: str = Field(min_length=1, max_length=200)
     job_name: str = Field(min_length=1, max_length=200)
-    run_id: int = Field(gt=0)
+    run_id: RunId
     run_attempt: int = Field(ge=1)
     url: str = Field(min_length=1, max_length=1000)
     started_at: Timestamp = None
@@ -98,7 +108,7 @@ class PyTorchWorkflow(_Report):
     conclusion: Conclusion | None = None
     name: str = Field(min_length=1, max_length=200)
     job_name: str = Field(min_length=1, max_length=200)
-    run_id: int = Field(gt=0)  # PyTorch's action sends it as a string of digits
+    run_id: RunId
     run_attempt: int = Field(default=1, ge=1)
     url: str = Field(min_length=1, max_length=1000)
     started_at: Timestamp = None

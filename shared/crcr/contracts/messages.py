@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from crcr.domain.levels import Level
 
@@ -57,7 +57,7 @@ class CheckSyncMessage(_Msg):
     delivery_id: str = ""
     repo: str = ""
     dispatch_id: str = ""
-    run_id: int = 0
+    run_id: Annotated[str, BeforeValidator(str)] = "0"  # a number in messages sent before Buildkite
     run_attempt: int = 0
     job_name: str = ""
     superseded_by: str | None = None  # kind "cancel": the PR's newer head

@@ -21,7 +21,7 @@ def check_identity(
     events: frozenset[str] = frozenset({"repository_dispatch"}),
     repo: str,
     repo_id: int,
-    run_id: int,
+    run_id: str,
     run_attempt: int,
     pinned_repo_id: int | None,
     workflows: tuple[str, ...],

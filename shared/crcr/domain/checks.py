@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from crcr.domain.ids import RUN_ID_PATTERN, run_order
 from crcr.domain.levels import Level
 
 STATUS_RANK = {"queued": 0, "in_progress": 1, "completed": 2}
@@ -21,12 +23,12 @@ def wants_check_run(level: int, device: str | None, labels: tuple[str, ...]) -> 
     return False
 
 
-def parse_external_id(external_id: str | None) -> tuple[str, int] | None:
+def parse_external_id(external_id: str | None) -> tuple[str, str] | None:
     """`<downstream repo>:<run_id>:<pr>` (DESIGN §4.5) -> (repo, run_id)."""
     parts = (external_id or "").rsplit(":", 2)
-    if len(parts) != 3 or not parts[1].isdigit():
+    if len(parts) != 3 or not re.match(RUN_ID_PATTERN, parts[1]):
         return None
-    return parts[0], int(parts[1])
+    return parts[0], parts[1]
 
 
 def check_run_name(repo: str, workflow_name: str, job_name: str) -> str:
@@ -67,7 +69,7 @@ DONE_STATES = ("completed", "timed_out")  # a job in either has a completed chec
 
 class Attempt(Protocol):
     @property
-    def run_id(self) -> int: ...
+    def run_id(self) -> str: ...
     @property
     def job_name(self) -> str: ...
     @property
@@ -80,12 +82,12 @@ AttemptT = TypeVar("AttemptT", bound=Attempt)
 def latest_attempts(jobs: Iterable[AttemptT]) -> list[AttemptT]:
     """Each named job's latest run attempt (a re-run replaces the failed one), in (run, job) order.
     The nameless row, the dispatch the sweeper timed out, is left out."""
-    latest: dict[tuple[int, str], AttemptT] = {}
+    latest: dict[tuple[str, str], AttemptT] = {}
     for job in jobs:
         key = (job.run_id, job.job_name)
         if job.job_name and (key not in latest or job.run_attempt > latest[key].run_attempt):
             latest[key] = job
-    return [latest[key] for key in sorted(latest)]
+    return [latest[key] for key in sorted(latest, key=lambda k: (run_order(k[0]), k[1]))]
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ class JobOutcome:
     """One recorded job, as the repository's check run sees it. job_name "" is the dispatch itself,
     which the sweeper records as timed_out when no job started."""
 
-    run_id: int
+    run_id: str
     job_name: str
     run_attempt: int
     state: str

@@ -147,7 +147,7 @@ class Sample:
     """One recorded job attempt, as health reads it (times are epoch seconds on the relay's clock)."""
 
     dispatch_id: str
-    run_id: int
+    run_id: str
     run_attempt: int
     job_name: str  # "": the sweeper's record of a dispatch no job ever started on
     state: str  # in_progress, completed, timed_out
@@ -186,7 +186,7 @@ class Figures:
 
 def counted(samples: Iterable[Sample]) -> list[Sample]:
     """The jobs health counts: finished attempts of pull-request dispatches, the latest attempt of each job."""
-    latest: dict[tuple[str, int, str], Sample] = {}
+    latest: dict[tuple[str, str, str], Sample] = {}
     for sample in samples:
         if sample.state not in FINISHED_STATES or not sample.pr or sample.pr <= 0:
             continue
@@ -233,7 +233,7 @@ def measure(samples: Iterable[Sample]) -> Figures:
         for s in jobs
         if s.started_at is not None and s.completed_at is not None and not s.timed_out
     ]
-    runs: dict[tuple[str, int], list[Sample]] = defaultdict(list)
+    runs: dict[tuple[str, str], list[Sample]] = defaultdict(list)
     for s in jobs:
         if s.job_name and s.started_at is not None and s.completed_at is not None:
             runs[(s.dispatch_id, s.run_id)].append(s)

@@ -22,3 +22,19 @@ def repo_key(value: str) -> str:
 
 def is_delivery_id(value: str) -> bool:
     return bool(_DELIVERY_RE.match(value))
+
+
+# A downstream run: GitHub Actions' run id (digits) or a Buildkite build's UUID. "0": none (the sweeper's
+# record of a dispatch no job started on).
+RUN_ID_PATTERN = r"^(?:[1-9][0-9]{0,19}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$"
+NO_RUN = "0"
+
+
+def is_github_run(run_id: str) -> bool:
+    """A GitHub Actions run the Actions API knows (re-runs, status); not a Buildkite build, not NO_RUN."""
+    return run_id.isdigit() and run_id != NO_RUN
+
+
+def run_order(run_id: str) -> tuple[int, int, str]:
+    """Sort key: GitHub runs by number (a later run has a larger id), builds by id, NO_RUN first."""
+    return (0, int(run_id), "") if run_id.isdigit() else (1, 0, run_id)
