@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, SecretStr
 
-_SECRET_FIELDS = ("webhook_secret", "github_app_private_key", "ticket_signing_key", "hud_token")
+_SECRET_FIELDS = ("webhook_secret", "github_app_private_key", "ticket_signing_key", "hud_token", "buildkite_api_token")
 
 
 class ConfigError(RuntimeError):
@@ -24,10 +24,16 @@ class Settings(BaseModel):
     webhook_secret: SecretStr | None = None
     ticket_signing_key: SecretStr | None = None
     hud_token: SecretStr | None = None
+    buildkite_api_token: SecretStr | None = None  # REST API access token with write_builds (and read_builds)
     secrets_arn: str | None = None
     allowlist: str | None = None
     oidc_issuer: str = "https://token.actions.githubusercontent.com"
     oidc_audience: str = "crcr"
+    # Buildkite downstreams (DESIGN §4.8): the agents' OIDC issuer, the pipeline -> repository map (PyTorch's
+    # ci_providers.yml: a path, s3:// or github:), and the REST API that creates builds.
+    buildkite_oidc_issuer: str = "https://agent.buildkite.com"
+    ci_providers: str | None = None
+    buildkite_api_url: str = "https://api.buildkite.com"
     hud_url: str | None = None
     start_timeout_s: int = 3600
     run_timeout_s: int = 43200

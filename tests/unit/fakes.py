@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crcr.app.ports import (
+    BuildRef,
     Claim,
     GitHubError,
     JobRecord,
@@ -145,10 +146,14 @@ class FakeState:
         self.owners[key] = owner
         return True
 
-    def mark_dispatched(self, message: DispatchMessage, claims: TicketClaims, now: float) -> None:
+    def mark_dispatched(
+        self, message: DispatchMessage, claims: TicketClaims, now: float, build: BuildRef | None = None
+    ) -> None:
         self.ledger[(message.delivery_id, message.target_repo.lower())] = LedgerRow(
-            message.delivery_id, claims.sub, LedgerState.DISPATCHED, claims.jti, 0.0, now, repo_id=claims.repo_id
-        )
+            message.delivery_id, claims.sub, LedgerState.DISPATCHED, claims.jti, 0.0, now, repo_id=claims.repo_id,
+            ci=claims.ci, build_id=build.id if build else None, build_number=build.number if build else None,
+            build_url=build.url if build else None,
+        )  # fmt: skip
         self.dispatched_claims.append(claims)
 
     def mark(self, message: DispatchMessage, state: LedgerState, reason: str, now: float, owner: str = "") -> None:

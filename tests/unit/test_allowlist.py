@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from crcr.adapters.allowlist_source import CachedAllowlist, parse_allowlist
+from crcr.domain.allowlist import BuildkitePipeline, build_allowlist
 from crcr.domain.errors import AllowlistError
 from crcr.domain.levels import Level
 from tests.unit.fakes import RecordingMetrics
@@ -96,3 +98,19 @@ def test_no_allowlist_at_all_is_an_error_not_an_empty_relay() -> None:
     cached = CachedAllowlist(lambda: b"L9: []\n", RecordingMetrics(), lambda: 0.0)
     with pytest.raises(AllowlistError):
         cached.current()
+
+
+def test_a_buildkite_pipeline_is_a_repository_setting() -> None:
+    doc = yaml.safe_load(
+        "L2:\n  - vllm-project/vllm\nrepos:\n  vllm-project/vllm:\n    buildkite: {organization: vllm, pipeline: ci}\n"
+    )
+    [entry] = build_allowlist(doc).entries
+    assert entry.settings.buildkite == BuildkitePipeline("vllm", "ci", "main")
+    for bad, named in (
+        ("{organization: vllm}", "organization and pipeline"),
+        ("{organization: Vllm, pipeline: ci}", "buildkite.organization"),
+        ("{organization: vllm, pipeline: ci, token: x}", "unknown key 'token'"),
+    ):
+        broken = yaml.safe_load(f"L2:\n  - vllm-project/vllm\nrepos:\n  vllm-project/vllm:\n    buildkite: {bad}\n")
+        with pytest.raises(AllowlistError, match=named):
+            build_allowlist(broken)

@@ -12,7 +12,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from crcr.app.ports import Claim, LedgerRow, LedgerState
+from crcr.app.ports import BuildRef, Claim, LedgerRow, LedgerState
 from crcr.contracts.messages import DispatchMessage
 from crcr.domain.checks import Known
 from crcr.domain.ids import repo_key
@@ -289,6 +289,10 @@ class DynamoState:
             level=int(item["level"]["N"]) if "level" in item else None,
             device=item.get("device", {}).get("S"),
             event_type=item.get("event_type", {}).get("S"),
+            ci=item.get("ci", {}).get("S", "github"),
+            build_id=item.get("build_id", {}).get("S"),
+            build_number=int(item["build_number"]["N"]) if "N" in item.get("build_number", {}) else None,
+            build_url=item.get("build_url", {}).get("S"),
         )
 
     def _base_values(self, message: DispatchMessage, now: float) -> dict[str, Any]:
@@ -344,14 +348,21 @@ class DynamoState:
             ExpressionAttributeValues=values,
         )
 
-    def mark_dispatched(self, message: DispatchMessage, claims: TicketClaims, now: float) -> None:
+    def mark_dispatched(
+        self, message: DispatchMessage, claims: TicketClaims, now: float, build: BuildRef | None = None
+    ) -> None:
         values = self._base_values(message, now) | {
             ":s": {"S": LedgerState.DISPATCHED.value},
             ":repo_id": {"N": str(claims.repo_id)},
             ":full": {"S": claims.sub},
             ":did": {"S": claims.jti},
             ":device": {"S": message.device} if message.device else {"NULL": True},
+            ":ci": {"S": claims.ci},
         }
+        built = ""
+        if build is not None:
+            built = ", build_id = :bid, build_number = :bnum, build_url = :burl"
+            values |= {":bid": {"S": build.id}, ":bnum": {"N": str(build.number)}, ":burl": {"S": build.url}}
         watch = ""
         if self._start_timeout_s is not None and message.level >= 2:
             # Until a job reports, the sweeper watches this dispatch through the sparse index.
@@ -362,7 +373,8 @@ class DynamoState:
             Key=self._ledger_key(message.delivery_id, message.target_repo),
             UpdateExpression=(
                 f"SET #s = :s, dispatched_at = :now, repo_id = :repo_id, repo_full_name = :full, "
-                f"dispatch_id = :did, device = :device, lease_until = :zero, {self._BASE_SET}{watch} REMOVE reason"
+                f"dispatch_id = :did, device = :device, ci = :ci, lease_until = :zero, {self._BASE_SET}{built}{watch} "
+                "REMOVE reason"
             ),
             ExpressionAttributeNames={"#s": "state", "#lvl": "level"},
             ExpressionAttributeValues=values | {":zero": {"N": "0"}},

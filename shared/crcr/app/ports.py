@@ -62,6 +62,15 @@ class PlannerState(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class BuildRef:
+    """A Buildkite build the relay created: its UUID, its number in the pipeline, and its page."""
+
+    id: str
+    number: int
+    url: str
+
+
 class LedgerState(Enum):
     SENDING = "sending"
     DISPATCHED = "dispatched"
@@ -87,6 +96,11 @@ class LedgerRow:
     level: int | None = None
     device: str | None = None
     event_type: str | None = None  # the upstream event dispatched: pull_request or push
+    ci: str = "github"  # github or buildkite: where the dispatch runs
+    # A Buildkite dispatch: the build the relay created (from Buildkite's 201), which alone may report on it.
+    build_id: str | None = None  # the build's UUID (the callback's run_id)
+    build_number: int | None = None  # the token's build_number claim
+    build_url: str | None = None
 
 
 class Ledger(Protocol):
@@ -104,7 +118,11 @@ class Ledger(Protocol):
         """Take the send for one attempt: no row yet, or not final and no live claim by another attempt."""
         ...
 
-    def mark_dispatched(self, message: DispatchMessage, claims: TicketClaims, now: float) -> None: ...
+    def mark_dispatched(
+        self, message: DispatchMessage, claims: TicketClaims, now: float, build: BuildRef | None = None
+    ) -> None:
+        """DISPATCHED, with the ticket's identity (and `ci`) and, for Buildkite, the build that was created."""
+        ...
 
     def mark(self, message: DispatchMessage, state: LedgerState, reason: str, now: float, owner: str = "") -> None:
         """Record a state that is not DISPATCHED; never undoes a sent dispatch or another attempt's live claim."""

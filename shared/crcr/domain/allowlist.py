@@ -20,8 +20,20 @@ DEFAULT_EVENTS = frozenset({"pull_request", "push"})
 _DEVICE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$")
 _SETTING_KEYS = frozenset(
     {"events", "branches", "skip_drafts", "repository_id", "workflows", "trusted_authors_only", "oncalls", "check_runs"}
+    | {"buildkite"}
 )
+_SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,99}$")  # Buildkite organization and pipeline slugs, as in its URLs
+_BRANCH_RE = re.compile(r"^[A-Za-z0-9._/-]{1,255}$")
 CHECK_RUN_MODES = ("per_job", "per_repo")
+
+
+@dataclass(frozen=True)
+class BuildkitePipeline:
+    """`repos.<repo>.buildkite`: dispatches to this repository create a build of this pipeline."""
+
+    organization: str  # slug, as in https://buildkite.com/<organization>/<pipeline>
+    pipeline: str
+    branch: str = "main"  # the downstream branch the build checks out (its HEAD); the upstream commit is in env
 
 
 @dataclass(frozen=True)
@@ -35,6 +47,7 @@ class RepoSettings:
     # per_job: one check run per downstream job plus the repository's; per_repo: the repository's alone,
     # its summary listing the jobs (fewer writes against the upstream installation's budget).
     check_runs: str = "per_job"
+    buildkite: BuildkitePipeline | None = None  # None: GitHub Actions, through repository_dispatch
 
 
 @dataclass(frozen=True)
@@ -124,6 +137,8 @@ def _settings(repo: object, raw: object) -> tuple[RepoSettings, tuple[str, ...] 
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise AllowlistError(f"{where} must be a positive integer", line=_line(key))
             values[key] = value
+        elif key == "buildkite":
+            values[key] = _buildkite(where, value, key)
         elif key == "check_runs":
             if value not in CHECK_RUN_MODES:
                 raise AllowlistError(f"{where} must be one of {', '.join(CHECK_RUN_MODES)}", line=_line(key))
@@ -143,6 +158,25 @@ def _settings(repo: object, raw: object) -> tuple[RepoSettings, tuple[str, ...] 
                 values[key] = tuple(value)
     oncalls = _oncalls(raw["oncalls"], raw["oncalls"]) if "oncalls" in raw else None
     return RepoSettings(**values), oncalls
+
+
+def _buildkite(where: str, value: object, at: object) -> BuildkitePipeline:
+    if not isinstance(value, Mapping) or not {"organization", "pipeline"} <= set(value):
+        raise AllowlistError(f"{where} must be a mapping with organization and pipeline (slugs)", line=_line(at))
+    unknown = set(value) - {"organization", "pipeline", "branch"}
+    if unknown:
+        raise AllowlistError(
+            f"{where}: unknown key {sorted(map(str, unknown))[0]!r} (known: branch, organization, pipeline)",
+            line=_line(at),
+        )
+    organization, pipeline = value["organization"], value["pipeline"]
+    for name, slug in (("organization", organization), ("pipeline", pipeline)):
+        if not isinstance(slug, str) or not _SLUG_RE.match(slug):
+            raise AllowlistError(f"{where}.{name} must be a Buildkite slug (lower-case, digits, -)", line=_line(at))
+    branch = value.get("branch", "main")
+    if not isinstance(branch, str) or not _BRANCH_RE.match(branch):
+        raise AllowlistError(f"{where}.branch must be a branch name", line=_line(at))
+    return BuildkitePipeline(organization, pipeline, branch)
 
 
 def build_allowlist(doc: object) -> Allowlist:

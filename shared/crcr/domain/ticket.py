@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict
+
+CI = Literal["github", "buildkite"]
 
 
 class TicketClaims(BaseModel):
@@ -18,3 +22,6 @@ class TicketClaims(BaseModel):
     iat: int
     exp: int
     jti: str  # dispatch id
+    # Where the dispatch runs: a ticket for a Buildkite build is refused from a GitHub Actions run and the
+    # reverse. Absent in tickets signed before Buildkite: those were all GitHub dispatches.
+    ci: CI = "github"
