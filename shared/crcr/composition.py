@@ -13,7 +13,7 @@ from crcr.adapters.observability import PowertoolsMetrics, logger
 from crcr.settings import ConfigError, Settings
 
 if TYPE_CHECKING:
-    from crcr.adapters.allowlist_source import CachedAllowlist
+    from crcr.adapters.allowlist_source import CachedAllowlist, CachedProviders
     from crcr.adapters.github import GitHubApp
     from crcr.adapters.results import DynamoResults
     from crcr.adapters.s3 import S3HudDocs
@@ -117,6 +117,16 @@ def _allowlist(settings: Settings, metrics: PowertoolsMetrics, clock: SystemCloc
     return CachedAllowlist(fetch, metrics, clock.now, settings.allowlist_refresh_s, on_error=logger.error)
 
 
+def _providers(settings: Settings, metrics: PowertoolsMetrics, clock: SystemClock) -> CachedProviders | None:
+    """PyTorch's ci_providers.yml (Buildkite pipelines -> repositories), reloaded like the allowlist."""
+    if not settings.ci_providers:
+        return None
+    from crcr.adapters.allowlist_source import CachedProviders, fetcher_for  # noqa: PLC0415
+
+    fetch = fetcher_for(str(settings.ci_providers), lambda: aws_client("s3"), lambda: _github(settings))
+    return CachedProviders(fetch, metrics, clock.now, settings.allowlist_refresh_s, on_error=logger.error)
+
+
 def build_planner_deps(settings: Settings) -> PlannerDeps:
     from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
     from crcr.adapters.s3 import S3Blobs  # noqa: PLC0415
@@ -174,7 +184,7 @@ def build_dispatch_deps(settings: Settings) -> DispatchDeps:
 def build_callback_deps(settings: Settings) -> CallbackDeps:
     from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
     from crcr.adapters.github import UpstreamCommitLookup  # noqa: PLC0415
-    from crcr.adapters.oidc import OidcVerifier  # noqa: PLC0415
+    from crcr.adapters.oidc import IssuerRouter, OidcVerifier  # noqa: PLC0415
     from crcr.adapters.results import DynamoRateLimiter, DynamoResults  # noqa: PLC0415
     from crcr.adapters.tickets import Ed25519Tickets  # noqa: PLC0415
     from crcr.app.callback import CallbackDeps  # noqa: PLC0415
@@ -183,7 +193,14 @@ def build_callback_deps(settings: Settings) -> CallbackDeps:
     metrics = PowertoolsMetrics()
     clock = SystemClock()
     return CallbackDeps(
-        tokens=OidcVerifier(settings.oidc_issuer, settings.oidc_audience, clock.now),
+        # Issuers are fixed: GitHub Actions' and Buildkite's agents'; each token is judged by its issuer's rules.
+        tokens=IssuerRouter(
+            {
+                "github": OidcVerifier(settings.oidc_issuer, settings.oidc_audience, clock.now),
+                "buildkite": OidcVerifier(settings.buildkite_oidc_issuer, settings.oidc_audience, clock.now),
+            }
+        ),
+        providers=_providers(settings, metrics, clock),
         tickets=Ed25519Tickets(settings.secret("ticket_signing_key")),
         ledger=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
         allowlist=_allowlist(settings, metrics, clock),

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import yaml
 from botocore.exceptions import ClientError
@@ -20,6 +20,9 @@ from crcr.adapters.github import GitHubApp
 from crcr.app.ports import Metrics
 from crcr.domain.allowlist import Allowlist, build_allowlist
 from crcr.domain.errors import AllowlistError
+from crcr.domain.providers import Providers, ProvidersError, build_providers
+
+T = TypeVar("T")
 
 
 class _LStr(str):
@@ -138,8 +141,12 @@ def fetcher_for(source: str, s3_client: Callable[[], Any], github: Callable[[], 
     return PathFetcher(Path(source))
 
 
-class CachedAllowlist:
-    """The AllowlistProvider port: last good document, refreshed at most every `refresh_s`."""
+class CachedDocument(Generic[T]):
+    """A configuration document (the allowlist, the CI providers): the last good version, refreshed at most
+    every `refresh_s`; one that fails to fetch or validate is counted, logged and ignored."""
+
+    kind = "document"
+    metric = "Document"
 
     def __init__(
         self,
@@ -154,18 +161,21 @@ class CachedAllowlist:
         self._clock = clock
         self._refresh_s = refresh_s
         self._on_error = on_error or (lambda _msg: None)
-        self._good: Allowlist | None = None
+        self._good: T | None = None
         self._checked = float("-inf")
         self._lock = threading.Lock()
 
-    def current(self) -> Allowlist:
+    def parse(self, data: bytes) -> T:
+        raise NotImplementedError
+
+    def current(self) -> T:
         with self._lock:
             now = self._clock()
             if self._good is None or now - self._checked >= self._refresh_s:
                 self._checked = now
                 self._refresh()
             if self._good is None:
-                raise AllowlistError("no valid allowlist has been loaded yet")
+                raise AllowlistError(f"no valid {self.kind} has been loaded yet")
             return self._good
 
     def _refresh(self) -> None:
@@ -173,11 +183,45 @@ class CachedAllowlist:
             data = self._fetch()
             if data is None:
                 return
-            self._good = parse_allowlist(data)
-            self._metrics.count("AllowlistLoaded")
+            self._good = self.parse(data)
+            self._metrics.count(f"{self.metric}Loaded")
         except Exception as exc:  # any failure keeps the last good document
-            self._metrics.count("AllowlistRejected")
-            self._on_error(f"allowlist not loaded, keeping the last good one: {exc}")
+            self._metrics.count(f"{self.metric}Rejected")
+            self._on_error(f"{self.kind} not loaded, keeping the last good one: {exc}")
+
+
+class CachedAllowlist(CachedDocument[Allowlist]):
+    """The AllowlistProvider port."""
+
+    kind = "allowlist"
+    metric = "Allowlist"
+
+    def parse(self, data: bytes) -> Allowlist:
+        return parse_allowlist(data)
+
+
+def parse_providers(text: str | bytes) -> Providers:
+    """PyTorch's ci_providers.yml, with the allowlist's YAML rules (line numbers, no duplicate keys)."""
+    try:
+        doc = yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else None
+        raise ProvidersError(f"not valid YAML: {exc.problem}", line=line) from exc
+    except yaml.YAMLError as exc:
+        raise ProvidersError(f"not valid YAML: {exc}") from exc
+    except AllowlistError as exc:  # a duplicate key, found while loading
+        raise ProvidersError(exc.message) from exc
+    return build_providers(doc)
+
+
+class CachedProviders(CachedDocument[Providers]):
+    """The ProvidersSource port: the pipeline -> repository map, same reload rules as the allowlist."""
+
+    kind = "ci_providers"
+    metric = "Providers"
+
+    def parse(self, data: bytes) -> Providers:
+        return parse_providers(data)
 
 
 class OneShotAllowlist:

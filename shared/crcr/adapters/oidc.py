@@ -1,4 +1,5 @@
-"""GitHub Actions OIDC token verification: discovery → JWKS (cached), RS256/ES256 only, pinned iss/aud.
+"""OIDC token verification for GitHub Actions and Buildkite: the issuer (fixed in code) selects the verifier;
+discovery → JWKS (cached), RS256/ES256 only, pinned iss/aud.
 
 PyJWT's PyJWKClient refuses an unknown `kid` for 30 s after a fetch, so a key rotated in moments
 ago fails. Here an unknown `kid` refetches the key set at once, unless a fetch happened less than
@@ -18,6 +19,7 @@ from urllib.parse import urlsplit
 import jwt
 import urllib3
 
+from crcr.app.ports import VerifiedToken
 from crcr.domain.errors import Unauthorized, Unavailable
 
 ALLOWED_ALGORITHMS = ("RS256", "ES256")
@@ -151,3 +153,33 @@ class OidcVerifier:
         except jwt.PyJWTError as exc:
             raise Unauthorized(f"token rejected: {exc}", field="Authorization") from exc
         return claims
+
+
+class IssuerRouter:
+    """The TokenVerifier port: the token's (unverified) issuer picks one of the fixed verifiers, which then
+    verifies signature, issuer, audience and times. A Buildkite token is only ever judged by Buildkite's
+    identity rules, whatever claims it carries, and a GitHub token only by GitHub's."""
+
+    def __init__(self, verifiers: dict[str, OidcVerifier]) -> None:
+        self._by_issuer: dict[str, tuple[str, OidcVerifier]] = {}
+        for ci, verifier in verifiers.items():
+            if verifier.issuer in self._by_issuer:
+                raise ValueError(f"the {ci} and {self._by_issuer[verifier.issuer][0]} issuers must differ")
+            self._by_issuer[verifier.issuer] = (ci, verifier)
+
+    def verify(self, token: str) -> VerifiedToken:
+        try:
+            unverified = jwt.decode(token, options={"verify_signature": False})
+        except jwt.PyJWTError as exc:
+            raise Unauthorized("the bearer token is not a JWT", field="Authorization") from exc
+        issuer = unverified.get("iss")
+        if not isinstance(issuer, str) or not issuer:
+            raise Unauthorized("the token names no issuer", field="Authorization")
+        found = self._by_issuer.get(issuer.rstrip("/"))
+        if found is None:
+            accepted = ", ".join(sorted(self._by_issuer))
+            raise Unauthorized(
+                f"tokens from {issuer[:200]!r} are not accepted (issuers: {accepted})", field="Authorization"
+            )
+        ci, verifier = found
+        return VerifiedToken(ci, verifier.verify(token))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
@@ -22,15 +22,23 @@ from crcr.app.ports import (
     LedgerRow,
     LedgerState,
     Metrics,
+    ProvidersSource,
     RateLimiter,
     ResultsStore,
     TicketVerifier,
     TokenVerifier,
     UpstreamCommits,
+    VerifiedToken,
 )
 from crcr.contracts.callback import CallbackBody, PyTorchCallbackBody, ScheduledBody
 from crcr.domain.allowlist import Allowlist
-from crcr.domain.callback_rules import SCHEDULED_EVENTS, check_identity
+from crcr.domain.callback_rules import (
+    SCHEDULED_EVENTS,
+    buildkite_pipeline,
+    check_buildkite_build,
+    check_buildkite_scheduled,
+    check_identity,
+)
 from crcr.domain.errors import (
     AllowlistError,
     BadRequest,
@@ -67,6 +75,7 @@ class CallbackDeps:
     clock: Clock
     upstream: str = ""
     commits: UpstreamCommits | None = None
+    providers: ProvidersSource | None = None  # Buildkite pipelines -> repositories; None: Buildkite cannot report
     max_body_bytes: int = MAX_CALLBACK_BYTES
 
 
@@ -127,15 +136,36 @@ def _parse(body: bytes) -> tuple[CallbackBody | PyTorchCallbackBody | ScheduledB
 def _bearer(authorization: str | None) -> str:
     scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
-        raise Unauthorized("missing Authorization: Bearer <GitHub Actions OIDC token>", field="Authorization")
+        raise Unauthorized(
+            "missing Authorization: Bearer <OIDC token of GitHub Actions or Buildkite>", field="Authorization"
+        )
     return token.strip()
 
 
-def _dispatch_of(parsed: CallbackBody | PyTorchCallbackBody, claims: dict[str, Any], deps: CallbackDeps) -> LedgerRow:
+def _caller(identity: VerifiedToken, deps: CallbackDeps) -> str:
+    """The repository the token speaks for: GitHub's `repository` claim, or the Buildkite pipeline's map entry."""
+    if identity.ci != "buildkite":
+        return str(identity.claims.get("repository", ""))
+    if deps.providers is None:
+        raise Forbidden(
+            "this relay has no ci_providers map (CRCR_CI_PROVIDERS): Buildkite cannot report", field="Authorization"
+        )
+    try:
+        providers = deps.providers.current()
+    except AllowlistError as exc:  # the relay's problem, not the caller's: let it retry
+        raise Unavailable("the relay has no valid ci_providers map loaded", retry_after_s=30) from exc
+    return buildkite_pipeline(identity.claims, providers).repo
+
+
+def _dispatch_of(
+    parsed: CallbackBody | PyTorchCallbackBody, identity: VerifiedToken, caller: str, deps: CallbackDeps
+) -> LedgerRow:
     """The dispatch this report belongs to, from the ticket or (PyTorch's body) the delivery id."""
     if isinstance(parsed, CallbackBody):
         ticket = deps.tickets.verify(parsed.ticket, deps.clock.now())
-        if str(claims.get("repository", "")).lower() != ticket.sub.lower():
+        if ticket.ci != identity.ci:
+            raise Forbidden(f"this ticket is for a {ticket.ci} dispatch, not a {identity.ci} run", field="ticket")
+        if caller.lower() != ticket.sub.lower():
             raise Forbidden(f"this ticket was issued to {ticket.sub}", field="ticket")
         row = deps.ledger.get(ticket.delivery_id, ticket.sub)
         # Any state will do when the ids match: the relay signs a ticket only just before sending it, so a
@@ -143,9 +173,11 @@ def _dispatch_of(parsed: CallbackBody | PyTorchCallbackBody, claims: dict[str, A
         if row is None or row.dispatch_id != ticket.jti:
             raise Unauthorized("the ticket's dispatch is not in the ledger", field="ticket")
         return row
-    row = deps.ledger.get(parsed.delivery_id, str(claims.get("repository", "")))
+    row = deps.ledger.get(parsed.delivery_id, caller)
     if row is None or not row.dispatch_id or row.state is LedgerState.SUPERSEDED:
         raise Forbidden("this delivery was never dispatched to the calling repository", field="delivery_id")
+    if row.ci != identity.ci:
+        raise Forbidden(f"this delivery went to {row.ci}, not to a {identity.ci} run", field="delivery_id")
     return row
 
 
@@ -179,23 +211,34 @@ def handle_callback(body: bytes, authorization: str | None, deps: CallbackDeps) 
 def _handle(body: bytes, authorization: str | None, deps: CallbackDeps) -> Reply:
     if len(body) > deps.max_body_bytes:
         raise PayloadTooLarge(f"body is {len(body)} bytes; the limit is {deps.max_body_bytes}", field="body")
-    claims = deps.tokens.verify(_bearer(authorization))
+    identity = deps.tokens.verify(_bearer(authorization))
     parsed, report = _parse(body)
+    caller = _caller(identity, deps)
     if isinstance(parsed, ScheduledBody):
-        return _scheduled(parsed, report, claims, deps)
-    row = _dispatch_of(parsed, claims, deps)
+        return _scheduled(parsed, report, identity, caller, deps)
+    row = _dispatch_of(parsed, identity, caller, deps)
     entry = _allowlist(deps).get(row.repo)
     if entry is None:
         raise Forbidden(f"{row.repo} is no longer on the allowlist", field="repository")
-    check_identity(
-        claims,
-        repo=row.repo,
-        repo_id=row.repo_id or 0,
-        run_id=report.run_id,
-        run_attempt=report.run_attempt,
-        pinned_repo_id=entry.settings.repository_id,
-        workflows=entry.settings.workflows,
-    )
+    if identity.ci == "buildkite":
+        job_id = check_buildkite_build(
+            identity.claims,
+            build_number=row.build_number,
+            build_id=row.build_id,
+            run_id=report.run_id,
+            check_run_id=report.check_run_id,
+        )
+        report = replace(report, check_run_id=job_id)
+    else:
+        check_identity(
+            identity.claims,
+            repo=row.repo,
+            repo_id=row.repo_id or 0,
+            run_id=report.run_id,
+            run_attempt=report.run_attempt,
+            pinned_repo_id=entry.settings.repository_id,
+            workflows=entry.settings.workflows,
+        )
     if not Level(row.level or entry.level).records_results:
         return Reply.IGNORED  # L1: dispatch only; results are not recorded
     wait = deps.limiter.hit(row.repo, deps.clock.now())
@@ -211,28 +254,33 @@ def _allowlist(deps: CallbackDeps) -> Allowlist:
         raise Unavailable("the relay has no valid allowlist loaded", retry_after_s=30) from exc
 
 
-def _scheduled(body: ScheduledBody, report: Report, claims: dict[str, Any], deps: CallbackDeps) -> Reply:
+def _scheduled(body: ScheduledBody, report: Report, identity: VerifiedToken, caller: str, deps: CallbackDeps) -> Reply:
     """A nightly run on an upstream commit: L2+ only, completed only, and the commit must be upstream's."""
-    repo = str(claims.get("repository", ""))
-    entry = _allowlist(deps).get(repo)
+    entry = _allowlist(deps).get(caller)
     if entry is None:
-        raise Forbidden(f"{repo or 'the caller'} is not on the allowlist", field="repository")
-    try:
-        # No dispatch to bind to: bind to GitHub's id of the allowlisted name, so a deleted and recreated
-        # repository of the same name cannot report as the old one.
-        repo_id = deps.commits.repo_id(entry.repo) if deps.commits is not None else 0
-    except GitHubError as exc:
-        raise Unavailable(f"cannot ask GitHub about {entry.repo} now: {exc}", retry_after_s=30) from exc
-    check_identity(
-        claims,
-        events=SCHEDULED_EVENTS,
-        repo=entry.repo,
-        repo_id=repo_id,
-        run_id=report.run_id,
-        run_attempt=report.run_attempt,
-        pinned_repo_id=entry.settings.repository_id,
-        workflows=entry.settings.workflows,
-    )
+        raise Forbidden(f"{caller or 'the caller'} is not on the allowlist", field="repository")
+    if identity.ci == "buildkite":
+        # The pipeline's map entry is the identity; a Buildkite downstream need not have the App installed.
+        repo_id = entry.settings.repository_id or 0
+        job_id = check_buildkite_scheduled(identity.claims, run_id=report.run_id, check_run_id=report.check_run_id)
+        report = replace(report, check_run_id=job_id)
+    else:
+        try:
+            # No dispatch to bind to: bind to GitHub's id of the allowlisted name, so a deleted and recreated
+            # repository of the same name cannot report as the old one.
+            repo_id = deps.commits.repo_id(entry.repo) if deps.commits is not None else 0
+        except GitHubError as exc:
+            raise Unavailable(f"cannot ask GitHub about {entry.repo} now: {exc}", retry_after_s=30) from exc
+        check_identity(
+            identity.claims,
+            events=SCHEDULED_EVENTS,
+            repo=entry.repo,
+            repo_id=repo_id,
+            run_id=report.run_id,
+            run_attempt=report.run_attempt,
+            pinned_repo_id=entry.settings.repository_id,
+            workflows=entry.settings.workflows,
+        )
     if not entry.level.records_results:
         return Reply.IGNORED
     wait = deps.limiter.hit(entry.repo, deps.clock.now())
@@ -247,7 +295,7 @@ def _scheduled(body: ScheduledBody, report: Report, claims: dict[str, Any], deps
     digest = hashlib.sha256(f"{entry.key}\n{body.head_sha}".encode()).hexdigest()[:32]
     row = LedgerRow(
         delivery_id="scheduled",
-        repo=str(claims["repository"]),
+        repo=caller if identity.ci != "buildkite" else entry.repo,
         state=LedgerState.DISPATCHED,
         dispatch_id=f"sched-{digest}",
         repo_id=repo_id,
@@ -257,6 +305,7 @@ def _scheduled(body: ScheduledBody, report: Report, claims: dict[str, Any], deps
         level=int(entry.level),
         device=entry.device,
         event_type="nightly",  # PyTorch's HUD name for a run no PR dispatched
+        ci=identity.ci,
     )
     return _record(row, report, deps)
 

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage
 from crcr.domain.allowlist import Allowlist
 from crcr.domain.checks import Known
+from crcr.domain.providers import Providers
 from crcr.domain.ticket import TicketClaims
 
 
@@ -184,8 +185,22 @@ class TicketSigner(Protocol):
     def sign(self, claims: TicketClaims) -> str: ...
 
 
+@dataclass(frozen=True)
+class VerifiedToken:
+    """An OIDC token whose signature, issuer, audience and times were verified."""
+
+    ci: str  # which issuer signed it, which decides the identity rules: "github" or "buildkite"
+    claims: dict[str, Any]
+
+
 class TokenVerifier(Protocol):
-    def verify(self, token: str) -> dict[str, Any]: ...
+    def verify(self, token: str) -> VerifiedToken: ...
+
+
+class ProvidersSource(Protocol):
+    """PyTorch's ci_providers.yml: which Buildkite pipeline reports as which repository (last good version)."""
+
+    def current(self) -> Providers: ...
 
 
 class TicketVerifier(Protocol):

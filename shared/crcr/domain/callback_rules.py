@@ -6,8 +6,9 @@ import fnmatch
 from collections.abc import Mapping
 from typing import Any
 
-from crcr.domain.errors import Forbidden
+from crcr.domain.errors import Forbidden, Unavailable
 from crcr.domain.ids import repo_key
+from crcr.domain.providers import PipelineRule, Providers
 
 REQUIRED_CLAIMS = ("repository", "repository_id", "event_name", "run_id", "run_attempt")
 
@@ -50,3 +51,78 @@ def check_identity(
         ref = str(claims.get("job_workflow_ref") or "")
         if not any(fnmatch.fnmatchcase(ref, pattern) for pattern in workflows):
             raise Forbidden(f"workflow {ref or '(none)'} is not allowed to report for {repo}", field="job_workflow_ref")
+
+
+# Buildkite (DESIGN §4.8). Builds a person or a schedule started, never one a webhook (a push or a pull
+# request, forks included) started, may report as a scheduled run.
+SCHEDULED_BUILD_SOURCES = frozenset({"schedule", "ui", "api"})
+MINT_HINT = "mint it with: buildkite-agent oidc request-token --audience <aud> --claim organization_id,pipeline_id"
+
+
+def buildkite_pipeline(claims: Mapping[str, Any], providers: Providers) -> PipelineRule:
+    """The repository a Buildkite token speaks for: its organization_id/pipeline_id (immutable UUIDs, never
+    slugs) in PyTorch's ci_providers.yml, with every `required_claims` entry holding."""
+    ids = []
+    for name in ("organization_id", "pipeline_id"):
+        value = claims.get(name)
+        if not isinstance(value, str) or not value:
+            raise Forbidden(f"the Buildkite token has no {name} claim; {MINT_HINT}", field=name)
+        ids.append(value)
+    organization_id, pipeline_id = ids
+    rule = providers.pipeline(organization_id, pipeline_id)
+    if rule is None:
+        raise Forbidden(
+            f"Buildkite pipeline {organization_id}/{pipeline_id} is not mapped to a repository in the relay's "
+            "ci_providers.yml",
+            field="pipeline_id",
+        )
+    unmet = rule.unmet(claims)
+    if unmet is not None:
+        name, actual, allowed = unmet
+        raise Forbidden(
+            f"claim {name} is {actual!r}; pipeline {organization_id}/{pipeline_id} reports only with {name} in "
+            f"{list(allowed)}",
+            field=name,
+        )
+    return rule
+
+
+def check_buildkite_build(
+    claims: Mapping[str, Any],
+    *,
+    build_number: int | None,
+    build_id: str | None,
+    run_id: str,
+    check_run_id: str | None,
+) -> str:
+    """Only the build the relay created for this dispatch may report on it (a fork's build of the same
+    pipeline, or any other build, has another number); returns the job's id, its check_run_id."""
+    if build_number is None or build_id is None:
+        raise Unavailable("the relay has not recorded the build it created yet; retry shortly", retry_after_s=5)
+    if str(claims.get("build_number", "")) != str(build_number):
+        raise Forbidden(
+            f"the token is from build {claims.get('build_number')!r}; this dispatch is build {build_number}",
+            field="build_number",
+        )
+    if run_id != build_id:
+        raise Forbidden("run_id is not the id of the build the relay created for this dispatch", field="run_id")
+    return _job_id(claims, check_run_id)
+
+
+def check_buildkite_scheduled(claims: Mapping[str, Any], *, run_id: str, check_run_id: str | None) -> str:
+    """A scheduled (nightly) build: started by a schedule, a person or the API, never by a webhook."""
+    source = claims.get("build_source")
+    if source not in SCHEDULED_BUILD_SOURCES:
+        raise Forbidden(f"builds started by {source!r} cannot report as scheduled runs", field="build_source")
+    if "build_id" in claims and str(claims["build_id"]) != run_id:
+        raise Forbidden("run_id is not the token's build", field="run_id")
+    return _job_id(claims, check_run_id)
+
+
+def _job_id(claims: Mapping[str, Any], check_run_id: str | None) -> str:
+    job_id = claims.get("job_id")
+    if not isinstance(job_id, str) or not job_id:
+        raise Forbidden("the Buildkite token has no job_id claim", field="job_id")
+    if check_run_id is not None and check_run_id != job_id:
+        raise Forbidden("check_run_id must be the reporting job's id (the token's job_id)", field="check_run_id")
+    return job_id

@@ -262,6 +262,8 @@ class LocalStack:
             "Allowlist": "CRCR_ALLOWLIST",
             "OidcIssuer": "CRCR_OIDC_ISSUER",
             "OidcAudience": "CRCR_OIDC_AUDIENCE",
+            "CiProviders": "CRCR_CI_PROVIDERS",
+            "BuildkiteOidcIssuer": "CRCR_BUILDKITE_OIDC_ISSUER",
             "HudUrl": "CRCR_HUD_URL",
             "HealthThresholds": "CRCR_HEALTH_THRESHOLDS",
             "StartTimeoutS": "CRCR_START_TIMEOUT_S",
