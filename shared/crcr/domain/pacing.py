@@ -1,4 +1,5 @@
-"""Pacing of content-creating GitHub calls per installation (GCRA over several windows)."""
+"""Pacing of the relay's API calls (GCRA over several windows): GitHub writes per installation, Buildkite calls
+per organization."""
 
 from __future__ import annotations
 
@@ -24,6 +25,11 @@ class Rate:
 # GitHub's secondary limits: about 80 content-creating requests a minute and 500 an hour.
 # Windows hold at most 75 and 491, leaving room for other writers of the same installation.
 CONTENT_RATES: tuple[Rate, ...] = (Rate(60, 60.0, burst=15), Rate(440, 3600.0, burst=50))
+
+# Buildkite's REST API: 200 requests a minute per organization and, in its newer documentation, 50 a minute
+# per token user (a quota set per organization, under Settings > Quotas). At most 45 in any minute leaves
+# room for the token's other users; every call counts (a build lookup as much as a create).
+BUILDKITE_RATES: tuple[Rate, ...] = (Rate(40, 60.0, burst=5),)
 
 
 def pace(

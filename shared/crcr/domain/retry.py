@@ -1,4 +1,4 @@
-"""Retry arithmetic: exponential backoff with full jitter, and GitHub's rate-limit signals."""
+"""Retry arithmetic: exponential backoff with full jitter, and GitHub's and Buildkite's rate-limit signals."""
 
 from __future__ import annotations
 
@@ -43,3 +43,35 @@ def rate_limit_wait(status: int, headers: Mapping[str, str], message: str, now: 
     if status == 429 or "rate limit" in message.lower():
         return SECONDARY_LIMIT_WAIT_S
     return None
+
+
+BUILDKITE_DEFAULT_WAIT_S = 60.0  # a 429 without a reset to go by: Buildkite's windows are one minute long
+
+
+def _seconds(raw: object) -> float | None:
+    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+def buildkite_rate_limit_wait(headers: Mapping[str, str], body_reset: object = None) -> float:
+    """Seconds to wait after Buildkite's 429: until the later of the windows it names has reset.
+
+    Buildkite documents `RateLimit-Reset` (organization) and `RateLimit-User-Reset` (token user), both
+    seconds until that window resets, and says to make no request until the relevant one has passed: the
+    larger of those present. The 429 body's `reset` (the exceeded window's) serves only when neither is.
+    One second more covers a reset Buildkite rounded down.
+    """
+    lowered = {k.lower(): v for k, v in headers.items()}
+    resets = [
+        s
+        for s in (_seconds(lowered.get("ratelimit-reset")), _seconds(lowered.get("ratelimit-user-reset")))
+        if s is not None
+    ]
+    if not resets and (from_body := _seconds(body_reset)) is not None:
+        resets.append(from_body)
+    return max(resets) + 1.0 if resets else BUILDKITE_DEFAULT_WAIT_S
