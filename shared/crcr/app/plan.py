@@ -24,7 +24,8 @@ from crcr.app.ports import (
 )
 from crcr.app.rerun import RerunDeps, rerun_check_run, rerun_check_suite
 from crcr.contracts.github import CheckRunEvent, CheckSuiteEvent, PullRequestEvent, PushEvent
-from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage
+from crcr.contracts.messages import BuildkiteTarget, CheckSyncMessage, DispatchMessage, EventMessage
+from crcr.domain.allowlist import Entry
 from crcr.domain.checks import CIFLOW_DEVICE_PREFIX
 from crcr.domain.errors import BadRequest
 from crcr.domain.payload import fit_payload
@@ -119,6 +120,19 @@ def plan_rerun(message: EventMessage, doc: dict[str, Any], deps: PlannerDeps) ->
     return summary
 
 
+def _buildkite(entry: Entry) -> dict[str, Any]:
+    """A Buildkite downstream's message names its pipeline and the allowlist's repository id pin."""
+    pipeline = entry.settings.buildkite
+    if pipeline is None:
+        return {}
+    return {
+        "buildkite": BuildkiteTarget(
+            organization=pipeline.organization, pipeline=pipeline.pipeline, branch=pipeline.branch
+        ),
+        "repository_id": entry.settings.repository_id,
+    }
+
+
 def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
     doc = load_body(message, deps.blobs)
     if message.event in ("check_run", "check_suite"):
@@ -187,6 +201,7 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
             ref=event.ref,
             payload=payload,
             planned_at=now,
+            **_buildkite(entry),
         )
         for entry in targets
     ]

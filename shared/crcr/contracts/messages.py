@@ -25,6 +25,14 @@ class EventMessage(_Msg):
     body_sha256: str
 
 
+class BuildkiteTarget(_Msg):
+    """The pipeline a Buildkite downstream's dispatch creates a build of (`repos.<repo>.buildkite`)."""
+
+    organization: str
+    pipeline: str
+    branch: str = "main"
+
+
 class DispatchMessage(_Msg):
     """Planner -> dispatcher: one downstream repository for one delivery."""
 
@@ -43,6 +51,10 @@ class DispatchMessage(_Msg):
     planned_at: float
     attempt: int = Field(default=0, ge=0)
     not_before: float | None = None
+    # A Buildkite downstream, as the allowlist said when the event was planned: a build of this pipeline
+    # instead of a repository_dispatch, and the ticket's repo_id (the allowlist's pin; GitHub's otherwise).
+    buildkite: BuildkiteTarget | None = None
+    repository_id: int | None = None
 
 
 class CheckSyncMessage(_Msg):

@@ -86,6 +86,10 @@ def _pr_decision(event: UpstreamEvent, entry: Entry) -> Decision:
         return Decision(entry, Verdict.HOLD, "untrusted_author")
     if untrusted and event.action == "closed":
         return Decision(entry, Verdict.SKIP, "untrusted_author")
+    if event.action == "closed" and settings.buildkite is not None:
+        # A build cannot tell a closed PR from an open one (its env names no action): it would be a full
+        # CI run for nothing. Only repository_dispatch carries the event for a downstream to clean up.
+        return Decision(entry, Verdict.SKIP, "closed_on_buildkite")
     return Decision(entry, Verdict.DISPATCH, event.action or "pull_request")
 
 
