@@ -74,9 +74,9 @@ def test_pacer_shares_one_budget_across_workers(aws: dict[str, Any]) -> None:
     ddb = aws["dynamodb"]
     _table(ddb, "pace")
     workers = [DynamoPacer(ddb, "pace"), DynamoPacer(ddb, "pace")]
-    waits = [workers[i % 2].acquire(installation_id=1, now=1000.0) for i in range(20)]
+    waits = [workers[i % 2].acquire(1, now=1000.0) for i in range(20)]
     assert waits[:16] == [0.0] * 16 and all(w > 0 for w in waits[16:])
-    assert workers[0].acquire(installation_id=2, now=1000.0) == 0.0  # another installation, its own budget
+    assert workers[0].acquire(2, now=1000.0) == 0.0  # another installation, its own budget
 
 
 def _table(ddb: Any, name: str) -> None:

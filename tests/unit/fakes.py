@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from crcr.app.ports import (
+    DISPATCH_META_KEY,
+    BuildkiteError,
     BuildRef,
     Claim,
     GitHubError,
     JobRecord,
     LedgerRow,
     LedgerState,
+    NewBuild,
     NotInstalled,
     RepoToken,
 )
@@ -121,9 +125,15 @@ class FakeState:
         return self.released.setdefault(key, delivery_id) == delivery_id
 
     def get(self, delivery_id: str, repo: str) -> LedgerRow | None:
-        return self.ledger.get((delivery_id, repo.lower()))
+        key = (delivery_id, repo.lower())
+        row = self.ledger.get(key)
+        if row is None:
+            return None
+        return dataclasses.replace(row, unsettled=frozenset(self.unsettled.get(key, set())))
 
     owners: dict[tuple[str, str], str] = field(default_factory=dict)
+    # Attempts that claimed and may have sent, as the table's string set.
+    unsettled: dict[tuple[str, str], set[str]] = field(default_factory=dict)
 
     def claim(
         self,
@@ -144,6 +154,7 @@ class FakeState:
             message.delivery_id, full_name, LedgerState.SENDING, dispatch_id, now + lease_s, repo_id=repo_id
         )
         self.owners[key] = owner
+        self.unsettled.setdefault(key, set()).add(owner)
         return True
 
     def mark_dispatched(
@@ -156,13 +167,23 @@ class FakeState:
         )  # fmt: skip
         self.dispatched_claims.append(claims)
 
-    def mark(self, message: DispatchMessage, state: LedgerState, reason: str, now: float, owner: str = "") -> None:
+    def mark(
+        self,
+        message: DispatchMessage,
+        state: LedgerState,
+        reason: str,
+        now: float,
+        owner: str = "",
+        settled: bool = False,
+    ) -> None:
         key = (message.delivery_id, message.target_repo.lower())
         row = self.ledger.get(key)
         if row is not None and (
             row.state is LedgerState.DISPATCHED or (row.lease_until >= now and self.owners.get(key) != owner)
         ):
             return  # as the table's condition: never undo a sent dispatch or another attempt's live claim
+        if settled:
+            self.unsettled.get(key, set()).discard(owner)
         did = row.dispatch_id if row else ""
         self.ledger[key] = LedgerRow(message.delivery_id, message.target_repo, state, did, 0.0, None, reason)
 
@@ -203,9 +224,51 @@ class FakeGitHub:
 @dataclass
 class FakePacer:
     waits: list[float] = field(default_factory=list)
+    keys: list[int | str] = field(default_factory=list)
 
-    def acquire(self, installation_id: int, now: float, reserve: bool = False) -> float:
+    def acquire(self, key: int | str, now: float, reserve: bool = False) -> float:
+        self.keys.append(key)
         return self.waits.pop(0) if self.waits else 0.0
+
+
+@dataclass
+class FakeBuilds:
+    """Buildkite's create and list-by-meta_data. Scripted errors are popped per call kind ("create",
+    "find"); `created_anyway` makes the next scripted create error happen after the build was created
+    (a timeout or a 5xx after Buildkite did it)."""
+
+    errors: dict[str, list[BuildkiteError]] = field(default_factory=dict)
+    created_anyway: int = 0
+    builds: list[tuple[str, str, NewBuild, BuildRef]] = field(default_factory=list)
+    calls: list[tuple[str, str, str]] = field(default_factory=list)  # (kind, organization/pipeline, detail)
+
+    def create(self, organization: str, pipeline: str, build: NewBuild) -> BuildRef:
+        self.calls.append(("create", f"{organization}/{pipeline}", build.meta_data[DISPATCH_META_KEY]))
+        queue = self.errors.get("create") or []
+        if queue and not self.created_anyway:
+            raise queue.pop(0)
+        number = 1 + sum(1 for org, pipe, _, _ in self.builds if (org, pipe) == (organization, pipeline))
+        ref = BuildRef(
+            f"0190a000-0000-4000-8000-{number:012d}",
+            number,
+            f"https://buildkite.com/{organization}/{pipeline}/builds/{number}",
+        )
+        self.builds.append((organization, pipeline, build, ref))
+        if queue:
+            self.created_anyway -= 1
+            raise queue.pop(0)
+        return ref
+
+    def find(self, organization: str, pipeline: str, dispatch_id: str) -> list[BuildRef]:
+        self.calls.append(("find", f"{organization}/{pipeline}", dispatch_id))
+        queue = self.errors.get("find") or []
+        if queue:
+            raise queue.pop(0)
+        return [
+            ref
+            for org, pipe, build, ref in self.builds
+            if (org, pipe) == (organization, pipeline) and build.meta_data[DISPATCH_META_KEY] == dispatch_id
+        ]
 
 
 class FakeSigner:

@@ -16,7 +16,7 @@ from crcr.app.ports import BuildRef, Claim, LedgerRow, LedgerState
 from crcr.contracts.messages import DispatchMessage
 from crcr.domain.checks import Known
 from crcr.domain.ids import repo_key
-from crcr.domain.pacing import CONTENT_RATES, pace
+from crcr.domain.pacing import CONTENT_RATES, Rate, pace
 from crcr.domain.ticket import TicketClaims
 
 DAY = 86_400
@@ -293,6 +293,7 @@ class DynamoState:
             build_id=item.get("build_id", {}).get("S"),
             build_number=int(item["build_number"]["N"]) if "N" in item.get("build_number", {}) else None,
             build_url=item.get("build_url", {}).get("S"),
+            unsettled=frozenset(item.get("unsettled", {}).get("SS", [])),
         )
 
     def _base_values(self, message: DispatchMessage, now: float) -> dict[str, Any]:
@@ -332,14 +333,16 @@ class DynamoState:
             ":did": {"S": dispatch_id},
             ":done": {"S": LedgerState.DISPATCHED.value},
             ":superseded": {"S": LedgerState.SUPERSEDED.value},
+            ":mine": {"SS": [owner]},
         }
         return applied(
             self._ddb.update_item,
             TableName=self._table,
             Key=self._ledger_key(message.delivery_id, message.target_repo),
+            # The attempt counts as unsettled from here until it records what happened to its send.
             UpdateExpression=(
                 "SET #s = :sending, lease_until = :lease, lease_owner = :owner, dispatch_id = :did, "
-                f"repo_id = :repo_id, repo_full_name = :full, {self._BASE_SET}"
+                f"repo_id = :repo_id, repo_full_name = :full, {self._BASE_SET} ADD unsettled :mine"
             ),
             ConditionExpression=(
                 "attribute_not_exists(pk) OR (NOT (#s IN (:done, :superseded)) AND lease_until < :now)"
@@ -380,9 +383,17 @@ class DynamoState:
             ExpressionAttributeValues=values | {":zero": {"N": "0"}},
         )
 
-    def mark(self, message: DispatchMessage, state: LedgerState, reason: str, now: float, owner: str = "") -> None:
+    def mark(
+        self,
+        message: DispatchMessage,
+        state: LedgerState,
+        reason: str,
+        now: float,
+        owner: str = "",
+        settled: bool = False,
+    ) -> None:
         """Record a non-dispatched state and release the claim, never overwriting a sent dispatch or
-        another attempt's live claim."""
+        another attempt's live claim; `settled` takes this attempt off the unsettled sends."""
         values = self._base_values(message, now) | {
             ":s": {"S": state.value},
             ":reason": {"S": reason[:1000]},
@@ -390,11 +401,15 @@ class DynamoState:
             ":done": {"S": LedgerState.DISPATCHED.value},
             ":owner": {"S": owner or "-"},
         }
+        forget = ""
+        if settled and owner:
+            forget = " DELETE unsettled :mine"
+            values[":mine"] = {"SS": [owner]}
         applied(
             self._ddb.update_item,
             TableName=self._table,
             Key=self._ledger_key(message.delivery_id, message.target_repo),
-            UpdateExpression=f"SET #s = :s, reason = :reason, lease_until = :zero, {self._BASE_SET}",
+            UpdateExpression=f"SET #s = :s, reason = :reason, lease_until = :zero, {self._BASE_SET}{forget}",
             ConditionExpression=(
                 "attribute_not_exists(pk) OR "
                 "(#s <> :done AND (attribute_not_exists(lease_until) OR lease_until < :now "
@@ -434,19 +449,31 @@ MAX_RESERVE_S = 900.0  # book slots at most as far ahead as one SQS delay reache
 
 
 class DynamoPacer:
-    """Per-installation pacing cell (GCRA) updated with optimistic concurrency."""
+    """Pacing cells (GCRA) updated with optimistic concurrency, one per key: by default GitHub's
+    content-creating calls per installation (`PACE#<installation>`/`CONTENT`); another budget (Buildkite's
+    per organization) gets its own cell name and rates."""
 
-    def __init__(self, client: Any, table: str, attempts: int = 5) -> None:
+    def __init__(
+        self,
+        client: Any,
+        table: str,
+        attempts: int = 5,
+        *,
+        rates: tuple[Rate, ...] = CONTENT_RATES,
+        cell: str = "CONTENT",
+    ) -> None:
         self._ddb = client
         self._table = table
         self._attempts = attempts
+        self._rates = rates
+        self._cell = cell
 
-    def acquire(self, installation_id: int, now: float, reserve: bool = False) -> float:
-        key = {"pk": {"S": f"PACE#{installation_id}"}, "sk": {"S": "CONTENT"}}
+    def acquire(self, key: int | str, now: float, reserve: bool = False) -> float:
+        cell_key = {"pk": {"S": f"PACE#{key}"}, "sk": {"S": self._cell}}
         for _ in range(self._attempts):
-            item = self._ddb.get_item(TableName=self._table, Key=key, ConsistentRead=True).get("Item")
+            item = self._ddb.get_item(TableName=self._table, Key=cell_key, ConsistentRead=True).get("Item")
             old = tuple(float(v["N"]) for v in item["tats"]["L"]) if item else None
-            new, wait = pace(old, now, CONTENT_RATES, reserve=reserve)
+            new, wait = pace(old, now, self._rates, reserve=reserve)
             if wait > 0 and (not reserve or wait > MAX_RESERVE_S):
                 return wait  # nothing booked: ask again then
             condition: dict[str, Any] = (
@@ -458,7 +485,7 @@ class DynamoPacer:
                 }
             )
             version = int(item["version"]["N"]) + 1 if item else 1
-            cell = key | {
+            cell = cell_key | {
                 "tats": {"L": [{"N": str(num(t))} for t in new]},
                 "version": {"N": str(version)},
                 "expires_at": {"N": str(int(now) + 2 * DAY)},

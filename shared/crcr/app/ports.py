@@ -102,6 +102,9 @@ class LedgerRow:
     build_id: str | None = None  # the build's UUID (the callback's run_id)
     build_number: int | None = None  # the token's build_number claim
     build_url: str | None = None
+    # Attempts that took the claim and may have sent (a timeout, a dropped connection, a 5xx, a worker that
+    # died): a Buildkite re-send first looks for a build they created, since Buildkite has no idempotency key.
+    unsettled: frozenset[str] = frozenset()
 
 
 class Ledger(Protocol):
@@ -125,8 +128,19 @@ class Ledger(Protocol):
         """DISPATCHED, with the ticket's identity (and `ci`) and, for Buildkite, the build that was created."""
         ...
 
-    def mark(self, message: DispatchMessage, state: LedgerState, reason: str, now: float, owner: str = "") -> None:
-        """Record a state that is not DISPATCHED; never undoes a sent dispatch or another attempt's live claim."""
+    def mark(
+        self,
+        message: DispatchMessage,
+        state: LedgerState,
+        reason: str,
+        now: float,
+        owner: str = "",
+        settled: bool = False,
+    ) -> None:
+        """Record a state that is not DISPATCHED; never undoes a sent dispatch or another attempt's live claim.
+
+        A claim counts its attempt as unsettled (it may send); `settled` says this attempt's send is known
+        not to have happened (refused, rate-limited, never connected), so it is no longer."""
         ...
 
     def pr_head(self, upstream: str, pr: int) -> str | None: ...
@@ -134,9 +148,10 @@ class Ledger(Protocol):
 
 
 class Pacer(Protocol):
-    def acquire(self, installation_id: int, now: float, reserve: bool = False) -> float:
-        """0 when a content-creating call may go now; otherwise seconds to wait. With `reserve`, a wait
-        up to 15 minutes books that slot: the caller then makes its call at that time without asking again."""
+    def acquire(self, key: int | str, now: float, reserve: bool = False) -> float:
+        """0 when a call budgeted under `key` (a GitHub installation id, a Buildkite organization) may go now;
+        otherwise seconds to wait. With `reserve`, a wait up to 15 minutes books that slot: the caller then
+        makes its call at that time without asking again."""
         ...
 
 
@@ -179,6 +194,62 @@ class GitHub(Protocol):
     def repo_token(self, installation_id: int, repo: str) -> RepoToken: ...
     def forget_token(self, repo: str) -> None: ...
     def dispatch(self, repo: str, token: RepoToken, event_type: str, client_payload: dict[str, Any]) -> None: ...
+
+
+# Buildkite meta_data keys of a relay-created build; the dispatch id finds the build again
+# (GET .../builds?meta_data[crcr_dispatch_id]=<id>).
+DISPATCH_META_KEY = "crcr_dispatch_id"
+DELIVERY_META_KEY = "crcr_delivery_id"
+
+
+@dataclass(frozen=True)
+class NewBuild:
+    """What a Buildkite dispatch asks for: the downstream's branch at HEAD, with the relay's word in env."""
+
+    branch: str
+    message: str
+    env: dict[str, str]  # CRCR_TICKET, CRCR_CALLBACK_URL, ... (the build's only input from the relay)
+    meta_data: dict[str, str]  # crcr_dispatch_id, crcr_delivery_id: what finds the build again
+    commit: str = "HEAD"
+
+
+class BuildkiteError(Exception):
+    """Base of errors the Buildkite adapter raises; each tells the use case how to react."""
+
+
+class BuildkiteUnavailable(BuildkiteError):
+    """5xx, timeout or connection failure: retry with backoff. `maybe_sent`: the request may have reached
+    Buildkite (so a build may exist); False only when it certainly never left (no connection)."""
+
+    def __init__(self, message: str, maybe_sent: bool = True) -> None:
+        super().__init__(message)
+        self.maybe_sent = maybe_sent
+
+
+class BuildkiteRateLimited(BuildkiteError):
+    """429: nothing was done; wait `wait_s` (Buildkite's reset) and spend no attempt."""
+
+    def __init__(self, wait_s: float, message: str) -> None:
+        super().__init__(message)
+        self.wait_s = wait_s
+
+
+class BuildkiteRejected(BuildkiteError):
+    """401/403/404/422 and other 4xx: Buildkite refused, with its `message`; retrying will not fix it."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+
+
+class Builds(Protocol):
+    """Buildkite's REST API, as far as dispatching goes: create a build, and find one by dispatch id."""
+
+    def create(self, organization: str, pipeline: str, build: NewBuild) -> BuildRef: ...
+
+    def find(self, organization: str, pipeline: str, dispatch_id: str) -> list[BuildRef]:
+        """Builds of the pipeline whose meta_data crcr_dispatch_id is this dispatch id, oldest first."""
+        ...
 
 
 class TicketSigner(Protocol):
