@@ -1,4 +1,4 @@
-"""DispatchFunction: DispatchQueue (SQS) -> repository_dispatch to one downstream repository per message."""
+"""DispatchFunction: DispatchQueue (SQS) -> repository_dispatch (or a Buildkite build) to one downstream per message."""
 
 from __future__ import annotations
 
@@ -30,6 +30,11 @@ def lambda_handler(event: dict[str, Any], context: Any, deps: DispatchDeps | Non
                 "outcome": outcome.result.value,
                 "detail": outcome.reason,
                 "delay_s": outcome.delay_s,
+                **(
+                    {"run_id": outcome.build.id, "build_number": outcome.build.number}
+                    if outcome.build is not None
+                    else {}
+                ),
             },
         )
 

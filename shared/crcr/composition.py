@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from crcr.adapters.sqs import SqsChecksQueue
     from crcr.app.callback import CallbackDeps
     from crcr.app.checks import CheckDeps
-    from crcr.app.dispatch import DispatchDeps
+    from crcr.app.dispatch import BuildkiteDeps, DispatchDeps
     from crcr.app.health import HealthDeps
     from crcr.app.ingest import IngestDeps
     from crcr.app.plan import PlannerDeps
@@ -178,6 +178,31 @@ def build_dispatch_deps(settings: Settings) -> DispatchDeps:
         # A claim must outlast one GitHub call (connect + read timeout) so a live worker is never doubled.
         lease_s=settings.github_timeout_s + 15.0,
         checks=_checks_queue(settings),
+        buildkite=_buildkite_dispatch(settings),
+    )
+
+
+def _buildkite_dispatch(settings: Settings) -> BuildkiteDeps | None:
+    """Buildkite builds, when an API token is configured; without one Buildkite repositories dead-letter
+    with a reason naming CRCR_BUILDKITE_API_TOKEN (GitHub dispatches are unaffected)."""
+    if settings.buildkite_api_token is None:
+        return None
+    from crcr.adapters.buildkite import BuildkiteClient  # noqa: PLC0415
+    from crcr.adapters.dynamo import DynamoPacer  # noqa: PLC0415
+    from crcr.app.dispatch import BuildkiteDeps  # noqa: PLC0415
+    from crcr.domain.pacing import BUILDKITE_RATES  # noqa: PLC0415
+
+    timeout = settings.buildkite_timeout_s
+    return BuildkiteDeps(
+        builds=BuildkiteClient(
+            settings.buildkite_api_url, settings.secret("buildkite_api_token"), read_timeout_s=timeout
+        ),
+        # Buildkite's limits are per organization (and per token user within it): one cell per organization.
+        pacer=DynamoPacer(aws_client("dynamodb"), str(settings.state_table), rates=BUILDKITE_RATES, cell="BUILDKITE"),
+        # The claim covers a lookup and a create, each up to connect (3.05 s) + read timeout.
+        lease_s=2 * (timeout + 3.05) + 15.0,
+        # A request the relay gave up on gets three more timeouts to finish before the relay looks for its build.
+        settle_s=3 * timeout,
     )
 
 

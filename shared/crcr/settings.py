@@ -40,6 +40,7 @@ class Settings(BaseModel):
     sweep_interval_s: int = 60
     # Operational tuning (extensions to DESIGN §6): GitHub read timeout and the retry backoff base.
     github_timeout_s: float = 10.0
+    buildkite_timeout_s: float = 10.0  # Buildkite REST read timeout (creating a build, looking one up)
     retry_base_s: float = 2.0
     allowlist_refresh_s: float = 60.0
     # Resource names: set by template.yaml in Lambda and by `crcr local` from the same declarations.

@@ -264,6 +264,7 @@ class LocalStack:
             "OidcAudience": "CRCR_OIDC_AUDIENCE",
             "CiProviders": "CRCR_CI_PROVIDERS",
             "BuildkiteOidcIssuer": "CRCR_BUILDKITE_OIDC_ISSUER",
+            "BuildkiteApiUrl": "CRCR_BUILDKITE_API_URL",
             "HudUrl": "CRCR_HUD_URL",
             "HealthThresholds": "CRCR_HEALTH_THRESHOLDS",
             "StartTimeoutS": "CRCR_START_TIMEOUT_S",
