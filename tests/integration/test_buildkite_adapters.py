@@ -1,0 +1,216 @@
+"""Buildkite adapters over the wire: the REST client against the Buildkite double; the ledger's unsettled
+sends and the per-organization pacing cell on moto server."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto.server import ThreadedMotoServer
+
+from crcr.adapters.buildkite import BuildkiteClient
+from crcr.adapters.dynamo import DynamoPacer, DynamoState
+from crcr.app.dispatch import new_build
+from crcr.app.ports import BuildkiteRateLimited, BuildkiteRejected, BuildkiteUnavailable, LedgerState
+from crcr.contracts.messages import BuildkiteTarget, DispatchMessage
+from crcr.domain.levels import Level
+from crcr.domain.pacing import BUILDKITE_RATES
+from crcr.local.stack import free_port
+from tests.conftest import http
+from tests.doubles.buildkite_double import BuildkiteDouble, Reply
+
+BUILDS = "/v2/organizations/vllm/pipelines/ci/builds"
+MESSAGE = DispatchMessage(
+    delivery_id="d-1",
+    event_type="pull_request",
+    action="opened",
+    target_repo="vllm-project/vllm",
+    level=Level.L2,
+    upstream="pytorch/pytorch",
+    pr_number=7,
+    head_sha="c" * 40,
+    payload={},
+    planned_at=0.0,
+    buildkite=BuildkiteTarget(organization="vllm", pipeline="ci"),
+)
+
+
+@pytest.fixture
+def bk() -> Iterator[BuildkiteDouble]:
+    with BuildkiteDouble() as double:
+        double.add_pipeline("vllm", "ci", branch_filter="release/*")  # main is filtered out unless ignored
+        yield double
+        assert double.internal_errors == []
+
+
+def client(bk: BuildkiteDouble, token: str | None = None, read_timeout_s: float = 2.0) -> BuildkiteClient:
+    return BuildkiteClient(bk.url, token or bk.token, read_timeout_s=read_timeout_s)
+
+
+def test_create_sends_the_documented_body_with_a_bearer_token_and_returns_the_build(bk: BuildkiteDouble) -> None:
+    ref = client(bk).create("vllm", "ci", new_build(MESSAGE, "the-ticket", "https://relay/callback", "did-1"))
+    [build] = bk.builds("vllm", "ci")
+    assert (ref.id, ref.number, ref.url) == (build["id"], 1, "https://buildkite.com/vllm/ci/builds/1")
+    [request] = bk.requests
+    assert request.headers["authorization"] == f"Bearer {bk.token}"
+    assert request.json["ignore_pipeline_branch_filters"] is True
+    assert (request.json["commit"], request.json["branch"]) == ("HEAD", "main")
+    assert build["env"]["CRCR_TICKET"] == "the-ticket" and build["meta_data"]["crcr_dispatch_id"] == "did-1"
+
+
+def test_find_returns_the_dispatch_builds_oldest_first(bk: BuildkiteDouble) -> None:
+    api = client(bk)
+    for did in ("did-1", "did-2", "did-1"):
+        api.create("vllm", "ci", new_build(MESSAGE, "t", "u", did))
+    assert [b.number for b in api.find("vllm", "ci", "did-1")] == [1, 3]
+    assert api.find("vllm", "ci", "did-3") == []
+    lookups = [r for r in bk.requests if r.method == "GET"]
+    assert lookups[0].query["meta_data[crcr_dispatch_id]"] == ["did-1"]
+
+
+def test_find_checks_the_meta_data_itself(bk: BuildkiteDouble) -> None:
+    api = client(bk)
+    api.create("vllm", "ci", new_build(MESSAGE, "t", "u", "did-1"))
+    # A proxy that drops the query string would answer every build: none of them is this dispatch's.
+    bk.script("GET", BUILDS, [Reply(200, body=[{"id": "x", "number": 9, "web_url": "", "meta_data": {}}])])
+    assert api.find("vllm", "ci", "did-1") == []
+
+
+@pytest.mark.parametrize(
+    ("reply", "maybe_sent", "created"),
+    [
+        (Reply(502), True, 0),
+        (Reply.error(500, "Internal Server Error"), True, 0),
+        (Reply.slow_after_processing(4), True, 1),  # read timeout after Buildkite created it
+        (Reply.drop(after_processing=True), True, 1),
+        (Reply.drop(), True, 0),  # the client cannot tell this from the one above
+    ],
+    ids=["502", "500", "timeout-after-create", "dropped-after-create", "dropped"],
+)
+def test_failures_after_sending_are_unavailable_and_may_have_created(
+    bk: BuildkiteDouble, reply: Reply, maybe_sent: bool, created: int
+) -> None:
+    bk.script("POST", BUILDS, [reply])
+    with pytest.raises(BuildkiteUnavailable) as caught:
+        client(bk, read_timeout_s=1.0).create("vllm", "ci", new_build(MESSAGE, "t", "u", "did-1"))
+    assert caught.value.maybe_sent is maybe_sent
+    assert len(bk.builds("vllm", "ci")) == created
+
+
+def test_a_connection_never_made_is_known_not_to_have_created() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing listens there
+    api = BuildkiteClient(f"http://127.0.0.1:{port}", "bkua_secret")
+    with pytest.raises(BuildkiteUnavailable) as caught:
+        api.create("vllm", "ci", new_build(MESSAGE, "t", "u", "did-1"))
+    assert caught.value.maybe_sent is False
+
+
+def test_a_429_says_how_long_from_the_later_reset_header(bk: BuildkiteDouble) -> None:
+    bk.script("POST", BUILDS, [Reply.rate_limited(reset=3, user_reset=9)])
+    with pytest.raises(BuildkiteRateLimited) as caught:
+        client(bk).create("vllm", "ci", new_build(MESSAGE, "t", "u", "did-1"))
+    assert caught.value.wait_s == 10.0
+    assert bk.builds("vllm", "ci") == []
+
+
+def test_a_429_over_the_double_user_limit_is_read_the_same_way() -> None:
+    now = [5_000.0]
+    with BuildkiteDouble(user_limit=1, clock=lambda: now[0]) as bk:
+        bk.add_pipeline("vllm", "ci")
+        api = client(bk)
+        api.create("vllm", "ci", new_build(MESSAGE, "t", "u", "did-1"))
+        now[0] += 15
+        with pytest.raises(BuildkiteRateLimited) as caught:
+            api.find("vllm", "ci", "did-1")
+        assert caught.value.wait_s == 46.0  # 45 s left in the window, plus one
+
+
+@pytest.mark.parametrize(
+    ("setup", "status", "message"),
+    [
+        ("bad-token", 401, "Authentication required"),
+        ("read-only", 403, "write_builds"),
+        ("no-pipeline", 404, "No pipeline found"),
+        ("filtered", 422, "branch filter"),
+    ],
+)
+def test_refusals_carry_buildkite_message_and_never_the_token(
+    bk: BuildkiteDouble, setup: str, status: int, message: str
+) -> None:
+    token = {"bad-token": "bkua_wrong", "read-only": bk.add_token(scopes=("read_builds",))}.get(setup, bk.token)
+    pipeline = "nope" if setup == "no-pipeline" else "ci"
+    build = new_build(MESSAGE, "t", "u", "did-1")
+    if setup == "filtered":
+        bk.script("POST", BUILDS, [Reply.error(422, "Branch 'main' does not match the pipeline's branch filter")])
+    api = client(bk, token)
+    with pytest.raises(BuildkiteRejected) as caught:
+        api.create("vllm", pipeline, build)
+    assert caught.value.status == status and message in str(caught.value)
+    assert token not in str(caught.value) and token not in repr(api)
+
+
+def test_a_non_loopback_http_url_is_refused_before_any_token_is_sent() -> None:
+    with pytest.raises(ValueError, match="CRCR_BUILDKITE_API_URL"):
+        BuildkiteClient("http://api.buildkite.example", "bkua_secret")
+    BuildkiteClient("https://api.buildkite.com", "bkua_secret")
+    BuildkiteClient("http://[::1]:8080", "bkua_secret")
+
+
+# -- DynamoDB: unsettled sends and the Buildkite pacing cell ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ddb() -> Iterator[Any]:
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    url = f"http://127.0.0.1:{port}"
+    http("POST", f"{url}/moto-api/reset")
+    client = boto3.client(
+        "dynamodb", endpoint_url=url, region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t"
+    )
+    client.create_table(
+        TableName="state",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    yield client
+    server.stop()
+
+
+def test_the_ledger_keeps_attempts_that_may_have_sent_until_they_settle(ddb: Any) -> None:
+    state, t = DynamoState(ddb, "state"), time.time()
+    message = MESSAGE.model_copy(update={"delivery_id": f"d-{t}"})
+    assert state.claim(message, "did", t, 30, "first", 0, "vllm-project/vllm")
+    state.mark(message, LedgerState.RETRYING, "unavailable: ReadTimeoutError", t + 1, "first")  # unknown
+    assert state.claim(message, "did", t + 2, 30, "second", 0, "vllm-project/vllm")
+    assert state.get(message.delivery_id, message.target_repo).unsettled == {"first", "second"}  # type: ignore[union-attr]
+    state.mark(message, LedgerState.RETRYING, "rate_limited: 429", t + 3, "second", settled=True)
+    row = state.get(message.delivery_id, message.target_repo)
+    assert row is not None and row.unsettled == {"first"} and row.state is LedgerState.RETRYING
+    # Another attempt's settle cannot touch a live claim (the table's condition holds for the set too).
+    assert state.claim(message, "did", t + 4, 30, "third", 0, "vllm-project/vllm")
+    state.mark(message, LedgerState.RETRYING, "x", t + 5, "first", settled=True)
+    assert state.get(message.delivery_id, message.target_repo).unsettled == {"first", "third"}  # type: ignore[union-attr]
+
+
+def test_buildkite_pacing_has_its_own_cell_per_organization_and_leaves_github_cells_alone(ddb: Any) -> None:
+    github = DynamoPacer(ddb, "state")
+    buildkite = DynamoPacer(ddb, "state", rates=BUILDKITE_RATES, cell="BUILDKITE")
+    waits = [buildkite.acquire("vllm", now=1000.0) for _ in range(8)]
+    assert waits[:6] == [0.0] * 6 and all(w > 0 for w in waits[6:])  # a burst of 6, then 1.5 s apart
+    assert buildkite.acquire("other-org", now=1000.0) == 0.0
+    assert github.acquire(7, now=1000.0) == 0.0
+    item = ddb.get_item(TableName="state", Key={"pk": {"S": "PACE#7"}, "sk": {"S": "CONTENT"}})["Item"]
+    assert len(item["tats"]["L"]) == 2  # GitHub's cell as before: minute and hour windows
+    assert "Item" in ddb.get_item(TableName="state", Key={"pk": {"S": "PACE#vllm"}, "sk": {"S": "BUILDKITE"}})
