@@ -148,10 +148,6 @@ def _announce(message: DispatchMessage, deps: DispatchDeps) -> None:
     )
 
 
-# `settled`: this attempt certainly sent nothing (refused, rate-limited, never connected, or never got as far
-# as sending), so the ledger no longer counts it among the attempts that may have created something.
-
-
 def _reschedule(
     message: DispatchMessage,
     deps: DispatchDeps,
@@ -162,6 +158,9 @@ def _reschedule(
     owner: str,
     settled: bool = False,
 ) -> DispatchOutcome:
+    """Record RETRYING and re-send the message after `delay`. `settled` (here and below): this attempt
+    certainly sent nothing (refused, rate-limited, never connected), so the ledger stops counting it among
+    the attempts that may have created something."""
     now = deps.clock.now()
     deps.ledger.mark(message, LedgerState.RETRYING, reason, now, owner, settled=settled)
     deps.queue.reschedule(message.model_copy(update={"attempt": attempt, "not_before": now + delay}), delay)
