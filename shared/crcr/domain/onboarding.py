@@ -109,7 +109,7 @@ def ci_providers_entry(repo: str) -> str:
         '      "<organization_id>/<pipeline_id>":\n'
         f"        repo: {repo}\n"
         "        required_claims:\n"
-        "          build_source: [api]\n"
+        "          build_source: [api]  # builds the relay created; add schedule for nightly builds that report\n"
         f"          step_key: [{', '.join(REPORT_STEP_KEYS)}]\n"
     )
 
