@@ -181,6 +181,14 @@ class GitHub(Protocol):
     def dispatch(self, repo: str, token: RepoToken, event_type: str, client_payload: dict[str, Any]) -> None: ...
 
 
+class RepoLookup(Protocol):
+    """What the App can learn about a repository: its installation, and (through a token down-scoped to it)
+    its numeric id and name as GitHub spells them."""
+
+    def installation_for(self, repo: str) -> int: ...
+    def repo_token(self, installation_id: int, repo: str, permissions: dict[str, str] | None = None) -> RepoToken: ...
+
+
 class TicketSigner(Protocol):
     def sign(self, claims: TicketClaims) -> str: ...
 
