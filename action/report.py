@@ -1,8 +1,10 @@
-"""crcr report action: POSTs this job's status to the relay's /callback, run by action.yml on a downstream runner.
+"""crcr report helper: POSTs a downstream job's status to the relay's /callback, run by action.yml on a GitHub
+Actions runner or as a command step of a Buildkite pipeline (detected by BUILDKITE=true).
 
-Standard library only and Python >= 3.9, because it runs on whatever python3 the runner has (self-hosted
-hardware runners included). Every input arrives through the environment (see action.yml), never spliced
-into a shell line. Retrying is safe: the relay answers a same-state re-delivery `200 duplicate` (DESIGN §4.3).
+Standard library only and Python >= 3.9, because it runs on whatever python3 the runner or agent has (self-hosted
+hardware included). Every input arrives through the environment (see action.yml, and action/README.md for
+Buildkite), never spliced into a shell line. Retrying is safe: the relay answers a same-state re-delivery
+`200 duplicate` (DESIGN §4.3).
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ import json
 import os
 import random
 import re
+import shutil
+import subprocess
 import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from email.message import Message
 from typing import Any
@@ -39,6 +43,41 @@ SUMMARY_TRUNCATED = "\n\n… (truncated by the crcr report action)"
 MAX_BODY_BYTES = 256 * 1024 - 1024
 USER_AGENT = "crcr-report-action/1"
 NOT_DISPATCHED = "this job was not started by a crcr dispatch"
+NOT_DISPATCHED_BUILD = "this build was not created by a crcr dispatch"
+# Buildkite: tokens come from the agent. The relay maps organization_id/pipeline_id (immutable UUIDs, optional
+# claims Buildkite adds only when asked) to the repository, so every token asks for them.
+BUILDKITE_AGENT = "buildkite-agent"
+BUILDKITE_CLAIMS = "organization_id,pipeline_id"
+BUILDKITE_DEFAULT_AUDIENCE = "crcr"
+AGENT_REFUSED = 77  # buildkite-agent's exit status when the API positively refused (400, 401, 403, 404, 410, 422)
+AGENT_TIMEOUT_S = 120.0  # the agent retries its own API calls (5 attempts from 2 s) before it gives up
+# `buildkite-agent step get outcome`: neutral, passed, soft_failed, hard_failed, errored. A soft failure is one
+# the pipeline declared acceptable (the step shows as passed), so it is no verdict either way: neutral.
+OUTCOMES = {
+    "passed": "success",
+    "soft_failed": "neutral",
+    "hard_failed": "failure",
+    "errored": "failure",
+    "neutral": "neutral",
+}
+_BUILD_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_JWT = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
+# The action's inputs, which a Buildkite step sets as CRCR_<NAME> variables (the names errors use there).
+INPUTS = (
+    "status",
+    "conclusion",
+    "audience",
+    "client-payload",
+    "relay-url",
+    "workflow-name",
+    "job-name",
+    "check-run-id",
+    "test-results",
+    "artifact-url",
+    "summary",
+    "started-at",
+    "completed-at",
+)
 HINTS = {
     401: "the relay could not verify the OIDC token or the ticket: check that `audience` matches the relay's "
     "CRCR_OIDC_AUDIENCE and that the dispatch's ticket has not expired",
@@ -220,25 +259,27 @@ def _client_payload(env: Mapping[str, str]) -> tuple[str, str]:
     return ticket, callback_url
 
 
-def build_report(env: Mapping[str, str]) -> tuple[dict[str, Any], str, str]:
-    """Validate every input before any network call; returns (body, callback_url, audience)."""
-    status = _get(env, "CRCR_STATUS")
-    conclusion = _get(env, "CRCR_CONCLUSION")
-    if status not in STATUSES:
-        raise ReportError(f"`status` must be one of {', '.join(STATUSES)}, got {status!r}")
-    if status == "completed" and not conclusion:
-        raise ReportError(f"`conclusion` is required when status is completed ({', '.join(CONCLUSIONS)})")
-    if status != "completed" and conclusion:
-        raise ReportError(f"`conclusion` is only allowed when status is completed (status is {status})")
-    if conclusion and conclusion not in CONCLUSIONS:
-        raise ReportError(f"`conclusion` must be one of {', '.join(CONCLUSIONS)}, got {conclusion!r}")
-    audience = _get(env, "CRCR_AUDIENCE")
-    if not audience:
-        raise ReportError("`audience` must not be empty")
+def on_buildkite(env: Mapping[str, str]) -> bool:
+    """A Buildkite command step (the agent sets BUILDKITE=true in every job) rather than a GitHub Actions job."""
+    if _get(env, "BUILDKITE") != "true":
+        return False
+    if _get(env, "GITHUB_ACTIONS") == "true":
+        raise ReportError("both $BUILDKITE and $GITHUB_ACTIONS are true: cannot tell which CI runs this step")
+    return True
 
-    ticket, callback_url = _client_payload(env)
-    check_callback_url(callback_url, _get(env, "CRCR_RELAY_URL"))
 
+def _build_env_dispatch(env: Mapping[str, str]) -> tuple[str, str]:
+    """The ticket and callback URL the relay put in the env of the Buildkite build it created."""
+    ticket = _get(env, "CRCR_TICKET")
+    callback_url = _get(env, "CRCR_CALLBACK_URL")
+    if not ticket:
+        raise ReportError(f"{NOT_DISPATCHED_BUILD}: $CRCR_TICKET is not set (source: {_get(env, 'BUILDKITE_SOURCE')})")
+    if not callback_url:
+        raise ReportError(f"{NOT_DISPATCHED_BUILD}: $CRCR_CALLBACK_URL is not set")
+    return ticket, callback_url
+
+
+def _github_identity(env: Mapping[str, str]) -> dict[str, Any]:
     workflow_name = _get(env, "CRCR_WORKFLOW_NAME") or _get(env, "GITHUB_WORKFLOW")
     job_name = _get(env, "CRCR_JOB_NAME") or _get(env, "GITHUB_JOB")
     if not workflow_name or not job_name:
@@ -249,22 +290,131 @@ def build_report(env: Mapping[str, str]) -> tuple[dict[str, Any], str, str]:
     repository = _get(env, "GITHUB_REPOSITORY")
     if not server or not repository:
         raise ReportError("$GITHUB_SERVER_URL and $GITHUB_REPOSITORY must be set (is this a GitHub Actions job?)")
-
-    body: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "ticket": ticket,
-        "status": status,
+    identity: dict[str, Any] = {
         "workflow_name": workflow_name,
         "job_name": job_name,
         "run_id": run_id,
         "run_attempt": run_attempt,
         "url": f"{server}/{repository}/actions/runs/{run_id}",
     }
-    if conclusion:
-        body["conclusion"] = conclusion
     check_run_id = _check_run_id(env, job_name)
     if check_run_id:
-        body["check_run_id"] = check_run_id
+        identity["check_run_id"] = check_run_id
+    return identity
+
+
+def _buildkite_identity(env: Mapping[str, str]) -> dict[str, Any]:
+    """The build the relay created (run_id: its UUID, bound to the token's build by the relay), this job's attempt
+    (retries of this step count attempts) and this job's id: unique per job attempt, and the token's job_id."""
+    workflow_name = _get(env, "CRCR_WORKFLOW_NAME") or _get(env, "BUILDKITE_PIPELINE_SLUG")
+    job_name = _get(env, "CRCR_JOB_NAME") or _get(env, "BUILDKITE_STEP_KEY") or _get(env, "BUILDKITE_LABEL")
+    if not workflow_name or not job_name:
+        raise ReportError("`workflow-name` and `job-name` must not be empty")
+    build_id = _get(env, "BUILDKITE_BUILD_ID")
+    if not _BUILD_UUID.fullmatch(build_id):
+        raise ReportError(f"$BUILDKITE_BUILD_ID is {build_id!r}, not a build UUID: this runs only in a Buildkite job")
+    retries = _get(env, "BUILDKITE_RETRY_COUNT") or "0"
+    if not retries.isdigit():
+        raise ReportError(f"$BUILDKITE_RETRY_COUNT is {retries!r}, not a number: this runs only in a Buildkite job")
+    job_id = _get(env, "BUILDKITE_JOB_ID")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}", job_id):
+        raise ReportError(f"$BUILDKITE_JOB_ID is {job_id!r}, not a job id: this runs only in a Buildkite job")
+    if _get(env, "CRCR_CHECK_RUN_ID"):
+        raise ReportError("`check-run-id` is not used on Buildkite: the report carries this job's $BUILDKITE_JOB_ID")
+    url = _get(env, "BUILDKITE_BUILD_URL")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.netloc:
+        raise ReportError(f"$BUILDKITE_BUILD_URL is {url!r}, not an http(s) URL")
+    return {
+        "workflow_name": workflow_name,
+        "job_name": job_name,
+        "run_id": build_id,
+        "run_attempt": int(retries) + 1,
+        "url": url,
+        "check_run_id": job_id,
+    }
+
+
+def _status(env: Mapping[str, str], outcome_step: str) -> tuple[str, str]:
+    status = _get(env, "CRCR_STATUS")
+    conclusion = _get(env, "CRCR_CONCLUSION")
+    if status not in STATUSES:
+        raise ReportError(f"`status` must be one of {', '.join(STATUSES)}, got {status!r}")
+    if outcome_step:
+        if status != "completed":
+            raise ReportError(f"CRCR_OUTCOME_STEP gives a conclusion, which only status completed takes (got {status})")
+        if conclusion:
+            raise ReportError("give `conclusion` or CRCR_OUTCOME_STEP, not both")
+        return status, conclusion
+    if status == "completed" and not conclusion:
+        raise ReportError(f"`conclusion` is required when status is completed ({', '.join(CONCLUSIONS)})")
+    if status != "completed" and conclusion:
+        raise ReportError(f"`conclusion` is only allowed when status is completed (status is {status})")
+    if conclusion and conclusion not in CONCLUSIONS:
+        raise ReportError(f"`conclusion` must be one of {', '.join(CONCLUSIONS)}, got {conclusion!r}")
+    return status, conclusion
+
+
+def find_agent(env: Mapping[str, str]) -> str:
+    agent = shutil.which(BUILDKITE_AGENT, path=env.get("PATH") or os.defpath)
+    if agent is None:
+        raise ReportError(
+            f"{BUILDKITE_AGENT} is not on PATH: the report must run in a Buildkite job, where the agent mints its "
+            "OIDC token"
+        )
+    return agent
+
+
+def _agent(agent: str, argv: list[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    # A list, never a shell line; the agent reads its job credentials (BUILDKITE_AGENT_ACCESS_TOKEN, ...) from env.
+    return subprocess.run(  # noqa: S603
+        [agent, *argv], env=dict(env), capture_output=True, text=True, timeout=AGENT_TIMEOUT_S, check=False
+    )
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no output"
+
+
+def step_outcome(env: Mapping[str, str], agent: str, step: str) -> str:
+    """The conclusion of the step the report is about, from its Buildkite outcome (not its own word)."""
+    argv = ["step", "get", "outcome", "--step", step]
+    try:
+        done = _agent(agent, argv, env)
+    except subprocess.TimeoutExpired:
+        raise ReportError(f"{BUILDKITE_AGENT} {' '.join(argv)} did not answer in {AGENT_TIMEOUT_S:.0f}s") from None
+    except OSError as exc:
+        raise ReportError(f"could not run {agent}: {exc.strerror}") from None
+    if done.returncode != 0:
+        raise ReportError(
+            f"{BUILDKITE_AGENT} {' '.join(argv)} failed (exit {done.returncode}): {_last_line(done.stderr)}"
+        )
+    outcome = done.stdout.strip()
+    if outcome not in OUTCOMES:
+        raise ReportError(
+            f"step {step!r} has outcome {outcome[:80]!r}, not one of {', '.join(OUTCOMES)}: it has not finished "
+            "(the reporting step must depend on it) or the key names no step"
+        )
+    return OUTCOMES[outcome]
+
+
+def build_report(env: Mapping[str, str]) -> tuple[dict[str, Any], str, str]:
+    """Validate every input before any network call; returns (body, callback_url, audience)."""
+    buildkite = on_buildkite(env)
+    outcome_step = _get(env, "CRCR_OUTCOME_STEP") if buildkite else ""
+    status, conclusion = _status(env, outcome_step)
+    audience = _get(env, "CRCR_AUDIENCE") or (BUILDKITE_DEFAULT_AUDIENCE if buildkite else "")
+    if not audience:
+        raise ReportError("`audience` must not be empty")
+
+    ticket, callback_url = _build_env_dispatch(env) if buildkite else _client_payload(env)
+    check_callback_url(callback_url, _get(env, "CRCR_RELAY_URL"))
+    identity = _buildkite_identity(env) if buildkite else _github_identity(env)
+
+    body: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "ticket": ticket, "status": status, **identity}
+    if conclusion:
+        body["conclusion"] = conclusion
     for name, key in (("started-at", "CRCR_STARTED_AT"), ("completed-at", "CRCR_COMPLETED_AT")):
         value = _get(env, key)
         if value:
@@ -282,7 +432,11 @@ def build_report(env: Mapping[str, str]) -> tuple[dict[str, Any], str, str]:
     if summary.strip():
         body["summary"] = summary
 
-    if not _get(env, "ACTIONS_ID_TOKEN_REQUEST_URL") or not _get(env, "ACTIONS_ID_TOKEN_REQUEST_TOKEN"):
+    if buildkite:
+        agent = find_agent(env)
+        if outcome_step:  # the last check: it asks the agent, but never the relay
+            body["conclusion"] = step_outcome(env, agent, outcome_step)
+    elif not _get(env, "ACTIONS_ID_TOKEN_REQUEST_URL") or not _get(env, "ACTIONS_ID_TOKEN_REQUEST_TOKEN"):
         raise ReportError(
             "no OIDC token can be requested: add `permissions: id-token: write` to this job "
             "(and keep it off the job that runs the upstream code)"
@@ -290,7 +444,7 @@ def build_report(env: Mapping[str, str]) -> tuple[dict[str, Any], str, str]:
     return body, callback_url, audience
 
 
-def encode(body: dict[str, Any]) -> bytes:
+def encode(body: dict[str, Any], github: bool = True) -> bytes:
     """The JSON to send, with an oversize summary cut (with a warning) rather than refused by the relay."""
     summary = body.get("summary")
     data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
@@ -303,7 +457,11 @@ def encode(body: dict[str, Any]) -> bytes:
         if len(data) <= MAX_BODY_BYTES or keep <= 0:
             break
         keep = max(0, min(keep - 1, keep * MAX_BODY_BYTES // len(data)))  # shrinks every round
-    annotate("warning", f"summary is {len(summary)} characters; sent the first {keep} to fit the relay's limits")
+    warning = f"summary is {len(summary)} characters; sent the first {keep} to fit the relay's limits"
+    if github:
+        annotate("warning", warning)
+    else:
+        log(f"warning: {warning}")
     return data
 
 
@@ -365,6 +523,30 @@ def mint_token(env: Mapping[str, str], audience: str, opener: urllib.request.Ope
     return token
 
 
+def mint_buildkite_token(env: Mapping[str, str], agent: str, audience: str) -> str:
+    """Buildkite's documented way: `buildkite-agent oidc request-token` for this job, just before each POST
+    (tokens live 5 minutes by default). The agent redacts the token from the job log (agent >= 3.104)."""
+    argv = ["oidc", "request-token", "--audience", audience, "--claim", BUILDKITE_CLAIMS]
+    try:
+        done = _agent(agent, argv, env)
+    except subprocess.TimeoutExpired:
+        raise Transient(f"{BUILDKITE_AGENT} oidc request-token did not answer in {AGENT_TIMEOUT_S:.0f}s") from None
+    except OSError as exc:
+        raise ReportError(f"could not run {agent}: {exc.strerror}") from None
+    if done.returncode == AGENT_REFUSED:
+        raise ReportError(
+            f"{BUILDKITE_AGENT} refused to mint an OIDC token (exit {AGENT_REFUSED}): {_last_line(done.stderr)}"
+        )
+    if done.returncode != 0:
+        raise Transient(
+            f"{BUILDKITE_AGENT} oidc request-token failed (exit {done.returncode}): {_last_line(done.stderr)}"
+        )
+    token = done.stdout.strip()
+    if not _JWT.fullmatch(token):
+        raise ReportError(f"{BUILDKITE_AGENT} oidc request-token printed no token")
+    return token
+
+
 def _reason(status: int, raw: bytes) -> str:
     try:
         data = json.loads(raw)
@@ -417,15 +599,24 @@ def _set_output(env: Mapping[str, str], name: str, value: str) -> None:
             fh.write(f"{name}={value}\n")
 
 
-def send(env: Mapping[str, str], body: dict[str, Any], callback_url: str, audience: str) -> str:
-    """POST until the relay answers for good; returns the relay's status (recorded|duplicate|ignored)."""
+def send(
+    env: Mapping[str, str],
+    body: dict[str, Any],
+    callback_url: str,
+    audience: str,
+    mint: Callable[[], str] | None = None,
+) -> str:
+    """POST until the relay answers for good; returns the relay's status (recorded|duplicate|ignored).
+
+    `mint` gives a fresh OIDC token (default: GitHub Actions' token endpoint)."""
     base = _backoff_base(env)
     opener = _opener()
-    data = encode(body)
+    data = encode(body, github=mint is None)
     waited = 0.0
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
-            token = mint_token(env, audience, opener)  # fresh per attempt: tokens live minutes
+            # Fresh per attempt: tokens live minutes.
+            token = mint() if mint is not None else mint_token(env, audience, opener)
             status, headers, raw = post_report(callback_url, token, data, opener)
             if 200 <= status < 300:
                 try:
@@ -457,19 +648,50 @@ def send(env: Mapping[str, str], body: dict[str, Any], callback_url: str, audien
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def for_buildkite(message: str) -> str:
+    """An error in the names a Buildkite step sets (CRCR_TEST_RESULTS), not the action's input names."""
+
+    def name(match: re.Match[str]) -> str:
+        if match.group(1) not in INPUTS:
+            return match.group(0)
+        return "CRCR_" + match.group(1).upper().replace("-", "_") + match.group(2)
+
+    return re.sub(r"`([a-z][a-z-]*)((?:\.[a-z]+)?)`", name, message)
+
+
+def _buildkite_ids(env: Mapping[str, str]) -> None:
+    # What the relay's ci_providers.yml must map to the repository (the token's organization_id/pipeline_id).
+    org, pipeline = _get(env, "BUILDKITE_ORGANIZATION_ID"), _get(env, "BUILDKITE_PIPELINE_ID")
+    if org and pipeline:
+        print(f"crcr: this pipeline is {org}/{pipeline} in the relay's ci_providers.yml", flush=True)
+
+
 def main(env: Mapping[str, str] | None = None) -> int:
     env = os.environ if env is None else env
+    buildkite = False
     try:
+        buildkite = on_buildkite(env)
         body, callback_url, audience = build_report(env)
         what = f"{body['status']}{'/' + body['conclusion'] if 'conclusion' in body else ''} for {body['job_name']}"
-        relay_status = send(env, body, callback_url, audience)
+        mint: Callable[[], str] | None = None
+        if buildkite:
+            _buildkite_ids(env)
+            agent = find_agent(env)
+            mint = lambda: mint_buildkite_token(env, agent, audience)  # noqa: E731
+        relay_status = send(env, body, callback_url, audience, mint)
     except ReportError as exc:
+        if buildkite:
+            log(for_buildkite(str(exc)))
+            return 1
         log(str(exc))
         annotate("error", str(exc))
         return 1
-    _set_output(env, "relay-status", relay_status)
     note = " (the relay does not record results for this repository's level)" if relay_status == "ignored" else ""
     print(f"crcr: relay answered {relay_status}", flush=True)
+    if buildkite:
+        print(f"crcr: reported {what}: {relay_status}{note}", flush=True)
+        return 0
+    _set_output(env, "relay-status", relay_status)
     annotate("notice", f"reported {what}: {relay_status}{note}")
     return 0
 

@@ -1,4 +1,5 @@
-"""The `crcr` command: local stack, allowlist check, dead letters, repository health, HUD export, demo."""
+"""The `crcr` command: local stack, allowlist check, dead letters, repository health, HUD export, onboarding,
+the App manifest, demo."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 
 def _allowlist_check(path: str) -> int:
@@ -137,6 +139,39 @@ def _hud_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _onboard(args: argparse.Namespace) -> int:
+    from crcr.ops_onboard import OnboardFailed, as_json, onboard_from_env  # noqa: PLC0415
+
+    try:
+        done = onboard_from_env(args.repo, args.level, args.device, args.buildkite, args.out, args.action_ref)
+    except OnboardFailed as exc:
+        print(f"crcr onboard: {exc}", file=sys.stderr)
+        return exc.code
+    print(as_json(done) if args.json else done.text)
+    return 0
+
+
+def _app_manifest(args: argparse.Namespace) -> int:
+    import secrets  # noqa: PLC0415
+
+    from crcr.ops_onboard import OnboardFailed, app_manifest, manifest_form  # noqa: PLC0415
+
+    try:
+        manifest = app_manifest(args.webhook_url, args.name)
+        if args.form:
+            state = secrets.token_urlsafe(16)
+            Path(args.form).write_text(manifest_form(manifest, state, args.org, args.github_url), encoding="utf-8")
+            print(f"wrote {args.form}; check that GitHub's redirect carries state={state}", file=sys.stderr)
+    except OnboardFailed as exc:
+        print(f"crcr app-manifest: {exc}", file=sys.stderr)
+        return exc.code
+    except OSError as exc:
+        print(f"crcr app-manifest: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 1
+    print(json.dumps(manifest, indent=2))
+    return 0
+
+
 def _local(port: int, host: str) -> int:
     from crcr.local.stack import LocalStack  # noqa: PLC0415
 
@@ -165,6 +200,36 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
     return value
+
+
+def _add_onboarding(sub: Any) -> None:
+    onboard = sub.add_parser(
+        "onboard",
+        help="check a new downstream with the App, print its allowlist entry and write its CI files",
+        description="Checks that the App is installed on the repository and reads its numeric id (GitHub Actions "
+        "downstreams; uses CRCR_GITHUB_API_URL, CRCR_GITHUB_APP_ID, CRCR_GITHUB_APP_PRIVATE_KEY), prints the "
+        "allowlist entry (and for Buildkite the relay's ci_providers.yml entry) and writes the downstream's "
+        "workflow or pipeline under --out.",
+    )
+    onboard.add_argument("repo", help="the downstream repository, owner/repo")
+    onboard.add_argument("--level", required=True, help="L1, L2, L3 or L4")
+    onboard.add_argument("--device", help="L3 only: the device of its ciflow/crcr/<device> label")
+    onboard.add_argument(
+        "--buildkite", metavar="ORG/PIPELINE", help="the downstream builds on this Buildkite pipeline (slugs)"
+    )
+    onboard.add_argument("--out", help="where to write the files (default crcr-onboard/<owner>-<repo>/)")
+    onboard.add_argument(
+        "--action-ref", metavar="OWNER/REPO/action@SHA", help="crcr's report action at a full commit, for the workflow"
+    )
+    onboard.add_argument("--json", action="store_true", help="print the result as JSON")
+    manifest = sub.add_parser(
+        "app-manifest", help="print infra/github-app-manifest.json filled in, and a form that registers the App"
+    )
+    manifest.add_argument("--webhook-url", required=True, help="the relay's webhook URL (stack output WebhookUrl)")
+    manifest.add_argument("--name", help="the App's name (GitHub asks for one when not given)")
+    manifest.add_argument("--org", help="register the App for this organization instead of your account")
+    manifest.add_argument("--form", metavar="PATH", help="also write an HTML page whose form registers the App")
+    manifest.add_argument("--github-url", default="https://github.com", help="GitHub's web URL (GHES: your host)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         "--from-export", metavar="S3_URL", help="read a DynamoDB table export (s3://bucket/prefix) instead of the table"
     )
     export.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _add_onboarding(sub)
     demo = sub.add_parser("demo", help="run the relay end to end on the embedded stack and show what was dispatched")
     demo.add_argument(
         "--keep",
@@ -226,6 +292,10 @@ def main(argv: list[str] | None = None) -> int:
         return _health(args)
     if args.command == "hud":
         return _hud_export(args)
+    if args.command == "onboard":
+        return _onboard(args)
+    if args.command == "app-manifest":
+        return _app_manifest(args)
     from crcr.demo import run_demo  # noqa: PLC0415
 
     return run_demo(None if args.keep < 0 else args.keep)

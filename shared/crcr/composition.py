@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from crcr.app.health import HealthDeps
     from crcr.app.ingest import IngestDeps
     from crcr.app.plan import PlannerDeps
-    from crcr.app.ports import JobRecord
+    from crcr.app.ports import JobRecord, RepoLookup
     from crcr.app.report import ReportDeps
     from crcr.app.rerun import RerunDeps
     from crcr.app.summaries import SummaryDeps
@@ -387,6 +387,16 @@ def build_health_deps(settings: Settings) -> HealthDeps:
         raise ConfigError(f"invalid configuration: CRCR_HEALTH_THRESHOLDS: {exc}") from exc
     fetch = fetcher_for(str(settings.allowlist), lambda: aws_client("s3"), lambda: _github(settings))
     return HealthDeps(allowlist=OneShotAllowlist(fetch), jobs=_results(settings), clock=SystemClock(), policy=policy)
+
+
+def build_onboard_github(settings: Settings) -> RepoLookup:
+    """`crcr onboard`: the App's client, for the installation and a down-scoped token that lists the repository."""
+    settings.require("github_app_id")
+    settings.secret("github_app_private_key")
+    try:
+        return _github(settings)
+    except ValueError as exc:  # the key does not parse, or is not an RSA key
+        raise ConfigError(f"CRCR_GITHUB_APP_PRIVATE_KEY is not the App's private key: {exc}") from None
 
 
 def build_jwks(settings: Settings) -> dict[str, Any]:

@@ -196,6 +196,14 @@ class GitHub(Protocol):
     def dispatch(self, repo: str, token: RepoToken, event_type: str, client_payload: dict[str, Any]) -> None: ...
 
 
+class RepoLookup(Protocol):
+    """What the App can learn about a repository: its installation, and (through a token down-scoped to it)
+    its numeric id and name as GitHub spells them."""
+
+    def installation_for(self, repo: str) -> int: ...
+    def repo_token(self, installation_id: int, repo: str, permissions: dict[str, str] | None = None) -> RepoToken: ...
+
+
 # Buildkite meta_data keys of a relay-created build; the dispatch id finds the build again
 # (GET .../builds?meta_data[crcr_dispatch_id]=<id>).
 DISPATCH_META_KEY = "crcr_dispatch_id"

@@ -1,4 +1,5 @@
-"""Sandbox OIDC issuer for `crcr local`: mints GitHub-Actions-shaped tokens for the sandbox workflows.
+"""Sandbox OIDC issuer for `crcr local`: mints GitHub-Actions-shaped tokens for the sandbox workflows (and,
+as a second instance on another path, Buildkite-agent-shaped ones for the sandbox Buildkite).
 
 It serves discovery and JWKS under the local port (loopback http, which the relay accepts only there),
 so the sandbox downstream runs call back through the real verification path.
@@ -49,6 +50,12 @@ class SandboxOidc:
                 }
             ]
         }
+
+    def mint(self, claims: dict[str, Any], lifetime_s: int = 300) -> str:
+        """A token with these claims, signed by this issuer, valid for `lifetime_s`."""
+        now = int(time.time())
+        base = {"iss": self.issuer, "iat": now, "nbf": now, "exp": now + lifetime_s}
+        return jwt.encode(base | claims, self._key, algorithm="RS256", headers={"kid": self._kid})
 
     def token(self, *, audience: str, repository: str, repository_id: int, run_id: int, run_attempt: int) -> str:
         now = int(time.time())

@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
 from crcr.local.sandbox import SandboxGitHub, SandboxWorkflows
+from crcr.local.sandbox_buildkite import SandboxBuildkite, new_api_token
 from crcr.local.sandbox_oidc import SandboxOidc
 from crcr.local.template import FunctionDecl, Resolver, StreamSource, functions_of, load_template, resources_of
 from crcr.local.torchci import TorchciHud
@@ -42,6 +43,8 @@ SANDBOX_PREFIX = "/_sandbox/github"
 SANDBOX_APP_ID = "424242"
 SANDBOX_OIDC_PREFIX = "/_sandbox/oidc"
 SANDBOX_HUD_PATH = "/_sandbox/hud/api/crcr/results"
+SANDBOX_BUILDKITE_PREFIX = "/_sandbox/buildkite"
+SANDBOX_BUILDKITE_OIDC_PREFIX = "/_sandbox/buildkite-oidc"
 # What an operator command needs to reach this stack (the ready line's `env`); never secrets.
 OPERATOR_ENV_KEYS = (
     "AWS_ENDPOINT_URL",
@@ -138,6 +141,8 @@ class LocalStack:
         self.sandbox_oidc: SandboxOidc | None = None
         self.workflows: SandboxWorkflows | None = None
         self.sandbox_hud: TorchciHud | None = None
+        self.sandbox_buildkite: SandboxBuildkite | None = None
+        self.sandbox_buildkite_oidc: SandboxOidc | None = None
         self.secrets: dict[str, str] = {}
         self.queue_urls: dict[str, str] = {}
         self.stream_arns: dict[str, str] = {}
@@ -523,15 +528,22 @@ class LocalStack:
             )
             data = json.dumps(reply.body).encode() if reply.body is not None else b""
             return reply.status, data, {"content-type": "application/json"} | reply.headers
-        if path.startswith(SANDBOX_OIDC_PREFIX + "/") and self.sandbox_oidc is not None:
-            suffix = path.removeprefix(SANDBOX_OIDC_PREFIX)
-            docs = {
-                "/.well-known/openid-configuration": self.sandbox_oidc.discovery,
-                "/.well-known/jwks": self.sandbox_oidc.jwks,
-            }
-            if suffix in docs:
-                return 200, json.dumps(docs[suffix]()).encode(), {"content-type": "application/json"}
-            return 404, b'{"error":"not_found"}', {"content-type": "application/json"}
+        if path.startswith(SANDBOX_BUILDKITE_PREFIX + "/") and self.sandbox_buildkite is not None:
+            doc = json.loads(body) if body else None
+            reply = self.sandbox_buildkite.handle(
+                method, path.removeprefix(SANDBOX_BUILDKITE_PREFIX), query, _header(headers, "authorization"), doc
+            )
+            return reply.status, json.dumps(reply.body).encode(), {"content-type": "application/json"} | reply.headers
+        for prefix, issuer in (
+            (SANDBOX_OIDC_PREFIX, self.sandbox_oidc),
+            (SANDBOX_BUILDKITE_OIDC_PREFIX, self.sandbox_buildkite_oidc),
+        ):
+            if path.startswith(prefix + "/") and issuer is not None:
+                docs = {"/.well-known/openid-configuration": issuer.discovery, "/.well-known/jwks": issuer.jwks}
+                suffix = path.removeprefix(prefix)
+                if suffix in docs:
+                    return 200, json.dumps(docs[suffix]()).encode(), {"content-type": "application/json"}
+                return 404, b'{"error":"not_found"}', {"content-type": "application/json"}
         if path == SANDBOX_HUD_PATH and self.sandbox_hud is not None:
             status, answer = self.sandbox_hud.handle(method, headers, body)
             return status, json.dumps(answer).encode(), {"content-type": "application/json"}
@@ -594,6 +606,7 @@ class LocalStack:
             "dispatches": self.sandbox.dispatches if self.sandbox else None,
             "sandbox_callbacks": self.workflows.replies if self.workflows else None,
             "sandbox_hud_rows": len(self.sandbox_hud.table) if self.sandbox_hud else None,
+            "sandbox_builds": len(self.sandbox_buildkite.builds) if self.sandbox_buildkite else None,
         }
 
     # -- lifecycle --------------------------------------------------------------------------------------
@@ -616,6 +629,8 @@ class LocalStack:
                 self.env["CRCR_OIDC_AUDIENCE"] = audience
                 self.workflows = SandboxWorkflows(self.sandbox_oidc.token, audience)
                 self.sandbox.on_dispatch = self.workflows.start
+            if not self.env.get("CRCR_BUILDKITE_API_URL"):
+                self._start_sandbox_buildkite()
             if not self.env.get("CRCR_HUD_URL"):
                 # Pushes go to a port of PyTorch's HUD endpoint, which judges them as PyTorch's would.
                 self.sandbox_hud = TorchciHud(self.env.get("CRCR_HUD_TOKEN") or secrets.token_hex(16))
@@ -626,6 +641,19 @@ class LocalStack:
         self._serve()
         self._start_pollers()
         return self
+
+    def _start_sandbox_buildkite(self) -> None:
+        """Buildkite downstreams build on a sandbox Buildkite whose jobs report with sandbox agent tokens."""
+        if not self.env.get("CRCR_BUILDKITE_OIDC_ISSUER"):
+            self.sandbox_buildkite_oidc = SandboxOidc(self.url + SANDBOX_BUILDKITE_OIDC_PREFIX)
+            self.env["CRCR_BUILDKITE_OIDC_ISSUER"] = self.sandbox_buildkite_oidc.issuer
+        if self.sandbox_buildkite_oidc is None:
+            return  # tokens from another issuer: the sandbox cannot mint them
+        token = self.env.get("CRCR_BUILDKITE_API_TOKEN") or new_api_token()
+        audience = self.env.get("CRCR_OIDC_AUDIENCE") or "crcr"
+        self.sandbox_buildkite = SandboxBuildkite(token, self.sandbox_buildkite_oidc.mint, audience)
+        self.env["CRCR_BUILDKITE_API_URL"] = self.url + SANDBOX_BUILDKITE_PREFIX
+        self.env["CRCR_BUILDKITE_API_TOKEN"] = token
 
     def stop(self) -> None:
         self._stop.set()

@@ -1,0 +1,248 @@
+"""`crcr onboard`: checks a new downstream against GitHub, prints its allowlist entry and writes its CI files."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import tempfile
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import crcr
+
+if TYPE_CHECKING:
+    from crcr.app.onboard import Onboarding
+
+# Exit statuses, as the other operator commands: 2 for the operator's input or configuration, 1 for what GitHub
+# answered (not installed, refused, unreachable) or for an output that could not be written.
+USAGE = 2
+FAILED = 1
+
+
+class OnboardFailed(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(" ".join(message.split()))
+        self.code = code
+
+
+@dataclass
+class Done:
+    payload: dict[str, Any]
+    text: str
+    files: list[str] = field(default_factory=list)
+
+
+def checkout_root() -> Path:
+    """The crcr checkout this package runs from (its examples/ and action/), else the working directory."""
+    root = Path(crcr.__file__).resolve().parents[2]
+    return root if (root / "examples").is_dir() else Path.cwd()
+
+
+def onboard_from_env(
+    repo: str,
+    level: str,
+    device: str | None,
+    buildkite: str | None,
+    out: str | None,
+    action_ref: str | None,
+) -> Done:
+    """The whole command with the functions' variables; raises OnboardFailed with one line and an exit status."""
+    from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
+
+    from crcr.app.onboard import onboard  # noqa: PLC0415
+    from crcr.app.ports import GitHubError  # noqa: PLC0415
+    from crcr.domain.errors import CrcrError  # noqa: PLC0415
+    from crcr.domain.onboarding import ACTION_PLACEHOLDER, check_action_ref, parse_request  # noqa: PLC0415
+    from crcr.settings import ConfigError, Settings  # noqa: PLC0415
+
+    try:
+        request = parse_request(repo, level, device, buildkite)
+        ref = check_action_ref(action_ref) if action_ref else ACTION_PLACEHOLDER
+        settings = Settings.from_env()
+        examples = _examples(request.buildkite is not None)
+        github = None
+        if request.buildkite is None:  # a Buildkite downstream needs nothing from GitHub
+            from crcr.composition import build_onboard_github, load_settings  # noqa: PLC0415
+
+            github = build_onboard_github(load_settings())
+    except (CrcrError, ConfigError) as exc:
+        raise OnboardFailed(USAGE, getattr(exc, "message", None) or str(exc)) from None
+    except OSError as exc:
+        raise OnboardFailed(USAGE, f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)) from None
+    except (BotoCoreError, ClientError, ValueError) as exc:  # CRCR_SECRETS_ARN unreadable or not JSON
+        raise OnboardFailed(USAGE, f"CRCR_SECRETS_ARN: {exc}") from None
+    try:
+        result = onboard(request, github)
+    except GitHubError as exc:
+        raise OnboardFailed(FAILED, str(exc)) from None
+    relay = None
+    if settings.callback_url:  # the relay's own URL, when the operator has the functions' variables
+        parts = urllib.parse.urlsplit(settings.callback_url)
+        relay = f"{parts.scheme}://{parts.netloc}"
+    try:
+        files = _render(result.repo, request.buildkite is not None, examples, ref, settings.upstream_repo, relay)
+    except CrcrError as exc:
+        raise OnboardFailed(USAGE, exc.message) from None
+    target = Path(out) if out else Path("crcr-onboard") / result.repo.replace("/", "-")
+    return _report(result, _write(target, files), ref, relay_known=relay is not None)
+
+
+def _examples(buildkite: bool) -> dict[str, str]:
+    root = checkout_root()
+    wanted = (
+        {"pipeline": root / "examples" / "buildkite" / "pipeline.yml", "helper": root / "action" / "report.py"}
+        if buildkite
+        else {"workflow": root / "examples" / "workflows" / "downstream.yml"}
+    )
+    return {name: path.read_text(encoding="utf-8") for name, path in wanted.items()}
+
+
+def _render(
+    repo: str, buildkite: bool, examples: dict[str, str], ref: str, upstream: str, relay: str | None
+) -> dict[str, str]:
+    from crcr.domain.onboarding import (  # noqa: PLC0415
+        HELPER_PATH,
+        PIPELINE_PATH,
+        WORKFLOW_PATH,
+        buildkite_pipeline,
+        downstream_workflow,
+    )
+
+    if not buildkite:
+        return {WORKFLOW_PATH: downstream_workflow(examples["workflow"], repo, ref, upstream)}
+    return {PIPELINE_PATH: buildkite_pipeline(examples["pipeline"], upstream, relay), HELPER_PATH: examples["helper"]}
+
+
+def _write(target: Path, files: dict[str, str]) -> list[str]:
+    """Each file whole or not at all (a temporary file, then a rename)."""
+    written = []
+    for relative, text in files.items():
+        path = target / relative
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            Path(tmp).replace(path)
+        except OSError as exc:
+            raise OnboardFailed(FAILED, f"{exc.filename or path}: {exc.strerror}") from None
+        written.append(str(path))
+    return written
+
+
+def _report(result: Onboarding, written: list[str], ref: str, relay_known: bool) -> Done:
+    from crcr.domain.onboarding import (  # noqa: PLC0415
+        ACTION_PLACEHOLDER,
+        EXAMPLE_RELAY_URL,
+        HELPER_PATH,
+        PIPELINE_PATH,
+        WORKFLOW_PATH,
+    )
+
+    request = result.request
+    bk = request.buildkite
+    where = f"Buildkite pipeline {bk.organization}/{bk.pipeline}" if bk else "GitHub Actions"
+    level = request.level.name + (
+        f" (device {request.device}, label ciflow/crcr/{request.device})" if request.device else ""
+    )
+    steps: list[str] = []
+    if bk is None:
+        if ref == ACTION_PLACEHOLDER:
+            steps.append(
+                f"In {WORKFLOW_PATH}, replace {ACTION_PLACEHOLDER} (twice) with crcr's action at the full commit "
+                "your relay runs (or run again with --action-ref)."
+            )
+        steps.append(f"Commit {WORKFLOW_PATH} to {result.repo}'s default branch.")
+        steps.append("Add the allowlist entry, check the file with `crcr allowlist check FILE`, publish it.")
+    else:
+        steps.append(
+            f"Commit {PIPELINE_PATH} and {HELPER_PATH} to {result.repo}'s {bk.branch} branch; make the pipeline's "
+            f"steps `buildkite-agent pipeline upload {PIPELINE_PATH}`."
+        )
+        if not relay_known:
+            steps.append(f"In {PIPELINE_PATH}, replace {EXAMPLE_RELAY_URL} (twice) with your relay's URL.")
+        steps.append(
+            "Add the ci_providers.yml entry with the pipeline's two UUIDs to the relay's CRCR_CI_PROVIDERS, and the "
+            "allowlist entry (check it with `crcr allowlist check FILE`); publish both."
+        )
+    payload = {
+        "repo": result.repo,
+        "level": request.level.name,
+        "device": request.device,
+        "ci": "buildkite" if bk else "github_actions",
+        "buildkite": {"organization": bk.organization, "pipeline": bk.pipeline, "branch": bk.branch} if bk else None,
+        "installation_id": result.installation_id,
+        "repository_id": result.repository_id,
+        "checks": [{"check": c.name, "result": c.result, "detail": c.detail} for c in result.checks],
+        "files": written,
+        "allowlist_entry": result.allowlist_entry,
+        "ci_providers_entry": result.ci_providers_entry,
+        "next": steps,
+    }
+    lines = [f"crcr onboard: {result.repo} at {level}, {where}"]
+    lines += [f"  {c.result:<7} {c.detail}" for c in result.checks]
+    lines += [f"  wrote   {path}" for path in written]
+    sections = f"{request.level.name}: and repos:" if "repos:" in result.allowlist_entry else f"{request.level.name}:"
+    lines += ["", f"Allowlist entry (merge into the allowlist's {sections} sections where it has them):", ""]
+    lines += result.allowlist_entry.rstrip("\n").splitlines()
+    if result.ci_providers_entry and bk is not None:
+        lines += [
+            "",
+            "ci_providers.yml entry (the relay's CRCR_CI_PROVIDERS; merge into providers.buildkite.repo_map where it "
+            "has one):",
+            "",
+            *result.ci_providers_entry.rstrip("\n").splitlines(),
+            "",
+            f"<organization_id>/<pipeline_id> are the UUIDs of {bk.organization}/{bk.pipeline} (never its slugs): "
+            "every job of the pipeline has them as $BUILDKITE_ORGANIZATION_ID and $BUILDKITE_PIPELINE_ID, and "
+            'report.py prints them ("crcr: this pipeline is <organization_id>/<pipeline_id> ...").',
+        ]
+    lines += ["", "Next:"]
+    lines += [f"  {i}. {step}" for i, step in enumerate(steps, 1)]
+    return Done(payload, "\n".join(lines), written)
+
+
+def as_json(done: Done) -> str:
+    return json.dumps(done.payload, indent=2)
+
+
+MANIFEST_PATH = Path("infra") / "github-app-manifest.json"
+
+
+def app_manifest(webhook_url: str, name: str | None = None) -> dict[str, Any]:
+    """infra/github-app-manifest.json with the relay's webhook URL (and its origin as the App's homepage)."""
+    parts = urllib.parse.urlsplit(webhook_url)
+    loopback = parts.hostname in ("127.0.0.1", "localhost", "::1")
+    if not parts.hostname or not (parts.scheme == "https" or (parts.scheme == "http" and loopback)):
+        raise OnboardFailed(USAGE, f"--webhook-url must be an https URL (the relay's WebhookUrl), got {webhook_url!r}")
+    path = checkout_root() / MANIFEST_PATH
+    try:
+        manifest: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise OnboardFailed(USAGE, f"{path}: {exc.strerror}") from None
+    manifest["url"] = f"{parts.scheme}://{parts.netloc}"
+    manifest["hook_attributes"] = {**manifest["hook_attributes"], "url": webhook_url}
+    if name:
+        manifest = {"name": name, **manifest}
+    return manifest
+
+
+def manifest_form(manifest: dict[str, Any], state: str, org: str | None, github_url: str) -> str:
+    """A page whose form registers the App from the manifest (GitHub: "Registering a GitHub App from a manifest")."""
+    base = github_url.rstrip("/")
+    target = f"{base}/organizations/{urllib.parse.quote(org)}/settings/apps/new" if org else f"{base}/settings/apps/new"
+    action = f"{target}?state={urllib.parse.quote(state)}"
+    return (
+        "<!doctype html>\n"
+        '<html lang="en"><meta charset="utf-8"><title>Register the crcr GitHub App</title>\n'
+        f'<form action="{html.escape(action)}" method="post">\n'
+        f'  <input type="hidden" name="manifest" value="{html.escape(json.dumps(manifest))}">\n'
+        "  <p>Registers a GitHub App from crcr's manifest"
+        f"{' for the organization ' + html.escape(org) if org else ''}.</p>\n"
+        '  <button type="submit">Register the GitHub App</button>\n'
+        "</form>\n"
+        "</html>\n"
+    )
