@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import jwt
@@ -13,7 +15,9 @@ import pytest
 
 from crcr.adapters.dynamo import DynamoState
 from crcr.app.ports import LedgerRow, LedgerState
-from tests.conftest import DEFAULT_ALLOWLIST, LISTED, Relay, event_body, http
+from crcr.domain.signature import sign
+from crcr.local.stack import LocalStack
+from tests.conftest import DEFAULT_ALLOWLIST, LISTED, ROOT, Relay, event_body, http
 from tests.doubles.buildkite_double import BuildkiteDouble, Reply
 
 pytestmark = pytest.mark.e2e
@@ -210,3 +214,33 @@ def test_without_a_token_the_buildkite_repository_is_dead_lettered_naming_the_va
     assert dead["target_repo"] == BK_REPO and "CRCR_BUILDKITE_API_TOKEN" in dead["reason"]
     assert buildkite.requests == []
     assert {r: len(relay.github.dispatches(r)) for r in LISTED} == dict.fromkeys(LISTED, 1)
+
+
+def test_on_the_sandbox_buildkite_the_build_reports_back_and_is_recorded(tmp_path: Path) -> None:
+    """The whole loop on `crcr local` alone: the dispatcher creates the build on the sandbox Buildkite, whose
+    job reports through /callback with an agent-shaped token mapped by examples/ci_providers.yml."""
+    allowlist = tmp_path / "allowlist.yaml"
+    allowlist.write_text(
+        f"L2:\n  - {BK_REPO}\nrepos:\n  {BK_REPO}:\n    buildkite: {{organization: vllm, pipeline: ci}}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CRCR_", "AWS_ENDPOINT"))}
+    env |= {"CRCR_ALLOWLIST": str(allowlist), "CRCR_CI_PROVIDERS": str(ROOT / "examples" / "ci_providers.yml")}
+    with LocalStack(port=0, env=env, root=ROOT) as stack:
+        sandbox = stack.sandbox_buildkite
+        assert sandbox is not None
+        body, delivery = event_body("pull_request.opened.json"), str(uuid.uuid4())
+        headers = {
+            "content-type": "application/json",
+            "x-github-event": "pull_request",
+            "x-github-delivery": delivery,
+            "x-hub-signature-256": sign(stack.secrets["webhook_secret"].encode(), body),
+        }
+        assert http("POST", f"{stack.url}/webhook", body, headers)[0] == 202
+        replies = wait_for(lambda: [r for r in sandbox.replies if r["status"] == "completed"])
+        assert [(r["status"], r["http"], r["reply"].get("status")) for r in sandbox.replies] == [
+            ("in_progress", 200, "recorded"),
+            ("completed", 200, "recorded"),
+        ], replies
+        [build] = sandbox.builds
+        row = DynamoState(stack.client("dynamodb"), "crcr-local-StateTable").get(delivery, BK_REPO)
+        assert row is not None and (row.build_id, row.build_number) == (build["id"], build["number"])
