@@ -51,11 +51,15 @@ def run_demo(keep_s: float | None = 0.0) -> int:
         "CRCR_UPSTREAM_REPO": "pytorch/pytorch",
         "CRCR_ALLOWLIST": str(root / "examples" / "allowlist.yaml"),
         "CRCR_CHECK_SETTLE_S": "2",  # production waits 60 s for a repository's jobs to settle
+        # vllm-project/vllm builds on the sandbox Buildkite; its pipeline's ids map it here, as PyTorch maps vLLM.
+        "CRCR_CI_PROVIDERS": str(root / "examples" / "ci_providers.yml"),
     }
     events = root / "examples" / "events"
     pr_body = (events / "pull_request.opened.json").read_bytes()
     push_body = (events / "push.main.json").read_bytes()
-    print("Starting the local stack (moto server, queues and table from template.yaml, sandbox GitHub)...")
+    print(
+        "Starting the local stack (moto server, queues and table from template.yaml, sandbox GitHub and Buildkite)..."
+    )
     with LocalStack(port=0, env=env) as stack:
         secret = stack.secrets["webhook_secret"]
         print(f"Relay listening at {stack.url}")
@@ -73,9 +77,11 @@ def run_demo(keep_s: float | None = 0.0) -> int:
         for label, delivery, status, outcome in sent:
             print(f"{label:34} {delivery:38} {status:<4}  {outcome}")
 
-        # PR: all 6 repositories; push to main: all but the pull_request-only MPS repository.
+        # PR: all 6 GitHub repositories; push to main: all but the pull_request-only MPS repository. The
+        # Buildkite downstream (vllm-project/vllm) gets one build for each.
         expected = 6 + 5
         dispatches = _wait_for(stack, expected)
+        builds = _wait_for_builds(stack, 2)
         print(f"\n{'downstream repository':28} {'level':5} {'event':13} {'delivery':38} ticket")
         for d in sorted(dispatches, key=lambda d: (d["event_type"], d["repo"])):
             payload = d["client_payload"]
@@ -83,7 +89,14 @@ def run_demo(keep_s: float | None = 0.0) -> int:
                 f"{d['repo']:28} {_level(payload):5} {d['event_type']:13} {payload['delivery_id']:38} "
                 f"{payload['ticket'][:24]}…"
             )
+        print(f"\n{'Buildkite build':28} {'event':13} {'upstream commit':16} {'build id':38} number")
+        for b in sorted(builds, key=lambda b: b["env"]["CRCR_EVENT_TYPE"]):
+            print(
+                f"{b['organization']['slug'] + '/' + b['pipeline']['slug']:28} {b['env']['CRCR_EVENT_TYPE']:13} "
+                f"{b['env']['CRCR_UPSTREAM_SHA'][:12]:16} {b['id']:38} {b['number']}"
+            )
         callbacks = _wait_for_callbacks(stack, 2 * len(dispatches))
+        build_reports = _wait_for_build_reports(stack, 2 * len(builds))
         print(
             f"\n{'downstream repository':28} {'level':5} {'event':13} {'job':16} {'state':10} {'conclusion':10} "
             f"{'queue s':>7} {'run s':>6}"
@@ -95,8 +108,10 @@ def run_demo(keep_s: float | None = 0.0) -> int:
             )
         ignored = sum(1 for c in callbacks if c["reply"].get("status") == "ignored")
         refused = [c for c in callbacks if c["http"] != 200]
+        bk_refused = [r for r in build_reports if r["http"] != 200]
         print(
-            f"\n{len(callbacks)} callbacks: {ignored} answered 'ignored' (L1 records nothing), {len(refused)} refused."
+            f"\n{len(callbacks)} callbacks from GitHub Actions runs: {ignored} answered 'ignored' (L1 records "
+            f"nothing), {len(refused)} refused; {len(build_reports)} from Buildkite jobs, {len(bk_refused)} refused."
         )
 
         # The L4 repository (check_runs: per_repo) has one check run per upstream commit: PR head and main.
@@ -126,7 +141,10 @@ def run_demo(keep_s: float | None = 0.0) -> int:
             and [s[2] for s in sent] == [202, 202, 200]
             and len(callbacks) == 2 * expected
             and not refused
-            and len(_jobs(stack)) == expected - 4  # the two L1 repositories, for both events
+            and len(builds) == 2
+            and len(build_reports) == 4
+            and not bk_refused
+            and len(_jobs(stack)) == expected - 4 + 2  # less the two L1 repositories, for both events; plus builds
             and len(runs) == 2
             and all((r["status"], r["conclusion"], r["writes"]) == ("completed", "success", 2) for r in runs)
             and not hud_refused
@@ -180,6 +198,26 @@ def _wait_for_callbacks(stack: LocalStack, count: int, timeout_s: float = 30.0) 
         time.sleep(0.2)
     time.sleep(0.5)
     return list(stack.workflows.replies)
+
+
+def _wait_for_builds(stack: LocalStack, count: int, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+    assert stack.sandbox_buildkite is not None
+    sandbox = stack.sandbox_buildkite
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and len(sandbox.builds) < count:
+        time.sleep(0.2)
+    time.sleep(1.0)  # a duplicate build would show
+    return list(sandbox.builds)
+
+
+def _wait_for_build_reports(stack: LocalStack, count: int, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+    assert stack.sandbox_buildkite is not None
+    sandbox = stack.sandbox_buildkite
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and len(sandbox.replies) < count:
+        time.sleep(0.2)
+    time.sleep(0.5)
+    return list(sandbox.replies)
 
 
 def _wait_for_check_runs(stack: LocalStack, count: int, timeout_s: float = 30.0) -> list[dict[str, Any]]:
