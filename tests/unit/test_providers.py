@@ -117,3 +117,20 @@ def test_a_scheduled_build_must_not_come_from_a_webhook() -> None:
     with pytest.raises(Forbidden) as caught:
         check_buildkite_scheduled(claims(build_source="schedule", build_id="0" * 8), run_id=BUILD, check_run_id=None)
     assert caught.value.field == "run_id"
+
+
+def test_a_bad_edit_never_replaces_the_last_good_map() -> None:
+    from crcr.adapters.allowlist_source import CachedProviders  # noqa: PLC0415
+    from tests.unit.fakes import RecordingMetrics  # noqa: PLC0415
+
+    documents = [
+        (EVENTS / "ci_providers.yml").read_bytes(),
+        b"providers:\n  buildkite:\n    repo_map:\n      vllm/ci: vllm-project/vllm\n",  # slugs: refused
+    ]
+    errors: list[str] = []
+    metrics = RecordingMetrics()
+    cached = CachedProviders(lambda: documents.pop(0), metrics, lambda: 0.0, refresh_s=0, on_error=errors.append)
+    assert len(cached.current()) == 2
+    assert len(cached.current()) == 2  # the slug-keyed edit was refused; the last good map stays
+    assert (metrics.counts["ProvidersLoaded"], metrics.counts["ProvidersRejected"]) == (1, 1)
+    assert "line 4" in errors[0] and "UUIDs" in errors[0]
