@@ -18,6 +18,7 @@ from crcr.app.ports import (
     LedgerState,
     NewBuild,
     NotInstalled,
+    PrInfo,
     RepoToken,
 )
 from crcr.contracts.messages import DispatchMessage, EventMessage
@@ -109,16 +110,35 @@ class FakeState:
     """PlannerState and Ledger in one, like the DynamoDB table."""
 
     heads: dict[tuple[str, int], str] = field(default_factory=dict)
+    prs: dict[tuple[str, int], PrInfo] = field(default_factory=dict)
+    commits: dict[str, float] = field(default_factory=dict)
     released: dict[tuple[int, str, str], str] = field(default_factory=dict)
     ledger: dict[tuple[str, str], LedgerRow] = field(default_factory=dict)
     dispatched_claims: list[TicketClaims] = field(default_factory=list)
 
     def record_pr_head(
-        self, upstream: str, pr: int, head_sha: str, updated_at: str, labels: tuple[str, ...] = ()
+        self,
+        upstream: str,
+        pr: int,
+        head_sha: str,
+        updated_at: str,
+        labels: tuple[str, ...] = (),
+        base_sha: str = "",
+        closed: bool = False,
     ) -> str | None:
         previous = self.heads.get((upstream, pr))
         self.heads[(upstream, pr)] = head_sha
+        self.prs[(upstream, pr)] = PrInfo(head_sha, base_sha, labels, closed)
         return previous if previous != head_sha else None
+
+    def record_commits(self, upstream: str, commits: list[tuple[str, float]]) -> None:
+        self.commits.update(commits)
+
+    def commit_times(self, upstream: str, shas: list[str]) -> dict[str, float]:
+        return {sha: self.commits[sha] for sha in shas if sha in self.commits}
+
+    def pr_info(self, upstream: str, pr: int) -> PrInfo | None:
+        return self.prs.get((upstream, pr))
 
     def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> bool:
         key = (pr, head_sha, repo.lower())

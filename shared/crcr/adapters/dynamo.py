@@ -12,7 +12,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from crcr.app.ports import BuildRef, Claim, LedgerRow, LedgerState
+from crcr.app.ports import BuildRef, Claim, LedgerRow, LedgerState, PrInfo
 from crcr.contracts.messages import DispatchMessage
 from crcr.domain.checks import Known
 from crcr.domain.ids import repo_key
@@ -22,6 +22,7 @@ from crcr.domain.ticket import TicketClaims
 DAY = 86_400
 DELIVERY_TTL_S = 14 * DAY  # GitHub lets a delivery be redelivered for a few days
 LEDGER_TTL_S = 30 * DAY
+BRANCH_TTL_S = 90 * DAY  # a commit's place on the branch, for baselines, as long as results are kept
 
 
 def conditional_failed(exc: ClientError) -> bool:
@@ -104,7 +105,14 @@ class DynamoState:
         return {"S": f"PR#{repo_key(upstream)}#{pr}"}
 
     def record_pr_head(
-        self, upstream: str, pr: int, head_sha: str, updated_at: str, labels: tuple[str, ...] = ()
+        self,
+        upstream: str,
+        pr: int,
+        head_sha: str,
+        updated_at: str,
+        labels: tuple[str, ...] = (),
+        base_sha: str = "",
+        closed: bool = False,
     ) -> str | None:
         """Keep the newest head and labels; webhooks can arrive out of order, so compare GitHub's updated_at.
         Returns the head this event replaced, if it changed."""
@@ -117,6 +125,8 @@ class DynamoState:
                     "head_sha": {"S": head_sha},
                     "updated_at": {"S": updated_at},
                     "labels": {"L": [{"S": label} for label in labels]},
+                    "base_sha": {"S": base_sha},
+                    "closed": {"BOOL": closed},
                 },
                 ConditionExpression="attribute_not_exists(pk) OR updated_at <= :u",
                 ExpressionAttributeValues={":u": {"S": updated_at}},
@@ -136,6 +146,56 @@ class DynamoState:
             ConsistentRead=True,
         ).get("Item")
         return item["head_sha"]["S"] if item else None
+
+    def pr_info(self, upstream: str, pr: int) -> PrInfo | None:
+        item = self._ddb.get_item(
+            TableName=self._table,
+            Key={"pk": self._pr_pk(upstream, pr), "sk": {"S": "HEAD"}},
+            ConsistentRead=True,
+        ).get("Item")
+        if not item:
+            return None
+        return PrInfo(
+            head_sha=item["head_sha"]["S"],
+            base_sha=item.get("base_sha", {}).get("S", ""),
+            labels=tuple(v["S"] for v in item.get("labels", {}).get("L", [])),
+            closed=bool(item.get("closed", {}).get("BOOL", False)),
+        )
+
+    # -- the default branch's commit order (baselines) ------------------------------------------------
+    @staticmethod
+    def _branch_pk(upstream: str) -> dict[str, str]:
+        return {"S": f"BRANCH#{repo_key(upstream)}"}
+
+    def record_commits(self, upstream: str, commits: list[tuple[str, float]]) -> None:
+        expires = {"N": str(int(max((t for _, t in commits), default=0)) + BRANCH_TTL_S)}
+        requests = [
+            {"PutRequest": {"Item": {"pk": self._branch_pk(upstream), "sk": {"S": f"C#{sha}"}, "t": {"N": str(num(t))}}
+             | {"expires_at": expires}}}
+            for sha, t in commits
+        ]  # fmt: skip
+        for start in range(0, len(requests), 25):  # BatchWriteItem takes 25 at a time
+            pending: dict[str, Any] = {self._table: requests[start : start + 25]}
+            for _ in range(5):
+                left = self._ddb.batch_write_item(RequestItems=pending).get("UnprocessedItems") or {}
+                if not left:
+                    break
+                pending = left
+
+    def commit_times(self, upstream: str, shas: list[str]) -> dict[str, float]:
+        found: dict[str, float] = {}
+        wanted = list(dict.fromkeys(shas))
+        for start in range(0, len(wanted), 100):  # BatchGetItem takes 100 keys
+            keys = [{"pk": self._branch_pk(upstream), "sk": {"S": f"C#{sha}"}} for sha in wanted[start : start + 100]]
+            pending: dict[str, Any] = {self._table: {"Keys": keys, "ProjectionExpression": "sk, t"}}
+            for _ in range(5):
+                got = self._ddb.batch_get_item(RequestItems=pending)
+                for item in got.get("Responses", {}).get(self._table, []):
+                    found[item["sk"]["S"].removeprefix("C#")] = float(item["t"]["N"])
+                pending = got.get("UnprocessedKeys") or {}
+                if not pending:
+                    break
+        return found
 
     def pr_labels(self, upstream: str, pr: int) -> tuple[str, ...]:
         item = self._ddb.get_item(

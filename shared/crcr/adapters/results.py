@@ -55,6 +55,9 @@ def to_item(record: JobRecord) -> dict[str, Any]:
         "event_type": _opt_s(record.event_type),
         "check_run_id": _opt_s(record.check_run_id),
         "reported_started_at": _opt_s(record.reported_started_at),
+        "failure_kind": _opt_s(record.failure_kind),
+        "triage": _opt_s(record.triage),
+        "verdict": _opt_s(record.verdict),
         "head_key": {"S": f"{repo_key(record.upstream)}#{record.head_sha}"},
         "repo_key": {"S": repo_key(record.repo)},
         "version": _n(record.version),
@@ -100,6 +103,9 @@ def from_item(item: dict[str, Any]) -> JobRecord:
         event_type=text("event_type") or "",
         check_run_id=text("check_run_id") or "",
         reported_started_at=text("reported_started_at") or "",
+        failure_kind=text("failure_kind"),
+        triage=text("triage") or "",
+        verdict=text("verdict"),
     )
 
 

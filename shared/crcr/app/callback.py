@@ -53,6 +53,8 @@ from crcr.domain.errors import (
 )
 from crcr.domain.jobs import Current, Decision, JobState, decide
 from crcr.domain.levels import Level
+from crcr.domain.triage import Dropped as TriageDropped
+from crcr.domain.triage import validate as validate_triage
 
 MAX_CALLBACK_BYTES = 256 * 1024
 
@@ -93,6 +95,8 @@ class Report:
     check_run_id: str | None
     started_at: str | None  # as the downstream reported it (ISO 8601, UTC)
     raw: dict[str, Any]
+    failure_kind: str | None = None
+    triage_verdict: Any = None
 
 
 def _parse(body: bytes) -> tuple[CallbackBody | PyTorchCallbackBody | ScheduledBody, Report]:
@@ -107,13 +111,13 @@ def _parse(body: bytes) -> tuple[CallbackBody | PyTorchCallbackBody | ScheduledB
             sched = ScheduledBody.model_validate(doc)
             return sched, Report(
                 sched.status, sched.conclusion, sched.workflow_name, sched.job_name, sched.run_id, sched.run_attempt,
-                sched.url, sched.check_run_id, sched.started_at, doc,
+                sched.url, sched.check_run_id, sched.started_at, doc, sched.failure_kind, sched.triage_verdict,
             )  # fmt: skip
         if "ticket" in doc:
             ours = CallbackBody.model_validate(doc)
             return ours, Report(
                 ours.status, ours.conclusion, ours.workflow_name, ours.job_name, ours.run_id, ours.run_attempt,
-                ours.url, ours.check_run_id, ours.started_at, doc,
+                ours.url, ours.check_run_id, ours.started_at, doc, ours.failure_kind, ours.triage_verdict,
             )  # fmt: skip
         theirs = PyTorchCallbackBody.model_validate(doc)
     except ValidationError as exc:
@@ -130,6 +134,8 @@ def _parse(body: bytes) -> tuple[CallbackBody | PyTorchCallbackBody | ScheduledB
         wf.check_run_id,
         wf.started_at,
         doc,
+        wf.failure_kind,
+        wf.triage_verdict,
     )
 
 
@@ -312,6 +318,7 @@ def _scheduled(body: ScheduledBody, report: Report, identity: VerifiedToken, cal
 
 def _record(row: LedgerRow, report: Report, deps: CallbackDeps) -> Reply:
     fingerprint = _fingerprint(report.raw)
+    triage = _triage(report, deps)
     for _ in range(5):
         now = deps.clock.now()
         current = deps.results.get_job(row.dispatch_id, report.run_id, report.run_attempt, report.job_name)
@@ -322,7 +329,7 @@ def _record(row: LedgerRow, report: Report, deps: CallbackDeps) -> Reply:
             raise Conflict(f"job {report.job_name} already reported {current.state if current else ''} differently")
         if decision in (Decision.DUPLICATE, Decision.STALE):
             return Reply.DUPLICATE
-        record = _next_record(row, report, current, fingerprint, now)
+        record = _next_record(row, report, current, fingerprint, now, triage)
         if deps.results.put_job(record, current.version if current else None):
             if current is None and row.delivery_id != "scheduled":
                 deps.ledger.clear_start_watch(row.delivery_id, row.repo)  # a job started: no start timeout
@@ -332,7 +339,19 @@ def _record(row: LedgerRow, report: Report, deps: CallbackDeps) -> Reply:
     raise Unavailable(f"job {report.job_name} is being reported concurrently; retry", retry_after_s=1)
 
 
-def _next_record(row: LedgerRow, report: Report, current: JobRecord | None, fingerprint: str, now: float) -> JobRecord:
+def _triage(report: Report, deps: CallbackDeps) -> str:
+    """The downstream's triage verdict, normalised; a malformed one is dropped whole, the result still records."""
+    try:
+        verdict = validate_triage(report.triage_verdict)
+    except TriageDropped:
+        deps.metrics.count("TriageDropped")
+        return ""
+    return json.dumps(verdict, separators=(",", ":"), ensure_ascii=False) if verdict else ""
+
+
+def _next_record(
+    row: LedgerRow, report: Report, current: JobRecord | None, fingerprint: str, now: float, triage: str = ""
+) -> JobRecord:
     completed = report.status == "completed"
     # Queue and execution times are measured on the relay's clock: start is when in_progress arrived.
     started_at = current.started_at if current and current.started_at else (None if completed else now)
@@ -356,4 +375,6 @@ def _next_record(row: LedgerRow, report: Report, current: JobRecord | None, fing
         or report.check_run_id
         or derived_check_run_id(report.run_id, report.run_attempt),
         reported_started_at=(current.reported_started_at if current else "") or report.started_at or "",
+        failure_kind=report.failure_kind,
+        triage=triage,
     )

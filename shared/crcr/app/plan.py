@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -83,6 +84,8 @@ def to_upstream_event(event: str, doc: dict[str, Any]) -> UpstreamEvent:
                 author_association=pr.author_association,
                 labels=tuple(label.name for label in pr.labels),
                 added_label=pr_event.label.name if pr_event.label else None,
+                base_sha=pr.base.sha,
+                closed=pr.state == "closed",
             )
         push = PushEvent.model_validate(doc)
     except ValidationError as exc:
@@ -95,7 +98,18 @@ def to_upstream_event(event: str, doc: dict[str, Any]) -> UpstreamEvent:
         ref=push.ref,
         default_branch=push.repository.default_branch,
         deleted=push.deleted,
+        commits=tuple((c.id, t) for c in push.commits[-MAX_ORDERED_COMMITS:] if (t := _epoch(c.timestamp)) is not None),
     )
+
+
+MAX_ORDERED_COMMITS = 250
+
+
+def _epoch(timestamp: str | None) -> float | None:
+    try:
+        return datetime.fromisoformat(timestamp).timestamp() if timestamp else None
+    except ValueError:
+        return None
 
 
 def plan_rerun(message: EventMessage, doc: dict[str, Any], deps: PlannerDeps) -> PlanSummary:
@@ -144,7 +158,9 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
 
     if event.pr_number is not None:
         updated_at = str(doc.get("pull_request", {}).get("updated_at") or "")
-        previous = deps.state.record_pr_head(deps.upstream, event.pr_number, event.head_sha, updated_at, event.labels)
+        previous = deps.state.record_pr_head(
+            deps.upstream, event.pr_number, event.head_sha, updated_at, event.labels, event.base_sha, event.closed
+        )
         if previous is not None and deps.checks is not None:
             # The old commit's check runs still queued are cancelled, naming this one (never left hanging).
             cancel = CheckSyncMessage(
@@ -152,6 +168,10 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
             )
             deps.checks.send_checks([cancel])
             deps.metrics.count("HeadSuperseded")
+
+    if event.kind == "push" and event.commits and event.ref == f"refs/heads/{event.default_branch}":
+        # The default branch's commit order: each commit's baseline results are compared in this order.
+        deps.state.record_commits(deps.upstream, list(event.commits))
 
     label = event.added_label or ""
     if event.action == "labeled" and label.lower().startswith(CIFLOW_DEVICE_PREFIX) and deps.checks and deps.jobs:

@@ -51,16 +51,45 @@ class DispatchQueue(Protocol):
     def dead_letter(self, message: DispatchMessage, reason: str) -> None: ...
 
 
+@dataclass(frozen=True)
+class PrInfo:
+    """What the relay knows of an upstream PR from its newest webhook."""
+
+    head_sha: str
+    base_sha: str = ""  # the commit it is based on: its jobs' baselines are at or before it
+    labels: tuple[str, ...] = ()
+    closed: bool = False
+
+
 class PlannerState(Protocol):
     def record_pr_head(
-        self, upstream: str, pr: int, head_sha: str, updated_at: str, labels: tuple[str, ...] = ()
+        self,
+        upstream: str,
+        pr: int,
+        head_sha: str,
+        updated_at: str,
+        labels: tuple[str, ...] = (),
+        base_sha: str = "",
+        closed: bool = False,
     ) -> str | None:
         """Store the newest head; returns the head it replaced (None: first, same, or an older event)."""
+        ...
+
+    def record_commits(self, upstream: str, commits: list[tuple[str, float]]) -> None:
+        """Commits pushed to the upstream's default branch with their order (the commit time)."""
         ...
 
     def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> bool:
         """True for the first release of this head to this repository, and for retries of that same delivery."""
         ...
+
+
+class BranchOrder(Protocol):
+    def commit_times(self, upstream: str, shas: list[str]) -> dict[str, float]:
+        """The order of each commit the relay saw pushed to the default branch (absent: never seen)."""
+        ...
+
+    def pr_info(self, upstream: str, pr: int) -> PrInfo | None: ...
 
 
 @dataclass(frozen=True)
@@ -317,6 +346,9 @@ class JobRecord:
     # when it sent one, else derived from the attempt; the first one recorded stays.
     check_run_id: str = ""
     reported_started_at: str = ""  # the downstream's start time, once any report of the attempt gave it
+    failure_kind: str | None = None  # infra, build or test: the downstream's word on a completed failure
+    triage: str = ""  # the downstream's triage verdict, validated and capped (JSON), advice only
+    verdict: str | None = None  # new, pre-existing, infra, flaky, no baseline (crcr.domain.verdicts)
 
     @classmethod
     def of_dispatch(cls, row: LedgerRow, now: float, **job: Any) -> JobRecord:

@@ -28,8 +28,10 @@ class ReportDeps:
 
 
 def changed(old: JobRecord | None, new: JobRecord) -> bool:
-    """A state change, not a rewrite of the same report (duplicates never reach the table anyway)."""
-    return old is None or (old.state, old.conclusion, old.fingerprint) != (new.state, new.conclusion, new.fingerprint)
+    """A state change (or a new verdict on it), not a rewrite of the same report (duplicates never reach the
+    table anyway)."""
+    before = (old.state, old.conclusion, old.fingerprint, old.verdict) if old else None
+    return before != (new.state, new.conclusion, new.fingerprint, new.verdict)
 
 
 def summarise(changes: Sequence[tuple[JobRecord | None, JobRecord]], deps: ReportDeps) -> None:

@@ -63,6 +63,9 @@ class TestResults(BaseModel):
     total: int = Field(ge=0)
 
 
+FailureKind = Literal["infra", "build", "test"]
+
+
 class _Report(BaseModel):
     @model_validator(mode="after")
     def _conclusion_iff_completed(self) -> _Report:
@@ -71,6 +74,8 @@ class _Report(BaseModel):
             raise ValueError("conclusion is required when status is completed")
         if status != "completed" and conclusion is not None:
             raise ValueError("conclusion is only allowed when status is completed")
+        if getattr(self, "failure_kind", None) is not None and conclusion not in ("failure", "timed_out"):
+            raise ValueError("failure_kind only goes with a completed failure or timed_out")
         return self
 
 
@@ -92,6 +97,9 @@ class _OurReport(_Report):
     test_results: TestResults | None = None
     artifact_url: str | None = Field(default=None, max_length=1000)
     summary: str | None = Field(default=None, max_length=65_535)
+    failure_kind: FailureKind | None = None
+    # PyTorch's proposed triage verdict: validated where it is recorded, dropped whole when malformed.
+    triage_verdict: Any = None
 
 
 class CallbackBody(_OurReport):
@@ -117,6 +125,8 @@ class PyTorchWorkflow(_Report):
     test_results: TestResults | None = None
     artifact_url: str | None = Field(default=None, max_length=1000)
     summary: str | None = Field(default=None, max_length=65_535)
+    failure_kind: FailureKind | None = None
+    triage_verdict: Any = None
 
 
 class PyTorchCallbackBody(BaseModel):

@@ -54,10 +54,17 @@ class PullRequestEvent(_In):
     installation: Installation | None = None
 
 
+class PushCommit(_In):
+    id: str
+    timestamp: str | None = None
+
+
 class PushEvent(_In):
     ref: str
     after: str
     before: str | None = None
+    commits: list[PushCommit] = []
+    head_commit: PushCommit | None = None
     deleted: bool = False
     repository: Repository
     sender: Account | None = None

@@ -63,7 +63,8 @@ class CheckSyncMessage(_Msg):
     its message waited (paced, or behind others) is written once, as finished."""
 
     schema_version: Literal[1] = 1
-    kind: Literal["job", "repo", "cancel"]  # one job (and its repository); a dispatch; a superseded commit
+    # one job (and its repository); a dispatch; a superseded commit; the PR's comment; one automatic re-run
+    kind: Literal["job", "repo", "cancel", "comment", "rerun"]
     upstream: str
     head_sha: str
     delivery_id: str = ""
@@ -73,6 +74,7 @@ class CheckSyncMessage(_Msg):
     run_attempt: int = 0
     job_name: str = ""
     superseded_by: str | None = None  # kind "cancel": the PR's newer head
+    pr: int | None = None  # kind "comment": the upstream PR whose comment to bring up to date
     attempt: int = Field(default=0, ge=0)
     not_before: float | None = None
     slot_at: float | None = None  # a pacing slot booked for this message's next write

@@ -30,6 +30,9 @@ class UpstreamEvent:
     labels: tuple[str, ...] = ()
     added_label: str | None = None
     deleted: bool = False
+    base_sha: str = ""  # PR: the commit it is based on
+    closed: bool = False  # PR: GitHub says it is closed
+    commits: tuple[tuple[str, float], ...] = ()  # push: each commit with its time, oldest first
 
     @property
     def has_ciflow_label(self) -> bool:

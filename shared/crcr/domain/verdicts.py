@@ -1,0 +1,65 @@
+"""Failure verdicts (DESIGN §4.9): what a failed (or timed out) L3/L4 job on a pull request means for its author.
+
+- `new`: the job passed on its baseline, the PR broke it;
+- `pre-existing`: it failed on its baseline too, the PR did not;
+- `infra`: the downstream said its infrastructure failed, or the relay timed the started job out (retried
+  once automatically before anyone is told);
+- `flaky`: it failed, then passed on a retry of the same commit;
+- `no baseline`: nothing to compare with.
+
+A job's baseline is its latest result, from a push to the upstream's default branch or a scheduled run, on
+an upstream commit at or before the PR's base commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+NEW = "new"
+PRE_EXISTING = "pre-existing"
+INFRA = "infra"
+FLAKY = "flaky"
+NO_BASELINE = "no baseline"
+VERDICTS = (NEW, PRE_EXISTING, INFRA, FLAKY, NO_BASELINE)
+FAILURE_KINDS = ("infra", "build", "test")
+FAILED_CONCLUSIONS = frozenset({"failure", "timed_out"})
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of one job, as the classification reads it."""
+
+    run_attempt: int
+    state: str  # in_progress, completed, timed_out (the sweeper)
+    conclusion: str | None
+    failure_kind: str | None = None
+    started: bool = True  # the relay saw it start (a sweeper timeout after a start is infrastructure)
+
+    @property
+    def failed(self) -> bool:
+        return self.state == "timed_out" or (self.state == "completed" and self.conclusion in FAILED_CONCLUSIONS)
+
+    @property
+    def passed(self) -> bool:
+        return self.state == "completed" and self.conclusion == "success"
+
+    @property
+    def infra(self) -> bool:
+        return self.failed and (self.failure_kind == "infra" or (self.state == "timed_out" and self.started))
+
+
+def classify(attempts: Iterable[Attempt], baseline: Attempt | None) -> str | None:
+    """The verdict of a job from its attempts on one commit (a re-run is the run's next attempt) and its
+    baseline's latest attempt; None when it never failed."""
+    ordered = sorted(attempts, key=lambda a: a.run_attempt)
+    if not any(a.failed for a in ordered):
+        return None
+    latest = ordered[-1]
+    if latest.passed:
+        return FLAKY  # failed, then passed on a retry of the same commit
+    if latest.infra:
+        return INFRA
+    if baseline is None or not (baseline.failed or baseline.passed):
+        return NO_BASELINE
+    return PRE_EXISTING if baseline.failed else NEW
