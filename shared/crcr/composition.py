@@ -249,8 +249,9 @@ def _checks_queue(settings: Settings) -> SqsChecksQueue | None:
 
 def build_checks_deps(settings: Settings) -> CheckDeps:
     from crcr.adapters.dynamo import DynamoPacer, DynamoState  # noqa: PLC0415
-    from crcr.adapters.github import GitHubCheckRuns  # noqa: PLC0415
+    from crcr.adapters.github import GitHubCheckRuns, GitHubIssueComments  # noqa: PLC0415
     from crcr.app.checks import CheckDeps  # noqa: PLC0415
+    from crcr.app.comment import CommentDeps  # noqa: PLC0415
 
     settings.require("state_table", "results_table", "checks_queue_url", "checks_dlq_url", "allowlist", "github_app_id")
     queue = _checks_queue(settings)
@@ -258,18 +259,39 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
     metrics = PowertoolsMetrics()
     clock = SystemClock()
     state = DynamoState(aws_client("dynamodb"), str(settings.state_table))
+    pacer = DynamoPacer(aws_client("dynamodb"), str(settings.state_table))
+    allowlist = _allowlist(settings, metrics, clock)
+    results = _results(settings)
+    lease_s = settings.github_timeout_s + 15.0
+    comment = None
+    if settings.pr_comment == "on":
+        # The same queue, pacer (one budget per installation), allowlist and metrics as the check runs.
+        comment = CommentDeps(
+            api=GitHubIssueComments(_github(settings)),
+            store=state,
+            jobs=results,
+            reruns=state,
+            queue=queue,
+            pacer=pacer,
+            allowlist=allowlist,
+            metrics=metrics,
+            clock=clock,
+            settle_s=settings.comment_settle_s,
+            lease_s=2 * settings.github_timeout_s + 15.0,  # a render may list the conversation, then write
+        )
     return CheckDeps(
         api=GitHubCheckRuns(_github(settings)),
         store=state,
-        results=_results(settings),
+        results=results,
         ledger=state,
         queue=queue,
-        pacer=DynamoPacer(aws_client("dynamodb"), str(settings.state_table)),
-        allowlist=_allowlist(settings, metrics, clock),
+        pacer=pacer,
+        allowlist=allowlist,
         metrics=metrics,
         clock=clock,
         settle_s=settings.check_settle_s,
-        lease_s=settings.github_timeout_s + 15.0,
+        lease_s=lease_s,
+        comment=comment,
     )
 
 

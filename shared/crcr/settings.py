@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, SecretStr
 
@@ -58,6 +59,10 @@ class Settings(BaseModel):
     # A repository's check run completes once all its jobs finished and nothing changed for this long
     # (jobs of a workflow can run one after another; the next one reports only when it starts).
     check_settle_s: int = 60
+    # The PR comment (DESIGN §4.9), whatever the allowlist says: `off` writes none (requests are skipped).
+    pr_comment: Literal["on", "off"] = "on"
+    # A request for the comment waits this long for the rest of its burst of callbacks before it renders.
+    comment_settle_s: float = 5.0
     callback_rate_per_min: int = 600
     # A repository page's health figures are recomputed from the results table at most this often.
     health_refresh_s: float = 300.0

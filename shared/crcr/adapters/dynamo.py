@@ -1,4 +1,5 @@
-"""DynamoDB state table: delivery dedupe, dispatch ledger, PR heads, releases, check runs and pacing cells.
+"""DynamoDB state table: delivery dedupe, dispatch ledger, PR heads, releases, check runs, PR comments and pacing
+cells.
 
 One table, keys `pk`/`sk`, TTL on `expires_at`. Every state change is a conditional write, so
 concurrent Lambda instances and redelivered messages cannot both win.
@@ -12,9 +13,10 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from crcr.app.ports import BuildRef, Claim, LedgerRow, LedgerState, PrInfo
+from crcr.app.ports import BuildRef, Claim, CommentRow, LedgerRow, LedgerState, PrInfo
 from crcr.contracts.messages import DispatchMessage
 from crcr.domain.checks import Known
+from crcr.domain.comment import Posted
 from crcr.domain.ids import repo_key
 from crcr.domain.pacing import CONTENT_RATES, Rate, pace
 from crcr.domain.ticket import TicketClaims
@@ -23,6 +25,7 @@ DAY = 86_400
 DELIVERY_TTL_S = 14 * DAY  # GitHub lets a delivery be redelivered for a few days
 LEDGER_TTL_S = 30 * DAY
 BRANCH_TTL_S = 90 * DAY  # a commit's place on the branch, for baselines, as long as results are kept
+COMMENT_TTL_S = 90 * DAY  # a PR's comment row, as long as results are kept (a lost row finds the comment again)
 
 
 def conditional_failed(exc: ClientError) -> bool:
@@ -306,6 +309,168 @@ class DynamoState:
             ExpressionAttributeNames={"#s": "status"},
             ExpressionAttributeValues=values,
         )
+
+    # -- the PR comment (check-run writer) -----------------------------------------------------------------
+    def _comment_key(self, upstream: str, pr: int) -> dict[str, dict[str, str]]:
+        return {"pk": self._pr_pk(upstream, pr), "sk": {"S": "COMMENT"}}
+
+    def get_comment(self, upstream: str, pr: int) -> CommentRow:
+        item = self._ddb.get_item(TableName=self._table, Key=self._comment_key(upstream, pr), ConsistentRead=True).get(
+            "Item"
+        )
+        if not item:
+            return CommentRow()
+
+        def number(name: str) -> float | None:
+            return float(item[name]["N"]) if "N" in item.get(name, {}) else None
+
+        comment_id = number("comment_id")
+        posted = Posted(
+            comment_id=int(comment_id) if comment_id is not None else None,
+            body_hash=item.get("body_hash", {}).get("S", ""),
+            mentioned=frozenset(item.get("mentioned", {}).get("SS", [])),
+            history=tuple(v["S"] for v in item.get("history", {}).get("L", [])),
+        )
+        return CommentRow(
+            posted=posted,
+            searched=bool(item.get("searched", {}).get("BOOL", False)),
+            pending=item.get("pending", {}).get("S"),
+            pending_since=number("pending_since"),
+            due_at=number("due_at"),
+            lock_until=number("lock_until") or 0.0,
+            version=int(item.get("version", {}).get("N", "0")),
+        )
+
+    def book_render(self, upstream: str, pr: int, ticket: str, now: float, due_at: float, stale_before: float) -> str:
+        key = self._comment_key(upstream, pr)
+        # One write whether or not a render is pending: the first request's ticket stays, every request moves
+        # the due time on (the render debounces on it).
+        got = self._ddb.update_item(
+            TableName=self._table,
+            Key=key,
+            UpdateExpression=(
+                "SET due_at = :due, pending = if_not_exists(pending, :t), "
+                "pending_since = if_not_exists(pending_since, :now), version = if_not_exists(version, :zero), "
+                "expires_at = :exp"
+            ),
+            ExpressionAttributeValues={
+                ":due": {"N": str(num(due_at))},
+                ":t": {"S": ticket},
+                ":now": {"N": str(num(now))},
+                ":zero": {"N": "0"},
+                ":exp": {"N": str(int(now) + COMMENT_TTL_S)},
+            },
+            ReturnValues="ALL_NEW",
+        )["Attributes"]
+        pending: str = got["pending"]["S"]
+        live = "N" in got.get("lock_until", {}) and float(got["lock_until"]["N"]) >= now
+        if pending == ticket or float(got["pending_since"]["N"]) >= stale_before or live:
+            return pending
+        # The pending render was booked long ago and never ran: its message was lost. Take over.
+        took = applied(
+            self._ddb.update_item,
+            TableName=self._table,
+            Key=key,
+            UpdateExpression="SET pending = :t, pending_since = :now",
+            ConditionExpression="pending = :old AND pending_since < :stale",
+            ExpressionAttributeValues={
+                ":t": {"S": ticket},
+                ":now": {"N": str(num(now))},
+                ":old": {"S": pending},
+                ":stale": {"N": str(num(stale_before))},
+            },
+        )
+        return ticket if took else self.get_comment(upstream, pr).pending or ticket
+
+    def lock_comment(self, upstream: str, pr: int, ticket: str, version: int, now: float, lease_s: float) -> int | None:
+        ok = applied(
+            self._ddb.update_item,
+            TableName=self._table,
+            Key=self._comment_key(upstream, pr),
+            UpdateExpression="SET version = :n, lock_until = :l, pending_since = :now REMOVE due_at",
+            ConditionExpression=(
+                "version = :v AND pending = :t AND (attribute_not_exists(lock_until) OR lock_until < :now)"
+            ),
+            ExpressionAttributeValues={
+                ":n": {"N": str(version + 1)},
+                ":v": {"N": str(version)},
+                ":t": {"S": ticket},
+                ":l": {"N": str(num(now + lease_s))},
+                ":now": {"N": str(num(now))},
+            },
+        )
+        return version + 1 if ok else None
+
+    def release_comment(self, upstream: str, pr: int, locked: int, now: float, posted: Posted | None = None) -> bool:
+        values: dict[str, Any] = {":v": {"N": str(locked)}, ":n": {"N": str(locked + 1)}}
+        sets = ["version = :n"]
+        removes = ["lock_until"]
+        if posted is not None:
+            sets += ["searched = :yes", "body_hash = :h", "history = :hist", "expires_at = :exp"]
+            values |= {
+                ":yes": {"BOOL": True},
+                ":h": {"S": posted.body_hash},
+                ":hist": {"L": [{"S": h} for h in posted.history]},
+                ":exp": {"N": str(int(now) + COMMENT_TTL_S)},
+            }
+            if posted.comment_id is not None:
+                sets.append("comment_id = :id")
+                values[":id"] = {"N": str(posted.comment_id)}
+            else:
+                removes.append("comment_id")
+            if posted.mentioned:  # a string set cannot be empty
+                sets.append("mentioned = :m")
+                values[":m"] = {"SS": sorted(posted.mentioned)}
+            else:
+                removes.append("mentioned")
+        return applied(
+            self._ddb.update_item,
+            TableName=self._table,
+            Key=self._comment_key(upstream, pr),
+            UpdateExpression=f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
+            ConditionExpression="version = :v",
+            ExpressionAttributeValues=values,
+        )
+
+    def end_render(self, upstream: str, pr: int, ticket: str, now: float, keep: bool = False) -> float | None:
+        key = self._comment_key(upstream, pr)
+        for _ in range(3):
+            if not keep and applied(
+                self._ddb.update_item,
+                TableName=self._table,
+                Key=key,
+                UpdateExpression="REMOVE pending, pending_since",
+                ConditionExpression="pending = :t AND attribute_not_exists(due_at)",
+                ExpressionAttributeValues={":t": {"S": ticket}},
+            ):
+                return None
+            row = self.get_comment(upstream, pr)
+            if row.pending != ticket:
+                return None  # another render took the booking over
+            if row.due_at is not None:
+                return row.due_at  # asked for again meanwhile: the same render runs once more
+            if keep:
+                return now
+        return now  # contended: run again rather than leave a change unshown
+
+    def drop_render(self, upstream: str, pr: int, ticket: str) -> None:
+        applied(
+            self._ddb.update_item,
+            TableName=self._table,
+            Key=self._comment_key(upstream, pr),
+            UpdateExpression="REMOVE pending, pending_since, due_at",
+            ConditionExpression="pending = :t",
+            ExpressionAttributeValues={":t": {"S": ticket}},
+        )
+
+    # -- automatic re-runs (the re-run handler writes the markers) ------------------------------------------
+    def rerun_state(self, dispatch_id: str, run_id: str) -> str | None:
+        item = self._ddb.get_item(
+            TableName=self._table,
+            Key={"pk": {"S": f"RERUN#{dispatch_id}"}, "sk": {"S": f"RUN#{run_id}"}},
+            ConsistentRead=True,
+        ).get("Item")
+        return item.get("status", {}).get("S") if item else None
 
     def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> bool:
         return applied(

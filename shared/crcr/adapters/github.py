@@ -20,7 +20,14 @@ import urllib3
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from crcr.app.ports import GitHubRateLimited, GitHubRejected, GitHubUnavailable, NotInstalled, RepoToken
+from crcr.app.ports import (
+    GitHubRateLimited,
+    GitHubRejected,
+    GitHubUnavailable,
+    IssueComment,
+    NotInstalled,
+    RepoToken,
+)
 from crcr.domain.ids import repo_key
 from crcr.domain.retry import rate_limit_wait
 
@@ -32,6 +39,10 @@ TOKEN_REFRESH_MARGIN_S = 300  # stop using an installation token 5 minutes befor
 INSTALLATION_CACHE_S = 3600.0
 # Least privilege per call: repository_dispatch needs contents:write and nothing more.
 DISPATCH_PERMISSIONS = {"contents": "write"}
+# A PR's conversation: GitHub takes issues:write or pull_requests:write for a PR's comments; ask for both, so
+# the token works whichever the installation's settings lean on.
+COMMENT_PERMISSIONS = {"issues": "write", "pull_requests": "write"}
+MAX_COMMENT_PAGES = 30  # 3,000 comments: a PR's conversation is looked through once, after a lost row
 
 
 @dataclass
@@ -133,6 +144,10 @@ class GitHubApp:
             # A redirect or anything else is not GitHub having done it: never count it as sent.
             raise GitHubUnavailable(f"{method} {path}: unexpected HTTP {raw.status}")
         return Response(raw.status, resp_headers, parsed)
+
+    @property
+    def app_id(self) -> str:
+        return self._app_id
 
     def app_jwt(self) -> str:
         now = self._clock()
@@ -252,6 +267,61 @@ class GitHubCheckRuns:
             fields,
             kind="check_run",
         )
+
+
+class GitHubIssueComments:
+    """The IssueComments port: the upstream PR's conversation, with a token for the upstream alone."""
+
+    def __init__(self, github: GitHubApp) -> None:
+        self._github = github
+
+    def _auth(self, upstream: str) -> str:
+        token = self._github.repo_token(self._github.installation_for(upstream), upstream, COMMENT_PERMISSIONS)
+        return f"Bearer {token.token}"
+
+    def installation_for(self, upstream: str) -> int:
+        return self._github.installation_for(upstream)
+
+    def create_comment(self, upstream: str, pr: int, body: str) -> int:
+        resp = self._github.request(
+            "POST",
+            f"/repos/{_path(upstream)}/issues/{pr}/comments",
+            self._auth(upstream),
+            {"body": body},
+            kind="comment",
+        )
+        return int(resp.body["id"])
+
+    def update_comment(self, upstream: str, comment_id: int, body: str) -> None:
+        self._github.request(
+            "PATCH",
+            f"/repos/{_path(upstream)}/issues/comments/{comment_id}",
+            self._auth(upstream),
+            {"body": body},
+            kind="comment",
+        )
+
+    def list_comments(self, upstream: str, pr: int) -> list[IssueComment]:
+        auth = self._auth(upstream)
+        app_id = self._github.app_id
+        out: list[IssueComment] = []
+        for page in range(1, MAX_COMMENT_PAGES + 1):
+            resp = self._github.request(
+                "GET",
+                f"/repos/{_path(upstream)}/issues/{pr}/comments?per_page=100&page={page}",
+                auth,
+                kind="comments",
+            )
+            comments = resp.body if isinstance(resp.body, list) else []
+            for c in comments:
+                app = c.get("performed_via_github_app") or {}
+                user = c.get("user") or {}
+                # Ours: made through this App (its id), by its bot user; a human quoting the marker is not.
+                ours = str(app.get("id")) == app_id and user.get("type") == "Bot"
+                out.append(IssueComment(int(c["id"]), str(c.get("body") or ""), ours))
+            if 'rel="next"' not in resp.headers.get("link", ""):
+                break
+        return out
 
 
 class GitHubReruns:

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from crcr.app.budget import Budget, Paced
+from crcr.app.comment import CommentDeps, sync_comment
 from crcr.app.ports import (
     AllowlistProvider,
     CheckReads,
@@ -57,7 +59,6 @@ from crcr.domain.retry import RetryPolicy
 
 MAX_SUMMARY = 65_535  # GitHub's limit on output.summary
 SWEPT = "swept"  # fingerprint of a sweeper write: any genuine report differs from it
-STALE_SLOT_S = 5.0
 SCHEDULED = "scheduled"  # delivery id of scheduled runs: they report on a commit, not on a PR's checks
 
 
@@ -76,33 +77,11 @@ class CheckDeps:
     lease_s: float = 30.0  # one GitHub write with its timeouts: a crashed writer's lock lapses after this
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     rand: Callable[[], float] = field(default=random.random)
+    comment: CommentDeps | None = None  # the PR comment (CRCR_PR_COMMENT=off: None)
 
 
 class CheckRunRace(Exception):
     """Another writer holds or just moved the same check run: look again shortly."""
-
-
-class Paced(Exception):
-    def __init__(self, wait_s: float) -> None:
-        super().__init__(f"over the installation's write budget for {wait_s:.1f} s")
-        self.wait_s = wait_s
-
-
-@dataclass
-class _Budget:
-    """The pacing slot a message holds, booked when it was last paced: its next write spends it."""
-
-    slot_at: float | None = None
-
-    def spend(self, upstream: str, deps: CheckDeps) -> None:
-        now = deps.clock.now()
-        held, self.slot_at = self.slot_at, None
-        if held is not None and now - STALE_SLOT_S <= held <= now + 1:
-            return  # a slot booked for about now; a stale one is dropped (its moment has passed)
-        wait = deps.pacer.acquire(deps.api.installation_for(upstream), now, reserve=True)
-        if wait > 0:
-            self.slot_at = now + wait  # booked: nobody else gets that slot
-            raise Paced(wait)
 
 
 @dataclass
@@ -226,16 +205,14 @@ class _Check:
         return cls(upstream, head_sha, name, *deps.store.get_check(upstream, head_sha, name))
 
 
-def _write(
-    check: _Check, fields: dict[str, Any], attempt: int, genuine: bool, deps: CheckDeps, budget: _Budget
-) -> bool:
+def _write(check: _Check, fields: dict[str, Any], attempt: int, genuine: bool, deps: CheckDeps, budget: Budget) -> bool:
     """Write one check run if it moves forward. Pace first, then lock the row at the version read (one
     writer per check run, so two PATCHes never land out of order and a stale read never writes), then
     call GitHub, then record what was written."""
     known = check.known
     if not should_write(known, fields["status"], fields.get("conclusion"), attempt, genuine):
         return False
-    budget.spend(check.upstream, deps)
+    budget.spend(deps.pacer, lambda: deps.api.installation_for(check.upstream), deps.clock.now())
     key = (check.upstream, check.head_sha, check.name)
     locked = deps.store.lock_check(*key, check.version, deps.clock.now(), deps.lease_s)
     if locked is None:
@@ -266,7 +243,7 @@ def _wanted(level: int, device: str | None, pr: int | None, upstream: str, deps:
     return wants_check_run(level, device, labels)
 
 
-def sync_job(message: CheckSyncMessage, deps: CheckDeps, written: list[str], budget: _Budget) -> None:
+def sync_job(message: CheckSyncMessage, deps: CheckDeps, written: list[str], budget: Budget) -> None:
     if not message.job_name:
         return  # the dispatch itself (swept): only the repository's check run shows it
     job = deps.results.get_job(message.dispatch_id, message.run_id, message.run_attempt, message.job_name)
@@ -288,7 +265,7 @@ def _outcome(job: JobRecord) -> JobOutcome:
     )
 
 
-def sync_repo(message: CheckSyncMessage, deps: CheckDeps, written: list[str], budget: _Budget) -> float | None:
+def sync_repo(message: CheckSyncMessage, deps: CheckDeps, written: list[str], budget: Budget) -> float | None:
     """The repository's check run; returns when to look again if its jobs have not settled yet."""
     row = deps.ledger.get(message.delivery_id, message.repo)
     if row is None or not row.head_sha or not row.upstream or (row.level or 0) < 3:
@@ -317,7 +294,7 @@ def _not_to_show(row: LedgerRow, deps: CheckDeps) -> bool:
     return head is not None and head != row.head_sha  # superseded before it was shown
 
 
-def cancel_superseded(message: CheckSyncMessage, deps: CheckDeps, written: list[str], budget: _Budget) -> None:
+def cancel_superseded(message: CheckSyncMessage, deps: CheckDeps, written: list[str], budget: Budget) -> None:
     """A newer commit was pushed to the PR: the old commit's check runs still queued (nothing started)
     are completed as cancelled, naming the newer commit. Only GitHub itself may set `stale`."""
     newer = message.superseded_by or ""
@@ -342,7 +319,7 @@ def cancel_superseded(message: CheckSyncMessage, deps: CheckDeps, written: list[
             written.append(name)
 
 
-def _later(message: CheckSyncMessage, deps: CheckDeps, delay: float, attempt: int, budget: _Budget) -> None:
+def _later(message: CheckSyncMessage, deps: CheckDeps, delay: float, attempt: int, budget: Budget) -> None:
     update = {"not_before": deps.clock.now() + delay, "attempt": attempt, "slot_at": budget.slot_at}
     deps.queue.send_checks([message.model_copy(update=update)], delay)
 
@@ -356,8 +333,10 @@ def sync(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
         delay = message.not_before - now  # SQS delays at most 15 minutes; longer waits hop until due
         deps.queue.send_checks([message], delay)
         return SyncOutcome(detail="not_due", delay_s=delay)
+    if message.kind == "comment":
+        return _comment(message, deps)
     outcome = SyncOutcome()
-    budget = _Budget(message.slot_at)
+    budget = Budget(message.slot_at)
     try:
         if message.kind == "cancel":
             cancel_superseded(message, deps, outcome.written, budget)
@@ -394,6 +373,15 @@ def sync(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
         deps.queue.send_checks([message.model_copy(update=update)], delay)
         outcome.detail, outcome.delay_s = "settling", delay
     return outcome
+
+
+def _comment(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
+    """The PR comment shares this queue and the installation's budget; its writer is crcr.app.comment."""
+    if deps.comment is None:
+        deps.metrics.count("PrCommentSkipped", reason="off")
+        return SyncOutcome(detail="comment off")
+    result = sync_comment(message, deps.comment)
+    return SyncOutcome(result.written, result.detail, result.delay_s)
 
 
 def _dead_letter(message: CheckSyncMessage, deps: CheckDeps, reason: str, outcome: SyncOutcome) -> SyncOutcome:

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage
 from crcr.domain.allowlist import Allowlist
 from crcr.domain.checks import Known
+from crcr.domain.comment import Posted
 from crcr.domain.providers import Providers
 from crcr.domain.ticket import TicketClaims
 
@@ -448,6 +449,89 @@ class CheckReads(Protocol):
 
     def get(self, delivery_id: str, repo: str) -> LedgerRow | None: ...
     def pr_head(self, upstream: str, pr: int) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class IssueComment:
+    """One comment of an upstream PR's conversation, as GitHub lists it; `ours`: written by this App."""
+
+    id: int
+    body: str
+    ours: bool
+
+
+class IssueComments(Protocol):
+    """The upstream PR's conversation, written with the App's installation token for the upstream alone
+    (issues: write, pull_requests: write). Writes spend the installation's budget, like check runs."""
+
+    def installation_for(self, upstream: str) -> int: ...
+    def create_comment(self, upstream: str, pr: int, body: str) -> int:
+        """POST /repos/{o}/{r}/issues/{n}/comments; the new comment's id."""
+        ...
+
+    def update_comment(self, upstream: str, comment_id: int, body: str) -> None:
+        """PATCH /repos/{o}/{r}/issues/comments/{id}."""
+        ...
+
+    def list_comments(self, upstream: str, pr: int) -> list[IssueComment]:
+        """GET /repos/{o}/{r}/issues/{n}/comments, every page, oldest first."""
+        ...
+
+
+@dataclass(frozen=True)
+class CommentRow:
+    """The state table's row for one PR's comment: what was posted, and the render that is booked.
+
+    A render is one message chain (its `ticket`) that owns the comment until it has written: requests for
+    a render made while one is pending only move `due_at` (they are merged into it), so a burst of changes
+    costs one write. `due_at` present means a change was asked for after the pending render last read."""
+
+    posted: Posted = Posted()
+    searched: bool = False  # the PR's conversation was looked through for the marker (after a lost row)
+    pending: str | None = None  # the ticket of the render booked for this PR
+    pending_since: float | None = None
+    due_at: float | None = None
+    lock_until: float = 0.0
+    version: int = 0  # 0: no row
+
+
+class CommentStore(Protocol):
+    def pr_info(self, upstream: str, pr: int) -> PrInfo | None: ...
+    def get_comment(self, upstream: str, pr: int) -> CommentRow: ...
+
+    def book_render(self, upstream: str, pr: int, ticket: str, now: float, due_at: float, stale_before: float) -> str:
+        """Ask for a render of the PR's comment no earlier than `due_at`. Returns the ticket of the render
+        that will do it: `ticket` when none was pending (or the pending one was booked before `stale_before`
+        and is presumed lost), else the pending render's, whose due time moves to `due_at`."""
+        ...
+
+    def lock_comment(self, upstream: str, pr: int, ticket: str, version: int, now: float, lease_s: float) -> int | None:
+        """Take the comment for one render, if `ticket` is the render booked, the row still at `version` and no
+        live lock holds it; what was asked for so far is now being rendered (`due_at` cleared). The locked
+        version, or None."""
+        ...
+
+    def release_comment(self, upstream: str, pr: int, locked: int, now: float, posted: Posted | None = None) -> bool:
+        """Release the lock, recording what was written (`posted`; any `posted` also marks the conversation
+        searched). False: the lock had lapsed and another render took the row."""
+        ...
+
+    def end_render(self, upstream: str, pr: int, ticket: str, now: float, keep: bool = False) -> float | None:
+        """After a render: None when the booking is over (nothing asked for meanwhile), else when the same
+        render must run again (a change asked for meanwhile, or `keep`: it could not write yet)."""
+        ...
+
+    def drop_render(self, upstream: str, pr: int, ticket: str) -> None:
+        """End the booking whatever was asked for meanwhile (the render was dead-lettered)."""
+        ...
+
+
+class RerunMarks(Protocol):
+    def rerun_state(self, dispatch_id: str, run_id: str) -> str | None:
+        """What the relay did about the automatic re-run of a run's infrastructure failure, from the marker row
+        the re-run handler writes once per (dispatch, run) (pk RERUN#<dispatch_id>, sk RUN#<run_id>, attribute
+        status): requested, refused or not_retryable; None when it did nothing (yet)."""
+        ...
 
 
 class ChecksQueue(Protocol):

@@ -75,6 +75,9 @@ class CheckSyncMessage(_Msg):
     job_name: str = ""
     superseded_by: str | None = None  # kind "cancel": the PR's newer head
     pr: int | None = None  # kind "comment": the upstream PR whose comment to bring up to date
+    # kind "comment": None asks for a render of the comment; otherwise the render booked in the PR's row
+    # (its ticket), which alone may write the comment: a burst of requests is merged into it.
+    render: str | None = None
     attempt: int = Field(default=0, ge=0)
     not_before: float | None = None
     slot_at: float | None = None  # a pacing slot booked for this message's next write

@@ -272,6 +272,7 @@ class LocalStack:
             "BuildkiteApiUrl": "CRCR_BUILDKITE_API_URL",
             "HudUrl": "CRCR_HUD_URL",
             "HealthThresholds": "CRCR_HEALTH_THRESHOLDS",
+            "PrComment": "CRCR_PR_COMMENT",
             "StartTimeoutS": "CRCR_START_TIMEOUT_S",
             "RunTimeoutS": "CRCR_RUN_TIMEOUT_S",
         }

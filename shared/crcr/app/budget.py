@@ -1,0 +1,35 @@
+"""The upstream installation's write budget, shared by every upstream write (check runs, the PR comment):
+a message holds the pacing slot it booked when it was last paced, and its next write spends it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from crcr.app.ports import Pacer
+
+STALE_SLOT_S = 5.0  # a booked slot is spent within this long of its moment, else dropped
+
+
+class Paced(Exception):
+    def __init__(self, wait_s: float) -> None:
+        super().__init__(f"over the installation's write budget for {wait_s:.1f} s")
+        self.wait_s = wait_s
+
+
+@dataclass
+class Budget:
+    """The pacing slot a message holds, booked when it was last paced: its next write spends it."""
+
+    slot_at: float | None = None
+
+    def spend(self, pacer: Pacer, installation: Callable[[], int], now: float) -> None:
+        """Take a slot for one write now, or raise Paced with the wait (that later slot is then booked for
+        this message: it goes back to the queue carrying `slot_at`, and spends it without asking again)."""
+        held, self.slot_at = self.slot_at, None
+        if held is not None and now - STALE_SLOT_S <= held <= now + 1:
+            return  # a slot booked for about now; a stale one is dropped (its moment has passed)
+        wait = pacer.acquire(installation(), now, reserve=True)
+        if wait > 0:
+            self.slot_at = now + wait  # booked: nobody else gets that slot
+            raise Paced(wait)

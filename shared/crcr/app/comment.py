@@ -1,0 +1,265 @@
+"""The PR comment writer (DESIGN §4.9), on ChecksQueue: one comment per upstream PR, created at its first L3/L4
+failure and then edited in place, paced with the check runs on the upstream installation's budget.
+
+A `comment` message from the reporter or the planner asks for a render; it never says what to write. The first
+request books a render in the PR's row and sends it back to the queue a few seconds later; requests made while
+one is booked only push its due time on (at most `max_wait_s` from when it started waiting), so a burst of
+callbacks lands before the comment is rendered and costs one write. The render locks the row, reads the
+latest recorded state (the PR's head and labels, the head's jobs, the re-run markers, the allowlist's owners),
+and writes only a body that differs from the last one written. A request made while it renders keeps the
+booking alive, so the render runs once more afterwards: no change is ever left unshown.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from crcr.app.budget import Budget, Paced
+from crcr.app.ports import (
+    AllowlistProvider,
+    ChecksQueue,
+    Clock,
+    CommentRow,
+    CommentStore,
+    GitHubRateLimited,
+    GitHubRejected,
+    GitHubUnavailable,
+    IssueComments,
+    JobRecord,
+    JobsByHead,
+    Metrics,
+    NotInstalled,
+    Pacer,
+    RerunMarks,
+)
+from crcr.contracts.messages import CheckSyncMessage
+from crcr.domain.comment import SCHEDULED, Posted, marker, recover, render, select
+from crcr.domain.retry import RetryPolicy
+
+BUSY_RETRY_S = 1.0
+
+
+class CommentGone(Exception):
+    """The comment the relay knew was deleted (404 on its PATCH): forget it, and look again."""
+
+    def __init__(self, forgotten: Posted) -> None:
+        super().__init__("the PR comment was deleted")
+        self.forgotten = forgotten
+
+
+@dataclass(frozen=True)
+class CommentDeps:
+    api: IssueComments
+    store: CommentStore
+    jobs: JobsByHead
+    reruns: RerunMarks
+    queue: ChecksQueue
+    pacer: Pacer
+    allowlist: AllowlistProvider
+    metrics: Metrics
+    clock: Clock
+    settle_s: float = 5.0  # a request waits this long for the rest of its burst before the comment renders
+    max_wait_s: float = 60.0  # a steady stream of changes still shows at least this often
+    lease_s: float = 30.0  # one render with its GitHub calls: a crashed writer's lock lapses after this
+    stale_s: float = 1200.0  # a booked render not heard of for this long was lost (its message dead-lettered)
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    rand: Callable[[], float] = field(default=random.random)
+    new_ticket: Callable[[], str] = field(default=lambda: uuid.uuid4().hex)
+
+
+@dataclass
+class CommentOutcome:
+    detail: str
+    delay_s: float = 0.0
+    written: list[str] = field(default_factory=list)
+
+
+def comment_message(job: JobRecord) -> CheckSyncMessage | None:
+    """What the reporter sends after a recorded change of an L3/L4 job on a PR (None: no PR comment to update)."""
+    if job.level < 3 or job.pr is None or not job.head_sha or job.delivery_id == SCHEDULED:
+        return None
+    return CheckSyncMessage(kind="comment", upstream=job.upstream, head_sha=job.head_sha, pr=job.pr)
+
+
+def _skip(deps: CommentDeps, reason: str) -> CommentOutcome:
+    deps.metrics.count("PrCommentSkipped", reason=reason)
+    return CommentOutcome(reason)
+
+
+def sync_comment(message: CheckSyncMessage, deps: CommentDeps) -> CommentOutcome:
+    """A request books (or joins) a render; a render writes the comment. GitHub's 4xx dead-letter the render
+    with the reason; 5xx and timeouts back off; rate limits and the pacer delay it, never dropped."""
+    if message.pr is None:
+        return _skip(deps, "no_pr")
+    if message.render is None:
+        return _request(message, message.pr, deps)
+    return _render(message, message.pr, message.render, deps)
+
+
+def _request(message: CheckSyncMessage, pr: int, deps: CommentDeps) -> CommentOutcome:
+    now = deps.clock.now()
+    info = deps.store.pr_info(message.upstream, pr)
+    if info is None:
+        return _skip(deps, "unknown_pr")
+    if info.closed:
+        return _skip(deps, "closed")
+    ticket = deps.new_ticket()
+    due = now + deps.settle_s
+    booked = deps.store.book_render(message.upstream, pr, ticket, now, due, now - deps.stale_s)
+    if booked != ticket:
+        return _skip(deps, "coalesced")  # the render already booked will show this change too
+    _send(message, deps, ticket, deps.settle_s, attempt=0, slot_at=None)
+    return CommentOutcome("booked", deps.settle_s)
+
+
+def _send(
+    message: CheckSyncMessage, deps: CommentDeps, ticket: str, delay: float, attempt: int, slot_at: float | None
+) -> None:
+    update = {"render": ticket, "not_before": deps.clock.now() + delay, "attempt": attempt, "slot_at": slot_at}
+    deps.queue.send_checks([message.model_copy(update=update)], delay)
+
+
+def _render(message: CheckSyncMessage, pr: int, ticket: str, deps: CommentDeps) -> CommentOutcome:
+    upstream, now = message.upstream, deps.clock.now()
+    row = deps.store.get_comment(upstream, pr)
+    if row.pending != ticket:
+        return _skip(deps, "superseded")  # a redelivered render that already ran, or one presumed lost
+    if row.due_at is not None and row.due_at > now + 0.5:
+        until = min(row.due_at, (row.pending_since or now) + deps.max_wait_s)
+        if until > now + 0.5:
+            _send(message, deps, ticket, until - now, message.attempt, message.slot_at)
+            return CommentOutcome("settling", until - now)  # the burst is still coming in
+    locked = deps.store.lock_comment(upstream, pr, ticket, row.version, now, deps.lease_s)
+    if locked is None:
+        _send(message, deps, ticket, BUSY_RETRY_S, message.attempt, message.slot_at)
+        deps.metrics.count("PrCommentRetried", reason="busy")
+        return CommentOutcome("busy", BUSY_RETRY_S)
+    budget = Budget(message.slot_at)
+    try:
+        outcome = _write(message, pr, row, locked, budget, deps)
+    except Paced as exc:
+        return _again(message, deps, ticket, locked, exc.wait_s, message.attempt, budget, "paced")
+    except CommentGone as exc:
+        return _again(message, deps, ticket, locked, BUSY_RETRY_S, message.attempt, budget, "gone", exc.forgotten)
+    except GitHubRateLimited as exc:
+        return _again(message, deps, ticket, locked, exc.wait_s, message.attempt, budget, "rate_limited")
+    except GitHubUnavailable as exc:
+        attempt = message.attempt + 1
+        if attempt >= deps.policy.max_attempts:
+            return _dead_letter(message, deps, ticket, locked, f"unavailable: {exc} (gave up after {attempt} attempts)")
+        delay = deps.policy.backoff(attempt, deps.rand)
+        return _again(message, deps, ticket, locked, delay, attempt, budget, "unavailable")
+    except (GitHubRejected, NotInstalled) as exc:
+        return _dead_letter(message, deps, ticket, locked, f"GitHub rejected the PR comment: {exc}")
+    except BaseException:
+        # Keep the booking: SQS delivers this render again once its visibility lapses.
+        deps.store.release_comment(upstream, pr, locked, now)
+        deps.store.end_render(upstream, pr, ticket, now, keep=True)
+        raise
+    again_at = deps.store.end_render(upstream, pr, ticket, deps.clock.now())
+    if again_at is not None:  # asked for again while it rendered: render once more, after that burst
+        delay = max(0.0, again_at - deps.clock.now())
+        _send(message, deps, ticket, delay, 0, budget.slot_at)
+        outcome.detail += "; again"
+    return outcome
+
+
+def _write(
+    message: CheckSyncMessage, pr: int, row: CommentRow, locked: int, budget: Budget, deps: CommentDeps
+) -> CommentOutcome:
+    """Under the lock: render from the latest recorded state and write it if it differs from the last body."""
+    upstream, now = message.upstream, deps.clock.now()
+    info = deps.store.pr_info(upstream, pr)
+    if info is None or info.closed:
+        deps.store.release_comment(upstream, pr, locked, now)
+        return _skip(deps, "closed" if info is not None else "unknown_pr")
+    view = select(
+        deps.jobs.jobs_for_head(upstream, info.head_sha), pr, info.head_sha, info.labels, deps.reruns.rerun_state
+    )
+    owners = {entry.key: entry.oncalls for entry in deps.allowlist.current().entries}
+    posted, found_body = row.posted, None
+    if posted.comment_id is None and not row.searched:
+        # No comment known, and the conversation not looked through since the row was (re)created: a cold
+        # start that lost the row must find the comment it made, never make a second one.
+        found = _find(deps, upstream, pr)
+        if found is not None:
+            found_body = found[1]
+            mentioned, history = recover(found_body)
+            posted = Posted(found[0], _digest(found_body), mentioned, history)
+    rendered = render(view, upstream=upstream, pr=pr, owners=owners, posted=posted, now=now)
+    digest = _digest(rendered.body)
+    if posted.comment_id is None and not rendered.worth_creating:
+        deps.store.release_comment(upstream, pr, locked, now, posted)
+        return _skip(deps, "nothing_failed")  # never a comment that only says green
+    if posted.comment_id is not None and digest == posted.body_hash:
+        deps.store.release_comment(upstream, pr, locked, now, posted)
+        return _skip(deps, "unchanged")
+    budget.spend(deps.pacer, lambda: deps.api.installation_for(upstream), now)
+    if posted.comment_id is None:
+        comment_id = deps.api.create_comment(upstream, pr, rendered.body)
+        deps.metrics.count("PrCommentCreated")
+        detail = "created"
+    else:
+        comment_id = posted.comment_id
+        try:
+            deps.api.update_comment(upstream, comment_id, rendered.body)
+        except GitHubRejected as exc:
+            if exc.status != 404:
+                raise
+            # Deleted by someone: the next pass (the booking is kept) makes a new one, mentioning nobody again.
+            raise CommentGone(Posted(mentioned=posted.mentioned, history=posted.history)) from exc
+        deps.metrics.count("PrCommentUpdated")
+        detail = "updated"
+    saved = Posted(comment_id, digest, rendered.mentioned, rendered.history)
+    deps.store.release_comment(upstream, pr, locked, deps.clock.now(), saved)
+    return CommentOutcome(detail, written=[f"comment {comment_id}"])
+
+
+def _find(deps: CommentDeps, upstream: str, pr: int) -> tuple[int, str] | None:
+    """The oldest comment this App wrote on the PR carrying the marker (a human's copy of the marker is not ours)."""
+    mark = marker(upstream, pr)
+    for comment in deps.api.list_comments(upstream, pr):
+        if comment.ours and mark in comment.body:
+            return comment.id, comment.body
+    return None
+
+
+def _digest(body: str) -> str:
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _again(
+    message: CheckSyncMessage,
+    deps: CommentDeps,
+    ticket: str,
+    locked: int,
+    delay: float,
+    attempt: int,
+    budget: Budget,
+    reason: str,
+    posted: Posted | None = None,
+) -> CommentOutcome:
+    """The render could not write yet: release the row, keep the booking, and come back after `delay`."""
+    upstream, pr, now = message.upstream, message.pr or 0, deps.clock.now()
+    deps.store.release_comment(upstream, pr, locked, now, posted)
+    if deps.store.end_render(upstream, pr, ticket, now, keep=True) is None:
+        return _skip(deps, "superseded")
+    _send(message, deps, ticket, delay, attempt, budget.slot_at)
+    if reason == "paced":
+        deps.metrics.count("PrCommentPaced")
+    else:
+        deps.metrics.count("PrCommentRetried", reason=reason)
+    return CommentOutcome(reason, delay)
+
+
+def _dead_letter(message: CheckSyncMessage, deps: CommentDeps, ticket: str, locked: int, reason: str) -> CommentOutcome:
+    upstream, pr, now = message.upstream, message.pr or 0, deps.clock.now()
+    deps.store.release_comment(upstream, pr, locked, now)
+    deps.store.drop_render(upstream, pr, ticket)  # the next change books a new render
+    deps.queue.dead_letter(message, reason)
+    deps.metrics.count("PrCommentDeadLettered")
+    return CommentOutcome(reason)

@@ -1,0 +1,509 @@
+"""The PR comment (DESIGN §4.9): which downstream jobs it lists, what it says, and how untrusted text is set.
+
+One comment per upstream PR, rendered from the latest recorded state of the PR's current head: per L4 job (and
+L3 job while the PR carries `ciflow/crcr/<device>`) its newest attempt; the failing ones, and the ones that
+passed on a retry after failing (`flaky`), in a table per downstream repository. An infrastructure failure
+whose automatic re-run the relay requested is not shown until that re-run reports.
+
+Everything a downstream reported (job and workflow names, links, its triage verdict) is untrusted: it is set as
+plain text with Markdown and HTML escaped, and with mentions, issue references and autolinks broken by an
+invisible space, so it can neither ping anyone, link anywhere nor break the table. Only the allowlist's oncalls
+are ever mentioned, and only once per PR and repository.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from crcr.domain.checks import wants_check_run
+from crcr.domain.ids import repo_key, run_order
+from crcr.domain.verdicts import FLAKY, INFRA, NEW, NO_BASELINE, PRE_EXISTING, Attempt
+
+MAX_BODY = 65_536  # GitHub's limit on an issue comment's body
+BODY_BUDGET = 65_000  # what the relay writes at most, counted in UTF-16 code units (GitHub's count or more)
+HISTORY_KEPT = 5
+EARLIER = "…"  # the history entry standing for older ones dropped
+SCHEDULED = "scheduled"  # delivery id of scheduled runs: they report on a commit, not on a PR
+RERUN_REQUESTED = "requested"  # the relay asked for the automatic re-run of an infrastructure failure
+NO_JOB_NAME = "(no job started)"
+ZWSP = "\u200b"  # zero-width space: breaks a mention or a reference without changing what a reader sees
+
+# Control characters, and the bidirectional overrides that could make text read other than it is.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+_MARKDOWN = re.compile(r"([\\`*_\[\]()!|~])")
+_REFERENCE = re.compile(r"#(?=[0-9A-Za-z])")  # #123, org/repo#123
+_GH_REFERENCE = re.compile(r"(?i)\b(gh)-(?=[0-9])")  # GH-123 links an issue too
+_SCHEME = re.compile(r"://")  # http://, https://, ftp://: GFM's extended autolinks
+_WWW = re.compile(r"(?i)\b(www)\.")
+_LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$")
+_TEAM = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_URL_UNSAFE = set("<>\"'`\\{}^")
+_URL_ENCODE = {"(": "%28", ")": "%29", "[": "%5B", "]": "%5D", "|": "%7C"}
+
+
+def text(value: object, limit: int = 200) -> str:
+    """Untrusted text as inert Markdown for one line (a table cell): no markup, HTML, mention, reference or
+    autolink survives, and a pipe cannot end the cell."""
+    s = value if isinstance(value, str) else str(value)
+    s = " ".join(_CONTROL.sub(" ", s).split())
+    if len(s) > limit:
+        s = s[: limit - 1].rstrip() + "…"
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = _MARKDOWN.sub(r"\\\1", s)
+    s = s.replace("@", "@" + ZWSP)
+    s = _REFERENCE.sub("#" + ZWSP, s)
+    s = _GH_REFERENCE.sub(r"\1" + ZWSP + "-", s)
+    s = _SCHEME.sub(":" + ZWSP + "//", s)
+    return _WWW.sub(r"\1" + ZWSP + ".", s)
+
+
+def safe_url(value: object) -> str | None:
+    """A downstream's link as a Markdown link target: plain http(s), no userinfo (https://github.com@evil),
+    printable ASCII without quotes or brackets that could end the link; None otherwise."""
+    if not isinstance(value, str) or not value or len(value) > 500:
+        return None
+    if any(not 33 <= ord(c) <= 126 or c in _URL_UNSAFE for c in value):
+        return None
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
+        return None
+    return "".join(_URL_ENCODE.get(c, c) for c in value)
+
+
+def link(value: object) -> str:
+    """The downstream run as a link whose text is its host, so a reader sees where it goes."""
+    url = safe_url(value)
+    if url is None:
+        return "—"
+    return f"[{text(urlsplit(url).hostname or 'run', 100)}]({url})"
+
+
+def handle(oncall: str) -> str | None:
+    """An allowlist oncall as a GitHub login or `org/team` (without the @), or None when it is neither."""
+    name = oncall.strip().removeprefix("@")
+    return name if _LOGIN.match(name) or _TEAM.match(name) else None
+
+
+def marker(upstream: str, pr: int) -> str:
+    """The hidden line that finds the comment again after the relay lost its id (a cold start, a lost row)."""
+    return f"<!-- crcr:pr-comment upstream={repo_key(upstream)} pr={pr} -->"
+
+
+_STATE = re.compile(r"<!-- crcr:state (\{.*?\}) -->")
+
+
+def state_line(mentioned: frozenset[str], history: tuple[str, ...]) -> str:
+    """What the comment remembers, hidden in its body: who was mentioned and its history, so a relay that lost
+    its row (a cold start, the row's TTL) carries on from the comment instead of mentioning owners again."""
+    doc = json.dumps({"mentioned": sorted(mentioned), "history": list(history)}, separators=(",", ":"))
+    inert = doc.replace("<", "\\u003c").replace(">", "\\u003e")  # nothing in it can end the HTML comment
+    return f"<!-- crcr:state {inert} -->"
+
+
+def recover(body: str) -> tuple[frozenset[str], tuple[str, ...]]:
+    """The mentions and history hidden in a comment the relay wrote (an unreadable state: none)."""
+    found = _STATE.search(body)
+    try:
+        doc = json.loads(found.group(1)) if found else {}
+    except ValueError:
+        doc = {}
+    if not isinstance(doc, dict):
+        return frozenset(), ()
+
+    def strings(key: str) -> list[str]:
+        value = doc.get(key)
+        return [v[:300] for v in value[:500] if isinstance(v, str)] if isinstance(value, list) else []
+
+    return frozenset(strings("mentioned")), tuple(strings("history"))[-HISTORY_KEPT:]
+
+
+class Recorded(Protocol):
+    """What the comment reads of a recorded job (crcr.app.ports.JobRecord)."""
+
+    @property
+    def dispatch_id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def run_attempt(self) -> int: ...
+    @property
+    def job_name(self) -> str: ...
+    @property
+    def workflow_name(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def conclusion(self) -> str | None: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def repo(self) -> str: ...
+    @property
+    def level(self) -> int: ...
+    @property
+    def delivery_id(self) -> str: ...
+    @property
+    def pr(self) -> int | None: ...
+    @property
+    def device(self) -> str | None: ...
+    @property
+    def dispatched_at(self) -> float: ...
+    @property
+    def started_at(self) -> float | None: ...
+    @property
+    def failure_kind(self) -> str | None: ...
+    @property
+    def triage(self) -> str: ...
+    @property
+    def verdict(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Row:
+    """One job the comment lists: its newest attempt, failing or flaky."""
+
+    repo: str
+    level: int
+    workflow: str
+    job: str
+    attempt: int
+    url: str
+    outcome: str  # failure, timed_out, success (flaky)
+    verdict: str | None  # None: the reporter has not judged it (yet)
+    triage: str  # the downstream's validated triage verdict (JSON text), advice only
+    failed: bool  # False: passed on a retry after failing (flaky)
+
+
+@dataclass(frozen=True)
+class View:
+    """The PR's current head as the comment sees it."""
+
+    head_sha: str
+    rows: tuple[Row, ...] = ()
+    jobs: int = 0  # L3/L4 jobs on the head the comment counts (newest attempts)
+    running: int = 0  # not finished yet
+    retrying: int = 0  # infrastructure failures hidden while the relay's automatic re-run is pending
+
+    @property
+    def failing(self) -> int:
+        return sum(1 for r in self.rows if r.failed)
+
+    @property
+    def status(self) -> str:
+        if self.failing:
+            return "failing"
+        if self.running or self.retrying or not self.jobs:
+            return "waiting"
+        return "passing"
+
+
+def _attempt(job: Recorded) -> Attempt:
+    return Attempt(job.run_attempt, job.state, job.conclusion, job.failure_kind, started=job.started_at is not None)
+
+
+def _order(job: Recorded) -> tuple[float, tuple[int, int, str], int]:
+    return (job.dispatched_at, run_order(job.run_id), job.run_attempt)
+
+
+def select(
+    jobs: Iterable[Recorded],
+    pr: int,
+    head_sha: str,
+    labels: tuple[str, ...],
+    rerun_state: Callable[[str, str], str | None],
+) -> View:
+    """The jobs the comment shows, from every job recorded on the PR's head: L4, and L3 while labelled; each
+    job's newest attempt (a re-run, or a later dispatch of the same commit, replaces the older one)."""
+    mine = [
+        j
+        for j in jobs
+        if j.pr == pr and j.delivery_id != SCHEDULED and j.level >= 3 and wants_check_run(j.level, j.device, labels)
+    ]
+    named_dispatches = {j.dispatch_id for j in mine if j.job_name}
+    groups: dict[tuple[str, ...], list[Recorded]] = {}
+    for job in mine:
+        if job.job_name:
+            key: tuple[str, ...] = (repo_key(job.repo), job.workflow_name, job.job_name)
+        elif job.dispatch_id in named_dispatches:
+            continue  # the sweeper's "nothing started" row, overtaken by a job that did start
+        else:
+            key = (repo_key(job.repo), "", "", job.dispatch_id)
+        groups.setdefault(key, []).append(job)
+    rows: list[Row] = []
+    running = retrying = 0
+    for attempts in groups.values():
+        attempts.sort(key=_order)
+        newest = attempts[-1]
+        latest = _attempt(newest)
+        earlier_failed = any(_attempt(j).failed for j in attempts[:-1])
+        if latest.failed:
+            verdict = newest.verdict or (INFRA if latest.infra else None)
+            same_run = [j for j in attempts if j.dispatch_id == newest.dispatch_id and j.run_id == newest.run_id]
+            first_of_run = all(j.run_attempt == newest.run_attempt for j in same_run)
+            if verdict == INFRA and first_of_run and rerun_state(newest.dispatch_id, newest.run_id) == RERUN_REQUESTED:
+                retrying += 1  # the relay asked for one automatic re-run: nobody is told until it reports
+                continue
+            rows.append(_row(newest, newest.conclusion or "timed_out", verdict, failed=True))
+        elif latest.passed and earlier_failed:
+            rows.append(_row(newest, "success", FLAKY, failed=False))
+        elif newest.state not in ("completed", "timed_out"):
+            running += 1
+    rows.sort(key=lambda r: (repo_key(r.repo), r.workflow, r.job))
+    return View(head_sha, tuple(rows), jobs=len(groups), running=running, retrying=retrying)
+
+
+def _row(job: Recorded, outcome: str, verdict: str | None, failed: bool) -> Row:
+    return Row(
+        repo=job.repo,
+        level=job.level,
+        workflow=job.workflow_name,
+        job=job.job_name,
+        attempt=job.run_attempt,
+        url=job.url,
+        outcome=outcome,
+        verdict=verdict,
+        triage=job.triage,
+        failed=failed,
+    )
+
+
+@dataclass(frozen=True)
+class Posted:
+    """What the relay last wrote to the PR's comment (kept in the state table's row for the PR)."""
+
+    comment_id: int | None = None
+    body_hash: str = ""
+    mentioned: frozenset[str] = frozenset()  # "<repo key> <handle>": owners already mentioned for a repository
+    history: tuple[str, ...] = ()  # "<status> <short sha> <minute>", oldest first, at most HISTORY_KEPT
+
+
+@dataclass(frozen=True)
+class Rendered:
+    body: str
+    mentioned: frozenset[str]  # the Posted set with this body's mentions added
+    history: tuple[str, ...]
+    status: str  # failing, passing or waiting
+    worth_creating: bool  # a failure to tell about (or a job that failed, then passed): never only green
+    newly_mentioned: tuple[str, ...] = ()
+
+
+_VERDICT_WORDS = {
+    NEW: "**new**",
+    PRE_EXISTING: "pre-existing",
+    INFRA: "infra",
+    FLAKY: "flaky (passed on retry)",
+    NO_BASELINE: "no baseline",
+}
+LEGEND = (
+    "<sub>Verdicts: **new** passed on the baseline (the latest result at or before the PR's base), so this PR "
+    "likely broke it · pre-existing failed there too · infra the downstream's infrastructure (re-run once "
+    "automatically before it is shown) · flaky failed, then passed on a retry · no baseline nothing to compare "
+    "with. Triage is the downstream's own analysis: advice, never a merge gate.</sub>"
+)
+_TABLE_HEAD = (
+    "| Job | Attempt | Run | Verdict | Downstream's triage (their opinion, advice only) |\n"
+    "| --- | ---: | --- | --- | --- |"
+)
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _verdict_cell(row: Row) -> str:
+    word = _VERDICT_WORDS.get(row.verdict or "", text(row.verdict, 40) if row.verdict else "not judged yet")
+    return f"{word} (timed out)" if row.outcome == "timed_out" else word
+
+
+def triage_cell(raw: str) -> str:
+    """The downstream's triage verdict (validated at the callback, still untrusted): category, confidence,
+    summary and the upstream change it suspects, as text; never a link or a reference."""
+    try:
+        verdict = json.loads(raw) if raw else None
+    except ValueError:
+        return "—"
+    if not isinstance(verdict, dict) or not verdict.get("category"):
+        return "—"
+    parts = [f"_{text(verdict.get('category'), 20)}_, {text(verdict.get('confidence'), 20)} confidence"]
+    if verdict.get("summary"):
+        parts.append(f"“{text(verdict['summary'], 300)}”")
+    suspected: Any = verdict.get("suspected_upstream")
+    if isinstance(suspected, dict):
+        named = []
+        if isinstance(suspected.get("pr"), int):
+            named.append(f"PR {suspected['pr']}")  # as text: a #reference would add to that PR's timeline
+        if suspected.get("commit"):
+            named.append(f"commit {text(suspected['commit'], 12)}")
+        if named:
+            suspect = "suspects upstream " + " / ".join(named)
+            if suspected.get("reason"):
+                suspect += f": {text(suspected['reason'], 150)}"
+            parts.append(suspect)
+    return " · ".join(parts)
+
+
+def _row_line(row: Row) -> str:
+    job = text(f"{row.workflow} / {row.job}" if row.job else NO_JOB_NAME, 150)
+    attempt = str(row.attempt) if row.job else "—"
+    return f"| {job} | {attempt} | {link(row.url)} | {_verdict_cell(row)} | {triage_cell(row.triage)} |"
+
+
+def _units(s: str) -> int:
+    """Length in UTF-16 code units: at least what GitHub counts, whichever way it counts."""
+    return len(s.encode("utf-16-le")) // 2
+
+
+def _minute(now: float) -> str:
+    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _history(posted: tuple[str, ...], status: str, head_sha: str, now: float) -> tuple[str, ...]:
+    """A short history of what the comment said: one entry per change between failing and passing (or to
+    another commit), the newest kept, older ones folded into a leading "…"."""
+    if status not in ("failing", "passing"):
+        return posted
+    short = head_sha[:7]
+    if posted and posted[-1].split(" ")[:2] == [status, short]:
+        return posted
+    history = (*posted, f"{status} {short} {_minute(now)}")
+    if len(history) > HISTORY_KEPT:
+        history = (EARLIER, *history[-(HISTORY_KEPT - 1) :])
+    return history
+
+
+def _history_line(history: tuple[str, ...]) -> str:
+    words = {"failing": "❌ failing", "passing": "✅ passing"}
+    entries = []
+    for entry in history:
+        if entry == EARLIER:
+            entries.append("…")
+            continue
+        status, sha, minute = ([*entry.split(" ", 2), "", ""])[:3]
+        entries.append(f"{words.get(status, text(status, 20))} on `{text(sha, 12)}` ({text(minute, 20)} UTC)")
+    return "<sub>History: " + " → ".join(entries) + "</sub>"
+
+
+def _headline(view: View, status: str, had_comment: bool) -> str:
+    failing = view.failing
+    notes = []
+    if view.retrying:
+        notes.append(f"{_plural(view.retrying, 'infra failure', 'infra failures')} being re-run")
+    if view.running:
+        notes.append(f"{_plural(view.running, 'job', 'jobs')} still running")
+    tail = (" · " + " · ".join(notes)) if notes else ""
+    if status == "failing":
+        repos = len({repo_key(r.repo) for r in view.rows if r.failed})
+        return (
+            f"❌ **{_plural(failing, 'downstream job', 'downstream jobs')} failing** in "
+            f"{_plural(repos, 'repository', 'repositories')}{tail}"
+        )
+    if status == "passing":
+        return "✅ **All passing again.**" if had_comment else "✅ **All passing.**"
+    if not view.jobs:
+        return "⏳ No L3/L4 downstream results on this commit yet."
+    return f"⏳ No failures so far{tail}"
+
+
+def render(
+    view: View,
+    *,
+    upstream: str,
+    pr: int,
+    owners: Mapping[str, tuple[str, ...]],
+    posted: Posted,
+    now: float,
+) -> Rendered:
+    """The comment's body. Owners (allowlist oncalls, by repository key) of a repository with a `new` failure
+    are mentioned the first time only; afterwards their names stay, unlinked, so no edit pings them again."""
+    status = view.status
+    history = _history(posted.history, status, view.head_sha, now)
+    head = [
+        marker(upstream, pr),
+        f"### Downstream CI (crcr) on `{view.head_sha[:12]}`",
+        "",
+        _headline(view, status, posted.comment_id is not None),
+    ]
+    tail = ["", LEGEND]
+    if history:
+        tail += ["", _history_line(history)]
+    sections: dict[str, list[Row]] = {}
+    for row in view.rows:
+        sections.setdefault(repo_key(row.repo), []).append(row)
+    could_mention = posted.mentioned | {
+        f"{key} {name.lower()}"
+        for key, rows in sections.items()
+        if any(r.verdict == NEW and r.failed for r in rows)
+        for oncall in owners.get(key, ())
+        if (name := handle(oncall)) is not None
+    }
+    reserved = _units("\n".join([*head, state_line(could_mention, history), *tail])) + 200  # + "not shown"
+    budget = BODY_BUDGET - reserved
+    order = sorted(
+        sections,
+        key=lambda k: (not any(r.verdict == NEW and r.failed for r in sections[k]), -sections[k][0].level, k),
+    )
+    mentioned = set(posted.mentioned)
+    new_mentions: list[str] = []
+    body: list[str] = []
+    omitted = 0
+    for key in order:
+        rows = sections[key]
+        first = rows[0]
+        section = ["", f"#### `{text(first.repo, 140)}` · L{first.level}"]
+        pending: list[str] = []
+        if any(r.verdict == NEW and r.failed for r in rows):
+            names, pending = _owners_line(key, owners.get(key, ()), mentioned)
+            if names:
+                section.append(names)
+        section += ["", _TABLE_HEAD]
+        size = _units("\n".join(section))
+        shown = 0
+        for row in rows:
+            line = _row_line(row)
+            if size + _units(line) + 1 > budget:
+                break
+            section.append(line)
+            size += _units(line) + 1
+            shown += 1
+        if shown == 0:
+            omitted += len(rows)
+            continue
+        omitted += len(rows) - shown
+        budget -= size + 1
+        body += section
+        mentioned.update(pending)  # only mentions that made it into the body count as made
+        new_mentions += pending
+    if omitted:
+        body += ["", f"… and {_plural(omitted, 'more job', 'more jobs')} not shown (the comment's size limit)."]
+    head.insert(1, state_line(frozenset(mentioned), history))
+    full = "\n".join(head + body + tail)
+    worth = status == "failing" or any(not r.failed for r in view.rows)
+    return Rendered(full, frozenset(mentioned), history, status, worth, tuple(new_mentions))
+
+
+def _owners_line(key: str, oncalls: tuple[str, ...], mentioned: set[str]) -> tuple[str, list[str]]:
+    """`cc @a @b` for owners not mentioned yet on this PR for this repository; those already mentioned are
+    named in code spans (no notification); oncalls that are not GitHub handles are named as plain text."""
+    names: list[str] = []
+    pending: list[str] = []
+    for oncall in oncalls:
+        name = handle(oncall)
+        if name is None:
+            names.append(text(oncall, 60))
+            continue
+        seen = f"{key} {name.lower()}"
+        if seen in mentioned or seen in pending:
+            names.append(f"`@{name}`")
+        else:
+            names.append(f"@{name}")
+            pending.append(seen)
+    return ("Owners: " + " ".join(names)) if names else "", pending
