@@ -166,7 +166,11 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
             cancel = CheckSyncMessage(
                 kind="cancel", upstream=deps.upstream, head_sha=previous, superseded_by=event.head_sha
             )
-            deps.checks.send_checks([cancel])
+            # The PR's comment follows the new head at once (not when its first job reports, which may be hours).
+            comment = CheckSyncMessage(
+                kind="comment", upstream=deps.upstream, head_sha=event.head_sha, pr=event.pr_number
+            )
+            deps.checks.send_checks([cancel, comment])
             deps.metrics.count("HeadSuperseded")
 
     if event.kind == "push" and event.commits and event.ref == f"refs/heads/{event.default_branch}":
@@ -177,8 +181,12 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
     if event.action == "labeled" and label.lower().startswith(CIFLOW_DEVICE_PREFIX) and deps.checks and deps.jobs:
         device = label[len(CIFLOW_DEVICE_PREFIX) :]
         mirrored = backfill(deps.jobs.jobs_for_head(deps.upstream, event.head_sha), device)
-        deps.checks.send_checks(mirrored)
         deps.metrics.count("CheckRunsBackfilled", len(mirrored))
+        if mirrored and event.pr_number is not None:  # the device's jobs count in the PR's comment from now on
+            mirrored.append(
+                CheckSyncMessage(kind="comment", upstream=deps.upstream, head_sha=event.head_sha, pr=event.pr_number)
+            )
+        deps.checks.send_checks(mirrored)
 
     targets = []
     for decision in decisions:
