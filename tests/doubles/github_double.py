@@ -24,8 +24,12 @@ World set-up: ``install`` / ``add_repo_to_installation`` / ``remove_repo_from_in
 ``set_installation_permissions`` / ``suspend_installation``; ``put_file(repo, path, ref, bytes)``;
 ``add_commit(repo, sha, branch=None)``; ``add_workflow_run(repo, run_id, ...)``;
 ``add_check_run(repo, name=, head_sha=, ...)`` (a run owned by another App, e.g. GitHub Actions);
-``check_suite_id(repo, head_sha)``; ``expire_tokens()``; ``reset_requests()``.  Observation:
-``requests``, ``unexpected``, ``dispatches(repo)``, ``check_runs(repo)``, ``reruns(repo)``,
+``check_suite_id(repo, head_sha)``; ``add_issue(repo, number, pull_request=True)`` (an issue or PR
+that comments can go on); ``add_comment(repo, number, body, user=..., app_slug=None)`` (a comment by a
+person, or by another App); ``delete_comment(repo, id)``; ``expire_tokens()``; ``reset_requests()``.
+Observation: ``requests``, ``unexpected``, ``dispatches(repo)``, ``check_runs(repo)``, ``reruns(repo)``,
+``comments(repo, number)`` (the conversation as it stands), ``comment_writes(repo)`` (every accepted
+comment POST and PATCH, in order),
 ``workflow_run(repo, id)``, ``tokens`` / ``token_info(token)`` (each issued token's scope), and
 ``internal_errors`` (exceptions inside the double; answered 500 - should stay empty).  Pass
 ``clock=`` to move time (JWT checks, token expiry, rate-limit windows) without sleeping.
@@ -44,6 +48,10 @@ Endpoints (every other method/path is answered ``404 {"message": "Not Found"}`` 
 * ``GET /repos/{owner}/{repo}/contents/{path}[?ref=]`` (contents: read; ETag / If-None-Match -> 304;
   ``Accept: application/vnd.github.raw`` gives the raw bytes)
 * ``GET /repos/{owner}/{repo}/commits/{ref}`` (contents: read)
+* ``POST /repos/{owner}/{repo}/issues/{number}/comments`` -> 201, ``PATCH .../issues/comments/{id}`` -> 200
+  (issues: write, or pull_requests: write on a pull request)
+* ``GET /repos/{owner}/{repo}/issues/{number}/comments`` (issues: read, or pull_requests: read on a pull
+  request; paginated, ``per_page`` at most 100, ``Link`` header), oldest first
 
 Scripted faults: ``gh.script(method, path_regex, replies)``.  ``method`` is an HTTP method or
 ``"*"``; ``path_regex`` is matched with ``re.fullmatch`` against the request path (without the
@@ -106,6 +114,11 @@ GitHub facts this double enforces (sources: docs.github.com and the REST OpenAPI
   (default 5000/hour per installation, and per App for JWT calls) is enforced; the secondary
   "80 content-generating requests per minute" is enforced per installation when
   ``content_writes_per_minute`` is given.
+* Issue comments: ``body`` required, a string of at most 65536 characters (422 "Validation Failed" with
+  ``errors: [{resource: IssueComment, code: custom, field: body, message: "body is too long (maximum is
+  65536 characters)"}]``); an unknown issue or comment is 404; a comment made with an installation token is
+  the App's bot user's (``user.login`` ``<slug>[bot]``, ``user.type`` ``Bot``) with
+  ``performed_via_github_app`` set to the App.
 * A request without ``User-Agent`` is refused (403), and an unsupported ``X-GitHub-Api-Version``
   is a 400, as on GitHub.
 """
@@ -149,6 +162,9 @@ DOC_RUN_GET = "https://docs.github.com/rest/actions/workflow-runs#get-a-workflow
 DOC_RUN_RERUN = "https://docs.github.com/rest/actions/workflow-runs#re-run-failed-jobs-from-a-workflow-run"
 DOC_CONTENTS = "https://docs.github.com/rest/repos/contents#get-repository-content"
 DOC_COMMIT = "https://docs.github.com/rest/commits/commits#get-a-commit"
+DOC_COMMENT_CREATE = "https://docs.github.com/rest/issues/comments#create-an-issue-comment"
+DOC_COMMENT_UPDATE = "https://docs.github.com/rest/issues/comments#update-an-issue-comment"
+DOC_COMMENT_LIST = "https://docs.github.com/rest/issues/comments#list-issue-comments"
 DOC_PRIMARY = "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"
 DOC_SECONDARY = (
     "https://docs.github.com/free-pro-team@latest/rest/overview/rate-limits-for-the-rest-api"
@@ -179,6 +195,7 @@ MAX_OUTPUT_TEXT = 65535
 MAX_ANNOTATIONS = 50
 MAX_CHECK_ACTIONS = 3
 MAX_RERUN_ATTEMPTS = 50
+MAX_COMMENT_BODY = 65536
 JWT_MAX_EXP_AHEAD = 600
 JWT_MAX_IAT_AHEAD = 60
 CONTENT_INLINE_LIMIT = 1024 * 1024
@@ -398,6 +415,11 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _login_number(text: str) -> int:
+    """A stable small number for a login (an account id the double makes up)."""
+    return int(hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:6], 16)
+
+
 def _node_id(kind: str, ident: int) -> str:
     return base64.b64encode(f"0{len(kind)}:{kind}{ident}".encode()).decode().rstrip("=")
 
@@ -518,6 +540,11 @@ class GitHubDouble:
         self._suites: dict[tuple[str, str, str], int] = {}
         self._suite_repo: dict[int, str] = {}
         self._workflow_runs: dict[tuple[str, int], dict[str, Any]] = {}
+        self._issues: dict[tuple[str, int], bool] = {}  # (repo key, number) -> is a pull request
+        self._comments: dict[int, dict[str, Any]] = {}
+        self._comment_issue: dict[int, tuple[str, int]] = {}
+        self._comment_writes: list[tuple[str, str, int, str]] = []  # (repo key, method, id, body)
+        self._comment_ids = itertools.count(2_100_000_001)
         self._files: dict[tuple[str, str, str], _File] = {}
         self._commits: dict[str, set[str]] = {}
         self._branches: dict[tuple[str, str], str] = {}
@@ -543,6 +570,9 @@ class GitHubDouble:
             ),
             ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/contents/(.+)"), self._h_contents),
             ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/commits/(.+)"), self._h_commit),
+            ("POST", re.compile(r"/repos/([^/]+)/([^/]+)/issues/(\d+)/comments"), self._h_comment_create),
+            ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/issues/(\d+)/comments"), self._h_comment_list),
+            ("PATCH", re.compile(r"/repos/([^/]+)/([^/]+)/issues/comments/(\d+)"), self._h_comment_update),
         ]
         self._server = _Server((host, 0), self)
         self.port: int = self._server.server_address[1]
@@ -756,6 +786,25 @@ class GitHubDouble:
         with self._lock:
             return self._suite_for(repo.lower(), head_sha, app_slug or self.app_slug)
 
+    def add_issue(self, repo: str, number: int, *, pull_request: bool = True) -> None:
+        """An issue (or, by default, a pull request) of ``repo`` that comments can go on."""
+        with self._lock:
+            self._issues[(repo.lower(), number)] = pull_request
+
+    def add_comment(
+        self, repo: str, number: int, body: str, *, user: str = "octocat", app_slug: str | None = None
+    ) -> dict[str, Any]:
+        """Seed a comment by a person (``user``), or by an App (``app_slug``: its bot user, through the App)."""
+        with self._lock:
+            return copy.deepcopy(self._new_comment(repo.lower(), number, body, app_slug, user))
+
+    def delete_comment(self, repo: str, comment_id: int) -> None:
+        """Someone deleted the comment (a maintainer, in the browser)."""
+        with self._lock:
+            if self._comment_issue.get(comment_id, ("", 0))[0] == repo.lower():
+                self._comments.pop(comment_id)
+                self._comment_issue.pop(comment_id)
+
     def script(self, method: str, path_pattern: str, replies: Iterable[Reply]) -> None:
         with self._lock:
             self._scripts.append(_Script(method, path_pattern, replies))
@@ -808,6 +857,20 @@ class GitHubDouble:
                 for cid, run in sorted(self._check_runs.items())
                 if self._check_run_owner[cid][0] == repo.lower()
             ]
+
+    def comments(self, repo: str, number: int) -> list[dict[str, Any]]:
+        """The conversation of an issue or PR as it stands, oldest first."""
+        with self._lock:
+            return [
+                copy.deepcopy(c)
+                for cid, c in sorted(self._comments.items())
+                if self._comment_issue[cid] == (repo.lower(), number)
+            ]
+
+    def comment_writes(self, repo: str) -> list[tuple[str, int, str]]:
+        """Every accepted comment write on ``repo``: (``POST`` or ``PATCH``, comment id, body), in order."""
+        with self._lock:
+            return [(method, cid, body) for key, method, cid, body in self._comment_writes if key == repo.lower()]
 
     def workflow_run(self, repo: str, run_id: int) -> dict[str, Any]:
         with self._lock:
@@ -1108,7 +1171,7 @@ class GitHubDouble:
     # ---------------------------------------------------------------- installation token authentication
 
     def _auth_repo(
-        self, ctx: _Ctx, owner: str, name: str, permission: str, level: str, doc: str
+        self, ctx: _Ctx, owner: str, name: str, permission: str | tuple[str, ...], level: str, doc: str
     ) -> tuple[_Repo, TokenInfo] | _Resp:
         rec = ctx.rec
         key = f"{owner}/{name}".lower()
@@ -1146,12 +1209,13 @@ class GitHubDouble:
             or (info.repository_ids is not None and repo.id not in info.repository_ids)
         ):
             return _not_found(doc)
-        if LEVELS.get(info.permissions.get(permission, ""), 0) < LEVELS[level]:
+        accepted = (permission,) if isinstance(permission, str) else permission  # any one of them will do
+        if all(LEVELS.get(info.permissions.get(p, ""), 0) < LEVELS[level] for p in accepted):
             return _error(
                 403,
                 "Resource not accessible by integration",
                 doc,
-                {"x-accepted-github-permissions": f"{permission}={level}"},
+                {"x-accepted-github-permissions": "; ".join(f"{p}={level}" for p in accepted)},
             )
         return repo, info
 
@@ -1553,6 +1617,141 @@ class GitHubDouble:
             ]
             headers["link"] = ", ".join(links)
         return _json_resp(200, {"total_count": len(runs), "check_runs": chunk}, headers)
+
+    # ---------------------------------------------------------------- endpoints: issue comments
+
+    def _new_comment(self, repo_key: str, number: int, body: str, app_slug: str | None, user: str) -> dict[str, Any]:
+        cid = next(self._comment_ids)
+        repo = self._repos.get(repo_key)
+        full = repo.full_name if repo else repo_key
+        kind = "pull" if self._issues.get((repo_key, number), True) else "issues"
+        now = _iso(self.clock())
+        if app_slug is not None:
+            login, account_kind, app = f"{app_slug}[bot]", "Bot", self._app_obj(app_slug)
+        else:
+            login, account_kind, app = user, "User", None
+        comment = {
+            "id": cid,
+            "node_id": _node_id("IssueComment", cid),
+            "url": f"{self.url}/repos/{full}/issues/comments/{cid}",
+            "html_url": f"https://github.com/{full}/{kind}/{number}#issuecomment-{cid}",
+            "issue_url": f"{self.url}/repos/{full}/issues/{number}",
+            "body": body,
+            "user": self._owner_obj(login, 41_000_000 + _login_number(login), account_kind),
+            "created_at": now,
+            "updated_at": now,
+            "author_association": "NONE",
+            "performed_via_github_app": app,
+        }
+        self._comments[cid] = comment
+        self._comment_issue[cid] = (repo_key, number)
+        return comment
+
+    def _comment_body(self, ctx: _Ctx, doc: str) -> str | _Resp:
+        body = self._body_object(ctx, doc, required=True)
+        if isinstance(body, _Resp):
+            return body
+        if "body" not in body:
+            return _invalid('"body" wasn\'t supplied.', doc)
+        text = body["body"]
+        if not isinstance(text, str):
+            return _invalid(f"For 'properties/body', {_inspect(text)} is not a string.", doc)
+        problem = None
+        if not text.strip():
+            problem = {"resource": "IssueComment", "code": "missing_field", "field": "body"}
+        elif len(text) > MAX_COMMENT_BODY:
+            problem = {
+                "resource": "IssueComment",
+                "code": "custom",
+                "field": "body",
+                "message": f"body is too long (maximum is {MAX_COMMENT_BODY} characters)",
+            }
+        if problem is not None:
+            return _json_resp(422, {"message": "Validation Failed", "errors": [problem], "documentation_url": doc})
+        return text
+
+    def _issue_auth(
+        self, ctx: _Ctx, owner: str, name: str, number: int, level: str, doc: str
+    ) -> tuple[_Repo, TokenInfo] | _Resp:
+        """Issues permission, or pull_requests on a pull request; an unknown issue is 404."""
+        auth = self._auth_repo(ctx, owner, name, ("issues", "pull_requests"), level, doc)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, info = auth
+        with self._lock:
+            is_pr = self._issues.get((repo.key, number))
+        if is_pr is None:
+            return _not_found(doc)
+        if not is_pr and LEVELS.get(info.permissions.get("issues", ""), 0) < LEVELS[level]:
+            return _error(
+                403, "Resource not accessible by integration", doc, {"x-accepted-github-permissions": f"issues={level}"}
+            )
+        return auth
+
+    def _h_comment_create(self, ctx: _Ctx, owner: str, name: str, number: str) -> _Resp:
+        auth = self._issue_auth(ctx, owner, name, int(number), "write", DOC_COMMENT_CREATE)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        text = self._comment_body(ctx, DOC_COMMENT_CREATE)
+        if isinstance(text, _Resp):
+            return text
+        with self._lock:
+            comment = self._new_comment(repo.key, int(number), text, self.app_slug, "")
+            self._comment_writes.append((repo.key, "POST", comment["id"], text))
+            return _json_resp(201, copy.deepcopy(comment), {"location": comment["url"]})
+
+    def _h_comment_update(self, ctx: _Ctx, owner: str, name: str, comment_id: str) -> _Resp:
+        auth = self._auth_repo(ctx, owner, name, ("issues", "pull_requests"), "write", DOC_COMMENT_UPDATE)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        with self._lock:
+            comment = self._comments.get(int(comment_id))
+            where = self._comment_issue.get(int(comment_id))
+        if comment is None or where is None or where[0] != repo.key:
+            return _not_found(DOC_COMMENT_UPDATE)
+        text = self._comment_body(ctx, DOC_COMMENT_UPDATE)
+        if isinstance(text, _Resp):
+            return text
+        with self._lock:
+            comment["body"] = text
+            comment["updated_at"] = _iso(self.clock())
+            self._comment_writes.append((repo.key, "PATCH", int(comment_id), text))
+            return _json_resp(200, copy.deepcopy(comment))
+
+    def _h_comment_list(self, ctx: _Ctx, owner: str, name: str, number: str) -> _Resp:
+        auth = self._issue_auth(ctx, owner, name, int(number), "read", DOC_COMMENT_LIST)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        query = {k: v[-1] for k, v in ctx.rec.query.items()}
+        try:
+            per_page = min(max(int(query.get("per_page", "30")), 1), 100)
+            page = max(int(query.get("page", "1")), 1)
+        except ValueError:
+            return _invalid("per_page and page must be integers.", DOC_COMMENT_LIST)
+        with self._lock:
+            found = [
+                copy.deepcopy(c)
+                for cid, c in sorted(self._comments.items())
+                if self._comment_issue[cid] == (repo.key, int(number))
+            ]
+        last = max(1, math.ceil(len(found) / per_page))
+        base = f"{self.url}/repos/{repo.full_name}/issues/{number}/comments"
+        links = []
+        if page < last:
+            links += [
+                f'<{base}?per_page={per_page}&page={page + 1}>; rel="next"',
+                f'<{base}?per_page={per_page}&page={last}>; rel="last"',
+            ]
+        if page > 1:
+            links += [
+                f'<{base}?per_page={per_page}&page={page - 1}>; rel="prev"',
+                f'<{base}?per_page={per_page}&page=1>; rel="first"',
+            ]
+        headers = {"link": ", ".join(links)} if links else {}
+        return _json_resp(200, found[(page - 1) * per_page : page * per_page], headers)
 
     # ---------------------------------------------------------------- endpoints: workflow runs
 

@@ -645,6 +645,72 @@ def test_check_runs_need_checks_permission(gh: GitHubDouble, keys: Keys) -> None
     assert denied.status == 403
 
 
+def test_issue_comments_lifecycle_validation_and_pagination(keys: Keys) -> None:
+    with GitHubDouble(app_id=APP_ID, app_public_key_pem=keys.public_pem, app_slug="crcr") as gh:
+        perms = {"issues": "write", "pull_requests": "write", "metadata": "read"}
+        gh.install("Org/Repo", installation_id=7, repo_id=1001, permissions=perms)
+        gh.add_issue("Org/Repo", 5)
+        tok = token(gh, keys)
+        human = gh.add_comment("Org/Repo", 5, "lgtm @someone")
+        assert (human["user"]["type"], human["performed_via_github_app"]) == ("User", None)
+        created = call(gh, "POST", "/repos/Org/Repo/issues/5/comments", auth=f"token {tok}", body={"body": "hi"})
+        assert created.status == 201
+        comment = created.json
+        assert (comment["user"]["login"], comment["user"]["type"]) == ("crcr[bot]", "Bot")
+        assert comment["performed_via_github_app"]["id"] == int(APP_ID)
+        assert comment["html_url"].endswith(f"/Org/Repo/pull/5#issuecomment-{comment['id']}")
+        edited = call(
+            gh, "PATCH", f"/repos/Org/Repo/issues/comments/{comment['id']}", auth=f"token {tok}", body={"body": "bye"}
+        )
+        assert (edited.status, edited.json["body"]) == (200, "bye")
+        assert gh.comment_writes("org/repo") == [("POST", comment["id"], "hi"), ("PATCH", comment["id"], "bye")]
+        # Validation, unknown issues and comments, as documented.
+        too_long = call(
+            gh, "POST", "/repos/Org/Repo/issues/5/comments", auth=f"token {tok}", body={"body": "x" * 65537}
+        )
+        assert too_long.status == 422 and "too long" in too_long.json["errors"][0]["message"]
+        at_limit = call(
+            gh, "POST", "/repos/Org/Repo/issues/5/comments", auth=f"token {tok}", body={"body": "x" * 65536}
+        )
+        assert at_limit.status == 201
+        assert call(gh, "POST", "/repos/Org/Repo/issues/5/comments", auth=f"token {tok}", body={}).status == 422
+        assert (
+            call(gh, "POST", "/repos/Org/Repo/issues/6/comments", auth=f"token {tok}", body={"body": "x"}).status == 404
+        )
+        assert (
+            call(gh, "PATCH", "/repos/Org/Repo/issues/comments/1", auth=f"token {tok}", body={"body": "x"}).status
+            == 404
+        )
+        for i in range(4):
+            call(gh, "POST", "/repos/Org/Repo/issues/5/comments", auth=f"token {tok}", body={"body": f"n{i}"})
+        page1 = call(gh, "GET", "/repos/Org/Repo/issues/5/comments?per_page=3", auth=f"token {tok}")
+        assert [c["body"] for c in page1.json] == ["lgtm @someone", "bye", "x" * 65536]
+        assert 'rel="next"' in page1.headers["link"]
+        last = call(gh, "GET", "/repos/Org/Repo/issues/5/comments?per_page=3&page=3", auth=f"token {tok}")
+        assert [c["body"] for c in last.json] == ["n3"] and 'rel="next"' not in last.headers["link"]
+        gh.delete_comment("Org/Repo", comment["id"])
+        gone = call(
+            gh, "PATCH", f"/repos/Org/Repo/issues/comments/{comment['id']}", auth=f"token {tok}", body={"body": "y"}
+        )
+        assert gone.status == 404
+
+
+def test_issue_comments_need_issues_or_pull_requests_permission(keys: Keys) -> None:
+    with GitHubDouble(app_id=APP_ID, app_public_key_pem=keys.public_pem) as gh:
+        perms = {"issues": "write", "pull_requests": "write", "contents": "write", "metadata": "read"}
+        gh.install("Org/Repo", installation_id=7, repo_id=1001, permissions=perms)
+        gh.add_issue("Org/Repo", 5)
+        gh.add_issue("Org/Repo", 6, pull_request=False)
+        body = {"body": "x"}
+        contents = token(gh, keys, body={"permissions": {"contents": "write"}})
+        denied = call(gh, "POST", "/repos/Org/Repo/issues/5/comments", auth=f"token {contents}", body=body)
+        assert denied.status == 403
+        assert denied.headers["x-accepted-github-permissions"] == "issues=write; pull_requests=write"
+        prs = token(gh, keys, body={"permissions": {"pull_requests": "write"}})
+        assert call(gh, "POST", "/repos/Org/Repo/issues/5/comments", auth=f"token {prs}", body=body).status == 201
+        assert call(gh, "POST", "/repos/Org/Repo/issues/6/comments", auth=f"token {prs}", body=body).status == 403
+
+
 def test_workflow_run_rerun(gh: GitHubDouble, keys: Keys) -> None:
     gh.add_workflow_run("Org/Repo", 555, conclusion="failure")
     tok = token(gh, keys)
