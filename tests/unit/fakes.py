@@ -12,7 +12,10 @@ from crcr.app.ports import (
     BuildkiteError,
     BuildRef,
     Claim,
+    CommentRow,
     GitHubError,
+    GitHubRejected,
+    IssueComment,
     JobRecord,
     LedgerRow,
     LedgerState,
@@ -21,8 +24,9 @@ from crcr.app.ports import (
     PrInfo,
     RepoToken,
 )
-from crcr.contracts.messages import DispatchMessage, EventMessage
+from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage
 from crcr.domain.allowlist import Allowlist
+from crcr.domain.comment import Posted
 from crcr.domain.ticket import TicketClaims
 
 
@@ -307,3 +311,127 @@ class FakeJobsByRepo:
         self.queries.append((repo, since))
         found = [r for r in self.rows if r.repo.lower() == repo.lower() and r.dispatched_at >= since]
         return sorted(found, key=lambda r: r.dispatched_at)
+
+
+@dataclass
+class FakeCommentStore:
+    """The PR comment's row (and the PR's head) as the state table keeps them, with the same conditions."""
+
+    prs: dict[int, PrInfo] = field(default_factory=dict)
+    rows: dict[int, CommentRow] = field(default_factory=dict)
+
+    def pr_info(self, upstream: str, pr: int) -> PrInfo | None:
+        return self.prs.get(pr)
+
+    def get_comment(self, upstream: str, pr: int) -> CommentRow:
+        return self.rows.get(pr, CommentRow())
+
+    def book_render(self, upstream: str, pr: int, ticket: str, now: float, due_at: float, stale_before: float) -> str:
+        row = self.rows.get(pr, CommentRow())
+        pending, since = (row.pending, row.pending_since or now) if row.pending else (ticket, now)
+        if pending != ticket and since < stale_before and row.lock_until < now:
+            pending, since = ticket, now  # the booked render was lost: take over
+        self.rows[pr] = dataclasses.replace(row, pending=pending, pending_since=since, due_at=due_at)
+        return pending
+
+    def lock_comment(self, upstream: str, pr: int, ticket: str, version: int, now: float, lease_s: float) -> int | None:
+        row = self.rows.get(pr, CommentRow())
+        if row.version != version or row.pending != ticket or row.lock_until >= now:
+            return None
+        self.rows[pr] = dataclasses.replace(
+            row, version=version + 1, lock_until=now + lease_s, pending_since=now, due_at=None
+        )
+        return version + 1
+
+    def release_comment(self, upstream: str, pr: int, locked: int, now: float, posted: Posted | None = None) -> bool:
+        row = self.rows[pr]
+        if row.version != locked:
+            return False
+        self.rows[pr] = dataclasses.replace(
+            row,
+            version=locked + 1,
+            lock_until=0.0,
+            posted=posted if posted is not None else row.posted,
+            searched=row.searched or posted is not None,
+        )
+        return True
+
+    def end_render(self, upstream: str, pr: int, ticket: str, now: float, keep: bool = False) -> float | None:
+        row = self.rows[pr]
+        if row.pending != ticket:
+            return None
+        if row.due_at is not None:
+            return row.due_at
+        if keep:
+            return now
+        self.rows[pr] = dataclasses.replace(row, pending=None, pending_since=None)
+        return None
+
+    def drop_render(self, upstream: str, pr: int, ticket: str) -> None:
+        row = self.rows[pr]
+        if row.pending == ticket:
+            self.rows[pr] = dataclasses.replace(row, pending=None, pending_since=None, due_at=None)
+
+
+@dataclass
+class FakeIssueComments:
+    """A PR conversation; records every write. `errors` are raised by the next writes, in order."""
+
+    comments: dict[int, IssueComment] = field(default_factory=dict)
+    writes: list[tuple[str, int, str]] = field(default_factory=list)  # (create | update, comment id, body)
+    errors: list[GitHubError] = field(default_factory=list)
+    listed: int = 0
+    next_id: int = 500
+
+    def installation_for(self, upstream: str) -> int:
+        return 1
+
+    def _fail(self) -> None:
+        if self.errors:
+            raise self.errors.pop(0)
+
+    def create_comment(self, upstream: str, pr: int, body: str) -> int:
+        self._fail()
+        self.next_id += 1
+        self.comments[self.next_id] = IssueComment(self.next_id, body, True)
+        self.writes.append(("create", self.next_id, body))
+        return self.next_id
+
+    def update_comment(self, upstream: str, comment_id: int, body: str) -> None:
+        self._fail()
+        if comment_id not in self.comments:
+            raise GitHubRejected(404, "Not Found")
+        self.comments[comment_id] = IssueComment(comment_id, body, self.comments[comment_id].ours)
+        self.writes.append(("update", comment_id, body))
+
+    def list_comments(self, upstream: str, pr: int) -> list[IssueComment]:
+        self.listed += 1
+        return [self.comments[k] for k in sorted(self.comments)]
+
+
+@dataclass
+class FakeJobsByHead:
+    rows: list[JobRecord] = field(default_factory=list)
+
+    def jobs_for_head(self, upstream: str, head_sha: str) -> list[JobRecord]:
+        return [r for r in self.rows if r.head_sha == head_sha]
+
+
+@dataclass
+class FakeRerunMarks:
+    marks: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def rerun_state(self, dispatch_id: str, run_id: str) -> str | None:
+        return self.marks.get((dispatch_id, run_id))
+
+
+@dataclass
+class FakeChecksQueue:
+    sent: list[tuple[CheckSyncMessage, float]] = field(default_factory=list)
+    dead: list[tuple[CheckSyncMessage, str]] = field(default_factory=list)
+
+    def send_checks(self, messages: list[CheckSyncMessage], delay_s: float = 0.0) -> None:
+        self.sent += [(m, delay_s) for m in messages]
+
+    def dead_letter(self, message: CheckSyncMessage, reason: str) -> None:
+        self.dead.append((message, reason))

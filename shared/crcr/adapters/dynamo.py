@@ -329,6 +329,7 @@ class DynamoState:
             comment_id=int(comment_id) if comment_id is not None else None,
             body_hash=item.get("body_hash", {}).get("S", ""),
             mentioned=frozenset(item.get("mentioned", {}).get("SS", [])),
+            live=frozenset(item.get("live", {}).get("SS", [])),
             history=tuple(v["S"] for v in item.get("history", {}).get("L", [])),
         )
         return CommentRow(
@@ -418,11 +419,12 @@ class DynamoState:
                 values[":id"] = {"N": str(posted.comment_id)}
             else:
                 removes.append("comment_id")
-            if posted.mentioned:  # a string set cannot be empty
-                sets.append("mentioned = :m")
-                values[":m"] = {"SS": sorted(posted.mentioned)}
-            else:
-                removes.append("mentioned")
+            for name, names in (("mentioned", posted.mentioned), ("live", posted.live)):
+                if names:  # a string set cannot be empty
+                    sets.append(f"{name} = :{name}")
+                    values[f":{name}"] = {"SS": sorted(names)}
+                else:
+                    removes.append(name)
         return applied(
             self._ddb.update_item,
             TableName=self._table,

@@ -16,7 +16,7 @@ import hashlib
 import random
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from crcr.app.budget import Budget, Paced
 from crcr.app.ports import (
@@ -181,15 +181,13 @@ def _write(
         deps.jobs.jobs_for_head(upstream, info.head_sha), pr, info.head_sha, info.labels, deps.reruns.rerun_state
     )
     owners = {entry.key: entry.oncalls for entry in deps.allowlist.current().entries}
-    posted, found_body = row.posted, None
+    posted = row.posted
     if posted.comment_id is None and not row.searched:
         # No comment known, and the conversation not looked through since the row was (re)created: a cold
         # start that lost the row must find the comment it made, never make a second one.
         found = _find(deps, upstream, pr)
         if found is not None:
-            found_body = found[1]
-            mentioned, history = recover(found_body)
-            posted = Posted(found[0], _digest(found_body), mentioned, history)
+            posted = replace(recover(found[1]), comment_id=found[0], body_hash=_digest(found[1]))
     rendered = render(view, upstream=upstream, pr=pr, owners=owners, posted=posted, now=now)
     digest = _digest(rendered.body)
     if posted.comment_id is None and not rendered.worth_creating:
@@ -214,7 +212,7 @@ def _write(
             raise CommentGone(Posted(mentioned=posted.mentioned, history=posted.history)) from exc
         deps.metrics.count("PrCommentUpdated")
         detail = "updated"
-    saved = Posted(comment_id, digest, rendered.mentioned, rendered.history)
+    saved = Posted(comment_id, digest, rendered.mentioned, rendered.live, rendered.history)
     deps.store.release_comment(upstream, pr, locked, deps.clock.now(), saved)
     return CommentOutcome(detail, written=[f"comment {comment_id}"])
 

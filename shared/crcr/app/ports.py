@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
 
@@ -486,7 +486,7 @@ class CommentRow:
     a render made while one is pending only move `due_at` (they are merged into it), so a burst of changes
     costs one write. `due_at` present means a change was asked for after the pending render last read."""
 
-    posted: Posted = Posted()
+    posted: Posted = field(default_factory=Posted)
     searched: bool = False  # the PR's conversation was looked through for the marker (after a lost row)
     pending: str | None = None  # the ticket of the render booked for this PR
     pending_since: float | None = None

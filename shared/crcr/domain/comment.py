@@ -101,15 +101,18 @@ def marker(upstream: str, pr: int) -> str:
 _STATE = re.compile(r"<!-- crcr:state (\{.*?\}) -->")
 
 
-def state_line(mentioned: frozenset[str], history: tuple[str, ...]) -> str:
-    """What the comment remembers, hidden in its body: who was mentioned and its history, so a relay that lost
-    its row (a cold start, the row's TTL) carries on from the comment instead of mentioning owners again."""
-    doc = json.dumps({"mentioned": sorted(mentioned), "history": list(history)}, separators=(",", ":"))
+def state_line(mentioned: frozenset[str], live: frozenset[str], history: tuple[str, ...]) -> str:
+    """What the comment remembers, hidden in its body: who was mentioned (and whose mention is still live in
+    it) and its history, so a relay that lost its row (a cold start, the row's TTL) carries on from the
+    comment instead of mentioning owners again."""
+    doc = json.dumps(
+        {"mentioned": sorted(mentioned), "live": sorted(live), "history": list(history)}, separators=(",", ":")
+    )
     inert = doc.replace("<", "\\u003c").replace(">", "\\u003e")  # nothing in it can end the HTML comment
     return f"<!-- crcr:state {inert} -->"
 
 
-def recover(body: str) -> tuple[frozenset[str], tuple[str, ...]]:
+def recover(body: str) -> Posted:
     """The mentions and history hidden in a comment the relay wrote (an unreadable state: none)."""
     found = _STATE.search(body)
     try:
@@ -117,13 +120,18 @@ def recover(body: str) -> tuple[frozenset[str], tuple[str, ...]]:
     except ValueError:
         doc = {}
     if not isinstance(doc, dict):
-        return frozenset(), ()
+        doc = {}
 
     def strings(key: str) -> list[str]:
         value = doc.get(key)
         return [v[:300] for v in value[:500] if isinstance(v, str)] if isinstance(value, list) else []
 
-    return frozenset(strings("mentioned")), tuple(strings("history"))[-HISTORY_KEPT:]
+    mentioned = frozenset(strings("mentioned"))
+    return Posted(
+        mentioned=mentioned,
+        live=frozenset(strings("live")) & mentioned,
+        history=tuple(strings("history"))[-HISTORY_KEPT:],
+    )
 
 
 class Recorded(Protocol):
@@ -283,6 +291,7 @@ class Posted:
     comment_id: int | None = None
     body_hash: str = ""
     mentioned: frozenset[str] = frozenset()  # "<repo key> <handle>": owners already mentioned for a repository
+    live: frozenset[str] = frozenset()  # the mentions still written as mentions in the comment (kept as they are)
     history: tuple[str, ...] = ()  # "<status> <short sha> <minute>", oldest first, at most HISTORY_KEPT
 
 
@@ -290,6 +299,7 @@ class Posted:
 class Rendered:
     body: str
     mentioned: frozenset[str]  # the Posted set with this body's mentions added
+    live: frozenset[str]  # the mentions this body writes as mentions
     history: tuple[str, ...]
     status: str  # failing, passing or waiting
     worth_creating: bool  # a failure to tell about (or a job that failed, then passed): never only green
@@ -342,7 +352,7 @@ def triage_cell(raw: str) -> str:
         if isinstance(suspected.get("pr"), int):
             named.append(f"PR {suspected['pr']}")  # as text: a #reference would add to that PR's timeline
         if suspected.get("commit"):
-            named.append(f"commit {text(suspected['commit'], 12)}")
+            named.append(f"commit {text(str(suspected['commit'])[:12], 12)}")
         if named:
             suspect = "suspects upstream " + " / ".join(named)
             if suspected.get("reason"):
@@ -352,7 +362,7 @@ def triage_cell(raw: str) -> str:
 
 
 def _row_line(row: Row) -> str:
-    job = text(f"{row.workflow} / {row.job}" if row.job else NO_JOB_NAME, 150)
+    job = text(f"{row.workflow} / {row.job}", 150) if row.job else NO_JOB_NAME
     attempt = str(row.attempt) if row.job else "—"
     return f"| {job} | {attempt} | {link(row.url)} | {_verdict_cell(row)} | {triage_cell(row.triage)} |"
 
@@ -423,7 +433,9 @@ def render(
     now: float,
 ) -> Rendered:
     """The comment's body. Owners (allowlist oncalls, by repository key) of a repository with a `new` failure
-    are mentioned the first time only; afterwards their names stay, unlinked, so no edit pings them again."""
+    are mentioned the first time only. The mention stays as written while their repository's new failure is
+    shown (an edit that keeps a mention does not make it new); once it has left the body, their names come
+    back unlinked, so no later edit can ping them again."""
     status = view.status
     history = _history(posted.history, status, view.head_sha, now)
     head = [
@@ -445,13 +457,14 @@ def render(
         for oncall in owners.get(key, ())
         if (name := handle(oncall)) is not None
     }
-    reserved = _units("\n".join([*head, state_line(could_mention, history), *tail])) + 200  # + "not shown"
+    reserved = _units("\n".join([*head, state_line(could_mention, could_mention, history), *tail])) + 200
     budget = BODY_BUDGET - reserved
     order = sorted(
         sections,
         key=lambda k: (not any(r.verdict == NEW and r.failed for r in sections[k]), -sections[k][0].level, k),
     )
     mentioned = set(posted.mentioned)
+    live: set[str] = set()
     new_mentions: list[str] = []
     body: list[str] = []
     omitted = 0
@@ -460,8 +473,9 @@ def render(
         first = rows[0]
         section = ["", f"#### `{text(first.repo, 140)}` · L{first.level}"]
         pending: list[str] = []
+        kept: list[str] = []
         if any(r.verdict == NEW and r.failed for r in rows):
-            names, pending = _owners_line(key, owners.get(key, ()), mentioned)
+            names, pending, kept = _owners_line(key, owners.get(key, ()), mentioned, posted.live)
             if names:
                 section.append(names)
         section += ["", _TABLE_HEAD]
@@ -481,29 +495,37 @@ def render(
         budget -= size + 1
         body += section
         mentioned.update(pending)  # only mentions that made it into the body count as made
+        live.update(pending, kept)
         new_mentions += pending
     if omitted:
         body += ["", f"… and {_plural(omitted, 'more job', 'more jobs')} not shown (the comment's size limit)."]
-    head.insert(1, state_line(frozenset(mentioned), history))
+    head.insert(1, state_line(frozenset(mentioned), frozenset(live), history))
     full = "\n".join(head + body + tail)
     worth = status == "failing" or any(not r.failed for r in view.rows)
-    return Rendered(full, frozenset(mentioned), history, status, worth, tuple(new_mentions))
+    return Rendered(full, frozenset(mentioned), frozenset(live), history, status, worth, tuple(new_mentions))
 
 
-def _owners_line(key: str, oncalls: tuple[str, ...], mentioned: set[str]) -> tuple[str, list[str]]:
-    """`cc @a @b` for owners not mentioned yet on this PR for this repository; those already mentioned are
-    named in code spans (no notification); oncalls that are not GitHub handles are named as plain text."""
+def _owners_line(
+    key: str, oncalls: tuple[str, ...], mentioned: set[str], live: frozenset[str]
+) -> tuple[str, list[str], list[str]]:
+    """`Owners: @a @b`: a mention for owners not mentioned yet on this PR for this repository (and for those
+    whose mention is still in the comment, unchanged); the others named in code spans, which notify nobody;
+    oncalls that are not GitHub handles as plain text. Returns the line, the new mentions and the kept ones."""
     names: list[str] = []
     pending: list[str] = []
+    kept: list[str] = []
     for oncall in oncalls:
         name = handle(oncall)
         if name is None:
             names.append(text(oncall, 60))
             continue
         seen = f"{key} {name.lower()}"
-        if seen in mentioned or seen in pending:
+        if seen in live:
+            names.append(f"@{name}")
+            kept.append(seen)
+        elif seen in mentioned or seen in pending:
             names.append(f"`@{name}`")
         else:
             names.append(f"@{name}")
             pending.append(seen)
-    return ("Owners: " + " ".join(names)) if names else "", pending
+    return ("Owners: " + " ".join(names)) if names else "", pending, kept
