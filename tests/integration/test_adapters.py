@@ -15,8 +15,10 @@ from moto.server import ThreadedMotoServer
 
 from crcr.adapters.allowlist_source import CachedAllowlist, fetcher_for
 from crcr.adapters.dynamo import DynamoPacer, DynamoState
-from crcr.adapters.github import GitHubApp
+from crcr.adapters.github import GitHubApp, GitHubIssueComments
+from crcr.app.ports import CommentRow, GitHubRejected
 from crcr.domain.checks import Known
+from crcr.domain.comment import Posted
 from crcr.local.stack import free_port
 from tests.conftest import APP_ID, ROOT, http
 from tests.doubles.github_double import GitHubDouble
@@ -120,6 +122,65 @@ def test_a_new_pr_head_returns_the_head_it_replaced(aws: dict[str, Any]) -> None
     assert state.record_pr_head("pytorch/pytorch", 5, "b" * 40, "2026-11-29T10:02:00Z") == "a" * 40
     assert state.record_pr_head("pytorch/pytorch", 5, "c" * 40, "2026-11-29T09:00:00Z") is None  # older event
     assert state.pr_head("pytorch/pytorch", 5) == "b" * 40
+
+
+def test_the_pr_comment_row_books_one_render_locks_it_and_keeps_what_was_posted(aws: dict[str, Any]) -> None:
+    _table(aws["dynamodb"], "comments")
+    a, b = DynamoState(aws["dynamodb"], "comments"), DynamoState(aws["dynamodb"], "comments")
+    up, pr = "pytorch/pytorch", 5
+    assert a.get_comment(up, pr) == CommentRow()
+    # The first request books its render; later ones join it and push its due time on.
+    assert a.book_render(up, pr, "t1", now=100.0, due_at=105.0, stale_before=0.0) == "t1"
+    assert b.book_render(up, pr, "t2", now=102.0, due_at=107.0, stale_before=0.0) == "t1"
+    row = a.get_comment(up, pr)
+    assert (row.pending, row.pending_since, row.due_at, row.version) == ("t1", 100.0, 107.0, 0)
+    assert b.lock_comment(up, pr, "t2", 0, now=108.0, lease_s=25.0) is None  # not its booking
+    assert a.lock_comment(up, pr, "t1", 0, now=108.0, lease_s=25.0) == 1
+    assert a.lock_comment(up, pr, "t1", 1, now=109.0, lease_s=25.0) is None  # one render at a time
+    # A request while it renders keeps the booking alive: the same render runs once more afterwards.
+    assert b.book_render(up, pr, "t3", now=110.0, due_at=115.0, stale_before=0.0) == "t1"
+    posted = Posted(777, "h1", frozenset({"org/r alice"}), frozenset({"org/r alice"}), ("failing aaaaaaa x",))
+    assert a.release_comment(up, pr, 1, now=111.0, posted=posted)
+    assert not b.release_comment(up, pr, 1, now=111.0)  # the lock is gone: version moved on
+    assert a.end_render(up, pr, "t1", now=111.0) == 115.0
+    assert a.lock_comment(up, pr, "t1", 2, now=115.0, lease_s=25.0) == 3
+    assert a.release_comment(up, pr, 3, now=116.0)
+    assert a.end_render(up, pr, "t1", now=116.0) is None  # nothing asked for meanwhile: the booking is over
+    row = a.get_comment(up, pr)
+    assert (row.posted, row.searched, row.pending, row.due_at) == (posted, True, None, None)
+    # A booking whose message was lost is taken over once stale, never while its render holds the lock.
+    assert a.book_render(up, pr, "t4", now=200.0, due_at=205.0, stale_before=0.0) == "t4"
+    assert a.lock_comment(up, pr, "t4", 4, now=205.0, lease_s=25.0) == 5
+    assert b.book_render(up, pr, "t5", now=2000.0, due_at=2005.0, stale_before=1500.0) == "t5"  # lock lapsed
+    a.drop_render(up, pr, "t5")
+    assert a.get_comment(up, pr).pending is None
+    assert a.rerun_state("d1", "77") is None
+    aws["dynamodb"].put_item(
+        TableName="comments",
+        Item={"pk": {"S": "RERUN#d1"}, "sk": {"S": "RUN#77"}, "status": {"S": "requested"}},
+    )
+    assert a.rerun_state("d1", "77") == "requested"
+
+
+def test_issue_comments_through_the_app_token_find_only_the_apps_own(github: GitHubDouble, app_key_pem: str) -> None:
+    perms = {"issues": "write", "pull_requests": "write", "checks": "write", "metadata": "read"}
+    github.install("pytorch/pytorch", installation_id=1, repo_id=65600975, permissions=perms)
+    github.add_issue("pytorch/pytorch", 5)
+    comments = GitHubIssueComments(GitHubApp(github.url, APP_ID, app_key_pem, time.time))
+    github.add_comment("pytorch/pytorch", 5, "a person's words")
+    github.add_comment("pytorch/pytorch", 5, "another App's words", app_slug="other-app")
+    for i in range(120):
+        github.add_comment("pytorch/pytorch", 5, f"chatter {i}")
+    cid = comments.create_comment("pytorch/pytorch", 5, "ours")
+    comments.update_comment("pytorch/pytorch", cid, "ours, edited")
+    found = comments.list_comments("pytorch/pytorch", 5)
+    assert len(found) == 123 and [c.body for c in found if c.ours] == ["ours, edited"]
+    token = github.token_info(github.requests[-1].headers["authorization"].split()[1])
+    assert token is not None and token.repository_ids == frozenset({65600975})  # the upstream alone
+    assert dict(token.permissions) == {"issues": "write", "pull_requests": "write", "metadata": "read"}
+    with pytest.raises(GitHubRejected) as refused:
+        comments.update_comment("pytorch/pytorch", cid, "x" * 70_000)
+    assert refused.value.status == 422
 
 
 def test_allowlist_check_prints_the_level_table(tmp_path: Any) -> None:
