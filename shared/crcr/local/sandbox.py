@@ -49,6 +49,7 @@ class SandboxGitHub:
         self.on_dispatch: Callable[[str, int, dict[str, Any]], None] | None = None
         self.dispatches: list[dict[str, Any]] = []
         self.check_runs: dict[int, dict[str, Any]] = {}
+        self.comments: dict[int, dict[str, Any]] = {}  # PR comments, kept for `crcr demo` to show
         self.requests: list[tuple[str, str, int]] = []
 
     def _app_ok(self, auth: str) -> bool:
@@ -100,6 +101,8 @@ class SandboxGitHub:
             )
         if m := re.fullmatch(r"/repos/([^/]+/[^/]+)/check-runs(?:/(\d+))?", path):
             return self._check_run(method, m.group(1), m.group(2), auth, body or {})
+        if m := re.fullmatch(r"/repos/([^/]+/[^/]+)/issues/(?:(\d+)/comments|comments/(\d+))", path):
+            return self._comment(method, m.group(1), m.group(2), m.group(3), auth, body or {})
         if m := re.fullmatch(r"/repos/([^/]+/[^/]+)/dispatches", path):
             repo = m.group(1)
             denied = self._token_denied(auth, repo)
@@ -150,6 +153,35 @@ class SandboxGitHub:
                 run.update(body)
                 run["writes"] += 1
                 return SandboxReply(200, run)
+        return SandboxReply(404, {"message": "Not Found"})
+
+    def _comment(
+        self, method: str, repo: str, pr: str | None, comment_id: str | None, auth: str, body: dict[str, Any]
+    ) -> SandboxReply:
+        """A PR's conversation: list, create and edit the App's comments (every PR exists in the sandbox)."""
+        denied = self._token_denied(auth, repo)
+        if denied is not None:
+            return denied
+        app = {"id": int(self._app_id) if self._app_id.isdigit() else self._app_id, "slug": "crcr-sandbox"}
+        with self._lock:
+            if method == "GET" and pr is not None:
+                found = [c for c in self.comments.values() if (c["repo"], c["pr"]) == (repo.lower(), int(pr))]
+                return SandboxReply(200, found)
+            text = body.get("body")
+            if method in ("POST", "PATCH") and (not isinstance(text, str) or len(text) > 65536):
+                return SandboxReply(422, {"message": "Validation Failed"})
+            if method == "POST" and pr is not None:
+                new_id = 7_000_000 + len(self.comments) + 1
+                self.comments[new_id] = {
+                    "id": new_id, "repo": repo.lower(), "pr": int(pr), "body": text, "writes": 1,
+                    "user": {"login": "crcr-sandbox[bot]", "type": "Bot"}, "performed_via_github_app": app,
+                }  # fmt: skip
+                return SandboxReply(201, self.comments[new_id])
+            if method == "PATCH" and comment_id is not None and int(comment_id) in self.comments:
+                comment = self.comments[int(comment_id)]
+                comment["body"] = text
+                comment["writes"] += 1
+                return SandboxReply(200, comment)
         return SandboxReply(404, {"message": "Not Found"})
 
 
