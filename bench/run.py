@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import callbacks
 import checkruns
 import coldstart
+import comment
 import reporter
 from harness import (
     ROOT,
@@ -362,6 +363,7 @@ def print_table(results: dict[str, Any]) -> None:
         )
     print_callbacks(results)
     print_checkruns(results)
+    print_comment(results)
     reporter.print_section(results.get("reporter"))
     cs = results.get("cold_start", {})
     print("\n5. cold-start import time (median of 7), ms")
@@ -403,6 +405,30 @@ def print_checkruns(results: dict[str, Any]) -> None:
             f"{row['relay_metrics'].get('CheckRunPaced', 0):>6} {row['elapsed_s']:>9}  {row['all_completed']}"
         )
     print(f"   {cw['method']}")
+
+
+def print_comment(results: dict[str, Any]) -> None:
+    pc = results.get("pr_comment")
+    if not pc:
+        return
+    print("\n8. the PR comment (upstream POST + PATCH: check runs and comments)")
+    print(f"   {'comment':8} {'writes':>7} {'/event':>7} {'comment /event':>15} {'comments/PR':>12} {'paced':>6}")
+    for setting in ("off", "on"):
+        row = pc["per_event"][setting]
+        writes = sum(row["writes"].values())
+        paced = row["relay_metrics"].get("CheckRunPaced", 0) + row["relay_metrics"].get("PrCommentPaced", 0)
+        print(
+            f"   {setting:8} {writes:>7} {row['writes_per_event']:>7} {row['comment_writes_per_event']:>15} "
+            f"{row['comments_per_pr']!s:>12} {paced:>6}"
+        )
+    for name, run in pc["bursts"].items():
+        shown = ", ".join(
+            f"{b['callbacks']} callbacks in {b['spread_s']} s -> {b['comment_writes']} {'/'.join(b['kinds'])} "
+            f"({b['s_from_last_callback_to_write']} s after the last)"
+            for b in run["bursts"]
+        )
+        print(f"   burst {name}: {shown}")
+    print(f"   {pc['method']}")
 
 
 def print_callbacks(results: dict[str, Any]) -> None:
@@ -471,6 +497,11 @@ def main() -> int:
     parser.add_argument("--check-targets", type=int, default=3, help="L4 repositories in that run")
     parser.add_argument("--check-jobs", type=int, default=2, help="jobs per repository in that run")
     parser.add_argument("--skip-checkruns", action="store_true", help="leave out the check-run write figures")
+    parser.add_argument("--comment-events", type=int, default=2, help="pull requests in the PR comment run")
+    parser.add_argument("--comment-targets", type=int, default=3, help="L4 repositories in that run")
+    parser.add_argument("--comment-jobs", type=int, default=2, help="jobs per repository in that run")
+    parser.add_argument("--comment-callbacks", type=int, default=20, help="failing callbacks per burst")
+    parser.add_argument("--skip-comment", action="store_true", help="leave out the PR comment figures")
     parser.add_argument("--reporter-commits", type=int, default=40, help="upstream commits in the reporter run")
     parser.add_argument("--reporter-repos", type=int, default=4, help="downstream repositories per commit there")
     parser.add_argument(
@@ -565,6 +596,19 @@ def main() -> int:
                 timeout_s=max(args.timeout, 240.0),
             )
             phases["check_run_writes"] = round(time.perf_counter() - t, 1)
+        t = time.perf_counter()
+        if not args.skip_comment:
+            out.say("8. the PR comment: upstream writes per event (off against on), writes per burst of callbacks")
+            results["pr_comment"] = comment.comment_bench(
+                key,
+                out,
+                events=args.comment_events,
+                targets=args.comment_targets,
+                jobs=args.comment_jobs,
+                callbacks=args.comment_callbacks,
+                timeout_s=max(args.timeout, 120.0),
+            )
+            phases["pr_comment"] = round(time.perf_counter() - t, 1)
         t = time.perf_counter()
         if not args.skip_reporter:
             out.say("7. reporter cost per recorded change, HUD summaries off against on")

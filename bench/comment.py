@@ -1,0 +1,219 @@
+"""The PR comment's cost on the upstream installation's budget (see bench/README.md, section 8).
+
+Two figures, each on a fresh stack with the upstream installed with the comment's permissions:
+
+- `per_event`: upstream content writes (check runs and comments) per PR event with `CRCR_PR_COMMENT=on` against
+  `off`. `events` pull requests (one commit each) x `targets` L4 repositories x `jobs` jobs; every job reports
+  `in_progress`, then (once ChecksQueue is empty) `completed`, job 0 of every repository `failure`, the rest
+  `success`: every PR gets a comment.
+- `bursts`: one PR, one L4 repository; `callbacks` failing jobs report `completed` spread evenly over `spread_s`
+  seconds (the comment's default settle time is 5 s), then, once the comment is written, the same again with
+  other jobs. Counts the comment's writes per burst and the time from the burst's last callback to its write.
+
+Until the reporter sends them (it will, after each recorded change of an L3/L4 job on a PR), the bench sends the
+reporter's `comment` message itself right after each callback: `SIMULATE_REPORTER`. Verdicts are not computed
+here (they do not change the writes): failing jobs read "not judged yet".
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from typing import Any
+
+from checkruns import _wait_idle
+from harness import REPO_ID_BASE, UPSTREAM, OutputCapture, Relay, event_body, metrics_delta, relay
+
+from crcr.adapters.observability import TOTALS
+from crcr.contracts.messages import CheckSyncMessage
+from tests.doubles.oidc_issuer import OidcIssuer
+
+AUDIENCE = "crcr"
+SIMULATE_REPORTER = True  # the reporter does not send `comment` messages yet; drop this once it does
+PERMISSIONS = {
+    "actions": "write", "checks": "write", "contents": "write", "issues": "write", "pull_requests": "write",
+    "metadata": "read",
+}  # fmt: skip
+
+
+def _env(issuer: OidcIssuer, comment: str) -> dict[str, str]:
+    return {
+        "CRCR_OIDC_ISSUER": issuer.url,
+        "CRCR_OIDC_AUDIENCE": AUDIENCE,
+        "CRCR_CALLBACK_RATE_PER_MIN": "100000",
+        "CRCR_CHECK_SETTLE_S": "2",
+        "CRCR_PR_COMMENT": comment,
+    }
+
+
+def _open_prs(r: Relay, events: int, timeout_s: float) -> list[tuple[int, str]]:
+    r.double.install(UPSTREAM, installation_id=1, repo_id=65600975, permissions=PERMISSIONS)
+    prs = []
+    for n in range(events):
+        doc = json.loads(event_body())
+        pr, head = 9000 + n, f"{n + 1:040x}"
+        doc["number"] = doc["pull_request"]["number"] = pr
+        doc["pull_request"]["head"]["sha"] = head
+        r.double.add_commit(UPSTREAM, head)
+        r.double.add_issue(UPSTREAM, pr)
+        status, _, _ = r.post(json.dumps(doc).encode())
+        if status != 202:
+            raise RuntimeError(f"webhook answered {status}")
+        prs.append((pr, head))
+    if not r.wait_for_dispatches(events * len(r.repos), timeout_s, settle_s=0.0):
+        raise RuntimeError("dispatches did not all land")
+    return prs
+
+
+def _ask(r: Relay, pr: int, head: str) -> None:
+    """What the reporter sends after a recorded change of an L3/L4 job on a PR."""
+    if SIMULATE_REPORTER:
+        message = CheckSyncMessage(kind="comment", upstream=UPSTREAM, head_sha=head, pr=pr)
+        r.stack.client("sqs").send_message(
+            QueueUrl=r.stack.queue_urls["ChecksQueue"], MessageBody=message.model_dump_json()
+        )
+
+
+def _report(r: Relay, issuer: OidcIssuer, ticket: str, repo: str, i: int, job: str, run_id: int, status: str,
+            conclusion: str | None = None) -> None:  # fmt: skip
+    claims = {
+        "repository": repo, "repository_id": REPO_ID_BASE + i, "run_id": run_id, "run_attempt": 1,
+        "job_workflow_ref": f"{repo}/.github/workflows/ci.yml@refs/heads/main",
+    }  # fmt: skip
+    doc: dict[str, Any] = {
+        "schema_version": 1, "ticket": ticket, "status": status, "workflow_name": "CI", "job_name": job,
+        "run_id": run_id, "run_attempt": 1, "url": f"https://github.com/{repo}/actions/runs/{run_id}",
+    }  # fmt: skip
+    if conclusion:
+        doc["conclusion"] = conclusion
+    code, _, reply = r.callback(json.dumps(doc).encode(), issuer.token(**claims))
+    if code != 200:
+        raise RuntimeError(f"callback answered {code}: {reply[:200]!r}")
+
+
+def _writes(r: Relay) -> Counter[str]:
+    kinds: Counter[str] = Counter()
+    for q in r.double.requests:
+        if q.method not in ("POST", "PATCH") or not q.path.startswith(f"/repos/{UPSTREAM}/"):
+            continue
+        if "/check-runs" in q.path:
+            kinds[f"check_run_{q.method}"] += 1
+        elif "/comments" in q.path:
+            kinds[f"comment_{q.method}"] += 1
+    return kinds
+
+
+def _per_event(key: Any, comment: str, *, events: int, targets: int, jobs: int, timeout_s: float) -> dict[str, Any]:
+    before = Counter(TOTALS)
+    with (
+        OidcIssuer() as issuer,
+        relay(key, targets, installations=targets, level="L4", extra_env=_env(issuer, comment)) as r,
+    ):
+        t0 = time.perf_counter()
+        prs = _open_prs(r, events, timeout_s)
+        reports = []
+        for i, repo in enumerate(r.repos):
+            for k, sent in enumerate(r.double.dispatches(repo)):
+                pr, head = prs[k]
+                reports += [
+                    (sent["client_payload"]["ticket"], repo, i, f"job-{j}", 100 + k, pr, head) for j in range(jobs)
+                ]
+        time.sleep(1.0)
+        for ticket, repo, i, job, run_id, pr, head in reports:
+            _report(r, issuer, ticket, repo, i, job, run_id, "in_progress")
+            _ask(r, pr, head)
+        time.sleep(1.0)
+        _wait_idle(r, timeout_s=timeout_s)
+        for ticket, repo, i, job, run_id, pr, head in reports:
+            _report(r, issuer, ticket, repo, i, job, run_id, "completed", "failure" if job == "job-0" else "success")
+            _ask(r, pr, head)
+        time.sleep(1.0)
+        _wait_idle(r, timeout_s=timeout_s)
+        kinds = _writes(r)
+        comments = {
+            pr: len([c for c in r.double.comments(UPSTREAM, pr) if c["performed_via_github_app"]]) for pr, _ in prs
+        }
+        elapsed = time.perf_counter() - t0
+    total = sum(kinds.values())
+    comment_writes = kinds["comment_POST"] + kinds["comment_PATCH"]
+    return {
+        "setting": comment,
+        "events": events,
+        "repositories_per_event": targets,
+        "jobs_per_repository": jobs,
+        "callbacks": len(reports) * 2,
+        "comment_requests": len(reports) * 2 if SIMULATE_REPORTER else None,
+        "writes": dict(sorted(kinds.items())),
+        "writes_per_event": round(total / events, 2),
+        "comment_writes_per_event": round(comment_writes / events, 2),
+        "comments_per_pr": sorted(set(comments.values())),
+        "relay_metrics": {
+            k: v for k, v in metrics_delta(before).items() if k.startswith(("PrComment", "CheckRunPaced"))
+        },
+        "elapsed_s": round(elapsed, 1),
+    }
+
+
+def _bursts(key: Any, *, callbacks: int, spread_s: float, bursts: int, timeout_s: float) -> dict[str, Any]:
+    before = Counter(TOTALS)
+    rows = []
+    with OidcIssuer() as issuer, relay(key, 1, installations=1, level="L4", extra_env=_env(issuer, "on")) as r:
+        [(pr, head)] = _open_prs(r, 1, timeout_s)
+        repo = r.repos[0]
+        ticket = r.double.dispatches(repo)[0]["client_payload"]["ticket"]
+        for b in range(bursts):
+            seen = len(r.double.comment_writes(UPSTREAM))
+            t0 = time.perf_counter()
+            for n in range(callbacks):
+                _report(r, issuer, ticket, repo, 0, f"burst-{b}-job-{n:02d}", 100, "completed", "failure")
+                _ask(r, pr, head)
+                time.sleep(max(0.0, t0 + (n + 1) * spread_s / callbacks - time.perf_counter()))
+            last = time.perf_counter()
+            deadline = last + timeout_s
+            while len(r.double.comment_writes(UPSTREAM)) == seen and time.perf_counter() < deadline:
+                time.sleep(0.05)
+            wrote = time.perf_counter()
+            _wait_idle(r, timeout_s=timeout_s)
+            made = r.double.comment_writes(UPSTREAM)[seen:]
+            names = [f"burst-{b}-job-{n:02d}" for n in range(callbacks)]
+            rows.append({
+                "burst": b + 1,
+                "callbacks": callbacks,
+                "spread_s": round(last - t0, 2),
+                "comment_writes": len(made),
+                "kinds": [m for m, _, _ in made],
+                "s_from_last_callback_to_write": round(wrote - last, 2),
+                "shows_every_job": bool(made) and all(name in made[-1][2] for name in names),
+            })  # fmt: skip
+    return {
+        "bursts": rows,
+        "relay_metrics": {k: v for k, v in metrics_delta(before).items() if k.startswith("PrComment")},
+    }
+
+
+def comment_bench(
+    key: Any, out: OutputCapture, *, events: int, targets: int, jobs: int, callbacks: int, timeout_s: float
+) -> dict[str, Any]:
+    results: dict[str, Any] = {"per_event": {}}
+    for setting in ("off", "on"):
+        out.say(
+            f"   comment {setting}: {events} events x {targets} L4 repositories x {jobs} jobs, one failing per repo"
+        )
+        results["per_event"][setting] = _per_event(
+            key, setting, events=events, targets=targets, jobs=jobs, timeout_s=timeout_s
+        )
+    results["bursts"] = {}
+    for spread in (2.0, 10.0):
+        out.say(f"   bursts: {callbacks} failing callbacks in {spread:.0f} s, twice")
+        results["bursts"][f"{callbacks}_in_{spread:.0f}s"] = _bursts(
+            key, callbacks=callbacks, spread_s=spread, bursts=2, timeout_s=timeout_s
+        )
+    results["method"] = (
+        f"per_event: {events} pull_request events x {targets} L4 repositories x {jobs} jobs, each job in_progress "
+        "then completed (job-0 failure, the rest success) once ChecksQueue is empty; writes = POST/PATCH on the "
+        f"upstream's check-runs and issue comments at the GitHub double; comment setting off against on. bursts: "
+        f"one PR, {callbacks} failing jobs completed evenly over 2 s and 10 s (default settle 5 s, cap 60 s), twice; "
+        "the reporter's comment message sent by the bench after each callback (SIMULATE_REPORTER)."
+    )
+    return results
