@@ -11,6 +11,7 @@ Every write goes through the upstream installation, whose budget GitHub caps (80
 requests a minute, 500 an hour): writes are paced per installation, and over the budget a message goes
 back to the queue with a delay, never dropped. A message names what to look at; the writer reads the
 latest recorded state when it gets there, so waiting merges writes instead of piling them up.
+The PR comment shares the queue and the budget; `comment` messages go to its writer (crcr.app.comment).
 """
 
 from __future__ import annotations
