@@ -13,7 +13,7 @@ import pytest
 from crcr.adapters.allowlist_source import parse_allowlist
 from crcr.app.checks import CheckDeps, sync
 from crcr.app.comment import CommentDeps, comment_message, sync_comment
-from crcr.app.ports import GitHubRejected, GitHubUnavailable, IssueComment, JobRecord, PrInfo
+from crcr.app.ports import GitHubRateLimited, GitHubRejected, GitHubUnavailable, IssueComment, JobRecord, PrInfo
 from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain.comment import (
     BODY_BUDGET,
@@ -165,6 +165,12 @@ def test_a_dispatch_nothing_started_on_is_listed_until_a_job_of_it_starts() -> N
     [row] = view(swept).rows
     assert "(no job started)" in body_of(view(swept)) and row.outcome == "timed_out"
     assert view(swept, job(state="in_progress")).rows == ()
+
+
+def test_a_cancelled_job_is_not_all_passing() -> None:
+    v = view(job(conclusion="success"), job(name="other", conclusion="cancelled", verdict=None))
+    assert (v.rows, v.status, v.unresolved) == ((), "waiting", 1)
+    assert "No failures so far · 1 job cancelled or waiting for approval" in body_of(v)
 
 
 def test_other_prs_and_scheduled_runs_on_the_same_commit_are_not_this_prs() -> None:
@@ -453,6 +459,19 @@ def test_github_refusing_dead_letters_with_the_reason_and_5xx_back_off() -> None
     assert "issue is locked" in reason and w.count("PrCommentDeadLettered") == 1
     assert w.store.rows[PR].pending is None  # the next change books a new render
     assert w.sync(request()) == "booked"
+
+
+def test_a_rate_limit_waits_as_github_says_and_spends_no_attempt() -> None:
+    w = World(job())
+    w.api.errors = [GitHubRateLimited(30.0, "POST: HTTP 403 secondary rate limit")]
+    w.sync(request())
+    [(message, _)] = w.queue.sent
+    w.queue.sent.clear()
+    w.clock.t = message.not_before or 0
+    assert w.sync(message) == "rate_limited"
+    [(later, delay)] = w.queue.sent
+    assert (delay, later.attempt, later.render) == (30.0, 0, "t1")
+    assert w.run_queue() == ["created"]
 
 
 def test_a_redelivered_render_that_already_ran_is_dropped() -> None:

@@ -200,6 +200,7 @@ class View:
     jobs: int = 0  # L3/L4 jobs on the head the comment counts (newest attempts)
     running: int = 0  # not finished yet
     retrying: int = 0  # infrastructure failures hidden while the relay's automatic re-run is pending
+    unresolved: int = 0  # finished without a verdict either way (cancelled, action_required): not "passing"
 
     @property
     def failing(self) -> int:
@@ -209,7 +210,7 @@ class View:
     def status(self) -> str:
         if self.failing:
             return "failing"
-        if self.running or self.retrying or not self.jobs:
+        if self.running or self.retrying or self.unresolved or not self.jobs:
             return "waiting"
         return "passing"
 
@@ -247,7 +248,7 @@ def select(
             key = (repo_key(job.repo), "", "", job.dispatch_id)
         groups.setdefault(key, []).append(job)
     rows: list[Row] = []
-    running = retrying = 0
+    running = retrying = unresolved = 0
     for attempts in groups.values():
         attempts.sort(key=_order)
         newest = attempts[-1]
@@ -265,8 +266,10 @@ def select(
             rows.append(_row(newest, "success", FLAKY, failed=False))
         elif newest.state not in ("completed", "timed_out"):
             running += 1
+        elif newest.conclusion not in ("success", "skipped", "neutral"):
+            unresolved += 1
     rows.sort(key=lambda r: (repo_key(r.repo), r.workflow, r.job))
-    return View(head_sha, tuple(rows), jobs=len(groups), running=running, retrying=retrying)
+    return View(head_sha, tuple(rows), len(groups), running, retrying, unresolved)
 
 
 def _row(job: Recorded, outcome: str, verdict: str | None, failed: bool) -> Row:
@@ -409,6 +412,8 @@ def _headline(view: View, status: str, had_comment: bool) -> str:
         notes.append(f"{_plural(view.retrying, 'infra failure', 'infra failures')} being re-run")
     if view.running:
         notes.append(f"{_plural(view.running, 'job', 'jobs')} still running")
+    if view.unresolved:
+        notes.append(f"{_plural(view.unresolved, 'job', 'jobs')} cancelled or waiting for approval")
     tail = (" · " + " · ".join(notes)) if notes else ""
     if status == "failing":
         repos = len({repo_key(r.repo) for r in view.rows if r.failed})
