@@ -11,7 +11,15 @@ import pytest
 from crcr.adapters.allowlist_source import parse_allowlist
 from crcr.app.plan import PlannerDeps, plan_event
 from crcr.contracts.messages import DispatchMessage, EventMessage
-from tests.unit.fakes import FakeBlobs, FakeClock, FakeDispatchQueue, FakeState, RecordingMetrics, StaticAllowlist
+from tests.unit.fakes import (
+    FakeBlobs,
+    FakeChecksQueue,
+    FakeClock,
+    FakeDispatchQueue,
+    FakeState,
+    RecordingMetrics,
+    StaticAllowlist,
+)
 
 BODY = json.loads(
     (Path(__file__).resolve().parents[2] / "examples" / "events" / "pull_request.opened.json").read_text()
@@ -58,3 +66,34 @@ def test_a_release_whose_send_failed_is_released_again_on_retry() -> None:
     # Another label (another delivery) on the same head releases nothing more.
     assert plan_event(labeled_event("d-2"), deps).skipped == {"org/held": "already_released"}
     assert [m.target_repo for m in queue.sent] == ["org/held"]
+
+
+def _event(doc: dict[str, object], delivery: str) -> EventMessage:
+    text = json.dumps(doc)
+    return EventMessage(
+        delivery_id=delivery, event="pull_request", received_at=0, body=text,
+        body_sha256=hashlib.sha256(text.encode()).hexdigest(),
+    )  # fmt: skip
+
+
+def test_a_new_head_cancels_the_old_heads_queued_runs_and_asks_for_the_prs_comment() -> None:
+    checks = FakeChecksQueue()
+    deps = PlannerDeps(
+        upstream="pytorch/pytorch", allowlist=StaticAllowlist(parse_allowlist("L4:\n  - org/repo\n")),
+        blobs=FakeBlobs(), state=FakeState(), dispatches=FakeDispatchQueue(), metrics=RecordingMetrics(),
+        clock=FakeClock(), checks=checks,
+    )  # fmt: skip
+    plan_event(_event(BODY, "d-1"), deps)
+    assert checks.sent == []
+    newer = json.loads(json.dumps(BODY))
+    newer["action"] = "synchronize"
+    newer["pull_request"]["head"]["sha"] = "b" * 40
+    newer["pull_request"]["updated_at"] = "2099-01-01T00:00:00Z"
+    plan_event(_event(newer, "d-2"), deps)
+    cancel, comment = (m for m, _ in checks.sent)
+    assert (cancel.kind, cancel.head_sha, cancel.superseded_by) == (
+        "cancel",
+        BODY["pull_request"]["head"]["sha"],
+        "b" * 40,
+    )
+    assert (comment.kind, comment.head_sha, comment.pr) == ("comment", "b" * 40, BODY["pull_request"]["number"])
