@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from crcr.app.rerun import RerunDeps
     from crcr.app.summaries import SummaryDeps
     from crcr.app.sweep import SweepDeps
+    from crcr.app.verdicts import VerdictDeps
 
 # Adapters are imported inside each builder: a function pays at cold start only for the libraries it
 # uses (the webhook needs no JWT, YAML or HTTP client; see bench/README.md for the import times).
@@ -308,6 +309,24 @@ def build_report_deps(settings: Settings) -> ReportDeps:
         metrics=metrics,
         checks=_checks_queue(settings),
         summaries=_summaries(settings, metrics),
+        verdicts=_verdicts(settings),
+    )
+
+
+def _verdicts(settings: Settings) -> VerdictDeps | None:
+    """Failure verdicts need the results (attempts, baselines) and the state table (PR bases, branch order)."""
+    if not (settings.results_table and settings.state_table):
+        return None
+    from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
+    from crcr.app.verdicts import VerdictDeps  # noqa: PLC0415
+
+    results = _results(settings)
+    return VerdictDeps(
+        results=results,
+        store=results,
+        by_repo=results,
+        branch=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
+        clock=SystemClock(),
     )
 
 

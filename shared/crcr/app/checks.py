@@ -54,6 +54,7 @@ from crcr.domain.checks import (
 )
 from crcr.domain.ids import NO_RUN
 from crcr.domain.retry import RetryPolicy
+from crcr.domain.verdicts import VERDICT_MEANING
 
 MAX_SUMMARY = 65_535  # GitHub's limit on output.summary
 SWEPT = "swept"  # fingerprint of a sweeper write: any genuine report differs from it
@@ -126,9 +127,27 @@ def _tests(body: dict[str, Any]) -> str | None:
     )
 
 
+def _triage_line(job: JobRecord) -> str | None:
+    """The downstream's own reading of the failure: advice, shown as theirs."""
+    if not job.triage:
+        return None
+    triage = json.loads(job.triage)
+    line = f"The downstream's triage (advice, not a gate): {triage['category']}, {triage['confidence']} confidence"
+    suspected = triage.get("suspected_upstream") or {}
+    if suspected.get("pr"):
+        line += f"; suspects upstream PR #{suspected['pr']}"
+    if suspected.get("commit"):
+        line += f"; suspects upstream commit {suspected['commit']}"
+    return f"{line}. {triage['summary']}"
+
+
 def _summary(job: JobRecord) -> str:
     body: dict[str, Any] = json.loads(job.callback_payload)
     lines = [f"**{job.repo}** · {job.workflow_name} / {job.job_name} · {job.conclusion or job.state}"]
+    if job.verdict:
+        lines.append(f"Verdict: **{job.verdict}** ({VERDICT_MEANING[job.verdict]})")
+    if (triage := _triage_line(job)) is not None:
+        lines.append(triage)
     tests = _tests(body)
     if tests:
         lines.append(f"Tests: {tests}")
@@ -172,6 +191,8 @@ def check_run_fields(job: JobRecord, name: str) -> dict[str, Any]:
 
 def _job_line(job: JobRecord) -> str:
     line = f"- {job.workflow_name} / {job.job_name}: **{job.conclusion or job.state}**"
+    if job.verdict:
+        line += f" ({job.verdict})"
     tests = _tests(json.loads(job.callback_payload))
     if tests:
         line += f" · {tests}"

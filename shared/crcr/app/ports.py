@@ -377,6 +377,12 @@ class ResultsStore(Protocol):
         ...
 
 
+class VerdictStore(Protocol):
+    def set_verdict(self, record: JobRecord, verdict: str) -> bool:
+        """Put a verdict on the job's row if it is still at the record's version; False when it has moved on."""
+        ...
+
+
 class RateLimiter(Protocol):
     def hit(self, key: str, now: float) -> float:
         """0 when under the limit; otherwise seconds until the window frees up."""
