@@ -250,8 +250,9 @@ def _checks_queue(settings: Settings) -> SqsChecksQueue | None:
 
 def build_checks_deps(settings: Settings) -> CheckDeps:
     from crcr.adapters.dynamo import DynamoPacer, DynamoState  # noqa: PLC0415
-    from crcr.adapters.github import GitHubCheckRuns  # noqa: PLC0415
+    from crcr.adapters.github import GitHubCheckRuns, GitHubReruns  # noqa: PLC0415
     from crcr.app.checks import CheckDeps  # noqa: PLC0415
+    from crcr.app.rerun import RerunDeps, RetryDeps  # noqa: PLC0415
 
     settings.require("state_table", "results_table", "checks_queue_url", "checks_dlq_url", "allowlist", "github_app_id")
     queue = _checks_queue(settings)
@@ -259,18 +260,32 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
     metrics = PowertoolsMetrics()
     clock = SystemClock()
     state = DynamoState(aws_client("dynamodb"), str(settings.state_table))
+    allowlist = _allowlist(settings, metrics, clock)
+    results = _results(settings)
     return CheckDeps(
         api=GitHubCheckRuns(_github(settings)),
         store=state,
-        results=_results(settings),
+        results=results,
         ledger=state,
         queue=queue,
+        # One pacer for every content-creating call: check runs spend the upstream installation's budget,
+        # re-runs the downstream's (shared with its dispatches).
         pacer=DynamoPacer(aws_client("dynamodb"), str(settings.state_table)),
-        allowlist=_allowlist(settings, metrics, clock),
+        allowlist=allowlist,
         metrics=metrics,
         clock=clock,
         settle_s=settings.check_settle_s,
         lease_s=settings.github_timeout_s + 15.0,
+        reruns=RerunDeps(github=GitHubReruns(_github(settings)), store=state, allowlist=allowlist, metrics=metrics),
+        retries=RetryDeps(
+            results=results,
+            marks=state,
+            clock=clock,
+            # A claim covers a token, the run's GET and the POST, each up to connect + read timeout.
+            lease_s=3 * (settings.github_timeout_s + 3.05) + 15.0,
+            # As long as the sweeper lets a job run: a run whose other jobs go on longer is not waited for.
+            give_up_s=settings.run_timeout_s,
+        ),
     )
 
 

@@ -11,6 +11,10 @@ Every write goes through the upstream installation, whose budget GitHub caps (80
 requests a minute, 500 an hour): writes are paced per installation, and over the budget a message goes
 back to the queue with a delay, never dropped. A message names what to look at; the writer reads the
 latest recorded state when it gets there, so waiting merges writes instead of piling them up.
+
+Re-runs of downstream runs (kind "rerun", crcr.app.rerun) go through the same writer and pacer, spending
+the downstream installation's budget instead: asked for from the Checks tab, or the relay's own retry of
+an infrastructure failure.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from crcr.app.ports import (
     Pacer,
     ResultsStore,
 )
+from crcr.app.rerun import RerunBusy, RerunDeps, RetryDeps, rerun_requested, retry_infra
 from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain.checks import (
     DONE_STATES,
@@ -75,6 +80,8 @@ class CheckDeps:
     clock: Clock
     settle_s: float = 60.0
     lease_s: float = 30.0  # one GitHub write with its timeouts: a crashed writer's lock lapses after this
+    reruns: RerunDeps | None = None  # kind "rerun": re-runs from the Checks tab and the relay's own retries
+    retries: RetryDeps | None = None
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     rand: Callable[[], float] = field(default=random.random)
 
@@ -95,12 +102,12 @@ class _Budget:
 
     slot_at: float | None = None
 
-    def spend(self, upstream: str, deps: CheckDeps) -> None:
+    def spend(self, installation: int, deps: CheckDeps) -> None:
         now = deps.clock.now()
         held, self.slot_at = self.slot_at, None
         if held is not None and now - STALE_SLOT_S <= held <= now + 1:
             return  # a slot booked for about now; a stale one is dropped (its moment has passed)
-        wait = deps.pacer.acquire(deps.api.installation_for(upstream), now, reserve=True)
+        wait = deps.pacer.acquire(installation, now, reserve=True)
         if wait > 0:
             self.slot_at = now + wait  # booked: nobody else gets that slot
             raise Paced(wait)
@@ -256,7 +263,7 @@ def _write(
     known = check.known
     if not should_write(known, fields["status"], fields.get("conclusion"), attempt, genuine):
         return False
-    budget.spend(check.upstream, deps)
+    budget.spend(deps.api.installation_for(check.upstream), deps)
     key = (check.upstream, check.head_sha, check.name)
     locked = deps.store.lock_check(*key, check.version, deps.clock.now(), deps.lease_s)
     if locked is None:
@@ -371,7 +378,8 @@ def _later(message: CheckSyncMessage, deps: CheckDeps, delay: float, attempt: in
 def sync(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
     """Handle one message. Over the budget, behind another writer, or GitHub asking to wait: back to
     the queue with a delay. 5xx and timeouts: backoff, then the dead-letter queue. 4xx: dead-lettered
-    with the reason at once (retrying will not change GitHub's answer)."""
+    with the reason at once (retrying will not change GitHub's answer); a re-run GitHub refuses is
+    counted and dropped (see crcr.app.rerun)."""
     now = deps.clock.now()
     if message.not_before is not None and message.not_before > now + 1:
         delay = message.not_before - now  # SQS delays at most 15 minutes; longer waits hop until due
@@ -379,7 +387,10 @@ def sync(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
         return SyncOutcome(detail="not_due", delay_s=delay)
     outcome = SyncOutcome()
     budget = _Budget(message.slot_at)
+    what = "Rerun" if message.kind == "rerun" else "CheckRun"  # metric names: RerunPaced, CheckRunPaced, ...
     try:
+        if message.kind == "rerun":
+            return rerun(message, deps, budget)
         if message.kind == "cancel":
             cancel_superseded(message, deps, outcome.written, budget)
             return outcome
@@ -388,15 +399,15 @@ def sync(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
         settles_at = sync_repo(message, deps, outcome.written, budget)
     except Paced as exc:
         _later(message, deps, exc.wait_s, message.attempt, budget)
-        deps.metrics.count("CheckRunPaced")
+        deps.metrics.count(f"{what}Paced")
         return SyncOutcome(outcome.written, "paced", exc.wait_s)
-    except CheckRunRace:
+    except (CheckRunRace, RerunBusy):
         _later(message, deps, 1.0, message.attempt, budget)
-        deps.metrics.count("CheckRunRetried", reason="busy")
+        deps.metrics.count(f"{what}Retried", reason="busy")
         return SyncOutcome(outcome.written, "busy", 1.0)
     except GitHubRateLimited as exc:
         _later(message, deps, exc.wait_s, message.attempt, budget)
-        deps.metrics.count("CheckRunRetried", reason="rate_limited")
+        deps.metrics.count(f"{what}Retried", reason="rate_limited")
         return SyncOutcome(outcome.written, f"rate_limited: {exc}", exc.wait_s)
     except GitHubUnavailable as exc:
         attempt = message.attempt + 1
@@ -404,7 +415,7 @@ def sync(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
             return _dead_letter(message, deps, f"unavailable: {exc} (gave up after {attempt} attempts)", outcome)
         delay = deps.policy.backoff(attempt, deps.rand)
         _later(message, deps, delay, attempt, budget)
-        deps.metrics.count("CheckRunRetried", reason="unavailable")
+        deps.metrics.count(f"{what}Retried", reason="unavailable")
         return SyncOutcome(outcome.written, f"unavailable: {exc}", delay)
     except (GitHubRejected, NotInstalled) as exc:
         return _dead_letter(message, deps, f"GitHub rejected the check run: {exc}", outcome)
@@ -417,9 +428,29 @@ def sync(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
     return outcome
 
 
+def rerun(message: CheckSyncMessage, deps: CheckDeps, budget: _Budget) -> SyncOutcome:
+    """A re-run of a downstream run, paced on the downstream's installation: one asked for from the Checks
+    tab, or the relay's own retry of an infrastructure failure (which waits while the run still runs)."""
+    if deps.reruns is None or (message.requested_by == "relay" and deps.retries is None):
+        return SyncOutcome(detail="reruns_off")
+
+    def pace(installation: int) -> None:
+        budget.spend(installation, deps)
+
+    if message.requested_by == "checks_tab":
+        return SyncOutcome(detail=rerun_requested(message.repo, message.run_id, deps.reruns, pace))
+    assert deps.retries is not None
+    retried = retry_infra(message, deps.reruns, deps.retries, pace)
+    if retried.wait_s is not None:
+        _later(message, deps, retried.wait_s, message.attempt, budget)
+        deps.metrics.count("RerunRetried", reason=retried.outcome)
+        return SyncOutcome(detail=retried.outcome, delay_s=retried.wait_s)
+    return SyncOutcome(detail=retried.outcome)
+
+
 def _dead_letter(message: CheckSyncMessage, deps: CheckDeps, reason: str, outcome: SyncOutcome) -> SyncOutcome:
     deps.queue.dead_letter(message, reason)
-    deps.metrics.count("CheckRunDeadLettered")
+    deps.metrics.count("RerunDeadLettered" if message.kind == "rerun" else "CheckRunDeadLettered")
     return SyncOutcome(outcome.written, reason)
 
 

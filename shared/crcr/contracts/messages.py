@@ -75,6 +75,9 @@ class CheckSyncMessage(_Msg):
     job_name: str = ""
     superseded_by: str | None = None  # kind "cancel": the PR's newer head
     pr: int | None = None  # kind "comment": the upstream PR whose comment to bring up to date
+    # kind "rerun": the relay's one automatic retry of an infrastructure failure (the reporter, naming the
+    # failed job), or a re-run asked for from the upstream's Checks tab (the planner, naming repo and run_id)
+    requested_by: Literal["relay", "checks_tab"] = "relay"
     attempt: int = Field(default=0, ge=0)
     not_before: float | None = None
     slot_at: float | None = None  # a pacing slot booked for this message's next write
