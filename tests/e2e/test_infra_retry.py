@@ -1,8 +1,9 @@
 """The relay's one retry of an infrastructure failure, on `crcr local`, judged by the GitHub double.
 
-The reporter sends ChecksQueue a `rerun` message for every infra failure of an L3/L4 PR job; here the test puts
-that message on the stack's ChecksQueue itself, exactly as the reporter will, so the check-run writer's side is
-judged on its own: one rerun-failed-jobs per downstream run, however many messages ask, and none for attempt 2.
+The reporter sends ChecksQueue a `rerun` message for every infra failure of a run's first attempt of an L3/L4 PR
+job; the test also puts that message on the stack's ChecksQueue itself, as the reporter does, so the check-run
+writer's side is judged whatever the reporter sends: one rerun-failed-jobs per downstream run, however many
+messages ask, and none for attempt 2.
 """
 
 from __future__ import annotations

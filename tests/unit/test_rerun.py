@@ -313,7 +313,7 @@ def test_a_failure_the_downstream_did_not_call_infrastructure_is_not_retried() -
     assert w.github.calls == [] and w.marks.markers == {}  # this job's word only: the run is not decided
 
 
-def test_a_sweeper_timeout_after_the_job_started_counts_as_infrastructure() -> None:
+def test_a_job_the_sweeper_timed_out_counts_as_infrastructure() -> None:
     w = World()
     record = job(state="timed_out", conclusion="timed_out", failure_kind=None)
     w.results.add(record)

@@ -142,8 +142,8 @@ def rerun_requested(repo: str, run_id: str, deps: RerunDeps, pace: Pace) -> str:
 
 
 def _infra(job: JobRecord) -> bool:
-    attempt = Attempt(job.run_attempt, job.state, job.conclusion, job.failure_kind, job.started_at is not None)
-    return attempt.infra
+    """The downstream said its infrastructure failed, or the relay timed the job out (crcr.domain.verdicts)."""
+    return Attempt(job.run_attempt, job.state, job.conclusion, job.failure_kind).infra
 
 
 def retry_infra(message: CheckSyncMessage, deps: RerunDeps, retry: RetryDeps, pace: Pace) -> RetryOutcome:
