@@ -1,5 +1,5 @@
 """ChecksFunction: ChecksQueue (SQS) -> upstream check runs and the PR comment, written from the latest recorded
-state and paced per upstream installation."""
+state and paced per upstream installation, and re-runs of downstream runs, paced per downstream installation."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ def lambda_handler(event: dict[str, Any], context: Any, deps: CheckDeps | None =
                 "target_repo": message.repo,
                 "head_sha": message.head_sha,
                 "pr": message.pr,
+                "run_id": message.run_id,
                 "written": outcome.written,
                 "outcome": outcome.detail,
                 "delay_s": outcome.delay_s,

@@ -7,7 +7,7 @@ from typing import Any
 
 from crcr.adapters.observability import logger, metrics
 from crcr.adapters.stream import images
-from crcr.app.report import ReportDeps, report_change, summarise
+from crcr.app.report import ReportDeps, judge, report_change, summarise
 from crcr.composition import build_report_deps, load_settings
 
 _deps: ReportDeps | None = None
@@ -19,12 +19,14 @@ def lambda_handler(event: dict[str, Any], context: Any, deps: ReportDeps | None 
     global _deps
     ready = deps or _deps or (_deps := build_report_deps(load_settings()))
     # TTL expiries and deletes have no new image: nothing to report.
-    changes = [(record, old, new) for record in event.get("Records") or [] for old, new in [images(record)] if new]
+    received = [(record, old, new) for record in event.get("Records") or [] for old, new in [images(record)] if new]
     try:
+        # A failed L3/L4 PR job first gets its verdict on its row; the row's next image reports it.
+        changes = [(record, old, new) for record, old, new in received if judge(old, new, ready)]
         summarise([(old, new) for _, old, new in changes], ready)
     except Exception:
-        logger.exception("HUD pages not updated; the stream retries the batch")
-        return _retry_from(changes[0][0])
+        logger.exception("verdicts or HUD pages not updated; the stream retries the batch")
+        return _retry_from(received[0][0])
     for record, old, new in changes:
         logger.set_correlation_id(new.delivery_id)
         try:

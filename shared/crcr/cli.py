@@ -68,7 +68,7 @@ def _health(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([row.as_json() for row in rows], indent=2))
         return 0
-    table = [("repository", "level", "jobs", "pass", "timeout", "avg queue", "p50 e2e", "max exec", "verdict")]
+    table = [("repository", "level", "jobs", "pass", "timeout", "flaky", "avg queue", "p50 e2e", "max exec", "verdict")]
     for row in rows:
         table.append(
             (
@@ -77,6 +77,7 @@ def _health(args: argparse.Namespace) -> int:
                 str(row.jobs),
                 _pct(row.pass_rate),
                 _pct(row.timeout_rate),
+                str(row.flaky),
                 _secs(row.avg_queue_s),
                 _secs(row.p50_end_to_end_s),
                 _secs(row.max_execution_s),

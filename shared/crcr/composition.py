@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from crcr.app.rerun import RerunDeps
     from crcr.app.summaries import SummaryDeps
     from crcr.app.sweep import SweepDeps
+    from crcr.app.verdicts import VerdictDeps
 
 # Adapters are imported inside each builder: a function pays at cold start only for the libraries it
 # uses (the webhook needs no JWT, YAML or HTTP client; see bench/README.md for the import times).
@@ -249,9 +250,10 @@ def _checks_queue(settings: Settings) -> SqsChecksQueue | None:
 
 def build_checks_deps(settings: Settings) -> CheckDeps:
     from crcr.adapters.dynamo import DynamoPacer, DynamoState  # noqa: PLC0415
-    from crcr.adapters.github import GitHubCheckRuns, GitHubIssueComments  # noqa: PLC0415
+    from crcr.adapters.github import GitHubCheckRuns, GitHubIssueComments, GitHubReruns  # noqa: PLC0415
     from crcr.app.checks import CheckDeps  # noqa: PLC0415
     from crcr.app.comment import CommentDeps  # noqa: PLC0415
+    from crcr.app.rerun import RerunDeps, RetryDeps  # noqa: PLC0415
 
     settings.require("state_table", "results_table", "checks_queue_url", "checks_dlq_url", "allowlist", "github_app_id")
     queue = _checks_queue(settings)
@@ -259,10 +261,11 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
     metrics = PowertoolsMetrics()
     clock = SystemClock()
     state = DynamoState(aws_client("dynamodb"), str(settings.state_table))
+    # One pacer for every content-creating call: check runs and the PR comment spend the upstream
+    # installation's budget, re-runs the downstream's (shared with its dispatches).
     pacer = DynamoPacer(aws_client("dynamodb"), str(settings.state_table))
     allowlist = _allowlist(settings, metrics, clock)
     results = _results(settings)
-    lease_s = settings.github_timeout_s + 15.0
     comment = None
     if settings.pr_comment == "on":
         # The same queue, pacer (one budget per installation), allowlist and metrics as the check runs.
@@ -278,6 +281,9 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
             clock=clock,
             settle_s=settings.comment_settle_s,
             lease_s=2 * settings.github_timeout_s + 15.0,  # a render may list the conversation, then write
+            # The relay's re-run of an infrastructure failure waits for its run (up to the run timeout), then
+            # must start: that failure is shown after this at the latest.
+            retry_hold_s=float(settings.run_timeout_s + settings.start_timeout_s),
         )
     return CheckDeps(
         api=GitHubCheckRuns(_github(settings)),
@@ -290,7 +296,17 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
         metrics=metrics,
         clock=clock,
         settle_s=settings.check_settle_s,
-        lease_s=lease_s,
+        lease_s=settings.github_timeout_s + 15.0,
+        reruns=RerunDeps(github=GitHubReruns(_github(settings)), store=state, allowlist=allowlist, metrics=metrics),
+        retries=RetryDeps(
+            results=results,
+            marks=state,
+            clock=clock,
+            # A claim covers a token, the run's GET and the POST, each up to connect + read timeout.
+            lease_s=3 * (settings.github_timeout_s + 3.05) + 15.0,
+            # As long as the sweeper lets a job run: a run whose other jobs go on longer is not waited for.
+            give_up_s=settings.run_timeout_s,
+        ),
         comment=comment,
     )
 
@@ -330,6 +346,24 @@ def build_report_deps(settings: Settings) -> ReportDeps:
         metrics=metrics,
         checks=_checks_queue(settings),
         summaries=_summaries(settings, metrics),
+        verdicts=_verdicts(settings),
+    )
+
+
+def _verdicts(settings: Settings) -> VerdictDeps | None:
+    """Failure verdicts need the results (attempts, baselines) and the state table (PR bases, branch order)."""
+    if not (settings.results_table and settings.state_table):
+        return None
+    from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
+    from crcr.app.verdicts import VerdictDeps  # noqa: PLC0415
+
+    results = _results(settings)
+    return VerdictDeps(
+        results=results,
+        store=results,
+        by_repo=results,
+        branch=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
+        clock=SystemClock(),
     )
 
 

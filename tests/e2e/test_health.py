@@ -61,3 +61,45 @@ def test_an_l4_repository_failing_its_jobs_is_demoted_with_the_numbers(
     assert report["org-three/l3-repo"]["verdict"] == "insufficient_data"
     assert report["org-three/l3-repo"]["reasons"] == ["0 finished jobs in 14 days < 1 required"]
     assert report["org-one/l1-repo"]["reasons"] == ["L1 records no results: nothing to judge"]
+
+
+def test_a_job_that_failed_then_passed_on_its_rerun_is_counted_flaky_per_job(
+    relay_factory: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811
+) -> None:
+    relay = relay_factory(env={"CRCR_OIDC_ISSUER": oidc.url, "CRCR_OIDC_AUDIENCE": "crcr"})
+    relay.github.install("pytorch/pytorch", installation_id=1, repo_id=65600975)
+    body = event_body("pull_request.opened.json")
+    delivery = str(uuid.uuid4())
+    assert relay.post("pull_request", body, delivery)[0] == 202
+    relay.wait_dispatches(dict.fromkeys(LISTED, 1), settle_s=0)
+    s = Scenario(relay, oidc, delivery, json.loads(body)["pull_request"]["head"]["sha"])
+
+    # Attempt 1: build passes, test fails; the re-run (attempt 2 of the same run) passes test.
+    first, second = s.token(L4), s.token(L4, run_attempt=2)
+    for job, conclusion in (("build", "success"), ("test", "failure")):
+        assert s.post(s.body(L4, job_name=job, status="completed", conclusion=conclusion), first)[0] == 200
+    rerun = s.body(L4, job_name="test", run_attempt=2, status="completed", conclusion="success")
+    assert s.post(rerun, second) == (200, {"status": "recorded"})
+
+    def health(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "crcr.cli", "health", *flags, "--min-jobs", "1"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=relay.stack.operator_env(),
+            check=False,
+            timeout=60,
+        )
+
+    as_json = health("--json")
+    assert as_json.returncode == 0, as_json.stderr
+    l4 = next(row for row in json.loads(as_json.stdout) if row["repo"] == L4)
+    # Each job counts once, as its latest attempt: both passed. The flip shows as flaky, per workflow/job.
+    assert (l4["jobs"], l4["pass_rate"], l4["flaky"], l4["flaky_jobs"]) == (2, 1.0, 1, {"CI/test": 1})
+    table = health()
+    assert table.returncode == 0, table.stderr
+    header, *lines = table.stdout.splitlines()
+    column = header.split().index("flaky")
+    assert next(line.split() for line in lines if line.startswith(L4))[column] == "1"

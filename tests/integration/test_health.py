@@ -120,6 +120,9 @@ def test_health_prints_a_table_and_json_for_the_allowlist(aws: Aws, tmp_path: Pa
     rows = [job("Org/Accel", f"fail-{i}", "failure", NOW - DAY) for i in range(3)]
     rows += [job("Org/Accel", f"ok-{i}", "success", NOW - DAY) for i in range(5)]
     rows += [job("org/steady", f"ok-{i}", "success", NOW - 2 * DAY) for i in range(12)]
+    # ok-0 passed on its re-run: the latest attempt counts (still 12 jobs, all passed), and it is flaky.
+    rows[-12] = replace(rows[-12], run_attempt=2, check_run_id="crcr-ok-0-2")
+    rows.append(job("org/steady", "ok-0", "failure", NOW - 2 * DAY))
     for record in rows:
         assert results.put_job(record, None)
     env = aws.env(CRCR_RESULTS_TABLE=TABLE, CRCR_ALLOWLIST=str(allowlist))
@@ -127,10 +130,10 @@ def test_health_prints_a_table_and_json_for_the_allowlist(aws: Aws, tmp_path: Pa
     table = crcr_health(env, "--min-jobs", "5")
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    assert " ".join(lines[0].split()) == "repository level jobs pass timeout avg queue p50 e2e max exec verdict"
-    assert lines[1].split() == ["org/dispatch-only", "L1", "0", "-", "-", "-", "-", "-", "insufficient_data"]
-    assert lines[2].split() == ["Org/Accel", "L3", "8", "62.5%", "0.0%", "1m30s", "15m00s", "13m30s", "demote"]
-    assert lines[3].split() == ["org/steady", "L4", "12", "100.0%", "0.0%", "1m30s", "15m00s", "13m30s", "keep"]
+    assert " ".join(lines[0].split()) == "repository level jobs pass timeout flaky avg queue p50 e2e max exec verdict"
+    assert lines[1].split() == ["org/dispatch-only", "L1", "0", "-", "-", "0", "-", "-", "-", "insufficient_data"]
+    assert lines[2].split() == ["Org/Accel", "L3", "8", "62.5%", "0.0%", "0", "1m30s", "15m00s", "13m30s", "demote"]
+    assert lines[3].split() == ["org/steady", "L4", "12", "100.0%", "0.0%", "1", "1m30s", "15m00s", "13m30s", "keep"]
     assert "Org/Accel: pass rate 62.5% < 90% required" in table.stdout
     assert "org/dispatch-only: L1 records no results: nothing to judge" in table.stdout
 
@@ -149,7 +152,11 @@ def test_health_prints_a_table_and_json_for_the_allowlist(aws: Aws, tmp_path: Pa
         "max_execution_s": 810.0,
         "verdict": "insufficient_data",
         "reasons": ["8 finished jobs in 14 days < 10 required"],
+        "flaky": 0,
+        "flaky_jobs": {},
     }
+    steady = next(r for r in doc if r["repo"] == "org/steady")
+    assert (steady["jobs"], steady["pass_rate"], steady["flaky"], steady["flaky_jobs"]) == (12, 1.0, 1, {"CI/ok-0": 1})
 
 
 @pytest.mark.parametrize(

@@ -147,17 +147,39 @@ def test_each_job_is_its_newest_attempt_and_one_that_passed_on_a_retry_is_flaky(
 
 def test_an_infra_failure_is_hidden_while_its_automatic_rerun_has_not_reported() -> None:
     infra = job(verdict="infra", failure_kind="infra")
-    retrying = view(infra, marks={("d1", "77"): "requested"})
+    requested = {("d1", "77"): "requested"}
+    retrying = view(infra, marks=requested)
     assert (retrying.rows, retrying.retrying, retrying.status) == ((), 1, "waiting")
     assert "1 infra failure being re-run" in body_of(retrying)
-    # Refused (or never asked for): told at once.
+    # Not decided yet (the re-run waits for the rest of its run): hidden too, and looked at again.
+    undecided = select([infra], PR, HEAD, (), lambda d, r: None, now=1000.0, hold_s=3600.0)
+    assert (undecided.rows, undecided.retrying, undecided.recheck_at) == ((), 1, 1000.0 + (1000.0 - 150.0) / 2)
+    # Refused or not retryable: told at once.
     assert len(view(infra, marks={("d1", "77"): "refused"}).rows) == 1
-    assert len(view(infra).rows) == 1
-    # The re-run reported: its newest attempt is what counts, and a second infra failure is shown.
-    running = view(infra, job(attempt=2, state="in_progress"), marks={("d1", "77"): "requested"})
+    assert len(view(infra, marks={("d1", "77"): "not_retryable"}).rows) == 1
+    # Requested long ago and never reported: shown once the hold is over.
+    late = select([infra], PR, HEAD, (), lambda d, r: "requested", now=150.0 + 3600.0, hold_s=3600.0)
+    assert len(late.rows) == 1 and late.recheck_at is None
+    # The re-run reported: its newest attempt is what counts, and its own infra failure is shown (never re-run).
+    running = view(infra, job(attempt=2, state="in_progress"), marks=requested)
     assert (running.rows, running.running) == ((), 1)
-    again = view(infra, replace(infra, run_attempt=2), marks={("d1", "77"): "requested"})
+    again = view(infra, replace(infra, run_attempt=2), marks=requested)
     assert [(r.attempt, r.verdict) for r in again.rows] == [(2, "infra")]
+
+
+def test_a_hidden_infra_failure_is_looked_at_again_when_nothing_else_asks() -> None:
+    w = World(job(verdict="infra", failure_kind="infra"))
+    w.deps = replace(w.deps, retry_hold_s=1e10)
+    w.sync(request())
+    [(render_message, _)] = w.queue.sent
+    w.queue.sent.clear()
+    w.clock.t = render_message.not_before or 0
+    assert w.sync(render_message) == "nothing_failed; recheck"  # hidden: nothing to tell yet
+    [(recheck, delay)] = w.queue.sent
+    assert (recheck.render, delay) == (None, 900.0)  # looked at less often as the wait grows (at most 15 min)
+    w.marks.marks[("d1", "77")] = "refused"  # the re-run handler decided, and asked nobody to look
+    assert w.run_queue() == ["booked", "created"]
+    assert "infra" in w.api.writes[-1][2]
 
 
 def test_a_dispatch_nothing_started_on_is_listed_until_a_job_of_it_starts() -> None:

@@ -42,7 +42,7 @@ def job(
     started: float | None = 60.0,
     completed: float | None = 600.0,
 ) -> Sample:
-    return Sample(dispatch, str(run), attempt, name, state, conclusion, pr, dispatched, started, completed)
+    return Sample(dispatch, str(run), attempt, name, state, conclusion, pr, dispatched, started, completed, "CI")
 
 
 def passing(n: int, **kw: Any) -> list[Sample]:
@@ -234,6 +234,59 @@ def test_the_average_queue_skips_jobs_never_seen_starting() -> None:
 def test_no_jobs_no_figures() -> None:
     figures = measure([])
     assert figures.jobs == 0 and figures.pass_rate is None and figures.timeout_rate is None
+    assert (figures.flaky, figures.flaky_jobs) == (0, {})
+
+
+# -- flaky jobs (DESIGN §4.9): a failure followed by a pass on a retry of the same commit --------------------
+
+
+def test_a_job_that_failed_then_passed_on_a_retry_is_flaky_and_counted_per_job() -> None:
+    figures = measure(
+        [
+            job("test", "failure", attempt=1),
+            job("test", "success", attempt=2),  # flaky
+            job("test", "failure", dispatch="d2", attempt=1),
+            job("test", "success", dispatch="d2", attempt=2),  # the same job on another dispatch: flaky again
+            job("build", "timed_out", state="timed_out", attempt=1),
+            job("build", "cancelled", attempt=2),
+            job("build", "success", attempt=3),  # a timeout, then a later pass: flaky
+            job("lint", "success", attempt=1),
+            job("lint", "failure", attempt=2),  # a pass, then a failure: not flaky
+            job("docs", "failure", attempt=1),
+            job("docs", "failure", attempt=2),  # never passed
+            job("smoke", "success"),  # never failed
+        ]
+    )
+    assert figures.flaky_jobs == {"CI/build": 1, "CI/test": 2}
+    assert figures.flaky == 3
+    assert figures.jobs == 6  # flakiness adds no job: each still counts once, as its latest attempt
+    assert figures.passed == 4  # test x2, build, smoke
+
+
+def test_flaky_counts_only_finished_attempts_of_pull_requests_and_each_job_once() -> None:
+    figures = measure(
+        [
+            job("push", "failure", pr=None),
+            job("push", "success", pr=None, attempt=2),  # a push's re-run: not a pull request
+            job("running", "failure"),
+            job("running", None, state="in_progress", attempt=2, completed=None),  # not finished yet
+            job("twice", "failure", attempt=1),
+            job("twice", "success", attempt=2),
+            job("twice", "failure", attempt=3),
+            job("twice", "success", attempt=4),  # flipped twice: one flaky job
+            job("other-run", "failure", run=1),
+            job("other-run", "success", run=2),  # another run of the job is not a retry of this one
+        ]
+    )
+    assert figures.flaky_jobs == {"CI/twice": 1}
+
+
+def test_flaky_is_a_figure_never_a_criterion() -> None:
+    flaky = [job(f"j{i}", "failure", attempt=1) for i in range(10)]
+    flaky += [job(f"j{i}", "success", attempt=2) for i in range(10)]
+    health = judged(Level.L3, flaky, min_jobs=10)
+    assert (health.flaky, health.flaky_jobs["CI/j0"], health.verdict) == (10, 1, Verdict.PROMOTE)
+    assert health.as_json()["flaky_jobs"] == {f"CI/j{i}": 1 for i in range(10)}
 
 
 # -- thresholds from CRCR_HEALTH_THRESHOLDS -----------------------------------------------------------
@@ -326,9 +379,17 @@ def test_the_report_lists_every_repository_by_level_and_reads_nothing_for_l1() -
     assert report[1].reasons == ("0 finished jobs in 14 days < 10 required",)
     assert set(accel.as_json()) == {
         "repo", "level", "jobs", "pass_rate", "timeout_rate", "avg_queue_s", "p50_end_to_end_s",
-        "max_execution_s", "verdict", "reasons",
+        "max_execution_s", "verdict", "reasons",  # DESIGN §4.7's ten
+        "flaky", "flaky_jobs",  # added (README)
     }  # fmt: skip
     assert accel.as_json()["verdict"] == "demote" and accel.as_json()["level"] == "L3"
+
+
+def test_the_report_names_flaky_jobs_by_their_workflow_and_job() -> None:
+    failed = replace(record("org/Accel", "test", "failure", level=3), workflow_name="XPU CI")
+    rows = [failed, replace(failed, run_attempt=2, conclusion="success")]
+    health = health_of(deps(rows)[0], "org/Accel")
+    assert (health.jobs, health.flaky, health.flaky_jobs) == (1, 1, {"XPU CI/test": 1})
 
 
 def test_flags_override_the_policys_window_and_minimum() -> None:

@@ -1,5 +1,5 @@
-"""DynamoDB state table: delivery dedupe, dispatch ledger, PR heads, releases, check runs, PR comments and pacing
-cells.
+"""DynamoDB state table: delivery dedupe, dispatch ledger, PR heads, releases, check runs, PR comments, re-run
+markers and pacing cells.
 
 One table, keys `pk`/`sk`, TTL on `expires_at`. Every state change is a conditional write, so
 concurrent Lambda instances and redelivered messages cannot both win.
@@ -13,7 +13,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from crcr.app.ports import BuildRef, Claim, CommentRow, LedgerRow, LedgerState, PrInfo
+from crcr.app.ports import RERUN_STATUSES, BuildRef, Claim, CommentRow, LedgerRow, LedgerState, PrInfo, RerunClaim
 from crcr.contracts.messages import DispatchMessage
 from crcr.domain.checks import Known
 from crcr.domain.comment import Posted
@@ -670,6 +670,65 @@ class DynamoState:
             if row is not None:
                 rows.append(row)
         return rows
+
+    # -- automatic re-runs (check-run writer): once per (dispatch, run) ----------------------------------
+    @staticmethod
+    def _rerun_pk(dispatch_id: str) -> dict[str, str]:
+        return {"S": f"RERUN#{dispatch_id}"}
+
+    def claim_rerun(self, dispatch_id: str, run_id: str, owner: str, now: float, lease_s: float) -> RerunClaim:
+        claim = {"pk": self._rerun_pk(dispatch_id), "sk": {"S": f"CLAIM#{run_id}"}}
+        taken = applied(
+            self._ddb.put_item,
+            TableName=self._table,
+            Item=claim
+            | {
+                "owner": {"S": owner},
+                "lease_until": {"N": str(num(now + lease_s))},
+                "expires_at": {"N": str(int(now) + DAY)},
+            },
+            ConditionExpression="attribute_not_exists(pk) OR lease_until < :now",
+            ExpressionAttributeValues={":now": {"N": str(num(now))}},
+        )
+        if not taken:
+            return RerunClaim.BUSY
+        # Read the marker only once the claim is held: a holder marks before it releases, so a decision
+        # made just before this claim is always seen.
+        marker = self._ddb.get_item(
+            TableName=self._table,
+            Key={"pk": self._rerun_pk(dispatch_id), "sk": {"S": f"RUN#{run_id}"}},
+            ConsistentRead=True,
+        ).get("Item")
+        if marker is not None:
+            self.release_rerun(dispatch_id, run_id, owner)
+            return RerunClaim.DONE
+        return RerunClaim.CLAIMED
+
+    def release_rerun(self, dispatch_id: str, run_id: str, owner: str) -> None:
+        applied(  # a lapsed claim another message took is theirs now: leave it
+            self._ddb.delete_item,
+            TableName=self._table,
+            Key={"pk": self._rerun_pk(dispatch_id), "sk": {"S": f"CLAIM#{run_id}"}},
+            ConditionExpression="#o = :o",
+            ExpressionAttributeNames={"#o": "owner"},
+            ExpressionAttributeValues={":o": {"S": owner}},
+        )
+
+    def mark_rerun(self, dispatch_id: str, run_id: str, status: str, now: float) -> bool:
+        if status not in RERUN_STATUSES:
+            raise ValueError(f"unknown re-run status {status!r}")
+        return applied(
+            self._ddb.put_item,
+            TableName=self._table,
+            Item={
+                "pk": self._rerun_pk(dispatch_id),
+                "sk": {"S": f"RUN#{run_id}"},
+                "status": {"S": status},
+                "marked_at": {"N": str(num(now))},
+                "expires_at": {"N": str(int(now) + LEDGER_TTL_S)},
+            },
+            ConditionExpression="attribute_not_exists(pk)",
+        )
 
 
 MAX_RESERVE_S = 900.0  # book slots at most as far ahead as one SQS delay reaches

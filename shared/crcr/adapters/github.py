@@ -27,6 +27,7 @@ from crcr.app.ports import (
     IssueComment,
     NotInstalled,
     RepoToken,
+    WorkflowRun,
 )
 from crcr.domain.ids import repo_key
 from crcr.domain.retry import rate_limit_wait
@@ -333,11 +334,14 @@ class GitHubReruns:
     def _auth(self, repo: str, permissions: dict[str, str]) -> str:
         return f"Bearer {self._github.repo_token(self._github.installation_for(repo), repo, permissions).token}"
 
-    def run_status(self, repo: str, run_id: str) -> str:
+    def installation_for(self, repo: str) -> int:
+        return self._github.installation_for(repo)
+
+    def workflow_run(self, repo: str, run_id: str) -> WorkflowRun:
         resp = self._github.request(
             "GET", f"/repos/{_path(repo)}/actions/runs/{run_id}", self._auth(repo, {"actions": "write"}), kind="run"
         )
-        return str(resp.body.get("status"))
+        return WorkflowRun(status=str(resp.body.get("status")), run_attempt=int(resp.body.get("run_attempt") or 1))
 
     def rerun_failed_jobs(self, repo: str, run_id: str) -> bool:
         try:
@@ -348,7 +352,9 @@ class GitHubReruns:
                 kind="rerun",
             )
         except GitHubRejected as exc:
-            if exc.status == 403:  # "already running" / "cannot be retried": a no-op, as asked
+            # "This workflow is already running": someone re-ran it since it was read, a no-op as asked.
+            # Other refusals ("cannot be retried", a run too old, no permission) are GitHub's answer to keep.
+            if exc.status == 403 and "already running" in str(exc).lower():
                 return False
             raise
         return True

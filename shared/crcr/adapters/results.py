@@ -115,6 +115,17 @@ class DynamoResults:
         self._table = table
         self._run_timeout_s = run_timeout_s
 
+    def set_verdict(self, record: JobRecord, verdict: str) -> bool:
+        """The VerdictStore port: a verdict on the row as recorded (the same version), never on a newer state."""
+        return applied(
+            self._ddb.update_item,
+            TableName=self._table,
+            Key=job_key(record.dispatch_id, record.run_id, record.run_attempt, record.job_name),
+            UpdateExpression="SET verdict = :v",
+            ConditionExpression="version = :ver",
+            ExpressionAttributeValues={":v": {"S": verdict}, ":ver": _n(record.version)},
+        )
+
     def jobs_for_head(self, upstream: str, head_sha: str) -> list[JobRecord]:
         """Every job reported on one upstream commit (index by_head)."""
         items = query_all(

@@ -12,6 +12,10 @@ requests a minute, 500 an hour): writes are paced per installation, and over the
 back to the queue with a delay, never dropped. A message names what to look at; the writer reads the
 latest recorded state when it gets there, so waiting merges writes instead of piling them up.
 The PR comment shares the queue and the budget; `comment` messages go to its writer (crcr.app.comment).
+
+Re-runs of downstream runs (kind "rerun", crcr.app.rerun) go through the same writer and pacer, spending
+the downstream installation's budget instead: asked for from the Checks tab, or the relay's own retry of
+an infrastructure failure.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from crcr.app.ports import (
     Pacer,
     ResultsStore,
 )
+from crcr.app.rerun import RerunBusy, RerunDeps, RetryDeps, rerun_requested, retry_infra
 from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain.checks import (
     DONE_STATES,
@@ -57,6 +62,7 @@ from crcr.domain.checks import (
 )
 from crcr.domain.ids import NO_RUN
 from crcr.domain.retry import RetryPolicy
+from crcr.domain.verdicts import VERDICT_MEANING
 
 MAX_SUMMARY = 65_535  # GitHub's limit on output.summary
 SWEPT = "swept"  # fingerprint of a sweeper write: any genuine report differs from it
@@ -76,6 +82,8 @@ class CheckDeps:
     clock: Clock
     settle_s: float = 60.0
     lease_s: float = 30.0  # one GitHub write with its timeouts: a crashed writer's lock lapses after this
+    reruns: RerunDeps | None = None  # kind "rerun": re-runs from the Checks tab and the relay's own retries
+    retries: RetryDeps | None = None
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     rand: Callable[[], float] = field(default=random.random)
     comment: CommentDeps | None = None  # the PR comment (CRCR_PR_COMMENT=off: None)
@@ -106,9 +114,27 @@ def _tests(body: dict[str, Any]) -> str | None:
     )
 
 
+def _triage_line(job: JobRecord) -> str | None:
+    """The downstream's own reading of the failure: advice, shown as theirs."""
+    if not job.triage:
+        return None
+    triage = json.loads(job.triage)
+    line = f"The downstream's triage (advice, not a gate): {triage['category']}, {triage['confidence']} confidence"
+    suspected = triage.get("suspected_upstream") or {}
+    if suspected.get("pr"):
+        line += f"; suspects upstream PR #{suspected['pr']}"
+    if suspected.get("commit"):
+        line += f"; suspects upstream commit {suspected['commit']}"
+    return f"{line}. {triage['summary']}"
+
+
 def _summary(job: JobRecord) -> str:
     body: dict[str, Any] = json.loads(job.callback_payload)
     lines = [f"**{job.repo}** · {job.workflow_name} / {job.job_name} · {job.conclusion or job.state}"]
+    if job.verdict:
+        lines.append(f"Verdict: **{job.verdict}** ({VERDICT_MEANING[job.verdict]})")
+    if (triage := _triage_line(job)) is not None:
+        lines.append(triage)
     tests = _tests(body)
     if tests:
         lines.append(f"Tests: {tests}")
@@ -152,6 +178,8 @@ def check_run_fields(job: JobRecord, name: str) -> dict[str, Any]:
 
 def _job_line(job: JobRecord) -> str:
     line = f"- {job.workflow_name} / {job.job_name}: **{job.conclusion or job.state}**"
+    if job.verdict:
+        line += f" ({job.verdict})"
     tests = _tests(json.loads(job.callback_payload))
     if tests:
         line += f" · {tests}"
@@ -328,7 +356,8 @@ def _later(message: CheckSyncMessage, deps: CheckDeps, delay: float, attempt: in
 def sync(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
     """Handle one message. Over the budget, behind another writer, or GitHub asking to wait: back to
     the queue with a delay. 5xx and timeouts: backoff, then the dead-letter queue. 4xx: dead-lettered
-    with the reason at once (retrying will not change GitHub's answer)."""
+    with the reason at once (retrying will not change GitHub's answer); a re-run GitHub refuses is
+    counted and dropped (see crcr.app.rerun)."""
     now = deps.clock.now()
     if message.not_before is not None and message.not_before > now + 1:
         delay = message.not_before - now  # SQS delays at most 15 minutes; longer waits hop until due
@@ -338,7 +367,10 @@ def sync(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
         return _comment(message, deps)
     outcome = SyncOutcome()
     budget = Budget(message.slot_at)
+    what = "Rerun" if message.kind == "rerun" else "CheckRun"  # metric names: RerunPaced, CheckRunPaced, ...
     try:
+        if message.kind == "rerun":
+            return rerun(message, deps, budget)
         if message.kind == "cancel":
             cancel_superseded(message, deps, outcome.written, budget)
             return outcome
@@ -347,15 +379,15 @@ def sync(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
         settles_at = sync_repo(message, deps, outcome.written, budget)
     except Paced as exc:
         _later(message, deps, exc.wait_s, message.attempt, budget)
-        deps.metrics.count("CheckRunPaced")
+        deps.metrics.count(f"{what}Paced")
         return SyncOutcome(outcome.written, "paced", exc.wait_s)
-    except CheckRunRace:
+    except (CheckRunRace, RerunBusy):
         _later(message, deps, 1.0, message.attempt, budget)
-        deps.metrics.count("CheckRunRetried", reason="busy")
+        deps.metrics.count(f"{what}Retried", reason="busy")
         return SyncOutcome(outcome.written, "busy", 1.0)
     except GitHubRateLimited as exc:
         _later(message, deps, exc.wait_s, message.attempt, budget)
-        deps.metrics.count("CheckRunRetried", reason="rate_limited")
+        deps.metrics.count(f"{what}Retried", reason="rate_limited")
         return SyncOutcome(outcome.written, f"rate_limited: {exc}", exc.wait_s)
     except GitHubUnavailable as exc:
         attempt = message.attempt + 1
@@ -363,7 +395,7 @@ def sync(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
             return _dead_letter(message, deps, f"unavailable: {exc} (gave up after {attempt} attempts)", outcome)
         delay = deps.policy.backoff(attempt, deps.rand)
         _later(message, deps, delay, attempt, budget)
-        deps.metrics.count("CheckRunRetried", reason="unavailable")
+        deps.metrics.count(f"{what}Retried", reason="unavailable")
         return SyncOutcome(outcome.written, f"unavailable: {exc}", delay)
     except (GitHubRejected, NotInstalled) as exc:
         return _dead_letter(message, deps, f"GitHub rejected the check run: {exc}", outcome)
@@ -385,9 +417,29 @@ def _comment(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
     return SyncOutcome(result.written, result.detail, result.delay_s)
 
 
+def rerun(message: CheckSyncMessage, deps: CheckDeps, budget: Budget) -> SyncOutcome:
+    """A re-run of a downstream run, paced on the downstream's installation: one asked for from the Checks
+    tab, or the relay's own retry of an infrastructure failure (which waits while the run still runs)."""
+    if deps.reruns is None or (message.requested_by == "relay" and deps.retries is None):
+        return SyncOutcome(detail="reruns_off")
+
+    def pace(installation: int) -> None:
+        budget.spend(deps.pacer, lambda: installation, deps.clock.now())
+
+    if message.requested_by == "checks_tab":
+        return SyncOutcome(detail=rerun_requested(message.repo, message.run_id, deps.reruns, pace))
+    assert deps.retries is not None
+    retried = retry_infra(message, deps.reruns, deps.retries, pace)
+    if retried.wait_s is not None:
+        _later(message, deps, retried.wait_s, message.attempt, budget)
+        deps.metrics.count("RerunRetried", reason=retried.outcome)
+        return SyncOutcome(detail=retried.outcome, delay_s=retried.wait_s)
+    return SyncOutcome(detail=retried.outcome)
+
+
 def _dead_letter(message: CheckSyncMessage, deps: CheckDeps, reason: str, outcome: SyncOutcome) -> SyncOutcome:
     deps.queue.dead_letter(message, reason)
-    deps.metrics.count("CheckRunDeadLettered")
+    deps.metrics.count("RerunDeadLettered" if message.kind == "rerun" else "CheckRunDeadLettered")
     return SyncOutcome(outcome.written, reason)
 
 

@@ -66,6 +66,9 @@ class CommentDeps:
     max_wait_s: float = 60.0  # a steady stream of changes still shows at least this often
     lease_s: float = 30.0  # one render with its GitHub calls: a crashed writer's lock lapses after this
     stale_s: float = 1200.0  # a booked render not heard of for this long was lost (its message dead-lettered)
+    # An infrastructure failure waits this long at most for the relay's re-run of it to report before it is shown
+    # (the re-run itself waits up to CRCR_RUN_TIMEOUT_S for the rest of its run; then it must start).
+    retry_hold_s: float = 43_200.0 + 3_600.0
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     rand: Callable[[], float] = field(default=random.random)
     new_ticket: Callable[[], str] = field(default=lambda: uuid.uuid4().hex)
@@ -76,6 +79,7 @@ class CommentOutcome:
     detail: str
     delay_s: float = 0.0
     written: list[str] = field(default_factory=list)
+    recheck_at: float | None = None  # a failure left out while its re-run is pending: look again then
 
 
 def comment_message(job: JobRecord) -> CheckSyncMessage | None:
@@ -160,11 +164,16 @@ def _render(message: CheckSyncMessage, pr: int, ticket: str, deps: CommentDeps) 
         deps.store.release_comment(upstream, pr, locked, now)
         deps.store.end_render(upstream, pr, ticket, now, keep=True)
         raise
-    again_at = deps.store.end_render(upstream, pr, ticket, deps.clock.now())
+    now = deps.clock.now()
+    again_at = deps.store.end_render(upstream, pr, ticket, now)
     if again_at is not None:  # asked for again while it rendered: render once more, after that burst
-        delay = max(0.0, again_at - deps.clock.now())
-        _send(message, deps, ticket, delay, 0, budget.slot_at)
+        _send(message, deps, ticket, max(0.0, again_at - now), 0, budget.slot_at)
         outcome.detail += "; again"
+    elif outcome.recheck_at is not None:
+        # Nothing asks for the comment when a pending re-run is decided (or never reports): ask then.
+        update = {"render": None, "not_before": outcome.recheck_at, "attempt": 0, "slot_at": None}
+        deps.queue.send_checks([message.model_copy(update=update)], max(1.0, outcome.recheck_at - now))
+        outcome.detail += "; recheck"
     return outcome
 
 
@@ -177,9 +186,8 @@ def _write(
     if info is None or info.closed:
         deps.store.release_comment(upstream, pr, locked, now)
         return _skip(deps, "closed" if info is not None else "unknown_pr")
-    view = select(
-        deps.jobs.jobs_for_head(upstream, info.head_sha), pr, info.head_sha, info.labels, deps.reruns.rerun_state
-    )
+    jobs = deps.jobs.jobs_for_head(upstream, info.head_sha)
+    view = select(jobs, pr, info.head_sha, info.labels, deps.reruns.rerun_state, now, deps.retry_hold_s)
     owners = {entry.key: entry.oncalls for entry in deps.allowlist.current().entries}
     posted = row.posted
     if posted.comment_id is None and not row.searched:
@@ -192,10 +200,11 @@ def _write(
     digest = _digest(rendered.body)
     if posted.comment_id is None and not rendered.worth_creating:
         deps.store.release_comment(upstream, pr, locked, now, posted)
-        return _skip(deps, "nothing_failed")  # never a comment that only says green
+        # Never a comment that only says green.
+        return replace(_skip(deps, "nothing_failed"), recheck_at=view.recheck_at)
     if posted.comment_id is not None and digest == posted.body_hash:
         deps.store.release_comment(upstream, pr, locked, now, posted)
-        return _skip(deps, "unchanged")
+        return replace(_skip(deps, "unchanged"), recheck_at=view.recheck_at)
     budget.spend(deps.pacer, lambda: deps.api.installation_for(upstream), now)
     if posted.comment_id is None:
         comment_id = deps.api.create_comment(upstream, pr, rendered.body)
@@ -214,7 +223,7 @@ def _write(
         detail = "updated"
     saved = Posted(comment_id, digest, rendered.mentioned, rendered.live, rendered.history)
     deps.store.release_comment(upstream, pr, locked, deps.clock.now(), saved)
-    return CommentOutcome(detail, written=[f"comment {comment_id}"])
+    return CommentOutcome(detail, written=[f"comment {comment_id}"], recheck_at=view.recheck_at)
 
 
 def _find(deps: CommentDeps, upstream: str, pr: int) -> tuple[int, str] | None:

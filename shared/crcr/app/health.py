@@ -36,6 +36,7 @@ def sample(job: JobRecord) -> Sample:
         dispatched_at=job.dispatched_at,
         started_at=job.started_at,
         completed_at=job.completed_at,
+        workflow_name=job.workflow_name,
     )
 
 

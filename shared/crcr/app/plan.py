@@ -23,7 +23,7 @@ from crcr.app.ports import (
     NotInstalled,
     PlannerState,
 )
-from crcr.app.rerun import RerunDeps, rerun_check_run, rerun_check_suite
+from crcr.app.rerun import RerunDeps, check_run_target, check_suite_targets
 from crcr.contracts.github import CheckRunEvent, CheckSuiteEvent, PullRequestEvent, PushEvent
 from crcr.contracts.messages import BuildkiteTarget, CheckSyncMessage, DispatchMessage, EventMessage
 from crcr.domain.allowlist import Entry
@@ -113,24 +113,45 @@ def _epoch(timestamp: str | None) -> float | None:
 
 
 def plan_rerun(message: EventMessage, doc: dict[str, Any], deps: PlannerDeps) -> PlanSummary:
+    """A re-run asked for from the Checks tab: find the downstream runs behind the relay's own check runs and
+    hand each to the check-run writer, which re-runs it paced on the downstream's installation."""
     summary = PlanSummary()
-    if deps.reruns is None:
+    if deps.reruns is None or deps.checks is None:
         summary.skipped["*"] = "reruns_off"
         return summary
     try:
         if message.event == "check_run":
             run = CheckRunEvent.model_validate(doc).check_run
-            outcome = rerun_check_run(deps.upstream, run.head_sha, run.id, run.name, run.external_id, deps.reruns)
-            summary.skipped[run.name] = outcome
+            head_sha = run.head_sha
+            target = check_run_target(deps.upstream, head_sha, run.id, run.name, run.external_id, deps.reruns)
+            targets = [target] if target is not None else []
+            if target is None:
+                summary.skipped[run.name] = "not_ours"
         else:
             suite = CheckSuiteEvent.model_validate(doc).check_suite
-            summary.skipped.update(rerun_check_suite(deps.upstream, suite.head_sha, suite.id, deps.reruns))
+            head_sha = suite.head_sha
+            targets = check_suite_targets(deps.upstream, head_sha, suite.id, deps.reruns)
     except ValidationError as exc:
         raise BadRequest(f"{message.event} payload is malformed", field="body") from exc
     except (GitHubRejected, NotInstalled) as exc:
         # A 4xx will not change on retry (5xx and rate limits do: those propagate and SQS retries).
         deps.metrics.count("RerunIgnored", reason="github_rejected")
         summary.skipped["*"] = f"github_rejected: {exc}"
+        return summary
+    reruns = [
+        CheckSyncMessage(
+            kind="rerun",
+            requested_by="checks_tab",
+            upstream=deps.upstream,
+            head_sha=head_sha,
+            delivery_id=message.delivery_id,
+            repo=repo,
+            run_id=run_id,
+        )
+        for repo, run_id in targets
+    ]
+    deps.checks.send_checks(reruns)
+    summary.skipped.update({f"{m.repo}:{m.run_id}": "rerun_queued" for m in reruns})
     return summary
 
 

@@ -378,6 +378,12 @@ class ResultsStore(Protocol):
         ...
 
 
+class VerdictStore(Protocol):
+    def set_verdict(self, record: JobRecord, verdict: str) -> bool:
+        """Put a verdict on the job's row if it is still at the record's version; False when it has moved on."""
+        ...
+
+
 class RateLimiter(Protocol):
     def hit(self, key: str, now: float) -> float:
         """0 when under the limit; otherwise seconds until the window frees up."""
@@ -561,14 +567,50 @@ class RunWatch(Protocol):
     def put_job(self, record: JobRecord, expected_version: int | None) -> bool: ...
 
 
+@dataclass(frozen=True)
+class WorkflowRun:
+    """A downstream GitHub Actions run as `GET …/actions/runs/{id}` shows it."""
+
+    status: str  # queued, in_progress, completed, ...
+    run_attempt: int  # 1 until someone re-runs it
+
+
 class Reruns(Protocol):
-    def run_status(self, repo: str, run_id: str) -> str: ...
+    def installation_for(self, repo: str) -> int:
+        """The downstream's installation: a re-run spends its content-creating budget (paced like dispatches)."""
+        ...
+
+    def workflow_run(self, repo: str, run_id: str) -> WorkflowRun: ...
     def rerun_failed_jobs(self, repo: str, run_id: str) -> bool:
-        """True when GitHub started a new attempt; False when the run is running or cannot be retried."""
+        """True when GitHub started a new attempt; False when GitHub says the run is already running.
+        Any other refusal raises GitHubRejected."""
         ...
 
     def suite_check_runs(self, upstream: str, suite_id: int) -> list[tuple[int, str, str | None]]:
         """(check run id, name, external_id) of every check run in an upstream check suite."""
+        ...
+
+
+class RerunClaim(Enum):
+    CLAIMED = "claimed"  # this message decides the run's automatic re-run
+    BUSY = "busy"  # another message is deciding it now: look again shortly
+    DONE = "done"  # decided before (the marker exists): never again
+
+
+RERUN_STATUSES = ("requested", "refused", "not_retryable")
+
+
+class RerunMarker(Protocol):
+    """The relay's automatic re-run of a downstream run, once per (dispatch, run) ever.
+
+    The marker (pk `RERUN#<dispatch_id>`, sk `RUN#<run_id>`, `status` in RERUN_STATUSES) is the outcome, which
+    the PR comment reads; a short lease on a separate row (sk `CLAIM#<run_id>`) lets one message at a time
+    decide, so two jobs of one run failing together never re-run it twice or mark it wrong."""
+
+    def claim_rerun(self, dispatch_id: str, run_id: str, owner: str, now: float, lease_s: float) -> RerunClaim: ...
+    def release_rerun(self, dispatch_id: str, run_id: str, owner: str) -> None: ...
+    def mark_rerun(self, dispatch_id: str, run_id: str, status: str, now: float) -> bool:
+        """Write the marker if there is none (a conditional put): True when this call wrote it."""
         ...
 
 

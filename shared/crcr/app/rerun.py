@@ -1,17 +1,47 @@
-"""Re-runs from the upstream Checks tab: rerun-failed-jobs of the downstream run behind a crcr check run.
+"""Re-runs of downstream runs (`rerun-failed-jobs`): asked for from the upstream's Checks tab (the planner finds
+the runs, the check-run writer asks GitHub), and the relay's own single retry of an infrastructure failure
+(the reporter's `rerun` message, handled by the check-run writer).
 
-Only check runs the relay itself wrote (the id it stored for that commit and name), only L3+
-repositories, each downstream run once per request, and a run still running is left alone.
+Both go one way: L3+ repositories only, GitHub Actions runs only (a Buildkite build, or the sweeper's record
+of a dispatch no job started on, has nothing the Actions API can re-run), `GET …/actions/runs/{id}` first and
+a run still running is left alone, then one content-creating POST that spends a slot of the downstream
+installation's budget, shared with dispatches.
+
+The relay's own retry is once per (dispatch, run) ever and of a run's first attempt only: a run someone
+already re-ran is not retried again. Its outcome is a marker the PR comment reads (`requested`, `refused`,
+`not_retryable`); while the run is still running (other jobs of it go on) the message comes back later.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from crcr.app.ports import AllowlistProvider, CheckRunStore, Metrics, Reruns
+from crcr.app.ports import (
+    AllowlistProvider,
+    CheckRunStore,
+    Clock,
+    GitHubRejected,
+    JobRecord,
+    Metrics,
+    NotInstalled,
+    RerunClaim,
+    RerunMarker,
+    Reruns,
+    ResultsStore,
+)
+from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain.checks import parse_external_id
 from crcr.domain.ids import NO_RUN, is_github_run
 from crcr.domain.levels import Level
+from crcr.domain.verdicts import Attempt
+
+# Spends a slot of an installation's content-creating budget, or raises to bring the message back later.
+Pace = Callable[[int], None]
+
+MIN_WAIT_S = 30.0
+MAX_WAIT_S = 900.0  # one SQS delay
 
 
 @dataclass(frozen=True)
@@ -22,12 +52,60 @@ class RerunDeps:
     metrics: Metrics
 
 
+@dataclass(frozen=True)
+class RetryDeps:
+    """What the relay's own retry of an infrastructure failure needs besides the re-run itself."""
+
+    results: ResultsStore
+    marks: RerunMarker
+    clock: Clock
+    lease_s: float = 30.0  # one GitHub read and one write with their timeouts
+    give_up_s: float = 43_200.0  # a run still running this long after its failed job ended is not waited for
+    owner: Callable[[], str] = field(default=lambda: uuid.uuid4().hex)
+
+
+class RerunBusy(Exception):
+    """Another message is deciding the same run's retry right now: look again shortly."""
+
+
+@dataclass(frozen=True)
+class RetryOutcome:
+    outcome: str
+    wait_s: float | None = None  # the run is still running: look again after this long
+
+
+# -- the Checks tab --------------------------------------------------------------------------------------------
+
+
 def _ours(upstream: str, head_sha: str, check_run_id: int, name: str, deps: RerunDeps) -> bool:
     known, _ = deps.store.get_check(upstream, head_sha, name)
     return known is not None and known.check_run_id == check_run_id
 
 
-def _rerun(repo: str, run_id: str, deps: RerunDeps) -> str:
+def check_run_target(upstream: str, head_sha: str, check_run_id: int, name: str, external_id: str | None,
+                     deps: RerunDeps) -> tuple[str, str] | None:  # fmt: skip
+    """The downstream (repo, run_id) behind one of the relay's own check runs; None when it is not ours."""
+    target = parse_external_id(external_id)
+    if target is None or not name.startswith("crcr/") or not _ours(upstream, head_sha, check_run_id, name, deps):
+        deps.metrics.count("RerunIgnored", reason="not_ours")
+        return None
+    return target
+
+
+def check_suite_targets(upstream: str, head_sha: str, suite_id: int, deps: RerunDeps) -> list[tuple[str, str]]:
+    """Each distinct downstream run behind the suite's crcr check runs, once."""
+    runs: dict[tuple[str, str], None] = {}
+    for check_run_id, name, external_id in deps.github.suite_check_runs(upstream, suite_id):
+        target = parse_external_id(external_id)
+        if target is None or target in runs or not name.startswith("crcr/"):
+            continue
+        if _ours(upstream, head_sha, check_run_id, name, deps):
+            runs[target] = None
+    return list(runs)
+
+
+def _blocked(repo: str, run_id: str, deps: RerunDeps) -> str | None:
+    """Why this run cannot be re-run at all (None: it is a GitHub run of an L3+ repository)."""
     entry = deps.allowlist.current().get(repo)
     if entry is None or entry.level < Level.L3:
         return "not_l3"
@@ -35,34 +113,89 @@ def _rerun(repo: str, run_id: str, deps: RerunDeps) -> str:
         return "never_started"  # a dispatch the sweeper timed out has no run to re-run
     if not is_github_run(run_id):
         return "not_github"  # a Buildkite build: the Actions API cannot re-run it
-    if deps.github.run_status(repo, run_id) != "completed":
-        return "running"
-    return "requested" if deps.github.rerun_failed_jobs(repo, run_id) else "not_retryable"
+    return None
 
 
-def rerun_check_run(upstream: str, head_sha: str, check_run_id: int, name: str, external_id: str | None,
-                    deps: RerunDeps) -> str:  # fmt: skip
-    target = parse_external_id(external_id)
-    if target is None or not name.startswith("crcr/") or not _ours(upstream, head_sha, check_run_id, name, deps):
-        deps.metrics.count("RerunIgnored", reason="not_ours")
-        return "not_ours"
-    outcome = _rerun(*target, deps)
+def _request(repo: str, run_id: str, deps: RerunDeps, pace: Pace) -> bool:
+    """The run is completed: spend a slot of the downstream installation's budget, then ask GitHub.
+    False: GitHub says it is already running (someone re-ran it since it was read)."""
+    pace(deps.github.installation_for(repo))
+    return deps.github.rerun_failed_jobs(repo, run_id)
+
+
+def rerun_requested(repo: str, run_id: str, deps: RerunDeps, pace: Pace) -> str:
+    """A re-run asked for from the Checks tab: any attempt, as often as asked; a running run is left alone."""
+    outcome = _blocked(repo, run_id, deps)
+    if outcome is None:
+        try:
+            if deps.github.workflow_run(repo, run_id).status != "completed":
+                outcome = "running"
+            else:
+                outcome = "requested" if _request(repo, run_id, deps, pace) else "running"
+        except (GitHubRejected, NotInstalled):
+            outcome = "refused"  # a 4xx will not change on retry (5xx and rate limits propagate: retried)
     deps.metrics.count("RerunRequested" if outcome == "requested" else "RerunIgnored", reason=outcome)
     return outcome
 
 
-def rerun_check_suite(upstream: str, head_sha: str, suite_id: int, deps: RerunDeps) -> dict[str, str]:
-    """Each distinct downstream run behind the suite's crcr check runs, once."""
-    runs: dict[tuple[str, str], str] = {}
-    for check_run_id, name, external_id in deps.github.suite_check_runs(upstream, suite_id):
-        target = parse_external_id(external_id)
-        if target is None or target in runs or not name.startswith("crcr/"):
-            continue
-        if _ours(upstream, head_sha, check_run_id, name, deps):
-            runs[target] = ""
-    outcomes = {}
-    for repo, run_id in runs:
-        outcome = _rerun(repo, run_id, deps)
-        deps.metrics.count("RerunRequested" if outcome == "requested" else "RerunIgnored", reason=outcome)
-        outcomes[f"{repo}:{run_id}"] = outcome
-    return outcomes
+# -- the relay's own retry of an infrastructure failure ----------------------------------------------------------
+
+
+def _infra(job: JobRecord) -> bool:
+    """The downstream said its infrastructure failed, or the relay timed the job out (crcr.domain.verdicts)."""
+    return Attempt(job.run_attempt, job.state, job.conclusion, job.failure_kind).infra
+
+
+def retry_infra(message: CheckSyncMessage, deps: RerunDeps, retry: RetryDeps, pace: Pace) -> RetryOutcome:
+    """Re-run the failed jobs of the run behind an infrastructure failure, once per (dispatch, run) ever."""
+    job = retry.results.get_job(message.dispatch_id, message.run_id, message.run_attempt, message.job_name)
+    if job is None:
+        return _ignored("unknown_job", deps)
+    blocked = _blocked(job.repo, job.run_id, deps)
+    if blocked is not None:
+        return _decided(job, "not_retryable", blocked, deps, retry)
+    if not _infra(job):
+        return _ignored("not_infra", deps)  # this job's word, not the run's: no marker
+    if job.run_attempt != 1:
+        return _decided(job, "not_retryable", "not_first_attempt", deps, retry)
+    owner = retry.owner()
+    claim = retry.marks.claim_rerun(job.dispatch_id, job.run_id, owner, retry.clock.now(), retry.lease_s)
+    if claim is RerunClaim.BUSY:
+        raise RerunBusy(f"{job.repo} run {job.run_id}")
+    if claim is RerunClaim.DONE:
+        return _ignored("already_decided", deps)  # another job of the run asked first
+    try:
+        return _retry_claimed(job, deps, retry, pace)
+    finally:
+        retry.marks.release_rerun(job.dispatch_id, job.run_id, owner)
+
+
+def _retry_claimed(job: JobRecord, deps: RerunDeps, retry: RetryDeps, pace: Pace) -> RetryOutcome:
+    try:
+        run = deps.github.workflow_run(job.repo, job.run_id)
+        if run.run_attempt > 1:
+            return _decided(job, "not_retryable", "rerun_already", deps, retry)  # re-run by someone: not again
+        if run.status != "completed":
+            waited = retry.clock.now() - (job.completed_at or job.started_at or job.dispatched_at)
+            if waited >= retry.give_up_s:
+                return _decided(job, "not_retryable", "still_running", deps, retry)
+            # Other jobs of the run go on: GitHub re-runs a run's failed jobs only once it has completed.
+            return RetryOutcome("running", wait_s=min(MAX_WAIT_S, max(MIN_WAIT_S, waited / 2)))
+        if not _request(job.repo, job.run_id, deps, pace):
+            return _decided(job, "not_retryable", "rerun_already", deps, retry)
+    except (GitHubRejected, NotInstalled):
+        return _decided(job, "refused", "refused", deps, retry)
+    return _decided(job, "requested", "requested", deps, retry)
+
+
+def _decided(job: JobRecord, status: str, reason: str, deps: RerunDeps, retry: RetryDeps) -> RetryOutcome:
+    retry.marks.mark_rerun(job.dispatch_id, job.run_id, status, retry.clock.now())
+    if status == "requested":
+        deps.metrics.count("InfraRetryRequested")
+        return RetryOutcome("requested")
+    return _ignored(reason, deps)
+
+
+def _ignored(reason: str, deps: RerunDeps) -> RetryOutcome:
+    deps.metrics.count("RerunIgnored", reason=reason)
+    return RetryOutcome(reason)

@@ -89,6 +89,7 @@ def entry(job: JobRecord) -> dict[str, Any]:
         "run_s": _round(job.completed_at - job.started_at)
         if job.completed_at is not None and job.started_at is not None
         else None,
+        "verdict": job.verdict,
         "tests": {k: tests[k] for k in ("passed", "failed", "skipped", "total") if k in tests}
         if isinstance(tests, dict)
         else None,
@@ -137,15 +138,20 @@ def cells(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 # What the repository page's history table reads of an entry (the rest is the commit page's).
 HISTORY_FIELDS = frozenset(
-    {"key", "version", "workflow", "job", "attempt", "state", "url", "head_sha", "pr", "dispatched_at"}
+    {"key", "version", "workflow", "job", "attempt", "state", "url", "head_sha", "pr", "dispatched_at", "verdict"}
     | {"queue_s", "run_s", "tests"}
 )
 
 
 def _merge_entry(entries: dict[str, Any], new: dict[str, Any]) -> bool:
     old = entries.get(new["key"])
-    if old is not None and old.get("version", 0) >= new["version"]:
-        return False  # a retried or overtaken record: what is there is as new or newer
+    if old is not None:
+        # A retried or overtaken record: what is there is as new or newer. At the same version only a
+        # verdict (a new one, or `flaky` replacing the first) changes an entry.
+        if old.get("version", 0) > new["version"]:
+            return False
+        if old.get("version", 0) == new["version"] and new.get("verdict") in (None, old.get("verdict")):
+            return False
     entries[new["key"]] = new
     return True
 

@@ -75,6 +75,9 @@ class CheckSyncMessage(_Msg):
     job_name: str = ""
     superseded_by: str | None = None  # kind "cancel": the PR's newer head
     pr: int | None = None  # kind "comment": the upstream PR whose comment to bring up to date
+    # kind "rerun": the relay's one automatic retry of an infrastructure failure (the reporter, naming the
+    # failed job), or a re-run asked for from the upstream's Checks tab (the planner, naming repo and run_id)
+    requested_by: Literal["relay", "checks_tab"] = "relay"
     # kind "comment": None asks for a render of the comment; otherwise the render booked in the PR's row
     # (its ticket), which alone may write the comment: a burst of requests is merged into it.
     render: str | None = None

@@ -31,6 +31,7 @@ HISTORY_KEPT = 5
 EARLIER = "…"  # the history entry standing for older ones dropped
 SCHEDULED = "scheduled"  # delivery id of scheduled runs: they report on a commit, not on a PR
 RERUN_REQUESTED = "requested"  # the relay asked for the automatic re-run of an infrastructure failure
+RECHECK_MIN_S, RECHECK_MAX_S = 30.0, 900.0  # how often an undecided re-run is looked at again
 NO_JOB_NAME = "(no job started)"
 ZWSP = "\u200b"  # zero-width space: breaks a mention or a reference without changing what a reader sees
 
@@ -166,7 +167,7 @@ class Recorded(Protocol):
     @property
     def dispatched_at(self) -> float: ...
     @property
-    def started_at(self) -> float | None: ...
+    def completed_at(self) -> float | None: ...
     @property
     def failure_kind(self) -> str | None: ...
     @property
@@ -201,6 +202,7 @@ class View:
     running: int = 0  # not finished yet
     retrying: int = 0  # infrastructure failures hidden while the relay's automatic re-run is pending
     unresolved: int = 0  # finished without a verdict either way (cancelled, action_required): not "passing"
+    recheck_at: float | None = None  # when a hidden infrastructure failure must be looked at again
 
     @property
     def failing(self) -> int:
@@ -216,7 +218,7 @@ class View:
 
 
 def _attempt(job: Recorded) -> Attempt:
-    return Attempt(job.run_attempt, job.state, job.conclusion, job.failure_kind, started=job.started_at is not None)
+    return Attempt(job.run_attempt, job.state, job.conclusion, job.failure_kind)
 
 
 def _order(job: Recorded) -> tuple[float, tuple[int, int, str], int]:
@@ -229,9 +231,15 @@ def select(
     head_sha: str,
     labels: tuple[str, ...],
     rerun_state: Callable[[str, str], str | None],
+    now: float = 0.0,
+    hold_s: float = float("inf"),
 ) -> View:
     """The jobs the comment shows, from every job recorded on the PR's head: L4, and L3 while labelled; each
-    job's newest attempt (a re-run, or a later dispatch of the same commit, replaces the older one)."""
+    job's newest attempt (a re-run, or a later dispatch of the same commit, replaces the older one).
+
+    An infrastructure failure of a run's first attempt is re-run once by the relay before anyone is told: it is
+    left out while that re-run is undecided or `requested` (and its next attempt has not reported, which would
+    be the newest), for at most `hold_s` after it failed; `refused` or `not_retryable` show it at once."""
     mine = [
         j
         for j in jobs
@@ -249,6 +257,7 @@ def select(
         groups.setdefault(key, []).append(job)
     rows: list[Row] = []
     running = retrying = unresolved = 0
+    recheck: list[float] = []
     for attempts in groups.values():
         attempts.sort(key=_order)
         newest = attempts[-1]
@@ -256,10 +265,10 @@ def select(
         earlier_failed = any(_attempt(j).failed for j in attempts[:-1])
         if latest.failed:
             verdict = newest.verdict or (INFRA if latest.infra else None)
-            same_run = [j for j in attempts if j.dispatch_id == newest.dispatch_id and j.run_id == newest.run_id]
-            first_of_run = all(j.run_attempt == newest.run_attempt for j in same_run)
-            if verdict == INFRA and first_of_run and rerun_state(newest.dispatch_id, newest.run_id) == RERUN_REQUESTED:
-                retrying += 1  # the relay asked for one automatic re-run: nobody is told until it reports
+            held = _held(newest, verdict, rerun_state, now, hold_s)
+            if held is not None:
+                retrying += 1  # the relay re-runs it once: nobody is told until that re-run reports
+                recheck.append(held)
                 continue
             rows.append(_row(newest, newest.conclusion or "timed_out", verdict, failed=True))
         elif latest.passed and earlier_failed:
@@ -269,7 +278,24 @@ def select(
         elif newest.conclusion not in ("success", "skipped", "neutral"):
             unresolved += 1
     rows.sort(key=lambda r: (repo_key(r.repo), r.workflow, r.job))
-    return View(head_sha, tuple(rows), len(groups), running, retrying, unresolved)
+    return View(head_sha, tuple(rows), len(groups), running, retrying, unresolved, min(recheck, default=None))
+
+
+def _held(
+    job: Recorded, verdict: str | None, rerun_state: Callable[[str, str], str | None], now: float, hold_s: float
+) -> float | None:
+    """When to look again at a failure left out while its automatic re-run is pending; None: show it."""
+    if verdict != INFRA or job.run_attempt != 1 or not job.job_name:
+        return None  # only a run's first attempt is re-run automatically (the no-job record has no run)
+    state = rerun_state(job.dispatch_id, job.run_id)
+    failed_at = job.completed_at or job.dispatched_at
+    until = failed_at + hold_s
+    if state not in (None, RERUN_REQUESTED) or now >= until:
+        return None
+    if state == RERUN_REQUESTED:
+        return until  # its next attempt reports before then (and the reporter asks for the comment)
+    # Undecided: the re-run waits for the rest of its run; look again, less often as the wait grows.
+    return min(until, now + min(RECHECK_MAX_S, max(RECHECK_MIN_S, (now - failed_at) / 2)))
 
 
 def _row(job: Recorded, outcome: str, verdict: str | None, failed: bool) -> Row:

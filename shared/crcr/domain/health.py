@@ -34,19 +34,26 @@ Deviations, where our data differs or the brief asks:
 - PyTorch's special case for its own `pytorch/crcr-test` (xfail/xcancel/xtimeout job names) is not
   copied; neither is tenure at L2 (the allowlist records no history) nor the newer overrun-rate
   criterion (PyTorch now judges the share of jobs running over 3 h instead of the maximum).
+
+Added (DESIGN §4.9), a figure and never a criterion: flaky jobs. A job (dispatch, run and job name) is flaky
+when its attempts include a failure (`failure` or `timed_out`) followed by a later passing one (`success`):
+it failed, then passed on a retry of the same commit. Counted over the same jobs (finished attempts of
+pull-request dispatches in the window), each job once however many times it flipped, and per
+`<workflow>/<job>` name.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from crcr.domain.levels import Level
+from crcr.domain.verdicts import Attempt
 
 DAY_S = 86_400
 FINISHED_STATES = frozenset({"completed", "timed_out"})
@@ -156,6 +163,7 @@ class Sample:
     dispatched_at: float
     started_at: float | None
     completed_at: float | None
+    workflow_name: str = ""
 
     @property
     def timed_out(self) -> bool:
@@ -174,6 +182,11 @@ class Figures:
     avg_queue_s: float | None = None
     p50_end_to_end_s: float | None = None
     max_execution_s: float | None = None
+    flaky_jobs: dict[str, int] = field(default_factory=dict)  # "<workflow>/<job>" -> flaky jobs of that name
+
+    @property
+    def flaky(self) -> int:
+        return sum(self.flaky_jobs.values())
 
     @property
     def pass_rate(self) -> float | None:
@@ -184,11 +197,15 @@ class Figures:
         return self.timed_out / self.jobs if self.jobs else None
 
 
+def _finished_pr(sample: Sample) -> bool:
+    return sample.state in FINISHED_STATES and sample.pr is not None and sample.pr > 0
+
+
 def counted(samples: Iterable[Sample]) -> list[Sample]:
     """The jobs health counts: finished attempts of pull-request dispatches, the latest attempt of each job."""
     latest: dict[tuple[str, str, str], Sample] = {}
     for sample in samples:
-        if sample.state not in FINISHED_STATES or not sample.pr or sample.pr <= 0:
+        if not _finished_pr(sample):
             continue
         # GitHub's run ids are unique per repository, so the dispatch adds nothing for real runs; it keeps
         # the sweeper's nameless rows (run 0) apart, one per dispatch.
@@ -223,7 +240,27 @@ def spread(samples: Iterable[Sample]) -> dict[str, float | None]:
     }
 
 
+def flaky_jobs(samples: Iterable[Sample]) -> dict[str, int]:
+    """Flaky jobs per `<workflow>/<job>`: jobs (dispatch, run and job name) of the counted kind whose attempts
+    include a failure followed by a later passing attempt."""
+    attempts: dict[tuple[str, str, str], list[Sample]] = defaultdict(list)
+    for sample in samples:
+        if sample.job_name and _finished_pr(sample):
+            attempts[(sample.dispatch_id, sample.run_id, sample.job_name)].append(sample)
+    found: dict[str, int] = defaultdict(int)
+    for job in attempts.values():
+        failed_before = False
+        for sample in sorted(job, key=lambda s: s.run_attempt):
+            attempt = Attempt(sample.run_attempt, sample.state, sample.conclusion)
+            if failed_before and attempt.passed:
+                found[f"{sample.workflow_name}/{sample.job_name}"] += 1
+                break
+            failed_before = failed_before or attempt.failed
+    return dict(sorted(found.items()))
+
+
 def measure(samples: Iterable[Sample]) -> Figures:
+    samples = list(samples)
     jobs = counted(samples)
     if not jobs:
         return Figures()
@@ -250,6 +287,7 @@ def measure(samples: Iterable[Sample]) -> Figures:
         avg_queue_s=sum(queues) / len(queues) if queues else None,
         p50_end_to_end_s=end_to_end[len(end_to_end) // 2] if end_to_end else None,
         max_execution_s=max(executions) if executions else None,
+        flaky_jobs=flaky_jobs(samples),
     )
 
 
@@ -304,7 +342,7 @@ class Check:
 
 
 class RepoHealth(BaseModel):
-    """One line of `crcr health`: exactly the fields DESIGN §4.7 names."""
+    """One line of `crcr health`: the fields DESIGN §4.7 names, then the flaky figures (§4.9; README)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -318,6 +356,8 @@ class RepoHealth(BaseModel):
     max_execution_s: float | None
     verdict: Verdict
     reasons: tuple[str, ...]
+    flaky: int = 0  # jobs that failed, then passed on a retry of the same commit
+    flaky_jobs: dict[str, int] = Field(default_factory=dict)  # the same, per "<workflow>/<job>"
     _unmet: int = PrivateAttr(default=0)
 
     @property
@@ -376,6 +416,8 @@ def assess(
         max_execution_s=_round(figures.max_execution_s, 1),
         verdict=judgement.verdict,
         reasons=judgement.reasons,
+        flaky=figures.flaky,
+        flaky_jobs=figures.flaky_jobs,
     )
     health._unmet = judgement.unmet
     return health

@@ -22,6 +22,13 @@ INFRA = "infra"
 FLAKY = "flaky"
 NO_BASELINE = "no baseline"
 VERDICTS = (NEW, PRE_EXISTING, INFRA, FLAKY, NO_BASELINE)
+VERDICT_MEANING = {
+    NEW: "it passed on the base commit: this change broke it",
+    PRE_EXISTING: "it failed on the base commit too",
+    INFRA: "the downstream's infrastructure failed, or the job timed out; retried once",
+    FLAKY: "it failed, then passed on a retry of the same commit",
+    NO_BASELINE: "no result of this job on the base commit or before it to compare with",
+}
 FAILURE_KINDS = ("infra", "build", "test")
 FAILED_CONCLUSIONS = frozenset({"failure", "timed_out"})
 
@@ -34,7 +41,6 @@ class Attempt:
     state: str  # in_progress, completed, timed_out (the sweeper)
     conclusion: str | None
     failure_kind: str | None = None
-    started: bool = True  # the relay saw it start (a sweeper timeout after a start is infrastructure)
 
     @property
     def failed(self) -> bool:
@@ -46,7 +52,14 @@ class Attempt:
 
     @property
     def infra(self) -> bool:
-        return self.failed and (self.failure_kind == "infra" or (self.state == "timed_out" and self.started))
+        """The downstream said its infrastructure failed, or the relay timed it out (started or not)."""
+        return self.failed and (self.failure_kind == "infra" or self.state == "timed_out")
+
+    @property
+    def retryable_infra(self) -> bool:
+        """An infrastructure failure of a run's first attempt: the relay re-runs it once. (The sweeper's
+        record of a dispatch no job started on is attempt 0: there is no run to re-run.)"""
+        return self.infra and self.run_attempt == 1
 
 
 def classify(attempts: Iterable[Attempt], baseline: Attempt | None) -> str | None:
@@ -56,6 +69,8 @@ def classify(attempts: Iterable[Attempt], baseline: Attempt | None) -> str | Non
     if not any(a.failed for a in ordered):
         return None
     latest = ordered[-1]
+    if latest.state == "in_progress":
+        return None  # a retry is running: its result decides
     if latest.passed:
         return FLAKY  # failed, then passed on a retry of the same commit
     if latest.infra:

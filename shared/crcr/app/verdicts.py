@@ -1,0 +1,94 @@
+"""Verdicts of failed L3/L4 jobs on pull requests (DESIGN §4.9), computed by the reporter and kept on the job.
+
+The baseline of a job is its latest result, from a push to the default branch or a scheduled run, on an
+upstream commit at or before the PR's base commit. "At or before" uses the commit times the planner keeps
+for every commit pushed to the default branch: no GitHub call per callback, and a base the relay never
+saw pushed has no baseline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from crcr.app.ports import BranchOrder, Clock, JobRecord, JobsByRepo, ResultsStore, VerdictStore
+from crcr.domain.ids import run_order
+from crcr.domain.verdicts import FLAKY, Attempt, classify
+
+BASELINE_EVENTS = frozenset({"push", "nightly"})
+BASELINE_WINDOW_S = 14 * 86_400
+
+
+@dataclass(frozen=True)
+class VerdictDeps:
+    results: ResultsStore
+    store: VerdictStore
+    by_repo: JobsByRepo
+    branch: BranchOrder
+    clock: Clock
+    window_s: float = BASELINE_WINDOW_S
+
+
+def judged(job: JobRecord) -> bool:
+    """Only L3/L4 jobs of pull requests get a verdict."""
+    return job.pr is not None and job.level >= 3
+
+
+def attempt(job: JobRecord) -> Attempt:
+    return Attempt(job.run_attempt, job.state, job.conclusion, job.failure_kind)
+
+
+def _attempts(job: JobRecord, deps: VerdictDeps) -> list[JobRecord]:
+    """Every attempt of this job's run (a re-run is the run's next attempt)."""
+    found = [
+        j
+        for j in deps.results.jobs_of_dispatch(job.dispatch_id)
+        if j.run_id == job.run_id and j.job_name == job.job_name and j.workflow_name == job.workflow_name
+    ]
+    found = [j for j in found if j.run_attempt != job.run_attempt] + [job]  # this change as it stands now
+    return sorted(found, key=lambda j: j.run_attempt)
+
+
+def baseline(job: JobRecord, deps: VerdictDeps) -> JobRecord | None:
+    """The job's latest push or scheduled result on the newest commit at or before the PR's base commit."""
+    assert job.pr is not None
+    pr = deps.branch.pr_info(job.upstream, job.pr)
+    if pr is None or not pr.base_sha:
+        return None
+    base_time = deps.branch.commit_times(job.upstream, [pr.base_sha]).get(pr.base_sha)
+    if base_time is None:
+        return None
+    candidates = [
+        j
+        for j in deps.by_repo.jobs_of_repo(job.repo, deps.clock.now() - deps.window_s)
+        if j.event_type in BASELINE_EVENTS
+        and j.workflow_name == job.workflow_name
+        and j.job_name == job.job_name
+        and j.state != "in_progress"
+    ]
+    times = deps.branch.commit_times(job.upstream, [j.head_sha for j in candidates]) if candidates else {}
+    eligible = [j for j in candidates if j.head_sha in times and times[j.head_sha] <= base_time]
+    if not eligible:
+        return None
+    return max(eligible, key=lambda j: (times[j.head_sha], j.completed_at or 0.0, run_order(j.run_id), j.run_attempt))
+
+
+def verdict_of(job: JobRecord, deps: VerdictDeps) -> str | None:
+    """The verdict of the job as this change leaves it; None when none of its attempts failed."""
+    attempts = _attempts(job, deps)
+    mine = [attempt(j) for j in attempts]
+    latest = mine[-1]
+    needs_baseline = latest.failed and not latest.infra
+    base = baseline(job, deps) if needs_baseline else None
+    return classify(mine, attempt(base) if base else None)
+
+
+def flaky_predecessors(job: JobRecord, deps: VerdictDeps) -> list[JobRecord]:
+    """A passing attempt turns the failed earlier attempts of its run into `flaky` ones (their rows are
+    updated, so the HUD and the pages say so too)."""
+    if not (job.state == "completed" and job.conclusion == "success" and job.run_attempt > 1):
+        return []
+    return [
+        replace(j, verdict=FLAKY)
+        for j in _attempts(job, deps)
+        if j.run_attempt < job.run_attempt and attempt(j).failed and j.verdict != FLAKY
+    ]
