@@ -10,9 +10,8 @@ Two figures, each on a fresh stack with the upstream installed with the comment'
   seconds (the comment's default settle time is 5 s), then, once the comment is written, the same again with
   other jobs. Counts the comment's writes per burst and the time from the burst's last callback to its write.
 
-Until the reporter sends them (it will, after each recorded change of an L3/L4 job on a PR), the bench sends the
-reporter's `comment` message itself right after each callback: `SIMULATE_REPORTER`. Verdicts are not computed
-here (they do not change the writes): failing jobs read "not judged yet".
+The reporter asks for the comment after each recorded change of an L3/L4 job on a PR, as in production; there is
+no baseline here, so failing jobs read `no baseline` (verdicts do not change the writes).
 """
 
 from __future__ import annotations
@@ -26,11 +25,9 @@ from checkruns import _wait_idle
 from harness import REPO_ID_BASE, UPSTREAM, OutputCapture, Relay, event_body, metrics_delta, relay
 
 from crcr.adapters.observability import TOTALS
-from crcr.contracts.messages import CheckSyncMessage
 from tests.doubles.oidc_issuer import OidcIssuer
 
 AUDIENCE = "crcr"
-SIMULATE_REPORTER = True  # the reporter does not send `comment` messages yet; drop this once it does
 PERMISSIONS = {
     "actions": "write", "checks": "write", "contents": "write", "issues": "write", "pull_requests": "write",
     "metadata": "read",
@@ -64,15 +61,6 @@ def _open_prs(r: Relay, events: int, timeout_s: float) -> list[tuple[int, str]]:
     if not r.wait_for_dispatches(events * len(r.repos), timeout_s, settle_s=0.0):
         raise RuntimeError("dispatches did not all land")
     return prs
-
-
-def _ask(r: Relay, pr: int, head: str) -> None:
-    """What the reporter sends after a recorded change of an L3/L4 job on a PR."""
-    if SIMULATE_REPORTER:
-        message = CheckSyncMessage(kind="comment", upstream=UPSTREAM, head_sha=head, pr=pr)
-        r.stack.client("sqs").send_message(
-            QueueUrl=r.stack.queue_urls["ChecksQueue"], MessageBody=message.model_dump_json()
-        )
 
 
 def _report(r: Relay, issuer: OidcIssuer, ticket: str, repo: str, i: int, job: str, run_id: int, status: str,
@@ -115,19 +103,14 @@ def _per_event(key: Any, comment: str, *, events: int, targets: int, jobs: int, 
         reports = []
         for i, repo in enumerate(r.repos):
             for k, sent in enumerate(r.double.dispatches(repo)):
-                pr, head = prs[k]
-                reports += [
-                    (sent["client_payload"]["ticket"], repo, i, f"job-{j}", 100 + k, pr, head) for j in range(jobs)
-                ]
+                reports += [(sent["client_payload"]["ticket"], repo, i, f"job-{j}", 100 + k) for j in range(jobs)]
         time.sleep(1.0)
-        for ticket, repo, i, job, run_id, pr, head in reports:
+        for ticket, repo, i, job, run_id in reports:
             _report(r, issuer, ticket, repo, i, job, run_id, "in_progress")
-            _ask(r, pr, head)
         time.sleep(1.0)
         _wait_idle(r, timeout_s=timeout_s)
-        for ticket, repo, i, job, run_id, pr, head in reports:
+        for ticket, repo, i, job, run_id in reports:
             _report(r, issuer, ticket, repo, i, job, run_id, "completed", "failure" if job == "job-0" else "success")
-            _ask(r, pr, head)
         time.sleep(1.0)
         _wait_idle(r, timeout_s=timeout_s)
         kinds = _writes(r)
@@ -143,7 +126,6 @@ def _per_event(key: Any, comment: str, *, events: int, targets: int, jobs: int, 
         "repositories_per_event": targets,
         "jobs_per_repository": jobs,
         "callbacks": len(reports) * 2,
-        "comment_requests": len(reports) * 2 if SIMULATE_REPORTER else None,
         "writes": dict(sorted(kinds.items())),
         "writes_per_event": round(total / events, 2),
         "comment_writes_per_event": round(comment_writes / events, 2),
@@ -159,7 +141,7 @@ def _bursts(key: Any, *, callbacks: int, spread_s: float, bursts: int, timeout_s
     before = Counter(TOTALS)
     rows = []
     with OidcIssuer() as issuer, relay(key, 1, installations=1, level="L4", extra_env=_env(issuer, "on")) as r:
-        [(pr, head)] = _open_prs(r, 1, timeout_s)
+        _open_prs(r, 1, timeout_s)
         repo = r.repos[0]
         ticket = r.double.dispatches(repo)[0]["client_payload"]["ticket"]
         for b in range(bursts):
@@ -167,7 +149,6 @@ def _bursts(key: Any, *, callbacks: int, spread_s: float, bursts: int, timeout_s
             t0 = time.perf_counter()
             for n in range(callbacks):
                 _report(r, issuer, ticket, repo, 0, f"burst-{b}-job-{n:02d}", 100, "completed", "failure")
-                _ask(r, pr, head)
                 time.sleep(max(0.0, t0 + (n + 1) * spread_s / callbacks - time.perf_counter()))
             last = time.perf_counter()
             deadline = last + timeout_s
@@ -214,6 +195,6 @@ def comment_bench(
         "then completed (job-0 failure, the rest success) once ChecksQueue is empty; writes = POST/PATCH on the "
         f"upstream's check-runs and issue comments at the GitHub double; comment setting off against on. bursts: "
         f"one PR, {callbacks} failing jobs completed evenly over 2 s and 10 s (default settle 5 s, cap 60 s), twice; "
-        "the reporter's comment message sent by the bench after each callback (SIMULATE_REPORTER)."
+        "the reporter asks for the comment after each recorded change."
     )
     return results

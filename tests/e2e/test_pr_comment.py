@@ -1,12 +1,12 @@
 """The PR comment on `crcr local`, judged by the GitHub double's issue-comment API: one comment per PR, created at
 the first L3/L4 failure and edited in place (even after the relay lost its row), owners mentioned once, a burst
-of callbacks costing one edit, nothing for a closed PR, and the installation's budget shared with check runs.
+of callbacks costing one write, nothing for a closed PR, an infrastructure failure kept back until its automatic
+re-run reports, and the installation's budget shared with check runs.
 
-Two stand-ins for work that lands separately (the reporter): the reporter will send a `comment` message after
-each recorded change of an L3/L4 job on a PR; here the test sends it, right after each callback, the way the
-reporter will (`ask`). And the reporter computes each failed job's verdict; here a test that needs a specific
-verdict writes it onto the job row through `DynamoResults`, as the reporter will before it sends the message
-(`judge`). Everything else is the relay's own path: real callbacks with real tokens, the checks queue, pacing.
+Everything goes the relay's own way: real callbacks with real tokens, the reporter's verdicts and its `comment`
+messages, the checks queue, the pacer. A `new` verdict needs a baseline, so the tests that want one first push
+the PR's base commit to the default branch (the planner records its place) and report a scheduled run of the
+job passing on it (`baseline`).
 """
 
 from __future__ import annotations
@@ -15,23 +15,25 @@ import json
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from crcr.adapters.results import DynamoResults
-from crcr.contracts.messages import CheckSyncMessage
 from tests.conftest import DEFAULT_ALLOWLIST, LISTED, Relay, event_body
 from tests.doubles.github_double import Reply
 from tests.doubles.oidc_issuer import OidcIssuer
-from tests.e2e.test_callback import Scenario, oidc  # noqa: F401 - oidc is a fixture
+from tests.e2e.test_callback import Scenario, oidc, scheduled_body  # noqa: F401 - oidc is a fixture
 
 pytestmark = pytest.mark.e2e
 L4 = "org-four/L4-Repo"
 UPSTREAM = "pytorch/pytorch"
 PR = 170001
-ALLOWLIST = DEFAULT_ALLOWLIST.replace("  - org-four/L4-Repo\n", "  - org-four/L4-Repo: [oncall-four]\n")
+STATE_TABLE = "crcr-local-StateTable"
+# The L4 repository's owner is its oncall; it takes pull requests only (the baseline's push dispatches nothing
+# to it, so each test's PR has one dispatch there).
+ALLOWLIST = DEFAULT_ALLOWLIST.replace("  - org-four/L4-Repo\n", "  - org-four/L4-Repo: [oncall-four]\n") + (
+    "repos:\n  org-four/L4-Repo:\n    events: [pull_request]\n"
+)
 COMMENT_PERMISSIONS = {
     "actions": "write",
     "checks": "write",
@@ -56,48 +58,28 @@ def start(relay_factory: Callable[..., Relay], oidc: OidcIssuer) -> Scenario:  #
     return Scenario(relay, oidc, "", doc["pull_request"]["head"]["sha"])
 
 
-def close(s: Scenario) -> None:
-    doc = json.loads(event_body("pull_request.opened.json"))
-    doc["action"], doc["pull_request"]["state"] = "closed", "closed"
-    doc["pull_request"]["updated_at"] = "2026-11-29T19:00:00Z"
-    assert s.relay.post("pull_request", json.dumps(doc).encode())[0] == 202
+def baseline(s: Scenario, *jobs: str) -> None:
+    """The PR's base commit pushed to the default branch, and each job passing on it in a scheduled run."""
+    base = json.loads(event_body("pull_request.opened.json"))["pull_request"]["base"]["sha"]
+    s.relay.github.add_commit(UPSTREAM, base)
+    push = json.loads(event_body("push.main.json"))
+    push["after"] = base
+    push["commits"] = [push["commits"][0] | {"id": base, "timestamp": "2026-11-29T10:00:00Z"}]
+    push["head_commit"] = push["commits"][0]
+    assert s.relay.post("push", json.dumps(push).encode())[0] == 202
     ddb = s.relay.stack.client("dynamodb")
-    key = {"pk": {"S": f"PR#{UPSTREAM}#{PR}"}, "sk": {"S": "HEAD"}}
-    wait(lambda: ddb.get_item(TableName="crcr-local-StateTable", Key=key)["Item"]["closed"]["BOOL"])
+    key = {"pk": {"S": f"BRANCH#{UPSTREAM}"}, "sk": {"S": f"C#{base}"}}
+    wait(lambda: "Item" in ddb.get_item(TableName=STATE_TABLE, Key=key))
+    for n, job in enumerate(jobs):
+        nightly = s.token(L4, event_name="schedule", run_id=500 + n)
+        body = scheduled_body(base, workflow_name="CI", job_name=job, run_id=500 + n)
+        assert s.post(body | {"url": f"https://github.com/{L4}/actions/runs/{500 + n}"}, nightly)[0] == 200
 
 
-def ask(s: Scenario) -> None:
-    """What the reporter sends after a recorded change of an L3/L4 job on the PR."""
-    message = CheckSyncMessage(kind="comment", upstream=UPSTREAM, head_sha=s.head_sha, pr=PR)
-    sqs = s.relay.stack.client("sqs")
-    sqs.send_message(QueueUrl=s.relay.stack.queue_urls["ChecksQueue"], MessageBody=message.model_dump_json())
-
-
-def results(s: Scenario) -> DynamoResults:
-    return DynamoResults(s.relay.stack.client("dynamodb"), "crcr-local-ResultsTable")
-
-
-def judge(s: Scenario, job_name: str, verdict: str, run_attempt: int = 1) -> None:
-    """The reporter's verdict on a failed job, written onto its row as the reporter will before it asks."""
-    store = results(s)
-    [row] = [
-        j for j in store.jobs_for_head(UPSTREAM, s.head_sha) if (j.job_name, j.run_attempt) == (job_name, run_attempt)
-    ]
-    current = store.get_job(row.dispatch_id, row.run_id, row.run_attempt, row.job_name)
-    assert current is not None
-    assert store.put_job(replace(current, verdict=verdict, version=current.version + 1), current.version)
-
-
-def report(
-    s: Scenario, job_name: str, conclusion: str, run_attempt: int = 1, verdict: str | None = None, asking: bool = True
-) -> None:
+def report(s: Scenario, job_name: str, conclusion: str, run_attempt: int = 1, **extra: Any) -> None:
     token = s.token(L4, run_attempt=run_attempt)
     body = s.body(L4, job_name=job_name, status="completed", conclusion=conclusion, run_attempt=run_attempt)
-    assert s.post(body, token)[0] == 200
-    if verdict is not None:
-        judge(s, job_name, verdict, run_attempt)
-    if asking:
-        ask(s)
+    assert s.post(body | extra, token)[0] == 200
 
 
 def wait(predicate: Callable[[], bool], timeout_s: float = 20.0) -> None:
@@ -120,11 +102,12 @@ def test_one_comment_created_at_the_first_failure_then_edited_in_place_owners_me
     oidc: OidcIssuer,  # noqa: F811
 ) -> None:
     s = start(relay_factory, oidc)
+    baseline(s, "test", "later")
     report(s, "build", "success")
     time.sleep(4)
     assert writes(s) == []  # never a comment that only says green
 
-    report(s, "test", "failure", verdict="new")
+    report(s, "test", "failure")  # passed on the baseline: new
     wait(lambda: len(writes(s)) == 1)
     [(method, comment_id, body)] = writes(s)
     assert method == "POST"
@@ -137,14 +120,15 @@ def test_one_comment_created_at_the_first_failure_then_edited_in_place_owners_me
     report(s, "test", "success", run_attempt=2)
     wait(lambda: len(writes(s)) == 2)
     assert writes(s)[-1][:2] == ("PATCH", comment_id)
-    assert "All passing again" in writes(s)[-1][2] and "@oncall-four" not in writes(s)[-1][2]
+    assert "All passing again" in writes(s)[-1][2] and "flaky (passed on retry)" in writes(s)[-1][2]
+    assert "@oncall-four" not in writes(s)[-1][2]
 
     # The relay loses its row for the PR (a cold start that lost the stored id): the marker finds the comment.
     ddb = s.relay.stack.client("dynamodb")
     key = {"pk": {"S": f"PR#{UPSTREAM}#{PR}"}, "sk": {"S": "COMMENT"}}
-    assert "Item" in ddb.get_item(TableName="crcr-local-StateTable", Key=key)
-    ddb.delete_item(TableName="crcr-local-StateTable", Key=key)
-    report(s, "later", "failure", verdict="new")
+    assert "Item" in ddb.get_item(TableName=STATE_TABLE, Key=key)
+    ddb.delete_item(TableName=STATE_TABLE, Key=key)
+    report(s, "later", "failure")
     wait(lambda: len(writes(s)) == 3)
     method, again_id, body = writes(s)[-1]
     assert (method, again_id) == ("PATCH", comment_id)  # never a second comment
@@ -161,15 +145,14 @@ def test_a_burst_of_callbacks_costs_one_write(
     s = start(relay_factory, oidc)
     token = s.token(L4)
     started = time.time()
-    for i in range(20):  # 20 jobs failing within about 2 s, each recorded change asking for the comment
+    for i in range(20):  # 20 jobs failing within about 2 s; the reporter asks for the comment after each
         assert s.post(s.body(L4, job_name=f"job-{i:02d}", status="completed", conclusion="failure"), token)[0] == 200
-        ask(s)
     burst_s = time.time() - started
-    wait(lambda: len(writes(s)) >= 1)
+    wait(lambda: len(writes(s)) >= 1, timeout_s=60)
     time.sleep(5)  # room for a stray second write
     [(method, _, body)] = writes(s)
     assert method == "POST" and all(f"| CI / job-{i:02d} | 1 |" in body for i in range(20))
-    assert burst_s < 10
+    assert "no baseline" in body and burst_s < 10
     assert s.relay.metric("PrCommentCreated") == 1 and s.relay.metric("PrCommentSkipped.reason=coalesced") >= 15
 
 
@@ -178,12 +161,39 @@ def test_a_closed_pr_gets_no_comment(
     oidc: OidcIssuer,  # noqa: F811
 ) -> None:
     s = start(relay_factory, oidc)
-    report(s, "test", "failure", verdict="new", asking=False)
-    close(s)
-    ask(s)
+    [opened] = s.relay.github.dispatches(L4)
+    doc = json.loads(event_body("pull_request.opened.json"))
+    doc["action"], doc["pull_request"]["state"] = "closed", "closed"
+    doc["pull_request"]["updated_at"] = "2026-11-29T19:00:00Z"
+    assert s.relay.post("pull_request", json.dumps(doc).encode())[0] == 202
+    wait(lambda: len(s.relay.github.dispatches(L4)) == 2)  # closed is dispatched too, for clean-ups
+    # The opened dispatch's job fails after the PR was closed.
+    body = {
+        "schema_version": 1, "ticket": opened["client_payload"]["ticket"], "status": "completed",
+        "conclusion": "failure", "workflow_name": "CI", "job_name": "test", "run_id": 777, "run_attempt": 1,
+        "url": f"https://github.com/{L4}/actions/runs/777",
+    }  # fmt: skip
+    assert s.post(body, s.token(L4))[0] == 200
     wait(lambda: s.relay.metric("PrCommentSkipped.reason=closed") >= 1)
     time.sleep(3)
     assert writes(s) == [] and not [r for r in s.relay.github.requests if "/issues/" in r.path]
+
+
+def test_an_infra_failure_is_told_only_after_its_automatic_rerun_reports(
+    relay_factory: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811
+) -> None:
+    s = start(relay_factory, oidc)
+    s.relay.github.add_workflow_run(L4, 777, head_sha=s.head_sha, status="completed", conclusion="failure")
+    report(s, "build-and-test", "failure", failure_kind="infra")
+    wait(lambda: s.relay.github.reruns(L4) == [777])  # the relay re-runs it once
+    time.sleep(4)
+    assert writes(s) == []  # nobody is told while the re-run is pending
+    report(s, "build-and-test", "failure", run_attempt=2)  # the re-run fails too, on its own
+    wait(lambda: len(writes(s)) == 1)
+    [(method, _, body)] = writes(s)
+    assert method == "POST" and "| CI / build-and-test | 2 |" in body and "no baseline" in body
+    assert "| CI / build-and-test | 1 |" not in body
 
 
 def test_github_refusing_the_comment_goes_to_the_dlq_with_the_reason(
@@ -193,22 +203,21 @@ def test_github_refusing_the_comment_goes_to_the_dlq_with_the_reason(
     s = start(relay_factory, oidc)
     locked = Reply.error(403, "Unable to create comment because issue is locked.")
     s.relay.github.script("POST", rf"/repos/{UPSTREAM}/issues/{PR}/comments", [locked])
-    report(s, "test", "failure", verdict="new")
+    report(s, "test", "failure")
     sqs = s.relay.stack.client("sqs")
     dlq = s.relay.stack.queue_urls["ChecksDLQ"]
     found: list[dict[str, Any]] = []
 
     def dead() -> bool:
         got = sqs.receive_message(QueueUrl=dlq, MessageAttributeNames=["All"], WaitTimeSeconds=1)
-        found.extend(got.get("Messages", []))
+        found.extend(m for m in got.get("Messages", []) if json.loads(m["Body"])["kind"] == "comment")
         return bool(found)
 
     wait(dead)
     reason = found[0]["MessageAttributes"]["failure_reason"]["StringValue"]
     assert "403" in reason and "locked" in reason
-    assert json.loads(found[0]["Body"])["kind"] == "comment"
     # The next change books a new render, and the comment is made then.
-    report(s, "other", "failure", verdict="pre-existing")
+    report(s, "other", "failure")
     wait(lambda: len(writes(s)) == 1)
 
 
@@ -223,7 +232,6 @@ def test_comment_writes_share_the_installations_budget_with_check_runs(
         assert s.post(s.body(L4, job_name=job), token)[0] == 200
     for job in jobs:
         assert s.post(s.body(L4, job_name=job, status="completed", conclusion="failure"), token)[0] == 200
-        ask(s)
     wait(lambda: len(writes(s)) == 1, timeout_s=60)
     assert s.relay.metric("CheckRunPaced") > 0 and s.relay.metric("PrCommentPaced") > 0
     content = sorted(

@@ -12,7 +12,7 @@ import pytest
 
 from crcr.adapters.allowlist_source import parse_allowlist
 from crcr.app.checks import CheckDeps, sync
-from crcr.app.comment import CommentDeps, comment_message, sync_comment
+from crcr.app.comment import CommentDeps, sync_comment
 from crcr.app.ports import GitHubRateLimited, GitHubRejected, GitHubUnavailable, IssueComment, JobRecord, PrInfo
 from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain.comment import (
@@ -505,10 +505,7 @@ def test_a_redelivered_render_that_already_ran_is_dropped() -> None:
     assert len(w.api.writes) == 1
 
 
-def test_the_reporters_message_and_the_setting_that_turns_the_comment_off() -> None:
-    assert comment_message(job()) == request()
-    assert comment_message(job(level=2)) is None
-    assert comment_message(replace(job(), pr=None)) is None
+def test_the_setting_that_turns_the_comment_off() -> None:
     deps: Any = CheckDeps(
         api=None, store=None, results=None, ledger=None, queue=FakeChecksQueue(), pacer=FakePacer(),  # type: ignore[arg-type]
         allowlist=StaticAllowlist(parse_allowlist(ALLOWLIST)), metrics=RecordingMetrics(), clock=FakeClock(),

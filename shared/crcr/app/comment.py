@@ -29,7 +29,6 @@ from crcr.app.ports import (
     GitHubRejected,
     GitHubUnavailable,
     IssueComments,
-    JobRecord,
     JobsByHead,
     Metrics,
     NotInstalled,
@@ -37,7 +36,7 @@ from crcr.app.ports import (
     RerunMarks,
 )
 from crcr.contracts.messages import CheckSyncMessage
-from crcr.domain.comment import SCHEDULED, Posted, marker, recover, render, select
+from crcr.domain.comment import Posted, marker, recover, render, select
 from crcr.domain.retry import RetryPolicy
 
 BUSY_RETRY_S = 1.0
@@ -80,13 +79,6 @@ class CommentOutcome:
     delay_s: float = 0.0
     written: list[str] = field(default_factory=list)
     recheck_at: float | None = None  # a failure left out while its re-run is pending: look again then
-
-
-def comment_message(job: JobRecord) -> CheckSyncMessage | None:
-    """What the reporter sends after a recorded change of an L3/L4 job on a PR (None: no PR comment to update)."""
-    if job.level < 3 or job.pr is None or not job.head_sha or job.delivery_id == SCHEDULED:
-        return None
-    return CheckSyncMessage(kind="comment", upstream=job.upstream, head_sha=job.head_sha, pr=job.pr)
 
 
 def _skip(deps: CommentDeps, reason: str) -> CommentOutcome:
