@@ -23,6 +23,7 @@ from tests.conftest import DEFAULT_ALLOWLIST, LISTED, Relay, event_body
 from tests.doubles.github_double import Reply
 from tests.doubles.oidc_issuer import OidcIssuer
 from tests.e2e.test_callback import Scenario, oidc, scheduled_body  # noqa: F401 - oidc is a fixture
+from tests.e2e.test_relay import only_allowed_endpoints
 
 pytestmark = pytest.mark.e2e
 L4 = "org-four/L4-Repo"
@@ -136,6 +137,7 @@ def test_one_comment_created_at_the_first_failure_then_edited_in_place_owners_me
     assert "Owners: `@oncall-four`" in body and "| CI / later | 1 |" in body
     time.sleep(3)
     assert [m for m, _, _ in writes(s)] == ["POST", "PATCH", "PATCH"] and len(ours(s)) == 1
+    only_allowed_endpoints(s.relay)  # DESIGN §7: the three issue-comment endpoints and nothing else new
 
 
 def test_a_burst_of_callbacks_costs_one_write(

@@ -27,6 +27,9 @@ ALLOWED_ENDPOINTS = [
     ("GET", r"/repos/[^/]+/[^/]+/actions/runs/\d+"),
     ("GET", r"/repos/[^/]+/[^/]+/contents/.+"),
     ("GET", r"/repos/[^/]+/[^/]+/commits/[^/]+"),
+    ("POST", r"/repos/[^/]+/[^/]+/issues/\d+/comments"),
+    ("PATCH", r"/repos/[^/]+/[^/]+/issues/comments/\d+"),
+    ("GET", r"/repos/[^/]+/[^/]+/issues/\d+/comments"),
 ]
 
 
