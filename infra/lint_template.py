@@ -35,6 +35,8 @@ SUB_REF = re.compile(r"\$\{([^}]*)\}")
 SUB_OK = re.compile(r"^(AWS::Region|[A-Za-z0-9]+(\.[A-Za-z0-9]+)?)$")
 GETATT_OK = {"Arn", "QueueName"}
 ENV_IF_ALLOWED = {"CRCR_CALLBACK_URL"}
+# API Gateway's default steady-state limit for all APIs of an account in a Region (requests/s).
+ACCOUNT_RATE_LIMIT = 10_000
 
 
 class Report:
@@ -226,6 +228,41 @@ def check_observability(cfn: dict[str, Any], report: Report) -> None:
         )
 
 
+def check_throttles(cfn: dict[str, Any], report: Report) -> None:
+    """Every HTTP API route has a token bucket of its own, so a flood of one never spends another's; GitHub's
+    webhook route has the largest; their sum stays under the account's regional limit that all APIs share."""
+    resources: dict[str, Any] = cfn["Resources"]
+    print("HTTP API throttles (one budget per route):")
+    for api_name, api in sorted(resources.items()):
+        if api["Type"] != "AWS::ApiGatewayV2::Api":
+            continue
+        paths = (api.get("Properties", {}).get("Body") or {}).get("paths") or {}
+        routes = {f"{method.upper()} {path}" for path, methods in paths.items() for method in methods}
+        stages = [
+            r["Properties"]
+            for r in resources.values()
+            if r["Type"] == "AWS::ApiGatewayV2::Stage" and _ref(r["Properties"].get("ApiId")) == api_name
+        ]
+        for stage in stages:
+            settings = stage.get("RouteSettings") or {}
+            budgets: dict[str, int] = {}
+            for route in sorted(routes):
+                mine = settings.get(route) or {}
+                rate, burst = _int(mine.get("ThrottlingRateLimit"), 0), _int(mine.get("ThrottlingBurstLimit"), 0)
+                has_both = bool(rate) and bool(burst)
+                report.check(has_both, f"{api_name} {route}: its own throttle (rate {rate}/s, burst {burst})")
+                budgets[route] = rate or 0
+            webhook = budgets.get("POST /webhook", 0)
+            report.check(
+                all(webhook >= b for b in budgets.values()), f"{api_name}: POST /webhook has the largest budget"
+            )
+            total = sum(budgets.values())
+            report.check(
+                total <= ACCOUNT_RATE_LIMIT,
+                f"{api_name}: route budgets sum to {total}/s <= the account's {ACCOUNT_RATE_LIMIT}/s",
+            )
+
+
 def _env_value_ok(value: Any, allow_if: bool) -> bool:
     if isinstance(value, (str, int, float, bool)):
         return True
@@ -271,6 +308,7 @@ def main() -> int:
     cfn_lint(cfn, regions, report)
     check_queues(cfn, report)
     check_observability(cfn, report)
+    check_throttles(cfn, report)
     check_env_shapes(sam, report)
     if report.failures:
         print(f"template lint: {len(report.failures)} problem(s)")

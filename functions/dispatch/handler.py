@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from crcr.adapters.observability import logger, metrics
-from crcr.app.dispatch import DispatchDeps, dispatch
+from crcr.app.dispatch import DispatchBatch, DispatchDeps
 from crcr.composition import build_dispatch_deps, load_settings
 from crcr.contracts.messages import DispatchMessage
 from crcr.sqs_batch import process_batch
@@ -18,10 +18,11 @@ _deps: DispatchDeps | None = None
 def lambda_handler(event: dict[str, Any], context: Any, deps: DispatchDeps | None = None) -> dict[str, Any]:
     global _deps
     ready = deps or _deps or (_deps := build_dispatch_deps(load_settings()))
+    batch = DispatchBatch(ready)  # the records share each PR's head read and one send of check-run requests
 
     def handle(record: dict[str, Any]) -> None:
         message = DispatchMessage.model_validate_json(record["body"])
-        outcome = dispatch(message, ready)
+        outcome = batch.dispatch(message, record["messageId"])
         logger.info(
             "dispatch handled",
             extra={
@@ -43,4 +44,10 @@ def lambda_handler(event: dict[str, Any], context: Any, deps: DispatchDeps | Non
         logger.exception("dispatch failed; SQS will redeliver", extra={"message_id": record.get("messageId")})
 
     # Records go to different repositories: run them side by side so a slow one holds up no other.
-    return process_batch(event, handle, failed, parallel=10)
+    result = process_batch(event, handle, failed, parallel=10)
+    try:
+        batch.send_requests()
+    except Exception:  # SQS brings those records back; a repeat of a sent dispatch asks again
+        logger.exception("check-run requests not sent; their records are failed back to the queue")
+        return batch.fail_requested(result)
+    return result

@@ -38,7 +38,7 @@ def json_response(status: int, body: dict[str, Any], headers: dict[str, str] | N
     return {
         "statusCode": status,
         "headers": {"content-type": "application/json", **(headers or {})},
-        "body": json.dumps(body, separators=(",", ":")),
+        "body": json.dumps(body, separators=(",", ":"), allow_nan=False),
     }
 
 

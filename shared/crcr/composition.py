@@ -5,8 +5,11 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
+
+from pydantic import SecretStr
 
 from crcr.adapters.clock import SystemClock
 from crcr.adapters.observability import PowertoolsMetrics, logger
@@ -18,6 +21,7 @@ if TYPE_CHECKING:
     from crcr.adapters.results import DynamoResults
     from crcr.adapters.s3 import S3HudDocs
     from crcr.adapters.sqs import SqsChecksQueue
+    from crcr.adapters.tickets import Ed25519Tickets
     from crcr.app.callback import CallbackDeps
     from crcr.app.checks import CheckDeps
     from crcr.app.dispatch import BuildkiteDeps, DispatchDeps
@@ -25,11 +29,13 @@ if TYPE_CHECKING:
     from crcr.app.ingest import IngestDeps
     from crcr.app.plan import PlannerDeps
     from crcr.app.ports import JobRecord, RepoLookup
+    from crcr.app.reconcile import ReconcileDeps
     from crcr.app.report import ReportDeps
     from crcr.app.rerun import RerunDeps
     from crcr.app.summaries import SummaryDeps
     from crcr.app.sweep import SweepDeps
     from crcr.app.verdicts import VerdictDeps
+    from crcr.domain.pacing import Rate
 
 # Adapters are imported inside each builder: a function pays at cold start only for the libraries it
 # uses (the webhook needs no JWT, YAML or HTTP client; see bench/README.md for the import times).
@@ -65,16 +71,87 @@ def _secrets_provider(endpoint: str) -> Any:
     return SecretsProvider(boto3_client=aws_client("secretsmanager"))
 
 
+def _secret_doc(settings: Settings, *, force: bool = False) -> dict[str, Any]:
+    """The CRCR_SECRETS_ARN document, through Powertools' cache: read again once it is older than
+    CRCR_SECRETS_MAX_AGE_S, or now when `force`d."""
+    provider = _secrets_provider(os.environ.get("AWS_ENDPOINT_URL", ""))
+    raw = provider.get(str(settings.secrets_arn), max_age=settings.secrets_max_age_s, force_fetch=force)
+    doc = json.loads(raw if isinstance(raw, str) else raw.decode())
+    if not isinstance(doc, dict):
+        raise ConfigError("CRCR_SECRETS_ARN must hold a JSON object")
+    return doc
+
+
 def load_settings(env: dict[str, str] | None = None) -> Settings:
     """Settings with secrets resolved: environment first, then the Secrets Manager JSON document."""
     settings = Settings.from_env(env)
     if settings.secrets_arn:
-        raw = _secrets_provider(os.environ.get("AWS_ENDPOINT_URL", "")).get(settings.secrets_arn, max_age=300)
-        doc = json.loads(raw if isinstance(raw, str) else raw.decode())
-        if not isinstance(doc, dict):
-            raise ConfigError("CRCR_SECRETS_ARN must hold a JSON object")
-        settings = settings.with_secrets(doc)
+        settings = settings.with_secrets(_secret_doc(settings))
     return settings
+
+
+def _ticket_key_source(settings: Settings) -> Callable[[bool], tuple[str, str | None]]:
+    """The ticket keys. Keys set in the environment are fixed for the life of the instance; keys from the
+    CRCR_SECRETS_ARN document are read again through the cache, so a rotated secret is picked up by warm
+    functions (within CRCR_SECRETS_MAX_AGE_S, or at once by a verifier shown a key id it does not know)."""
+    current = settings.secret("ticket_signing_key")  # fails the cold start, naming the variable, when missing
+    previous = settings.ticket_previous_key.get_secret_value() if settings.ticket_previous_key else None
+    live = {name for name in ("ticket_signing_key", "ticket_previous_key") if settings.from_secret(name)}
+    if not (settings.secrets_arn and live):
+        return lambda force: (current, previous)
+
+    def read(force: bool) -> tuple[str, str | None]:
+        doc = _secret_doc(settings, force=force)
+        now_current = str(doc.get("ticket_signing_key") or "") if "ticket_signing_key" in live else current
+        if not now_current:
+            raise ConfigError("missing secret: key 'ticket_signing_key' in CRCR_SECRETS_ARN")
+        now_previous = (
+            (str(doc.get("ticket_previous_key") or "") or None) if "ticket_previous_key" in live else previous
+        )
+        return now_current, now_previous
+
+    return read
+
+
+def _webhook_secret_source(settings: Settings) -> Callable[[bool], tuple[bytes, ...]] | None:
+    """The webhook secrets (current, then previous) read again through the CRCR_SECRETS_ARN cache, so rotating the
+    secret needs no redeploy; None when both are fixed in the environment. A forced read (a signature that did not
+    match) happens at most once per 10 s; a failed read keeps the secrets last read."""
+    live = {name for name in ("webhook_secret", "webhook_previous_secret") if settings.from_secret(name)}
+    if not (settings.secrets_arn and live):
+        return None
+    fixed = {name: getattr(settings, name) for name in ("webhook_secret", "webhook_previous_secret")}
+    last: list[tuple[bytes, ...]] = [_webhook_secrets(fixed)]
+    quiet_until = [float("-inf")]
+
+    def read(force: bool) -> tuple[bytes, ...]:
+        now = time.monotonic()
+        if force and now < quiet_until[0]:
+            return last[0]
+        if force:
+            quiet_until[0] = now + 10.0
+        try:
+            doc = _secret_doc(settings, force=force)
+        except Exception:
+            logger.exception("reading the webhook secret failed; keeping the last one read")
+            return last[0]
+        values = {name: (doc.get(name) if name in live else fixed[name]) for name in fixed}
+        last[0] = _webhook_secrets(values) or last[0]
+        return last[0]
+
+    return read
+
+
+def _webhook_secrets(values: Mapping[str, Any]) -> tuple[bytes, ...]:
+    found = (values.get("webhook_secret"), values.get("webhook_previous_secret"))
+    texts = [v.get_secret_value() if isinstance(v, SecretStr) else v for v in found]
+    return tuple(str(text).encode() for text in texts if text)
+
+
+def _tickets(settings: Settings) -> Ed25519Tickets:
+    from crcr.adapters.tickets import Ed25519Tickets  # noqa: PLC0415
+
+    return Ed25519Tickets(_ticket_key_source(settings), on_error=logger.error)
 
 
 @functools.cache  # one App client (key, JWT and token caches) per function, however many adapters use it
@@ -91,6 +168,13 @@ def _github(settings: Settings) -> GitHubApp:
     )
 
 
+def _write_rates(settings: Settings) -> tuple[Rate, ...]:
+    """Each installation's budget of content-creating calls: GitHub.com's, unless configured otherwise."""
+    from crcr.domain.pacing import CONTENT_RATES, parse_rates  # noqa: PLC0415
+
+    return parse_rates(settings.github_write_rates) if settings.github_write_rates else CONTENT_RATES
+
+
 def build_ingest_deps(settings: Settings) -> IngestDeps:
     from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
     from crcr.adapters.s3 import S3Blobs  # noqa: PLC0415
@@ -99,7 +183,13 @@ def build_ingest_deps(settings: Settings) -> IngestDeps:
 
     settings.require("state_table", "events_queue_url", "bodies_bucket")
     return IngestDeps(
-        secrets=(settings.secret("webhook_secret").encode(),),
+        secrets=_webhook_secrets(
+            {
+                "webhook_secret": settings.secret("webhook_secret"),
+                "webhook_previous_secret": settings.webhook_previous_secret,
+            }
+        ),
+        secret_source=_webhook_secret_source(settings),
         upstream=settings.upstream_repo,
         deliveries=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
         events=SqsEventQueue(aws_client("sqs"), str(settings.events_queue_url)),
@@ -157,7 +247,6 @@ def build_planner_deps(settings: Settings) -> PlannerDeps:
 def build_dispatch_deps(settings: Settings) -> DispatchDeps:
     from crcr.adapters.dynamo import LEDGER_TTL_S, DynamoPacer, DynamoState  # noqa: PLC0415
     from crcr.adapters.sqs import SqsDispatchQueue  # noqa: PLC0415
-    from crcr.adapters.tickets import Ed25519Tickets  # noqa: PLC0415
     from crcr.app.dispatch import DispatchDeps  # noqa: PLC0415
     from crcr.domain.retry import RetryPolicy  # noqa: PLC0415
 
@@ -167,8 +256,8 @@ def build_dispatch_deps(settings: Settings) -> DispatchDeps:
         github=_github(settings),
         ledger=DynamoState(aws_client("dynamodb"), table, start_timeout_s=settings.start_timeout_s),
         queue=SqsDispatchQueue(aws_client("sqs"), str(settings.dispatch_queue_url), str(settings.dispatch_dlq_url)),
-        pacer=DynamoPacer(aws_client("dynamodb"), table),
-        signer=Ed25519Tickets(settings.secret("ticket_signing_key")),
+        pacer=DynamoPacer(aws_client("dynamodb"), table, rates=_write_rates(settings)),
+        signer=_tickets(settings),
         metrics=PowertoolsMetrics(),
         clock=SystemClock(),
         callback_url=str(settings.callback_url),
@@ -178,6 +267,7 @@ def build_dispatch_deps(settings: Settings) -> DispatchDeps:
         policy=RetryPolicy(base_s=settings.retry_base_s),
         # A claim must outlast one GitHub call (connect + read timeout) so a live worker is never doubled.
         lease_s=settings.github_timeout_s + 15.0,
+        send_s=settings.github_timeout_s + 3.05,
         checks=_checks_queue(settings),
         buildkite=_buildkite_dispatch(settings),
     )
@@ -202,6 +292,7 @@ def _buildkite_dispatch(settings: Settings) -> BuildkiteDeps | None:
         pacer=DynamoPacer(aws_client("dynamodb"), str(settings.state_table), rates=BUILDKITE_RATES, cell="BUILDKITE"),
         # The claim covers a lookup and a create, each up to connect (3.05 s) + read timeout.
         lease_s=2 * (timeout + 3.05) + 15.0,
+        call_s=timeout + 3.05,
         # A request the relay gave up on gets three more timeouts to finish before the relay looks for its build.
         settle_s=3 * timeout,
     )
@@ -211,8 +302,7 @@ def build_callback_deps(settings: Settings) -> CallbackDeps:
     from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
     from crcr.adapters.github import UpstreamCommitLookup  # noqa: PLC0415
     from crcr.adapters.oidc import IssuerRouter, OidcVerifier  # noqa: PLC0415
-    from crcr.adapters.results import DynamoRateLimiter, DynamoResults  # noqa: PLC0415
-    from crcr.adapters.tickets import Ed25519Tickets  # noqa: PLC0415
+    from crcr.adapters.results import DynamoHudKeys, DynamoRateLimiter, DynamoResults  # noqa: PLC0415
     from crcr.app.callback import CallbackDeps  # noqa: PLC0415
 
     settings.require("state_table", "results_table", "allowlist")
@@ -227,10 +317,11 @@ def build_callback_deps(settings: Settings) -> CallbackDeps:
             }
         ),
         providers=_providers(settings, metrics, clock),
-        tickets=Ed25519Tickets(settings.secret("ticket_signing_key")),
+        tickets=_tickets(settings),
         ledger=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
         allowlist=_allowlist(settings, metrics, clock),
         results=DynamoResults(aws_client("dynamodb"), str(settings.results_table), settings.run_timeout_s),
+        hud_keys=DynamoHudKeys(aws_client("dynamodb"), str(settings.state_table)),
         limiter=DynamoRateLimiter(aws_client("dynamodb"), str(settings.state_table), settings.callback_rate_per_min),
         metrics=metrics,
         clock=clock,
@@ -263,7 +354,7 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
     state = DynamoState(aws_client("dynamodb"), str(settings.state_table))
     # One pacer for every content-creating call: check runs and the PR comment spend the upstream
     # installation's budget, re-runs the downstream's (shared with its dispatches).
-    pacer = DynamoPacer(aws_client("dynamodb"), str(settings.state_table))
+    pacer = DynamoPacer(aws_client("dynamodb"), str(settings.state_table), rates=_write_rates(settings))
     allowlist = _allowlist(settings, metrics, clock)
     results = _results(settings)
     comment = None
@@ -297,6 +388,7 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
         clock=clock,
         settle_s=settings.check_settle_s,
         lease_s=settings.github_timeout_s + 15.0,
+        gauge=pacer,  # check_runs: auto reads the hourly window the writes above book in
         reruns=RerunDeps(github=GitHubReruns(_github(settings)), store=state, allowlist=allowlist, metrics=metrics),
         retries=RetryDeps(
             results=results,
@@ -430,6 +522,32 @@ def build_sweep_deps(settings: Settings) -> SweepDeps:
     )
 
 
+def build_reconcile_deps(settings: Settings) -> ReconcileDeps:
+    """The missed-webhook reconciler: the App's delivery list and redeliveries (its JWT), the webhook's records and
+    the reconciler's rows in the state table, and a pacing cell of its own for the App's writes."""
+    import time  # noqa: PLC0415
+
+    from crcr.adapters.dynamo import DynamoPacer  # noqa: PLC0415
+    from crcr.adapters.github import GitHubHookDeliveries  # noqa: PLC0415
+    from crcr.adapters.redeliveries import DynamoRedeliveries  # noqa: PLC0415
+    from crcr.app.reconcile import ReconcileDeps  # noqa: PLC0415
+    from crcr.domain.pacing import REDELIVERY_RATES  # noqa: PLC0415
+
+    settings.require("state_table", "github_app_id")
+    table = str(settings.state_table)
+    return ReconcileDeps(
+        hooks=GitHubHookDeliveries(_github(settings), settings.upstream_repo),
+        store=DynamoRedeliveries(aws_client("dynamodb"), table),
+        pacer=DynamoPacer(aws_client("dynamodb"), table, rates=REDELIVERY_RATES, cell="REDELIVER"),
+        metrics=PowertoolsMetrics(),
+        clock=SystemClock(),
+        sleep=time.sleep,
+        lookback_s=float(settings.reconcile_lookback_s),
+        # One POST: connect + read timeout, and room to spare.
+        lease_s=settings.github_timeout_s + 15.0,
+    )
+
+
 def build_health_deps(settings: Settings) -> HealthDeps:
     """`crcr health`: the allowlist read once (its errors surface), jobs from the results table's by_repo index."""
     from crcr.adapters.allowlist_source import OneShotAllowlist, fetcher_for  # noqa: PLC0415
@@ -455,7 +573,6 @@ def build_onboard_github(settings: Settings) -> RepoLookup:
         raise ConfigError(f"CRCR_GITHUB_APP_PRIVATE_KEY is not the App's private key: {exc}") from None
 
 
-def build_jwks(settings: Settings) -> dict[str, Any]:
-    from crcr.adapters.tickets import Ed25519Tickets  # noqa: PLC0415
-
-    return Ed25519Tickets(settings.secret("ticket_signing_key")).jwks()
+def build_jwks(settings: Settings) -> Ed25519Tickets:
+    """The ticket keys whose public halves the JWKS serves (the current key, then the previous one)."""
+    return _tickets(settings)

@@ -6,9 +6,20 @@ import os
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, SecretStr
+from pydantic import BaseModel, ConfigDict, PrivateAttr, SecretStr, field_validator
 
-_SECRET_FIELDS = ("webhook_secret", "github_app_private_key", "ticket_signing_key", "hud_token", "buildkite_api_token")
+from crcr.domain.ids import is_repo_name
+from crcr.domain.pacing import parse_rates
+
+_SECRET_FIELDS = (
+    "webhook_secret",
+    "webhook_previous_secret",
+    "github_app_private_key",
+    "ticket_signing_key",
+    "ticket_previous_key",
+    "hud_token",
+    "buildkite_api_token",
+)
 
 
 class ConfigError(RuntimeError):
@@ -23,10 +34,18 @@ class Settings(BaseModel):
     github_app_id: str | None = None
     github_app_private_key: SecretStr | None = None
     webhook_secret: SecretStr | None = None
+    # Rotating the webhook secret: the one being replaced, still accepted until GitHub signs with the new one.
+    webhook_previous_secret: SecretStr | None = None
     ticket_signing_key: SecretStr | None = None
+    # Verify-only: tickets signed with the key before the last rotation still verify until they expire. An
+    # Ed25519 public key (SPKI PEM, what `crcr keys rotate` keeps) or the old private key (PKCS#8).
+    ticket_previous_key: SecretStr | None = None
     hud_token: SecretStr | None = None
     buildkite_api_token: SecretStr | None = None  # REST API access token with write_builds (and read_builds)
     secrets_arn: str | None = None
+    # How long a function keeps what it read from CRCR_SECRETS_ARN (Powertools' cache) before reading it again:
+    # a rotated ticket key is signed with, and served in the JWKS, within this many seconds.
+    secrets_max_age_s: int = 300
     allowlist: str | None = None
     oidc_issuer: str = "https://token.actions.githubusercontent.com"
     oidc_audience: str = "crcr"
@@ -39,10 +58,17 @@ class Settings(BaseModel):
     start_timeout_s: int = 3600
     run_timeout_s: int = 43200
     sweep_interval_s: int = 60
+    # The missed-webhook reconciler's local period (a schedule in AWS), and how far back its first run looks.
+    reconcile_interval_s: int = 300
+    reconcile_lookback_s: int = 3600
     # Operational tuning (extensions to DESIGN §6): GitHub read timeout and the retry backoff base.
     github_timeout_s: float = 10.0
     buildkite_timeout_s: float = 10.0  # Buildkite REST read timeout (creating a build, looking one up)
     retry_base_s: float = 2.0
+    # Each installation's budget of content-creating calls (dispatches, check runs, comments, re-runs) as
+    # `<count>/<period_s>+<burst>,...`; unset: GitHub.com's secondary limits (crcr.domain.pacing.CONTENT_RATES).
+    # GitHub Enterprise Server's limits are its administrator's; `make soak` raises it to fit a day in minutes.
+    github_write_rates: str | None = None
     allowlist_refresh_s: float = 60.0
     # Resource names: set by template.yaml in Lambda and by `crcr local` from the same declarations.
     state_table: str | None = None
@@ -69,6 +95,22 @@ class Settings(BaseModel):
     # `crcr health`: JSON thresholds (crcr.domain.health.HealthPolicy), parsed where health is built so a
     # bad document fails that command with the key it names, never an unrelated function's cold start.
     health_thresholds: str | None = None
+    # The secret fields filled from the CRCR_SECRETS_ARN document (not the environment): those may change there.
+    _from_secret: frozenset[str] = PrivateAttr(default=frozenset())
+
+    @field_validator("upstream_repo")
+    @classmethod
+    def _upstream_is_a_name(cls, value: str) -> str:
+        if not is_repo_name(value):
+            raise ValueError("CRCR_UPSTREAM_REPO must be owner/name in ASCII letters, digits and . _ -")
+        return value
+
+    @field_validator("github_write_rates")
+    @classmethod
+    def _rates(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_rates(value)  # fails the cold start naming CRCR_GITHUB_WRITE_RATES
+        return value
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -101,4 +143,11 @@ class Settings(BaseModel):
             for k in _SECRET_FIELDS
             if getattr(self, k) is None and secret_values.get(k)
         }
-        return self.model_copy(update=update)
+        resolved = self.model_copy(update=update)
+        # Fields the environment left unset come from the document now, and would come from its next version.
+        resolved._from_secret = frozenset(k for k in _SECRET_FIELDS if k not in self.model_fields_set)
+        return resolved
+
+    def from_secret(self, name: str) -> bool:
+        """True when `name` is read from the CRCR_SECRETS_ARN document rather than fixed by the environment."""
+        return name in self._from_secret

@@ -52,6 +52,19 @@ Endpoints (every other method/path is answered ``404 {"message": "Not Found"}`` 
   (issues: write, or pull_requests: write on a pull request)
 * ``GET /repos/{owner}/{repo}/issues/{number}/comments`` (issues: read, or pull_requests: read on a pull
   request; paginated, ``per_page`` at most 100, ``Link`` header), oldest first
+* ``GET /app/hook/deliveries`` (App JWT): the App webhook's deliveries, newest first, ``per_page`` at most 100,
+  ``cursor`` paging with a ``Link: <...&cursor=...>; rel="next"`` header, ``redelivery=true|false``; each item has
+  ``id``, ``guid``, ``delivered_at``, ``redelivery``, ``duration``, ``status``, ``status_code``, ``event``,
+  ``action``, ``installation_id``, ``repository_id``, ``throttled_at`` (hook-delivery-item)
+* ``POST /app/hook/deliveries/{id}/attempts`` (App JWT) -> 202 ``{}``; the double then delivers the same event,
+  body and guid again (``redelivery: true``), as GitHub does; an unknown id is 404
+
+Acting as GitHub's webhook sender: ``set_webhook(url, secret)`` (the App's settings), then
+``deliver(event, payload, guid=None)`` POSTs the event signed (``X-Hub-Signature-256`` and ``X-Hub-Signature``)
+with GitHub's headers over a new connection, waits at most 10 s (GitHub's timeout) and records the answer as a
+delivery (``hook_deliveries``, ``deliveries_of(guid)``). Status texts where the docs give none: ``OK`` for 2xx,
+``Invalid HTTP Response: <code>``, ``timed out`` and ``failed to connect to host`` (both ``status_code`` 0).
+``wait_redeliveries()`` waits for the redeliveries asked for to be made.
 
 Scripted faults: ``gh.script(method, path_regex, replies)``.  ``method`` is an HTTP method or
 ``"*"``; ``path_regex`` is matched with ``re.fullmatch`` against the request path (without the
@@ -75,8 +88,16 @@ they are used up the endpoint behaves normally again.  Scripted replies pre-empt
 * ``Reply.drop(after_processing=False)`` - close the connection without an answer.  With
   ``after_processing=True`` the request is first processed normally (e.g. the dispatch IS
   accepted), then the answer is lost.
+* ``Reply.accept_then_hang(seconds)`` - process the request normally at once (the dispatch IS accepted),
+  then answer only after ``seconds``: a client with a shorter timeout gives up on a request GitHub carried out.
 * ``Reply.normal()`` - behave normally (a gap in a sequence).
 * ``Reply(status, body=..., headers=...)`` - anything else (``body``: JSON-able, bytes, or None).
+
+Random faults: ``gh.chaos(method, path_regex, [(0.05, Reply(502)), (0.01, Reply.accept_then_hang(5))],
+seed=1)`` - every matching request that no script takes draws once and gets the fault whose share it falls in,
+else a normal answer. Each request records the fault that shaped it (``RecordedRequest.fault``: ``"502"``,
+``"429"``, ``"secondary_403"``, ``"timeout"``, ``"drop"``, ...) and whether the double did what it asked
+(``accepted``: a dispatch recorded, a redelivery made), so a duplicate can be traced to its cause.
 
 GitHub facts this double enforces (sources: docs.github.com and the REST OpenAPI description):
 
@@ -113,7 +134,8 @@ GitHub facts this double enforces (sources: docs.github.com and the REST OpenAPI
   ``x-github-request-id``; a 304 does not count against the primary limit.  Primary limit
   (default 5000/hour per installation, and per App for JWT calls) is enforced; the secondary
   "80 content-generating requests per minute" is enforced per installation when
-  ``content_writes_per_minute`` is given.
+  ``content_writes_per_minute`` is given, and "500 content-generating requests per hour" when
+  ``content_writes_per_hour`` is (each over the last 60 s / 3600 s of the double's clock).
 * Issue comments: ``body`` required, a string of at most 65536 characters (422 "Validation Failed" with
   ``errors: [{resource: IssueComment, code: custom, field: body, message: "body is too long (maximum is
   65536 characters)"}]``); an unknown issue or comment is 404; a comment made with an installation token is
@@ -130,14 +152,18 @@ import contextlib
 import copy
 import dataclasses
 import hashlib
+import hmac
+import http.client
 import itertools
 import json
 import math
+import random
 import re
 import secrets
 import socket
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -165,6 +191,8 @@ DOC_COMMIT = "https://docs.github.com/rest/commits/commits#get-a-commit"
 DOC_COMMENT_CREATE = "https://docs.github.com/rest/issues/comments#create-an-issue-comment"
 DOC_COMMENT_UPDATE = "https://docs.github.com/rest/issues/comments#update-an-issue-comment"
 DOC_COMMENT_LIST = "https://docs.github.com/rest/issues/comments#list-issue-comments"
+DOC_HOOK_DELIVERIES = "https://docs.github.com/rest/apps/webhooks#list-deliveries-for-an-app-webhook"
+DOC_HOOK_REDELIVER = "https://docs.github.com/rest/apps/webhooks#redeliver-a-delivery-for-an-app-webhook"
 DOC_PRIMARY = "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"
 DOC_SECONDARY = (
     "https://docs.github.com/free-pro-team@latest/rest/overview/rate-limits-for-the-rest-api"
@@ -196,6 +224,8 @@ MAX_ANNOTATIONS = 50
 MAX_CHECK_ACTIONS = 3
 MAX_RERUN_ATTEMPTS = 50
 MAX_COMMENT_BODY = 65536
+MAX_DELIVERIES_PER_PAGE = 100
+WEBHOOK_TIMEOUT_S = 10.0  # GitHub gives up on a delivery after 10 seconds
 JWT_MAX_EXP_AHEAD = 600
 JWT_MAX_IAT_AHEAD = 60
 CONTENT_INLINE_LIMIT = 1024 * 1024
@@ -247,6 +277,7 @@ class Reply:
     retry_after: int | None = None
     reset_in: float | None = None
     kind: str = "error"
+    delay_after: float = 0.0  # processed at once, answered only this much later (the client has given up)
 
     @classmethod
     def error(cls, status: int, message: str | None = None, headers: Mapping[str, str] | None = None) -> Reply:
@@ -273,8 +304,25 @@ class Reply:
         return cls(close_connection=True, after_processing=after_processing)
 
     @classmethod
+    def accept_then_hang(cls, seconds: float) -> Reply:
+        """Do what was asked at once (e.g. accept the dispatch), then answer only after ``seconds``: a client with
+        a shorter timeout gives up on a request GitHub did carry out."""
+        return cls(delay_after=seconds, kind="timeout")
+
+    @classmethod
     def normal(cls) -> Reply:
         return cls()
+
+    @property
+    def label(self) -> str:
+        """What kind of fault this is, as ``RecordedRequest.fault`` names it."""
+        if self.close_connection:
+            return "drop_after_processing" if self.after_processing else "drop"
+        if self.status is None:
+            return "timeout" if self.delay_after else ("slow" if self.delay else "normal")
+        return {"too_many": "429", "secondary": "secondary_403", "primary": "primary_limit"}.get(
+            self.kind, str(self.status)
+        )
 
 
 @dataclass
@@ -293,6 +341,9 @@ class RecordedRequest:
     response_headers: dict[str, str] = field(default_factory=dict)
     response_body: bytes = b""
     installation_id: int | None = None
+    fault: str | None = None  # the scripted or random fault that shaped the answer (Reply.label), if any
+    accepted: bool = False  # the double did what was asked: a dispatch recorded, a redelivery made
+    answered_at: float | None = None  # when the answer was written (clock); None: never answered
 
     @property
     def response_json(self) -> Any:
@@ -312,6 +363,46 @@ class TokenInfo:
     permissions: Mapping[str, str]
     expires_at: float
     issued_at: float
+
+
+@dataclass(frozen=True)
+class HookDelivery:
+    """One webhook delivery the double made as GitHub, and how the receiver answered it."""
+
+    id: int
+    guid: str
+    event: str
+    action: str | None
+    delivered_at: float
+    redelivery: bool
+    status_code: int  # 0: no HTTP answer (a timeout, a refused connection)
+    status: str
+    duration: float
+    installation_id: int | None
+    repository_id: int | None
+    body: bytes
+    response_body: bytes = b""
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status_code < 300
+
+    def item(self) -> dict[str, Any]:
+        """The list endpoint's item (hook-delivery-item): no request or response."""
+        return {
+            "id": self.id,
+            "guid": self.guid,
+            "delivered_at": _iso(self.delivered_at),
+            "redelivery": self.redelivery,
+            "duration": round(self.duration, 2),
+            "status": self.status,
+            "status_code": self.status_code,
+            "event": self.event,
+            "action": self.action,
+            "installation_id": self.installation_id,
+            "repository_id": self.repository_id,
+            "throttled_at": None,
+        }
 
 
 # --------------------------------------------------------------------------------------------
@@ -378,6 +469,24 @@ class _Script:
         self.replies: deque[Reply] = deque(replies)
 
 
+class _Chaos:
+    def __init__(self, method: str, pattern: str, faults: Iterable[tuple[float, Reply]], rng: random.Random) -> None:
+        self.method = method.upper()
+        self.regex = re.compile(pattern, re.IGNORECASE)
+        self.faults = list(faults)
+        if sum(p for p, _ in self.faults) > 1 or any(p < 0 for p, _ in self.faults):
+            raise ValueError("fault probabilities must be >= 0 and sum to at most 1")
+        self.rng = rng
+
+    def draw(self) -> Reply | None:
+        x = self.rng.random()
+        for probability, reply in self.faults:
+            if x < probability:
+                return reply
+            x -= probability
+        return None
+
+
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -409,6 +518,12 @@ def _inspect(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{json.dumps(str(k))}=>{_inspect(v)}" for k, v in value.items()) + "}"
     return repr(value)
+
+
+def _id_of(obj: Any) -> int | None:
+    """The numeric ``id`` of a payload's object (``installation``, ``repository``), if it has one."""
+    ident = obj.get("id") if isinstance(obj, dict) else None
+    return ident if isinstance(ident, int) and not isinstance(ident, bool) else None
 
 
 def _is_number(value: Any) -> bool:
@@ -506,18 +621,21 @@ class GitHubDouble:
         client_id: str | None = None,
         app_slug: str = "crcr-test-app",
         content_writes_per_minute: int | None = None,
+        content_writes_per_hour: int | None = None,
         primary_rate_limit: int = 5000,
         token_ttl: float = 3600.0,
         jwt_max_lifetime: int | None = None,
         require_known_commits: bool = True,
         clock: Callable[[], float] = time.time,
         host: str = "127.0.0.1",
+        webhook_timeout_s: float = WEBHOOK_TIMEOUT_S,
     ) -> None:
         pem = app_public_key_pem.encode() if isinstance(app_public_key_pem, str) else app_public_key_pem
         self.app_id = str(app_id)
         self.client_id = client_id
         self.app_slug = app_slug
         self.content_writes_per_minute = content_writes_per_minute
+        self.content_writes_per_hour = content_writes_per_hour
         self.primary_rate_limit = primary_rate_limit
         self.token_ttl = token_ttl
         self.jwt_max_lifetime = jwt_max_lifetime
@@ -530,6 +648,13 @@ class GitHubDouble:
         self.internal_errors: list[Exception] = []
         self._unexpected: list[RecordedRequest] = []
         self._scripts: list[_Script] = []
+        self._chaos: list[_Chaos] = []
+        self.webhook_timeout_s = webhook_timeout_s
+        self._webhook: tuple[str, bytes] | None = None  # the App's webhook URL and secret
+        self._hook_id = 490_000_001  # X-GitHub-Hook-ID of the App's webhook
+        self._hook_deliveries: list[HookDelivery] = []
+        self._hook_ids = itertools.count(70_000_000_001)
+        self._redelivering: set[threading.Thread] = set()
         self._installations: dict[int, _Installation] = {}
         self._repos: dict[str, _Repo] = {}
         self._tokens: dict[str, TokenInfo] = {}
@@ -551,6 +676,7 @@ class GitHubDouble:
         self._refs: dict[str, set[str]] = {}
         self._buckets: dict[str, list[float]] = {}  # key -> [window_start, used]
         self._writes: dict[int, deque[float]] = {}
+        self._writes_hour: dict[int, deque[float]] = {}
         self._ids = itertools.count(1001)
         self._account_ids = itertools.count(9_000_001)
         self._check_run_ids = itertools.count(4_000_000_001)
@@ -573,6 +699,8 @@ class GitHubDouble:
             ("POST", re.compile(r"/repos/([^/]+)/([^/]+)/issues/(\d+)/comments"), self._h_comment_create),
             ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/issues/(\d+)/comments"), self._h_comment_list),
             ("PATCH", re.compile(r"/repos/([^/]+)/([^/]+)/issues/comments/(\d+)"), self._h_comment_update),
+            ("GET", re.compile(r"/app/hook/deliveries"), self._h_hook_deliveries),
+            ("POST", re.compile(r"/app/hook/deliveries/(\d+)/attempts"), self._h_hook_redeliver),
         ]
         self._server = _Server((host, 0), self)
         self.port: int = self._server.server_address[1]
@@ -809,6 +937,21 @@ class GitHubDouble:
         with self._lock:
             self._scripts.append(_Script(method, path_pattern, replies))
 
+    def chaos(
+        self, method: str, path_pattern: str, faults: Iterable[tuple[float, Reply]], *, seed: int | None = None
+    ) -> None:
+        """Random faults: each matching request that no script takes draws once, and gets the first fault whose
+        share of [0, 1) the draw falls in (``[(0.05, Reply(502)), (0.02, Reply.too_many_requests(2))]``: 5 % and
+        2 %), else a normal answer. The first chaos rule that matches a request decides it; ``seed`` repeats a run.
+        """
+        with self._lock:
+            self._chaos.append(_Chaos(method, path_pattern, faults, random.Random(seed)))
+
+    def set_webhook(self, url: str, secret: str | bytes) -> None:
+        """The App's webhook URL and secret (its settings page): where ``deliver`` and redeliveries POST."""
+        with self._lock:
+            self._webhook = (url, secret.encode() if isinstance(secret, str) else secret)
+
     def expire_tokens(self) -> None:
         """Make every installation token issued so far expired."""
         with self._lock:
@@ -876,6 +1019,93 @@ class GitHubDouble:
         with self._lock:
             return copy.deepcopy(self._workflow_runs[(repo.lower(), run_id)])
 
+    @property
+    def hook_deliveries(self) -> list[HookDelivery]:
+        """Every webhook delivery made (``deliver`` and redeliveries), in order."""
+        with self._lock:
+            return list(self._hook_deliveries)
+
+    def deliveries_of(self, guid: str) -> list[HookDelivery]:
+        with self._lock:
+            return [d for d in self._hook_deliveries if d.guid == guid]
+
+    def wait_redeliveries(self, timeout: float = 30.0) -> bool:
+        """Wait until every redelivery asked for has been made; False if some are still going."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._redelivering:
+                    return True
+            time.sleep(0.02)
+        return False
+
+    # ---------------------------------------------------------------- acting as GitHub's webhook sender
+
+    def deliver(self, event: str, payload: bytes | Mapping[str, Any], *, guid: str | None = None) -> HookDelivery:
+        """POST ``payload`` to the App's webhook as GitHub delivers an event (signed with the webhook secret, a
+        new connection, GitHub's 10 s timeout) and record the answer as a delivery; returns the record."""
+        body = payload if isinstance(payload, bytes) else json.dumps(payload, separators=(",", ":")).encode()
+        return self._send_hook(event, body, guid or str(uuid.uuid4()), redelivery=False)
+
+    def _send_hook(self, event: str, body: bytes, guid: str, *, redelivery: bool) -> HookDelivery:
+        with self._lock:
+            if self._webhook is None:
+                raise RuntimeError("no webhook configured: call set_webhook(url, secret) first")
+            url, secret = self._webhook
+            delivery_id = next(self._hook_ids)
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            parsed = None
+        doc: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
+        action = doc.get("action") if isinstance(doc.get("action"), str) else None
+        installation_id, repository_id = (_id_of(doc.get(k)) for k in ("installation", "repository"))
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "GitHub-Hookshot/crcr-double",
+            "X-GitHub-Event": event,
+            "X-GitHub-Delivery": guid,
+            "X-GitHub-Hook-ID": str(self._hook_id),
+            "X-GitHub-Hook-Installation-Target-Type": "integration",
+            "X-GitHub-Hook-Installation-Target-ID": self.app_id,
+            "X-Hub-Signature": "sha1=" + hmac.new(secret, body, "sha1").hexdigest(),
+            "X-Hub-Signature-256": "sha256=" + hmac.new(secret, body, "sha256").hexdigest(),
+        }
+        target = urlsplit(url)
+        started, wall = time.monotonic(), self.clock()
+        status_code, status, answer = 0, "", b""
+        conn = http.client.HTTPConnection(target.hostname or "127.0.0.1", target.port, timeout=self.webhook_timeout_s)
+        try:
+            conn.request("POST", target.path or "/", body=body, headers=headers)
+            resp = conn.getresponse()
+            answer = resp.read()
+            status_code = resp.status
+            status = "OK" if 200 <= resp.status < 300 else f"Invalid HTTP Response: {resp.status}"
+        except TimeoutError:
+            status = "timed out"
+        except (OSError, http.client.HTTPException) as exc:
+            status = f"failed to connect to host: {type(exc).__name__}"
+        finally:
+            conn.close()
+        record = HookDelivery(
+            id=delivery_id,
+            guid=guid,
+            event=event,
+            action=action,
+            delivered_at=wall,
+            redelivery=redelivery,
+            status_code=status_code,
+            status=status,
+            duration=time.monotonic() - started,
+            installation_id=installation_id,
+            repository_id=repository_id,
+            body=body,
+            response_body=answer,
+        )
+        with self._lock:
+            self._hook_deliveries.append(record)
+        return record
+
     # ---------------------------------------------------------------- HTTP plumbing
 
     def _serve(self, handler: _Handler, body: bytes) -> None:
@@ -902,6 +1132,7 @@ class GitHubDouble:
             resp = self._process(ctx, rec_raw_path)
             rec.outcome = "answered"
         else:
+            rec.fault = reply.label
             if reply.delay and self._stopping.wait(reply.delay):
                 self._drop_connection(handler, rec)
                 return
@@ -913,6 +1144,9 @@ class GitHubDouble:
             if reply.status is None:
                 resp = self._process(ctx, rec_raw_path)
                 rec.outcome = "answered"
+                if reply.delay_after and self._stopping.wait(reply.delay_after):
+                    self._drop_connection(handler, rec)
+                    return
             else:
                 resp = self._scripted(reply, ctx)
                 rec.outcome = "scripted"
@@ -931,6 +1165,9 @@ class GitHubDouble:
         for script in self._scripts:
             if script.replies and script.method in ("*", rec.method) and script.regex.fullmatch(rec.path) is not None:
                 return script.replies.popleft()
+        for rule in self._chaos:
+            if rule.method in ("*", rec.method) and rule.regex.fullmatch(rec.path) is not None:
+                return rule.draw()
         return None
 
     def _drop_connection(self, handler: _Handler, rec: RecordedRequest) -> None:
@@ -950,6 +1187,7 @@ class GitHubDouble:
         rec.status = resp.status
         rec.response_headers = dict(headers)
         rec.response_body = resp.body
+        rec.answered_at = self.clock()
         try:
             handler.send_response(resp.status)
             for name, value in headers.items():
@@ -1042,17 +1280,26 @@ class GitHubDouble:
         return _error(status, _SECONDARY_MESSAGE.format(rid=rid), DOC_SECONDARY, headers)
 
     def _secondary_gate(self, ctx: _Ctx, installation_id: int) -> _Resp | None:
-        if self.content_writes_per_minute is None or ctx.rec.method not in WRITE_METHODS:
+        limits = (
+            (self.content_writes_per_minute, 60.0, self._writes),
+            (self.content_writes_per_hour, 3600.0, self._writes_hour),
+        )
+        if ctx.rec.method not in WRITE_METHODS or all(limit is None for limit, _, _ in limits):
             return None
         now = self.clock()
         with self._lock:
-            window = self._writes.setdefault(installation_id, deque())
-            while window and window[0] <= now - 60:
-                window.popleft()
-            if len(window) >= self.content_writes_per_minute:
-                retry = max(1, math.ceil(window[0] + 60 - now))
-                return self._secondary_resp(retry)
-            window.append(now)
+            counted = []
+            for limit, period, windows in limits:
+                if limit is None:
+                    continue
+                window = windows.setdefault(installation_id, deque())
+                while window and window[0] <= now - period:
+                    window.popleft()
+                if len(window) >= limit:
+                    return self._secondary_resp(max(1, math.ceil(window[0] + period - now)))
+                counted.append(window)
+            for window in counted:
+                window.append(now)
         return None
 
     def _scripted(self, reply: Reply, ctx: _Ctx) -> _Resp:
@@ -1354,6 +1601,7 @@ class GitHubDouble:
                 return _error(422, "client_payload is too large.", DOC_DISPATCH)
         with self._lock:
             self._dispatches.append((repo.key, copy.deepcopy(body)))
+        ctx.rec.accepted = True
         return _Resp(204)
 
     # ---------------------------------------------------------------- endpoints: check runs
@@ -1752,6 +2000,66 @@ class GitHubDouble:
             ]
         headers = {"link": ", ".join(links)} if links else {}
         return _json_resp(200, found[(page - 1) * per_page : page * per_page], headers)
+
+    # ---------------------------------------------------------------- endpoints: the App's webhook deliveries
+
+    def _h_hook_deliveries(self, ctx: _Ctx) -> _Resp:
+        denied = self._auth_app(ctx, DOC_HOOK_DELIVERIES)
+        if denied is not None:
+            return denied
+        query = {k: v[-1] for k, v in ctx.rec.query.items()}
+        try:
+            per_page = min(max(int(query.get("per_page", "30")), 1), MAX_DELIVERIES_PER_PAGE)
+        except ValueError:
+            return _invalid("per_page must be an integer.", DOC_HOOK_DELIVERIES)
+        cursor = query.get("cursor")
+        before: int | None = None
+        if cursor:  # opaque to clients: "v1_<id>" pages on from the delivery before that id
+            match = re.fullmatch(r"v1_(\d+)", cursor)
+            if match is None:
+                return _error(400, "Bad Request", DOC_HOOK_DELIVERIES)
+            before = int(match.group(1))
+        redelivery = query.get("redelivery")
+        with self._lock:
+            found = sorted(self._hook_deliveries, key=lambda d: d.id, reverse=True)  # newest first
+        if before is not None:
+            found = [d for d in found if d.id < before]
+        if redelivery in ("true", "false"):
+            found = [d for d in found if d.redelivery == (redelivery == "true")]
+        page = found[:per_page]
+        headers: dict[str, str] = {}
+        if len(found) > per_page:
+            extra = f"&redelivery={redelivery}" if redelivery in ("true", "false") else ""
+            nxt = f"{self.url}/app/hook/deliveries?per_page={per_page}&cursor=v1_{page[-1].id}{extra}"
+            headers["link"] = f'<{nxt}>; rel="next"'
+        return _json_resp(200, [d.item() for d in page], headers)
+
+    def _h_hook_redeliver(self, ctx: _Ctx, delivery_id: str) -> _Resp:
+        denied = self._auth_app(ctx, DOC_HOOK_REDELIVER)
+        if denied is not None:
+            return denied
+        with self._lock:
+            original = next((d for d in self._hook_deliveries if d.id == int(delivery_id)), None)
+            configured = self._webhook is not None
+        if original is None or not configured:
+            return _not_found(DOC_HOOK_REDELIVER)
+        ctx.rec.accepted = True
+        # GitHub answers at once and makes the delivery afterwards: the same event, body and guid.
+        thread = threading.Thread(target=self._redeliver, args=(original,), daemon=True)
+        with self._lock:
+            self._redelivering.add(thread)
+        thread.start()
+        return _json_resp(202, {})
+
+    def _redeliver(self, original: HookDelivery) -> None:
+        try:
+            self._send_hook(original.event, original.body, original.guid, redelivery=True)
+        except Exception as exc:  # a bug in the double must show
+            with self._lock:
+                self.internal_errors.append(exc)
+        finally:
+            with self._lock:
+                self._redelivering.discard(threading.current_thread())
 
     # ---------------------------------------------------------------- endpoints: workflow runs
 

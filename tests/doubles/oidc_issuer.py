@@ -367,6 +367,7 @@ class OidcIssuer:
         self._keys: list[SigningKey] = [SigningKey.generate(alg)]  # current first
         self._attacker: dict[str, SigningKey] = {}
         self._failures: dict[str, list[int]] = {}
+        self._holds: dict[str, list[threading.Event]] = {}
         self.requests: list[RecordedRequest] = []
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.double = self
@@ -675,6 +676,13 @@ class OidcIssuer:
         with self._lock:
             self._failures.setdefault(path, []).extend([status] * n)
 
+    def hold_next(self, path: str) -> threading.Event:
+        """The next request to ``path`` is answered only once the returned event is set (a slow issuer)."""
+        gate = threading.Event()
+        with self._lock:
+            self._holds.setdefault(path, []).append(gate)
+        return gate
+
     def count(self, path: str, method: str = "GET") -> int:
         """How many ``method`` requests reached ``path`` (query string ignored)."""
         with self._lock:
@@ -690,6 +698,10 @@ class OidcIssuer:
             self.requests.append(RecordedRequest(method, raw_path, time.monotonic()))
             queue = self._failures.get(path)
             failure = queue.pop(0) if queue else None
+            holds = self._holds.get(path)
+            gate = holds.pop(0) if holds else None
+        if gate is not None:
+            gate.wait(timeout=60)
         json_headers = {"content-type": "application/json; charset=utf-8"}
         if failure is not None:
             body = json.dumps({"message": f"scripted failure {failure}"}).encode()

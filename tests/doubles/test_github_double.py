@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import base64
+import hmac
 import http.client
+import http.server
 import json
+import re
 import socket
 import threading
 import time
@@ -13,6 +16,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import jwt
 import pytest
@@ -503,6 +507,24 @@ def test_secondary_content_limit_per_installation(keys: Keys) -> None:
         assert dispatch(gh, tok).status == 204
 
 
+def test_secondary_content_limit_per_hour(keys: Keys) -> None:
+    clock = Clock()
+    with GitHubDouble(
+        APP_ID, keys.public_pem, clock=clock, content_writes_per_minute=80, content_writes_per_hour=3
+    ) as gh:
+        gh.install("Org/Repo", installation_id=7)
+        tok = call(gh, "POST", "/app/installations/7/access_tokens", auth=f"Bearer {app_jwt(keys, now=clock.now)}")
+        for _ in range(3):
+            assert dispatch(gh, tok.json["token"]).status == 204
+            clock.now += 600
+        limited = dispatch(gh, tok.json["token"])
+        assert limited.status == 403 and limited.headers["retry-after"] == "1800"  # the first write leaves the hour
+        assert limited.json["message"].startswith("You have exceeded a secondary rate limit")
+        clock.now += 1800
+        tok = call(gh, "POST", "/app/installations/7/access_tokens", auth=f"Bearer {app_jwt(keys, now=clock.now)}")
+        assert dispatch(gh, tok.json["token"]).status == 204
+
+
 def test_user_agent_and_api_version(gh: GitHubDouble, keys: Keys) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", gh.port, timeout=5)
     conn.putrequest("POST", "/repos/Org/Repo/dispatches", skip_accept_encoding=True)
@@ -769,3 +791,167 @@ def test_keep_alive_framing(gh: GitHubDouble, keys: Keys) -> None:
         statuses.append(resp.status)
     conn.close()
     assert statuses == [204, 404, 200, 304]
+
+
+# ----------------------------------------------------------------------------- random faults
+
+
+def test_chaos_draws_faults_at_the_given_shares_and_records_them(gh: GitHubDouble, keys: Keys) -> None:
+    gh.chaos(
+        "POST",
+        r"/repos/[^/]+/[^/]+/dispatches",
+        [(0.2, Reply(502)), (0.1, Reply.too_many_requests(retry_after=3)), (0.1, Reply.secondary_rate_limit(3))],
+        seed=7,
+    )
+    tok = token(gh, keys)
+    answers = [dispatch(gh, tok).status for _ in range(400)]
+    assert 50 <= answers.count(502) <= 110 and 20 <= answers.count(429) <= 65 and 20 <= answers.count(403) <= 65
+    recs = [r for r in gh.requests if r.path.endswith("/dispatches")]
+    assert {r.fault for r in recs} == {None, "502", "429", "secondary_403"}
+    assert all((r.fault is None) == r.accepted for r in recs)  # only the normal answers did anything
+    assert len(gh.dispatches("Org/Repo")) == answers.count(204)
+    assert all(r.response_headers["retry-after"] == "3" for r in recs if r.fault in ("429", "secondary_403"))
+    # Token requests do not match the rule: they are never faulted.
+    assert all(r.fault is None for r in gh.requests if r.path.endswith("/access_tokens"))
+
+
+def test_a_script_takes_precedence_over_chaos(gh: GitHubDouble, keys: Keys) -> None:
+    gh.chaos("*", r".*", [(1.0, Reply(502))])
+    gh.script("POST", r"/app/installations/7/access_tokens", [Reply.normal()])
+    assert mint(gh, keys).status == 201
+    assert mint(gh, keys).status == 502
+
+
+def test_accept_then_hang_carries_out_the_request_and_answers_too_late(gh: GitHubDouble, keys: Keys) -> None:
+    tok = token(gh, keys)
+    gh.script("POST", r"/repos/org/repo/dispatches", [Reply.accept_then_hang(2)])
+    start = time.monotonic()
+    with pytest.raises((TimeoutError, socket.timeout, urllib.error.URLError)):
+        dispatch(gh, tok, timeout=0.5)
+    assert time.monotonic() - start < 1.5
+    assert len(gh.dispatches("Org/Repo")) == 1  # GitHub did it although the client never heard
+    rec = next(r for r in gh.requests if r.path.endswith("/dispatches"))
+    assert rec.fault == "timeout" and rec.accepted
+
+
+def test_chaos_refuses_probabilities_over_one(gh: GitHubDouble) -> None:
+    with pytest.raises(ValueError, match="sum to at most 1"):
+        gh.chaos("*", r".*", [(0.7, Reply(502)), (0.4, Reply(500))])
+
+
+# ----------------------------------------------------------------------------- the App's webhook deliveries
+
+
+class Receiver:
+    """A webhook receiver on loopback: records each request and answers with the next queued status."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[dict[str, str], bytes]] = []
+        self.statuses: list[int] = []
+        self.delay = 0.0
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                receiver.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                time.sleep(receiver.delay)
+                status = receiver.statuses.pop(0) if receiver.statuses else 202
+                out = json.dumps({"status": status}).encode()
+                self.send_response(status)
+                self.send_header("content-length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/webhook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.stop()
+
+
+EVENT = {"action": "opened", "installation": {"id": 7}, "repository": {"id": 1001, "full_name": "Org/Repo"}}
+
+
+def deliveries(gh: GitHubDouble, keys: Keys, query: str = "") -> Answer:
+    return call(gh, "GET", f"/app/hook/deliveries{query}", auth=f"Bearer {app_jwt(keys)}")
+
+
+def test_deliver_signs_like_github_and_records_the_answer(gh: GitHubDouble, keys: Keys, receiver: Receiver) -> None:
+    gh.set_webhook(receiver.url, "s3cret")
+    receiver.statuses = [202, 500]
+    first = gh.deliver("pull_request", EVENT, guid="guid-1")
+    second = gh.deliver("pull_request", EVENT)
+    headers, body = receiver.requests[0]
+    assert headers["x-github-event"] == "pull_request" and headers["x-github-delivery"] == "guid-1"
+    assert headers["x-hub-signature-256"] == "sha256=" + hmac.new(b"s3cret", body, "sha256").hexdigest()
+    assert headers["x-hub-signature"] == "sha1=" + hmac.new(b"s3cret", body, "sha1").hexdigest()
+    assert headers["user-agent"].startswith("GitHub-Hookshot/")
+    assert (first.status_code, first.status, first.ok) == (202, "OK", True)
+    assert (second.status_code, second.status, second.ok) == (500, "Invalid HTTP Response: 500", False)
+    assert (first.installation_id, first.repository_id, first.action) == (7, 1001, "opened")
+    assert second.guid != first.guid and second.id > first.id
+
+
+def test_a_receiver_slower_than_ten_seconds_is_a_timed_out_delivery(keys: Keys, receiver: Receiver) -> None:
+    with GitHubDouble(APP_ID, keys.public_pem, webhook_timeout_s=0.3) as gh:
+        gh.set_webhook(receiver.url, "s3cret")
+        receiver.delay = 0.6
+        record = gh.deliver("push", {"ref": "refs/heads/main"})
+        assert (record.status_code, record.status) == (0, "timed out")
+
+
+def test_deliveries_are_listed_newest_first_with_cursor_pages(gh: GitHubDouble, keys: Keys, receiver: Receiver) -> None:
+    gh.set_webhook(receiver.url, "s3cret")
+    made = [gh.deliver("push", {"n": i}) for i in range(5)]
+    seen: list[int] = []
+    query = "?per_page=2"
+    pages = 0
+    while True:
+        answer = deliveries(gh, keys, query)
+        assert answer.status == 200
+        pages += 1
+        seen += [item["id"] for item in answer.json]
+        link = answer.headers.get("link")
+        if not link:
+            break
+        assert link.endswith('>; rel="next"')
+        query = "?" + urlsplit(link[1 : link.index(">")]).query
+    assert pages == 3 and seen == [d.id for d in reversed(made)]
+    item = deliveries(gh, keys).json[0]
+    assert set(item) == {
+        "id", "guid", "delivered_at", "redelivery", "duration", "status", "status_code", "event", "action",
+        "installation_id", "repository_id", "throttled_at",
+    }  # fmt: skip
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", item["delivered_at"])
+    assert deliveries(gh, keys, "?cursor=nonsense").status == 400
+    assert call(gh, "GET", "/app/hook/deliveries").status == 401  # the App's JWT only
+
+
+def test_an_attempt_redelivers_the_same_event_and_guid(gh: GitHubDouble, keys: Keys, receiver: Receiver) -> None:
+    gh.set_webhook(receiver.url, "s3cret")
+    receiver.statuses = [503]
+    failed = gh.deliver("pull_request", EVENT, guid="guid-9")
+    answer = call(gh, "POST", f"/app/hook/deliveries/{failed.id}/attempts", auth=f"Bearer {app_jwt(keys)}")
+    assert (answer.status, answer.json) == (202, {})
+    assert gh.wait_redeliveries()
+    again = gh.deliveries_of("guid-9")[-1]
+    assert (again.redelivery, again.status_code, again.body, again.event) == (True, 202, failed.body, "pull_request")
+    assert receiver.requests[1][0]["x-github-delivery"] == "guid-9"
+    assert [d["redelivery"] for d in deliveries(gh, keys, "?redelivery=true").json] == [True]
+    unknown = call(gh, "POST", "/app/hook/deliveries/1/attempts", auth=f"Bearer {app_jwt(keys)}")
+    assert unknown.status == 404
+    assert call(gh, "POST", f"/app/hook/deliveries/{failed.id}/attempts").status == 401

@@ -101,7 +101,7 @@ def test_killed_mid_batch_redelivers_without_duplicates(
         assert http("POST", f"{url}/webhook", body, headers)[0] == 202
         others = [r for r in LISTED if r != "org-three/l3-repo"]
         # Kill once the other three are sent AND recorded: GitHub's 204 and the ledger write are two
-        # steps, and a death between them is the one repeat the relay accepts (README, Decisions).
+        # steps, and a death between them is the one repeat the relay accepts (docs/decisions.md).
         deadline = time.time() + 20
         while time.time() < deadline and len(ledger_dispatched(moto_url, "crash-delivery-1")) < len(others):
             time.sleep(0.05)

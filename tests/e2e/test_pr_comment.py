@@ -45,10 +45,10 @@ COMMENT_PERMISSIONS = {
 }
 
 
-def start(relay_factory: Callable[..., Relay], oidc: OidcIssuer) -> Scenario:  # noqa: F811
+def start(relay_factory: Callable[..., Relay], oidc: OidcIssuer, settle_s: float = 2) -> Scenario:  # noqa: F811
     relay = relay_factory(
         allowlist=ALLOWLIST,
-        env={"CRCR_OIDC_ISSUER": oidc.url, "CRCR_OIDC_AUDIENCE": "crcr", "CRCR_COMMENT_SETTLE_S": "2"},
+        env={"CRCR_OIDC_ISSUER": oidc.url, "CRCR_OIDC_AUDIENCE": "crcr", "CRCR_COMMENT_SETTLE_S": str(settle_s)},
     )
     relay.github.install(UPSTREAM, installation_id=1, repo_id=65600975, permissions=COMMENT_PERMISSIONS)
     relay.github.add_issue(UPSTREAM, PR)
@@ -144,7 +144,10 @@ def test_a_burst_of_callbacks_costs_one_write(
     relay_factory: Callable[..., Relay],
     oidc: OidcIssuer,  # noqa: F811
 ) -> None:
-    s = start(relay_factory, oidc)
+    # The relay's default settle time: a render waits until no change has been asked about for 5 s. On a busy
+    # 2-core machine the reporter's asks for a burst of 20 can come more than 2 s apart (a stream batch is asked
+    # about when it is done), which is a burst as the relay defines it only with the default.
+    s = start(relay_factory, oidc, settle_s=5)
     token = s.token(L4)
     started = time.time()
     for i in range(20):  # 20 jobs failing within about 2 s; the reporter asks for the comment after each
@@ -155,7 +158,9 @@ def test_a_burst_of_callbacks_costs_one_write(
     [(method, _, body)] = writes(s)
     assert method == "POST" and all(f"| CI / job-{i:02d} | 1 |" in body for i in range(20))
     assert "no baseline" in body and burst_s < 10
-    assert s.relay.metric("PrCommentCreated") == 1 and s.relay.metric("PrCommentSkipped.reason=coalesced") >= 15
+    # How many asks were coalesced depends on how the stream batched the 20 records; none became a second write.
+    assert s.relay.metric("PrCommentCreated") == 1 and s.relay.metric("PrCommentUpdated") == 0
+    assert s.relay.metric("PrCommentSkipped.reason=coalesced") >= 1
 
 
 def test_a_closed_pr_gets_no_comment(

@@ -30,6 +30,8 @@ ALLOWED_ENDPOINTS = [
     ("POST", r"/repos/[^/]+/[^/]+/issues/\d+/comments"),
     ("PATCH", r"/repos/[^/]+/[^/]+/issues/comments/\d+"),
     ("GET", r"/repos/[^/]+/[^/]+/issues/\d+/comments"),
+    ("GET", r"/app/hook/deliveries"),
+    ("POST", r"/app/hook/deliveries/\d+/attempts"),
 ]
 
 
@@ -53,6 +55,10 @@ def test_every_listed_repository_gets_exactly_one_dispatch_per_delivery(relay: R
     relay.wait_dispatches(dict.fromkeys(LISTED, 2))
     # GitHub redelivers the same delivery: answered 200 and dispatched nowhere again.
     assert relay.post("pull_request", pr, delivery) == (200, {"status": "duplicate", "delivery_id": delivery})
+    # Someone replays the captured body and signature under a fresh delivery id: a duplicate too.
+    replay = str(uuid.uuid4())
+    assert relay.post("pull_request", pr, replay) == (200, {"status": "duplicate", "delivery_id": replay})
+    assert relay.metric("WebhookReplayed") == 1
     # Another repository's event (the App is installed there too) and an event the relay does not act on.
     other = event_body("pull_request.opened.json", repository={"full_name": "someone/else", "id": 1})
     assert relay.post("pull_request", other)[1]["status"] == "ignored"

@@ -44,7 +44,7 @@ DDL = (
     "dateDiff(second, started_at, completed_at)) ) "
     "ENGINE = MergeTree ORDER BY (downstream_repo, delivery_id, dynamoKey)"
 )
-# The statement the README gives (with FORMAT per format): times in the files are UTC without a zone.
+# The statement docs/contracts.md gives (with FORMAT per format): times in the files are UTC without a zone.
 LOAD = "INSERT INTO default.crcr_workflow_job FROM INFILE '{path}' SETTINGS session_timezone='UTC' FORMAT {format}"
 DUCKDB_TYPES = {
     "String": "VARCHAR",

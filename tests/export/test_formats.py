@@ -80,7 +80,7 @@ def test_duration_seconds_reads_the_loaded_times(
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
 def test_text_times_are_utc_so_the_load_says_so(fmt: str, aws: Aws, clickhouse: ClickHouse, tmp_path: Path) -> None:
-    """ClickHouse reads a time without a zone in the session's zone; the README's load sets UTC."""
+    """ClickHouse reads a time without a zone in the session's zone; the load docs/contracts.md gives sets UTC."""
     path = tmp_path / f"x.{fmt}"
     write(select_rows(DynamoResults(aws.dynamodb, RESULTS_TABLE).all_jobs()), fmt, str(path))
     clickhouse.fresh_table()
@@ -158,21 +158,21 @@ def test_an_empty_selection_still_loads(clickhouse: ClickHouse, tmp_path: Path) 
         assert duckdb_rows(path, fmt) == []
 
 
-def readme_command(program: str) -> str:
-    """The SQL of the README's one-line `program …"SQL"` command."""
-    line = next(x for x in (ROOT / "README.md").read_text().splitlines() if x.startswith(f"{program} "))
+def documented_command(program: str) -> str:
+    """The SQL of the one-line `program …"SQL"` command that docs/contracts.md (`crcr hud export`) gives."""
+    line = next(x for x in (ROOT / "docs" / "contracts.md").read_text().splitlines() if x.startswith(f"{program} "))
     return line.split('"', 1)[1].rsplit('"', 1)[0]
 
 
-def test_the_readmes_clickhouse_command_is_the_load_tested_here() -> None:
-    assert readme_command("clickhouse-client") == LOAD.format(path="crcr_workflow_job.jsonl", format="JSONEachRow")
+def test_the_documented_clickhouse_command_is_the_load_tested_here() -> None:
+    assert documented_command("clickhouse-client") == LOAD.format(path="crcr_workflow_job.jsonl", format="JSONEachRow")
 
 
-def test_the_readmes_duckdb_command(aws: Aws, jobs: list[JobRecord], tmp_path: Path) -> None:
+def test_the_documented_duckdb_command(aws: Aws, jobs: list[JobRecord], tmp_path: Path) -> None:
     path = tmp_path / "crcr_workflow_job.parquet"
     write(select_rows(DynamoResults(aws.dynamodb, RESULTS_TABLE).all_jobs()), "parquet", str(path))
     database = duckdb.connect(str(tmp_path / "crcr.duckdb"))
-    database.execute(readme_command("duckdb -c").replace("'crcr_workflow_job.parquet'", f"'{path}'"))
+    database.execute(documented_command("duckdb -c").replace("'crcr_workflow_job.parquet'", f"'{path}'"))
     select = ", ".join(f"epoch_ns({name}) AS {name}" if name in TIMES else name for name, _ in COLUMNS)
     cursor = database.execute(f"SELECT {select} FROM crcr_workflow_job")
     names = [d[0] for d in cursor.description]

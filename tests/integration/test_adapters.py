@@ -16,7 +16,8 @@ from moto.server import ThreadedMotoServer
 from crcr.adapters.allowlist_source import CachedAllowlist, fetcher_for
 from crcr.adapters.dynamo import DynamoPacer, DynamoState
 from crcr.adapters.github import GitHubApp, GitHubIssueComments
-from crcr.app.ports import CommentRow, GitHubRejected
+from crcr.adapters.results import DynamoHudKeys
+from crcr.app.ports import CommentRow, GitHubRejected, HeadRecord
 from crcr.domain.checks import Known
 from crcr.domain.comment import Posted
 from crcr.local.stack import free_port
@@ -114,13 +115,33 @@ def test_one_writer_per_check_run_and_a_crashed_writer_lapses(aws: dict[str, Any
     assert [(n, k.status) for n, k, _ in a.checks_of_head("pytorch/pytorch", "a" * 40)] == [("crcr/o/r", "in_progress")]
 
 
+def test_a_hud_key_is_held_by_the_first_job_that_reports_it(aws: dict[str, Any]) -> None:
+    _table(aws["dynamodb"], "hudkeys")
+    keys = DynamoHudKeys(aws["dynamodb"], "hudkeys")
+    key = json.dumps(["CI", "build", "7001"])
+    first, second = "run 11 attempt 1", "run 11 attempt 2"
+    assert keys.claim("d1", key, first, now=100.0) is None
+    assert keys.claim("d1", key, first, now=101.0) is None  # the same job reporting again
+    assert keys.claim("d1", key, second, now=102.0) == first  # another attempt with the first one's check run
+    assert keys.claim("d2", key, second, now=103.0) is None  # another dispatch has its own rows
+    assert keys.claim("d1", "x" * 5000, second, now=104.0) is None  # any length: stored by its digest
+    [item] = aws["dynamodb"].query(
+        TableName="hudkeys",
+        KeyConditionExpression="pk = :p",
+        ExpressionAttributeValues={":p": {"S": "HUD#d2"}},
+    )["Items"]
+    assert item["owner"]["S"] == second and int(item["expires_at"]["N"]) == 103 + 90 * 86_400
+
+
 def test_a_new_pr_head_returns_the_head_it_replaced(aws: dict[str, Any]) -> None:
     _table(aws["dynamodb"], "heads")
     state = DynamoState(aws["dynamodb"], "heads")
-    assert state.record_pr_head("pytorch/pytorch", 5, "a" * 40, "2026-11-29T10:00:00Z") is None
-    assert state.record_pr_head("pytorch/pytorch", 5, "a" * 40, "2026-11-29T10:01:00Z") is None  # same head
-    assert state.record_pr_head("pytorch/pytorch", 5, "b" * 40, "2026-11-29T10:02:00Z") == "a" * 40
-    assert state.record_pr_head("pytorch/pytorch", 5, "c" * 40, "2026-11-29T09:00:00Z") is None  # older event
+    assert state.record_pr_head("pytorch/pytorch", 5, "a" * 40, "2026-11-29T10:00:00Z") == HeadRecord(True)
+    # the same head again
+    assert state.record_pr_head("pytorch/pytorch", 5, "a" * 40, "2026-11-29T10:01:00Z") == HeadRecord(True)
+    assert state.record_pr_head("pytorch/pytorch", 5, "b" * 40, "2026-11-29T10:02:00Z") == HeadRecord(True, "a" * 40)
+    # an older event delivered late stores nothing
+    assert state.record_pr_head("pytorch/pytorch", 5, "c" * 40, "2026-11-29T09:00:00Z") == HeadRecord(False)
     assert state.pr_head("pytorch/pytorch", 5) == "b" * 40
 
 

@@ -8,9 +8,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from crcr.adapters.buildkite import BuildkiteClient
 from crcr.adapters.dynamo import DynamoPacer, DynamoState
@@ -19,9 +17,8 @@ from crcr.app.ports import BuildkiteRateLimited, BuildkiteRejected, BuildkiteUna
 from crcr.contracts.messages import BuildkiteTarget, DispatchMessage
 from crcr.domain.levels import Level
 from crcr.domain.pacing import BUILDKITE_RATES
-from crcr.local.stack import free_port
-from tests.conftest import http
 from tests.doubles.buildkite_double import BuildkiteDouble, Reply
+from tests.integration.aws import dynamodb
 
 BUILDS = "/v2/organizations/vllm/pipelines/ci/builds"
 MESSAGE = DispatchMessage(
@@ -167,25 +164,8 @@ def test_a_non_loopback_http_url_is_refused_before_any_token_is_sent() -> None:
 
 @pytest.fixture(scope="module")
 def ddb() -> Iterator[Any]:
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    url = f"http://127.0.0.1:{port}"
-    http("POST", f"{url}/moto-api/reset")
-    client = boto3.client(
-        "dynamodb", endpoint_url=url, region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t"
-    )
-    client.create_table(
-        TableName="state",
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        AttributeDefinitions=[
-            {"AttributeName": "pk", "AttributeType": "S"},
-            {"AttributeName": "sk", "AttributeType": "S"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    yield client
-    server.stop()
+    with dynamodb(StateTable="state") as client:
+        yield client
 
 
 def test_the_ledger_keeps_attempts_that_may_have_sent_until_they_settle(ddb: Any) -> None:

@@ -7,41 +7,22 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from crcr.adapters.dynamo import LEDGER_TTL_S, DynamoState
 from crcr.adapters.github import GitHubApp, GitHubReruns
 from crcr.app.ports import GitHubRejected, RerunClaim, WorkflowRun
-from crcr.local.stack import free_port
-from tests.conftest import APP_ID, http
+from tests.conftest import APP_ID
 from tests.doubles.github_double import GitHubDouble, Reply
+from tests.integration.aws import dynamodb
 
 TABLE = "state"
 
 
 @pytest.fixture(scope="module")
 def ddb() -> Iterator[Any]:
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    url = f"http://127.0.0.1:{port}"
-    http("POST", f"{url}/moto-api/reset")
-    client = boto3.client(
-        "dynamodb", endpoint_url=url, region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t"
-    )
-    client.create_table(
-        TableName=TABLE,
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        AttributeDefinitions=[
-            {"AttributeName": "pk", "AttributeType": "S"},
-            {"AttributeName": "sk", "AttributeType": "S"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    yield client
-    server.stop()
+    with dynamodb(StateTable="state") as client:
+        yield client
 
 
 def test_one_message_at_a_time_decides_a_runs_retry_and_the_marker_is_put_once(ddb: Any) -> None:

@@ -13,20 +13,27 @@ from crcr.app.ports import (
     BuildRef,
     Claim,
     CommentRow,
+    DeliveryListing,
     GitHubError,
     GitHubRejected,
+    HeadRecord,
     IssueComment,
     JobRecord,
+    LedgerClaim,
     LedgerRow,
     LedgerState,
     NewBuild,
     NotInstalled,
     PrInfo,
+    RedeliveryClaim,
     RepoToken,
 )
 from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage
 from crcr.domain.allowlist import Allowlist
+from crcr.domain.checks import Known
 from crcr.domain.comment import Posted
+from crcr.domain.pacing import WindowLevel
+from crcr.domain.redelivery import Attempt
 from crcr.domain.ticket import TicketClaims
 
 
@@ -51,8 +58,11 @@ class FakeClock:
 @dataclass
 class FakeDeliveries:
     rows: dict[str, str] = field(default_factory=dict)
+    bodies: dict[str, str] = field(default_factory=dict)
 
-    def claim_delivery(self, delivery_id: str, event: str, now: float) -> Claim:
+    def claim_delivery(self, delivery_id: str, event: str, now: float, body_sha256: str) -> Claim:
+        if self.bodies.setdefault(body_sha256, delivery_id) != delivery_id:
+            return Claim.REPLAYED
         state = self.rows.get(delivery_id)
         if state is None:
             self.rows[delivery_id] = "received"
@@ -114,6 +124,7 @@ class FakeState:
     """PlannerState and Ledger in one, like the DynamoDB table."""
 
     heads: dict[tuple[str, int], str] = field(default_factory=dict)
+    head_updated_at: dict[tuple[str, int], str] = field(default_factory=dict)
     prs: dict[tuple[str, int], PrInfo] = field(default_factory=dict)
     commits: dict[str, float] = field(default_factory=dict)
     released: dict[tuple[int, str, str], str] = field(default_factory=dict)
@@ -129,11 +140,14 @@ class FakeState:
         labels: tuple[str, ...] = (),
         base_sha: str = "",
         closed: bool = False,
-    ) -> str | None:
+    ) -> HeadRecord:
+        if updated_at < self.head_updated_at.get((upstream, pr), ""):
+            return HeadRecord(newest=False)  # an older event delivered late
         previous = self.heads.get((upstream, pr))
         self.heads[(upstream, pr)] = head_sha
+        self.head_updated_at[(upstream, pr)] = updated_at
         self.prs[(upstream, pr)] = PrInfo(head_sha, base_sha, labels, closed)
-        return previous if previous != head_sha else None
+        return HeadRecord(newest=True, replaced=previous if previous != head_sha else None)
 
     def record_commits(self, upstream: str, commits: list[tuple[str, float]]) -> None:
         self.commits.update(commits)
@@ -158,6 +172,8 @@ class FakeState:
     owners: dict[tuple[str, str], str] = field(default_factory=dict)
     # Attempts that claimed and may have sent, as the table's string set.
     unsettled: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    claims: int = 0  # claims taken
+    head_reads: int = 0  # pr_head calls (each a read of the table)
 
     def claim(
         self,
@@ -168,18 +184,21 @@ class FakeState:
         owner: str,
         repo_id: int,
         full_name: str,
-    ) -> bool:
+        *,
+        row: bool = False,
+    ) -> LedgerClaim:
         key = (message.delivery_id, message.target_repo.lower())
-        row = self.ledger.get(key)
+        found = self.get(message.delivery_id, message.target_repo)
         final = (LedgerState.DISPATCHED, LedgerState.SUPERSEDED)
-        if row is not None and (row.state in final or row.lease_until >= now):
-            return False
+        if found is not None and (found.state in final or found.lease_until >= now):
+            return LedgerClaim(False, found)  # the refusing row, as the table's ALL_OLD brings it
         self.ledger[key] = LedgerRow(
             message.delivery_id, full_name, LedgerState.SENDING, dispatch_id, now + lease_s, repo_id=repo_id
         )
         self.owners[key] = owner
         self.unsettled.setdefault(key, set()).add(owner)
-        return True
+        self.claims += 1
+        return LedgerClaim(True, self.get(message.delivery_id, message.target_repo) if row else None)
 
     def mark_dispatched(
         self, message: DispatchMessage, claims: TicketClaims, now: float, build: BuildRef | None = None
@@ -212,6 +231,7 @@ class FakeState:
         self.ledger[key] = LedgerRow(message.delivery_id, message.target_repo, state, did, 0.0, None, reason)
 
     def pr_head(self, upstream: str, pr: int) -> str | None:
+        self.head_reads += 1
         return self.heads.get((upstream, pr))
 
     def clear_start_watch(self, delivery_id: str, repo: str) -> None:
@@ -249,9 +269,11 @@ class FakeGitHub:
 class FakePacer:
     waits: list[float] = field(default_factory=list)
     keys: list[int | str] = field(default_factory=list)
+    reserved: list[bool] = field(default_factory=list)  # per call: asked to book the slot it names
 
     def acquire(self, key: int | str, now: float, reserve: bool = False) -> float:
         self.keys.append(key)
+        self.reserved.append(reserve)
         return self.waits.pop(0) if self.waits else 0.0
 
 
@@ -429,9 +451,203 @@ class FakeRerunMarks:
 class FakeChecksQueue:
     sent: list[tuple[CheckSyncMessage, float]] = field(default_factory=list)
     dead: list[tuple[CheckSyncMessage, str]] = field(default_factory=list)
+    sends: int = 0  # calls to send_checks (each an SQS call, however many messages)
 
     def send_checks(self, messages: list[CheckSyncMessage], delay_s: float = 0.0) -> None:
+        self.sends += 1
         self.sent += [(m, delay_s) for m in messages]
 
     def dead_letter(self, message: CheckSyncMessage, reason: str) -> None:
         self.dead.append((message, reason))
+
+
+@dataclass
+class FakeHookDeliveries:
+    """GitHub's delivery list and redeliveries. `errors` are raised by the next redeliveries, in order; every
+    redelivery asked for is recorded by attempt id (`asked`), and `listed` records each run's `since`."""
+
+    attempts: list[Attempt] = field(default_factory=list)
+    errors: list[GitHubError] = field(default_factory=list)
+    asked: list[int] = field(default_factory=list)
+    listed: list[float] = field(default_factory=list)
+    truncated: bool = False
+    upstream: int | None = None
+
+    def list_deliveries(self, since: float, max_pages: int) -> DeliveryListing:
+        self.listed.append(since)
+        return DeliveryListing([a for a in self.attempts if a.delivered_at >= since], self.truncated)
+
+    def redeliver(self, delivery_id: int) -> None:
+        if self.errors:
+            raise self.errors.pop(0)
+        self.asked.append(delivery_id)
+
+    def upstream_id(self) -> int | None:
+        return self.upstream
+
+
+@dataclass
+class _Ask:
+    last_id: int
+    asks: int
+    state: str
+    owner: str
+    lease_until: float
+
+
+@dataclass
+class FakeRedeliveries:
+    """The webhook's records (`states`: guid -> received/queued) and the reconciler's rows, with the DynamoDB
+    adapter's rules: each failed attempt claimed once, at most `max_asks` attempts per event, then abandoned."""
+
+    states: dict[str, str] = field(default_factory=dict)
+    rows: dict[str, _Ask] = field(default_factory=dict)
+    cursor: float | None = None
+
+    def delivery_state(self, guid: str) -> str | None:
+        return self.states.get(guid)
+
+    def claim_redelivery(
+        self, guid: str, attempt_id: int, owner: str, now: float, lease_s: float, max_asks: int
+    ) -> RedeliveryClaim:
+        row = self.rows.get(guid)
+        live = row is not None and row.state == "asking" and row.lease_until >= now
+        if row is None or (row.last_id != attempt_id and row.asks < max_asks and row.state != "abandoned" and not live):
+            self.rows[guid] = _Ask(attempt_id, (row.asks if row else 0) + 1, "asking", owner, now + lease_s)
+            return RedeliveryClaim.CLAIMED
+        if row.state == "abandoned":
+            return RedeliveryClaim.ABANDONED
+        if row.last_id == attempt_id:
+            if row.state in ("requested", "refused"):
+                return RedeliveryClaim.ASKED
+            if live:
+                return RedeliveryClaim.BUSY
+            row.owner, row.lease_until = owner, now + lease_s
+            return RedeliveryClaim.CLAIMED
+        if live:
+            return RedeliveryClaim.BUSY
+        row.state = "abandoned"
+        return RedeliveryClaim.EXHAUSTED
+
+    def finish_redelivery(self, guid: str, attempt_id: int, owner: str, status: str, now: float) -> None:
+        row = self.rows[guid]
+        if row.last_id == attempt_id and row.owner == owner:
+            row.state, row.lease_until = status, 0.0
+
+    def release_redelivery(self, guid: str, attempt_id: int, owner: str) -> None:
+        row = self.rows[guid]
+        if row.last_id == attempt_id and row.owner == owner:
+            row.lease_until = 0.0
+
+    def reconcile_cursor(self) -> float | None:
+        return self.cursor
+
+    def save_reconcile_cursor(self, at: float) -> None:
+        self.cursor = at
+
+
+@dataclass
+class FakeCheckStore:
+    """The CheckRunStore port: what was last written to each check run, with the row's version and lock."""
+
+    rows: dict[tuple[str, str, str], tuple[Known | None, int]] = field(default_factory=dict)
+    locks: dict[tuple[str, str, str], float] = field(default_factory=dict)  # key -> lease end
+    labels: dict[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)
+
+    def get_check(self, upstream: str, head_sha: str, name: str) -> tuple[Known | None, int]:
+        return self.rows.get((upstream, head_sha, name), (None, 0))
+
+    def lock_check(
+        self, upstream: str, head_sha: str, name: str, version: int, now: float, lease_s: float
+    ) -> int | None:
+        key = (upstream, head_sha, name)
+        known, current = self.rows.get(key, (None, 0))
+        if current != version or self.locks.get(key, 0.0) > now:
+            return None
+        self.rows[key], self.locks[key] = (known, version + 1), now + lease_s
+        return version + 1
+
+    def unlock_check(self, upstream: str, head_sha: str, name: str, locked: int) -> None:
+        self.locks.pop((upstream, head_sha, name), None)
+
+    def save_check(self, upstream: str, head_sha: str, name: str, known: Known, locked: int) -> bool:
+        key = (upstream, head_sha, name)
+        if self.rows.get(key, (None, 0))[1] != locked:
+            return False
+        self.rows[key] = (known, locked + 1)
+        self.locks.pop(key, None)
+        return True
+
+    def pr_labels(self, upstream: str, pr: int) -> tuple[str, ...]:
+        return self.labels.get((upstream, pr), ())
+
+    def checks_of_head(self, upstream: str, head_sha: str) -> list[tuple[str, Known, int]]:
+        return [
+            (name, known, version)
+            for (up, sha, name), (known, version) in self.rows.items()
+            if (up, sha) == (upstream, head_sha) and known is not None
+        ]
+
+
+@dataclass
+class FakeJobs:
+    """The ResultsStore port: job rows by dispatch, written with the version check the table makes."""
+
+    rows: dict[tuple[str, str, int, str], JobRecord] = field(default_factory=dict)
+    by_dispatch: dict[str, set[tuple[str, str, int, str]]] = field(default_factory=dict)  # the table's partition
+
+    def get_job(self, dispatch_id: str, run_id: str, run_attempt: int, job_name: str) -> JobRecord | None:
+        return self.rows.get((dispatch_id, str(run_id), run_attempt, job_name))
+
+    def jobs_of_dispatch(self, dispatch_id: str) -> list[JobRecord]:
+        return [self.rows[k] for k in sorted(self.by_dispatch.get(dispatch_id, ()))]
+
+    def put_job(self, record: JobRecord, expected_version: int | None) -> bool:
+        current = self.rows.get((record.dispatch_id, record.run_id, record.run_attempt, record.job_name))
+        if (current.version if current else None) != expected_version:
+            return False
+        self.record(record)
+        return True
+
+    def record(self, record: JobRecord) -> None:
+        """The row as a test has it, whatever was there."""
+        key = (record.dispatch_id, record.run_id, record.run_attempt, record.job_name)
+        self.rows[key] = record
+        self.by_dispatch.setdefault(record.dispatch_id, set()).add(key)
+
+
+@dataclass
+class FakeCheckRunApi:
+    """The CheckRunApi port: GitHub's check runs by id, as last written, and every call in order."""
+
+    installation: int = 1
+    runs: dict[int, dict[str, Any]] = field(default_factory=dict)
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def installation_for(self, upstream: str) -> int:
+        return self.installation
+
+    def create_check_run(self, upstream: str, fields: dict[str, Any]) -> int:
+        self.calls.append(("create", fields))
+        run_id = 1000 + len(self.runs)
+        self.runs[run_id] = dict(fields)
+        return run_id
+
+    def update_check_run(self, upstream: str, check_run_id: int, fields: dict[str, Any]) -> None:
+        self.calls.append(("update", fields))
+        self.runs[check_run_id] |= fields
+
+    def by_name(self) -> dict[str, dict[str, Any]]:
+        return {run["name"]: run for run in self.runs.values()}
+
+
+@dataclass
+class FakeGauge:
+    """The BudgetGauge port: the installation's hourly window as a test sets it; `reads` counts the questions."""
+
+    window: WindowLevel = field(default_factory=lambda: WindowLevel(0.0, 50))
+    reads: int = 0
+
+    def level(self, key: int | str, now: float) -> WindowLevel:
+        self.reads += 1
+        return self.window

@@ -53,7 +53,7 @@ def test_repos_settings_apply() -> None:
     assert entry.settings.skip_drafts and entry.settings.trusted_authors_only
     assert entry.settings.repository_id == 42
     assert entry.settings.check_runs == "per_repo"
-    assert parse_allowlist(PYTORCH_FORMAT).get("org3/repo3").settings.check_runs == "per_job"  # type: ignore[union-attr]
+    assert parse_allowlist(PYTORCH_FORMAT).get("org3/repo3").settings.check_runs == "auto"  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(
@@ -67,7 +67,7 @@ def test_repos_settings_apply() -> None:
         ("L1:\n  - org1/repo1\nL1:\n  - org2/repo2\n", 3, "duplicate key 'L1'"),
         ("L1:\n  - org1/repo1\n  - [unclosed\n", 4, "not valid YAML"),
         ("L1:\n  - org1/repo1\nrepos:\n  org1/repo1:\n    events: [issues]\n", 5, "unknown event 'issues'"),
-        ("L1:\n  - org1/repo1\nrepos:\n  org1/repo1:\n    check_runs: per_step\n", 5, "one of per_job, per_repo"),
+        ("L1:\n  - org1/repo1\nrepos:\n  org1/repo1:\n    check_runs: per_step\n", 5, "one of auto, per_job, per_repo"),
         ("L3:\n  'bad device!':\n    org1/repo1: x\n", 2, "is not a device name"),
     ],
 )

@@ -209,3 +209,20 @@ def test_the_relay_never_overwrites_a_completed_run_with_its_own_verdict() -> No
     cancelled = Known(1, "completed", "cancelled")
     assert not should_write(cancelled, "completed", "timed_out", genuine=False)  # the sweeper, later
     assert should_write(cancelled, "completed", "success", genuine=True)  # the job ran after all
+
+
+def test_a_summary_is_shown_without_control_or_bidi_characters() -> None:
+    import json  # noqa: PLC0415
+
+    from crcr.app.checks import check_run_fields  # noqa: PLC0415
+
+    summary = "## Failed\r\n\t* test_\x1b[31mfoo\x1b[0m\x00 \u202eevil\u2066 \x85ok"
+    job = replace(_job("completed", "failure"), callback_payload=json.dumps({"summary": summary}))
+    shown = check_run_fields(job, "crcr/o/r/CI/build")["output"]["summary"]
+    assert shown.endswith("## Failed\n\t* test_[31mfoo[0m evil ok")
+
+
+@pytest.mark.parametrize("label", ["ciflow/crcr/roc\u217d", "ciflow/crcr/\u0280ocm", "ciflow/crcr/ROCM\u0131"])
+def test_a_look_alike_label_is_not_the_device_label(label: str) -> None:
+    assert wants_check_run(3, "rocm", (label,)) is False
+    assert wants_check_run(3, "kpu", ("ciflow/crcr/\u212aPU",)) is False  # Kelvin sign lower()s to "k"

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from crcr.app.dispatch import DispatchDeps, Result, dispatch, dispatch_id
+from crcr.app.dispatch import DispatchBatch, DispatchDeps, PrHeads, Result, dispatch, dispatch_id
 from crcr.app.ports import GitHubRateLimited, GitHubRejected, GitHubUnavailable, LedgerState
-from crcr.contracts.messages import DispatchMessage
+from crcr.contracts.messages import CheckSyncMessage, DispatchMessage
 from crcr.domain.levels import Level
 from crcr.domain.retry import RetryPolicy
 from tests.unit.fakes import (
+    FakeChecksQueue,
     FakeClock,
     FakeDispatchQueue,
     FakeGitHub,
@@ -162,3 +165,136 @@ def test_pacing_delays_the_call(deps: DispatchDeps) -> None:
     assert sent(deps) == []
     deps.clock.t += 8  # type: ignore[misc]
     assert dispatch(deps.queue.rescheduled[-1][0], deps).result is Result.DISPATCHED
+
+
+def test_a_paced_dispatch_books_its_slot_and_comes_back_once_to_spend_it(deps: DispatchDeps) -> None:
+    assert isinstance(deps.pacer, FakePacer) and isinstance(deps.queue, FakeDispatchQueue)
+    deps.pacer.waits = [37.0]
+    outcome = dispatch(message(), deps)
+    assert outcome.result is Result.RESCHEDULED and outcome.reason == "paced" and outcome.delay_s == 37.0
+    assert deps.pacer.reserved == [True]  # asked to book the slot it named
+    [(later, delay)] = deps.queue.rescheduled
+    assert delay == 37.0 and later.slot_at == later.not_before == FakeClock().t + 37
+    # Paced after the claim, which it lets go at once (RETRYING, nothing sent): the next attempt may claim.
+    assert deps.ledger.get("d-1", REPO).state is LedgerState.RETRYING  # type: ignore[union-attr]
+    deps.clock.t += 37.4  # type: ignore[misc]  # SQS brings it back a little after its slot
+    assert dispatch(later, deps).result is Result.DISPATCHED
+    assert len(deps.pacer.keys) == 1 and len(sent(deps)) == 1  # the booked slot spent: the pacer not asked again
+    assert deps.metrics.counts["DispatchRetried.reason=paced"] == 1  # type: ignore[attr-defined]
+
+
+def test_a_slot_found_stale_is_asked_for_again_and_a_wait_past_the_horizon_books_nothing(deps: DispatchDeps) -> None:
+    assert isinstance(deps.pacer, FakePacer) and isinstance(deps.queue, FakeDispatchQueue)
+    deps.pacer.waits = [10.0, 1200.0]
+    dispatch(message(), deps)
+    later, _ = deps.queue.rescheduled[-1]
+    deps.clock.t = (later.slot_at or 0) + 30  # type: ignore[misc]  # long after its slot: that moment has passed
+    outcome = dispatch(later, deps)
+    assert outcome.result is Result.RESCHEDULED and outcome.reason == "paced" and len(deps.pacer.keys) == 2
+    # 20 minutes away: nothing is booked that far ahead; it asks again at the horizon (one SQS delay).
+    again, delay = deps.queue.rescheduled[-1]
+    assert delay == 900 and again.slot_at is None and sent(deps) == []
+    deps.clock.t = again.not_before or 0  # type: ignore[misc]
+    assert dispatch(again, deps).result is Result.DISPATCHED and deps.pacer.keys == [7, 7, 7]
+
+
+def test_a_retry_after_a_spent_slot_does_not_carry_it(deps: DispatchDeps) -> None:
+    assert isinstance(deps.pacer, FakePacer) and isinstance(deps.github, FakeGitHub)
+    assert isinstance(deps.queue, FakeDispatchQueue)
+    deps.pacer.waits = [5.0]
+    dispatch(message(), deps)
+    booked, _ = deps.queue.rescheduled[-1]
+    deps.clock.t += 5  # type: ignore[misc]
+    deps.github.errors[REPO.lower()] = [GitHubUnavailable("HTTP 502")]
+    assert dispatch(booked, deps).result is Result.RESCHEDULED  # the slot was spent on the POST that failed
+    retry, delay = deps.queue.rescheduled[-1]
+    assert retry.slot_at is None
+    deps.clock.t += delay  # type: ignore[misc]
+    assert dispatch(retry, deps).result is Result.DISPATCHED and len(deps.pacer.keys) == 2  # a slot of its own
+
+
+def test_repeats_and_live_claims_are_told_by_the_claim_without_spending_a_slot(deps: DispatchDeps) -> None:
+    assert isinstance(deps.pacer, FakePacer) and isinstance(deps.ledger, FakeState)
+    dispatch(message(), deps)
+    assert dispatch(message(), deps).result is Result.DUPLICATE
+    assert deps.ledger.claim(message(delivery_id="d-2"), "x", FakeClock().t, 60, "other-worker", 1, REPO)
+    assert dispatch(message(delivery_id="d-2"), deps).reason == "in_flight"
+    assert len(deps.pacer.keys) == 1  # only the dispatch that was sent took a slot
+    # A repeat of a message sent before a newer push is a repeat, not a supersession.
+    deps.ledger.heads[("pytorch/pytorch", 5)] = "newer"
+    assert dispatch(message(), deps).result is Result.DUPLICATE
+    assert deps.metrics.counts["DispatchSuperseded"] == 0  # type: ignore[attr-defined]
+
+
+def test_the_records_of_one_batch_share_each_pr_head_read(deps: DispatchDeps) -> None:
+    assert isinstance(deps.ledger, FakeState)
+    heads = PrHeads(deps.ledger, deps.clock)
+    for i in range(5):
+        dispatch(message(delivery_id=f"d-{i}"), deps, heads)
+    dispatch(message(delivery_id="d-other", pr_number=6), deps, heads)
+    dispatch(message(delivery_id="d-push", pr_number=None, event_type="push", action=None), deps, heads)
+    assert deps.ledger.head_reads == 2  # PR 5 once, PR 6 once; a push has no PR head
+    deps.ledger.heads[("pytorch/pytorch", 5)] = "newer"
+    deps.clock.t += 2  # type: ignore[misc]  # a read older than a second is not used: read again
+    assert dispatch(message(delivery_id="d-late"), deps, heads).result is Result.SUPERSEDED
+    assert deps.ledger.head_reads == 3
+
+
+def test_a_message_sent_just_after_the_planner_stored_its_head_reads_no_head_and_a_later_one_does(
+    deps: DispatchDeps,
+) -> None:
+    assert isinstance(deps.ledger, FakeState)
+    now = deps.clock.now()
+    deps.ledger.heads[("pytorch/pytorch", 5)] = "new"
+    assert dispatch(message(delivery_id="d-fresh", head_at=now - 0.5), deps).result is Result.DISPATCHED
+    assert deps.ledger.head_reads == 0  # the planner's write of the head, half a second ago, is the read
+    # A message that waited (paced, retried) past the read's age reads the head: a newer push supersedes it.
+    deps.ledger.heads[("pytorch/pytorch", 5)] = "newer"
+    assert dispatch(message(delivery_id="d-waited", head_at=now - 30), deps).result is Result.SUPERSEDED
+    assert deps.ledger.head_reads == 1
+    # A planner whose clock is far ahead of this host's: its write is not taken as fresh either.
+    assert dispatch(message(delivery_id="d-ahead", head_at=now + 30), deps).result is Result.SUPERSEDED
+    assert deps.ledger.head_reads == 2
+
+
+def test_a_send_waits_for_a_claim_that_still_covers_it(deps: DispatchDeps) -> None:
+    assert isinstance(deps.pacer, FakePacer) and isinstance(deps.queue, FakeDispatchQueue)
+    clock = deps.clock
+
+    class SlowPacer(FakePacer):
+        def acquire(self, key: int | str, now: float, reserve: bool = False) -> float:
+            clock.t += 20  # type: ignore[attr-defined]  # a table that took 20 s to answer
+            return super().acquire(key, now, reserve)
+
+    slow = dataclasses.replace(deps, pacer=SlowPacer())
+    outcome = dispatch(message(), slow)
+    assert outcome.result is Result.RESCHEDULED and outcome.reason == "claim_lapsing" and sent(deps) == []
+    assert deps.ledger.get("d-1", REPO).state is LedgerState.RETRYING  # type: ignore[union-attr]
+    assert dispatch(deps.queue.rescheduled[-1][0], deps).result is Result.DISPATCHED
+
+
+def test_a_batchs_check_run_requests_go_out_in_one_send_and_an_unsent_one_fails_its_record(deps: DispatchDeps) -> None:
+    queue = FakeChecksQueue()
+    batch = DispatchBatch(dataclasses.replace(deps, checks=queue))
+    for i in range(3):
+        assert batch.dispatch(message(delivery_id=f"d-{i}"), f"record-{i}").result is Result.DISPATCHED
+    assert queue.sends == 0  # kept until the batch is done
+    batch.send_requests()
+    assert queue.sends == 1 and [m.delivery_id for m, _ in queue.sent] == ["d-0", "d-1", "d-2"]
+
+    class Down(FakeChecksQueue):
+        def send_checks(self, messages: list[CheckSyncMessage], delay_s: float = 0.0) -> None:
+            raise RuntimeError("SQS unavailable")
+
+    batch = DispatchBatch(dataclasses.replace(deps, checks=Down()))
+    batch.dispatch(message(delivery_id="d-3"), "record-3")
+    batch.dispatch(message(delivery_id="d-4", level=Level.L1), "record-4")  # L1: no check run asked for
+    with pytest.raises(RuntimeError):
+        batch.send_requests()
+    result = batch.fail_requested({"batchItemFailures": [{"itemIdentifier": "record-9"}]})
+    assert result == {"batchItemFailures": [{"itemIdentifier": "record-3"}, {"itemIdentifier": "record-9"}]}
+    # SQS brings record-3 back: a repeat of a sent dispatch, which asks for its check run again.
+    batch = DispatchBatch(dataclasses.replace(deps, checks=queue))
+    assert batch.dispatch(message(delivery_id="d-3"), "record-3").result is Result.DUPLICATE
+    batch.send_requests()
+    assert [m.delivery_id for m, _ in queue.sent][-1] == "d-3"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from crcr.domain.errors import BadSignature
-from crcr.domain.pacing import CONTENT_RATES, Rate, pace
+from crcr.domain.pacing import CONTENT_RATES, Rate, pace, parse_rates
 from crcr.domain.payload import encoded_size, fit_payload
 from crcr.domain.retry import RetryPolicy, rate_limit_wait
 from crcr.domain.signature import sign, verify_signature
@@ -137,3 +137,50 @@ def test_push_paths_survive_trimming() -> None:
     fitted, trimmed = fit_payload(payload, 10_000)
     assert trimmed and encoded_size(fitted) <= 10_000
     assert (fitted["after"], fitted["ref"]) == (payload["after"], "refs/heads/main")
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        {"pull_request.title": "t" * 300_000},
+        {"pull_request.head.label": "l" * 100_000, "pull_request.base.label": "l" * 100_000},
+        {"pull_request.user.login": "u" * 100_000},
+        {"pull_request.merged": list(range(50_000))},  # an array where GitHub sends a boolean
+        {"pull_request.html_url": {"nested": ["x" * 1000] * 200}},
+        {"ref": "r" * 300_000, "forced": "f" * 300_000},  # push-only keys in a pull_request event
+        {"pull_request.labels": [{"name": "\u0001" * 100} for _ in range(500)]},  # escapes grow 6x
+        {"repository.owner": {"login": "o" * 100_000}, "repository.name": "n" * 100_000},
+    ],
+)
+def test_whatever_the_skeleton_holds_the_payload_fits_and_the_documented_paths_survive(
+    hostile: dict[str, object],
+) -> None:
+    payload = json.loads((EVENTS / "pull_request.opened.json").read_text())
+    for path, value in hostile.items():
+        node = payload
+        *parents, last = path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    for budget in (60_000, 10_000):
+        fitted, trimmed = fit_payload(payload, budget)
+        assert trimmed and encoded_size(fitted) <= budget
+        pr = fitted["pull_request"]
+        assert pr["number"] == 170001 and pr["head"]["sha"] == payload["pull_request"]["head"]["sha"]
+        assert pr["head"]["ref"] == payload["pull_request"]["head"]["ref"]
+        assert fitted["repository"]["full_name"] == "pytorch/pytorch"
+
+
+def test_write_rates_parse_as_count_period_burst_windows() -> None:
+    assert parse_rates("60/60+15,440/3600+50") == CONTENT_RATES
+    assert parse_rates("6000/60") == (Rate(6000, 60.0, 0),)
+    for bad in ("lots", "60/0+1", "0/60", "60/60+-1", "60/60,"):
+        with pytest.raises(ValueError):
+            parse_rates(bad)
+
+
+def test_a_bad_write_rate_setting_fails_the_cold_start_naming_it() -> None:
+    from crcr.settings import ConfigError, Settings  # noqa: PLC0415
+
+    with pytest.raises(ConfigError, match="github_write_rates"):
+        Settings.from_env({"CRCR_GITHUB_WRITE_RATES": "60 a minute"})

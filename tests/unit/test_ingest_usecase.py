@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from crcr.app.ingest import IngestDeps, Outcome, ingest
-from crcr.domain.errors import PayloadTooLarge
+from crcr.domain.errors import BadRequest, PayloadTooLarge
 from crcr.domain.signature import sign
 from tests.unit.fakes import FakeBlobs, FakeClock, FakeDeliveries, FakeEventQueue, RecordingMetrics
 
@@ -71,3 +71,91 @@ def test_escaping_is_counted_when_deciding_to_offload() -> None:
         ready = IngestDeps(**{**ready.__dict__, "inline_body_bytes": limit})
         ingest(body, headers(body), ready)
         assert (queue.sent[0].body_ref is not None) is offloaded
+
+
+def rejected(body: bytes, event: str = "pull_request") -> BadRequest:
+    hdrs = {"x-github-event": event, "x-github-delivery": "d-1", "x-hub-signature-256": sign(b"k", body)}
+    with pytest.raises(BadRequest) as caught:
+        ingest(body, hdrs, deps(FakeEventQueue(), FakeDeliveries()))
+    return caught.value
+
+
+def changed(path: str, value: object, base: bytes = BODY) -> bytes:
+    doc = json.loads(base)
+    *parents, last = path.split(".")
+    node = doc
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    node[last] = value
+    return json.dumps(doc).encode()
+
+
+PUSH = (Path(__file__).resolve().parents[2] / "examples" / "events" / "push.main.json").read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("pull_request.head.sha", "a" * 300_000),  # 202 and then stuck in a queue message, a ticket, a table key
+        ("pull_request.head.sha", "A" * 40),  # GitHub's SHAs are lower-case hex
+        ("pull_request.base.sha", "abc"),
+        ("pull_request.head.ref", "r" * 245),  # refs/heads/ + 245 bytes is over GitHub's 255
+        ("pull_request.head.ref", "main\n"),
+        ("pull_request.base.ref", "a..b"),
+        ("pull_request.head.repo.full_name", "fork/" + "x" * 101),
+        ("pull_request.number", 2**31),
+        ("pull_request.number", 0),
+        ("pull_request.labels", [{"name": f"l{i}"} for i in range(501)]),
+        ("pull_request.labels", [{"name": "x" * 101}]),
+        ("pull_request.updated_at", "u" * 41),
+        ("repository.full_name", "pytorch/pytorch\n"),  # `$` matched before a final newline
+        ("repository.full_name", "pytorch/pyt\u043erch"),  # Cyrillic o: not a GitHub name at all
+        ("repository.default_branch", "ma in"),
+        ("repository.id", 2**63),
+        ("installation.id", -1),
+    ],
+)
+def test_pull_request_fields_the_planner_carries_are_checked_at_the_door(path: str, value: object) -> None:
+    error = rejected(changed(path, value))
+    assert error.field == (path + ".0.name" if path.endswith("labels") and len(value) == 1 else path)  # type: ignore[arg-type]
+    assert len(error.message) < 400  # the value itself is never echoed
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("after", "f" * 300_000),
+        ("before", "xyz"),
+        ("ref", "refs/heads/" + "b" * 245),
+        ("ref", "main"),  # a push names a full ref
+        ("commits.0.id", "not-a-sha"),
+    ],
+)
+def test_push_fields_the_planner_carries_are_checked_at_the_door(path: str, value: object) -> None:
+    assert rejected(changed(path, value, PUSH), "push").field == path
+
+
+@pytest.mark.parametrize(
+    ("literal", "field"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "x." + ".".join(["0"] * 63)),  # RecursionError: was a 500
+        ("9" * 5_000, "x"),  # ValueError (Python's 4,300-digit limit): was a 500
+        ("9" * 39, "x"),
+        ("NaN", "x"),
+        ("1e400", "x"),
+        ('"\\udfff"', "x"),
+    ],
+)
+def test_bodies_the_relay_cannot_carry_are_400_naming_where(literal: str, field: str) -> None:
+    body = BODY.replace(b"{", b'{"x": ' + literal.encode() + b", ", 1)
+    error = rejected(body)
+    assert error.field == field
+
+
+def test_a_branch_of_244_bytes_and_a_ref_of_255_pass() -> None:
+    queue = FakeEventQueue()
+    body = changed("pull_request.head.ref", "b" * 244)
+    assert ingest(body, headers(body), deps(queue, FakeDeliveries())).outcome is Outcome.ACCEPTED
+    push = changed("ref", "refs/heads/" + "\u00e9" * 122, PUSH)  # 255 bytes of UTF-8
+    hdrs = headers(push) | {"x-github-event": "push"}
+    assert ingest(push, hdrs, deps(queue, FakeDeliveries())).outcome is not None

@@ -83,3 +83,42 @@ def test_every_mismatch_is_refused_naming_the_claim(change: dict[str, object], f
     with pytest.raises(Forbidden) as caught:
         check(**change)
     assert caught.value.field == field
+
+
+@pytest.mark.parametrize("claim", ["repository", "repository_id", "event_name", "run_id", "run_attempt"])
+@pytest.mark.parametrize("value", [["x"], {"a": 1}, True, 1.5, "9" * 1001])
+def test_a_claim_of_the_wrong_type_is_refused_naming_it_never_a_500(claim: str, value: object) -> None:
+    """An issuer-signed token whose claim is a list (event_name in a frozenset was a TypeError), an object, a
+    boolean, a float or a text no identity is that long."""
+    with pytest.raises(Forbidden) as caught:
+        check(**{claim: value})
+    assert caught.value.field == claim and len(caught.value.message) < 300
+
+
+def test_a_job_workflow_ref_of_the_wrong_type_is_refused() -> None:
+    with pytest.raises(Forbidden) as caught:
+        check(job_workflow_ref=["Org/Backend/.github/workflows/ci.yml@refs/heads/main"], workflows=("*",))
+    assert caught.value.field == "job_workflow_ref"
+
+
+def test_numeric_claims_compare_as_their_digits() -> None:
+    check(repository_id=5001, run_id=42, run_attempt=2)  # an issuer writing numbers is still that run
+    with pytest.raises(Forbidden) as caught:
+        check(run_attempt=10**40)
+    assert caught.value.field == "run_attempt"
+
+
+@pytest.mark.parametrize(
+    "lookalike",
+    [
+        "Org/Bac\u212aend",  # Kelvin sign: "\u212a".lower() == "k", so str.lower() made it the dispatched repo
+        "Org/Backend".replace("a", "\u0430"),  # Cyrillic a
+        "\u041erg/Backend",  # Cyrillic capital O
+        "Org/Backend\n",
+        "Org/\uff22ackend",  # fullwidth B
+    ],
+)
+def test_a_look_alike_repository_claim_is_refused(lookalike: str) -> None:
+    with pytest.raises(Forbidden) as caught:
+        check(repository=lookalike)
+    assert caught.value.field == "repository"

@@ -97,3 +97,21 @@ def test_a_new_head_cancels_the_old_heads_queued_runs_and_asks_for_the_prs_comme
         "b" * 40,
     )
     assert (comment.kind, comment.head_sha, comment.pr) == ("comment", "b" * 40, BODY["pull_request"]["number"])
+
+
+def test_a_dispatch_carries_when_its_commit_was_stored_as_the_prs_head_and_a_late_older_event_does_not() -> None:
+    queue, clock = FakeDispatchQueue(), FakeClock()
+    deps = PlannerDeps(
+        upstream="pytorch/pytorch", allowlist=StaticAllowlist(parse_allowlist("L4:\n  - org/repo\n")),
+        blobs=FakeBlobs(), state=FakeState(), dispatches=queue, metrics=RecordingMetrics(), clock=clock,
+    )  # fmt: skip
+    newer = json.loads(json.dumps(BODY))
+    newer["action"] = "synchronize"
+    newer["pull_request"]["head"]["sha"] = "b" * 40
+    newer["pull_request"]["updated_at"] = "2099-01-01T00:00:00Z"
+    plan_event(_event(newer, "d-new"), deps)
+    plan_event(_event(BODY, "d-old"), deps)  # the older event, delivered after the newer one
+    by_delivery = {m.delivery_id: m for m in queue.sent}
+    assert by_delivery["d-new"].head_at == clock.now()
+    # Still dispatched (the dispatcher reads the PR's head and supersedes it), but never taken as the head.
+    assert by_delivery["d-old"].head_at is None

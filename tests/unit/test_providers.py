@@ -134,3 +134,37 @@ def test_a_bad_edit_never_replaces_the_last_good_map() -> None:
     assert len(cached.current()) == 2  # the slug-keyed edit was refused; the last good map stays
     assert (metrics.counts["ProvidersLoaded"], metrics.counts["ProvidersRejected"]) == (1, 1)
     assert "line 4" in errors[0] and "UUIDs" in errors[0]
+
+
+@pytest.mark.parametrize("claim", ["build_number", "build_source", "build_id"])
+def test_buildkite_claims_of_the_wrong_type_are_refused_naming_them(claim: str) -> None:
+    """A list in build_source was a TypeError (a 500) in the frozenset lookup."""
+    for value in (["1514"], {"n": 1}, True, 15.14):
+        with pytest.raises(Forbidden) as caught:
+            if claim == "build_number":
+                check_buildkite_build(
+                    claims(build_number=value), build_number=1514, build_id=BUILD, run_id=BUILD, check_run_id=None
+                )
+            else:
+                check_buildkite_scheduled(claims(build_source="api") | {claim: value}, run_id=BUILD, check_run_id=None)
+        assert caught.value.field == claim
+
+
+def test_ids_and_required_claims_of_the_wrong_type_never_match() -> None:
+    for name in ("organization_id", "pipeline_id"):
+        for value in ([ORG], {"id": ORG}, 7, "x" * 1001):
+            with pytest.raises(Forbidden) as caught:
+                buildkite_pipeline(claims(**{name: value}), PROVIDERS)
+            assert caught.value.field == name
+    nested: object = "main"
+    for _ in range(5_000):  # its text (str()) would recurse past Python's limit
+        nested = [nested]
+    with pytest.raises(Forbidden) as caught:
+        buildkite_pipeline(claims(build_branch=nested), PROVIDERS)
+    assert caught.value.field == "build_branch"
+
+
+def test_the_map_compares_uuids_folding_ascii_only() -> None:
+    assert PROVIDERS.pipeline(ORG.upper(), VLLM) is not None
+    with pytest.raises(ProvidersError):
+        parse_providers(f"providers:\n  buildkite:\n    repo_map:\n      {ORG}/{VLLM}: v\u0456llm/vllm\n".encode())

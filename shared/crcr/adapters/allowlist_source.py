@@ -56,6 +56,9 @@ _Loader.add_constructor("tag:yaml.org,2002:str", _construct_str)
 _Loader.add_constructor("tag:yaml.org,2002:map", _construct_map)
 
 
+NESTED_TOO_DEEP = "not valid YAML: nested too deep to read"
+
+
 def parse_allowlist(text: str | bytes) -> Allowlist:
     try:
         doc = yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader subclass
@@ -64,6 +67,8 @@ def parse_allowlist(text: str | bytes) -> Allowlist:
         raise AllowlistError(f"not valid YAML: {exc.problem}", line=line) from exc
     except yaml.YAMLError as exc:
         raise AllowlistError(f"not valid YAML: {exc}") from exc
+    except RecursionError as exc:  # PyYAML recurses per level: `[[[…]]]` a thousand deep (was a traceback)
+        raise AllowlistError(NESTED_TOO_DEEP) from exc
     return build_allowlist(doc)
 
 
@@ -209,6 +214,8 @@ def parse_providers(text: str | bytes) -> Providers:
         raise ProvidersError(f"not valid YAML: {exc.problem}", line=line) from exc
     except yaml.YAMLError as exc:
         raise ProvidersError(f"not valid YAML: {exc}") from exc
+    except RecursionError as exc:
+        raise ProvidersError(NESTED_TOO_DEEP) from exc
     except AllowlistError as exc:  # a duplicate key, found while loading
         raise ProvidersError(exc.message) from exc
     return build_providers(doc)

@@ -91,7 +91,7 @@ class BuildkiteClient:
         headers = {"Authorization": self._auth, "Accept": "application/json", "User-Agent": USER_AGENT}
         data = None
         if body is not None:
-            data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+            data = json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
             headers["Content-Type"] = "application/json"
         where = f"{method} {path.split('?', 1)[0]}"
         try:

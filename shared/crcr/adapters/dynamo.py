@@ -7,18 +7,33 @@ concurrent Lambda instances and redelivered messages cannot both win.
 
 from __future__ import annotations
 
+import random
+import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from crcr.app.ports import RERUN_STATUSES, BuildRef, Claim, CommentRow, LedgerRow, LedgerState, PrInfo, RerunClaim
+from crcr.app.ports import (
+    RERUN_STATUSES,
+    BuildRef,
+    Claim,
+    CommentRow,
+    HeadRecord,
+    LedgerClaim,
+    LedgerRow,
+    LedgerState,
+    PrInfo,
+    RerunClaim,
+)
 from crcr.contracts.messages import DispatchMessage
 from crcr.domain.checks import Known
 from crcr.domain.comment import Posted
 from crcr.domain.ids import repo_key
-from crcr.domain.pacing import CONTENT_RATES, Rate, pace
+from crcr.domain.pacing import CONTENT_RATES, RESERVE_HORIZON_S, Rate, WindowLevel, busy_windows, pace, window_level
 from crcr.domain.ticket import TicketClaims
 
 DAY = 86_400
@@ -64,6 +79,31 @@ def num(value: float) -> Decimal:
 SWEEP_INDEX = "sweep"  # sparse GSI (sweep_pk, sweep_at): only rows the sweeper must look at carry it
 
 
+def _ledger_row(delivery_id: str, item: dict[str, Any]) -> LedgerRow:
+    return LedgerRow(
+        delivery_id=delivery_id,
+        repo=item.get("repo_full_name", item.get("repo", {"S": ""}))["S"],
+        state=LedgerState(item["state"]["S"]),
+        dispatch_id=item.get("dispatch_id", {}).get("S", ""),
+        lease_until=float(item.get("lease_until", {}).get("N", "0")),
+        dispatched_at=float(item["dispatched_at"]["N"]) if "dispatched_at" in item else None,
+        reason=item.get("reason", {}).get("S"),
+        repo_id=int(item["repo_id"]["N"]) if "repo_id" in item else None,
+        upstream=item.get("upstream", {}).get("S"),
+        head_sha=item.get("head_sha", {}).get("S"),
+        pr=int(item["pr"]["N"]) if "N" in item.get("pr", {}) else None,
+        level=int(item["level"]["N"]) if "level" in item else None,
+        device=item.get("device", {}).get("S"),
+        event_type=item.get("event_type", {}).get("S"),
+        ci=item.get("ci", {}).get("S", "github"),
+        build_id=item.get("build_id", {}).get("S"),
+        build_number=int(item["build_number"]["N"]) if "N" in item.get("build_number", {}) else None,
+        build_url=item.get("build_url", {}).get("S"),
+        unsettled=frozenset(item.get("unsettled", {}).get("SS", [])),
+        start_watched=item.get("sweep_pk", {}).get("S") == "START",
+    )
+
+
 class DynamoState:
     def __init__(self, client: Any, table: str, start_timeout_s: float | None = None) -> None:
         self._ddb = client
@@ -71,7 +111,25 @@ class DynamoState:
         self._start_timeout_s = start_timeout_s
 
     # -- deliveries ---------------------------------------------------------------------------
-    def claim_delivery(self, delivery_id: str, event: str, now: float) -> Claim:
+    def claim_delivery(self, delivery_id: str, event: str, now: float, body_sha256: str) -> Claim:
+        # The body's digest first: GitHub signs the body, not X-GitHub-Delivery, so a captured body sent again
+        # under a fresh id is a replay. The same id passes (GitHub's redelivery, or a retry after a failure here).
+        try:
+            self._ddb.put_item(
+                TableName=self._table,
+                Item={
+                    "pk": {"S": f"BODY#{body_sha256}"},
+                    "sk": {"S": "META"},
+                    "delivery_id": {"S": delivery_id},
+                    "expires_at": {"N": str(int(now) + DELIVERY_TTL_S)},
+                },
+                ConditionExpression="attribute_not_exists(pk) OR delivery_id = :d",
+                ExpressionAttributeValues={":d": {"S": delivery_id}},
+            )
+        except ClientError as exc:
+            if not conditional_failed(exc):
+                raise
+            return Claim.REPLAYED
         key = {"pk": {"S": f"DLV#{delivery_id}"}, "sk": {"S": "META"}}
         try:
             self._ddb.put_item(
@@ -116,9 +174,8 @@ class DynamoState:
         labels: tuple[str, ...] = (),
         base_sha: str = "",
         closed: bool = False,
-    ) -> str | None:
-        """Keep the newest head and labels; webhooks can arrive out of order, so compare GitHub's updated_at.
-        Returns the head this event replaced, if it changed."""
+    ) -> HeadRecord:
+        """Keep the newest head and labels; webhooks can arrive out of order, so compare GitHub's updated_at."""
         try:
             old = self._ddb.put_item(
                 TableName=self._table,
@@ -138,9 +195,9 @@ class DynamoState:
         except ClientError as exc:
             if not conditional_failed(exc):
                 raise
-            return None
+            return HeadRecord(newest=False)
         previous = old["head_sha"]["S"] if old else None
-        return previous if previous != head_sha else None
+        return HeadRecord(newest=True, replaced=previous if previous != head_sha else None)
 
     def pr_head(self, upstream: str, pr: int) -> str | None:
         item = self._ddb.get_item(
@@ -499,29 +556,7 @@ class DynamoState:
         item = self._ddb.get_item(
             TableName=self._table, Key=self._ledger_key(delivery_id, repo), ConsistentRead=True
         ).get("Item")
-        if not item:
-            return None
-        return LedgerRow(
-            delivery_id=delivery_id,
-            repo=item.get("repo_full_name", item["repo"])["S"],
-            state=LedgerState(item["state"]["S"]),
-            dispatch_id=item.get("dispatch_id", {}).get("S", ""),
-            lease_until=float(item.get("lease_until", {}).get("N", "0")),
-            dispatched_at=float(item["dispatched_at"]["N"]) if "dispatched_at" in item else None,
-            reason=item.get("reason", {}).get("S"),
-            repo_id=int(item["repo_id"]["N"]) if "repo_id" in item else None,
-            upstream=item.get("upstream", {}).get("S"),
-            head_sha=item.get("head_sha", {}).get("S"),
-            pr=int(item["pr"]["N"]) if "N" in item.get("pr", {}) else None,
-            level=int(item["level"]["N"]) if "level" in item else None,
-            device=item.get("device", {}).get("S"),
-            event_type=item.get("event_type", {}).get("S"),
-            ci=item.get("ci", {}).get("S", "github"),
-            build_id=item.get("build_id", {}).get("S"),
-            build_number=int(item["build_number"]["N"]) if "N" in item.get("build_number", {}) else None,
-            build_url=item.get("build_url", {}).get("S"),
-            unsettled=frozenset(item.get("unsettled", {}).get("SS", [])),
-        )
+        return _ledger_row(delivery_id, item) if item else None
 
     def _base_values(self, message: DispatchMessage, now: float) -> dict[str, Any]:
         values: dict[str, Any] = {
@@ -550,7 +585,9 @@ class DynamoState:
         owner: str,
         repo_id: int,
         full_name: str,
-    ) -> bool:
+        *,
+        row: bool = False,
+    ) -> LedgerClaim:
         values = self._base_values(message, now) | {
             ":sending": {"S": LedgerState.SENDING.value},
             ":lease": {"N": str(num(now + lease_s))},
@@ -562,32 +599,43 @@ class DynamoState:
             ":superseded": {"S": LedgerState.SUPERSEDED.value},
             ":mine": {"SS": [owner]},
         }
-        return applied(
-            self._ddb.update_item,
-            TableName=self._table,
-            Key=self._ledger_key(message.delivery_id, message.target_repo),
-            # The attempt counts as unsettled from here until it records what happened to its send.
-            UpdateExpression=(
-                "SET #s = :sending, lease_until = :lease, lease_owner = :owner, dispatch_id = :did, "
-                f"repo_id = :repo_id, repo_full_name = :full, {self._BASE_SET} ADD unsettled :mine"
-            ),
-            ConditionExpression=(
-                "attribute_not_exists(pk) OR (NOT (#s IN (:done, :superseded)) AND lease_until < :now)"
-            ),
-            ExpressionAttributeNames={"#s": "state", "#lvl": "level"},
-            ExpressionAttributeValues=values,
-        )
+        try:
+            written = self._ddb.update_item(
+                TableName=self._table,
+                Key=self._ledger_key(message.delivery_id, message.target_repo),
+                # The attempt counts as unsettled from here until it records what happened to its send.
+                UpdateExpression=(
+                    "SET #s = :sending, lease_until = :lease, lease_owner = :owner, dispatch_id = :did, "
+                    f"repo_id = :repo_id, repo_full_name = :full, {self._BASE_SET} ADD unsettled :mine"
+                ),
+                ConditionExpression=(
+                    "attribute_not_exists(pk) OR (NOT (#s IN (:done, :superseded)) AND lease_until < :now)"
+                ),
+                ExpressionAttributeNames={"#s": "state", "#lvl": "level"},
+                ExpressionAttributeValues=values,
+                # The row that refused the claim comes back with the refusal: no read before the write.
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                ReturnValues="ALL_NEW" if row else "NONE",
+            )
+        except ClientError as exc:
+            if not conditional_failed(exc):
+                raise
+            old = exc.response.get("Item")
+            return LedgerClaim(False, _ledger_row(message.delivery_id, old) if old else None)
+        new = written.get("Attributes")
+        return LedgerClaim(True, _ledger_row(message.delivery_id, new) if new else None)
 
     def mark_dispatched(
         self, message: DispatchMessage, claims: TicketClaims, now: float, build: BuildRef | None = None
     ) -> None:
-        values = self._base_values(message, now) | {
+        """After this attempt's claim, which wrote the dispatch's identity (repository, commit, PR, level,
+        dispatch id): only what the send changed is written here."""
+        values: dict[str, Any] = {
             ":s": {"S": LedgerState.DISPATCHED.value},
-            ":repo_id": {"N": str(claims.repo_id)},
-            ":full": {"S": claims.sub},
-            ":did": {"S": claims.jti},
+            ":now": {"N": str(num(now))},
             ":device": {"S": message.device} if message.device else {"NULL": True},
             ":ci": {"S": claims.ci},
+            ":zero": {"N": "0"},
         }
         built = ""
         if build is not None:
@@ -602,12 +650,11 @@ class DynamoState:
             TableName=self._table,
             Key=self._ledger_key(message.delivery_id, message.target_repo),
             UpdateExpression=(
-                f"SET #s = :s, dispatched_at = :now, repo_id = :repo_id, repo_full_name = :full, "
-                f"dispatch_id = :did, device = :device, ci = :ci, lease_until = :zero, {self._BASE_SET}{built}{watch} "
-                "REMOVE reason"
+                "SET #s = :s, dispatched_at = :now, updated_at = :now, device = :device, ci = :ci, "
+                f"lease_until = :zero{built}{watch} REMOVE reason"
             ),
-            ExpressionAttributeNames={"#s": "state", "#lvl": "level"},
-            ExpressionAttributeValues=values | {":zero": {"N": "0"}},
+            ExpressionAttributeNames={"#s": "state"},
+            ExpressionAttributeValues=values,
         )
 
     def mark(
@@ -731,52 +778,182 @@ class DynamoState:
         )
 
 
-MAX_RESERVE_S = 900.0  # book slots at most as far ahead as one SQS delay reaches
+# How old a cell this pacer saw at its own last booking may be and still answer `level` without a read. The error is
+# other writers' bookings since (at the hourly pace, one every 8 s): it can only make `check_runs: auto` admit a
+# few detail writes too many, which the pacer then delays; it never lets a write past the budget.
+LEVEL_FRESH_S = 30.0
+
+
+@dataclass(frozen=True)
+class _Cell:
+    """A pacing cell as last seen by this instance: its version and theoretical arrival times (None: absent)."""
+
+    version: int
+    tats: tuple[float, ...] | None
+
+
+def _cell(item: dict[str, Any] | None) -> _Cell:
+    if not item or "tats" not in item:
+        return _Cell(0, None)
+    return _Cell(int(item.get("version", {}).get("N", "0")), tuple(float(v["N"]) for v in item["tats"]["L"]))
 
 
 class DynamoPacer:
-    """Pacing cells (GCRA) updated with optimistic concurrency, one per key: by default GitHub's
-    content-creating calls per installation (`PACE#<installation>`/`CONTENT`); another budget (Buildkite's
-    per organization) gets its own cell name and rates."""
+    """Pacing cells (GCRA), one per key: by default GitHub's content-creating calls per installation
+    (`PACE#<installation>`/`CONTENT`); another budget (Buildkite's per organization) gets its own cell name
+    and rates.
+
+    A slot taken now is one conditional UpdateItem with no read before it: each window's time moves on in
+    place, under a condition that says the window allows the call (GCRA evaluated by DynamoDB on what the
+    table holds, so concurrent callers never exceed the budget, and callers that find the windows busy do
+    not conflict). Which form each window takes (busy or idle) is guessed from the cell as this instance last
+    saw it; a wrong guess fails the condition and brings the cell back (ALL_OLD), and the write is made again
+    from it. A booking (a wait, reserved) writes the cell whole under its version. Every write adds 1 to the
+    version, so a version-conditional write never misses a write made in place.
+    """
 
     def __init__(
         self,
         client: Any,
         table: str,
-        attempts: int = 5,
+        attempts: int = 50,  # each a single write, told what it lost to
         *,
         rates: tuple[Rate, ...] = CONTENT_RATES,
         cell: str = "CONTENT",
+        sleep: Callable[[float], None] = time.sleep,
+        rand: Callable[[], float] = random.random,
     ) -> None:
         self._ddb = client
         self._table = table
         self._attempts = attempts
         self._rates = rates
         self._cell = cell
+        self._sleep = sleep
+        self._rand = rand
+        self._seen: dict[int | str, _Cell] = {}
+        self._seen_at: dict[int | str, float] = {}  # when each cell above was last seen, for `level`
+        self._lock = threading.Lock()
+        self._keys: dict[int | str, threading.Lock] = {}
 
     def acquire(self, key: int | str, now: float, reserve: bool = False) -> float:
+        # One caller per cell at a time in this instance (a batch's records for one installation): they would
+        # only refuse each other's bookings; in turn, each starts from the cell the one before it wrote.
+        with self._lock:
+            one = self._keys.setdefault(key, threading.Lock())
+        with one:
+            wait = self._acquire(key, now, reserve)
+            self._seen_at[key] = now
+            return wait
+
+    def level(self, key: int | str, now: float) -> WindowLevel:
+        """Read-only (the BudgetGauge port): how full `key`'s longest window is. From the cell this pacer saw at
+        its own last acquire for `key` when that was at most LEVEL_FRESH_S ago, so a busy writer asks no more
+        than it did; otherwise one read of the cell."""
+        seen, at = self._seen.get(key), self._seen_at.get(key)
+        if seen is None or at is None or not 0 <= now - at <= LEVEL_FRESH_S:
+            cell_key = {"pk": {"S": f"PACE#{key}"}, "sk": {"S": self._cell}}
+            seen = _cell(self._ddb.get_item(TableName=self._table, Key=cell_key, ConsistentRead=True).get("Item"))
+            self._seen[key], self._seen_at[key] = seen, now
+        return window_level(seen.tats, now, self._rates)
+
+    def _acquire(self, key: int | str, now: float, reserve: bool) -> float:
         cell_key = {"pk": {"S": f"PACE#{key}"}, "sk": {"S": self._cell}}
-        for _ in range(self._attempts):
-            item = self._ddb.get_item(TableName=self._table, Key=cell_key, ConsistentRead=True).get("Item")
-            old = tuple(float(v["N"]) for v in item["tats"]["L"]) if item else None
-            new, wait = pace(old, now, self._rates, reserve=reserve)
-            if wait > 0 and (not reserve or wait > MAX_RESERVE_S):
-                return wait  # nothing booked: ask again then
-            condition: dict[str, Any] = (
-                {"ConditionExpression": "attribute_not_exists(pk)"}
-                if item is None
-                else {
-                    "ConditionExpression": "version = :v",
-                    "ExpressionAttributeValues": {":v": item["version"]},
-                }
-            )
-            version = int(item["version"]["N"]) + 1 if item else 1
-            cell = cell_key | {
-                "tats": {"L": [{"N": str(num(t))} for t in new]},
-                "version": {"N": str(version)},
-                "expires_at": {"N": str(int(now) + 2 * DAY)},
-            }
-            if applied(self._ddb.put_item, TableName=self._table, Item=cell, **condition):
+        now = float(num(now))  # the table's precision, so the conditions and this arithmetic agree
+        seen = self._seen.get(key)
+        rates = self._rates
+        for attempt in range(self._attempts):
+            whole = True
+            if seen is None:  # never seen here: expect every window idle
+                whole, wait = False, 0.0
+                found = self._take(key, cell_key, busy_windows(None, now, rates), now)
+            elif seen.tats is None:
+                new, wait = pace(None, now, rates)
+                found = self._write_whole(key, cell_key, new, now, None)
+            else:
+                new, wait = pace(seen.tats, now, rates, reserve=reserve)
+                if wait > 0 and (not reserve or wait > RESERVE_HORIZON_S):
+                    # Nothing booked: ask again then. A copy can only be behind the table (times only grow),
+                    # so the real wait is at least this long.
+                    return wait
+                if wait == 0 and len(seen.tats) == len(rates):
+                    whole = False
+                    found = self._take(key, cell_key, busy_windows(seen.tats, now, rates), now)
+                else:
+                    found = self._write_whole(key, cell_key, new, now, seen.version)
+            if found is None:
                 return wait
-            # another instance paced a call meanwhile: read again
-        return 1.0  # heavy contention: let the queue bring the message back shortly
+            if whole:
+                # Writers booking on one cell go one at a time (each under the version): a few milliseconds of
+                # jitter keeps the losers of a round from meeting again in lockstep.
+                self._sleep(self._rand() * 0.002 * min(attempt + 1, 10))
+            seen = found  # the cell as the table holds it: decide again from that
+        # Every refusal above was another caller's write landing first. Past that many, give up: ask again in a
+        # second, or, asked to book, say so with a wait past the horizon (booked nothing), never one that reads
+        # as a slot booked.
+        return RESERVE_HORIZON_S + 1.0 if reserve else 1.0
+
+    def _values(self, now: float) -> dict[str, Any]:
+        return {":one": {"N": "1"}, ":exp": {"N": str(int(now) + 2 * DAY)}}
+
+    def _take(self, key: int | str, cell_key: dict[str, Any], busy: tuple[bool, ...], now: float) -> _Cell | None:
+        """One slot now, each window moved on in place under the condition that it allows the call."""
+        # Exactly one time per window: each compared below, and none after the last (rates unchanged).
+        sets, conditions = [], [f"attribute_not_exists(tats[{len(self._rates)}])"]
+        values = self._values(now) | {":now": {"N": str(num(now))}}
+        for i, (rate, is_busy) in enumerate(zip(self._rates, busy, strict=True)):
+            if is_busy:
+                sets.append(f"tats[{i}] = tats[{i}] + :i{i}")
+                conditions.append(f"tats[{i}] > :now AND tats[{i}] <= :lim{i}")
+                values[f":i{i}"] = {"N": str(num(rate.interval))}
+                # A microsecond of slack: the float arithmetic above must never find allowed what DynamoDB's
+                # decimals refuse (the same write would be refused again and again).
+                values[f":lim{i}"] = {"N": str(num(now + rate.burst * rate.interval + 1e-6))}
+            else:
+                sets.append(f"tats[{i}] = :t{i}")
+                conditions.append(f"tats[{i}] <= :now")
+                values[f":t{i}"] = {"N": str(num(now + rate.interval))}
+        return self._update(
+            key,
+            cell_key,
+            UpdateExpression=f"SET {', '.join(sets)}, expires_at = :exp ADD version :one",
+            ConditionExpression=" AND ".join(conditions),
+            ExpressionAttributeValues=values,
+        )
+
+    def _write_whole(
+        self, key: int | str, cell_key: dict[str, Any], tats: tuple[float, ...], now: float, version: int | None
+    ) -> _Cell | None:
+        """The cell whole (a booking, a new cell, new rates), if it is still the version decided from (None:
+        if there is no cell yet)."""
+        values = self._values(now) | {":tats": {"L": [{"N": str(num(t))} for t in tats]}}
+        if version is None:
+            condition = "attribute_not_exists(pk)"
+        else:
+            condition = "version = :v"
+            values[":v"] = {"N": str(version)}
+        return self._update(
+            key,
+            cell_key,
+            UpdateExpression="SET tats = :tats, expires_at = :exp ADD version :one",
+            ConditionExpression=condition,
+            ExpressionAttributeValues=values,
+        )
+
+    def _update(self, key: int | str, cell_key: dict[str, Any], **request: Any) -> _Cell | None:
+        """None when written (the new cell is remembered); otherwise the cell as the table holds it."""
+        try:
+            written = self._ddb.update_item(
+                TableName=self._table,
+                Key=cell_key,
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                **request,
+            )
+        except ClientError as exc:
+            if not conditional_failed(exc):
+                raise
+            seen = _cell(exc.response.get("Item"))
+            self._seen[key] = seen
+            return seen
+        self._seen[key] = _cell(written.get("Attributes"))
+        return None

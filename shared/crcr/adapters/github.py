@@ -7,13 +7,14 @@ failure is classified for the caller, which retries through the queue.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from calendar import timegm
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import jwt
 import urllib3
@@ -21,6 +22,8 @@ from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from crcr.app.ports import (
+    DeliveryListing,
+    GitHubError,
     GitHubRateLimited,
     GitHubRejected,
     GitHubUnavailable,
@@ -29,7 +32,9 @@ from crcr.app.ports import (
     RepoToken,
     WorkflowRun,
 )
+from crcr.contracts.github import HookDeliveryItem
 from crcr.domain.ids import repo_key
+from crcr.domain.redelivery import Attempt
 from crcr.domain.retry import rate_limit_wait
 
 USER_AGENT = "crcr-relay/0.1"
@@ -44,6 +49,8 @@ DISPATCH_PERMISSIONS = {"contents": "write"}
 # the token works whichever the installation's settings lean on.
 COMMENT_PERMISSIONS = {"issues": "write", "pull_requests": "write"}
 MAX_COMMENT_PAGES = 30  # 3,000 comments: a PR's conversation is looked through once, after a lost row
+DELIVERIES_PER_PAGE = 100  # GitHub's maximum
+_NEXT_CURSOR = re.compile(r'<[^>]*[?&]cursor=([^&>]+)[^>]*>;\s*rel="next"')
 
 
 @dataclass
@@ -117,7 +124,7 @@ class GitHubApp:
         }
         data = None
         if body is not None:
-            data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+            data = json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
             headers["Content-Type"] = "application/json"
         self.calls.add(kind)
         try:
@@ -404,6 +411,70 @@ class UpstreamCommitLookup:
     def repo_id(self, repo: str) -> int:
         # A metadata-only token down-scoped to the repository lists it with its id (DESIGN §4.2).
         return self._github.repo_token(self._github.installation_for(repo), repo, {"metadata": "read"}).repo_id
+
+
+class GitHubHookDeliveries:
+    """The HookDeliveries port: the App's webhook deliveries, listed and redelivered with the App's JWT."""
+
+    def __init__(self, github: GitHubApp, upstream: str) -> None:
+        self._github = github
+        self._upstream = upstream
+        self._upstream_id: int | None = None
+
+    def list_deliveries(self, since: float, max_pages: int) -> DeliveryListing:
+        attempts: list[Attempt] = []
+        path = f"/app/hook/deliveries?per_page={DELIVERIES_PER_PAGE}"
+        for _ in range(max_pages):
+            resp = self._github.request("GET", path, f"Bearer {self._github.app_jwt()}", kind="hook_deliveries")
+            items = resp.body if isinstance(resp.body, list) else []
+            page = [a for a in (_attempt(item) for item in items) if a is not None]
+            attempts += [a for a in page if a.delivered_at >= since]
+            # Newest first: a page reaching back past `since` is the last one needed.
+            match = _NEXT_CURSOR.search(resp.headers.get("link", ""))
+            if not page or min(a.delivered_at for a in page) < since or match is None:
+                return DeliveryListing(attempts)
+            # Only the cursor is taken from the link: the next request goes to the configured API, whatever
+            # host the header names.
+            path = f"/app/hook/deliveries?per_page={DELIVERIES_PER_PAGE}&cursor={quote(unquote(match.group(1)))}"
+        return DeliveryListing(attempts, truncated=True)
+
+    def redeliver(self, delivery_id: int) -> None:
+        self._github.request(
+            "POST",
+            f"/app/hook/deliveries/{int(delivery_id)}/attempts",
+            f"Bearer {self._github.app_jwt()}",
+            kind="redelivery",
+        )
+
+    def upstream_id(self) -> int | None:
+        if self._upstream_id is None:
+            try:
+                # A metadata-only token down-scoped to the upstream lists it with its id (DESIGN §4.2).
+                installation = self._github.installation_for(self._upstream)
+                token = self._github.repo_token(installation, self._upstream, {"metadata": "read"})
+            except GitHubError:
+                return None  # every repository's events are considered; the webhook ignores the others
+            self._upstream_id = token.repo_id
+        return self._upstream_id
+
+
+def _attempt(item: Any) -> Attempt | None:
+    """One listed delivery; an item GitHub's schema does not describe is skipped rather than failing the run."""
+    try:
+        parsed = HookDeliveryItem.model_validate(item)
+        at = _parse_time(parsed.delivered_at)
+    except (ValueError, TypeError):
+        return None
+    return Attempt(
+        id=parsed.id,
+        guid=parsed.guid,
+        delivered_at=at,
+        status_code=parsed.status_code,
+        event=parsed.event,
+        action=parsed.action,
+        redelivery=parsed.redelivery,
+        repository_id=parsed.repository_id,
+    )
 
 
 def _path(repo: str) -> str:

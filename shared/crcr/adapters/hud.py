@@ -22,7 +22,7 @@ class HudClient:
             resp = self._http.request(
                 "POST",
                 self._url,
-                body=json.dumps(envelope, separators=(",", ":")).encode(),
+                body=json.dumps(envelope, separators=(",", ":"), allow_nan=False).encode(),  # JavaScript reads it
                 headers={"content-type": "application/json", "x-hud-internal-bot": self._token},
                 timeout=self._timeout,
                 redirect=False,

@@ -5,6 +5,10 @@ PyJWT's PyJWKClient refuses an unknown `kid` for 30 s after a fetch, so a key ro
 ago fails. Here an unknown `kid` refetches the key set at once, unless a fetch happened less than
 `refetch_interval_s` ago for another unknown `kid` (then the caller is told to retry shortly): random `kid`s cost the
 issuer at most one fetch per interval per instance.
+
+One fetch at a time, and never in the way of a token whose key is known: such a token is verified with the cached
+keys while another caller fetches (a key set past its cache age is refreshed by one caller, the others go on with
+the cached keys, and a failed refresh keeps them); only callers waiting for a key the relay has not seen wait.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class OidcVerifier:
         cache_s: float = 300.0,
         refetch_interval_s: float = 2.0,
         leeway_s: int = 60,
+        fetch_wait_s: float = 15.0,
     ) -> None:
         check_issuer_url(issuer)
         self.issuer = issuer.rstrip("/")
@@ -66,8 +71,9 @@ class OidcVerifier:
         self._cache_s = cache_s
         self._refetch_interval_s = refetch_interval_s
         self._leeway = leeway_s
-        self._lock = threading.Lock()
-        self._keys: dict[str, jwt.PyJWK] = {}
+        self._fetch_wait_s = fetch_wait_s  # a fetch is discovery + key set: two requests of (2 + 5) s at most
+        self._fetching = threading.Lock()  # held only by the one caller talking to the issuer
+        self._keys: dict[str, jwt.PyJWK] = {}  # replaced whole, never changed in place: read without a lock
         self._fetched_at = float("-inf")
         self._unknown_kid_fetch_at = float("-inf")  # only these refetches are rate-limited
         self._jwks_uri: str | None = None
@@ -110,21 +116,40 @@ class OidcVerifier:
         self._keys = keys
 
     def _key(self, kid: str) -> jwt.PyJWK:
-        with self._lock:
-            now = self._clock()
-            if now - self._fetched_at >= self._cache_s:
-                self._refresh()
+        key = self._keys.get(kid)
+        if key is not None:
+            if self._clock() - self._fetched_at >= self._cache_s and self._fetching.acquire(blocking=False):
+                try:
+                    self._refresh()
+                except Unavailable:
+                    pass  # the issuer is unreachable: the cached keys still verify; retried after cache_s
+                finally:
+                    self._fetching.release()
+                key = self._keys.get(kid)
+                if key is None:
+                    raise Unauthorized("the token's key is no longer one of the issuer's keys", field="Authorization")
+            return key
+        # A key not seen yet (or none loaded): one fetch at a time; whoever waited looks again after it.
+        if not self._fetching.acquire(timeout=self._fetch_wait_s):
+            raise Unavailable("the issuer's keys are being fetched; retry shortly", retry_after_s=2)
+        try:
             key = self._keys.get(kid)
             if key is not None:
                 return key
-            if now - self._unknown_kid_fetch_at < self._refetch_interval_s:
-                raise Unavailable("token signed with a key not seen yet; retry shortly", retry_after_s=2)
-            self._unknown_kid_fetch_at = now
-            self._refresh()
+            now = self._clock()
+            if now - self._fetched_at >= self._cache_s:
+                self._refresh()  # nothing loaded yet, or the cache is old: an ordinary fetch
+            else:
+                if now - self._unknown_kid_fetch_at < self._refetch_interval_s:
+                    raise Unavailable("token signed with a key not seen yet; retry shortly", retry_after_s=2)
+                self._unknown_kid_fetch_at = now
+                self._refresh()
             key = self._keys.get(kid)
             if key is None:
                 raise Unauthorized("the token's key id is not one of the issuer's keys", field="Authorization")
             return key
+        finally:
+            self._fetching.release()
 
     def verify(self, token: str) -> dict[str, Any]:
         try:

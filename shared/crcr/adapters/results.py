@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from typing import Any
 
-from crcr.adapters.dynamo import applied, num, query_all
+from botocore.exceptions import ClientError
+
+from crcr.adapters.dynamo import applied, conditional_failed, num, query_all
 from crcr.app.ports import JobRecord
 from crcr.domain.ids import repo_key
 
@@ -116,13 +119,14 @@ class DynamoResults:
         self._run_timeout_s = run_timeout_s
 
     def set_verdict(self, record: JobRecord, verdict: str) -> bool:
-        """The VerdictStore port: a verdict on the row as recorded (the same version), never on a newer state."""
+        """The VerdictStore port: a verdict on the row as recorded (the same version), never on a newer state; False
+        when the row already carries it (a redelivered stream record), so a verdict is counted once."""
         return applied(
             self._ddb.update_item,
             TableName=self._table,
             Key=job_key(record.dispatch_id, record.run_id, record.run_attempt, record.job_name),
             UpdateExpression="SET verdict = :v",
-            ConditionExpression="version = :ver",
+            ConditionExpression="version = :ver AND (attribute_not_exists(verdict) OR verdict <> :v)",
             ExpressionAttributeValues={":v": {"S": verdict}, ":ver": _n(record.version)},
         )
 
@@ -198,6 +202,38 @@ class DynamoResults:
             # Watched by the sweeper until it completes (put_item replaces the item, dropping these).
             item |= {"sweep_pk": {"S": "RUN"}, "sweep_at": _n(record.started_at + self._run_timeout_s)}
         return applied(self._ddb.put_item, TableName=self._table, Item=item, **condition)
+
+
+class DynamoHudKeys:
+    """The HudKeys port: one state-table item per (dispatch, HUD key), holding the job that took it. One
+    conditional PutItem per new job, whatever the dispatch's size (before, a new job read every job of its
+    dispatch to look for the key)."""
+
+    def __init__(self, client: Any, table: str) -> None:
+        self._ddb = client
+        self._table = table
+
+    def claim(self, dispatch_id: str, hud_key: str, owner: str, now: float) -> str | None:
+        digest = hashlib.sha256(hud_key.encode("utf-8", "surrogatepass")).hexdigest()  # a key of any length
+        try:
+            self._ddb.put_item(
+                TableName=self._table,
+                Item={
+                    "pk": {"S": f"HUD#{dispatch_id}"},
+                    "sk": {"S": digest},
+                    "owner": {"S": owner},
+                    "expires_at": _n(int(now) + RESULTS_TTL_S),  # as long as the job rows it guards
+                },
+                ConditionExpression="attribute_not_exists(pk) OR #o = :o",
+                ExpressionAttributeNames={"#o": "owner"},
+                ExpressionAttributeValues={":o": {"S": owner}},
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if not conditional_failed(exc):
+                raise
+            return str((exc.response.get("Item") or {}).get("owner", {}).get("S", "another job"))
+        return None
 
 
 class DynamoRateLimiter:

@@ -17,6 +17,7 @@ from crcr.app.ports import (
     AllowlistProvider,
     Clock,
     GitHubError,
+    HudKeys,
     JobRecord,
     Ledger,
     LedgerRow,
@@ -38,6 +39,7 @@ from crcr.domain.callback_rules import (
     check_buildkite_build,
     check_buildkite_scheduled,
     check_identity,
+    claim_text,
 )
 from crcr.domain.errors import (
     AllowlistError,
@@ -51,7 +53,9 @@ from crcr.domain.errors import (
     Unavailable,
     invalid_field,
 )
+from crcr.domain.ids import is_repo_name, repo_key
 from crcr.domain.jobs import Current, Decision, JobState, decide
+from crcr.domain.jsondoc import MAX_DEPTH, dumps, loads
 from crcr.domain.levels import Level
 from crcr.domain.triage import Dropped as TriageDropped
 from crcr.domain.triage import validate as validate_triage
@@ -72,6 +76,7 @@ class CallbackDeps:
     ledger: Ledger
     allowlist: AllowlistProvider
     results: ResultsStore
+    hud_keys: HudKeys
     limiter: RateLimiter
     metrics: Metrics
     clock: Clock
@@ -99,11 +104,14 @@ class Report:
     triage_verdict: Any = None
 
 
+# PyTorch's body echoes the dispatch's payload (at most MAX_DEPTH deep, as ingest took it) under `payload`.
+CALLBACK_MAX_DEPTH = MAX_DEPTH + 1
+
+
 def _parse(body: bytes) -> tuple[CallbackBody | PyTorchCallbackBody | ScheduledBody, Report]:
-    try:
-        doc = json.loads(body)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: [[[[... nested
-        raise BadRequest("body is not JSON", field="body") from exc
+    # Nesting, NaN/Infinity (recorded, they would reach the HUD as JSON no JavaScript reader parses), numbers
+    # out of range and lone surrogates are refused here, naming where.
+    doc = loads(body, max_depth=CALLBACK_MAX_DEPTH)
     if not isinstance(doc, dict):
         raise BadRequest("body must be a JSON object", field="body")
     try:
@@ -151,7 +159,11 @@ def _bearer(authorization: str | None) -> str:
 def _caller(identity: VerifiedToken, deps: CallbackDeps) -> str:
     """The repository the token speaks for: GitHub's `repository` claim, or the Buildkite pipeline's map entry."""
     if identity.ci != "buildkite":
-        return str(identity.claims.get("repository", ""))
+        repository = claim_text(identity.claims, "repository") or ""
+        # ASCII owner/name only: a look-alike (Cyrillic, the Kelvin sign) is no repository, whatever it folds to.
+        if repository and not is_repo_name(repository):
+            raise Forbidden("the token's repository claim is not an owner/name", field="repository")
+        return repository
     if deps.providers is None:
         raise Forbidden(
             "this relay has no ci_providers map (CRCR_CI_PROVIDERS): Buildkite cannot report", field="Authorization"
@@ -171,7 +183,7 @@ def _dispatch_of(
         ticket = deps.tickets.verify(parsed.ticket, deps.clock.now())
         if ticket.ci != identity.ci:
             raise Forbidden(f"this ticket is for a {ticket.ci} dispatch, not a {identity.ci} run", field="ticket")
-        if caller.lower() != ticket.sub.lower():
+        if repo_key(caller) != repo_key(ticket.sub):
             raise Forbidden(f"this ticket was issued to {ticket.sub}", field="ticket")
         row = deps.ledger.get(ticket.delivery_id, ticket.sub)
         # Any state will do when the ids match: the relay signs a ticket only just before sending it, so a
@@ -192,7 +204,7 @@ MAX_STORED_PAYLOAD_BYTES = 300_000  # DynamoDB items stop at 400 KB; leave room 
 
 def _stored_payload(raw: dict[str, Any]) -> str:
     """The body as sent, minus the ticket (a credential has no place in the table or on the HUD)."""
-    text = json.dumps({k: v for k, v in raw.items() if k != "ticket"}, separators=(",", ":"), ensure_ascii=False)
+    text = dumps({k: v for k, v in raw.items() if k != "ticket"})
     if len(text.encode()) > MAX_STORED_PAYLOAD_BYTES:
         raise PayloadTooLarge("the report is too large to store; shorten its summary", field="summary")
     return text
@@ -201,7 +213,8 @@ def _stored_payload(raw: dict[str, Any]) -> str:
 def _fingerprint(raw: dict[str, Any]) -> str:
     """What makes two reports the same report: everything the downstream sent but its credentials."""
     content = {k: v for k, v in raw.items() if k != "ticket"}
-    return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def handle_callback(body: bytes, authorization: str | None, deps: CallbackDeps) -> Reply:
@@ -329,14 +342,34 @@ def _record(row: LedgerRow, report: Report, deps: CallbackDeps) -> Reply:
             raise Conflict(f"job {report.job_name} already reported {current.state if current else ''} differently")
         if decision in (Decision.DUPLICATE, Decision.STALE):
             return Reply.DUPLICATE
+        if current is None:
+            _check_hud_key_free(row, report, deps, now)
         record = _next_record(row, report, current, fingerprint, now, triage)
         if deps.results.put_job(record, current.version if current else None):
-            if current is None and row.delivery_id != "scheduled":
-                deps.ledger.clear_start_watch(row.delivery_id, row.repo)  # a job started: no start timeout
+            if current is None and row.start_watched:
+                # The dispatch's first job: no start timeout (the row as read says whether one is still set,
+                # so later jobs write nothing there).
+                deps.ledger.clear_start_watch(row.delivery_id, row.repo)
             return Reply.RECORDED
         # Another callback for the same job won the conditional write: read it and decide again.
     # Not a conflict of content: retrying will settle it, so say so (the action retries 503).
     raise Unavailable(f"job {report.job_name} is being reported concurrently; retry", retry_after_s=1)
+
+
+def _check_hud_key_free(row: LedgerRow, report: Report, deps: CallbackDeps, now: float) -> None:
+    """A new job must not take the HUD row of another job of the same dispatch. PyTorch's HUD keys a row by
+    workflow name, job name and check-run id (not by run or attempt): a check-run id the downstream reuses for
+    another run or attempt would make two jobs overwrite one row, and lose one of them. The first job to
+    report a key holds it (one conditional write, whatever the dispatch's size)."""
+    check_run_id = report.check_run_id or derived_check_run_id(report.run_id, report.run_attempt)
+    hud_key = json.dumps([report.workflow_name, report.job_name, check_run_id])
+    holder = deps.hud_keys.claim(row.dispatch_id, hud_key, f"run {report.run_id} attempt {report.run_attempt}", now)
+    if holder is not None:
+        raise Conflict(
+            f"check run {check_run_id} of job {report.job_name} was already reported by {holder}; "
+            "each job attempt has its own check_run_id",
+            field="check_run_id",
+        )
 
 
 def _triage(report: Report, deps: CallbackDeps) -> str:
@@ -346,7 +379,7 @@ def _triage(report: Report, deps: CallbackDeps) -> str:
     except TriageDropped:
         deps.metrics.count("TriageDropped")
         return ""
-    return json.dumps(verdict, separators=(",", ":"), ensure_ascii=False) if verdict else ""
+    return dumps(verdict) if verdict else ""
 
 
 def _next_record(
@@ -361,7 +394,9 @@ def _next_record(
         run_id=report.run_id,
         run_attempt=report.run_attempt,
         job_name=report.job_name,
-        workflow_name=report.workflow_name,
+        # The HUD keys a job's row by its workflow name: the first one recorded stays, so a later report under
+        # another name updates that row instead of leaving it in progress beside a new one.
+        workflow_name=(current.workflow_name if current else "") or report.workflow_name,
         state=report.status,
         conclusion=report.conclusion,
         fingerprint=fingerprint,

@@ -4,13 +4,18 @@ Two kinds, each one per (head SHA, name), created once and then PATCHed forward 
 - the repository's, crcr/<owner>/<repo>: created `queued` when an L4 dispatch is sent, so a required
   check exists before anything reports; in progress while any job runs; completed with the worst
   conclusion once every job finished and nothing changed for the settle period; timed_out when no
-  job started. With `check_runs: per_repo` it is the only one, and its summary lists the jobs;
-- per job, crcr/<owner>/<repo>/<workflow>/<job> (`check_runs: per_job`, the default).
+  job started. Its summary lists the jobs. With `check_runs: per_repo` it is the only one;
+- per job, crcr/<owner>/<repo>/<workflow>/<job> (`check_runs: per_job`).
 
 Every write goes through the upstream installation, whose budget GitHub caps (80 content-creating
 requests a minute, 500 an hour): writes are paced per installation, and over the budget a message goes
 back to the queue with a delay, never dropped. A message names what to look at; the writer reads the
 latest recorded state when it gets there, so waiting merges writes instead of piling them up.
+
+`check_runs: auto` (the default) adapts to that budget write by write (crcr.domain.checks.makes): while the
+pacer's hourly window has room, per_job; once it has not, no new per-job run and no `in_progress`, and the
+repository's `queued` run only while it would go at once. Runs that exist are always carried to their end.
+
 The PR comment shares the queue and the budget; `comment` messages go to its writer (crcr.app.comment).
 
 Re-runs of downstream runs (kind "rerun", crcr.app.rerun) go through the same writer and pacer, spending
@@ -31,6 +36,7 @@ from crcr.app.budget import Budget, Paced
 from crcr.app.comment import CommentDeps, sync_comment
 from crcr.app.ports import (
     AllowlistProvider,
+    BudgetGauge,
     CheckReads,
     CheckRunApi,
     CheckRunStore,
@@ -53,15 +59,21 @@ from crcr.domain.checks import (
     DONE_STATES,
     JobOutcome,
     Known,
+    Need,
     Rollup,
     check_run_name,
+    job_run_need,
     latest_attempts,
+    makes,
+    repo_run_need,
     rollup,
     should_write,
     wants_check_run,
 )
-from crcr.domain.ids import NO_RUN
+from crcr.domain.ids import NO_RUN, ascii_lower
+from crcr.domain.pacing import WindowLevel
 from crcr.domain.retry import RetryPolicy
+from crcr.domain.text import shown
 from crcr.domain.verdicts import VERDICT_MEANING
 
 MAX_SUMMARY = 65_535  # GitHub's limit on output.summary
@@ -87,6 +99,7 @@ class CheckDeps:
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     rand: Callable[[], float] = field(default=random.random)
     comment: CommentDeps | None = None  # the PR comment (CRCR_PR_COMMENT=off: None)
+    gauge: BudgetGauge | None = None  # check_runs: auto reads the installation's hourly window (None: always room)
 
 
 class CheckRunRace(Exception):
@@ -149,7 +162,7 @@ def _summary(job: JobRecord) -> str:
         lines.append(f"Artifacts: {artifact}")
     summary = body.get("summary")
     if isinstance(summary, str) and summary:
-        lines += ["", summary]
+        lines += ["", shown(summary)]  # the downstream's Markdown, without control or bidirectional characters
     return "\n\n".join(lines)[:MAX_SUMMARY]
 
 
@@ -234,12 +247,49 @@ class _Check:
         return cls(upstream, head_sha, name, *deps.store.get_check(upstream, head_sha, name))
 
 
-def _write(check: _Check, fields: dict[str, Any], attempt: int, genuine: bool, deps: CheckDeps, budget: Budget) -> bool:
-    """Write one check run if it moves forward. Pace first, then lock the row at the version read (one
-    writer per check run, so two PATCHes never land out of order and a stale read never writes), then
-    call GitHub, then record what was written."""
+@dataclass(frozen=True)
+class _Why:
+    """The repository's `check_runs` setting and what the write is for (crcr.domain.checks.makes)."""
+
+    mode: str = "per_job"
+    need: Need = Need.RESULT
+    writes: int = 1  # this write and the ones it commits to
+
+
+def _makes(check: _Check, why: _Why, deps: CheckDeps, budget: Budget) -> bool:
+    now = deps.clock.now()
+    if why.mode == "auto" and budget.holds(now):
+        return True  # decided when this message was paced: its booked slot is spent either way
+
+    def level() -> WindowLevel:
+        if deps.gauge is None:
+            return WindowLevel(0.0, 1_000_000)
+        return deps.gauge.level(deps.api.installation_for(check.upstream), now)
+
+    if makes(why.mode, why.need, why.writes, level):
+        return True
+    if why.mode == "auto":
+        deps.metrics.count("CheckRunSkipped", need=why.need.value)
+    return False
+
+
+def _write(
+    check: _Check,
+    fields: dict[str, Any],
+    attempt: int,
+    genuine: bool,
+    deps: CheckDeps,
+    budget: Budget,
+    why: _Why = _Why(),
+) -> bool:
+    """Write one check run if it moves forward and the repository's setting makes it (with `auto`, what the
+    budget's hourly window allows). Pace first, then lock the row at the version read (one writer per check
+    run, so two PATCHes never land out of order and a stale read never writes), then call GitHub, then record
+    what was written."""
     known = check.known
     if not should_write(known, fields["status"], fields.get("conclusion"), attempt, genuine):
+        return False
+    if not _makes(check, why, deps, budget):
         return False
     budget.spend(deps.pacer, lambda: deps.api.installation_for(check.upstream), deps.clock.now())
     key = (check.upstream, check.head_sha, check.name)
@@ -264,7 +314,7 @@ def _write(check: _Check, fields: dict[str, Any], attempt: int, genuine: bool, d
 
 def _mode(repo: str, deps: CheckDeps) -> str:
     entry = deps.allowlist.current().get(repo)
-    return entry.settings.check_runs if entry is not None else "per_job"
+    return entry.settings.check_runs if entry is not None else "auto"
 
 
 def _wanted(level: int, device: str | None, pr: int | None, upstream: str, deps: CheckDeps) -> bool:
@@ -276,14 +326,17 @@ def sync_job(message: CheckSyncMessage, deps: CheckDeps, written: list[str], bud
     if not message.job_name:
         return  # the dispatch itself (swept): only the repository's check run shows it
     job = deps.results.get_job(message.dispatch_id, message.run_id, message.run_attempt, message.job_name)
-    if job is None or job.level < 3 or _mode(job.repo, deps) != "per_job":
+    if job is None or job.level < 3:
         return
+    mode = _mode(job.repo, deps)
     check = _Check.read(job.upstream, job.head_sha, check_run_name(job.repo, job.workflow_name, job.job_name), deps)
-    # A check run that exists keeps following its job even if the label is removed later (README).
-    if check.known is None and not _wanted(job.level, job.device, job.pr, job.upstream, deps):
+    # A check run that exists keeps following its job even if the label is removed or the setting changed
+    # later (README): every run the relay created ends.
+    if check.known is None and (mode == "per_repo" or not _wanted(job.level, job.device, job.pr, job.upstream, deps)):
         return
     fields = check_run_fields(job, check.name)
-    if _write(check, fields, job.run_attempt, job.fingerprint != SWEPT, deps, budget):
+    need, writes = job_run_need(check.known, fields["status"])
+    if _write(check, fields, job.run_attempt, job.fingerprint != SWEPT, deps, budget, _Why(mode, need, writes)):
         written.append(check.name)
 
 
@@ -307,10 +360,10 @@ def sync_repo(message: CheckSyncMessage, deps: CheckDeps, written: list[str], bu
     state = rollup([_outcome(j) for j in jobs], deps.clock.now(), deps.settle_s)
     if known is None and state.status == "queued" and _not_to_show(row, deps):
         return None
-    skip_in_progress = known is not None and known.status == "queued" and _mode(row.repo, deps) == "per_repo"
-    if state.status == "in_progress" and skip_in_progress:
-        return state.settles_at  # per_repo spends its budget on what decides a merge: queued, then the result
-    if _write(check, repo_check_fields(row, jobs, state, check.name), state.run_attempt, state.genuine, deps, budget):
+    # per_repo (and auto when the budget is tight) spends it on what decides a merge: the result.
+    why = _Why(_mode(row.repo, deps), *repo_run_need(known, state.status, state.run_attempt))
+    fields = repo_check_fields(row, jobs, state, check.name)
+    if _write(check, fields, state.run_attempt, state.genuine, deps, budget, why):
         written.append(check.name)
     return state.settles_at
 
@@ -466,6 +519,6 @@ def backfill(jobs: list[JobRecord], device: str) -> list[CheckSyncMessage]:
     return [
         message
         for job in jobs
-        if job.level == 3 and (job.device or "").lower() == device.lower()
+        if job.level == 3 and ascii_lower(job.device or "") == ascii_lower(device)
         if (message := job_message(job)) is not None
     ]

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import random
+import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
+from crcr.app.budget import STALE_SLOT_S
 from crcr.app.ports import (
     DELIVERY_META_KEY,
     DISPATCH_META_KEY,
@@ -31,6 +33,7 @@ from crcr.app.ports import (
     GitHubRejected,
     GitHubUnavailable,
     Ledger,
+    LedgerRow,
     LedgerState,
     Metrics,
     NewBuild,
@@ -39,6 +42,8 @@ from crcr.app.ports import (
     TicketSigner,
 )
 from crcr.contracts.messages import CheckSyncMessage, DispatchMessage
+from crcr.domain.ids import repo_key
+from crcr.domain.pacing import RESERVE_HORIZON_S
 from crcr.domain.retry import RetryPolicy
 from crcr.domain.ticket import TicketClaims
 
@@ -66,6 +71,7 @@ class BuildkiteDeps:
     builds: Builds
     pacer: Pacer
     lease_s: float = 35.0  # covers a lookup and a create, each with its timeouts
+    call_s: float = 10.0  # the longest one Buildkite call may take (connect + read timeouts)
     # After a send whose outcome is unknown, the next attempt waits at least this long before it looks for
     # the build: a request the relay gave up on may still be creating one.
     settle_s: float = 30.0
@@ -85,13 +91,16 @@ class DispatchDeps:
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     rand: Callable[[], float] = field(default=random.random)
     lease_s: float = 30.0  # longer than one GitHub call with its timeouts; a crashed worker's claim lapses
+    # The longest one GitHub call may take (connect + read timeouts): a send goes only while the claim has
+    # this much left, so a claim taken before pacing still covers the POST whole.
+    send_s: float = 13.05
     checks: ChecksQueue | None = None  # L3/L4: the repository's check run, created queued once sent
     buildkite: BuildkiteDeps | None = None  # None: no Buildkite API token; Buildkite repositories dead-letter
 
 
 def dispatch_id(delivery_id: str, repo: str) -> str:
     """Stable per (delivery, repository), so a repeated attempt signs the same ticket id."""
-    return hashlib.sha256(f"{delivery_id}\n{repo.lower()}".encode()).hexdigest()[:32]
+    return hashlib.sha256(f"{delivery_id}\n{repo_key(repo)}".encode()).hexdigest()[:32]
 
 
 def client_payload(message: DispatchMessage, ticket: str, callback_url: str) -> dict[str, Any]:
@@ -157,13 +166,16 @@ def _reschedule(
     attempt: int,
     owner: str,
     settled: bool = False,
+    slot_at: float | None = None,
 ) -> DispatchOutcome:
     """Record RETRYING and re-send the message after `delay`. `settled` (here and below): this attempt
     certainly sent nothing (refused, rate-limited, never connected), so the ledger stops counting it among
-    the attempts that may have created something."""
+    the attempts that may have created something. `slot_at`: the pacing slot booked for the next attempt
+    (any slot the message held is spent or lapsed otherwise)."""
     now = deps.clock.now()
     deps.ledger.mark(message, LedgerState.RETRYING, reason, now, owner, settled=settled)
-    deps.queue.reschedule(message.model_copy(update={"attempt": attempt, "not_before": now + delay}), delay)
+    update = {"attempt": attempt, "not_before": now + delay, "slot_at": slot_at}
+    deps.queue.reschedule(message.model_copy(update=update), delay)
     deps.metrics.count("DispatchRetried", reason=reason.split(":", 1)[0])
     return DispatchOutcome(Result.RESCHEDULED, reason, delay)
 
@@ -193,20 +205,139 @@ def _transient(
     return _reschedule(message, deps, delay, reason, attempt=attempt, owner=owner, settled=settled)
 
 
-def _claim_held(message: DispatchMessage, deps: DispatchDeps, now: float) -> DispatchOutcome:
-    """Another worker holds a live claim (a redelivered copy, or a worker that died mid-call): look again
-    when that claim lapses."""
-    held = deps.ledger.get(message.delivery_id, message.target_repo)
-    if held is not None and held.state in (LedgerState.DISPATCHED, LedgerState.SUPERSEDED):
+def _refused(message: DispatchMessage, deps: DispatchDeps, row: LedgerRow | None, now: float) -> DispatchOutcome:
+    """The claim was refused, and the refusal brought the row: sent (or superseded) already, a repeat; or
+    another worker holds a live claim (a redelivered copy, or a worker that died mid-call): look again when
+    that claim lapses."""
+    if row is not None and row.state in (LedgerState.DISPATCHED, LedgerState.SUPERSEDED):
         deps.metrics.count("DispatchDuplicate")
-        return DispatchOutcome(Result.DUPLICATE, held.state.value)
-    wait = max(1.0, (held.lease_until if held else now) - now + 1.0)
+        if row.state is LedgerState.DISPATCHED:
+            _announce(message, deps)
+        return DispatchOutcome(Result.DUPLICATE, row.state.value)
+    wait = max(1.0, (row.lease_until if row else now) - now + 1.0)
     deps.queue.reschedule(message, wait)
     deps.metrics.count("DispatchRetried", reason="in_flight")
     return DispatchOutcome(Result.RESCHEDULED, "in_flight", wait)
 
 
-def dispatch(message: DispatchMessage, deps: DispatchDeps) -> DispatchOutcome:
+class PrHeads:
+    """The PR heads one invocation's records ask about. The records of a batch start together, side by side,
+    so the first to ask about a PR reads its head and the others use that read, for at most `max_age_s`:
+    a read made for each would answer the same, a few milliseconds apart. A message the planner sent within
+    `max_age_s` of storing its commit as the PR's head needs no read at all: that write was the read."""
+
+    def __init__(self, ledger: Ledger, clock: Clock, max_age_s: float = 1.0) -> None:
+        self._ledger = ledger
+        self._clock = clock
+        self._max_age_s = max_age_s
+        self._lock = threading.Lock()
+        self._heads: dict[tuple[str, int], tuple[str | None, float]] = {}
+        self._reading: dict[tuple[str, int], threading.Lock] = {}
+
+    def known_at(self, at: float | None) -> bool:
+        """A head known at `at` (the planner's write) is as fresh as a read this object would share. Both ways: the
+        planner's clock is another host's, and one far ahead of this one must not make its write fresh for long."""
+        return at is not None and abs(self._clock.now() - at) <= self._max_age_s
+
+    def head(self, upstream: str, pr: int) -> str | None:
+        key = (upstream, pr)
+        with self._lock:
+            reading = self._reading.setdefault(key, threading.Lock())
+        with reading:  # one read per PR at a time: the others wait for it rather than read too
+            known = self._heads.get(key)
+            if known is not None and self._clock.now() - known[1] <= self._max_age_s:
+                return known[0]
+            asked = self._clock.now()
+            head = self._ledger.pr_head(upstream, pr)
+            self._heads[key] = (head, asked)
+            return head
+
+
+def _newer_head(message: DispatchMessage, heads: PrHeads) -> str | None:
+    """The PR's head, when a newer commit than this message's was pushed to it since it was planned."""
+    if message.pr_number is None or message.action == "closed" or heads.known_at(message.head_at):
+        return None
+    latest = heads.head(message.upstream, message.pr_number)
+    return latest if latest is not None and latest != message.head_sha else None
+
+
+def _superseded(message: DispatchMessage, deps: DispatchDeps, latest: str, owner: str) -> DispatchOutcome:
+    deps.ledger.mark(message, LedgerState.SUPERSEDED, f"superseded by {latest}", deps.clock.now(), owner, settled=True)
+    deps.metrics.count("DispatchSuperseded")
+    return DispatchOutcome(Result.SUPERSEDED, f"superseded by {latest}")
+
+
+def _slot(message: DispatchMessage, pacer: Pacer, key: int | str, now: float) -> float:
+    """0 when this attempt may call now: it holds the slot it booked when it was last paced (due about now),
+    or takes one. Otherwise the wait, with that slot booked for it when the wait is within the horizon."""
+    held = message.slot_at
+    if held is not None and now - STALE_SLOT_S <= held <= now + 1:
+        return 0.0
+    return pacer.acquire(key, now, reserve=True)
+
+
+def _paced(message: DispatchMessage, deps: DispatchDeps, wait: float, asked_at: float, owner: str) -> DispatchOutcome:
+    """Back to the queue until the booked slot (once, whatever the backlog ahead of it); a wait past the
+    horizon books nothing, and the message asks again at the horizon."""
+    booked = wait <= RESERVE_HORIZON_S
+    delay = wait if booked else RESERVE_HORIZON_S
+    slot_at = asked_at + wait if booked else None
+    return _reschedule(
+        message, deps, delay, "paced", attempt=message.attempt, owner=owner, settled=True, slot_at=slot_at
+    )
+
+
+class _Requests:
+    """ChecksQueue for one invocation's dispatches: their check-run requests are kept, each with its record, and
+    sent together when the batch is done (one SQS call for the batch, not one per dispatch)."""
+
+    def __init__(self, queue: ChecksQueue) -> None:
+        self.queue = queue
+        self.kept: list[tuple[str, CheckSyncMessage]] = []
+        self.record = threading.local()
+        self._lock = threading.Lock()
+
+    def send_checks(self, messages: list[CheckSyncMessage], delay_s: float = 0.0) -> None:
+        if delay_s:
+            self.queue.send_checks(messages, delay_s)
+            return
+        with self._lock:
+            self.kept += [(getattr(self.record, "id", ""), m) for m in messages]
+
+    def dead_letter(self, message: CheckSyncMessage, reason: str) -> None:
+        self.queue.dead_letter(message, reason)
+
+
+class DispatchBatch:
+    """One invocation's records: they start together, side by side, so they share each PR's head read, and their
+    check-run requests go out in one send at the end. A request is sent again on every repeat of a sent
+    dispatch, so a record whose request could not be sent is failed back to SQS (`finish`) and its repeat asks
+    again: nothing is lost, as when a worker dies between a dispatch and its request."""
+
+    def __init__(self, deps: DispatchDeps) -> None:
+        self.heads = PrHeads(deps.ledger, deps.clock)
+        self._requests = _Requests(deps.checks) if deps.checks is not None else None
+        self.deps = replace(deps, checks=self._requests) if self._requests is not None else deps
+
+    def dispatch(self, message: DispatchMessage, record_id: str) -> DispatchOutcome:
+        if self._requests is not None:
+            self._requests.record.id = record_id
+        return dispatch(message, self.deps, self.heads)
+
+    def send_requests(self) -> None:
+        """Send the check-run requests kept; raises as the queue does (then see `fail_requested`)."""
+        if self._requests is not None and self._requests.kept:
+            self._requests.queue.send_checks([m for _, m in self._requests.kept])
+
+    def fail_requested(self, result: dict[str, Any]) -> dict[str, Any]:
+        """The partial batch response with every record that asked for a check run failed too."""
+        requested = {record for record, _ in (self._requests.kept if self._requests is not None else [])}
+        failed = requested | {f["itemIdentifier"] for f in result.get("batchItemFailures") or []}
+        self.deps.metrics.count("DispatchRequestsUnsent", len(requested))
+        return {"batchItemFailures": [{"itemIdentifier": record} for record in sorted(failed)]}
+
+
+def dispatch(message: DispatchMessage, deps: DispatchDeps, heads: PrHeads | None = None) -> DispatchOutcome:
     now = deps.clock.now()
     if message.not_before is not None and message.not_before > now + 1:
         # SQS delays at most 15 minutes; longer waits (an hourly rate limit) hop until due.
@@ -214,36 +345,32 @@ def dispatch(message: DispatchMessage, deps: DispatchDeps) -> DispatchOutcome:
         deps.queue.reschedule(message, delay)
         return DispatchOutcome(Result.RESCHEDULED, "not_due", delay)
 
-    row = deps.ledger.get(message.delivery_id, message.target_repo)
-    # FAILED is not final: an operator's redrive of a dead letter must be able to try again.
-    if row is not None and row.state in (LedgerState.DISPATCHED, LedgerState.SUPERSEDED):
-        deps.metrics.count("DispatchDuplicate")
-        if row.state is LedgerState.DISPATCHED:
-            _announce(message, deps)
-        return DispatchOutcome(Result.DUPLICATE, row.state.value)
-
-    if message.pr_number is not None and message.action != "closed":
-        latest = deps.ledger.pr_head(message.upstream, message.pr_number)
-        if latest is not None and latest != message.head_sha:
-            deps.ledger.mark(message, LedgerState.SUPERSEDED, f"superseded by {latest}", now)
-            deps.metrics.count("DispatchSuperseded")
-            return DispatchOutcome(Result.SUPERSEDED, f"superseded by {latest}")
-
+    heads = heads or PrHeads(deps.ledger, deps.clock)
     did = dispatch_id(message.delivery_id, message.target_repo)
     owner = uuid.uuid4().hex  # this attempt's claim: only it may release the claim early
     if message.buildkite is not None:
-        return _dispatch_build(message, deps, did, owner)
+        return _dispatch_build(message, deps, did, owner, heads)
     try:
-        # Everything slow or fallible happens before the claim, so the claim covers one POST only.
+        # The installation and its token (cached while valid) before the claim, which writes the repository's
+        # id: a run may report before its dispatch is marked sent.
         installation = deps.github.installation_for(message.target_repo)
         token = deps.github.repo_token(installation, message.target_repo)
-        wait = deps.pacer.acquire(installation, deps.clock.now())
-        if wait > 0:
-            return _reschedule(message, deps, wait, "paced", attempt=message.attempt, owner=owner)
+        # The claim first: a repeat (sent already, or in another worker's hands) is told by the refusal itself,
+        # before it could spend a pacing slot. FAILED is not final: an operator's redrive may try again.
         now = deps.clock.now()
-        if not deps.ledger.claim(message, did, now, deps.lease_s, owner, token.repo_id, token.full_name):
-            return _claim_held(message, deps, now)
-        issued = int(now)
+        claim = deps.ledger.claim(message, did, now, deps.lease_s, owner, token.repo_id, token.full_name)
+        if not claim:
+            return _refused(message, deps, claim.row, now)
+        if (latest := _newer_head(message, heads)) is not None:
+            return _superseded(message, deps, latest, owner)
+        asked_at = deps.clock.now()
+        wait = _slot(message, deps.pacer, installation, asked_at)
+        if wait > 0:
+            return _paced(message, deps, wait, asked_at, owner)
+        if deps.clock.now() + deps.send_s > now + deps.lease_s:
+            # Pacing took so long that the claim could lapse mid-POST (a slow table): let it go, try again.
+            return _reschedule(message, deps, 1.0, "claim_lapsing", attempt=message.attempt, owner=owner, settled=True)
+        issued = int(deps.clock.now())
         claims = TicketClaims(
             sub=token.full_name,
             repo_id=token.repo_id,
@@ -287,7 +414,9 @@ BUILDKITE_NOT_CONFIGURED = (
 )
 
 
-def _dispatch_build(message: DispatchMessage, deps: DispatchDeps, did: str, owner: str) -> DispatchOutcome:
+def _dispatch_build(
+    message: DispatchMessage, deps: DispatchDeps, did: str, owner: str, heads: PrHeads
+) -> DispatchOutcome:
     """A Buildkite downstream: create one build of its pipeline, under the same claim, lease and outcomes
     as a repository_dispatch. Buildkite has no idempotency key, so an attempt that follows one whose send
     may have reached Buildkite first looks for that attempt's build (by dispatch id) and records it."""
@@ -297,13 +426,21 @@ def _dispatch_build(message: DispatchMessage, deps: DispatchDeps, did: str, owne
         return _dead_letter(message, deps, BUILDKITE_NOT_CONFIGURED, owner)
     # No GitHub installation or token: the allowlist's pin (or 0) is the ticket's repository id.
     repo_id, full_name = message.repository_id or 0, message.target_repo
-    wait = bk.pacer.acquire(target.organization, deps.clock.now())
-    if wait > 0:
-        return _reschedule(message, deps, wait, "paced", attempt=message.attempt, owner=owner)
     now = deps.clock.now()
-    if not deps.ledger.claim(message, did, now, bk.lease_s, owner, repo_id, full_name):
-        return _claim_held(message, deps, now)
-    issued = int(now)
+    # The claim brings the row as claimed: every earlier attempt has recorded its outcome or lost its lease by
+    # now, so its `unsettled` set is final for this attempt.
+    claim = deps.ledger.claim(message, did, now, bk.lease_s, owner, repo_id, full_name, row=True)
+    if not claim:
+        return _refused(message, deps, claim.row, now)
+    if (latest := _newer_head(message, heads)) is not None:
+        return _superseded(message, deps, latest, owner)
+    asked_at = deps.clock.now()
+    wait = _slot(message, bk.pacer, target.organization, asked_at)
+    if wait > 0:
+        return _paced(message, deps, wait, asked_at, owner)
+    if deps.clock.now() + 2 * bk.call_s > now + bk.lease_s:  # a lookup and a create must fit in the claim
+        return _reschedule(message, deps, 1.0, "claim_lapsing", attempt=message.attempt, owner=owner, settled=True)
+    issued = int(deps.clock.now())
     claims = TicketClaims(
         sub=full_name,
         repo_id=repo_id,
@@ -319,8 +456,7 @@ def _dispatch_build(message: DispatchMessage, deps: DispatchDeps, did: str, owne
     )
     where = f"{target.organization}/{target.pipeline}"
 
-    # Read after the claim: every earlier attempt has recorded its outcome or lost its lease by now.
-    row = deps.ledger.get(message.delivery_id, message.target_repo)
+    row = claim.row
     if row is not None and row.unsettled - {owner}:
         wait = bk.pacer.acquire(target.organization, deps.clock.now())
         if wait > 0:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
@@ -13,8 +12,9 @@ from pydantic import ValidationError
 from crcr.app.ports import BlobStore, Claim, Clock, DeliveryStore, EventQueue, Metrics
 from crcr.contracts.github import AnyEvent, CheckRunEvent, CheckSuiteEvent, PullRequestEvent, PushEvent
 from crcr.contracts.messages import EventMessage
-from crcr.domain.errors import BadRequest, CrcrError, PayloadTooLarge, invalid_field
+from crcr.domain.errors import BadRequest, BadSignature, CrcrError, PayloadTooLarge, invalid_field
 from crcr.domain.ids import is_delivery_id, repo_key
+from crcr.domain.jsondoc import loads
 from crcr.domain.planning import PR_ACTIONS_READ
 from crcr.domain.signature import verify_signature
 
@@ -52,6 +52,9 @@ class IngestDeps:
     clock: Clock
     max_body_bytes: int
     inline_body_bytes: int  # above this the body travels through S3 (queue message limit minus envelope)
+    # Secrets kept in Secrets Manager, read through its cache (force: read now, at most once per few seconds);
+    # None: `secrets` are fixed for the life of the instance.
+    secret_source: Callable[[bool], tuple[bytes, ...]] | None = None
 
 
 _OUTCOME_METRIC = {
@@ -73,10 +76,27 @@ def ingest(body: bytes, headers: Mapping[str, str], deps: IngestDeps) -> IngestR
     return result
 
 
+def _verify(body: bytes, header: str | None, deps: IngestDeps) -> None:
+    """The body must be signed by the current or the previous secret. A mismatch reads the secret again first: a
+    rotated secret is taken at once by warm functions, with no redeploy (the re-read is rate-limited)."""
+    if deps.secret_source is None:
+        verify_signature(deps.secrets, body, header)
+        return
+    secrets = deps.secret_source(False)
+    try:
+        verify_signature(secrets, body, header)
+    except BadSignature:
+        fresh = deps.secret_source(True)
+        if fresh == secrets:
+            raise
+        verify_signature(fresh, body, header)
+        deps.metrics.count("WebhookSecretReread")
+
+
 def _ingest(body: bytes, headers: Mapping[str, str], deps: IngestDeps) -> IngestResult:
     if len(body) > deps.max_body_bytes:
         raise PayloadTooLarge(f"body is {len(body)} bytes; the limit is {deps.max_body_bytes}", field="body")
-    verify_signature(deps.secrets, body, headers.get("x-hub-signature-256"))
+    _verify(body, headers.get("x-hub-signature-256"), deps)
 
     event = headers.get("x-github-event", "")
     delivery_id = headers.get("x-github-delivery", "")
@@ -92,9 +112,11 @@ def _ingest(body: bytes, headers: Mapping[str, str], deps: IngestDeps) -> Ingest
 
     try:
         text = body.decode("utf-8")
-        doc = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         raise BadRequest(f"body is not UTF-8 JSON: {exc}", field="body") from exc
+    # Whatever is answered 202 must reach every target: a body the planner, a queue or a downstream could not
+    # carry (too deep, numbers out of range, NaN, lone surrogates) is refused here, naming where.
+    doc = loads(text)
     if not isinstance(doc, dict):
         raise BadRequest("body must be a JSON object", field="body")
     try:
@@ -105,16 +127,20 @@ def _ingest(body: bytes, headers: Mapping[str, str], deps: IngestDeps) -> Ingest
             return IngestResult(Outcome.IGNORED, delivery_id, f"{event} action {head.action} is not acted on")
         model.model_validate(doc)
     except ValidationError as exc:
-        raise BadRequest(f"{event} payload is malformed", field=invalid_field(exc)) from exc
+        where = invalid_field(exc)
+        raise BadRequest(f"{event} payload is malformed at {where}: {exc.errors()[0]['msg']}", field=where) from exc
 
     now = deps.clock.now()
-    claim = deps.deliveries.claim_delivery(delivery_id, event, now)
+    digest = hashlib.sha256(body).hexdigest()
+    claim = deps.deliveries.claim_delivery(delivery_id, event, now, digest)
     if claim is Claim.QUEUED:
         return IngestResult(Outcome.DUPLICATE, delivery_id, "delivery already accepted")
+    if claim is Claim.REPLAYED:
+        deps.metrics.count("WebhookReplayed")
+        return IngestResult(Outcome.DUPLICATE, delivery_id, "this body was already accepted under another delivery id")
     if claim is Claim.PENDING:
         deps.metrics.count("WebhookRequeued")
 
-    digest = hashlib.sha256(body).hexdigest()
     message = EventMessage(delivery_id=delivery_id, event=event, received_at=now, body=text, body_sha256=digest)
     # Measure what travels: the body as a JSON string inside the message, escapes included.
     if len(message.model_dump_json().encode()) > deps.inline_body_bytes:

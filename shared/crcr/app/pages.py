@@ -38,13 +38,13 @@ def _answer(status: int, body: bytes, kind: str, cache: str) -> Answer:
 def serve(path: str, docs: HudDocReader | None, assets: dict[str, bytes]) -> Answer:
     if path == "/hud":
         return Answer(308, b"", {"location": "/hud/"} | SECURITY)
-    if PAGE.match(path):
+    if PAGE.fullmatch(path):
         return _answer(200, assets["index.html"], "html", "no-cache")
-    if match := ASSET.match(path):
+    if match := ASSET.fullmatch(path):
         name = match.group(1)
         if name in assets:
             return _answer(200, assets[name], name.rsplit(".", 1)[1], "public, max-age=300")
-    elif match := DOC.match(path):
+    elif match := DOC.fullmatch(path):
         body = docs.read(f"{match.group(1)}.json") if docs is not None else None
         if body is not None:
             return _answer(200, body, "json", "no-cache")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -29,6 +28,8 @@ from crcr.contracts.messages import BuildkiteTarget, CheckSyncMessage, DispatchM
 from crcr.domain.allowlist import Entry
 from crcr.domain.checks import CIFLOW_DEVICE_PREFIX
 from crcr.domain.errors import BadRequest
+from crcr.domain.ids import ascii_lower
+from crcr.domain.jsondoc import loads
 from crcr.domain.payload import fit_payload
 from crcr.domain.planning import UpstreamEvent, Verdict, plan
 
@@ -61,7 +62,7 @@ def load_body(message: EventMessage, blobs: BlobStore) -> dict[str, Any]:
     raw = message.body.encode() if message.body is not None else blobs.get(message.body_ref or "")
     if hashlib.sha256(raw).hexdigest() != message.body_sha256:
         raise BadRequest(f"body of delivery {message.delivery_id} does not match its digest", field="body")
-    doc = json.loads(raw)
+    doc = loads(raw)  # the rules ingest applied: a body stored before them, or replayed, meets them too
     if not isinstance(doc, dict):
         raise BadRequest("body must be a JSON object", field="body")
     return doc
@@ -86,6 +87,7 @@ def to_upstream_event(event: str, doc: dict[str, Any]) -> UpstreamEvent:
                 added_label=pr_event.label.name if pr_event.label else None,
                 base_sha=pr.base.sha,
                 closed=pr.state == "closed",
+                updated_at=pr.updated_at or "",
             )
         push = PushEvent.model_validate(doc)
     except ValidationError as exc:
@@ -168,6 +170,26 @@ def _buildkite(entry: Entry) -> dict[str, Any]:
     }
 
 
+def _record_head(event: UpstreamEvent, deps: PlannerDeps, now: float) -> float | None:
+    """Store a PR event's head; a new head cancels the old one's queued runs. Returns `now` when this event's
+    commit is the PR's head (the newest event the relay knows of), for the dispatches to carry."""
+    if event.pr_number is None:
+        return None
+    recorded = deps.state.record_pr_head(
+        deps.upstream, event.pr_number, event.head_sha, event.updated_at, event.labels, event.base_sha, event.closed
+    )
+    if recorded.replaced is not None and deps.checks is not None:
+        # The old commit's check runs still queued are cancelled, naming this one (never left hanging).
+        cancel = CheckSyncMessage(
+            kind="cancel", upstream=deps.upstream, head_sha=recorded.replaced, superseded_by=event.head_sha
+        )
+        # The PR's comment follows the new head at once (not when its first job reports, which may be hours).
+        comment = CheckSyncMessage(kind="comment", upstream=deps.upstream, head_sha=event.head_sha, pr=event.pr_number)
+        deps.checks.send_checks([cancel, comment])
+        deps.metrics.count("HeadSuperseded")
+    return now if recorded.newest else None
+
+
 def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
     doc = load_body(message, deps.blobs)
     if message.event in ("check_run", "check_suite"):
@@ -177,29 +199,14 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
     now = deps.clock.now()
     summary = PlanSummary()
 
-    if event.pr_number is not None:
-        updated_at = str(doc.get("pull_request", {}).get("updated_at") or "")
-        previous = deps.state.record_pr_head(
-            deps.upstream, event.pr_number, event.head_sha, updated_at, event.labels, event.base_sha, event.closed
-        )
-        if previous is not None and deps.checks is not None:
-            # The old commit's check runs still queued are cancelled, naming this one (never left hanging).
-            cancel = CheckSyncMessage(
-                kind="cancel", upstream=deps.upstream, head_sha=previous, superseded_by=event.head_sha
-            )
-            # The PR's comment follows the new head at once (not when its first job reports, which may be hours).
-            comment = CheckSyncMessage(
-                kind="comment", upstream=deps.upstream, head_sha=event.head_sha, pr=event.pr_number
-            )
-            deps.checks.send_checks([cancel, comment])
-            deps.metrics.count("HeadSuperseded")
+    head_at = _record_head(event, deps, now)
 
     if event.kind == "push" and event.commits and event.ref == f"refs/heads/{event.default_branch}":
         # The default branch's commit order: each commit's baseline results are compared in this order.
         deps.state.record_commits(deps.upstream, list(event.commits))
 
     label = event.added_label or ""
-    if event.action == "labeled" and label.lower().startswith(CIFLOW_DEVICE_PREFIX) and deps.checks and deps.jobs:
+    if event.action == "labeled" and ascii_lower(label).startswith(CIFLOW_DEVICE_PREFIX) and deps.checks and deps.jobs:
         device = label[len(CIFLOW_DEVICE_PREFIX) :]
         mirrored = backfill(deps.jobs.jobs_for_head(deps.upstream, event.head_sha), device)
         deps.metrics.count("CheckRunsBackfilled", len(mirrored))
@@ -250,6 +257,7 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
             ref=event.ref,
             payload=payload,
             planned_at=now,
+            head_at=head_at,
             **_buildkite(entry),
         )
         for entry in targets

@@ -10,7 +10,9 @@ from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMess
 from crcr.domain.allowlist import Allowlist
 from crcr.domain.checks import Known
 from crcr.domain.comment import Posted
+from crcr.domain.pacing import WindowLevel
 from crcr.domain.providers import Providers
+from crcr.domain.redelivery import Attempt
 from crcr.domain.ticket import TicketClaims
 
 
@@ -26,11 +28,75 @@ class Claim(Enum):
     NEW = "new"
     QUEUED = "queued"  # seen before and handed to the queue: a redelivery
     PENDING = "pending"  # seen before but never reached the queue: send it again
+    REPLAYED = "replayed"  # the same signed body was accepted under another delivery id: a replay
 
 
 class DeliveryStore(Protocol):
-    def claim_delivery(self, delivery_id: str, event: str, now: float) -> Claim: ...
+    def claim_delivery(self, delivery_id: str, event: str, now: float, body_sha256: str) -> Claim:
+        """Claim the delivery id and the body's digest (GitHub's signature covers the body, not the id)."""
+        ...
+
     def mark_queued(self, delivery_id: str, now: float) -> None: ...
+
+
+@dataclass(frozen=True)
+class DeliveryListing:
+    """The App's webhook deliveries made since a time, newest first; `truncated`: the page cap was reached
+    before that time, so older deliveries were not looked at."""
+
+    attempts: list[Attempt]
+    truncated: bool = False
+
+
+class HookDeliveries(Protocol):
+    """GitHub's record of the App's webhook deliveries, read and redelivered with the App's JWT."""
+
+    def list_deliveries(self, since: float, max_pages: int) -> DeliveryListing:
+        """GET /app/hook/deliveries, following `cursor` pages back to `since` (at most `max_pages` pages)."""
+        ...
+
+    def redeliver(self, delivery_id: int) -> None:
+        """POST /app/hook/deliveries/{id}/attempts (202: GitHub will deliver the event again, same guid)."""
+        ...
+
+    def upstream_id(self) -> int | None:
+        """The upstream repository's numeric id (its deliveries are the relay's), None when it cannot be read."""
+        ...
+
+
+class RedeliveryClaim(Enum):
+    CLAIMED = "claimed"  # this run asks GitHub now
+    ASKED = "asked"  # this attempt was asked for already (or refused): GitHub's redelivery is due or done
+    BUSY = "busy"  # another run is asking right now
+    EXHAUSTED = "exhausted"  # the event was asked for MAX_ASKS_PER_EVENT times: given up, first seen now
+    ABANDONED = "abandoned"  # given up before
+
+
+class RedeliveryStore(Protocol):
+    """What the relay knows of a delivery (the webhook's `DLV#<guid>`/`META` row) and of the reconciler's asks
+    (`DLV#<guid>`/`REDELIVERY`: conditional writes, so each failed attempt is asked for once)."""
+
+    def delivery_state(self, guid: str) -> str | None:
+        """The webhook's record of the event: `queued` (handed to the planner), `received` (the enqueue failed),
+        None (never reached the relay)."""
+        ...
+
+    def claim_redelivery(
+        self, guid: str, attempt_id: int, owner: str, now: float, lease_s: float, max_asks: int
+    ) -> RedeliveryClaim: ...
+    def finish_redelivery(self, guid: str, attempt_id: int, owner: str, status: str, now: float) -> None:
+        """`requested` (GitHub's 202) or `refused` (a 4xx): this attempt is never asked for again."""
+        ...
+
+    def release_redelivery(self, guid: str, attempt_id: int, owner: str) -> None:
+        """GitHub could not be asked now (5xx, timeout, rate limit, pacing): the next run asks again."""
+        ...
+
+    def reconcile_cursor(self) -> float | None:
+        """Up to when the last run handled every delivery (None: no run yet)."""
+        ...
+
+    def save_reconcile_cursor(self, at: float) -> None: ...
 
 
 class EventQueue(Protocol):
@@ -62,6 +128,14 @@ class PrInfo:
     closed: bool = False
 
 
+@dataclass(frozen=True)
+class HeadRecord:
+    """What storing a PR event's head did."""
+
+    newest: bool  # the event was the newest the relay knows of the PR: its head is the PR's head now
+    replaced: str | None = None  # the head it replaced, when that changed
+
+
 class PlannerState(Protocol):
     def record_pr_head(
         self,
@@ -72,8 +146,9 @@ class PlannerState(Protocol):
         labels: tuple[str, ...] = (),
         base_sha: str = "",
         closed: bool = False,
-    ) -> str | None:
-        """Store the newest head; returns the head it replaced (None: first, same, or an older event)."""
+    ) -> HeadRecord:
+        """Store the head of the newest event (GitHub's updated_at): an older event, delivered late, stores
+        nothing."""
         ...
 
     def record_commits(self, upstream: str, commits: list[tuple[str, float]]) -> None:
@@ -135,6 +210,19 @@ class LedgerRow:
     # Attempts that took the claim and may have sent (a timeout, a dropped connection, a 5xx, a worker that
     # died): a Buildkite re-send first looks for a build they created, since Buildkite has no idempotency key.
     unsettled: frozenset[str] = frozenset()
+    start_watched: bool = False  # the sweeper still waits for its first job (cleared by the first job's report)
+
+
+@dataclass(frozen=True)
+class LedgerClaim:
+    """What a claim found: `taken`, or not, with the row that refused it (final, or another attempt's live
+    claim) as it stood, read by the same conditional write. `row` on a taken claim only when asked for."""
+
+    taken: bool
+    row: LedgerRow | None = None
+
+    def __bool__(self) -> bool:
+        return self.taken
 
 
 class Ledger(Protocol):
@@ -148,8 +236,11 @@ class Ledger(Protocol):
         owner: str,
         repo_id: int,
         full_name: str,
-    ) -> bool:
-        """Take the send for one attempt: no row yet, or not final and no live claim by another attempt."""
+        *,
+        row: bool = False,
+    ) -> LedgerClaim:
+        """Take the send for one attempt: no row yet, or not final and no live claim by another attempt.
+        Refused, the claim carries the row that refused it; taken with `row`, the row as claimed."""
         ...
 
     def mark_dispatched(
@@ -180,8 +271,16 @@ class Ledger(Protocol):
 class Pacer(Protocol):
     def acquire(self, key: int | str, now: float, reserve: bool = False) -> float:
         """0 when a call budgeted under `key` (a GitHub installation id, a Buildkite organization) may go now;
-        otherwise seconds to wait. With `reserve`, a wait up to 15 minutes books that slot: the caller then
-        makes its call at that time without asking again."""
+        otherwise seconds to wait. With `reserve`, a wait up to RESERVE_HORIZON_S (15 minutes, one SQS delay)
+        books that slot: the caller then makes its call at that time without asking again. A longer wait books
+        nothing: ask again then."""
+        ...
+
+
+class BudgetGauge(Protocol):
+    def level(self, key: int | str, now: float) -> WindowLevel:
+        """Read-only: how full the longest window of `key`'s budget is (GitHub's hour for an installation),
+        without taking a slot. The pacer answers it from what it saw at its own last booking when that is recent."""
         ...
 
 
@@ -375,6 +474,14 @@ class ResultsStore(Protocol):
     def jobs_of_dispatch(self, dispatch_id: str) -> list[JobRecord]: ...
     def put_job(self, record: JobRecord, expected_version: int | None) -> bool:
         """Conditional write: False when someone else wrote the job first (read and decide again)."""
+        ...
+
+
+class HudKeys(Protocol):
+    def claim(self, dispatch_id: str, hud_key: str, owner: str, now: float) -> str | None:
+        """Take one HUD row's key among a dispatch's jobs for `owner` (the job's run and attempt; the key names the
+        job): None when the key is the owner's (taken now, or by an earlier report of the same job), else the
+        owner that holds it."""
         ...
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from crcr.app.hud import NO_JOB_NAME, reported
 from crcr.app.ports import Clock, HudDocs, JobRecord, Metrics
-from crcr.domain.ids import run_order
+from crcr.domain.ids import repo_key, run_order
 
 SCHEMA = 1
 INDEX_COMMITS = 60
@@ -50,7 +50,7 @@ def job_key(job: JobRecord) -> str:
 
 
 def repo_doc_key(repo: str) -> str:
-    return f"repo/{repo.lower()}.json"
+    return f"repo/{repo_key(repo)}.json"
 
 
 def _shown_state(job: JobRecord) -> str:
@@ -102,7 +102,7 @@ def _latest_attempts(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     only while no job of that dispatch has reported."""
     latest: dict[tuple[str, str, str, str], dict[str, Any]] = {}
     for e in entries:
-        group = (e["repo"].lower(), e["delivery_id"], e["workflow"], e["job"])
+        group = (repo_key(e["repo"]), e["delivery_id"], e["workflow"], e["job"])
         newer = (
             (run_order(str(e["run_id"])), e["attempt"])
             > (run_order(str(latest[group]["run_id"])), latest[group]["attempt"])
@@ -111,9 +111,9 @@ def _latest_attempts(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         )
         if newer:
             latest[group] = e
-    started = {(e["repo"].lower(), e["delivery_id"]) for e in latest.values() if e["job"] != NO_JOB_NAME}
+    started = {(repo_key(e["repo"]), e["delivery_id"]) for e in latest.values() if e["job"] != NO_JOB_NAME}
     return [
-        e for e in latest.values() if e["job"] != NO_JOB_NAME or (e["repo"].lower(), e["delivery_id"]) not in started
+        e for e in latest.values() if e["job"] != NO_JOB_NAME or (repo_key(e["repo"]), e["delivery_id"]) not in started
     ]
 
 
@@ -177,7 +177,7 @@ def update_summaries(jobs: Sequence[JobRecord], deps: SummaryDeps) -> None:
     by_repo: dict[str, list[JobRecord]] = {}
     for job in jobs:
         by_commit.setdefault(job.head_sha, []).append(job)
-        by_repo.setdefault(job.repo.lower(), []).append(job)
+        by_repo.setdefault(repo_key(job.repo), []).append(job)
     summaries = [_update_commit(group, deps, now) for group in by_commit.values()]
     _update(deps, "index.json", lambda doc: _with_commits(doc, summaries, INDEX_COMMITS, now, with_repos=True))
     by_pr: dict[int, list[dict[str, Any]]] = {}

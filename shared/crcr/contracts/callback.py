@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from crcr.domain.ids import RUN_ID_PATTERN
+from crcr.domain.text import control_in
 
 Conclusion = Literal["success", "failure", "cancelled", "skipped", "timed_out", "neutral", "action_required"]
 Status = Literal["in_progress", "completed"]
@@ -19,11 +21,12 @@ def _timestamp(value: str | None) -> str | None:
         return None
     try:
         moment = datetime.fromisoformat(value)
-    except ValueError as exc:
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        # OverflowError: 0001-01-01T00:00:00+01:00 is a year before 1 in UTC (was a 500)
+        return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    except (ValueError, OverflowError) as exc:
         raise ValueError("must be an ISO 8601 date and time, e.g. 2026-01-31T12:00:00Z") from exc
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _check_run_id(value: Any) -> Any:
@@ -44,23 +47,47 @@ def _run_id(value: Any) -> Any:
     return str(value) if isinstance(value, int) else value
 
 
+def _name(value: str) -> str:
+    """One line a maintainer reads (check run names, the HUD, the PR comment): no control characters."""
+    if (found := control_in(value)) is not None:
+        raise ValueError(f"must not contain control or bidirectional characters ({found})")
+    return value
+
+
+def _url(value: str) -> str:
+    """A link shown and followed (details_url of a check run, the HUD's run link): plain http(s)."""
+    if control_in(value) is not None or any(c.isspace() for c in value):
+        raise ValueError("must be a URL without spaces or control characters")
+    parts = urlsplit(value)  # a malformed [IPv6] host raises ValueError, which is a 400 too
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http(s) URL")
+    return value
+
+
 RunId = Annotated[str, BeforeValidator(_run_id), Field(pattern=RUN_ID_PATTERN)]
+Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_name)]
+Url = Annotated[str, Field(min_length=1, max_length=1000), AfterValidator(_url)]
+# A run's attempt: DynamoDB numbers stop at 38 digits and PyTorch's HUD keeps it as UInt32.
+RunAttempt = Annotated[int, Field(ge=1, lt=2**31)]
+# Test counts reach the HUD, a JavaScript reader: exact up to 2**53 - 1 (and a UInt64 column).
+Count = Annotated[int, Field(ge=0, le=2**53 - 1)]
 Timestamp = Annotated[str | None, Field(default=None, max_length=40), AfterValidator(_timestamp)]
 # PyTorch's HUD keys rows with it between slashes: no slash, nothing exotic, short.
+# The pattern constrains the text only: on `str | None` pydantic applied it to an explicit null too, and
+# `"check_run_id": null` (documented: derive one) raised a TypeError, answered 500.
 CheckRunId = Annotated[
-    str | None,
+    Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")] | None,
     BeforeValidator(_check_run_id),
-    Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"),
 ]
 
 
 class TestResults(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    passed: int = Field(ge=0)
-    failed: int = Field(ge=0)
-    skipped: int = Field(ge=0)
-    total: int = Field(ge=0)
+    passed: Count
+    failed: Count
+    skipped: Count
+    total: Count
 
 
 FailureKind = Literal["infra", "build", "test"]
@@ -86,16 +113,16 @@ class _OurReport(_Report):
 
     schema_version: Literal[1]
     conclusion: Conclusion | None = None
-    workflow_name: str = Field(min_length=1, max_length=200)
-    job_name: str = Field(min_length=1, max_length=200)
+    workflow_name: Name
+    job_name: Name
     run_id: RunId
-    run_attempt: int = Field(ge=1)
-    url: str = Field(min_length=1, max_length=1000)
+    run_attempt: RunAttempt
+    url: Url
     started_at: Timestamp = None
     completed_at: Timestamp = None
     check_run_id: CheckRunId = None
     test_results: TestResults | None = None
-    artifact_url: str | None = Field(default=None, max_length=1000)
+    artifact_url: Url | None = None
     summary: str | None = Field(default=None, max_length=65_535)
     failure_kind: FailureKind | None = None
     # PyTorch's proposed triage verdict: validated where it is recorded, dropped whole when malformed.
@@ -114,16 +141,16 @@ class PyTorchWorkflow(_Report):
 
     status: Status
     conclusion: Conclusion | None = None
-    name: str = Field(min_length=1, max_length=200)
-    job_name: str = Field(min_length=1, max_length=200)
+    name: Name
+    job_name: Name
     run_id: RunId
-    run_attempt: int = Field(default=1, ge=1)
-    url: str = Field(min_length=1, max_length=1000)
+    run_attempt: RunAttempt = 1
+    url: Url
     started_at: Timestamp = None
     completed_at: Timestamp = None
     check_run_id: CheckRunId = None
     test_results: TestResults | None = None
-    artifact_url: str | None = Field(default=None, max_length=1000)
+    artifact_url: Url | None = None
     summary: str | None = Field(default=None, max_length=65_535)
     failure_kind: FailureKind | None = None
     triage_verdict: Any = None
@@ -135,7 +162,7 @@ class PyTorchCallbackBody(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     schema_version: str | int | None = None
-    delivery_id: str = Field(min_length=1, max_length=100)
+    delivery_id: str = Field(pattern=r"^[A-Za-z0-9._-]{1,100}$")  # as X-GitHub-Delivery
     event_type: str | None = None
     payload: dict[str, Any] | None = None
     workflow: PyTorchWorkflow

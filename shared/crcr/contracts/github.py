@@ -1,8 +1,48 @@
-"""Inbound GitHub webhook payloads: only the fields the relay reads, unknown fields ignored."""
+"""Inbound GitHub payloads (webhooks, the App's delivery list): only the fields the relay reads, others ignored.
+
+Whatever ingest answers 202 the planner, the queues and every downstream must be able to carry, so the fields
+read here are held to what GitHub itself sends: 40-hex SHAs, refs within GitHub's length and git's characters,
+ASCII repository names, bounded labels and ids that fit the tables and JavaScript readers.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from crcr.domain.ids import MAX_REF_BYTES, SHA_PATTERN, is_ref, is_repo_name
+
+MAX_LABELS = 500  # GitHub allows far fewer on one PR; 500 of 100 characters keep the PR's row under 400 KB
+MAX_LABEL_CHARS = 100  # GitHub: 50
+_GIT_CHARS = "no control characters, spaces or any of ~ ^ : ? * [ \\"
+
+
+def _ref(value: str) -> str:
+    if not is_ref(value):
+        raise ValueError(f"must be a git ref (refs/…) of at most {MAX_REF_BYTES} bytes with {_GIT_CHARS}")
+    return value
+
+
+def _branch(value: str) -> str:
+    if not is_ref(value, branch=True):
+        raise ValueError(f"must be a branch name of at most {MAX_REF_BYTES} bytes as refs/heads/… with {_GIT_CHARS}")
+    return value
+
+
+def _repo_name(value: str) -> str:
+    if not is_repo_name(value):
+        raise ValueError("must be owner/name of ASCII letters, digits, '.', '_' and '-'")
+    return value
+
+
+Sha = Annotated[str, Field(pattern=SHA_PATTERN)]
+Ref = Annotated[str, AfterValidator(_ref)]
+Branch = Annotated[str, AfterValidator(_branch)]
+RepoName = Annotated[str, AfterValidator(_repo_name)]
+GitHubId = Annotated[int, Field(gt=0, lt=2**63)]
+IssueNumber = Annotated[int, Field(gt=0, lt=2**31)]  # GitHub's issue numbers stop at 2**30
+ShortText = Annotated[str, Field(max_length=40)]  # timestamps, states, associations
 
 
 class _In(BaseModel):
@@ -14,39 +54,46 @@ class Account(_In):
 
 
 class Repository(_In):
-    id: int | None = None
-    full_name: str
-    default_branch: str | None = None
+    id: GitHubId | None = None
+    full_name: RepoName
+    default_branch: Branch | None = None
+
+
+class ForkRepository(_In):
+    """The repository a PR's head or base lives in (a fork's, for PRs from forks): downstreams check it out."""
+
+    full_name: RepoName
 
 
 class Label(_In):
-    name: str
+    name: Annotated[str, Field(max_length=MAX_LABEL_CHARS)]
 
 
 class GitRef(_In):
-    ref: str
-    sha: str
+    ref: Branch
+    sha: Sha
+    repo: ForkRepository | None = None  # null when the fork was deleted
 
 
 class PullRequest(_In):
-    number: int
+    number: IssueNumber
     head: GitRef
     base: GitRef
     draft: bool = False
-    state: str | None = None
-    author_association: str | None = None
+    state: ShortText | None = None
+    author_association: ShortText | None = None
     user: Account | None = None
-    labels: list[Label] = []
-    updated_at: str | None = None
+    labels: Annotated[list[Label], Field(max_length=MAX_LABELS)] = []
+    updated_at: ShortText | None = None
 
 
 class Installation(_In):
-    id: int
+    id: GitHubId
 
 
 class PullRequestEvent(_In):
     action: str
-    number: int | None = None
+    number: IssueNumber | None = None
     pull_request: PullRequest
     repository: Repository
     label: Label | None = None
@@ -55,14 +102,14 @@ class PullRequestEvent(_In):
 
 
 class PushCommit(_In):
-    id: str
-    timestamp: str | None = None
+    id: Sha
+    timestamp: ShortText | None = None
 
 
 class PushEvent(_In):
-    ref: str
-    after: str
-    before: str | None = None
+    ref: Ref
+    after: Sha
+    before: Sha | None = None
     commits: list[PushCommit] = []
     head_commit: PushCommit | None = None
     deleted: bool = False
@@ -72,15 +119,15 @@ class PushEvent(_In):
 
 
 class CheckRunRef(_In):
-    id: int
-    name: str
-    head_sha: str
-    external_id: str | None = None
+    id: GitHubId
+    name: Annotated[str, Field(max_length=1000)]
+    head_sha: Sha
+    external_id: Annotated[str, Field(max_length=1000)] | None = None
 
 
 class CheckSuiteRef(_In):
-    id: int
-    head_sha: str
+    id: GitHubId
+    head_sha: Sha
 
 
 class CheckRunEvent(_In):
@@ -95,8 +142,21 @@ class CheckSuiteEvent(_In):
     repository: Repository
 
 
+class HookDeliveryItem(_In):
+    """One item of `GET /app/hook/deliveries` (GitHub's hook-delivery-item): an attempt to deliver an event."""
+
+    id: int
+    guid: str
+    delivered_at: str
+    redelivery: bool = False
+    status_code: int
+    event: str
+    action: str | None = None
+    repository_id: int | None = None
+
+
 class AnyEvent(_In):
     """What ingest reads of every event: whose repository it is about and what happened."""
 
-    action: str | None = None
+    action: Annotated[str, Field(max_length=100)] | None = None
     repository: Repository | None = None

@@ -49,8 +49,12 @@ class DispatchMessage(_Msg):
     ref: str | None = None
     payload: dict[str, Any]
     planned_at: float
+    # The planner stored head_sha as the PR's head at this time (this event was the newest it knew of): a
+    # dispatch soon after needs no read of the PR's head to know it is not superseded.
+    head_at: float | None = None
     attempt: int = Field(default=0, ge=0)
     not_before: float | None = None
+    slot_at: float | None = None  # a pacing slot booked for this message's send (it was paced)
     # A Buildkite downstream, as the allowlist said when the event was planned: a build of this pipeline
     # instead of a repository_dispatch, and the ticket's repo_id (the allowlist's pin; GitHub's otherwise).
     buildkite: BuildkiteTarget | None = None

@@ -24,7 +24,7 @@ _SETTING_KEYS = frozenset(
 )
 _SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,99}$")  # Buildkite organization and pipeline slugs, as in its URLs
 _BRANCH_RE = re.compile(r"^[A-Za-z0-9._/-]{1,255}$")
-CHECK_RUN_MODES = ("per_job", "per_repo")
+CHECK_RUN_MODES = ("auto", "per_job", "per_repo")
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,9 @@ class RepoSettings:
     workflows: tuple[str, ...] = ()
     trusted_authors_only: bool = False
     # per_job: one check run per downstream job plus the repository's; per_repo: the repository's alone,
-    # its summary listing the jobs (fewer writes against the upstream installation's budget).
-    check_runs: str = "per_job"
+    # its summary listing the jobs (fewer writes against the upstream installation's budget); auto: per_job
+    # while the installation's hourly write budget has room, per_repo's writes once it has not (crcr.app.checks).
+    check_runs: str = "auto"
     buildkite: BuildkitePipeline | None = None  # None: GitHub Actions, through repository_dispatch
 
 
@@ -171,10 +172,10 @@ def _buildkite(where: str, value: object, at: object) -> BuildkitePipeline:
         )
     organization, pipeline = value["organization"], value["pipeline"]
     for name, slug in (("organization", organization), ("pipeline", pipeline)):
-        if not isinstance(slug, str) or not _SLUG_RE.match(slug):
+        if not isinstance(slug, str) or not _SLUG_RE.fullmatch(slug):
             raise AllowlistError(f"{where}.{name} must be a Buildkite slug (lower-case, digits, -)", line=_line(at))
     branch = value.get("branch", "main")
-    if not isinstance(branch, str) or not _BRANCH_RE.match(branch):
+    if not isinstance(branch, str) or not _BRANCH_RE.fullmatch(branch):
         raise AllowlistError(f"{where}.branch must be a branch name", line=_line(at))
     return BuildkitePipeline(organization, pipeline, branch)
 
@@ -212,7 +213,7 @@ def build_allowlist(doc: object) -> Allowlist:
         if not isinstance(l3, Mapping):
             raise AllowlistError("L3 must map a device name to its repositories", line=_line(l3))
         for device, repos in l3.items():
-            if not isinstance(device, str) or not _DEVICE_RE.match(device):
+            if not isinstance(device, str) or not _DEVICE_RE.fullmatch(device):
                 raise AllowlistError(f"L3: {device!r} is not a device name", line=_line(device))
             for repo, oncalls in _repo_items(f"L3.{device}", repos, device):
                 add(repo, oncalls, Level.L3, device)

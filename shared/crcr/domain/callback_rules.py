@@ -7,10 +7,26 @@ from collections.abc import Mapping
 from typing import Any
 
 from crcr.domain.errors import Forbidden, Unavailable
-from crcr.domain.ids import repo_key
+from crcr.domain.ids import is_repo_name, repo_key
 from crcr.domain.providers import PipelineRule, Providers
 
 REQUIRED_CLAIMS = ("repository", "repository_id", "event_name", "run_id", "run_attempt")
+MAX_CLAIM_CHARS = 1000
+
+
+def claim_text(claims: Mapping[str, Any], name: str) -> str | None:
+    """A claim as text, None when absent. GitHub sends every custom claim as a string (ids and counters as
+    digits) and Buildkite some as numbers; a list, an object, a boolean or a float where one is expected is
+    no identity (a list in `event_name` was a 500), and neither is a text too long to be one."""
+    value = claims.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise Forbidden(f"the token's {name} claim is a {type(value).__name__}, not a string", field=name)
+    text = str(value)
+    if len(text) > MAX_CLAIM_CHARS:
+        raise Forbidden(f"the token's {name} claim is {len(text)} characters long", field=name)
+    return text
 
 
 SCHEDULED_EVENTS = frozenset({"schedule", "workflow_dispatch"})
@@ -32,23 +48,27 @@ def check_identity(
     Identity comes from `repository`/`repository_id`, never from splitting `sub` (GitHub moved new
     and renamed repositories to an id-based `sub` format in 2026).
     """
+    got: dict[str, str] = {}
     for name in REQUIRED_CLAIMS:
-        if claims.get(name) in (None, ""):
+        value = claim_text(claims, name)
+        if not value:
             raise Forbidden(f"the token has no {name} claim", field=name)
-    if repo_key(str(claims["repository"])) != repo_key(repo):
-        raise Forbidden(f"the token is for {claims['repository']}, the dispatch was to {repo}", field="repository")
-    if str(claims["repository_id"]) != str(repo_id):
+        got[name] = value
+    # ASCII names only, compared folding ASCII letters alone: a look-alike never matches (Kelvin sign, Cyrillic).
+    if not is_repo_name(got["repository"]) or repo_key(got["repository"]) != repo_key(repo):
+        raise Forbidden(f"the token is for {got['repository'][:200]!r}, the dispatch was to {repo}", field="repository")
+    if got["repository_id"] != str(repo_id):
         raise Forbidden("the token's repository_id is not the dispatched repository's", field="repository_id")
-    if pinned_repo_id is not None and str(claims["repository_id"]) != str(pinned_repo_id):
+    if pinned_repo_id is not None and got["repository_id"] != str(pinned_repo_id):
         raise Forbidden("the token's repository_id does not match the allowlist pin", field="repository_id")
-    if claims["event_name"] not in events:
-        raise Forbidden(f"runs started by {claims['event_name']} cannot report", field="event_name")
-    if str(claims["run_id"]) != str(run_id):
+    if got["event_name"] not in events:
+        raise Forbidden(f"runs started by {got['event_name'][:100]!r} cannot report", field="event_name")
+    if got["run_id"] != str(run_id):
         raise Forbidden("run_id does not match the token's run", field="run_id")
-    if str(claims["run_attempt"]) != str(run_attempt):
+    if got["run_attempt"] != str(run_attempt):
         raise Forbidden("run_attempt does not match the token's run", field="run_attempt")
     if workflows:
-        ref = str(claims.get("job_workflow_ref") or "")
+        ref = claim_text(claims, "job_workflow_ref") or ""
         if not any(fnmatch.fnmatchcase(ref, pattern) for pattern in workflows):
             raise Forbidden(f"workflow {ref or '(none)'} is not allowed to report for {repo}", field="job_workflow_ref")
 
@@ -65,7 +85,7 @@ def buildkite_pipeline(claims: Mapping[str, Any], providers: Providers) -> Pipel
     ids = []
     for name in ("organization_id", "pipeline_id"):
         value = claims.get(name)
-        if not isinstance(value, str) or not value:
+        if not isinstance(value, str) or not value or len(value) > MAX_CLAIM_CHARS:
             raise Forbidden(f"the Buildkite token has no {name} claim; {MINT_HINT}", field=name)
         ids.append(value)
     organization_id, pipeline_id = ids
@@ -99,9 +119,10 @@ def check_buildkite_build(
     pipeline, or any other build, has another number); returns the job's id, its check_run_id."""
     if build_number is None or build_id is None:
         raise Unavailable("the relay has not recorded the build it created yet; retry shortly", retry_after_s=5)
-    if str(claims.get("build_number", "")) != str(build_number):
+    number = claim_text(claims, "build_number")
+    if number != str(build_number):
         raise Forbidden(
-            f"the token is from build {claims.get('build_number')!r}; this dispatch is build {build_number}",
+            f"the token is from build {(number or '')[:40]!r}; this dispatch is build {build_number}",
             field="build_number",
         )
     if run_id != build_id:
@@ -111,17 +132,19 @@ def check_buildkite_build(
 
 def check_buildkite_scheduled(claims: Mapping[str, Any], *, run_id: str, check_run_id: str | None) -> str:
     """A scheduled (nightly) build: started by a schedule, a person or the API, never by a webhook."""
-    source = claims.get("build_source")
+    source = claim_text(claims, "build_source")
     if source not in SCHEDULED_BUILD_SOURCES:
-        raise Forbidden(f"builds started by {source!r} cannot report as scheduled runs", field="build_source")
-    if "build_id" in claims and str(claims["build_id"]) != run_id:
+        raise Forbidden(
+            f"builds started by {(source or '')[:100]!r} cannot report as scheduled runs", field="build_source"
+        )
+    if "build_id" in claims and claim_text(claims, "build_id") != run_id:
         raise Forbidden("run_id is not the token's build", field="run_id")
     return _job_id(claims, check_run_id)
 
 
 def _job_id(claims: Mapping[str, Any], check_run_id: str | None) -> str:
     job_id = claims.get("job_id")
-    if not isinstance(job_id, str) or not job_id:
+    if not isinstance(job_id, str) or not job_id or len(job_id) > MAX_CLAIM_CHARS:
         raise Forbidden("the Buildkite token has no job_id claim", field="job_id")
     if check_run_id is not None and check_run_id != job_id:
         raise Forbidden("check_run_id must be the reporting job's id (the token's job_id)", field="check_run_id")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Protocol, TypeVar
 
-from crcr.domain.ids import RUN_ID_PATTERN, run_order
+from crcr.domain.ids import RUN_ID_PATTERN, ascii_lower, run_order
 from crcr.domain.levels import Level
+from crcr.domain.pacing import WindowLevel
 
 STATUS_RANK = {"queued": 0, "in_progress": 1, "completed": 2}
 CIFLOW_DEVICE_PREFIX = "ciflow/crcr/"
@@ -19,14 +21,14 @@ def wants_check_run(level: int, device: str | None, labels: tuple[str, ...]) -> 
     if level >= Level.L4:
         return True
     if level == Level.L3 and device:
-        return f"{CIFLOW_DEVICE_PREFIX}{device}".lower() in {label.lower() for label in labels}
+        return ascii_lower(f"{CIFLOW_DEVICE_PREFIX}{device}") in {ascii_lower(label) for label in labels}
     return False
 
 
 def parse_external_id(external_id: str | None) -> tuple[str, str] | None:
     """`<downstream repo>:<run_id>:<pr>` (DESIGN §4.5) -> (repo, run_id)."""
     parts = (external_id or "").rsplit(":", 2)
-    if len(parts) != 3 or not re.match(RUN_ID_PATTERN, parts[1]):
+    if len(parts) != 3 or not re.fullmatch(RUN_ID_PATTERN, parts[1]):
         return None
     return parts[0], parts[1]
 
@@ -60,6 +62,58 @@ def should_write(
     if STATUS_RANK[status] != STATUS_RANK[known.status]:
         return STATUS_RANK[status] > STATUS_RANK[known.status]
     return status == "completed" and genuine and conclusion != known.conclusion
+
+
+class Need(Enum):
+    """What one check-run write is for: with `check_runs: auto` this decides whether it is made while the
+    upstream installation's write budget is tight. Nothing a run needs to end is ever left out."""
+
+    RESULT = "result"  # completes a run, or moves one that exists (a re-run starts it over): always made
+    QUEUED = "queued"  # the repository's run created `queued` at dispatch: made while it goes without waiting
+    DETAIL = "detail"  # a new per-job run, the repository's `in_progress`: made while the window has room
+
+
+# Detail writes may fill the hourly window's burst up to this share: what is left stays free for the writes
+# that complete runs, so those go without waiting while per-job runs come and go with the demand.
+DETAIL_SHARE = 0.5
+
+
+def job_run_need(known: Known | None, status: str) -> tuple[Need, int]:
+    """A per-job run: creating one is detail (it commits to its completion too, unless created completed);
+    a run that exists is always carried to its end."""
+    if known is not None:
+        return Need.RESULT, 1
+    return Need.DETAIL, 1 if status == "completed" else 2
+
+
+def repo_run_need(known: Known | None, status: str, run_attempt: int) -> tuple[Need, int]:
+    """The repository's run: its result always; `queued` while it goes at once; `in_progress` as detail, unless
+    a newer run attempt starts a completed run over."""
+    restarted = known is not None and known.status == "completed" and run_attempt > known.run_attempt
+    if status == "completed" or restarted:
+        return Need.RESULT, 1
+    return (Need.QUEUED, 1) if status == "queued" else (Need.DETAIL, 1)
+
+
+def affordable(need: Need, writes: int, level: WindowLevel) -> bool:
+    """Whether the budget's longest window has room for `writes` more of this kind: detail while what is
+    booked beyond the sustained rate, with them, stays within DETAIL_SHARE of the burst; queued while it
+    would go without waiting; results always (paced, never dropped)."""
+    if need is Need.RESULT:
+        return True
+    room = level.burst * (DETAIL_SHARE if need is Need.DETAIL else 1.0)
+    return level.booked + writes <= room
+
+
+def makes(mode: str, need: Need, writes: int, level: Callable[[], WindowLevel]) -> bool:
+    """`check_runs` per repository: per_job makes every write; per_repo no per-job run and no `in_progress`
+    (a run that exists still ends); auto as per_job while the window has room, as per_repo's results and
+    (when they go at once) queued runs when it has not. `level` is read only when it decides."""
+    if mode == "per_job" or need is Need.RESULT:
+        return True
+    if mode == "per_repo":
+        return need is Need.QUEUED
+    return affordable(need, writes, level())
 
 
 # Worst first: a repository's check run is only as good as its worst job. Anything unknown counts as failure.

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from crcr.domain.checks import wants_check_run
 from crcr.domain.ids import repo_key, run_order
+from crcr.domain.text import NAME_FORBIDDEN
 from crcr.domain.verdicts import FLAKY, INFRA, NEW, NO_BASELINE, PRE_EXISTING, Attempt
 
 MAX_BODY = 65_536  # GitHub's limit on an issue comment's body
@@ -35,8 +36,6 @@ RECHECK_MIN_S, RECHECK_MAX_S = 30.0, 900.0  # how often an undecided re-run is l
 NO_JOB_NAME = "(no job started)"
 ZWSP = "\u200b"  # zero-width space: breaks a mention or a reference without changing what a reader sees
 
-# Control characters, and the bidirectional overrides that could make text read other than it is.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 _MARKDOWN = re.compile(r"([\\`*_\[\]()!|~])")
 _REFERENCE = re.compile(r"#(?=[0-9A-Za-z])")  # #123, org/repo#123
 _GH_REFERENCE = re.compile(r"(?i)\b(gh)-(?=[0-9])")  # GH-123 links an issue too
@@ -52,7 +51,7 @@ def text(value: object, limit: int = 200) -> str:
     """Untrusted text as inert Markdown for one line (a table cell): no markup, HTML, mention, reference or
     autolink survives, and a pipe cannot end the cell."""
     s = value if isinstance(value, str) else str(value)
-    s = " ".join(_CONTROL.sub(" ", s).split())
+    s = " ".join(NAME_FORBIDDEN.sub(" ", s).split())
     if len(s) > limit:
         s = s[: limit - 1].rstrip() + "…"
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -91,7 +90,7 @@ def link(value: object) -> str:
 def handle(oncall: str) -> str | None:
     """An allowlist oncall as a GitHub login or `org/team` (without the @), or None when it is neither."""
     name = oncall.strip().removeprefix("@")
-    return name if _LOGIN.match(name) or _TEAM.match(name) else None
+    return name if _LOGIN.fullmatch(name) or _TEAM.fullmatch(name) else None
 
 
 def marker(upstream: str, pr: int) -> str:
@@ -107,7 +106,9 @@ def state_line(mentioned: frozenset[str], live: frozenset[str], history: tuple[s
     it) and its history, so a relay that lost its row (a cold start, the row's TTL) carries on from the
     comment instead of mentioning owners again."""
     doc = json.dumps(
-        {"mentioned": sorted(mentioned), "live": sorted(live), "history": list(history)}, separators=(",", ":")
+        {"mentioned": sorted(mentioned), "live": sorted(live), "history": list(history)},
+        separators=(",", ":"),
+        allow_nan=False,
     )
     inert = doc.replace("<", "\\u003c").replace(">", "\\u003e")  # nothing in it can end the HTML comment
     return f"<!-- crcr:state {inert} -->"

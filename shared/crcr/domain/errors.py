@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import ValidationError
 
 
@@ -73,7 +75,17 @@ class Unavailable(RetryLater):
     reason = "unavailable"
 
 
+MAX_FIELD_CHARS = 200  # a field named in an answer: its keys may come from the caller
+
+
+def field_path(parts: Sequence[str | int]) -> str:
+    """A dotted path (`pull_request.head.sha`, `labels.3.name`), as a 400 answer names a field; keys a caller
+    chose are cut to MAX_FIELD_CHARS and a lone surrogate in one (no answer could encode it) is escaped."""
+    text = ".".join(str(part).encode("utf-8", "backslashreplace").decode() for part in parts) or "body"
+    return text if len(text) <= MAX_FIELD_CHARS else text[: MAX_FIELD_CHARS - 1] + "…"
+
+
 def invalid_field(exc: ValidationError) -> str:
     """The dotted path of the first invalid field, for the `field` of a 400 answer."""
     errors = exc.errors()
-    return ".".join(str(part) for part in errors[0]["loc"]) if errors and errors[0]["loc"] else "body"
+    return field_path(errors[0]["loc"]) if errors else "body"

@@ -342,7 +342,7 @@ class Check:
 
 
 class RepoHealth(BaseModel):
-    """One line of `crcr health`: the fields DESIGN §4.7 names, then the flaky figures (§4.9; README)."""
+    """One line of `crcr health`: the fields DESIGN §4.7 names, then the flaky figures (§4.9; docs/contracts.md)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

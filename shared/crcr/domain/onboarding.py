@@ -93,7 +93,9 @@ def allowlist_entry(request: OnboardRequest, repository_id: int | None) -> str:
         settings.append(f"    repository_id: {repository_id}")
     if request.buildkite is not None:
         bk = request.buildkite
-        settings.append(f"    buildkite: {{organization: {bk.organization}, pipeline: {bk.pipeline}}}")
+        # A slug such as `0`, `off` or `2026-01-01` is a number, a boolean or a date to YAML, unquoted.
+        org, pipeline = _scalar(bk.organization), _scalar(bk.pipeline)
+        settings.append(f"    buildkite: {{organization: {org}, pipeline: {pipeline}}}")
     if settings:
         lines += ["repos:", f"  {request.repo}:", *settings]
     return "\n".join(lines) + "\n"
@@ -115,7 +117,7 @@ def ci_providers_entry(repo: str) -> str:
 
 
 def check_action_ref(ref: str) -> str:
-    if not _ACTION_REF.match(ref):
+    if not _ACTION_REF.fullmatch(ref):
         raise OnboardError(f"--action-ref must be owner/repo/path@<40-hex commit>, got {ref!r}")
     return ref
 
@@ -158,7 +160,7 @@ def _check(request: OnboardRequest, repository_id: int | None) -> None:
 
 def _scalar(text: str) -> str:
     """A YAML key that reads back as this string (a device called `on` or `1` would not, unquoted)."""
-    if text.lower() in _YAML_WORDS or not re.match(r"^[A-Za-z][A-Za-z0-9._-]*$", text):
+    if text.lower() in _YAML_WORDS or not re.fullmatch(r"[A-Za-z][A-Za-z0-9._-]*", text):
         return '"' + text + '"'
     return text
 

@@ -31,6 +31,31 @@ CONTENT_RATES: tuple[Rate, ...] = (Rate(60, 60.0, burst=15), Rate(440, 3600.0, b
 # room for the token's other users; every call counts (a build lookup as much as a create).
 BUILDKITE_RATES: tuple[Rate, ...] = (Rate(40, 60.0, burst=5),)
 
+# Redeliveries of missed webhooks (`POST /app/hook/deliveries/{id}/attempts`), asked for with the App's JWT: a
+# budget apart from the installations' (at most 40 in any minute and 330 in any hour, under GitHub's secondary
+# limits of about 80 and 500 for content-creating requests), so a long outage is recovered at a steady pace.
+REDELIVERY_RATES: tuple[Rate, ...] = (Rate(30, 60.0, burst=10), Rate(300, 3600.0, burst=30))
+
+
+# Slots are booked at most this far ahead: one SQS delay (15 minutes) reaches them. A longer wait books nothing.
+RESERVE_HORIZON_S = 900.0
+
+
+def parse_rates(text: str) -> tuple[Rate, ...]:
+    """`<count>/<period_s>+<burst>` windows separated by commas, e.g. CONTENT_RATES is `60/60+15,440/3600+50`."""
+    rates = []
+    for part in text.split(","):
+        count, _, rest = part.strip().partition("/")
+        period, _, burst = rest.partition("+")
+        try:
+            rate = Rate(int(count), float(period), int(burst or 0))
+        except ValueError:
+            raise ValueError(f"{part.strip()!r} is not <count>/<period_s>+<burst>") from None
+        if rate.count < 1 or rate.period_s <= 0 or rate.burst < 0:
+            raise ValueError(f"{part.strip()!r}: count must be at least 1, period positive, burst not negative")
+        rates.append(rate)
+    return tuple(rates)
+
 
 def pace(
     tats: tuple[float, ...] | None, now: float, rates: tuple[Rate, ...], reserve: bool = False
@@ -48,3 +73,32 @@ def pace(
         return current, wait
     at = now + wait
     return tuple(max(tat, at) + rate.interval for tat, rate in zip(current, rates, strict=True)), wait
+
+
+@dataclass(frozen=True)
+class WindowLevel:
+    """A budget's longest window (GitHub's hour) as it stands, read without taking a slot: `booked` calls
+    beyond its sustained rate (0 when it has been quiet; a call has to wait once `booked` is above `burst`)."""
+
+    booked: float
+    burst: int
+
+
+def window_level(tats: tuple[float, ...] | None, now: float, rates: tuple[Rate, ...]) -> WindowLevel:
+    """Read-only: how full the longest window of `rates` is at `now`, from the state `pace` keeps."""
+    longest = max(range(len(rates)), key=lambda i: rates[i].period_s)
+    rate = rates[longest]
+    if tats is None or len(tats) != len(rates):
+        return WindowLevel(0.0, rate.burst)
+    return WindowLevel(max(0.0, tats[longest] - now) / rate.interval, rate.burst)
+
+
+def busy_windows(seen: tuple[float, ...] | None, now: float, rates: tuple[Rate, ...]) -> tuple[bool, ...]:
+    """For taking a slot now without reading the cell first: which windows to expect busy (a theoretical
+    arrival time after `now`, which moves on by one interval) rather than idle (at or before `now`, which
+    restarts at now + interval). Guessed from a copy seen earlier: times only grow, so a window seen busy
+    is busy still; one seen idle (or never seen) may have been made busy by another caller since, and then
+    the conditional write that relies on the guess fails and is made again from what the table holds."""
+    if seen is None or len(seen) != len(rates):
+        return tuple(False for _ in rates)
+    return tuple(tat > now for tat in seen)

@@ -7,8 +7,12 @@ from typing import Any
 
 # Paths downstream workflows read (PyTorch's relay documents them); always kept when trimming.
 _KEEP_PR = ("number", "head", "base", "labels", "draft", "user", "state", "title", "html_url", "merged")
-_KEEP_TOP = ("action", "number", "after", "before", "ref", "deleted", "forced")
+_KEEP_TOP = ("action", "number", "deleted", "forced")
+_VALIDATED_TOP = ("after", "before", "ref")  # validated at ingest for a push (SHAs, a ref)
 _MAX_TEXT = 1024
+# Values ingest validates (SHAs, refs of at most 255 bytes, owner/name, label names) are never longer than this;
+# cut at it anyway where the same key arrives in an event that does not validate it.
+_EXACT = 255
 
 
 def encoded_size(value: Any) -> int:
@@ -30,22 +34,41 @@ def _slim(value: Any) -> Any:
     return value
 
 
-def _repo_ref(repo: Any) -> Any:
+def _cap(value: Any, limit: int) -> Any:
+    """A kept value as GitHub sends it, a short scalar; a longer text is cut and an object or array where GitHub
+    sends a scalar is dropped, so that the skeleton fits whatever the rest of the body holds."""
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[:limit] + "…"
+    return value if value is None or isinstance(value, bool | int | float) else None
+
+
+def _repo_ref(repo: Any, limit: int) -> Any:
     if not isinstance(repo, dict):
-        return repo
+        return _cap(repo, limit)
     owner = repo.get("owner")
     if not isinstance(owner, dict):
         owner = {}
     return {
-        "id": repo.get("id"),
-        "name": repo.get("name"),
-        "full_name": repo.get("full_name"),
-        "owner": {"login": owner.get("login")},
+        "id": _cap(repo.get("id"), limit),
+        "name": _cap(repo.get("name"), limit),
+        "full_name": _cap(repo.get("full_name"), _EXACT),  # validated at ingest (an ASCII owner/name)
+        "owner": {"login": _cap(owner.get("login"), limit)},
     }
 
 
-def _skeleton(payload: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {k: payload[k] for k in _KEEP_TOP if k in payload}
+def _git_ref(value: dict[str, Any], limit: int) -> dict[str, Any]:
+    # ref and sha are validated at ingest (a branch name, 40 hex); label ("owner:branch") is not
+    kept = {k: _cap(v, _EXACT) for k, v in value.items() if k in {"ref", "sha"}}
+    if "label" in value:
+        kept["label"] = _cap(value["label"], limit)
+    return kept | {"repo": _repo_ref(value.get("repo"), limit)}
+
+
+def _skeleton(payload: dict[str, Any], limit: int) -> dict[str, Any]:
+    """The documented paths. Those ingest validates (SHAs, refs, names, numbers, labels) are kept as they are;
+    any other text is cut at `limit` characters."""
+    out: dict[str, Any] = {k: _cap(payload[k], limit) for k in _KEEP_TOP if k in payload}
+    out.update({k: _cap(payload[k], _EXACT) for k in _VALIDATED_TOP if k in payload})
     pr = payload.get("pull_request")
     if isinstance(pr, dict):
         kept: dict[str, Any] = {}
@@ -54,18 +77,18 @@ def _skeleton(payload: dict[str, Any]) -> dict[str, Any]:
                 continue
             value = pr[key]
             if key in {"head", "base"} and isinstance(value, dict):
-                value = {k: v for k, v in value.items() if k in {"ref", "sha", "label"}} | {
-                    "repo": _repo_ref(value.get("repo"))
-                }
+                value = _git_ref(value, limit)
             elif key == "labels" and isinstance(value, list):
-                value = [{"name": lb.get("name")} for lb in value if isinstance(lb, dict)]
+                value = [{"name": _cap(lb.get("name"), _EXACT)} for lb in value if isinstance(lb, dict)]
             elif key == "user" and isinstance(value, dict):
-                value = {k: value.get(k) for k in ("login", "id", "type")}
+                value = {k: _cap(value.get(k), limit) for k in ("login", "id", "type")}
+            else:
+                value = _cap(value, _EXACT if key == "number" else limit)
             kept[key] = value
         out["pull_request"] = kept
     repo = payload.get("repository")
     if isinstance(repo, dict):
-        out["repository"] = _repo_ref(repo) | {"default_branch": repo.get("default_branch")}
+        out["repository"] = _repo_ref(repo, limit) | {"default_branch": _cap(repo.get("default_branch"), _EXACT)}
     return out
 
 
@@ -73,7 +96,16 @@ def fit_payload(payload: dict[str, Any], budget: int) -> tuple[dict[str, Any], b
     """Return (payload that encodes to at most `budget` bytes, whether anything was dropped)."""
     if encoded_size(payload) <= budget:
         return payload, False
-    out = _skeleton(payload)
+    # A genuine skeleton fits with texts of 1 KB; a hostile one (texts or objects where GitHub sends short
+    # values) is cut harder until it fits: what was accepted is always sent.
+    for limit in (_MAX_TEXT, 100, 0):
+        out = _skeleton(payload, limit)
+        # Pathological skeletons (thousands of labels): shorten the label list until it fits.
+        labels = out.get("pull_request", {}).get("labels")
+        while isinstance(labels, list) and labels and encoded_size(out) > budget:
+            del labels[len(labels) // 2 :]
+        if encoded_size(out) <= budget:
+            break
     # Add back the rest, slimmed, field by field, while it fits.
     for key, value in payload.items():
         if key in out:
@@ -81,8 +113,4 @@ def fit_payload(payload: dict[str, Any], budget: int) -> tuple[dict[str, Any], b
         candidate = out | {key: _slim(value)}
         if encoded_size(candidate) <= budget:
             out = candidate
-    # Pathological skeletons (thousands of labels): shorten the label list until it fits.
-    labels = out.get("pull_request", {}).get("labels")
-    while isinstance(labels, list) and labels and encoded_size(out) > budget:
-        del labels[len(labels) // 2 :]
     return out, True

@@ -33,6 +33,7 @@ class UpstreamEvent:
     base_sha: str = ""  # PR: the commit it is based on
     closed: bool = False  # PR: GitHub says it is closed
     commits: tuple[tuple[str, float], ...] = ()  # push: each commit with its time, oldest first
+    updated_at: str = ""  # PR: GitHub's updated_at, which orders webhooks that arrive out of order
 
     @property
     def has_ciflow_label(self) -> bool:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crcr.domain.errors import AllowlistError
-from crcr.domain.ids import is_repo_name
+from crcr.domain.ids import ascii_lower, is_repo_name
 
 _UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _KEY_RE = re.compile(rf"^({_UUID})/({_UUID})$")
@@ -48,7 +48,9 @@ class PipelineRule:
         """The first required claim the token does not satisfy: (name, its value, what is allowed)."""
         for name, allowed in self.required_claims:
             actual = claims.get(name)
-            text = "" if actual is None else str(actual)
+            if isinstance(actual, dict | list):  # never one of the values (and its text could be any size)
+                return name, f"a {type(actual).__name__}", allowed
+            text = "" if actual is None else str(actual)[:1000]
             if text not in allowed:
                 return name, text, allowed
         return None
@@ -59,7 +61,7 @@ class Providers:
     buildkite: Mapping[tuple[str, str], PipelineRule] = field(default_factory=dict)
 
     def pipeline(self, organization_id: str, pipeline_id: str) -> PipelineRule | None:
-        return self.buildkite.get((organization_id.lower(), pipeline_id.lower()))
+        return self.buildkite.get((ascii_lower(organization_id), ascii_lower(pipeline_id)))
 
     def __len__(self) -> int:
         return len(self.buildkite)
@@ -71,7 +73,7 @@ def _line(value: object) -> int | None:
 
 
 def _rule(key: object, value: object, where: str) -> tuple[tuple[str, str], PipelineRule]:
-    match = _KEY_RE.match(str(key).strip().lower())
+    match = _KEY_RE.fullmatch(ascii_lower(str(key).strip()))
     if not match:
         raise ProvidersError(
             f"{where}: key {key!r} must be <organization_id>/<pipeline_id> (Buildkite UUIDs; slugs can be "
@@ -95,7 +97,7 @@ def _rule(key: object, value: object, where: str) -> tuple[tuple[str, str], Pipe
         raise ProvidersError(f"{where}.{key}: {repo!r} is not an owner/repo name", line=_line(key))
     claims: list[tuple[str, tuple[str, ...]]] = []
     for name, allowed in required.items():
-        if not isinstance(name, str) or not _CLAIM_RE.match(name):
+        if not isinstance(name, str) or not _CLAIM_RE.fullmatch(name):
             raise ProvidersError(f"{where}.{key}.required_claims: {name!r} is not a claim name", line=_line(name))
         values = allowed if isinstance(allowed, list) else [allowed]
         if not values or not all(isinstance(v, str | int) and not isinstance(v, bool) for v in values):

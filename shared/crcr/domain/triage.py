@@ -59,7 +59,7 @@ def _suspected(value: object) -> dict[str, Any]:
         found["pr"] = pr
     commit = _optional(value.get("commit"), "suspected_upstream.commit", 40)
     if commit is not None:
-        if not _SHA.match(commit):
+        if not _SHA.fullmatch(commit):
             raise Dropped("suspected_upstream.commit must be a hex commit SHA")
         found["commit"] = commit.lower()
     reason = _optional(value.get("reason"), "suspected_upstream.reason", MAX_REASON)

@@ -76,6 +76,11 @@ class SandboxGitHub:
             with self._lock:
                 self._owners[inst] = m.group(1).split("/")[0]
             return SandboxReply(200, {"id": inst, "account": {"login": m.group(1).split("/")[0]}})
+        if path == "/app/hook/deliveries":
+            # The sandbox delivers no webhooks itself (`crcr demo` and tests POST them): nothing was missed.
+            if method != "GET" or not self._app_ok(auth):
+                return SandboxReply(401, {"message": "A JSON web token could not be decoded"})
+            return SandboxReply(200, [])
         if m := re.fullmatch(r"/app/installations/(\d+)/access_tokens", path):
             if method != "POST" or not self._app_ok(auth):
                 return SandboxReply(401, {"message": "A JSON web token could not be decoded"})

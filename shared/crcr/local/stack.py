@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import importlib.util
+import inspect
 import json
 import logging
 import os
@@ -22,14 +23,13 @@ import uuid
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
+from crcr.local.front import FrontEnd
 from crcr.local.sandbox import SandboxGitHub, SandboxWorkflows
 from crcr.local.sandbox_buildkite import SandboxBuildkite, new_api_token
 from crcr.local.sandbox_oidc import SandboxOidc
@@ -45,6 +45,8 @@ SANDBOX_OIDC_PREFIX = "/_sandbox/oidc"
 SANDBOX_HUD_PATH = "/_sandbox/hud/api/crcr/results"
 SANDBOX_BUILDKITE_PREFIX = "/_sandbox/buildkite"
 SANDBOX_BUILDKITE_OIDC_PREFIX = "/_sandbox/buildkite-oidc"
+# Each scheduled function's local period (variable, default seconds); the sweeper's is the default.
+SCHEDULE_INTERVALS = {"ReconcilerFunction": ("CRCR_RECONCILE_INTERVAL_S", 300.0)}
 # What an operator command needs to reach this stack (the ready line's `env`); never secrets.
 OPERATOR_ENV_KEYS = (
     "AWS_ENDPOINT_URL",
@@ -66,6 +68,7 @@ OPERATOR_CRCR_KEYS = (
     "CRCR_CHECKS_DLQ_URL",
     "CRCR_BODIES_BUCKET",
     "CRCR_HUD_BUCKET",
+    "CRCR_SECRETS_ARN",  # where the secret is (`crcr keys rotate --secret-arn`), not what it holds
 )
 
 
@@ -81,6 +84,65 @@ def project_root() -> Path:
         if (base / "template.yaml").exists():
             return base
     raise FileNotFoundError("template.yaml not found; run crcr local from the project folder")
+
+
+def table_spec(name: str, props: dict[str, Any]) -> dict[str, Any]:
+    """CreateTable's arguments for a template's AWS::DynamoDB::Table, under a physical name."""
+    spec: dict[str, Any] = {
+        "TableName": name,
+        "KeySchema": props["KeySchema"],
+        "AttributeDefinitions": props["AttributeDefinitions"],
+        "BillingMode": props.get("BillingMode", "PAY_PER_REQUEST"),
+    }
+    if "GlobalSecondaryIndexes" in props:
+        spec["GlobalSecondaryIndexes"] = props["GlobalSecondaryIndexes"]
+    if "StreamSpecification" in props:
+        spec["StreamSpecification"] = {"StreamEnabled": True} | props["StreamSpecification"]
+    return spec
+
+
+class StreamReader:
+    """A table's DynamoDB stream as Lambda's event source reads it: each shard from its start (TRIM_HORIZON),
+    in order, each record as the event carries it (with its eventSourceARN).
+
+    DynamoDB writes no stream record for a PutItem or UpdateItem that changes nothing in the item; moto does
+    (with equal old and new images). Those are left out here, so the function sees what it would in AWS."""
+
+    def __init__(self, streams: Any, arn: str) -> None:
+        self._streams = streams
+        self.arn = arn
+        self._iterators: dict[str, str] = {}
+
+    def shards(self) -> list[str]:
+        for shard in self._streams.describe_stream(StreamArn=self.arn)["StreamDescription"].get("Shards", []):
+            sid = shard["ShardId"]
+            if sid not in self._iterators:
+                self._iterators[sid] = self._streams.get_shard_iterator(
+                    StreamArn=self.arn, ShardId=sid, ShardIteratorType="TRIM_HORIZON"
+                )["ShardIterator"]
+        return list(self._iterators)
+
+    def read(self, shard: str, limit: int) -> list[dict[str, Any]]:
+        """The shard's next records (at most `limit` of them, fewer once unchanged writes are left out)."""
+        return [r | {"eventSourceARN": self.arn} for r in self._next(shard, limit) if not _unchanged(r)]
+
+    def read_all(self) -> list[dict[str, Any]]:
+        """Every record written since the last read, shard by shard (moto answers with all there is)."""
+        records: list[dict[str, Any]] = []
+        for sid in self.shards():
+            while page := self._next(sid, 1000):
+                records.extend(r | {"eventSourceARN": self.arn} for r in page if not _unchanged(r))
+        return records
+
+    def _next(self, shard: str, limit: int) -> list[dict[str, Any]]:
+        got = self._streams.get_records(ShardIterator=self._iterators[shard], Limit=limit)
+        self._iterators[shard] = got.get("NextShardIterator") or self._iterators[shard]
+        return list(got.get("Records", []))
+
+
+def _unchanged(record: dict[str, Any]) -> bool:
+    data = record.get("dynamodb") or {}
+    return record.get("eventName") == "MODIFY" and "OldImage" in data and data.get("OldImage") == data.get("NewImage")
 
 
 @dataclass
@@ -152,7 +214,7 @@ class LocalStack:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._moto: Any = None
-        self._http: ThreadingHTTPServer | None = None
+        self._http: FrontEnd | None = None
         self.invocations: dict[str, int] = {}
         self._saved_environ: dict[str, str] = {}
         self._warm: set[str] = set()
@@ -168,10 +230,8 @@ class LocalStack:
         os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
         os.environ["AWS_REGION"] = os.environ["AWS_DEFAULT_REGION"]
         if not self.env.get("AWS_ENDPOINT_URL"):
-            from moto.server import ThreadedMotoServer  # noqa: PLC0415 - dev dependency, local stack only
-
             moto_port = free_port("127.0.0.1")
-            self._moto = ThreadedMotoServer(ip_address="127.0.0.1", port=moto_port, verbose=False)
+            self._moto = _atomic_dynamodb_moto(moto_port)
             self._moto.start()
             self.env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{moto_port}"
             # moto keeps its backends per process: a stack started after another must begin empty.
@@ -216,18 +276,8 @@ class LocalStack:
         ddb = self.client("dynamodb")
         for logical, props in resources_of(self.template, "AWS::DynamoDB::Table").items():
             name = self._physical(logical)
-            kwargs: dict[str, Any] = {
-                "TableName": name,
-                "KeySchema": props["KeySchema"],
-                "AttributeDefinitions": props["AttributeDefinitions"],
-                "BillingMode": props.get("BillingMode", "PAY_PER_REQUEST"),
-            }
-            if "GlobalSecondaryIndexes" in props:
-                kwargs["GlobalSecondaryIndexes"] = props["GlobalSecondaryIndexes"]
-            if "StreamSpecification" in props:
-                kwargs["StreamSpecification"] = {"StreamEnabled": True} | props["StreamSpecification"]
             with contextlib.suppress(ddb.exceptions.ResourceInUseException):
-                ddb.create_table(**kwargs)
+                ddb.create_table(**table_spec(name, props))
             refs[logical] = name
             attrs[(logical, "Arn")] = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{name}"
             stream_arn = ddb.describe_table(TableName=name)["Table"].get("LatestStreamArn")
@@ -381,30 +431,23 @@ class LocalStack:
 
     def _poll_stream(self, fn: FunctionDecl, source: StreamSource) -> None:
         """Lambda's stream event source: in order per shard, retry from the failed record, then on-failure."""
-        streams = self.client("dynamodbstreams")
-        arn = self.stream_arns[source.table]
-        iterators: dict[str, str] = {}
+        reader = StreamReader(self.client("dynamodbstreams"), self.stream_arns[source.table])
         pending: dict[str, list[dict[str, Any]]] = {}
         retries: dict[str, int] = {}
         while not self._stop.is_set():
+            busy = False
             try:
-                for shard in streams.describe_stream(StreamArn=arn)["StreamDescription"].get("Shards", []):
-                    sid = shard["ShardId"]
-                    if sid not in iterators:
-                        iterators[sid] = streams.get_shard_iterator(
-                            StreamArn=arn, ShardId=sid, ShardIteratorType="TRIM_HORIZON"
-                        )["ShardIterator"]
-                for sid in list(iterators):
+                for sid in reader.shards():
                     if not pending.get(sid):
-                        got = streams.get_records(ShardIterator=iterators[sid], Limit=source.batch_size)
-                        iterators[sid] = got.get("NextShardIterator") or iterators[sid]
-                        pending[sid] = [r | {"eventSourceARN": arn} for r in got.get("Records", [])]
+                        pending[sid] = reader.read(sid, source.batch_size)
                     if pending[sid]:
                         self._deliver_stream_batch(fn, source, sid, pending, retries)
+                        busy = True
             except Exception:  # moto going away while stopping
                 if self._stop.wait(0.5):
                     return
-            self._stop.wait(0.2)
+            if not busy:  # Lambda polls an idle shard 4 times a second, and one with records waiting at once
+                self._stop.wait(0.2)
 
     def _deliver_stream_batch(
         self,
@@ -451,8 +494,10 @@ class LocalStack:
         self._stop.wait(min(2.0 ** retries[shard] * 0.1, 5.0))  # Lambda backs off between stream retries
 
     def _run_schedule(self, fn: FunctionDecl) -> None:
-        """EventBridge's schedule, every CRCR_SWEEP_INTERVAL_S seconds locally (DESIGN §9)."""
-        interval = float(self.env.get("CRCR_SWEEP_INTERVAL_S") or 60)
+        """EventBridge's schedule: locally every CRCR_SWEEP_INTERVAL_S seconds, the reconciler every
+        CRCR_RECONCILE_INTERVAL_S (DESIGN §6, §9)."""
+        variable, default = SCHEDULE_INTERVALS.get(fn.logical_id, ("CRCR_SWEEP_INTERVAL_S", 60.0))
+        interval = float(self.env.get(variable) or default)
         while not self._stop.wait(interval):
             event = {"source": "aws.events", "detail-type": "Scheduled Event", "time": time.time(), "detail": {}}
             try:
@@ -487,34 +532,8 @@ class LocalStack:
 
     # -- HTTP -------------------------------------------------------------------------------------------
     def _serve(self) -> None:
-        stack = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True  # headers and body go out separately: don't wait for delayed ACKs
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-            def _reply(self, status: int, body: bytes, headers: dict[str, str]) -> None:
-                self.send_response(status)
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def _handle(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                body = self.rfile.read(length) if length else b""
-                parts = urlsplit(self.path)
-                status, out, headers = stack.route(self.command, parts.path, parts.query, dict(self.headers), body)
-                self._reply(status, out, headers)
-
-            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _handle
-
-        self._http = ThreadingHTTPServer((self.host, self.port), Handler)
-        self._http.daemon_threads = True
+        # API Gateway's edge in front of the routes: framing, payload and header quotas, bursts (crcr.local.front).
+        self._http = FrontEnd((self.host, self.port), self.route)
         thread = threading.Thread(target=self._http.serve_forever, name="crcr-http", daemon=True)
         thread.start()
         self._threads.append(thread)
@@ -551,8 +570,8 @@ class LocalStack:
         if path == "/_crcr/status":
             return 200, json.dumps(self.status()).encode(), {"content-type": "application/json"}
         matched = self._match_route(method, path)
-        if matched is None:
-            return 404, b'{"error":"not_found"}', {"content-type": "application/json"}
+        if matched is None:  # what an HTTP API with no `$default` or ANY route answers, for any method
+            return 404, b'{"message":"Not Found"}', {"content-type": "application/json"}
         fn, route_key, params = matched
         event = {
             "version": "2.0",
@@ -608,6 +627,7 @@ class LocalStack:
             "sandbox_callbacks": self.workflows.replies if self.workflows else None,
             "sandbox_hud_rows": len(self.sandbox_hud.table) if self.sandbox_hud else None,
             "sandbox_builds": len(self.sandbox_buildkite.builds) if self.sandbox_buildkite else None,
+            "http": self._http.stats() if self._http else None,
         }
 
     # -- lifecycle --------------------------------------------------------------------------------------
@@ -702,3 +722,82 @@ def _sqs_record(message: dict[str, Any], arn: str) -> dict[str, Any]:
         "eventSourceARN": arn,
         "awsRegion": REGION,
     }
+
+
+def atomic_dynamodb(app: Any) -> Any:
+    """A WSGI wrapper of moto's app that handles each DynamoDB request whole before the next starts. DynamoDB
+    evaluates a condition and writes as one step; moto's server checks and writes without a lock, so two racing
+    conditional writes (two workers claiming one dispatch, two pacers taking one slot) could both pass there."""
+    import threading  # noqa: PLC0415
+
+    lock = threading.Lock()
+
+    def atomic(environ: dict[str, Any], start_response: Any) -> Any:
+        if not str(environ.get("HTTP_X_AMZ_TARGET", "")).startswith("DynamoDB_"):
+            return app(environ, start_response)
+        with lock:
+            return list(app(environ, start_response))
+
+    return atomic
+
+
+_PARTITION = threading.local()  # the (table, key) of the key Query this thread is answering, if any
+
+
+def partition_queries() -> None:
+    """moto answers a Query on a table's own key by listing and sorting every item of the table and keeping those
+    of the partition, so a Query's cost grows with the table (a callback's Query of its dispatch's jobs: the
+    soak's callbacks slowed from 10 to 2 a second by the 8,000th job, moto at a full core). This reads it from the
+    one partition the key names, as DynamoDB does, with the same answer; index queries stay as moto does them.
+    Idempotent, and safe across threads (the partition is this thread's own)."""
+    from moto.dynamodb.models.table import Table  # noqa: PLC0415 - dev dependency, local stack only
+
+    if getattr(Table.query, "_crcr_partition", False):
+        return
+    slow_query, slow_all_items = Table.query, Table.all_items
+    signature = inspect.signature(slow_query)
+
+    def all_items(self: Any) -> list[Any]:
+        asked = getattr(_PARTITION, "asked", None)
+        if asked is None or asked[0] is not self:
+            return slow_all_items(self)
+        partition = self.items.get(asked[1])
+        if partition is None:
+            return []
+        if not self.range_key_attr:
+            return [partition]
+        return sorted(partition.values(), key=lambda item: item.range_key)
+
+    def query(self: Any, *args: Any, **kwargs: Any) -> Any:
+        call = signature.bind(self, *args, **kwargs).arguments
+        if call.get("index_name") or call.get("hash_key") is None:
+            return slow_query(self, *args, **kwargs)
+        _PARTITION.asked = (self, call["hash_key"])
+        try:
+            return slow_query(self, *args, **kwargs)
+        finally:
+            _PARTITION.asked = None
+
+    query._crcr_partition = True  # type: ignore[attr-defined]
+    Table.query, Table.all_items = query, all_items  # type: ignore[method-assign]
+
+
+def _atomic_dynamodb_moto(port: int) -> Any:
+    """moto in server mode, with each DynamoDB request handled whole before the next (`atomic_dynamodb`)."""
+    from moto.moto_server.werkzeug_app import (  # noqa: PLC0415
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from moto.server import ThreadedMotoServer  # noqa: PLC0415 - dev dependency, local stack only
+    from werkzeug.serving import make_server  # noqa: PLC0415
+
+    class Server(ThreadedMotoServer):
+        def _server_entry(self) -> None:
+            partition_queries()
+            app = atomic_dynamodb(DomainDispatcherApplication(create_backend_app))
+            self._server = make_server(self._ip_address, self._port, app, True, request_handler=MotoRequestHandler)
+            self._server_ready_event.set()
+            self._server.serve_forever()
+
+    return Server(ip_address="127.0.0.1", port=port, verbose=False)

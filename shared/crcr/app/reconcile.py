@@ -1,0 +1,161 @@
+"""Reconciler use case: webhook deliveries GitHub failed to hand the relay, that it has no record of queueing, are
+asked for again (`POST /app/hook/deliveries/{id}/attempts`), each failed attempt once, paced.
+
+GitHub never redelivers by itself. A redelivery keeps the event's `X-GitHub-Delivery` guid, so the webhook's
+dedupe (`DLV#<guid>`/`META`) holds: an event that did reach the queue is answered `200 duplicate`, one whose
+enqueue failed (`received`) is queued now. Every failed attempt is asked for once (a conditional row per event);
+an event is asked for at most MAX_ASKS_PER_EVENT times, then given up and alarmed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from crcr.app.ingest import ACTED_ON, ACTIONS_READ
+from crcr.app.ports import (
+    Clock,
+    GitHubRateLimited,
+    GitHubRejected,
+    GitHubUnavailable,
+    HookDeliveries,
+    Metrics,
+    Pacer,
+    RedeliveryClaim,
+    RedeliveryStore,
+)
+from crcr.domain.redelivery import (
+    EDGE_SETTLE_S,
+    MAX_ASKS_PER_EVENT,
+    OVERLAP_S,
+    ActsOn,
+    Attempt,
+    edge_failing,
+    missed,
+    window_start,
+)
+
+PACER_KEY = "app"  # one budget for the App's own (JWT) writes, apart from every installation's
+
+
+class Step(Enum):
+    DONE = "done"  # asked for now or before, or given up
+    LATER = "later"  # another run is asking: keep it in the window
+    STOP = "stop"  # this one and the rest wait for the next run (pacing, GitHub unavailable)
+
+
+def relay_acts_on(event: str, action: str | None) -> bool:
+    """The events the webhook queues (ingest's rules): a redelivery of any other would be answered `ignored`."""
+    if event not in ACTED_ON:
+        return False
+    actions = ACTIONS_READ.get(event)
+    return actions is None or action in actions
+
+
+@dataclass(frozen=True)
+class ReconcileDeps:
+    hooks: HookDeliveries
+    store: RedeliveryStore
+    pacer: Pacer
+    metrics: Metrics
+    clock: Clock
+    sleep: Callable[[float], None]
+    lookback_s: float = 3600.0  # the first run (or one after a long gap) looks back this far
+    overlap_s: float = OVERLAP_S
+    max_pages: int = 100  # 10,000 deliveries a run
+    budget_s: float = 60.0  # asking (and waiting for pacing slots) stops after this; the rest waits for the next run
+    lease_s: float = 30.0  # one POST with its timeouts
+    max_asks: int = MAX_ASKS_PER_EVENT
+    edge_settle_s: float = EDGE_SETTLE_S
+    acts_on: ActsOn = relay_acts_on
+
+
+@dataclass
+class ReconcileSummary:
+    listed: int = 0
+    truncated: bool = False
+    edge_failing: bool = False
+    missed: list[str] = field(default_factory=list)  # guids with no 2xx attempt and no queued record
+    requested: list[str] = field(default_factory=list)
+    deferred: list[str] = field(default_factory=list)  # left for the next run (pacing, GitHub unavailable)
+    abandoned: dict[str, str] = field(default_factory=dict)  # guid -> why it is given up
+
+
+def reconcile(deps: ReconcileDeps) -> ReconcileSummary:
+    """One run. Raises GitHubError when the deliveries cannot be listed (the function fails: alarmed)."""
+    started = deps.clock.now()
+    since = window_start(started, deps.store.reconcile_cursor(), deps.lookback_s, deps.overlap_s)
+    listing = deps.hooks.list_deliveries(since, deps.max_pages)
+    summary = ReconcileSummary(listed=len(listing.attempts), truncated=listing.truncated)
+    deps.metrics.count("WebhookDeliveriesListed", len(listing.attempts))
+    if listing.truncated:
+        # Deliveries older than the last page were not looked at; the next run starts from now.
+        deps.metrics.count("WebhookReconcileTruncated")
+    if edge_failing(listing.attempts, started, deps.edge_settle_s):
+        # A redelivery now would most likely fail too and spend one of the event's asks: wait for the next run.
+        summary.edge_failing = True
+        deps.metrics.count("WebhookRedeliveryDeferred", reason="edge_failing")
+        return summary
+
+    pending = [a for a in missed(listing.attempts, deps.acts_on, deps.hooks.upstream_id()) if _unrecorded(a, deps)]
+    summary.missed = [a.guid for a in pending]
+    left: list[Attempt] = []
+    for i, attempt in enumerate(pending):
+        step = _ask(attempt, deps, started, summary)
+        if step is Step.LATER:
+            left.append(attempt)
+        elif step is Step.STOP:
+            left += pending[i:]
+            break
+    summary.deferred = [a.guid for a in left]
+    # Everything up to the oldest delivery left for later has been handled: the next run starts there.
+    deps.store.save_reconcile_cursor(min([started, *(a.delivered_at for a in left)]))
+    return summary
+
+
+def _unrecorded(attempt: Attempt, deps: ReconcileDeps) -> bool:
+    """The relay never queued this event: no record, or one whose enqueue failed (`received`)."""
+    return deps.store.delivery_state(attempt.guid) != "queued"
+
+
+def _ask(attempt: Attempt, deps: ReconcileDeps, started: float, summary: ReconcileSummary) -> Step:
+    """Ask GitHub to redeliver `attempt` unless it was asked for already."""
+    owner = uuid.uuid4().hex
+    now = deps.clock.now()
+    claim = deps.store.claim_redelivery(attempt.guid, attempt.id, owner, now, deps.lease_s, deps.max_asks)
+    if claim is RedeliveryClaim.EXHAUSTED:
+        deps.metrics.count("WebhookRedeliveryAbandoned")
+        summary.abandoned[attempt.guid] = f"asked for {deps.max_asks} times"
+        return Step.DONE
+    if claim is RedeliveryClaim.BUSY:
+        return Step.LATER  # if that run dies, its lease lapses and a later run asks
+    if claim is not RedeliveryClaim.CLAIMED:
+        return Step.DONE  # asked for already (GitHub's redelivery is due or made), or given up before
+    wait = deps.pacer.acquire(PACER_KEY, now, reserve=True)
+    if now + wait > started + deps.budget_s:
+        deps.store.release_redelivery(attempt.guid, attempt.id, owner)
+        deps.metrics.count("WebhookRedeliveryDeferred", reason="paced")
+        return Step.STOP
+    if wait > 0:
+        deps.sleep(wait)  # a booked slot: a background run may wait for it
+    try:
+        deps.hooks.redeliver(attempt.id)
+    except GitHubRejected as exc:
+        # 404 or 422: GitHub will not redeliver this one (gone, too old). It is lost unless someone acts.
+        deps.store.finish_redelivery(attempt.guid, attempt.id, owner, "refused", deps.clock.now())
+        deps.metrics.count("WebhookRedeliveryAbandoned")
+        summary.abandoned[attempt.guid] = f"refused: {exc}"
+        return Step.DONE
+    except (GitHubRateLimited, GitHubUnavailable) as exc:
+        # Not asked (or not known to be): the next run asks again; a redelivery that did happen is harmless,
+        # since it keeps the guid the webhook deduplicates on.
+        deps.store.release_redelivery(attempt.guid, attempt.id, owner)
+        reason = "rate_limited" if isinstance(exc, GitHubRateLimited) else "unavailable"
+        deps.metrics.count("WebhookRedeliveryRetried", reason=reason)
+        return Step.STOP
+    deps.store.finish_redelivery(attempt.guid, attempt.id, owner, "requested", deps.clock.now())
+    deps.metrics.count("WebhookRedeliveryRequested")
+    summary.requested.append(attempt.guid)
+    return Step.DONE

@@ -1,0 +1,45 @@
+"""moto in server mode for the adapter tests: one server per test module, reached over HTTP with boto3, with the
+template's own DynamoDB tables."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+from moto.server import ThreadedMotoServer
+
+from crcr.local.stack import free_port, table_spec
+from crcr.local.template import load_template, resources_of
+from tests.conftest import ROOT, http
+
+
+@contextlib.contextmanager
+def moto_server() -> Iterator[dict[str, str]]:
+    """A fresh moto server; yields the keyword arguments for `boto3.client` to reach it."""
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    url = f"http://127.0.0.1:{port}"
+    http("POST", f"{url}/moto-api/reset")  # moto's backends are the process's: start from an empty account
+    try:
+        yield {"endpoint_url": url, "region_name": "us-east-1", "aws_access_key_id": "t", "aws_secret_access_key": "t"}
+    finally:
+        server.stop()
+
+
+def create_tables(ddb: Any, **physical: str) -> None:
+    """The template's tables under physical names: `create_tables(ddb, StateTable="state")`."""
+    tables = resources_of(load_template(ROOT / "template.yaml"), "AWS::DynamoDB::Table")
+    for logical, name in physical.items():
+        ddb.create_table(**table_spec(name, tables[logical]))
+
+
+@contextlib.contextmanager
+def dynamodb(**physical: str) -> Iterator[Any]:
+    """A DynamoDB client on a fresh moto server holding the template's tables named in `physical`."""
+    with moto_server() as reach:
+        ddb = boto3.client("dynamodb", **reach)
+        create_tables(ddb, **physical)
+        yield ddb

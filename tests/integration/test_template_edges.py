@@ -1,0 +1,27 @@
+"""The stack's edge limits as template.yaml declares them: a request rate cap in front of every function, and a
+callback function that can write nothing in the state table but rate-limit counters and ledger start marks."""
+
+from __future__ import annotations
+
+from crcr.local.template import load_template, resources_of
+from tests.conftest import ROOT
+
+TEMPLATE = load_template(ROOT / "template.yaml")
+
+
+def test_the_http_api_is_throttled_before_any_function_runs() -> None:
+    [api] = resources_of(TEMPLATE, "AWS::Serverless::HttpApi").values()
+    limits = api["DefaultRouteSettings"]
+    assert 0 < limits["ThrottlingRateLimit"] <= 100 and 0 < limits["ThrottlingBurstLimit"] <= 200
+
+
+def test_the_callback_function_may_write_only_rate_limit_ledger_and_hud_key_rows_of_the_state_table() -> None:
+    policies = resources_of(TEMPLATE, "AWS::Serverless::Function")["CallbackFunction"]["Policies"]
+    statements = [s for p in policies if isinstance(p, dict) for s in p.get("Statement", [])]
+    [update] = [s for s in statements if s.get("Action") == "dynamodb:UpdateItem"]
+    assert update["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["RATE#*", "DLV#*"]}}
+    [put] = [s for s in statements if s.get("Action") == "dynamodb:PutItem"]
+    assert put["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["HUD#*"]}}
+    assert put["Resource"] == {"Fn::GetAtt": ["StateTable", "Arn"]}
+    state_writes = [p for p in policies if isinstance(p, dict) and "DynamoDBCrudPolicy" in p]
+    assert all(p["DynamoDBCrudPolicy"]["TableName"] != {"Ref": "StateTable"} for p in state_writes)

@@ -1,0 +1,149 @@
+"""docs/cost_model.py: the cost page is what the script makes of the bench's figures, the bench's JSON is read
+through one mapping that names a missing key, and the model scales as its inputs say."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT
+
+SCRIPT = ROOT / "docs" / "cost_model.py"
+
+
+def load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("cost_model", SCRIPT)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["cost_model"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+cost = load()
+
+
+def bench() -> dict[str, Any]:
+    """The parts of `make bench`'s JSON the model reads, shaped as bench/run.py writes them, with round numbers."""
+    return {
+        "timestamp": "2026-12-01T00:00:00+00:00",
+        "git": {"commit": "0" * 40, "dirty": False},
+        "ingest_latency": {"isolated": {"1": {"mean_ms": 9.0}, "100": {"mean_ms": 10.0}, "p50_ratio_100_vs_1": 1.1}},
+        "github_requests": {"warm": {"per_event_target": {"total": 1.0}}},
+        "throughput": {
+            "targets": 10,
+            "events": 15,
+            "dispatches_received": 150,
+            "cpu_s_during_window": {"relay_process": 1.5},
+            "invocations": {"WebhookFunction": 16, "PlannerFunction": 16, "DispatchFunction": 32},
+            "aws_calls_per_dispatch": {"dynamodb.GetItem": 1.0, "dynamodb.UpdateItem": 1.0, "sqs.SendMessage": 0.5},
+        },
+        "callback_latency": {
+            "recorded": {
+                "aws_calls": {"per_callback": {"dynamodb.GetItem": 2.0, "dynamodb.PutItem": 1.0, "s3.PutObject": 0.5}}
+            },
+            "warm_window": {"callbacks": 1000, "cpu_s": {"relay_process": 5.0}},
+        },
+        "reporter": {
+            "on": {
+                "aws_calls_per_change": {"s3.PutObject": 1.0, "s3.GetObject": 0.5, "total": 1.5},
+                "cpu_ms_per_change": 2.0,
+                "records_delivered": 100,
+                "batches": 10,
+            },
+            "health_adds": {"aws_calls_per_change_at_stream_pace": 0.25},
+            "all_verified": True,
+        },
+        "check_run_writes": {
+            "per_job": {
+                "events": 2,
+                "repositories_per_event": 3,
+                "writes_per_repository_per_commit": 7.0,
+                "relay_metrics": {"CheckRunPaced": 12},
+            }
+        },
+        "pr_comment": {"per_event": {"on": {"comment_writes_per_event": 1.0}}},
+    }
+
+
+def test_the_cost_page_and_the_summary_are_what_the_script_makes() -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--check"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    page = (ROOT / "docs" / "cost.md").read_text(encoding="utf-8")
+    for row in ("Lambda GB-seconds", "SQS requests", "DynamoDB write request units", "S3 PUT requests",
+                "API Gateway requests", "**total**"):  # fmt: skip
+        assert row in page
+    assert "10 repositories" in page and "100 repositories" in page
+
+
+def test_check_fails_on_a_stale_page_and_names_it(tmp_path: Path) -> None:
+    doc, operations = tmp_path / "cost.md", tmp_path / "operations.md"
+    doc.write_text((ROOT / "docs" / "cost.md").read_text(encoding="utf-8").replace("$", "€", 1))
+    operations.write_text((ROOT / "docs" / "operations.md").read_text(encoding="utf-8"))
+    args = ["--check", "--doc", str(doc), "--operations", str(operations)]
+    assert cost.main(args) == 1
+    assert cost.main([*args[:1], "--doc", str(ROOT / "docs" / "cost.md"), "--operations", str(operations)]) == 0
+
+
+def test_the_mapping_reads_the_bench_and_leaves_out_what_belongs_elsewhere() -> None:
+    f = cost.figures_from_bench(bench())
+    assert f.measured_targets == 10
+    assert f.dispatch.cpu_ms == pytest.approx(10.0)  # 1.5 s over 150 dispatches
+    assert f.dispatch.invocations == {"DispatchFunction": pytest.approx(32 / 160)}  # cold event included
+    assert f.invocations_per_event == {"WebhookFunction": 1.0, "PlannerFunction": 1.0}
+    assert "s3.PutObject" not in f.callback.aws_calls  # the reporter's, in the same window
+    assert f.callback.cpu_ms == pytest.approx(5.0)
+    assert f.reporter.aws_calls == {"s3.PutObject": 1.0, "s3.GetObject": 0.5, "dynamodb.Query": 0.25}
+    assert f.reporter.invocations == {"ReporterFunction": pytest.approx(0.1)}
+    assert f.check_paced_per_dispatch == pytest.approx(2.0)
+    assert f.webhook_ack_ms == 10.0  # the largest allowlist
+    assert "throughput.aws_calls_per_dispatch" in f.keys_read
+    # what is kept in docs/cost_inputs.json reads back the same
+    kept = json.loads(json.dumps(cost.asdict(f)))
+    assert cost.figures_from_inputs(kept) == f
+
+
+def test_a_missing_bench_key_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    results = bench()
+    del results["throughput"]["aws_calls_per_dispatch"]
+    with pytest.raises(cost.BenchKeyMissing, match=r"throughput\.aws_calls_per_dispatch"):
+        cost.figures_from_bench(results)
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results))
+    assert cost.main(["--results", str(path), "--check"]) == 2
+    assert "throughput.aws_calls_per_dispatch" in capsys.readouterr().err
+
+
+def test_costs_follow_the_measured_calls_and_the_repositories() -> None:
+    memory = cost.memory_gb()
+    assert memory["DispatchFunction"] == 0.5 and memory["HudFunction"] == 0.25  # template.yaml's MemorySize
+    base = cost.figures_from_bench(bench())
+    at10, at100 = (cost.total(cost.per_event(base, n, memory)) for n in (10, 100))
+    # one webhook per event, one HTTP request per callback: 1 + n x jobs x callbacks
+    per_dispatch = cost.JOBS_PER_DISPATCH * cost.CALLBACKS_PER_JOB * cost.REPORTING_SHARE
+    assert at10.http_api == pytest.approx(1 + 10 * per_dispatch)
+    assert at100.http_api == pytest.approx(1 + 100 * per_dispatch)
+    assert at100.wru == pytest.approx(10 * at10.wru)  # everything else grows with the dispatches
+    more = copy.deepcopy(bench())
+    more["throughput"]["aws_calls_per_dispatch"]["dynamodb.UpdateItem"] = 2.0  # one write more per dispatch
+    heavier = cost.total(cost.per_event(cost.figures_from_bench(more), 100, memory))
+    assert heavier.wru - at100.wru == pytest.approx(100 * cost.WRU_PER_WRITE)
+    assert heavier.lambda_gb_s - at100.lambda_gb_s == pytest.approx(100 * cost.AWS_CALL_MS / 1000 * 0.5)
+    costs = at100.costs()
+    assert costs["S3 PUT requests"] == pytest.approx(at100.s3_put * 0.005 / 1000)
+    assert costs["DynamoDB write request units"] == pytest.approx(at100.wru * 0.625 / 1e6)
+
+
+def test_an_unknown_call_is_shown_not_dropped() -> None:
+    usage = cost.calls_usage({"dynamodb.TransactWriteItems": 1.0, "secretsmanager.GetSecretValue": 1.0}, 5)
+    assert usage.other_calls == {"dynamodb.TransactWriteItems": 5.0}
