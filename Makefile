@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml shared/requirements.txt | cksum | cut -d' ' -f1)
 
-.PHONY: venv test lint typecheck imports template-lint pytest demo bench build clean
+.PHONY: venv test lint typecheck imports template-lint pytest demo bench cost soak build clean
 
 venv: $(STAMP)
 
@@ -37,6 +37,16 @@ demo: venv
 
 bench: venv
 	$(PY) bench/run.py --out bench/results.json
+
+# The cost model (docs/cost.md) recomputed from the bench's figures; `make bench` first.
+cost: venv
+	$(PY) docs/cost_model.py --results bench/results.json
+
+# The relay under faults, kills and a dead webhook window, on loopback (bench/README.md, "Soak"). SOAK_EVENTS
+# (2000) upstream events x SOAK_TARGETS (10) downstreams; SOAK_SEED, SOAK_TIMEOUT_S bound and repeat a run.
+# Exits non-zero when an event is lost, a result is not recorded or a duplicate dispatch is unexplained.
+soak: venv
+	$(PY) bench/soak.py --out bench/soak.json
 
 # Deployment tooling lives in its own virtualenv: aws-sam-cli pins its own boto3 and pydantic (~340 MB),
 # which must not meet the runtime pins in .venv. cfn-lint and samtranslator come with it.

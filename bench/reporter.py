@@ -1,9 +1,12 @@
 """The reporter's cost per recorded change, HUD summaries off against on (see bench/README.md, section 7).
 
-One moto process and one local stack holding every resource of template.yaml, with no poller running. The
-bench calls functions/reporter/handler.py's lambda_handler itself, with DynamoDB-stream events built from one
-fixed sequence of job changes, and gives each batch to every setting in turn, each with its own dependencies.
-So the settings handle exactly the same records, in the same batches, side by side on the same machine.
+One moto process and one local stack holding every resource of template.yaml, with no poller running. Each
+setting has its own copy of the results table. The bench writes one fixed sequence of job changes to every copy,
+as the callback function would, and reads each copy's stream as Lambda does (crcr.local.stack.StreamReader), so
+the rows' verdicts the reporter writes back come to it again as the next images. It calls
+functions/reporter/handler.py's lambda_handler itself and gives each batch to every setting in turn, each with
+its own dependencies. So the settings handle the same records, in the same batches, side by side on the same
+machine.
 
     .venv/bin/python bench/reporter.py [--commits 40] [--repos 4] [--redelivered 0.1] [--out FILE]
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import random
 import statistics
@@ -41,14 +45,15 @@ from harness import (
 )
 
 from crcr.adapters.observability import TOTALS
-from crcr.adapters.results import to_item
+from crcr.adapters.results import from_item, to_item
 from crcr.adapters.s3 import S3HudDocs
 from crcr.app.checks import SWEPT
 from crcr.app.dispatch import dispatch_id
 from crcr.app.ports import JobRecord
 from crcr.app.report import ReportDeps
+from crcr.app.summaries import job_key
 from crcr.composition import build_report_deps, load_settings
-from crcr.local.stack import Context, LocalStack
+from crcr.local.stack import Context, LocalStack, StreamReader, table_spec
 
 FUNCTION = "ReporterFunction"
 RESULTS_TABLE = "ResultsTable"
@@ -115,7 +120,7 @@ def job_changes(commits: int, repos: int, *, seed: int = 7, start: float | None 
         for r in range(repos):
             repo = f"bench-org/repo-{r}"
             base = JobRecord(
-                dispatch_id=dispatch_id(delivery, repo), run_id=0, run_attempt=0, job_name="", workflow_name="",
+                dispatch_id=dispatch_id(delivery, repo), run_id="0", run_attempt=0, job_name="", workflow_name="",
                 state="timed_out", conclusion="timed_out", fingerprint=SWEPT, url="", repo=repo,
                 repo_id=50_000 + r, level=LEVELS[r % len(LEVELS)], delivery_id=delivery, upstream=UPSTREAM,
                 head_sha=sha, pr=pr, device=None, dispatched_at=dispatched, started_at=None,
@@ -152,7 +157,7 @@ def _one_job(
     url = f"https://github.com/{base.repo}/actions/runs/{run_id}"
     running_doc = _payload("in_progress", None, name, run_id, rng)
     running = replace(
-        base, run_id=run_id, run_attempt=attempt, job_name=name, workflow_name="CI", state="in_progress",
+        base, run_id=str(run_id), run_attempt=attempt, job_name=name, workflow_name="CI", state="in_progress",
         conclusion=None, fingerprint=_digest(running_doc), url=url, started_at=started,
         callback_payload=json.dumps(running_doc), version=1, check_run_id=f"crcr-{run_id}-{attempt}",
     )  # fmt: skip
@@ -177,47 +182,22 @@ def _digest(doc: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
-def deliveries(count: int, batch_size: int, redelivered: float, *, seed: int = 11) -> list[list[int]]:
-    """Stream batches of record indexes. A stream retry (the function reported a batch item failure, or
-    timed out) delivers the tail of a batch again, from the failed record on, at the head of the next
-    batch: such retries are drawn so that about `redelivered` of the records arrive twice."""
-    rng = random.Random(seed)
-    # A retry repeats b/2 records on average (it starts at one of positions 1..b-1): retrying a share
-    # 2r/(1+r) of the batches makes r of the records arrive twice.
-    retry_share = min(1.0, 2 * redelivered / (1 + redelivered))
-    batches: list[list[int]] = []
-    pos = 0
-    while pos < count:
-        batch = list(range(pos, min(pos + batch_size, count)))
-        batches.append(batch)
-        retried = len(batch) > 1 and rng.random() < retry_share
-        # The failed record comes again, with the rest of its batch, at the head of the next batch.
-        pos = batch[rng.randrange(1, len(batch))] if retried else batch[-1] + 1
-    return batches
+class Retries:
+    """Lambda's stream retries, drawn. After a batch, the stream may deliver it again from one of its records
+    on (the function reported a batch item failure, or timed out), at the head of the next batch: such retries
+    are drawn so that about `redelivered` of the records arrive twice."""
 
+    def __init__(self, redelivered: float, *, seed: int = 11) -> None:
+        self._rng = random.Random(seed)
+        # A retry repeats b/2 records on average (it starts at one of positions 1..b-1): retrying a share
+        # 2r/(1+r) of the batches makes r of the records arrive twice.
+        self._share = min(1.0, 2 * redelivered / (1 + redelivered))
 
-def stream_record(change: Change, seq: int, arn: str) -> dict[str, Any]:
-    """A DynamoDB stream record as Lambda delivers it (NEW_AND_OLD_IMAGES)."""
-    new = to_item(change.new)
-    data: dict[str, Any] = {
-        "ApproximateCreationDateTime": int(change.at),
-        "Keys": {"pk": new["pk"], "sk": new["sk"]},
-        "NewImage": new,
-        "SequenceNumber": f"{seq:021d}",
-        "SizeBytes": len(json.dumps(new)),
-        "StreamViewType": "NEW_AND_OLD_IMAGES",
-    }
-    if change.old is not None:
-        data["OldImage"] = to_item(change.old)
-    return {
-        "eventID": uuid.uuid5(uuid.NAMESPACE_OID, str(seq)).hex,
-        "eventName": "MODIFY" if change.old is not None else "INSERT",
-        "eventVersion": "1.1",
-        "eventSource": "aws:dynamodb",
-        "awsRegion": "us-east-1",
-        "dynamodb": data,
-        "eventSourceARN": arn,
-    }
+    def next_start(self, start: int, end: int) -> int:
+        """Where the stream's next batch starts after the batch [start, end)."""
+        if end - start > 1 and self._rng.random() < self._share:
+            return start + self._rng.randrange(1, end - start)
+        return end
 
 
 def _shown(job: JobRecord) -> str:
@@ -260,10 +240,63 @@ def expected_cells(changes: list[Change]) -> dict[str, dict[str, dict[str, Any]]
     return out
 
 
+def _failed(job: JobRecord) -> bool:
+    return job.state == "timed_out" or (job.state == "completed" and job.conclusion in ("failure", "timed_out"))
+
+
+def expected_verdicts(changes: list[Change]) -> dict[str, str | None]:
+    """Per job attempt (keyed as the commit documents key it): the verdict its row ends with (DESIGN §4.9),
+    worked out here, independently of the reporter. Only L3/L4 jobs of pull requests get one. A run whose
+    latest attempt passed after a failed one is `flaky` on the failed attempts and the passing one; a failed
+    latest attempt is `infra` when timed out, else `no baseline` (the bench records no PR's base commit, so
+    nothing has a baseline); no failed attempt, no verdict."""
+    final: dict[tuple[str, int, int, str], JobRecord] = {}
+    for ch in changes:
+        final[_item_key(ch.new)] = ch.new
+    runs: dict[tuple[str, str, str, str], list[JobRecord]] = {}
+    for job in final.values():
+        runs.setdefault((job.dispatch_id, job.run_id, job.workflow_name, job.job_name), []).append(job)
+    out: dict[str, str | None] = {}
+    for attempts in runs.values():
+        attempts.sort(key=lambda j: j.run_attempt)
+        latest = attempts[-1]
+        flaky = latest.state == "completed" and latest.conclusion == "success" and any(map(_failed, attempts))
+        for job in attempts:
+            verdict: str | None = None
+            if job.pr is not None and job.level >= 3:
+                if flaky:
+                    verdict = "flaky" if job is latest or _failed(job) else None
+                elif _failed(job):
+                    verdict = "infra" if job.state == "timed_out" else "no baseline"
+            out[job_key(job)] = verdict
+    return out
+
+
+def verify_verdicts(ddb: Any, table: str, expected: dict[str, str | None]) -> dict[str, Any]:
+    """The setting's results table ends with the verdicts the fed changes call for, on every row."""
+    rows: dict[str, str | None] = {}
+    for page in ddb.get_paginator("scan").paginate(TableName=table):
+        for item in page.get("Items") or []:
+            job = from_item(item)
+            rows[job_key(job)] = job.verdict
+    problems = [
+        f"{key}: verdict {rows.get(key)!r} != {want!r}" for key, want in expected.items() if rows.get(key) != want
+    ]
+    if extra := set(rows) - set(expected):
+        problems.append(f"{len(extra)} rows never fed")
+    return {
+        "ok": not problems,
+        "rows": len(rows),
+        "by_verdict": dict(sorted(Counter(v for v in rows.values() if v).items())),
+        "problems": problems[:5],
+    }
+
+
 def verify_documents(docs: S3HudDocs, changes: list[Change]) -> dict[str, Any]:
     """The index lists every commit with the cells the fed states call for; each commit document holds every
-    job attempt at its final version; each PR document lists its commits."""
+    job attempt at its final version, with the verdict its row ends with; each PR document lists its commits."""
     expected = expected_cells(changes)
+    verdicts = expected_verdicts(changes)
     index, _ = docs.get("index.json")
     listed = {c.get("sha"): c for c in (index or {}).get("commits", [])}
     problems: list[str] = []
@@ -281,15 +314,22 @@ def verify_documents(docs: S3HudDocs, changes: list[Change]) -> dict[str, Any]:
     versions: dict[str, dict[str, int]] = {}
     prs: dict[int, set[str]] = {}
     for job in final.values():
-        key = f"{job.dispatch_id}/{job.run_id}/{job.run_attempt}/{job.job_name}"
-        versions.setdefault(job.head_sha, {})[key] = job.version
+        versions.setdefault(job.head_sha, {})[job_key(job)] = job.version
         if job.pr is not None:
             prs.setdefault(job.pr, set()).add(job.head_sha)
+    verdicts_matching = 0
     for sha, want in versions.items():
         doc, _ = docs.get(f"commit/{sha}.json")
-        got_versions = {k: e.get("version") for k, e in ((doc or {}).get("jobs") or {}).items()}
+        jobs = (doc or {}).get("jobs") or {}
+        got_versions = {k: e.get("version") for k, e in jobs.items()}
         if got_versions != want:
             problems.append(f"commit/{sha[:8]}: job versions {got_versions} != fed {want}")
+        got_verdicts = {k: e.get("verdict") for k, e in jobs.items()}
+        want_verdicts = {k: verdicts[k] for k in want}
+        if got_verdicts == want_verdicts:
+            verdicts_matching += 1
+        else:
+            problems.append(f"commit/{sha[:8]}: verdicts {got_verdicts} != recorded {want_verdicts}")
     for pr, shas in prs.items():
         doc, _ = docs.get(f"pr/{pr}.json")
         got_shas = {c.get("sha") for c in (doc or {}).get("commits", [])}
@@ -300,6 +340,7 @@ def verify_documents(docs: S3HudDocs, changes: list[Change]) -> dict[str, Any]:
         "commits_expected": len(expected),
         "commits_matching": sum(1 for sha, cells in expected.items() if (listed.get(sha) or {}).get("repos") == cells),
         "commit_documents": len(versions),
+        "commit_documents_with_the_verdicts": verdicts_matching,
         "pr_documents": len(prs),
         "problems": problems[:5],
     }
@@ -418,12 +459,18 @@ class DocTraffic:
 
 
 class Setting:
-    """One reporter configuration and what it cost, call by call. Every setting gets every batch."""
+    """One reporter configuration, its own results table and that table's stream, and what it cost, call by
+    call. Every setting gets every batch."""
 
-    def __init__(self, name: str, deps: ReportDeps, bucket: str | None, *, health: bool) -> None:
+    def __init__(
+        self, name: str, deps: ReportDeps, bucket: str | None, table: str, reader: StreamReader, *, health: bool
+    ) -> None:
         self.name = name
         self.deps = deps
         self.bucket = bucket
+        self.table = table
+        self.reader = reader
+        self.stream: list[dict[str, Any]] = []  # every record of its table's stream read so far, in order
         self.health = health
         self.health_ms: list[float] = []  # each health computation, when the refresh is on
         self.batch_ms: list[float] = []  # each handler call...
@@ -493,20 +540,35 @@ def _mean(values: list[int]) -> float | None:
     return round(sum(values) / len(values), 3) if values else None
 
 
+def results_table(stack: LocalStack, name: str) -> tuple[str, StreamReader]:
+    """A copy of the template's results table (indexes and stream as in template.yaml), with a reader of its
+    stream positioned at its start."""
+    from crcr.local.template import resources_of  # noqa: PLC0415
+
+    ddb = stack.client("dynamodb")
+    table = f"{stack.function_env['CRCR_RESULTS_TABLE']}-{name}"
+    ddb.create_table(**table_spec(table, resources_of(stack.template, "AWS::DynamoDB::Table")[RESULTS_TABLE]))
+    arn = ddb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
+    return table, StreamReader(stack.client("dynamodbstreams"), arn)
+
+
 def build_setting(stack: LocalStack, name: str, bucket: str | None, *, health: bool) -> Setting:
     """The reporter's dependencies as its composition root builds them from the function's environment, with
-    the HUD bucket given (summaries on) or left out (off). HUD push and check runs are off in every setting.
+    its own results table, and the HUD bucket given (summaries on) or left out (off). HUD push and check runs
+    are off in every setting.
 
     `health`: keep the repository pages' health refresh (SummaryDeps.health, every CRCR_HEALTH_REFRESH_S) if
     build_report_deps wires one; otherwise the bench takes it out, so `on` measures the documents alone.
     """
+    table, reader = results_table(stack, name)
     env = {k: v for k, v in stack.function_env.items() if k not in (*OFF_IN_BOTH, "CRCR_HUD_BUCKET")}
+    env["CRCR_RESULTS_TABLE"] = table
     if bucket is not None:
         env["CRCR_HUD_BUCKET"] = bucket
     deps = build_report_deps(load_settings(env))
     if deps.hud is not None or deps.checks is not None or (deps.summaries is None) != (bucket is None):
         raise RuntimeError(f"{name}: the reporter is not configured as this setting needs")
-    setting = Setting(name, deps, bucket, health=False)
+    setting = Setting(name, deps, bucket, table, reader, health=False)
     if deps.summaries is not None and deps.summaries.health is not None:
         call = _counted(deps.summaries.health, setting.health_ms) if health else None
         setting.deps = replace(deps, summaries=replace(deps.summaries, health=call))
@@ -523,16 +585,21 @@ def health_wired(stack: LocalStack) -> bool:
     return summaries is not None and summaries.health is not None
 
 
-def report(setting: Setting, changes: list[Change], warmup: list[Change], s3: Any) -> dict[str, Any]:
+def report(setting: Setting, changes: list[Change], warmup: list[Change], s3: Any, ddb: Any) -> dict[str, Any]:
     n = len(changes)
     written = setting.metrics.get("HudSummaryWritten", 0)
     conflicts = setting.metrics.get("HudSummaryConflict", 0)
+    verdicts = verify_verdicts(ddb, setting.table, expected_verdicts([*warmup, *changes]))
     if setting.bucket is not None:
         documents = bucket_documents(s3, setting.bucket)
         verification = verify_documents(S3HudDocs(s3, setting.bucket), [*warmup, *changes])
+        verification["problems"] = (verification["problems"] + verdicts["problems"])[:5]
     else:
         documents = None
-        verification = {"ok": not setting.calls and not written, "aws_calls": sum(setting.calls.values())}
+        s3_calls = sum(v for k, v in setting.calls.items() if k.startswith("s3."))
+        verification = {"ok": not s3_calls and not written, "s3_calls": s3_calls, "problems": verdicts["problems"]}
+    verification["ok"] = verification["ok"] and verdicts["ok"]
+    verification["verdicts"] = verdicts
     summaries = setting.deps.summaries
     per_record = [ms / k for ms, k in zip(setting.batch_ms, setting.batch_records, strict=True)]
     quarters = [per_record[len(per_record) * i // 4 : len(per_record) * (i + 1) // 4] for i in range(4)]
@@ -547,6 +614,7 @@ def report(setting: Setting, changes: list[Change], warmup: list[Change], s3: An
             "ms_total": round(sum(setting.health_ms), 2),
         },
         "changes": n,
+        "results_table": setting.table,
         "records_delivered": sum(setting.batch_records),
         "batches": len(setting.batch_ms),
         "batch_item_failures": setting.failures,
@@ -637,6 +705,56 @@ def health_adds(with_health: dict[str, Any], without: dict[str, Any], changes: l
     return adds
 
 
+class Feed:
+    """The settings' streams side by side. The bench writes each change to every setting's table (as the
+    callback function would, unmeasured) just before the reporter reads it; what the reporter writes to its
+    table (the verdicts) lands in its stream after the records it was handling, as in DynamoDB. The settings
+    differ only in the HUD summaries, never in the verdicts, so their streams hold the same records in the same
+    order, and `read` (where the next batch starts) is the same for all of them."""
+
+    def __init__(self, ddb: Any, settings: list[Setting]) -> None:
+        self._ddb = ddb
+        self._settings = settings
+        self.read = 0
+        self.write_backs = 0
+        self.write_backs_by_verdict: Counter[str] = Counter()
+
+    @property
+    def length(self) -> int:
+        return len(self._settings[0].stream)
+
+    def write(self, changes: list[Change]) -> None:
+        before = self.length
+        for ch in changes:
+            for setting in self._settings:
+                self._ddb.put_item(TableName=setting.table, Item=to_item(ch.new))
+        self._take()
+        if self.length - before != len(changes):
+            raise RuntimeError(f"{len(changes)} changes written, {self.length - before} stream records")
+
+    def collect(self) -> None:
+        """The records the handler calls just made (the reporter's own writes)."""
+        for record in self._take():
+            self.write_backs += 1
+            verdict = (record["dynamodb"].get("NewImage") or {}).get("verdict", {}).get("S")
+            self.write_backs_by_verdict[verdict or "none"] += 1
+
+    def _take(self) -> list[dict[str, Any]]:
+        start = self.length
+        for setting in self._settings:
+            setting.stream.extend(setting.reader.read_all())
+        first = self._settings[0].stream[start:]
+        for setting in self._settings[1:]:
+            if [_image(r) for r in setting.stream[start:]] != [_image(r) for r in first]:
+                raise RuntimeError(f"{setting.name}'s stream differs from {self._settings[0].name}'s")
+        return first
+
+
+def _image(record: dict[str, Any]) -> tuple[str, Any, Any]:
+    data = record["dynamodb"]
+    return record["eventName"], data.get("OldImage"), data.get("NewImage")
+
+
 _TRAFFIC: list[DocTraffic] = []
 
 
@@ -655,8 +773,6 @@ def reporter_bench(
     # One change of another commit, before the sequence: opens connections and loads what botocore loads lazily.
     warmup = job_changes(1, 1, seed=99, start=changes[0].at - 600)[:1]
     batch_size = stream_batch_size()
-    batches = deliveries(len(changes), batch_size, redelivered)
-    delivered = sum(len(b) for b in batches)
     results: dict[str, Any] = {
         "sequence": {
             "commits": commits,
@@ -667,9 +783,6 @@ def reporter_bench(
             "reruns": len({_item_key(c.new) for c in changes if c.new.run_attempt > 1}),
             "changes": len(changes),
             "changes_by_kind": dict(sorted(Counter(c.kind for c in changes).items())),
-            "deliveries": delivered,
-            "redelivered": delivered - len(changes),
-            "batches": len(batches),
             "batch_size": batch_size,
             "warmup_changes": len(warmup),
         }
@@ -677,7 +790,7 @@ def reporter_bench(
     traffic = _doc_traffic()
     start_off = out.offset()
     with handler_stack() as (stack, moto):
-        s3 = stack.client("s3")
+        s3, ddb = stack.client("s3"), stack.client("dynamodb")
         bucket = stack.function_env["CRCR_HUD_BUCKET"]
         settings = [build_setting(stack, "off", None, health=False), build_setting(stack, "on", bucket, health=False)]
         wired = health_wired(stack)
@@ -685,34 +798,45 @@ def reporter_bench(
             s3.create_bucket(Bucket=f"{bucket}-health")
             settings.append(build_setting(stack, "on_health", f"{bucket}-health", health=True))
         out.say(
-            f"   {len(changes)} changes ({delivered - len(changes)} delivered twice) in {len(batches)} batches of "
+            f"   {len(changes)} changes ({redelivered:.0%} of the stream's records delivered twice) in batches of "
             f"{batch_size}, each batch to: {', '.join(s.name for s in settings)}"
         )
         handler = stack.handlers[FUNCTION]
-        arn = stack.stream_arns[RESULTS_TABLE]
-        records = [stream_record(ch, 10**20 + i, arn) for i, ch in enumerate(changes)]
-        ddb, table = stack.client("dynamodb"), stack.function_env["CRCR_RESULTS_TABLE"]
-        held: set[int] = set()
-
-        def hold(rows: list[Change]) -> None:
-            # Health figures are read from the results table: it holds each row before its stream record
-            # arrives, as the callback function wrote it. Not measured; only when something reads it.
-            for ch in rows if wired else []:
-                ddb.put_item(TableName=table, Item=to_item(ch.new))
-
-        hold(warmup)
-        warm = {"Records": [stream_record(ch, 10**19 + i, arn) for i, ch in enumerate(warmup)]}
+        feed = Feed(ddb, settings)
+        feed.write(warmup)
+        while feed.read < feed.length:  # the warm-up change, and whatever the reporter writes back for it
+            start, feed.read = feed.read, feed.length
+            for setting in settings:
+                handler({"Records": setting.stream[start : feed.read]}, Context(FUNCTION, 60), deps=setting.deps)
+            feed.collect()
         for setting in settings:
-            handler(warm, Context(FUNCTION, 60), deps=setting.deps)
             setting.health_ms.clear()  # the warm-up's repository has its health from here on
-        for n, batch in enumerate(batches):
-            hold([changes[i] for i in batch if i not in held])
-            held.update(batch)
+        measured_from, written = feed.read, 0
+        retries = Retries(redelivered)
+        for n in itertools.count():
+            # The callback function has written the changes up to a full batch before Lambda reads one.
+            if (short := feed.read + batch_size - feed.length) > 0 and written < len(changes):
+                feed.write(changes[written : written + short])
+                written = min(len(changes), written + short)
+            if feed.read >= feed.length:
+                break
+            start, end = feed.read, min(feed.read + batch_size, feed.length)
             # Settings take turns going first, so a slow moment of the machine falls on each alike.
             for setting in settings if n % 2 == 0 else settings[::-1]:
-                deliver(setting, handler, [records[i] for i in batch], aws, traffic, moto)
+                deliver(setting, handler, setting.stream[start:end], aws, traffic, moto)
+            feed.collect()  # the verdicts the reporter wrote back: the stream's next records
+            feed.read = retries.next_start(start, end)
+        delivered = sum(settings[0].batch_records)
+        results["sequence"] |= {
+            "stream_records": feed.length - measured_from,
+            "verdict_write_backs": feed.write_backs,
+            "write_backs_by_verdict": dict(sorted(feed.write_backs_by_verdict.items())),
+            "deliveries": delivered,
+            "redelivered": delivered - (feed.length - measured_from),
+            "batches": len(settings[0].batch_ms),
+        }
         for setting in settings:
-            results[setting.name] = report(setting, changes, warmup, s3)
+            results[setting.name] = report(setting, changes, warmup, s3, ddb)
         end_off = out.offset()
     results["relay_log"] = log_summary(out.lines_between(start_off, end_off))
     if wired:
@@ -731,8 +855,10 @@ def reporter_bench(
     results["elapsed_s"] = round(time.perf_counter() - started, 1)
     results["method"] = (
         "one moto_server process and local stack (template.yaml's resources, no pollers); "
-        "functions/reporter/handler.py lambda_handler called directly with DynamoDB stream events "
-        f"(NEW_AND_OLD_IMAGES from crcr.adapters.results.to_item) in batches of {batch_size}; each batch goes "
+        "functions/reporter/handler.py lambda_handler called directly with the records of each setting's own "
+        "copy of the results table's stream (NEW_AND_OLD_IMAGES, read as crcr.local.stack.StreamReader reads "
+        "it): the changes, written to every copy as the callback function would, and the verdicts the reporter "
+        f"writes back, in batches of {batch_size}; each batch goes "
         "to every setting in turn (alternating which goes first), each with its own dependencies from "
         "build_report_deps: off = no CRCR_HUD_BUCKET, on = the template's HudBucket; HUD push (CRCR_HUD_URL) and "
         "check runs (CRCR_CHECKS_QUEUE_URL, App id) off in all; AWS calls from a botocore hook, CPU from "
@@ -747,8 +873,9 @@ def print_section(rep: dict[str, Any] | None) -> None:
     seq = rep["sequence"]
     print(
         f"\n7. reporter cost per recorded change, HUD summaries off against on: {seq['changes']} changes of "
-        f"{seq['commits']} commits x {seq['repositories']} repositories, {seq['redelivered']} delivered twice, "
-        f"{seq['batches']} batches of {seq['batch_size']}"
+        f"{seq['commits']} commits x {seq['repositories']} repositories, {seq['verdict_write_backs']} verdicts "
+        f"written back {seq['write_backs_by_verdict']}: {seq['stream_records']} stream records, "
+        f"{seq['redelivered']} delivered twice, {seq['batches']} batches of {seq['batch_size']}"
     )
     print(
         f"   {'setting':9} {'AWS calls':>9} {'S3 Get':>7} {'S3 Put':>7} {'ms/change':>9} {'p50 ms':>7} "
@@ -790,9 +917,14 @@ def print_section(rep: dict[str, Any] | None) -> None:
     docs, check = on["documents"], on["verification"]
     print(
         f"   on: {docs['count']} documents {docs['by_kind']}, largest bytes {docs['largest_bytes_by_kind']}; index "
-        f"cells match the fed states for {check['commits_matching']}/{check['commits_expected']} commits"
+        f"cells match the fed states for {check['commits_matching']}/{check['commits_expected']} commits, "
+        f"commit documents hold the rows' verdicts for {check['commit_documents_with_the_verdicts']}/"
+        f"{check['commit_documents']}"
         f"{'' if check['ok'] else ' -- NOT VERIFIED: ' + '; '.join(check['problems'])}"
     )
+    for name, row in rows:
+        if name != "on" and not row["verification"]["ok"]:
+            print(f"   {name}: NOT VERIFIED: {'; '.join(row['verification']['problems']) or 'S3 calls or HUD writes'}")
     if rep["on_health"].get("skipped"):
         print(f"   health refresh: skipped ({rep['on_health']['reason'].split(';')[0]})")
     else:

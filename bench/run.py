@@ -1,7 +1,8 @@
 """crcr benchmark: ingest acknowledgement latency vs allowlist size, GitHub requests per (event x target),
 end-to-end throughput on the local stack, callback latency and OIDC verification cost (with requests to the
 issuer's key set), upstream check-run writes, the reporter's cost per recorded change with the HUD summaries
-on against off, and cold-start import time of each function. See bench/README.md.
+on against off, the dispatcher's AWS calls and CPU per dispatch and its re-queues under a backlog, and cold-start
+import time of each function. See bench/README.md.
 
     .venv/bin/python bench/run.py --out bench/results.json [--build]
 """
@@ -23,9 +24,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import callbacks
+import checkbudget
 import checkruns
 import coldstart
 import comment
+import dispatch
 import reporter
 from harness import (
     ROOT,
@@ -55,8 +58,12 @@ METHOD = {
     "with_fanout": "pollers on: planner and dispatcher run in the same process while the timed POSTs go in",
     "callback": "one L2 target dispatched once; tests/doubles/oidc_issuer.OidcIssuer as CRCR_OIDC_ISSUER; "
     "POST /callback with the dispatch's ticket and a fresh RS256 token, one connection per POST",
-    "reporter": "functions/reporter/handler.py called by the bench with DynamoDB stream events, each batch to "
-    "every setting in turn (HUD summaries off, on); no pollers; HUD push and check runs off",
+    "reporter": "functions/reporter/handler.py called by the bench with the records of each setting's own results "
+    "table's stream (the changes and the verdicts written back), each batch to every setting in turn (HUD "
+    "summaries off, on); no pollers; HUD push and check runs off",
+    "dispatch": "warm: functions/dispatch/handler.py called by the bench with the dispatch queue's messages in batches "
+    "of up to 10, the GitHub double in its own process, so the bench process's CPU is the relay's; backlog: every "
+    "event planned first, then the dispatch queue drained by 2 pollers under CRCR_GITHUB_WRITE_RATES",
 }
 MAX_INSTALLATIONS = 10  # targets spread round-robin over at most this many App installations (orgs)
 WARM_REQUESTS_TARGET = 1.3
@@ -363,8 +370,10 @@ def print_table(results: dict[str, Any]) -> None:
         )
     print_callbacks(results)
     print_checkruns(results)
+    print_checkbudget(results)
     print_comment(results)
     reporter.print_section(results.get("reporter"))
+    dispatch.print_section(results.get("dispatch"))
     cs = results.get("cold_start", {})
     print("\n5. cold-start import time (median of 7), ms")
     src = cs.get("source", {}).get("functions", {})
@@ -405,6 +414,15 @@ def print_checkruns(results: dict[str, Any]) -> None:
             f"{row['relay_metrics'].get('CheckRunPaced', 0):>6} {row['elapsed_s']:>9}  {row['all_completed']}"
         )
     print(f"   {cw['method']}")
+
+
+def print_checkbudget(results: dict[str, Any]) -> None:
+    cb = results.get("check_run_budget")
+    if not cb:
+        return
+    print()
+    checkbudget.print_rows(cb)
+    print(f"   {cb['method']}")
 
 
 def print_comment(results: dict[str, Any]) -> None:
@@ -497,6 +515,17 @@ def main() -> int:
     parser.add_argument("--check-targets", type=int, default=3, help="L4 repositories in that run")
     parser.add_argument("--check-jobs", type=int, default=2, help="jobs per repository in that run")
     parser.add_argument("--skip-checkruns", action="store_true", help="leave out the check-run write figures")
+    parser.add_argument(
+        "--checkbudget-loads", default="1,3,10", help="multiples of 1,000 PR events a day in the check-budget run"
+    )
+    parser.add_argument(
+        "--checkbudget-budget-s",
+        type=float,
+        default=150.0,
+        help="wall-time budget per auto setting of that run (per_job: a third)",
+    )
+    parser.add_argument("--checkbudget-drain-hours", type=float, default=24.0, help="simulated hours after the day")
+    parser.add_argument("--skip-checkbudget", action="store_true", help="leave out the check-run budget figures")
     parser.add_argument("--comment-events", type=int, default=2, help="pull requests in the PR comment run")
     parser.add_argument("--comment-targets", type=int, default=3, help="L4 repositories in that run")
     parser.add_argument("--comment-jobs", type=int, default=2, help="jobs per repository in that run")
@@ -508,6 +537,8 @@ def main() -> int:
         "--reporter-redelivered", type=float, default=0.1, help="share of stream records delivered twice there"
     )
     parser.add_argument("--skip-reporter", action="store_true", help="leave out the reporter's cost per change")
+    dispatch.add_arguments(parser, prefix="dispatch-")
+    parser.add_argument("--skip-dispatch", action="store_true", help="leave out the dispatcher's cost (section 10)")
     parser.add_argument("--build", action="store_true", help="run `make build` first (about a minute)")
     parser.add_argument("--skip-fanout-latency", action="store_true", help="only the isolated ingest latency")
     parser.add_argument("--skip-coldstart", action="store_true", help="leave out the cold-start import times")
@@ -597,6 +628,17 @@ def main() -> int:
             )
             phases["check_run_writes"] = round(time.perf_counter() - t, 1)
         t = time.perf_counter()
+        if not args.skip_checkbudget:
+            out.say("9. check-run writes an hour under PyTorch's load (1x, 3x, 10x), per_job against auto")
+            results["check_run_budget"] = checkbudget.checkbudget_bench(
+                key,
+                out,
+                loads=tuple(int(x) for x in args.checkbudget_loads.split(",")),
+                drain_hours=args.checkbudget_drain_hours,
+                budget_s=args.checkbudget_budget_s,
+            )
+            phases["check_run_budget"] = round(time.perf_counter() - t, 1)
+        t = time.perf_counter()
         if not args.skip_comment:
             out.say("8. the PR comment: upstream writes per event (off against on), writes per burst of callbacks")
             results["pr_comment"] = comment.comment_bench(
@@ -620,6 +662,11 @@ def main() -> int:
                 redelivered=args.reporter_redelivered,
             )
             phases["reporter"] = round(time.perf_counter() - t, 1)
+        t = time.perf_counter()
+        if not args.skip_dispatch:
+            out.say("10. the dispatcher: AWS calls and CPU per warm dispatch, re-queues under a backlog")
+            results["dispatch"] = dispatch.run_section(dispatch.strip_prefix(args, "dispatch-"), key, aws, out)
+            phases["dispatch"] = round(time.perf_counter() - t, 1)
         t = time.perf_counter()
         if args.skip_coldstart:
             results["cold_start"] = {"skipped": True}

@@ -1,0 +1,119 @@
+"""moto in server mode for `make soak` and `make bench`, counting every AWS call it serves by caller and operation.
+
+    .venv/bin/python bench/soak_moto.py PORT
+
+The same app as `moto_server` (werkzeug, threaded), wrapped in a WSGI counter: the relay runs in processes the
+soak kills and restarts, so the calls are counted where they arrive. `GET /_soak/aws-calls` answers
+`{"relay": {"DynamoDB.PutItem": n, ...}, "soak": {...}}`; a call whose User-Agent carries `crcr-soak` is the
+soak's own (queue depths, the fault, the ledger snapshots), every other one the relay's.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+from werkzeug.serving import make_server
+
+from crcr.local.stack import atomic_dynamodb, partition_queries
+
+SOAK_AGENT = "crcr-soak"
+COUNTS_PATH = "/_soak/aws-calls"
+
+
+class Counting:
+    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
+        self.app = app
+        self.counts: dict[str, Counter[str]] = {"relay": Counter(), "soak": Counter()}
+        self.lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == COUNTS_PATH:
+            with self.lock:
+                body = json.dumps({who: dict(c) for who, c in self.counts.items()}).encode()
+            start_response("200 OK", [("content-type", "application/json"), ("content-length", str(len(body)))])
+            return [body]
+        who = "soak" if SOAK_AGENT in environ.get("HTTP_USER_AGENT", "") else "relay"
+        with self.lock:
+            self.counts[who][operation(environ)] += 1
+        return self.app(environ, start_response)
+
+
+def operation(environ: dict[str, Any]) -> str:
+    """`Service.Operation` of a JSON-protocol call (DynamoDB, Streams, SQS, Secrets Manager), else S3's method."""
+    target = environ.get("HTTP_X_AMZ_TARGET", "")
+    if target:
+        service, _, op = target.partition(".")
+        service = {"DynamoDB_20120810": "DynamoDB", "DynamoDBStreams_20120810": "DynamoDBStreams"}.get(
+            service, service.removeprefix("Amazon")
+        )
+        return f"{service}.{op}"
+    if environ.get("PATH_INFO", "").startswith("/moto-api"):
+        return "moto-api"
+    return f"S3.{environ.get('REQUEST_METHOD', '?')}"
+
+
+class Dispatcher(DomainDispatcherApplication):
+    """moto's dispatcher with its host -> backend lookup remembered: moto lists its package directory and tries
+    every backend's URL patterns on each request (about a sixth of its CPU under the soak's load)."""
+
+    def __init__(self, create_app: Callable[..., Any]) -> None:
+        super().__init__(create_app)
+        self.backends: dict[str | None, Any] = {}
+
+    def get_backend_for_host(self, host: str | None) -> Any:
+        if host not in self.backends:
+            self.backends[host] = super().get_backend_for_host(host)
+        return self.backends[host]
+
+
+class QuietHandler(MotoRequestHandler):
+    """No access-log line per request (werkzeug formats and writes one for each: about a twelfth of the CPU)."""
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        pass
+
+
+def fast_clock() -> None:
+    """moto asks for "now" as `unix_time()` by building two datetimes (now, and the epoch with a time-zone import):
+    SQS does it for every message in a queue on every send, receive and attribute read, which made an SQS send
+    cost 5 ms of CPU with a few hundred messages queued. The same number, from `time.time()`."""
+    import moto.core.utils as core_utils  # noqa: PLC0415
+    import moto.dynamodb.models  # noqa: PLC0415 - loaded now so their imported names are patched too
+    import moto.s3.models  # noqa: PLC0415
+    import moto.sqs.models  # noqa: F401, PLC0415
+
+    slow_s, slow_ms = core_utils.unix_time, core_utils.unix_time_millis
+
+    def unix_time(dt: Any = None) -> float:
+        return time.time() if dt is None else slow_s(dt)
+
+    def unix_time_millis(dt: Any = None) -> float:
+        return time.time() * 1000.0 if dt is None else slow_ms(dt)
+
+    for module in [m for name, m in sys.modules.items() if name.startswith("moto") and m is not None]:
+        for name, slow, fast in (("unix_time", slow_s, unix_time), ("unix_time_millis", slow_ms, unix_time_millis)):
+            if getattr(module, name, None) is slow:
+                setattr(module, name, fast)
+
+
+def main() -> None:
+    port = int(sys.argv[1])
+    fast_clock()
+    partition_queries()
+    # Each DynamoDB request whole before the next, as in `crcr local` and as DynamoDB makes a conditional write one
+    # step: otherwise two racing claims of one dispatch could both pass here, and the soak would count a duplicate
+    # that DynamoDB never lets happen.
+    app = Counting(atomic_dynamodb(Dispatcher(create_backend_app)))
+    server = make_server("127.0.0.1", port, app, threaded=True, request_handler=QuietHandler)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
