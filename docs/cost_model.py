@@ -1,0 +1,607 @@
+"""crcr's AWS cost per million upstream events, from `make bench`'s measured call counts and CPU times.
+
+    .venv/bin/python docs/cost_model.py [--results bench/results.json]   # or: make cost
+    .venv/bin/python docs/cost_model.py --check                           # docs/cost.md is up to date
+
+With --results it reads the bench's JSON through `figures_from_bench` (the one place that knows the bench's
+keys), keeps what it read in docs/cost_inputs.json, and writes docs/cost.md and the summary in
+docs/operations.md. Without --results it recomputes them from docs/cost_inputs.json (after a change of a price,
+an assumption or a memory size in template.yaml). --check writes nothing and exits 1 when either document
+differs from what it would write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "cost.md"
+INPUTS = ROOT / "docs" / "cost_inputs.json"
+OPERATIONS = ROOT / "docs" / "operations.md"
+TEMPLATE = ROOT / "template.yaml"
+CHECKS_FLOW = "check runs and the PR comment (assumed)"
+SUMMARY_START, SUMMARY_END = "<!-- cost-summary:start -->", "<!-- cost-summary:end -->"
+
+REPOSITORIES = (10, 100)  # downstream repositories every upstream event is dispatched to
+EVENTS = 1_000_000
+
+# ----------------------------------------------------------------------------------------------- prices
+# Public on-demand prices in us-east-1 (N. Virginia), first tier, before any free tier; read 2026-12-01.
+PRICES_READ_ON = "2026-12-01"
+LAMBDA_GB_SECOND_USD = 0.0000166667  # x86, first 6 billion GB-s a month
+LAMBDA_REQUEST_USD = 0.20 / 1e6
+SQS_REQUEST_USD = 0.40 / 1e6  # standard queue; every 64 KB chunk of a payload is one request
+DYNAMODB_RRU_USD = 0.125 / 1e6  # on-demand read request unit, Standard table class (since 2024-11-01)
+DYNAMODB_WRU_USD = 0.625 / 1e6  # on-demand write request unit
+S3_PUT_USD = 0.005 / 1000  # S3 Standard: PUT, COPY, POST, LIST
+S3_GET_USD = 0.0004 / 1000  # S3 Standard: GET, SELECT and all other requests
+HTTP_API_REQUEST_USD = 1.00 / 1e6  # API Gateway HTTP API, first 300 million a month, per 512 KB
+PRICE_SOURCES = {
+    "Lambda": "https://aws.amazon.com/lambda/pricing/",
+    "SQS": "https://aws.amazon.com/sqs/pricing/",
+    "DynamoDB": "https://aws.amazon.com/dynamodb/pricing/on-demand/",
+    "S3": "https://aws.amazon.com/s3/pricing/",
+    "API Gateway": "https://aws.amazon.com/api-gateway/pricing/",
+}
+
+# ------------------------------------------------------------------------------------------ assumptions
+# What the bench does not measure. Each is named in docs/cost.md with its reason.
+JOBS_PER_DISPATCH = 2  # bench sections 6 and 8 run two jobs per repository
+CALLBACKS_PER_JOB = 2  # `in_progress`, then `completed` (the action's pattern)
+CHANGES_PER_CALLBACK = 1  # each recorded callback is one results-table change the reporter handles
+REPORTING_SHARE = 1.0  # repositories at L2+ (L1 ones never report): all of them, the upper bound
+CHECKS_SHARE = 1.0  # repositories at L3/L4 with check runs and the PR comment: all of them, the upper bound
+CHECK_MESSAGES_PER_DISPATCH = 1 + 2 * JOBS_PER_DISPATCH * CALLBACKS_PER_JOB  # `repo` at dispatch; per change a job
+# message and a comment request
+CHECK_READS_PER_MESSAGE = 3  # the job or ledger row, the check-run row, the PR (labels, comment row)
+CHECK_WRITES_PER_MESSAGE = 3  # the pacing cell, the check-run row lock, the saved check run
+AWS_CALL_MS = 10.0  # an in-region DynamoDB, SQS or S3 call from Lambda (the bench's moto is on loopback)
+GITHUB_CALL_MS = 300.0  # a GitHub REST round trip (the bench's GitHub is an in-process double)
+CPU_MS_PER_CHECK_MESSAGE = 5.0  # ChecksFunction's own work per message
+RRU_PER_READ = 1.0  # a strongly consistent read of an item up to 4 KB (a Query of a few small items alike)
+WRU_PER_WRITE = 2.0  # an item up to 1 KB, plus one index entry on average (results rows: by_repo, by_head)
+RECEIVES_PER_SQS_INVOCATION = 1.0  # Lambda's poller's ReceiveMessage that returned the batch (empty polls: fixed)
+
+SQS_OPS = ("SendMessage", "SendMessageBatch", "DeleteMessage", "DeleteMessageBatch", "ChangeMessageVisibility")
+DYNAMODB_READS = ("GetItem", "Query", "Scan", "BatchGetItem")
+DYNAMODB_WRITES = ("PutItem", "UpdateItem", "DeleteItem")
+S3_GETS = ("GetObject", "HeadObject")
+S3_PUTS = ("PutObject", "CopyObject", "ListObjects", "ListObjectsV2")
+NOT_BILLED_PER_CALL = ("secretsmanager.GetSecretValue",)  # cached by each instance; see "Not in the table"
+
+
+class BenchKeyMissing(KeyError):
+    """The bench's JSON lacks a key the model reads: the bench changed, so `figures_from_bench` must."""
+
+
+# ---------------------------------------------------------------------------------------------- figures
+@dataclass(frozen=True)
+class Flow:
+    """What one unit of work costs, as measured: AWS calls by `service.Operation`, the relay's CPU (ms), GitHub
+    requests, and Lambda invocations by function."""
+
+    aws_calls: dict[str, float]
+    cpu_ms: float
+    github_requests: float = 0.0
+    invocations: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Figures:
+    source: dict[str, Any]  # the bench run: timestamp, commit, dirty
+    measured_targets: int  # repositories the dispatch figures were measured at
+    dispatch: Flow  # per dispatch: webhook, planner and dispatcher together
+    invocations_per_event: dict[str, float]  # the webhook's and the planner's, per upstream event
+    callback: Flow  # per recorded callback
+    reporter: Flow  # per recorded change
+    reporter_verified: bool
+    check_writes_per_dispatch: float  # upstream check-run writes per L3/L4 repository per commit (per_job)
+    check_paced_per_dispatch: float  # check-run messages re-queued to wait for the budget
+    comment_writes_per_event: float
+    webhook_ack_ms: float
+    keys_read: list[str]
+
+
+def dig(results: dict[str, Any], path: str) -> Any:
+    """`results["a"]["b"]` for "a.b", or BenchKeyMissing naming the path."""
+    value: Any = results
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise BenchKeyMissing(f"bench results have no {path!r} (looked for {part!r}): update figures_from_bench")
+        value = value[part]
+    return value
+
+
+def figures_from_bench(results: dict[str, Any]) -> Figures:
+    """The one mapping from `make bench`'s JSON to the model's figures: adapt it here when the bench's keys change."""
+    read: list[str] = []
+
+    def get(path: str) -> Any:
+        read.append(path)
+        return dig(results, path)
+
+    # Sections 2 + 3: the throughput run (webhook -> planner -> dispatch) on one stack, cold event included.
+    targets = int(get("throughput.targets"))
+    events = int(get("throughput.events"))
+    dispatched = int(get("throughput.dispatches_received"))
+    lifetime_dispatches = (events + 1) * targets  # `invocations` counts the whole stack, the cold event too
+    invocations = get("throughput.invocations")
+    dispatch = Flow(
+        aws_calls=dict(get("throughput.aws_calls_per_dispatch")),
+        cpu_ms=1000 * float(get("throughput.cpu_s_during_window.relay_process")) / max(1, dispatched),
+        github_requests=float(get("github_requests.warm.per_event_target.total")),
+        invocations={"DispatchFunction": invocations.get("DispatchFunction", 0) / lifetime_dispatches},
+    )
+    per_event = {name: invocations.get(name, 0) / (events + 1) for name in ("WebhookFunction", "PlannerFunction")}
+    # Section 4: callbacks that record a new job; the relay's CPU over the warm window.
+    callbacks = int(get("callback_latency.warm_window.callbacks"))
+    # The reporter runs in the same process during that window (the results stream): its S3 calls are counted in
+    # its own row, and the callback function has no S3 access (template.yaml), so they are left out here.
+    recorded = get("callback_latency.recorded.aws_calls.per_callback")
+    callback = Flow(
+        aws_calls={op: float(n) for op, n in recorded.items() if not op.startswith("s3.")},
+        cpu_ms=1000 * float(get("callback_latency.warm_window.cpu_s.relay_process")) / max(1, callbacks),
+        invocations={"CallbackFunction": 1.0},
+    )
+    # Section 7: the reporter with the HUD summaries on, plus its health refresh at the stream's own pace.
+    calls = {k: float(v) for k, v in get("reporter.on.aws_calls_per_change").items() if k != "total"}
+    health = float(get("reporter.health_adds.aws_calls_per_change_at_stream_pace"))
+    calls["dynamodb.Query"] = calls.get("dynamodb.Query", 0.0) + health
+    records = float(get("reporter.on.records_delivered")) / max(1, int(get("reporter.on.batches")))
+    reporter = Flow(
+        aws_calls=calls,
+        cpu_ms=float(get("reporter.on.cpu_ms_per_change")),
+        invocations={"ReporterFunction": 1 / records},
+    )
+    # Sections 6 and 8: upstream writes (GitHub's, not AWS's), for the checks writer's time.
+    per_job = get("check_run_writes.per_job")
+    check_dispatches = max(1, int(per_job["events"]) * int(per_job["repositories_per_event"]))
+    paced = float(get("check_run_writes.per_job.relay_metrics").get("CheckRunPaced", 0))
+    sizes = get("ingest_latency.isolated")
+    largest = max((k for k in sizes if k.isdigit()), key=int)
+    return Figures(
+        source={
+            "timestamp": get("timestamp"),
+            "commit": get("git.commit"),
+            "dirty": bool(get("git.dirty")),
+        },
+        measured_targets=targets,
+        dispatch=dispatch,
+        invocations_per_event=per_event,
+        callback=callback,
+        reporter=reporter,
+        reporter_verified=bool(get("reporter.all_verified")),
+        check_writes_per_dispatch=float(get("check_run_writes.per_job.writes_per_repository_per_commit")),
+        check_paced_per_dispatch=paced / check_dispatches,
+        comment_writes_per_event=float(get("pr_comment.per_event.on.comment_writes_per_event")),
+        webhook_ack_ms=float(get(f"ingest_latency.isolated.{largest}.mean_ms")),
+        keys_read=sorted(set(read)),
+    )
+
+
+def figures_from_inputs(doc: dict[str, Any]) -> Figures:
+    flows = {k: Flow(**doc[k]) for k in ("dispatch", "callback", "reporter")}
+    return Figures(**{**doc, **flows})
+
+
+# ------------------------------------------------------------------------------------------------ model
+@dataclass
+class Usage:
+    """Billable quantities per upstream event, and Lambda seconds by function."""
+
+    lambda_requests: float = 0.0
+    lambda_gb_s: float = 0.0
+    sqs: float = 0.0
+    rru: float = 0.0
+    wru: float = 0.0
+    s3_get: float = 0.0
+    s3_put: float = 0.0
+    http_api: float = 0.0
+    other_calls: dict[str, float] = field(default_factory=dict)
+
+    def add(self, other: Usage) -> None:
+        for name in ("lambda_requests", "lambda_gb_s", "sqs", "rru", "wru", "s3_get", "s3_put", "http_api"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for op, n in other.other_calls.items():
+            self.other_calls[op] = self.other_calls.get(op, 0.0) + n
+
+    def costs(self) -> dict[str, float]:
+        return {
+            "Lambda requests": self.lambda_requests * LAMBDA_REQUEST_USD,
+            "Lambda GB-seconds": self.lambda_gb_s * LAMBDA_GB_SECOND_USD,
+            "SQS requests": self.sqs * SQS_REQUEST_USD,
+            "DynamoDB read request units": self.rru * DYNAMODB_RRU_USD,
+            "DynamoDB write request units": self.wru * DYNAMODB_WRU_USD,
+            "S3 GET requests": self.s3_get * S3_GET_USD,
+            "S3 PUT requests": self.s3_put * S3_PUT_USD,
+            "API Gateway requests": self.http_api * HTTP_API_REQUEST_USD,
+        }
+
+    def quantities(self) -> dict[str, float]:
+        return dict(
+            zip(
+                self.costs(),
+                (self.lambda_requests, self.lambda_gb_s, self.sqs, self.rru, self.wru, self.s3_get, self.s3_put,
+                 self.http_api),
+                strict=True,
+            )
+        )  # fmt: skip
+
+
+def memory_gb() -> dict[str, float]:
+    """Each function's MemorySize from template.yaml (the Globals' unless it sets its own), in GB."""
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    template = yaml.load(TEMPLATE.read_text(encoding="utf-8"), Loader=Loader)  # noqa: S506
+    default = template["Globals"]["Function"]["MemorySize"]
+    return {
+        name: resource["Properties"].get("MemorySize", default) / 1024
+        for name, resource in template["Resources"].items()
+        if resource["Type"] == "AWS::Serverless::Function"
+    }
+
+
+def calls_usage(calls: dict[str, float], units: float) -> Usage:
+    """The AWS calls of `units` units of work, as billable quantities."""
+    usage = Usage()
+    for op, per_unit in calls.items():
+        n = per_unit * units
+        service, _, name = op.partition(".")
+        if service == "sqs" and name in SQS_OPS:
+            usage.sqs += n
+        elif service == "dynamodb" and name in DYNAMODB_READS:
+            usage.rru += n * RRU_PER_READ
+        elif service == "dynamodb" and name in DYNAMODB_WRITES:
+            usage.wru += n * WRU_PER_WRITE
+        elif service == "s3" and name in S3_GETS:
+            usage.s3_get += n
+        elif service == "s3" and name in S3_PUTS:
+            usage.s3_put += n
+        elif op not in NOT_BILLED_PER_CALL:
+            usage.other_calls[op] = usage.other_calls.get(op, 0.0) + n
+    return usage
+
+
+def lambda_usage(flow: Flow, units: float, memory: dict[str, float], extra_ms: float = 0.0) -> Usage:
+    """Invocations, and GB-seconds: the measured CPU plus every call's round trip, one after another (an upper
+    bound: a dispatch batch's records run side by side), in the flow's first function's memory."""
+    usage = Usage()
+    usage.lambda_requests = sum(flow.invocations.values()) * units
+    ms = flow.cpu_ms + sum(flow.aws_calls.values()) * AWS_CALL_MS + flow.github_requests * GITHUB_CALL_MS + extra_ms
+    function = next(iter(flow.invocations), "DispatchFunction")
+    usage.lambda_gb_s = units * ms / 1000 * memory[function]
+    return usage
+
+
+def sqs_receives(flow: Flow, units: float, functions: tuple[str, ...]) -> float:
+    return sum(flow.invocations.get(f, 0.0) for f in functions) * units * RECEIVES_PER_SQS_INVOCATION
+
+
+def per_event(figures: Figures, repositories: int, memory: dict[str, float]) -> dict[str, Usage]:
+    """Usage per upstream event by flow, with every downstream repository dispatched to."""
+    flows: dict[str, Usage] = {}
+    dispatches = repositories
+    ingest = calls_usage(figures.dispatch.aws_calls, dispatches)
+    ingest.add(lambda_usage(figures.dispatch, dispatches, memory))
+    front = figures.invocations_per_event
+    ingest.lambda_requests += sum(front.values())
+    ingest.sqs += sqs_receives(figures.dispatch, dispatches, ("DispatchFunction",)) + front.get("PlannerFunction", 0)
+    ingest.http_api += 1
+    flows["webhook, planner, dispatch"] = ingest
+
+    callbacks = dispatches * REPORTING_SHARE * JOBS_PER_DISPATCH * CALLBACKS_PER_JOB
+    callback = calls_usage(figures.callback.aws_calls, callbacks)
+    callback.add(lambda_usage(figures.callback, callbacks, memory))
+    callback.http_api += callbacks
+    flows["callbacks"] = callback
+
+    changes = callbacks * CHANGES_PER_CALLBACK
+    report = calls_usage(figures.reporter.aws_calls, changes)
+    report.add(lambda_usage(figures.reporter, changes, memory))
+    flows["reporter (HUD documents, verdicts, health)"] = report
+
+    checked = dispatches * CHECKS_SHARE
+    messages = checked * (CHECK_MESSAGES_PER_DISPATCH + figures.check_paced_per_dispatch)
+    checks = Flow(
+        aws_calls={
+            "dynamodb.GetItem": CHECK_READS_PER_MESSAGE,
+            "dynamodb.UpdateItem": CHECK_WRITES_PER_MESSAGE,
+            "sqs.SendMessage": 1.0,  # the message itself (sent by the dispatcher, reporter, planner or a re-queue)
+            "sqs.DeleteMessageBatch": 1.0,  # Lambda deletes what the function handled
+        },
+        cpu_ms=CPU_MS_PER_CHECK_MESSAGE,
+        invocations={"ChecksFunction": 1.0},
+    )
+    writes = checked * figures.check_writes_per_dispatch + figures.comment_writes_per_event
+    check = calls_usage(checks.aws_calls, messages)
+    check.add(lambda_usage(checks, messages, memory, extra_ms=writes / messages * GITHUB_CALL_MS if messages else 0))
+    check.sqs += sqs_receives(checks, messages, ("ChecksFunction",))
+    flows[CHECKS_FLOW] = check
+    return flows
+
+
+def total(flows: dict[str, Usage]) -> Usage:
+    usage = Usage()
+    for flow in flows.values():
+        usage.add(flow)
+    return usage
+
+
+# --------------------------------------------------------------------------------------------- document
+def usd(value: float) -> str:
+    return f"${value:,.2f}" if value >= 0.005 or value == 0 else "<$0.01"
+
+
+def amount(value: float) -> str:
+    if value >= 1e9:
+        return f"{value / 1e9:,.2f} billion"
+    if value >= 1e6:
+        return f"{value / 1e6:,.1f} million"
+    return f"{value:,.0f}"
+
+
+def model(figures: Figures) -> dict[int, dict[str, Usage]]:
+    memory = memory_gb()
+    return {n: per_event(figures, n, memory) for n in REPOSITORIES}
+
+
+def render(figures: Figures) -> tuple[str, str]:
+    """docs/cost.md, and the summary paragraph for docs/operations.md."""
+    results = model(figures)
+    totals = {n: total(flows) for n, flows in results.items()}
+    lines = [
+        "# Cost model: AWS per million upstream events",
+        "",
+        "<!-- Generated by docs/cost_model.py from docs/cost_inputs.json; do not edit. "
+        "`make bench`, then `make cost`. -->",
+        "",
+        wrap(
+            "What the relay spends in AWS for **one million upstream events** (webhook deliveries it acts on: a pull "
+            "request opened or pushed to, a push), each dispatched to every one of 10 or 100 downstream repositories, "
+            "at public us-east-1 on-demand prices before any free tier. The call counts and CPU times are `make "
+            f"bench`'s (run {figures.source['timestamp']}, commit `{str(figures.source['commit'])[:12]}`"
+            f"{', with uncommitted changes' if figures.source['dirty'] else ''}); what the bench does not measure is "
+            "an [assumption](#assumptions), named below with its reason. Where a choice was needed, the figure is an "
+            "upper bound. GitHub's side (requests, its hourly write budget) is in "
+            "[bench/README.md](../bench/README.md)."
+        ),
+        "",
+        "## Per million upstream events",
+        "",
+        "| | "
+        + " | ".join(f"{n} repositories" for n in REPOSITORIES)
+        + " | "
+        + " | ".join(f"cost at {n}" for n in REPOSITORIES)
+        + " |",
+        "|---|" + "---:|" * (2 * len(REPOSITORIES)),
+    ]
+    costs = {n: totals[n].costs() for n in REPOSITORIES}
+    for row in costs[REPOSITORIES[0]]:
+        quantity = [amount(totals[n].quantities()[row] * EVENTS) for n in REPOSITORIES]
+        money = [usd(costs[n][row] * EVENTS) for n in REPOSITORIES]
+        lines.append(f"| {row} | " + " | ".join(quantity + money) + " |")
+    lines.append(
+        "| **total** | | | " + " | ".join(f"**{usd(sum(costs[n].values()) * EVENTS)}**" for n in REPOSITORIES) + " |"
+    )
+    lines += [
+        "",
+        "## By flow",
+        "",
+        "| flow | " + " | ".join(f"cost at {n}" for n in REPOSITORIES) + " | largest item |",
+    ]
+    lines.append("|---|" + "---:|" * len(REPOSITORIES) + "---|")
+    for name in results[REPOSITORIES[0]]:
+        flow_costs = [sum(results[n][name].costs().values()) * EVENTS for n in REPOSITORIES]
+        top = max(results[REPOSITORIES[-1]][name].costs().items(), key=lambda kv: kv[1])[0]
+        lines.append(f"| {name} | " + " | ".join(usd(c) for c in flow_costs) + f" | {top} |")
+    lines += measured_section(figures) + assumptions_section(figures) + prices_section() + not_modelled_section()
+    other = {op: n for op, n in totals[REPOSITORIES[-1]].other_calls.items() if n}
+    if other:
+        lines += ["", "Calls the model has no price for (per event at 100 repositories; not in the totals): "]
+        lines += [", ".join(f"`{op}` {n:.2f}" for op, n in sorted(other.items())) + "."]
+    doc = "\n".join(lines) + "\n"
+    small, large = (sum(costs[n].values()) * EVENTS for n in REPOSITORIES)
+    top_row, top_cost = max(costs[REPOSITORIES[-1]].items(), key=lambda kv: kv[1])
+    checks_large = sum(results[REPOSITORIES[-1]][CHECKS_FLOW].costs().values()) * EVENTS
+    summary = (
+        f"{usd(small)} per million upstream events at {REPOSITORIES[0]} downstream repositories and {usd(large)} at "
+        f"{REPOSITORIES[-1]} (that is {usd(small / EVENTS * 1000)} and {usd(large / EVENTS * 1000)} per thousand "
+        f"events); the largest item at {REPOSITORIES[-1]} is {top_row} ({usd(top_cost * EVENTS)}). The check-run "
+        f"and comment writer's share ({usd(checks_large)} at {REPOSITORIES[-1]}) rests on assumptions, not "
+        "measurements."
+    )
+    return doc, summary
+
+
+def measured_section(f: Figures) -> list[str]:
+    def calls(flow: Flow) -> str:
+        return ", ".join(f"`{op}` {n:.2f}" for op, n in sorted(flow.aws_calls.items()) if n)
+
+    verified = "" if f.reporter_verified else (
+        " **The bench's own check of the reporter's documents failed on this run** (`reporter.all_verified` is"
+        " false: bench/README.md section 7 says not to rely on such figures); they are used as measured."
+    )  # fmt: skip
+    return [
+        "",
+        "## Measured by `make bench`",
+        "",
+        "| unit | AWS calls per unit (botocore hook; polling left out) | relay CPU ms per unit | other |",
+        "|---|---|---:|---|",
+        f"| dispatch, measured at {f.measured_targets} repositories | {calls(f.dispatch)} | {f.dispatch.cpu_ms:.1f} | "
+        f"{f.dispatch.github_requests:.2f} GitHub requests; DispatchFunction invocations "
+        f"{f.dispatch.invocations.get('DispatchFunction', 0):.2f}, per event webhook "
+        f"{f.invocations_per_event.get('WebhookFunction', 0):.2f} and planner "
+        f"{f.invocations_per_event.get('PlannerFunction', 0):.2f}; webhook acknowledged in "
+        f"{f.webhook_ack_ms:.1f} ms (mean, local) |",
+        f"| recorded callback | {calls(f.callback)} | {f.callback.cpu_ms:.1f} | one CallbackFunction invocation |",
+        f"| recorded change (reporter, HUD documents on) | {calls(f.reporter)} | {f.reporter.cpu_ms:.1f} | "
+        f"{1 / f.reporter.invocations['ReporterFunction']:.1f} records per invocation |",
+        f"| L3/L4 dispatch (check runs, `per_job`) | not measured | not measured | "
+        f"{f.check_writes_per_dispatch:.2f} upstream writes per repository and commit, "
+        f"{f.check_paced_per_dispatch:.2f} paced re-queues per dispatch; "
+        f"{f.comment_writes_per_event:.2f} comment writes per event |",
+        "",
+        wrap(
+            "The dispatch row is everything the webhook, the planner and the dispatcher did in the throughput run, "
+            "divided by its dispatches: the webhook's and the planner's calls per event are spread over "
+            f"{f.measured_targets} dispatches, and the model multiplies the row by the repositories, so at 100 it "
+            "counts those per-event calls ten times over (an overstatement of a few calls per event). The callback "
+            "row leaves out the S3 calls the reporter made in the same window (the reporter's row has them). The "
+            "relay's CPU is the whole bench process (handlers, the local HTTP server and pollers, the GitHub double): "
+            "an upper bound of the functions' own. Duplicate callbacks (a retried report) cost one write fewer and "
+            f"are not counted apart.{verified}"
+        ),
+        "",
+        wrap(
+            "Bench keys read (`figures_from_bench` in `docs/cost_model.py`): "
+            + ", ".join(f"`{k}`" for k in f.keys_read)
+            + "."
+        ),
+    ]
+
+
+def assumptions_section(f: Figures) -> list[str]:
+    memory = memory_gb()
+    counted = ("WebhookFunction", "PlannerFunction", "DispatchFunction", "CallbackFunction", "ReporterFunction",
+               "ChecksFunction")  # fmt: skip
+    sizes = ", ".join(f"{name.removesuffix('Function')} {memory[name] * 1024:.0f} MB" for name in counted)
+    rows = [
+        ("jobs per dispatch", JOBS_PER_DISPATCH, "as in bench sections 6 and 8"),
+        ("callbacks per job", CALLBACKS_PER_JOB, "`in_progress`, then `completed`"),
+        ("recorded changes per callback", CHANGES_PER_CALLBACK, "each callback records one change"),
+        ("share of repositories that report (L2+)", REPORTING_SHARE, "all: the upper bound (L1 never reports)"),
+        ("share with check runs and the comment (L3/L4)", CHECKS_SHARE, "all: the upper bound"),
+        ("check-run messages per L3/L4 dispatch", CHECK_MESSAGES_PER_DISPATCH,
+         "`repo` at dispatch, then per change a `job` message and a comment request; plus the measured re-queues"),
+        ("DynamoDB reads, writes per check-run message", f"{CHECK_READS_PER_MESSAGE}, {CHECK_WRITES_PER_MESSAGE}",
+         "not measured (section 6 counts GitHub's writes only): counted in `shared/crcr/app/checks.py`"),
+        ("CPU ms per check-run message", CPU_MS_PER_CHECK_MESSAGE, "not measured"),
+        ("ms per AWS call", AWS_CALL_MS, "in-region DynamoDB/SQS/S3; the bench's moto answers on loopback"),
+        ("ms per GitHub request", GITHUB_CALL_MS, "not measured: the bench's GitHub is a local double"),
+        ("read request units per read", RRU_PER_READ, "items up to 4 KB read strongly consistent; sizes not measured"),
+        ("write request units per write", WRU_PER_WRITE,
+         "items up to 1 KB plus one index entry on average (results rows feed by_repo and by_head)"),
+        ("SQS receives per SQS-triggered invocation", RECEIVES_PER_SQS_INVOCATION,
+         "the poll that returned the batch; empty polls are a fixed cost"),
+        ("reporter records per invocation", f"{1 / f.reporter.invocations['ReporterFunction']:.1f}",
+         "as measured (stream batches of 10); changes arriving one by one cost more invocations and document writes"),
+    ]  # fmt: skip
+    out = ["", "## Assumptions", "", "| assumption | value | why |", "|---|---:|---|"]
+    out += [f"| {name} | {value} | {why} |" for name, value, why in rows]
+    out += [
+        "",
+        wrap(
+            "Lambda's billed time is the measured CPU plus each AWS call and GitHub request one after another, in "
+            f"the function's memory from `template.yaml` ({sizes}); a dispatch batch's records run side by side (10 "
+            "threads), so the dispatcher's real GB-seconds are lower. HTTP API requests are one per webhook and one "
+            "per callback (each under 512 KB); SQS payloads are under 64 KB (bodies over 200 KiB go through S3)."
+        ),
+    ]
+    return out
+
+
+def prices_section() -> list[str]:
+    rows = [
+        ("`LAMBDA_GB_SECOND_USD`", f"${LAMBDA_GB_SECOND_USD:.10f}", "x86, first 6 billion GB-s a month", "Lambda"),
+        ("`LAMBDA_REQUEST_USD`", "$0.20 per million", "requests (invocations)", "Lambda"),
+        ("`SQS_REQUEST_USD`", "$0.40 per million", "standard queue; a 64 KB chunk is a request", "SQS"),
+        ("`DYNAMODB_RRU_USD`", "$0.125 per million", "on-demand, Standard table class", "DynamoDB"),
+        ("`DYNAMODB_WRU_USD`", "$0.625 per million", "on-demand, Standard table class", "DynamoDB"),
+        ("`S3_GET_USD`", "$0.40 per million", "S3 Standard GET", "S3"),
+        ("`S3_PUT_USD`", "$5.00 per million", "S3 Standard PUT, COPY, POST, LIST", "S3"),
+        ("`HTTP_API_REQUEST_USD`", "$1.00 per million", "HTTP API, first 300 million a month", "API Gateway"),
+    ]
+    out = ["", f"## Prices (us-east-1, on-demand, read {PRICES_READ_ON})", ""]
+    out += ["| constant | price | unit | source |", "|---|---|---|---|"]
+    out += [f"| {c} | {p} | {u} | <{PRICE_SOURCES[s]}> |" for c, p, u, s in rows]
+    return out
+
+
+def not_modelled_section() -> list[str]:
+    return [
+        "",
+        "## Not in the table",
+        "",
+        "- Fixed monthly costs, whatever the traffic: Lambda's pollers long-polling each SQS queue (a few hundred",
+        "  thousand empty receives a month per queue), the sweeper every minute (43,200 invocations a month) and",
+        "  the reconciler every 5 minutes (8,640).",
+        "- Secrets Manager reads (each warm instance reads the secret once per `CRCR_SECRETS_MAX_AGE_S`, 300 s),",
+        "  the JWKS and HUD page requests, OIDC key-set fetches (cached 5 minutes), retries after failures.",
+        "- CloudWatch Logs ingestion, embedded metrics, alarms and X-Ray traces (`Tracing: Active`), storage",
+        "  (DynamoDB items and indexes, S3 documents and bodies), point-in-time recovery and data transfer.",
+        "",
+        "## Recomputing",
+        "",
+        "`make bench` writes `bench/results.json`; `make cost` (`.venv/bin/python docs/cost_model.py --results",
+        "bench/results.json`) keeps the figures it reads in `docs/cost_inputs.json` and rewrites this page and the",
+        "summary in [operations.md](operations.md#cost). After a change of a price, an assumption or a memory size,",
+        "`.venv/bin/python docs/cost_model.py` recomputes from the kept figures; `--check` (run by",
+        "`tests/test_cost_model.py`) fails when this page is not what the script and its inputs give.",
+    ]
+
+
+def with_summary(operations: str, summary: str) -> str:
+    start, end = operations.index(SUMMARY_START), operations.index(SUMMARY_END)
+    return operations[: start + len(SUMMARY_START)] + "\n" + summary + "\n" + operations[end:]
+
+
+def wrap(text: str, width: int = 116) -> str:
+    words, lines, line = text.split(), [], ""
+    for word in words:
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return "\n".join([*lines, line])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", type=Path, help="make bench's JSON (bench/results.json)")
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a document is stale")
+    parser.add_argument("--inputs", type=Path, default=INPUTS, help=argparse.SUPPRESS)
+    parser.add_argument("--doc", type=Path, default=DOC, help=argparse.SUPPRESS)
+    parser.add_argument("--operations", type=Path, default=OPERATIONS, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.results:
+        if not args.results.is_file():
+            print(f"cost_model: no {args.results}: run `make bench` first", file=sys.stderr)
+            return 2
+        try:
+            figures = figures_from_bench(json.loads(args.results.read_text(encoding="utf-8")))
+        except BenchKeyMissing as exc:
+            print(f"cost_model: {exc.args[0]}", file=sys.stderr)
+            return 2
+    else:
+        figures = figures_from_inputs(json.loads(args.inputs.read_text(encoding="utf-8")))
+    inputs = json.dumps(asdict(figures), indent=2, sort_keys=True) + "\n"
+    doc, summary = render(figures)
+    operations = with_summary(args.operations.read_text(encoding="utf-8"), wrap(summary))
+    wanted = {args.doc: doc, args.operations: operations}
+    if args.results:
+        wanted[args.inputs] = inputs
+    if args.check:
+        stale = [str(p) for p, text in wanted.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
+        if stale:
+            print(f"cost_model: stale: {', '.join(stale)}; run `make cost` (or docs/cost_model.py)", file=sys.stderr)
+            return 1
+        return 0
+    for path, text in wanted.items():
+        path.write_text(text, encoding="utf-8")
+    print(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
