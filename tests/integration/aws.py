@@ -8,8 +8,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import boto3
+from botocore.credentials import Credentials
 from moto.server import ThreadedMotoServer
 
+from crcr.adapters.dynamodb_client import DynamoClient
 from crcr.local.stack import free_port, table_spec
 from crcr.local.template import load_template, resources_of
 from tests.conftest import ROOT, http
@@ -38,8 +40,9 @@ def create_tables(ddb: Any, **physical: str) -> None:
 
 @contextlib.contextmanager
 def dynamodb(**physical: str) -> Iterator[Any]:
-    """A DynamoDB client on a fresh moto server holding the template's tables named in `physical`."""
+    """The relay's DynamoDB client (crcr/adapters/dynamodb_client.py) on a fresh moto server holding the
+    template's tables named in `physical`."""
     with moto_server() as reach:
         ddb = boto3.client("dynamodb", **reach)
         create_tables(ddb, **physical)
-        yield ddb
+        yield DynamoClient.like(ddb, Credentials(reach["aws_access_key_id"], reach["aws_secret_access_key"]))

@@ -1,0 +1,226 @@
+"""The relay's DynamoDB client against moto's server: the answers boto3's client gives, the errors it raises, its
+retries, and a signature AWS would accept, checked on the bytes that went over the wire."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.credentials import Credentials
+from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
+
+from crcr.adapters import dynamodb_client
+from crcr.adapters.dynamodb_client import DynamoClient
+from crcr.local.stack import free_port
+from tests.doubles.aws_proxy import AwsProxy, Fault, verify_sigv4
+from tests.integration.aws import moto_server
+
+TABLE = "t"
+SECRET = "secret-key-for-the-signature"
+
+
+@pytest.fixture(scope="module")
+def reach() -> Iterator[dict[str, str]]:
+    with moto_server() as reach:
+        boto3.client("dynamodb", **reach).create_table(
+            TableName=TABLE,
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "sk", "AttributeType": "S"},
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        yield reach
+
+
+@pytest.fixture
+def proxy(reach: dict[str, str]) -> Iterator[AwsProxy]:
+    proxy = AwsProxy(reach["endpoint_url"])
+    yield proxy
+    proxy.stop()
+
+
+def lean(url: str, **options: Any) -> DynamoClient:
+    creds = Credentials("AKIDEXAMPLE", SECRET, token=options.pop("token", None))
+    return DynamoClient(url, "us-east-1", creds, sleep=lambda _: None, **options)
+
+
+def key(pk: str, sk: str = "a") -> dict[str, dict[str, str]]:
+    return {"pk": {"S": pk}, "sk": {"S": sk}}
+
+
+def without_metadata(answer: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in answer.items() if k != "ResponseMetadata"}
+
+
+def error_of(call: Any, **params: Any) -> dict[str, Any]:
+    with pytest.raises(ClientError) as raised:
+        call(**params)
+    response = raised.value.response
+    # botocore repeats the message at the top for modelled errors only; nothing reads it there
+    return {"Error": {"Code": response["Error"]["Code"]}} | {
+        k: v for k, v in response.items() if k not in {"Error", "ResponseMetadata", "message"}
+    }
+
+
+def test_answers_and_errors_are_the_ones_boto3_gives(reach: dict[str, str]) -> None:
+    """The same requests through both clients, each on rows of its own: equal answers, equal errors."""
+    ours = DynamoClient.like(boto3.client("dynamodb", **reach), Credentials("t", "t"))
+    theirs = boto3.client("dynamodb", **reach)
+    for client, pk in ((ours, "ours"), (theirs, "theirs")):
+        client.put_item(TableName=TABLE, Item=key(pk) | {"n": {"N": "1"}, "l": {"L": [{"S": "x"}, {"NULL": True}]}})
+        client.put_item(TableName=TABLE, Item=key(pk, "b") | {"n": {"N": "2"}})
+    results: dict[str, list[Any]] = {}
+    for client, pk in ((ours, "ours"), (theirs, "theirs")):
+        out: list[Any] = []
+        out.append(client.get_item(TableName=TABLE, Key=key(pk), ConsistentRead=True))
+        out.append(client.get_item(TableName=TABLE, Key=key(pk, "absent")))
+        out.append(
+            client.update_item(
+                TableName=TABLE,
+                Key=key(pk),
+                UpdateExpression="SET n = n + :one",
+                ExpressionAttributeValues={":one": {"N": "1"}},
+                ReturnValues="ALL_NEW",
+            )
+        )
+        out.append(
+            client.query(
+                TableName=TABLE,
+                KeyConditionExpression="pk = :pk",
+                ExpressionAttributeValues={":pk": {"S": pk}},
+                Limit=1,
+            )
+        )
+        out.append(
+            error_of(
+                client.update_item,
+                TableName=TABLE,
+                Key=key(pk),
+                UpdateExpression="SET n = :n",
+                ConditionExpression="attribute_not_exists(pk)",
+                ExpressionAttributeValues={":n": {"N": "9"}},
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        )
+        out.append(
+            error_of(
+                client.transact_write_items,
+                TransactItems=[
+                    {
+                        "ConditionCheck": {
+                            "TableName": TABLE,
+                            "Key": key(pk, "b"),
+                            "ConditionExpression": "n = :n",
+                            "ExpressionAttributeValues": {":n": {"N": "7"}},
+                        }
+                    }
+                ],
+            )
+        )
+        out.append(error_of(client.get_item, TableName=TABLE, Key={"nope": {"S": "x"}}))
+        results[pk] = out
+    ours_out = [without_metadata(a) for a in results["ours"]]
+    theirs_out = [without_metadata(a) for a in results["theirs"]]
+    swap = {"ours": "theirs"}
+
+    def normalised(value: Any) -> Any:  # each client wrote its own rows: compare them under one name
+        if isinstance(value, dict):
+            return {k: normalised(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [normalised(v) for v in value]
+        return swap.get(value, value)
+
+    assert normalised(ours_out) == theirs_out
+    assert ours_out[4]["Error"]["Code"] == "ConditionalCheckFailedException"
+    assert ours_out[4]["Item"]["n"] == {"N": "2"}  # the row that refused the write comes back with the refusal
+    assert ours_out[5]["Error"]["Code"] == "TransactionCanceledException"
+    assert ours_out[6]["Error"]["Code"] == "ValidationException"
+
+
+def test_every_request_carries_a_signature_of_what_was_sent(proxy: AwsProxy) -> None:
+    client = lean(proxy.url, token="session-token-1")
+    client.put_item(TableName=TABLE, Item=key("signed") | {"text": {"S": "naïve ünïcode, spaces  and\ttabs"}})
+    client.get_item(TableName=TABLE, Key=key("signed"))
+    assert len(proxy.seen) == 2
+    for seen in proxy.seen:
+        assert verify_sigv4(seen, SECRET, service="dynamodb", region="us-east-1"), seen.header("authorization")
+        assert "x-amz-security-token" in (seen.header("authorization") or "")
+        assert seen.header("x-amz-security-token") == "session-token-1"
+        assert (seen.header("x-amz-target") or "").startswith("DynamoDB_20120810.")
+    # The verifier can say no: another secret, or a body changed after signing.
+    first = proxy.seen[0]
+    assert not verify_sigv4(first, "another-secret", service="dynamodb", region="us-east-1")
+    changed = type(first)(first.method, first.path, first.headers, first.body.replace(b"signed", b"forged"))
+    assert not verify_sigv4(changed, SECRET, service="dynamodb", region="us-east-1")
+
+
+def test_throttling_and_server_errors_are_tried_three_times_in_all(reach: dict[str, str], proxy: AwsProxy) -> None:
+    client = lean(proxy.url)
+    proxy.faults = [Fault(400, "ProvisionedThroughputExceededException"), Fault(500, "InternalServerError")]
+    client.put_item(TableName=TABLE, Item=key("retried"))
+    assert len(proxy.seen) == 3
+    assert "Item" in boto3.client("dynamodb", **reach).get_item(TableName=TABLE, Key=key("retried"))
+
+    proxy.seen.clear()
+    proxy.faults = [Fault(400, "ThrottlingException")] * 3
+    with pytest.raises(ClientError) as raised:
+        client.put_item(TableName=TABLE, Item=key("never"))
+    assert raised.value.response["Error"]["Code"] == "ThrottlingException"
+    assert len(proxy.seen) == 3
+    assert "Item" not in boto3.client("dynamodb", **reach).get_item(TableName=TABLE, Key=key("never"))
+
+
+def test_a_refusal_is_answered_at_once(proxy: AwsProxy) -> None:
+    client = lean(proxy.url)
+    client.put_item(TableName=TABLE, Item=key("once"))
+    proxy.seen.clear()
+    with pytest.raises(ClientError) as raised:
+        client.put_item(TableName=TABLE, Item=key("once"), ConditionExpression="attribute_not_exists(pk)")
+    assert raised.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
+    proxy.faults = [Fault(400, "ValidationException")]
+    with pytest.raises(ClientError, match="ValidationException"):
+        client.get_item(TableName=TABLE, Key=key("once"))
+    assert len(proxy.seen) == 2  # one request each: neither is retried
+
+
+def test_a_damaged_answer_is_asked_again(proxy: AwsProxy) -> None:
+    client = lean(proxy.url)
+    client.put_item(TableName=TABLE, Item=key("crc") | {"v": {"S": "kept"}})
+    proxy.seen.clear()
+    proxy.faults = [Fault(corrupt=True)]
+    assert client.get_item(TableName=TABLE, Key=key("crc"))["Item"]["v"] == {"S": "kept"}
+    assert len(proxy.seen) == 2
+
+
+def test_a_stall_is_a_read_timeout_after_three_attempts(proxy: AwsProxy) -> None:
+    client = lean(proxy.url, read_timeout_s=0.3)
+    proxy.faults = [Fault(stall_s=1.0)] * 3
+    with pytest.raises(ReadTimeoutError):
+        client.get_item(TableName=TABLE, Key=key("slow"))
+    assert len(proxy.seen) == 3
+
+
+def test_nothing_listening_is_an_endpoint_connection_error() -> None:
+    with pytest.raises(EndpointConnectionError):
+        lean(f"http://127.0.0.1:{free_port()}").get_item(TableName=TABLE, Key=key("x"))
+
+
+def test_observers_see_each_call_once_however_many_attempts(proxy: AwsProxy) -> None:
+    seen: list[str] = []
+    dynamodb_client.call_observers.append(seen.append)
+    try:
+        proxy.faults = [Fault(503, "ServiceUnavailable")]
+        lean(proxy.url).update_item(
+            TableName=TABLE,
+            Key=key("observed"),
+            UpdateExpression="SET v = :v",
+            ExpressionAttributeValues={":v": {"N": "1"}},
+        )
+    finally:
+        dynamodb_client.call_observers.remove(seen.append)
+    assert seen == ["dynamodb.UpdateItem"]
+    assert len(proxy.seen) == 2
