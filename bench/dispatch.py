@@ -59,6 +59,7 @@ from harness import (  # noqa: E402
     clean_env,
     distinct,
     metrics_delta,
+    observe_dynamodb,
     target_repos,
 )
 
@@ -452,9 +453,12 @@ class Outcomes:
         module.dispatch = dispatch
 
     def on_call(self, model: Any, **_: Any) -> None:
+        self.count(f"{model.service_model.service_name}.{model.name}")
+
+    def count(self, name: str) -> None:
         if getattr(self._inside, "on", False):
             with self._lock:
-                self.calls[f"{model.service_model.service_name}.{model.name}"] += 1
+                self.calls[name] += 1
 
 
 def _within_budget(times_by_repo: dict[str, list[float]], rates: str) -> dict[str, Any]:
@@ -488,6 +492,7 @@ def backlog(
     outcomes = Outcomes()
     assert boto3.DEFAULT_SESSION is not None  # AwsCalls.install set it up
     boto3.DEFAULT_SESSION.events.register("before-call", outcomes.on_call)
+    observe_dynamodb(outcomes.count)
     try:
         with dispatch_stack(key, repos, repos, extra_env={"CRCR_GITHUB_WRITE_RATES": rates}) as (
             stack,

@@ -2,14 +2,16 @@
 
     .venv/bin/python bench/soak_moto.py PORT
 
-The same app as `moto_server` (werkzeug, threaded), wrapped in a WSGI counter: the relay runs in processes the
-soak kills and restarts, so the calls are counted where they arrive. `GET /_soak/aws-calls` answers
+The same app as `moto_server`, wrapped in a WSGI counter and served by crcr local's HTTP/1.1 front end, which keeps
+connections open as AWS does (`wsgi_route`): the relay runs in processes the soak kills and restarts, so the calls
+are counted where they arrive. `GET /_soak/aws-calls` answers
 `{"relay": {"DynamoDB.PutItem": n, ...}, "soak": {...}}`; a call whose User-Agent carries `crcr-soak` is the
 soak's own (queue depths, the fault, the ledger snapshots), every other one the relay's.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import threading
@@ -17,10 +19,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
+from urllib.parse import unquote
 
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
-from werkzeug.serving import make_server
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
+from crcr.local.front import FrontEnd, Limits, Route
 from crcr.local.stack import atomic_dynamodb, partition_queries
 
 SOAK_AGENT = "crcr-soak"
@@ -73,13 +76,6 @@ class Dispatcher(DomainDispatcherApplication):
         return self.backends[host]
 
 
-class QuietHandler(MotoRequestHandler):
-    """No access-log line per request (werkzeug formats and writes one for each: about a twelfth of the CPU)."""
-
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        pass
-
-
 def fast_clock() -> None:
     """moto asks for "now" as `unix_time()` by building two datetimes (now, and the epoch with a time-zone import):
     SQS does it for every message in a queue on every send, receive and attribute read, which made an SQS send
@@ -103,6 +99,55 @@ def fast_clock() -> None:
                 setattr(module, name, fast)
 
 
+def wsgi_route(app: Callable[..., Iterable[bytes]], port: int) -> Route:
+    """A WSGI application (moto's) behind crcr local's HTTP/1.1 front end, which keeps connections open between
+    requests as AWS's endpoints do. moto's own server (werkzeug) closes every connection after one answer, so each
+    AWS call of the relay paid a new TCP connection it does not pay against AWS: in the bench's CPU figures, a
+    connect and a close per call."""
+
+    def route(method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes, Any]:
+        environ: dict[str, Any] = {
+            "REQUEST_METHOD": method,
+            "SCRIPT_NAME": "",
+            "PATH_INFO": unquote(path, encoding="latin-1"),
+            "QUERY_STRING": query,
+            "SERVER_NAME": "127.0.0.1",
+            "SERVER_PORT": str(port),
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "REMOTE_ADDR": "127.0.0.1",
+            "wsgi.version": (1, 0),
+            "wsgi.url_scheme": "http",
+            "wsgi.input": io.BytesIO(body),
+            "wsgi.errors": sys.stderr,
+            "wsgi.multithread": True,
+            "wsgi.multiprocess": False,
+            "wsgi.run_once": False,
+            "CONTENT_LENGTH": str(len(body)),
+        }
+        for name, value in headers.items():
+            key = name.upper().replace("-", "_")
+            if key == "CONTENT_TYPE":
+                environ[key] = value
+            elif key != "CONTENT_LENGTH":
+                environ[f"HTTP_{key}"] = value
+        answer: dict[str, Any] = {}
+
+        def start_response(status: str, response_headers: list[tuple[str, str]], exc_info: Any = None) -> None:
+            answer["status"] = int(status.split(" ", 1)[0])
+            answer["headers"] = {k: v for k, v in response_headers if k.lower() not in {"content-length", "connection"}}
+
+        chunks = app(environ, start_response)
+        try:
+            out = b"".join(chunks)
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+        return answer["status"], out, answer["headers"]
+
+    return route
+
+
 def main() -> None:
     port = int(sys.argv[1])
     fast_clock()
@@ -111,7 +156,9 @@ def main() -> None:
     # step: otherwise two racing claims of one dispatch could both pass here, and the soak would count a duplicate
     # that DynamoDB never lets happen.
     app = Counting(atomic_dynamodb(Dispatcher(create_backend_app)))
-    server = make_server("127.0.0.1", port, app, threaded=True, request_handler=QuietHandler)
+    # S3 holds webhook bodies up to API Gateway's 10 MB, plus the request's own framing.
+    limits = Limits(max_body=64 * 1024 * 1024, body_budget=512 * 1024 * 1024, request_s=120.0, write_s=120.0)
+    server = FrontEnd(("127.0.0.1", port), wsgi_route(app, port), limits)
     server.serve_forever()
 
 
