@@ -34,6 +34,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
@@ -462,11 +463,13 @@ class Outcomes:
 
 
 def _within_budget(times_by_repo: dict[str, list[float]], rates: str) -> dict[str, Any]:
-    """The most calls any installation made in any window of each rate's period, against count + burst."""
-    from crcr.domain.pacing import parse_rates  # noqa: PLC0415
-
+    """The most calls any installation made in any window of each rate's period, against count + burst. The rates
+    are read here, not by the relay's own parser: a `--baseline` run measures code that may not have it."""
     windows = []
-    for rate in parse_rates(rates):
+    for part in rates.split(","):
+        count, _, rest = part.partition("/")
+        period_s, _, burst = rest.partition("+")
+        rate = SimpleNamespace(count=int(count), period_s=float(period_s), burst=int(burst or 0))
         most = 0
         for times in times_by_repo.values():
             ordered = sorted(times)
@@ -587,15 +590,27 @@ def baseline(ref: str, args: argparse.Namespace, say: Any) -> dict[str, Any]:
         archive = subprocess.run(["git", "archive", commit], cwd=root, capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
         say(f"   baseline {ref} ({commit[:12]}), in a subprocess")
+        result = fresh(args, Path(tmp))
+        return result if result.get("skipped") else {"ref": ref, "commit": commit} | result
+
+
+def fresh(args: argparse.Namespace, code_root: Path | None = None) -> dict[str, Any]:
+    """This section in a process of its own, as a dispatcher runs in a Lambda execution environment of its own: not in
+    the bench's process, whose heap (every earlier section's objects) makes each garbage collection inside the
+    measured window dearer. `code_root`: another checkout's relay code (a baseline)."""
+    with tempfile.TemporaryDirectory(prefix="crcr-bench-dispatch-") as tmp:
         out_file = Path(tmp) / "result.json"
         argv = [sys.executable, str(Path(__file__).resolve()), "--out", str(out_file), "--quiet"]
         argv += [f"--{k.replace('_', '-')}={v}" for k, v in _passed(args).items()]
         if args.skip_backlog:
             argv.append("--skip-backlog")
-        proc = subprocess.run(argv, env=os.environ | {"CRCR_BENCH_CODE_ROOT": tmp}, check=False)
+        env = {k: v for k, v in os.environ.items() if k != "CRCR_BENCH_CODE_ROOT"}
+        if code_root is not None:
+            env["CRCR_BENCH_CODE_ROOT"] = str(code_root)
+        proc = subprocess.run(argv, env=env, check=False)
         if proc.returncode != 0 or not out_file.exists():
-            return {"skipped": True, "reason": f"the baseline run exited with {proc.returncode}"}
-        return {"ref": ref, "commit": commit} | json.loads(out_file.read_text())
+            return {"skipped": True, "reason": f"the run exited with {proc.returncode}"}
+        return dict(json.loads(out_file.read_text()))
 
 
 def _passed(args: argparse.Namespace) -> dict[str, Any]:
@@ -633,10 +648,13 @@ def strip_prefix(args: argparse.Namespace, prefix: str) -> argparse.Namespace:
     return argparse.Namespace(**{k[len(attr) :]: v for k, v in vars(args).items() if k.startswith(attr)})
 
 
-def run_section(args: argparse.Namespace, key: AppKey, aws: AwsCalls, out: OutputCapture) -> dict[str, Any]:
-    result = measure(args, key, aws, out)
+def run_section(args: argparse.Namespace, say: Any) -> dict[str, Any]:
+    """Section 10 for bench/run.py: this checkout, then the baseline if asked, each in a process of its own."""
+    result = fresh(args)
+    if result.get("skipped"):
+        raise RuntimeError(f"section 10: {result['reason']}")
     if args.baseline:
-        result["baseline"] = baseline(args.baseline, args, out.say)
+        result["baseline"] = baseline(args.baseline, args, say)
     return result
 
 
@@ -690,7 +708,9 @@ def main() -> int:
     key = AppKey.generate()
     aws = AwsCalls().install()
     with OutputCapture() as out:
-        result = run_section(args, key, aws, out)
+        result = measure(args, key, aws, out)  # this process is a fresh one already
+        if args.baseline:
+            result["baseline"] = baseline(args.baseline, args, out.say)
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
     if not args.quiet:

@@ -43,7 +43,7 @@ import boto3
 from botocore.config import Config
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
-from harness import ROOT, AppKey, cpu_seconds, log_summary
+from harness import ROOT, AppKey, MotoProcess, cpu_seconds, log_summary
 from soak_moto import COUNTS_PATH, SOAK_AGENT
 
 from tests.doubles.github_double import GitHubDouble, RecordedRequest, Reply
@@ -117,33 +117,17 @@ def aws(service: str, endpoint: str) -> Any:
 # ------------------------------------------------------------------------------------------------ processes
 
 
-class Moto:
-    """bench/soak_moto.py in its own process: the AWS every relay process shares, counting their calls."""
+class Moto(MotoProcess):
+    """bench/soak_moto.py in its own process (the bench's MotoProcess, started at once): the AWS every relay process
+    shares, counting their calls."""
 
     def __init__(self) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("soak_moto.py")), str(self.port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                self.calls()
-                return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("soak_moto did not answer within 30 s")
+        super().__init__()
+        self.__enter__()
 
     def calls(self) -> dict[str, Counter[str]]:
         with urllib.request.urlopen(self.url + COUNTS_PATH, timeout=10) as resp:
             return {who: Counter(c) for who, c in json.load(resp).items()}
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
 
 
 @dataclass
@@ -351,7 +335,7 @@ class Soak:
         self.cpu_marks[name] = {
             "relay": sum(r.cpu_s or 0.0 for r in self.relay.runs[:-1])
             + (cpu_seconds(proc.pid) if proc is not None and proc.poll() is None else 0.0),
-            "moto": cpu_seconds(self.moto.proc.pid),
+            "moto": cpu_seconds(self.moto.pid),
             "soak": cpu_seconds(),
         }
 
@@ -974,7 +958,7 @@ def build_report(
     phases = soak.phases
     dispatch_calls = aws_delta(marks["settled"], marks["start"])
     callback_calls = aws_delta(marks["drained"], marks["settled"])
-    moto_cpu = cpu_seconds(soak.moto.proc.pid)
+    moto_cpu = cpu_seconds(soak.moto.pid)
     return {
         "config": {
             "events": args.events,

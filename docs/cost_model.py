@@ -435,7 +435,7 @@ def measured_section(f: Figures) -> list[str]:
         "",
         "## Measured by `make bench`",
         "",
-        "| unit | AWS calls per unit (botocore hook; polling left out) | relay CPU ms per unit | other |",
+        "| unit | AWS calls per unit (in the relay process; polling left out) | relay CPU ms per unit | other |",
         "|---|---|---:|---|",
         f"| dispatch, measured at {f.measured_targets} repositories | {calls(f.dispatch)} | {f.dispatch.cpu_ms:.1f} | "
         f"{f.dispatch.github_requests:.2f} GitHub requests; DispatchFunction invocations "

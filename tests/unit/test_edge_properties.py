@@ -109,6 +109,8 @@ ALLOWLIST = parse_allowlist(
 PROPERTY = settings(
     max_examples=300,
     deadline=None,
+    derandomize=True,  # the same examples every run, as the fuzz step (tests/fuzz/settings.py) runs them
+    database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
 )
 
