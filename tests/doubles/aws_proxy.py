@@ -3,7 +3,8 @@ documents (throttling, 5xx, a damaged body, a stall), played before the request 
 
 moto answers every request it is given; what a client does when AWS throttles it, fails or stalls cannot be
 seen against moto alone. This proxy keeps each request whole (method, path, headers, body) and forwards it to
-moto, unless a scripted fault answers first in the shape DynamoDB uses for errors
+moto (asked directly, or as a forward proxy with the whole URL on the request line), unless a scripted fault
+answers first in the shape DynamoDB uses for errors
 (`{"__type": "com.amazonaws.dynamodb.v20120810#<Code>", "message": ...}`).
 
 `verify_sigv4` checks a recorded request's Signature Version 4 from its own bytes, written from AWS's
@@ -99,6 +100,9 @@ class AwsProxy:
     def _forward(
         self, method: str, path: str, headers: list[tuple[str, str]], body: bytes
     ) -> tuple[int, list[tuple[str, str]], bytes]:
+        if path.startswith("http://"):  # asked as a forward proxy is: the whole URL on the request line
+            asked = urlsplit(path)
+            path = asked.path + (f"?{asked.query}" if asked.query else "")
         conn = http.client.HTTPConnection(self.upstream.hostname or "127.0.0.1", self.upstream.port, timeout=30)
         try:
             conn.request(method, path, body=body, headers=dict(headers))

@@ -8,6 +8,8 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
@@ -224,3 +226,52 @@ def test_observers_see_each_call_once_however_many_attempts(proxy: AwsProxy) -> 
         dynamodb_client.call_observers.remove(seen.append)
     assert seen == ["dynamodb.UpdateItem"]
     assert len(proxy.seen) == 2
+
+
+@pytest.mark.parametrize("token", [None, "session/token+with=padding"])
+@pytest.mark.parametrize(
+    ("endpoint", "host"),
+    [
+        ("https://dynamodb.eu-west-1.amazonaws.com", "dynamodb.eu-west-1.amazonaws.com"),
+        ("https://dynamodb.eu-west-1.amazonaws.com:443/", "dynamodb.eu-west-1.amazonaws.com"),
+        ("http://127.0.0.1:8000", "127.0.0.1:8000"),
+        ("http://localhost:8000/prefix/", "localhost:8000"),
+    ],
+)
+def test_the_signature_is_the_one_botocores_signer_makes(endpoint: str, host: str, token: str | None) -> None:
+    """The same request, signed at the same moment by botocore's SigV4 signer from what it sees (the URL, the signed
+    headers and the body): the same Authorization header."""
+    moment = 1_796_191_234.0
+    client = DynamoClient(endpoint, "eu-west-1", Credentials("AKIDEXAMPLE", SECRET, token=token), clock=lambda: moment)
+    body = b'{"TableName":"t","Key":{"pk":{"S":"x y"}}}'
+    ours = client._headers("GetItem", body)
+    assert ours["host"] == host
+    signed = {k: v for k, v in ours.items() if k not in {"authorization", "user-agent", "accept-encoding"}}
+    request = AWSRequest(method="POST", url=client._url, data=body, headers=signed)
+    request.context["timestamp"] = ours["x-amz-date"]
+    signer = SigV4Auth(Credentials("AKIDEXAMPLE", SECRET, token=token), "dynamodb", "eu-west-1")
+    canonical = signer.canonical_request(request)
+    signature = signer.signature(signer.string_to_sign(request, canonical), request)
+    assert ours["authorization"].endswith(f"Signature={signature}")
+    assert ours["x-amz-date"] == "20261202T060034Z"
+    assert "Credential=AKIDEXAMPLE/20261202/eu-west-1/dynamodb/aws4_request" in ours["authorization"]
+
+
+@pytest.mark.parametrize("endpoint", ["ftp://dynamodb.example", "http:///nohost", "http://h:1/a%20b", "http://h:1/a b"])
+def test_an_endpoint_it_cannot_sign_is_refused_at_once(endpoint: str) -> None:
+    with pytest.raises(ValueError, match="endpoint"):
+        DynamoClient(endpoint, "us-east-1", Credentials("a", "b"))
+
+
+def test_requests_go_through_the_proxy_the_environment_names(
+    reach: dict[str, str], proxy: AwsProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As botocore does: HTTP(S)_PROXY for the endpoint's scheme, unless NO_PROXY names its host."""
+    monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    lean(reach["endpoint_url"]).put_item(TableName=TABLE, Item=key("proxied"))
+    assert [s.path for s in proxy.seen] == [reach["endpoint_url"] + "/"]  # a proxy is asked for the absolute URL
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    assert "Item" in lean(reach["endpoint_url"]).get_item(TableName=TABLE, Key=key("proxied"))
+    assert len(proxy.seen) == 1
