@@ -22,8 +22,10 @@ a subprocess), so the figures before and after a change come from the same run o
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -295,6 +297,10 @@ class Window:
         self._aws = aws
         self.calls: Counter[str] = Counter()
         self.cpu_s = 0.0
+        self.sys_s = 0.0
+        self.gc_s = 0.0
+        self.collections = 0
+        self._gc_started: float | None = None
         self.wall_s = 0.0
         self.batches = 0
         self.batch_sizes: list[int] = []
@@ -302,17 +308,29 @@ class Window:
     @contextmanager
     def measure(self, size: int) -> Iterator[None]:
         before = self._aws.snapshot()
-        cpu, wall = time.process_time(), time.perf_counter()
+        cpu, wall, kernel = time.process_time(), time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_stime
+        gc.callbacks.append(self._collection)
         try:
             yield
         finally:
+            gc.callbacks.remove(self._collection)
             self.cpu_s += time.process_time() - cpu
+            self.sys_s += resource.getrusage(resource.RUSAGE_SELF).ru_stime - kernel
             self.wall_s += time.perf_counter() - wall
             after = self._aws.snapshot()
             after.subtract(before)
             self.calls.update({k: v for k, v in after.items() if v})
             self.batches += 1
             self.batch_sizes.append(size)
+
+    def _collection(self, phase: str, info: dict[str, Any]) -> None:
+        """The garbage collector's CPU in the window (it runs in the thread that triggered it)."""
+        if phase == "start":
+            self._gc_started = time.thread_time()
+        elif self._gc_started is not None:
+            self.gc_s += time.thread_time() - self._gc_started
+            self.collections += 1
+            self._gc_started = None
 
     def report(self, dispatches: int) -> dict[str, Any]:
         n = max(1, dispatches)
@@ -324,6 +342,9 @@ class Window:
             "aws_calls_per_dispatch": {k: round(v / n, 3) for k, v in sorted(self.calls.items())},
             "aws_calls_per_dispatch_total": round(sum(self.calls.values()) / n, 3),
             "relay_cpu_ms_per_dispatch": round(self.cpu_s * 1000 / n, 3),
+            "relay_cpu_kernel_ms_per_dispatch": round(self.sys_s * 1000 / n, 3),  # of which in the kernel
+            "relay_cpu_gc_ms_per_dispatch": round(self.gc_s * 1000 / n, 3),  # and in the garbage collector
+            "gc_collections": self.collections,
             "handler_wall_ms_per_dispatch": round(self.wall_s * 1000 / n, 3),
         }
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from crcr.app.pages import serve
-from crcr.composition import build_hud_reader
+from crcr.composition import build_hud_reader, kept
 from crcr.settings import Settings
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -19,7 +19,7 @@ def lambda_handler(
 ) -> dict[str, Any]:
     global _ready
     # No secrets here (the pages are public): Settings straight from the environment.
-    docs, assets = deps or _ready or (_ready := (build_hud_reader(Settings.from_env()), _assets()))
+    docs, assets = deps or _ready or (_ready := kept((build_hud_reader(Settings.from_env()), _assets())))
     answer = serve(str(event.get("rawPath") or "/hud/"), docs, assets)
     return {
         "statusCode": answer.status,

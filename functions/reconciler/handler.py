@@ -7,7 +7,7 @@ from typing import Any
 from crcr.adapters.observability import PowertoolsMetrics, logger, metrics
 from crcr.app.ports import GitHubError
 from crcr.app.reconcile import ReconcileDeps, reconcile
-from crcr.composition import build_reconcile_deps, load_settings
+from crcr.composition import build_reconcile_deps, kept, load_settings
 
 _deps: ReconcileDeps | None = None
 
@@ -16,7 +16,7 @@ _deps: ReconcileDeps | None = None
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict[str, Any], context: Any, deps: ReconcileDeps | None = None) -> dict[str, Any]:
     global _deps
-    ready = deps or _deps or (_deps := build_reconcile_deps(load_settings()))
+    ready = deps or _deps or (_deps := kept(build_reconcile_deps(load_settings())))
     try:
         summary = reconcile(ready)
     except GitHubError:

@@ -7,22 +7,37 @@ moto (asked directly, or as a forward proxy with the whole URL on the request li
 answers first in the shape DynamoDB uses for errors
 (`{"__type": "com.amazonaws.dynamodb.v20120810#<Code>", "message": ...}`).
 
+With `tls` (a certificate and key file) it answers over HTTPS, as AWS's endpoints do; as a forward proxy it also
+opens `CONNECT` tunnels to wherever it is asked (`tunnels` records each), as an HTTPS proxy does. `make_tls`
+writes a certificate authority and a certificate it signed for 127.0.0.1 and localhost.
+
 `verify_sigv4` checks a recorded request's Signature Version 4 from its own bytes, written from AWS's
 documentation of the algorithm (canonical request, string to sign, the derived key), not from botocore.
 """
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import hmac
 import http.client
+import ipaddress
 import re
+import select
+import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 DYNAMODB_ERROR_PREFIX = "com.amazonaws.dynamodb.v20120810#"
 
@@ -40,19 +55,24 @@ class Seen:
 
 @dataclass(frozen=True)
 class Fault:
-    """`status` with a DynamoDB error `code`; or `corrupt`: moto's answer with its CRC32 header made wrong; or
-    `stall_s`: no answer for that long (a read timeout on the client's side)."""
+    """`status` with a DynamoDB error `code`; or `corrupt`: moto's answer with its CRC32 header made wrong (`crc32`,
+    a number or not); or `body`: moto's status with this body instead, and no CRC32 header (as a middlebox that
+    rewrote it would send); or `stall_s`: no answer for that long (a read timeout on the client's side)."""
 
     status: int = 0
     code: str = ""
     corrupt: bool = False
+    crc32: str = "1"
+    body: bytes | None = None
     stall_s: float = 0.0
+    close_after: bool = False
 
 
 class AwsProxy:
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, tls: tuple[Path, Path] | None = None) -> None:
         self.upstream = urlsplit(upstream)
         self.seen: list[Seen] = []
+        self.tunnels: list[Seen] = []  # CONNECT requests, with their headers
         self.faults: list[Fault] = []
         self._lock = threading.Lock()
         proxy = self
@@ -80,8 +100,44 @@ class AwsProxy:
                     return
                 status, headers, reply = proxy._forward(self.command, self.path, list(self.headers.items()), body)
                 if fault is not None and fault.corrupt:
-                    headers = [(k, v) for k, v in headers if k.lower() != "x-amz-crc32"] + [("x-amz-crc32", "1")]
+                    headers = [(k, v) for k, v in headers if k.lower() != "x-amz-crc32"] + [
+                        ("x-amz-crc32", fault.crc32)
+                    ]
+                if fault is not None and fault.body is not None:
+                    headers, reply = [(k, v) for k, v in headers if k.lower() != "x-amz-crc32"], fault.body
                 self._send(status, headers, reply)
+                if fault is not None and fault.close_after:
+                    self.wfile.flush()
+                    self.close_connection = True
+
+            def do_CONNECT(self) -> None:
+                with proxy._lock:
+                    proxy.tunnels.append(Seen(self.command, self.path, list(self.headers.items()), b""))
+                host, _, port = self.path.rpartition(":")
+                try:
+                    far = socket.create_connection((host.strip("[]"), int(port)), timeout=10)
+                except OSError:
+                    self.send_error(502)
+                    return
+                self.send_response(200, "Connection established")
+                self.end_headers()
+                self.wfile.flush()
+                near = self.connection
+                try:
+                    while True:
+                        readable, _, _ = select.select([near, far], [], [], 10)
+                        if not readable:
+                            break
+                        for sock in readable:
+                            data = sock.recv(65536)
+                            if not data:
+                                return
+                            (far if sock is near else near).sendall(data)
+                except OSError:
+                    return
+                finally:
+                    far.close()
+                    self.close_connection = True
 
             def _send(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
                 self.send_response(status)
@@ -94,7 +150,13 @@ class AwsProxy:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        scheme = "http"
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def _forward(
@@ -114,6 +176,49 @@ class AwsProxy:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def make_tls(folder: Path) -> tuple[Path, Path, Path]:
+    """(CA certificate, server certificate, server key) files: a CA, and a certificate it signed for 127.0.0.1 and
+    localhost, both valid for a day."""
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "crcr test CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    paths = (folder / "ca.pem", folder / "server.pem", folder / "server.key")
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return paths
 
 
 def _hmac(key: bytes, text: str) -> bytes:

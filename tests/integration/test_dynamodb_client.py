@@ -3,7 +3,9 @@ retries, and a signature AWS would accept, checked on the bytes that went over t
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -16,7 +18,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeou
 from crcr.adapters import dynamodb_client
 from crcr.adapters.dynamodb_client import DynamoClient
 from crcr.local.stack import free_port
-from tests.doubles.aws_proxy import AwsProxy, Fault, verify_sigv4
+from tests.doubles.aws_proxy import AwsProxy, Fault, make_tls, verify_sigv4
 from tests.integration.aws import moto_server
 
 TABLE = "t"
@@ -198,6 +200,30 @@ def test_a_damaged_answer_is_asked_again(proxy: AwsProxy) -> None:
     assert len(proxy.seen) == 2
 
 
+@pytest.mark.parametrize("crc32", ["1", "not-a-number", ""])
+def test_an_answer_whose_checksum_does_not_hold_is_asked_again(proxy: AwsProxy, crc32: str) -> None:
+    client = lean(proxy.url)
+    client.put_item(TableName=TABLE, Item=key("crc-header") | {"v": {"S": "kept"}})
+    proxy.seen.clear()
+    proxy.faults = [Fault(corrupt=True, crc32=crc32)] * 2
+    assert client.get_item(TableName=TABLE, Key=key("crc-header"))["Item"]["v"] == {"S": "kept"}
+    assert len(proxy.seen) == 3
+
+
+@pytest.mark.parametrize("body", [b"[]", b'"text"', b"<html>gateway</html>", b'{"Item": '])
+def test_a_success_that_is_not_a_json_object_is_never_read_as_no_item(proxy: AwsProxy, body: bytes) -> None:
+    client = lean(proxy.url)
+    client.put_item(TableName=TABLE, Item=key("odd") | {"v": {"S": "kept"}})
+    proxy.seen.clear()
+    proxy.faults = [Fault(body=body)]
+    assert client.get_item(TableName=TABLE, Key=key("odd"))["Item"]["v"] == {"S": "kept"}  # asked again
+    proxy.faults = [Fault(body=body)] * 3
+    with pytest.raises(ClientError) as raised:
+        client.get_item(TableName=TABLE, Key=key("odd"))
+    assert raised.value.response["Error"]["Code"] == "UnparsableResponse"
+    assert len(proxy.seen) == 2 + 3
+
+
 def test_a_stall_is_a_read_timeout_after_three_attempts(proxy: AwsProxy) -> None:
     client = lean(proxy.url, read_timeout_s=0.3)
     proxy.faults = [Fault(stall_s=1.0)] * 3
@@ -275,3 +301,60 @@ def test_requests_go_through_the_proxy_the_environment_names(
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     assert "Item" in lean(reach["endpoint_url"]).get_item(TableName=TABLE, Key=key("proxied"))
     assert len(proxy.seen) == 1
+
+
+def test_a_connection_the_server_closed_while_idle_costs_no_attempt(proxy: AwsProxy) -> None:
+    slept: list[float] = []
+    client = DynamoClient(proxy.url, "us-east-1", Credentials("AKIDEXAMPLE", SECRET), sleep=slept.append)
+    client.put_item(TableName=TABLE, Item=key("idle") | {"v": {"S": "kept"}})
+    proxy.faults = [Fault(close_after=True)]
+    client.get_item(TableName=TABLE, Key=key("idle"))  # answered, then the server closes the connection
+    proxy.seen.clear()
+    assert client.get_item(TableName=TABLE, Key=key("idle"))["Item"]["v"] == {"S": "kept"}
+    assert len(proxy.seen) == 1 and slept == []  # a new connection, not a failed attempt and a backoff
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    return make_tls(tmp_path_factory.mktemp("tls"))
+
+
+def test_https_is_verified_against_the_ca_bundle_botocore_would_use(
+    reach: dict[str, str], tls: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ca, cert, private = tls
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    endpoint = AwsProxy(reach["endpoint_url"], tls=(cert, private))
+    try:
+        monkeypatch.delenv("AWS_CA_BUNDLE", raising=False)
+        with pytest.raises(EndpointConnectionError) as refused:  # signed by a CA nobody here trusts
+            lean(endpoint.url).get_item(TableName=TABLE, Key=key("tls"))
+        assert isinstance(refused.value.kwargs["error"], ssl.SSLCertVerificationError)
+        monkeypatch.setenv("AWS_CA_BUNDLE", str(ca))
+        client = lean(endpoint.url, token="session-token-2")
+        client.put_item(TableName=TABLE, Item=key("tls") | {"v": {"S": "over TLS"}})
+        assert client.get_item(TableName=TABLE, Key=key("tls"))["Item"]["v"] == {"S": "over TLS"}
+        assert verify_sigv4(endpoint.seen[-1], SECRET, service="dynamodb", region="us-east-1")
+    finally:
+        endpoint.stop()
+
+
+def test_https_goes_through_the_proxys_tunnel_with_its_credentials(
+    reach: dict[str, str], proxy: AwsProxy, tls: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ca, cert, private = tls
+    endpoint = AwsProxy(reach["endpoint_url"], tls=(cert, private))
+    try:
+        monkeypatch.setenv("AWS_CA_BUNDLE", str(ca))
+        monkeypatch.setenv("HTTPS_PROXY", proxy.url.replace("http://", "http://relay:s%40cret@"))
+        for name in ("NO_PROXY", "no_proxy", "https_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        client = lean(endpoint.url)
+        client.put_item(TableName=TABLE, Item=key("tunnel"))
+        assert "Item" in client.get_item(TableName=TABLE, Key=key("tunnel"))
+        assert [t.path for t in proxy.tunnels] == [endpoint.url.removeprefix("https://")]  # one tunnel, kept
+        assert proxy.tunnels[0].header("Proxy-Authorization") == "Basic cmVsYXk6c0BjcmV0"  # relay:s@cret
+        assert proxy.seen == [] and len(endpoint.seen) == 2  # the proxy saw no request: TLS ran end to end
+    finally:
+        endpoint.stop()

@@ -1,4 +1,4 @@
-"""DynamoDB's JSON API over one kept-alive urllib3 connection pool, signed with Signature Version 4: the table
+"""DynamoDB's JSON API over kept-alive `http.client` connections, signed with Signature Version 4: the table
 calls of every function, without botocore's per-call machinery.
 
 Each function's warm work is a few DynamoDB calls, and botocore spent about half of each call's CPU around the
@@ -16,21 +16,25 @@ values, and botocore's correction of a skewed clock.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
+import http.client
 import json
 import os
 import random
 import re
+import select
 import socket
+import ssl
+import threading
 import time
 import urllib.request
 import zlib
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
-import urllib3
 from botocore.exceptions import (
     ClientError,
     ConnectTimeoutError,
@@ -97,7 +101,6 @@ class DynamoClient:
         connect_timeout_s: float = 2.0,
         read_timeout_s: float = 10.0,
         max_attempts: int = 3,
-        pool: urllib3.HTTPConnectionPool | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         rand: Callable[[], float] = random.random,
@@ -115,29 +118,18 @@ class DynamoClient:
         self._region = region
         self._credentials = credentials
         self._keys: dict[tuple[str, str], bytes] = {}  # the signing key of a (secret, day): it changes once a day
-        self._timeout = urllib3.Timeout(connect=connect_timeout_s, read=read_timeout_s)
         self._max_attempts = max_attempts
-        keepalive = [
-            *urllib3.connection.HTTPConnection.default_socket_options,
-            (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
-        ]
-        # One connection per thread that may call at once (a batch's records run side by side), kept alive.
-        options: dict[str, Any] = {"maxsize": 16, "block": False, "retries": False, "socket_options": keepalive}
-        if parts.scheme == "https":
-            # The CA bundle botocore verifies with: AWS_CA_BUNDLE, else its own default (certifi's).
-            options |= {
-                "cert_reqs": "CERT_REQUIRED",
-                "ca_certs": os.environ.get("AWS_CA_BUNDLE") or get_cert_path(True),
-            }
         proxy = _proxy_for(parts.scheme, parts.hostname)
         # What the request line names: the path, or the whole URL to a plain-HTTP proxy (HTTPS goes through a tunnel).
         self._target = self._url if proxy is not None and parts.scheme == "http" else self._path
-        if pool is not None:
-            self._pool = pool
-        elif proxy is not None:  # HTTPS_PROXY / HTTP_PROXY and NO_PROXY, as botocore reads them
-            self._pool = urllib3.ProxyManager(proxy, num_pools=1, **options).connection_from_url(self._url)
-        else:
-            self._pool = urllib3.connectionpool.connection_from_url(self._url, **options)
+        self._connections = _Connections(
+            parts.scheme,
+            parts.hostname,
+            parts.port or default_port,
+            proxy,  # HTTPS_PROXY / HTTP_PROXY and NO_PROXY, as botocore reads them
+            connect_timeout_s=connect_timeout_s,
+            read_timeout_s=read_timeout_s,
+        )
         self._clock = clock
         self._sleep = sleep
         self._rand = rand
@@ -246,41 +238,33 @@ class DynamoClient:
 
     def _attempt(self, operation: str, body: bytes) -> dict[str, Any]:
         headers = self._headers(operation, body)
-        try:
-            response = self._pool.urlopen(
-                "POST",
-                self._target,
-                body=body,
-                headers=headers,
-                timeout=self._timeout,
-                retries=False,
-                assert_same_host=False,  # a plain-HTTP proxy's pool is the proxy's host, asked for the endpoint's URL
-            )
-        except urllib3.exceptions.NewConnectionError as exc:  # refused (urllib3 makes it a kind of connect timeout)
-            raise _Retry(EndpointConnectionError(endpoint_url=self._url, error=exc)) from exc
-        except urllib3.exceptions.ConnectTimeoutError as exc:
-            raise _Retry(ConnectTimeoutError(endpoint_url=self._url, error=exc)) from exc
-        except (urllib3.exceptions.ReadTimeoutError, TimeoutError) as exc:
-            raise _Retry(ReadTimeoutError(endpoint_url=self._url, error=exc)) from exc
-        except urllib3.exceptions.HTTPError as exc:  # refused, reset, closed mid-answer
-            raise _Retry(EndpointConnectionError(endpoint_url=self._url, error=exc)) from exc
-        data = response.data
-        crc = response.headers.get("x-amz-crc32")
-        if crc is not None and zlib.crc32(data) != int(crc):
-            # A body damaged on the way: botocore retries it, and so does this client.
+        status, data, answer_headers = self._connections.post(self._target, body, headers, self._url)
+        crc = answer_headers.get("x-amz-crc32")
+        if crc is not None and str(zlib.crc32(data)) != crc.strip():
+            # A body damaged on the way (or its header): botocore retries it, and so does this client.
             error = ClientError(
                 {"Error": {"Code": "Crc32Mismatch", "Message": "response body CRC32 mismatch"}}, operation
             )
             raise _Retry(error)
         try:
-            parsed: dict[str, Any] = json.loads(data) if data else {}
+            parsed: Any = json.loads(data) if data else {}
         except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            if status < 300:
+                # An answer that is not DynamoDB's JSON object must not read as "no item": retried, then raised.
+                error = ClientError(
+                    {"Error": {"Code": "UnparsableResponse", "Message": "response body is not a JSON object"}},
+                    operation,
+                )
+                raise _Retry(error)
             parsed = {}
-        if response.status < 300:
-            return parsed
-        error = self._error(operation, response.status, parsed, response.headers)
+        answer: dict[str, Any] = parsed
+        if status < 300:
+            return answer
+        error = self._error(operation, status, answer, answer_headers)
         code = error.response["Error"]["Code"]
-        if code in RETRY_CODES or response.status in RETRY_STATUSES:
+        if code in RETRY_CODES or status in RETRY_STATUSES:
             raise _Retry(error)
         raise error
 
@@ -297,3 +281,113 @@ class DynamoClient:
         return ClientError(
             {**fields, "Error": {"Code": code, "Message": message}, "ResponseMetadata": metadata}, operation
         )
+
+
+class _Connections:
+    """Kept-alive HTTP/1.1 connections to one endpoint (through a proxy when the environment names one), one per
+    thread calling at once, on the standard library's `http.client`: a pool manager's layers above it were a
+    third of each call's CPU, and a DynamoDB call needs none of them (one host, one method, bodies of a known
+    length, no redirects, retries done by the client)."""
+
+    IDLE_KEPT = 16
+
+    def __init__(
+        self,
+        scheme: str,
+        host: str,
+        port: int,
+        proxy: str | None,
+        *,
+        connect_timeout_s: float,
+        read_timeout_s: float,
+    ) -> None:
+        self._scheme, self._host, self._port = scheme, host, port
+        self._connect_timeout_s, self._read_timeout_s = connect_timeout_s, read_timeout_s
+        self._context: ssl.SSLContext | None = None
+        if scheme == "https":
+            # The CA bundle botocore verifies with: AWS_CA_BUNDLE, else its own default (certifi's).
+            self._context = ssl.create_default_context(cafile=os.environ.get("AWS_CA_BUNDLE") or get_cert_path(True))
+        self._proxy: tuple[str, int] | None = None
+        self._proxy_headers: dict[str, str] = {}
+        if proxy is not None:
+            parts = urlsplit(proxy if "//" in proxy else f"http://{proxy}")
+            self._proxy = (parts.hostname or "", parts.port or 80)
+            if parts.username is not None:
+                userinfo = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+                self._proxy_headers["proxy-authorization"] = "Basic " + base64.b64encode(userinfo.encode()).decode()
+        self._idle: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+
+    def post(self, target: str, body: bytes, headers: dict[str, str], url: str) -> tuple[int, bytes, Any]:
+        """One request and its whole answer: (status, body, headers). Whatever stops the exchange is raised as
+        botocore raises it, for the client to try again."""
+        conn = self._take(url)
+        if self._proxy is not None and self._scheme == "http":
+            headers = headers | self._proxy_headers
+        try:
+            conn.request("POST", target, body=body, headers=headers)
+            response = conn.getresponse()
+            data = response.read()
+        except TimeoutError as exc:
+            conn.close()
+            raise _Retry(ReadTimeoutError(endpoint_url=url, error=exc)) from exc
+        except (OSError, http.client.HTTPException) as exc:  # reset, closed mid-answer, a short or garbled answer
+            conn.close()
+            raise _Retry(EndpointConnectionError(endpoint_url=url, error=exc)) from exc
+        if response.will_close:
+            conn.close()
+        else:
+            self._give(conn)
+        return response.status, data, response.headers
+
+    def _take(self, url: str) -> http.client.HTTPConnection:
+        while True:
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                return self._connect(url)
+            if not _dropped(conn):
+                return conn
+            conn.close()  # the server closed it while idle: take another
+
+    def _give(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            if len(self._idle) < self.IDLE_KEPT:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def _connect(self, url: str) -> http.client.HTTPConnection:
+        host, port = self._proxy or (self._host, self._port)
+        conn: http.client.HTTPConnection
+        if self._context is not None:
+            conn = http.client.HTTPSConnection(host, port, timeout=self._connect_timeout_s, context=self._context)
+        else:
+            conn = http.client.HTTPConnection(host, port, timeout=self._connect_timeout_s)
+        if self._proxy is not None and self._scheme == "https":
+            conn.set_tunnel(self._host, self._port, headers=self._proxy_headers)
+        try:
+            conn.connect()  # and, for HTTPS, the tunnel and the TLS handshake: all within the connect timeout
+        except TimeoutError as exc:
+            conn.close()
+            raise _Retry(ConnectTimeoutError(endpoint_url=url, error=exc)) from exc
+        except (OSError, http.client.HTTPException) as exc:  # refused, unreachable, a tunnel or certificate refused
+            conn.close()
+            raise _Retry(EndpointConnectionError(endpoint_url=url, error=exc)) from exc
+        assert conn.sock is not None
+        conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.sock.settimeout(self._read_timeout_s)
+        return conn
+
+
+def _dropped(conn: http.client.HTTPConnection) -> bool:
+    """An idle connection with something to read has been closed by the server (or is out of step): not reusable."""
+    if conn.sock is None:
+        return True
+    poller = select.poll()
+    poller.register(conn.sock, select.POLLIN)
+    try:
+        return bool(poller.poll(0))
+    except OSError:
+        return True
