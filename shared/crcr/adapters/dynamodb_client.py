@@ -119,14 +119,11 @@ class DynamoClient:
         self._credentials = credentials
         self._keys: dict[tuple[str, str], bytes] = {}  # the signing key of a (secret, day): it changes once a day
         self._max_attempts = max_attempts
-        proxy = _proxy_for(parts.scheme, parts.hostname)
-        # What the request line names: the path, or the whole URL to a plain-HTTP proxy (HTTPS goes through a tunnel).
-        self._target = self._url if proxy is not None and parts.scheme == "http" else self._path
         self._connections = _Connections(
-            parts.scheme,
+            self._url,
             parts.hostname,
             parts.port or default_port,
-            proxy,  # HTTPS_PROXY / HTTP_PROXY and NO_PROXY, as botocore reads them
+            _proxy_for(parts.scheme, parts.hostname),  # HTTPS_PROXY / HTTP_PROXY and NO_PROXY, as botocore reads them
             connect_timeout_s=connect_timeout_s,
             read_timeout_s=read_timeout_s,
         )
@@ -238,7 +235,7 @@ class DynamoClient:
 
     def _attempt(self, operation: str, body: bytes) -> dict[str, Any]:
         headers = self._headers(operation, body)
-        status, data, answer_headers = self._connections.post(self._target, body, headers, self._url)
+        status, data, answer_headers = self._connections.post(body, headers)
         crc = answer_headers.get("x-amz-crc32")
         if crc is not None and str(zlib.crc32(data)) != crc.strip():
             # A body damaged on the way (or its header): botocore retries it, and so does this client.
@@ -293,7 +290,7 @@ class _Connections:
 
     def __init__(
         self,
-        scheme: str,
+        url: str,
         host: str,
         port: int,
         proxy: str | None,
@@ -301,7 +298,10 @@ class _Connections:
         connect_timeout_s: float,
         read_timeout_s: float,
     ) -> None:
-        self._scheme, self._host, self._port = scheme, host, port
+        scheme = url.partition(":")[0]
+        self._url, self._scheme, self._host, self._port = url, scheme, host, port
+        # What the request line names: the path, or the whole URL to a plain-HTTP proxy (HTTPS goes through a tunnel).
+        self._target = url if proxy is not None and scheme == "http" else urlsplit(url).path
         self._connect_timeout_s, self._read_timeout_s = connect_timeout_s, read_timeout_s
         self._context: ssl.SSLContext | None = None
         if scheme == "https":
@@ -318,34 +318,34 @@ class _Connections:
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
 
-    def post(self, target: str, body: bytes, headers: dict[str, str], url: str) -> tuple[int, bytes, Any]:
+    def post(self, body: bytes, headers: dict[str, str]) -> tuple[int, bytes, Any]:
         """One request and its whole answer: (status, body, headers). Whatever stops the exchange is raised as
         botocore raises it, for the client to try again."""
-        conn = self._take(url)
+        conn = self._take()
         if self._proxy is not None and self._scheme == "http":
             headers = headers | self._proxy_headers
         try:
-            conn.request("POST", target, body=body, headers=headers)
+            conn.request("POST", self._target, body=body, headers=headers)
             response = conn.getresponse()
             data = response.read()
         except TimeoutError as exc:
             conn.close()
-            raise _Retry(ReadTimeoutError(endpoint_url=url, error=exc)) from exc
+            raise _Retry(ReadTimeoutError(endpoint_url=self._url, error=exc)) from exc
         except (OSError, http.client.HTTPException) as exc:  # reset, closed mid-answer, a short or garbled answer
             conn.close()
-            raise _Retry(EndpointConnectionError(endpoint_url=url, error=exc)) from exc
+            raise _Retry(EndpointConnectionError(endpoint_url=self._url, error=exc)) from exc
         if response.will_close:
             conn.close()
         else:
             self._give(conn)
         return response.status, data, response.headers
 
-    def _take(self, url: str) -> http.client.HTTPConnection:
+    def _take(self) -> http.client.HTTPConnection:
         while True:
             with self._lock:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
-                return self._connect(url)
+                return self._connect()
             if not _dropped(conn):
                 return conn
             conn.close()  # the server closed it while idle: take another
@@ -357,7 +357,7 @@ class _Connections:
                 return
         conn.close()
 
-    def _connect(self, url: str) -> http.client.HTTPConnection:
+    def _connect(self) -> http.client.HTTPConnection:
         host, port = self._proxy or (self._host, self._port)
         conn: http.client.HTTPConnection
         if self._context is not None:
@@ -370,10 +370,10 @@ class _Connections:
             conn.connect()  # and, for HTTPS, the tunnel and the TLS handshake: all within the connect timeout
         except TimeoutError as exc:
             conn.close()
-            raise _Retry(ConnectTimeoutError(endpoint_url=url, error=exc)) from exc
+            raise _Retry(ConnectTimeoutError(endpoint_url=self._url, error=exc)) from exc
         except (OSError, http.client.HTTPException) as exc:  # refused, unreachable, a tunnel or certificate refused
             conn.close()
-            raise _Retry(EndpointConnectionError(endpoint_url=url, error=exc)) from exc
+            raise _Retry(EndpointConnectionError(endpoint_url=self._url, error=exc)) from exc
         assert conn.sock is not None
         conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
