@@ -16,24 +16,17 @@ values, and botocore's correction of a skewed clock.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
-import http.client
 import json
 import os
 import random
 import re
-import select
-import socket
-import ssl
-import threading
 import time
-import urllib.request
 import zlib
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 from botocore.exceptions import (
     ClientError,
@@ -43,6 +36,14 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 from botocore.httpsession import get_cert_path
+
+from crcr.adapters.http_connections import (
+    Connections,
+    ConnectTimeout,
+    ReadTimeout,
+    TransportError,
+    proxy_for,
+)
 
 SERVICE = "dynamodb"
 TARGET_PREFIX = "DynamoDB_20120810."
@@ -75,12 +76,6 @@ MAX_BACKOFF_S = 20.0
 # Instrumentation: each is called with "dynamodb.<Operation>" once per call (not per attempt), as botocore's
 # "before-call" event is (the bench counts AWS calls through both).
 call_observers: list[Callable[[str], None]] = []
-
-
-def _proxy_for(scheme: str, host: str) -> str | None:
-    if urllib.request.proxy_bypass(host):
-        return None
-    return urllib.request.getproxies().get(scheme)
 
 
 class _Retry(Exception):
@@ -119,13 +114,13 @@ class DynamoClient:
         self._credentials = credentials
         self._keys: dict[tuple[str, str], bytes] = {}  # the signing key of a (secret, day): it changes once a day
         self._max_attempts = max_attempts
-        self._connections = _Connections(
+        self._connections = Connections(
             self._url,
-            parts.hostname,
-            parts.port or default_port,
-            _proxy_for(parts.scheme, parts.hostname),  # HTTPS_PROXY / HTTP_PROXY and NO_PROXY, as botocore reads them
+            proxy=proxy_for(self._url),  # HTTPS_PROXY / HTTP_PROXY and NO_PROXY, as botocore reads them
             connect_timeout_s=connect_timeout_s,
             read_timeout_s=read_timeout_s,
+            # The CA bundle botocore verifies with: AWS_CA_BUNDLE, else its own default (certifi's).
+            cafile=(os.environ.get("AWS_CA_BUNDLE") or get_cert_path(True)) if parts.scheme == "https" else None,
         )
         self._clock = clock
         self._sleep = sleep
@@ -235,7 +230,14 @@ class DynamoClient:
 
     def _attempt(self, operation: str, body: bytes) -> dict[str, Any]:
         headers = self._headers(operation, body)
-        status, data, answer_headers = self._connections.post(body, headers)
+        try:
+            status, data, answer_headers = self._connections.request("POST", self._path, body, headers)
+        except ConnectTimeout as exc:
+            raise _Retry(ConnectTimeoutError(endpoint_url=self._url, error=exc.error)) from exc
+        except ReadTimeout as exc:
+            raise _Retry(ReadTimeoutError(endpoint_url=self._url, error=exc.error)) from exc
+        except TransportError as exc:  # refused, unreachable, reset, closed mid-answer, a garbled answer
+            raise _Retry(EndpointConnectionError(endpoint_url=self._url, error=exc.error)) from exc
         crc = answer_headers.get("x-amz-crc32")
         if crc is not None and str(zlib.crc32(data)) != crc.strip():
             # A body damaged on the way (or its header): botocore retries it, and so does this client.
@@ -278,116 +280,3 @@ class DynamoClient:
         return ClientError(
             {**fields, "Error": {"Code": code, "Message": message}, "ResponseMetadata": metadata}, operation
         )
-
-
-class _Connections:
-    """Kept-alive HTTP/1.1 connections to one endpoint (through a proxy when the environment names one), one per
-    thread calling at once, on the standard library's `http.client`: a pool manager's layers above it were a
-    third of each call's CPU, and a DynamoDB call needs none of them (one host, one method, bodies of a known
-    length, no redirects, retries done by the client)."""
-
-    IDLE_KEPT = 16
-
-    def __init__(
-        self,
-        url: str,
-        host: str,
-        port: int,
-        proxy: str | None,
-        *,
-        connect_timeout_s: float,
-        read_timeout_s: float,
-    ) -> None:
-        scheme = url.partition(":")[0]
-        self._url, self._scheme, self._host, self._port = url, scheme, host, port
-        # What the request line names: the path, or the whole URL to a plain-HTTP proxy (HTTPS goes through a tunnel).
-        self._target = url if proxy is not None and scheme == "http" else urlsplit(url).path
-        self._connect_timeout_s, self._read_timeout_s = connect_timeout_s, read_timeout_s
-        self._context: ssl.SSLContext | None = None
-        if scheme == "https":
-            # The CA bundle botocore verifies with: AWS_CA_BUNDLE, else its own default (certifi's).
-            self._context = ssl.create_default_context(cafile=os.environ.get("AWS_CA_BUNDLE") or get_cert_path(True))
-        self._proxy: tuple[str, int] | None = None
-        self._proxy_headers: dict[str, str] = {}
-        if proxy is not None:
-            parts = urlsplit(proxy if "//" in proxy else f"http://{proxy}")
-            self._proxy = (parts.hostname or "", parts.port or 80)
-            if parts.username is not None:
-                userinfo = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-                self._proxy_headers["proxy-authorization"] = "Basic " + base64.b64encode(userinfo.encode()).decode()
-        self._idle: list[http.client.HTTPConnection] = []
-        self._lock = threading.Lock()
-
-    def post(self, body: bytes, headers: dict[str, str]) -> tuple[int, bytes, Any]:
-        """One request and its whole answer: (status, body, headers). Whatever stops the exchange is raised as
-        botocore raises it, for the client to try again."""
-        conn = self._take()
-        if self._proxy is not None and self._scheme == "http":
-            headers = headers | self._proxy_headers
-        try:
-            conn.request("POST", self._target, body=body, headers=headers)
-            response = conn.getresponse()
-            data = response.read()
-        except TimeoutError as exc:
-            conn.close()
-            raise _Retry(ReadTimeoutError(endpoint_url=self._url, error=exc)) from exc
-        except (OSError, http.client.HTTPException) as exc:  # reset, closed mid-answer, a short or garbled answer
-            conn.close()
-            raise _Retry(EndpointConnectionError(endpoint_url=self._url, error=exc)) from exc
-        if response.will_close:
-            conn.close()
-        else:
-            self._give(conn)
-        return response.status, data, response.headers
-
-    def _take(self) -> http.client.HTTPConnection:
-        while True:
-            with self._lock:
-                conn = self._idle.pop() if self._idle else None
-            if conn is None:
-                return self._connect()
-            if not _dropped(conn):
-                return conn
-            conn.close()  # the server closed it while idle: take another
-
-    def _give(self, conn: http.client.HTTPConnection) -> None:
-        with self._lock:
-            if len(self._idle) < self.IDLE_KEPT:
-                self._idle.append(conn)
-                return
-        conn.close()
-
-    def _connect(self) -> http.client.HTTPConnection:
-        host, port = self._proxy or (self._host, self._port)
-        conn: http.client.HTTPConnection
-        if self._context is not None:
-            conn = http.client.HTTPSConnection(host, port, timeout=self._connect_timeout_s, context=self._context)
-        else:
-            conn = http.client.HTTPConnection(host, port, timeout=self._connect_timeout_s)
-        if self._proxy is not None and self._scheme == "https":
-            conn.set_tunnel(self._host, self._port, headers=self._proxy_headers)
-        try:
-            conn.connect()  # and, for HTTPS, the tunnel and the TLS handshake: all within the connect timeout
-        except TimeoutError as exc:
-            conn.close()
-            raise _Retry(ConnectTimeoutError(endpoint_url=self._url, error=exc)) from exc
-        except (OSError, http.client.HTTPException) as exc:  # refused, unreachable, a tunnel or certificate refused
-            conn.close()
-            raise _Retry(EndpointConnectionError(endpoint_url=self._url, error=exc)) from exc
-        assert conn.sock is not None
-        conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn.sock.settimeout(self._read_timeout_s)
-        return conn
-
-
-def _dropped(conn: http.client.HTTPConnection) -> bool:
-    """An idle connection with something to read has been closed by the server (or is out of step): not reusable."""
-    if conn.sock is None:
-        return True
-    poller = select.poll()
-    poller.register(conn.sock, select.POLLIN)
-    try:
-        return bool(poller.poll(0))
-    except OSError:
-        return True

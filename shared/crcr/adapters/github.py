@@ -1,7 +1,9 @@
 """GitHub REST client for the App: JWT, down-scoped installation tokens (cached), repository_dispatch.
 
-A thin client over urllib3 (already a botocore dependency): no retries inside the Lambda; every
-failure is classified for the caller, which retries through the queue.
+A thin client over kept-alive `http.client` connections (`crcr.adapters.http_connections`, shared with the
+DynamoDB client: a warm dispatch's GitHub POST spent most of its CPU in a pool manager's layers): no retries
+inside the Lambda, no redirects followed; every failure is classified for the caller, which retries through the
+queue.
 """
 
 from __future__ import annotations
@@ -14,13 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote, urlsplit
 
 import jwt
-import urllib3
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
+from crcr.adapters.http_connections import Connections, TransportError, proxy_for
 from crcr.app.ports import (
     DeliveryListing,
     GitHubError,
@@ -88,17 +90,22 @@ class GitHubApp:
         *,
         connect_timeout_s: float = 3.05,
         read_timeout_s: float = 10.0,
-        pool: urllib3.PoolManager | None = None,
     ) -> None:
         self._api = api_url.rstrip("/")
+        # GitHub Enterprise Server's API lives under a path (/api/v3): every request's path goes after it.
+        self._base_path = urlsplit(self._api).path
         self._app_id = app_id
         key = load_pem_private_key(private_key_pem.encode(), password=None)
         if not isinstance(key, RSAPrivateKey):
             raise ValueError("CRCR_GITHUB_APP_PRIVATE_KEY must be the App's RSA key as GitHub issues it")
         self._key = key
         self._clock = clock
-        self._timeout = urllib3.Timeout(connect=connect_timeout_s, read=read_timeout_s)
-        self._http = pool or urllib3.PoolManager(num_pools=4, maxsize=16, retries=False)
+        self._http = Connections(
+            self._api,
+            proxy=proxy_for(self._api),  # HTTPS_PROXY and NO_PROXY, as git and the GitHub CLI read them
+            connect_timeout_s=connect_timeout_s,
+            read_timeout_s=read_timeout_s,
+        )
         self._lock = threading.Lock()
         self._jwt: tuple[str, float] | None = None
         self._installations: dict[str, tuple[int, float]] = {}
@@ -128,30 +135,27 @@ class GitHubApp:
             headers["Content-Type"] = "application/json"
         self.calls.add(kind)
         try:
-            raw = self._http.request(
-                method, self._api + path, body=data, headers=headers, timeout=self._timeout, redirect=False
-            )
-        except urllib3.exceptions.HTTPError as exc:  # timeouts, resets, refused connections
+            status, answer, resp_headers = self._http.request(method, self._base_path + path, data, headers)
+        except TransportError as exc:  # timeouts, resets, refused connections
             raise GitHubUnavailable(f"{method} {path}: {type(exc).__name__}") from exc
-        resp_headers = {k.lower(): v for k, v in raw.headers.items()}
-        if raw.status == 304:
+        if status == 304:
             return Response(304, resp_headers, None)
         try:
-            parsed = json.loads(raw.data) if raw.data else None
+            parsed = json.loads(answer) if answer else None
         except ValueError:
             parsed = None
         message = parsed.get("message", "") if isinstance(parsed, dict) else ""
-        if raw.status >= 500:
-            raise GitHubUnavailable(f"{method} {path}: HTTP {raw.status}")
-        wait = rate_limit_wait(raw.status, resp_headers, message, self._clock())
+        if status >= 500:
+            raise GitHubUnavailable(f"{method} {path}: HTTP {status}")
+        wait = rate_limit_wait(status, resp_headers, message, self._clock())
         if wait is not None:
-            raise GitHubRateLimited(wait, f"{method} {path}: HTTP {raw.status} {message}".strip())
-        if raw.status >= 400:
-            raise GitHubRejected(raw.status, f"{method} {path}: {message or 'no message'}")
-        if not 200 <= raw.status < 300:
+            raise GitHubRateLimited(wait, f"{method} {path}: HTTP {status} {message}".strip())
+        if status >= 400:
+            raise GitHubRejected(status, f"{method} {path}: {message or 'no message'}")
+        if not 200 <= status < 300:
             # A redirect or anything else is not GitHub having done it: never count it as sent.
-            raise GitHubUnavailable(f"{method} {path}: unexpected HTTP {raw.status}")
-        return Response(raw.status, resp_headers, parsed)
+            raise GitHubUnavailable(f"{method} {path}: unexpected HTTP {status}")
+        return Response(status, resp_headers, parsed)
 
     @property
     def app_id(self) -> str:
