@@ -315,9 +315,9 @@ class AwsCalls:
 
 
 def observe_dynamodb(observer: Callable[[str], None]) -> None:
-    """The relay's DynamoDB calls skip botocore (crcr/adapters/dynamodb_client.py), and so its hooks: they are
-    counted through that client's own observers, with the same `dynamodb.<Operation>` names. Code from before
-    that client (a `--baseline` run) makes them through botocore, whose hook counts them."""
+    """The relay's DynamoDB calls and SQS sends skip botocore (crcr/adapters/aws_json.py), and so its hooks: they
+    are counted through that client's own observers, with the same `dynamodb.<Operation>` and `sqs.<Operation>`
+    names. Code from before that client (a `--baseline` run) makes them through botocore, whose hook counts them."""
     try:
         from crcr.adapters.dynamodb_client import call_observers  # noqa: PLC0415
     except ImportError:

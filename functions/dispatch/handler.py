@@ -50,4 +50,6 @@ def lambda_handler(event: dict[str, Any], context: Any, deps: DispatchDeps | Non
     except Exception:  # SQS brings those records back; a repeat of a sent dispatch asks again
         logger.exception("check-run requests not sent; their records are failed back to the queue")
         return batch.fail_requested(result)
+    finally:
+        batch.flush_metrics()
     return result

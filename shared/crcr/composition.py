@@ -46,17 +46,21 @@ MAX_WEBHOOK_BYTES = 10 * 1024 * 1024
 INLINE_BODY_BYTES = 200 * 1024
 
 
-def aws_client(service: str) -> Any:
-    """One client per service and endpoint (AWS_ENDPOINT_URL points boto3 at the local stack)."""
-    return _client(service, os.environ.get("AWS_ENDPOINT_URL", ""))
+def aws_client(service: str, *, lean: bool = True) -> Any:
+    """One client per service and endpoint (AWS_ENDPOINT_URL points boto3 at the local stack). DynamoDB and SQS get
+    the relay's own JSON-API clients (the methods the functions call); `lean=False`: boto3's, whole."""
+    return _client(service, os.environ.get("AWS_ENDPOINT_URL", ""), lean and service in LEAN_CLIENTS)
+
+
+# The same endpoint, region, credentials, retries and timeouts at a third to half of botocore's CPU per call
+# (adapters/aws_json.py): a warm dispatch's three writes and its sends were most of its CPU.
+LEAN_CLIENTS = ("dynamodb", "sqs")
 
 
 @functools.cache
-def _client(service: str, endpoint: str) -> Any:
+def _client(service: str, endpoint: str, lean: bool) -> Any:
     import boto3  # noqa: PLC0415 - boto3 costs ~150 ms; only functions that talk to AWS pay it
     from botocore.config import Config  # noqa: PLC0415
-
-    from crcr.adapters.dynamodb_client import DynamoClient  # noqa: PLC0415
 
     config = Config(
         retries={"mode": "standard", "max_attempts": 3},
@@ -65,12 +69,17 @@ def _client(service: str, endpoint: str) -> Any:
         tcp_keepalive=True,
     )
     client = boto3.client(service, config=config)
+    if not lean:
+        return client
+    assert boto3.DEFAULT_SESSION is not None  # boto3.client made it
+    credentials = boto3.DEFAULT_SESSION.get_credentials()
     if service == "dynamodb":
-        # The same endpoint, region, credentials, retries and timeouts at a third to half of botocore's CPU per call
-        # (adapters/dynamodb_client.py): a warm dispatch's three writes were most of its CPU.
-        assert boto3.DEFAULT_SESSION is not None  # boto3.client made it
-        return DynamoClient.like(client, boto3.DEFAULT_SESSION.get_credentials())
-    return client
+        from crcr.adapters.dynamodb_client import DynamoClient  # noqa: PLC0415
+
+        return DynamoClient.like(client, credentials)
+    from crcr.adapters.sqs_client import SqsClient  # noqa: PLC0415
+
+    return SqsClient.like(client, credentials)
 
 
 @functools.cache
@@ -82,13 +91,24 @@ def _secrets_provider(endpoint: str) -> Any:
 
 def _secret_doc(settings: Settings, *, force: bool = False) -> dict[str, Any]:
     """The CRCR_SECRETS_ARN document, through Powertools' cache: read again once it is older than
-    CRCR_SECRETS_MAX_AGE_S, or now when `force`d."""
+    CRCR_SECRETS_MAX_AGE_S, or now when `force`d. Parsed once per value read (each dispatch asks for its ticket
+    key, and the document holds the App's private key: parsing it every time was a few percent of a dispatch)."""
+    arn = str(settings.secrets_arn)
     provider = _secrets_provider(os.environ.get("AWS_ENDPOINT_URL", ""))
-    raw = provider.get(str(settings.secrets_arn), max_age=settings.secrets_max_age_s, force_fetch=force)
+    raw = provider.get(arn, max_age=settings.secrets_max_age_s, force_fetch=force)
+    last = _parsed_secret_docs.get(arn)
+    if last is not None and last[0] is raw:
+        return last[1]
     doc = json.loads(raw if isinstance(raw, str) else raw.decode())
     if not isinstance(doc, dict):
         raise ConfigError("CRCR_SECRETS_ARN must hold a JSON object")
+    _parsed_secret_docs[arn] = (raw, doc)
     return doc
+
+
+# The last value read of each secret document and its parse: the cache hands back the same object until it reads
+# the secret again.
+_parsed_secret_docs: dict[str, tuple[Any, dict[str, Any]]] = {}
 
 
 _Built = TypeVar("_Built")

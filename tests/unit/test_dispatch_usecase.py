@@ -298,3 +298,27 @@ def test_a_batchs_check_run_requests_go_out_in_one_send_and_an_unsent_one_fails_
     assert batch.dispatch(message(delivery_id="d-3"), "record-3").result is Result.DUPLICATE
     batch.send_requests()
     assert [m.delivery_id for m, _ in queue.sent][-1] == "d-3"
+
+
+def test_a_batchs_counts_with_dimensions_reach_the_metrics_once_summed_when_it_is_done(deps: DispatchDeps) -> None:
+    """Each count with dimensions is a CloudWatch document of its own: ten dispatches sent at one level are one
+    `DispatchSent level=L4` of 10, not ten of 1; plain counts go through as they happen."""
+    calls: list[tuple[str, int, dict[str, str]]] = []
+
+    class Calls(RecordingMetrics):
+        def count(self, name: str, value: int = 1, **dimensions: str) -> None:
+            calls.append((name, value, dimensions))
+            super().count(name, value, **dimensions)
+
+    metrics = Calls()
+    batch = DispatchBatch(dataclasses.replace(deps, metrics=metrics, checks=FakeChecksQueue()))
+    for i in range(10):
+        batch.dispatch(message(delivery_id=f"d-{i}"), f"record-{i}")
+    batch.dispatch(message(delivery_id="d-0"), "record-again")  # a repeat: a plain count, at once
+    batch.dispatch(message(delivery_id="d-l1", level=Level.L1), "record-l1")
+    assert calls == [("DispatchDuplicate", 1, {})]
+    batch.flush_metrics()
+    assert sorted(calls[1:], key=str) == [("DispatchSent", 1, {"level": "L1"}), ("DispatchSent", 10, {"level": "L4"})]
+    assert metrics.counts["DispatchSent"] == 11
+    batch.flush_metrics()  # nothing twice
+    assert len(calls) == 3

@@ -308,6 +308,31 @@ class _Requests:
         self.queue.dead_letter(message, reason)
 
 
+class _Tally:
+    """The Metrics port for one invocation's dispatches: a count with dimensions (a document of its own when it is
+    emitted) is summed by name and dimensions and handed on once, when the batch is done (`flush`), so ten
+    dispatches sent at one level are one document, not ten. Plain counts go straight through."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self._sums: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
+        self._lock = threading.Lock()
+
+    def count(self, name: str, value: int = 1, **dimensions: str) -> None:
+        if not dimensions:
+            self.metrics.count(name, value)
+            return
+        key = (name, tuple(sorted(dimensions.items())))
+        with self._lock:
+            self._sums[key] = self._sums.get(key, 0) + value
+
+    def flush(self) -> None:
+        with self._lock:
+            sums, self._sums = self._sums, {}
+        for (name, dimensions), value in sums.items():
+            self.metrics.count(name, value, **dict(dimensions))
+
+
 class DispatchBatch:
     """One invocation's records: they start together, side by side, so they share each PR's head read, and their
     check-run requests go out in one send at the end. A request is sent again on every repeat of a sent
@@ -317,7 +342,8 @@ class DispatchBatch:
     def __init__(self, deps: DispatchDeps) -> None:
         self.heads = PrHeads(deps.ledger, deps.clock)
         self._requests = _Requests(deps.checks) if deps.checks is not None else None
-        self.deps = replace(deps, checks=self._requests) if self._requests is not None else deps
+        self._tally = _Tally(deps.metrics)
+        self.deps = replace(deps, checks=self._requests or deps.checks, metrics=self._tally)
 
     def dispatch(self, message: DispatchMessage, record_id: str) -> DispatchOutcome:
         if self._requests is not None:
@@ -328,6 +354,10 @@ class DispatchBatch:
         """Send the check-run requests kept; raises as the queue does (then see `fail_requested`)."""
         if self._requests is not None and self._requests.kept:
             self._requests.queue.send_checks([m for _, m in self._requests.kept])
+
+    def flush_metrics(self) -> None:
+        """Hand the batch's counts with dimensions to the Metrics port (once the batch is done, sent or not)."""
+        self._tally.flush()
 
     def fail_requested(self, result: dict[str, Any]) -> dict[str, Any]:
         """The partial batch response with every record that asked for a check run failed too."""
