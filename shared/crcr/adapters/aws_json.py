@@ -108,9 +108,6 @@ class JsonApiClient:
         if not re.fullmatch(r"[A-Za-z0-9/._~-]+", self._path):
             raise ValueError(f"an endpoint path needs URI encoding, which this client does not sign: {endpoint_url!r}")
         self._url = f"{parts.scheme}://{parts.netloc}{self._path}"
-        default_port = {"https": 443, "http": 80}[parts.scheme]
-        host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
-        self._host = host if parts.port in (None, default_port) else f"{host}:{parts.port}"
         self._region = region
         self._credentials = credentials
         self._keys: dict[tuple[str, str], bytes] = {}  # the signing key of a (secret, day): it changes once a day
@@ -172,7 +169,7 @@ class JsonApiClient:
         day = amz_date[:8]
         signed = {
             "content-type": CONTENT_TYPE,
-            "host": self._host,
+            "host": self._connections.host,
             "x-amz-date": amz_date,
             "x-amz-target": self.target_prefix + operation,
         }

@@ -1,7 +1,7 @@
 """GitHub REST client for the App: JWT, down-scoped installation tokens (cached), repository_dispatch.
 
-A thin client over kept-alive `http.client` connections (`crcr.adapters.http_connections`, shared with the
-DynamoDB client: a warm dispatch's GitHub POST spent most of its CPU in a pool manager's layers): no retries
+A thin client over kept-alive HTTP/1.1 connections (`crcr.adapters.http_connections`, shared with the AWS
+JSON-API client: a warm dispatch's GitHub POST spent most of its CPU in a pool manager's layers): no retries
 inside the Lambda, no redirects followed; every failure is classified for the caller, which retries through the
 queue.
 """

@@ -88,11 +88,12 @@ class Connections:
         if parts.scheme not in {"https", "http"} or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url!r}")
         self._scheme, self._host = parts.scheme, parts.hostname
-        self._port = parts.port or {"https": 443, "http": 80}[parts.scheme]
+        default_port = {"https": 443, "http": 80}[parts.scheme]
+        self._port = parts.port or default_port
         self._origin = f"{parts.scheme}://{parts.netloc}"
         host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"  # an IPv6 address
-        default_port = {"https": 443, "http": 80}[parts.scheme]
-        self._host_line = f"Host: {host}" if parts.port in (None, default_port) else f"Host: {host}:{parts.port}"
+        # The Host header's value (the port only when it is not the scheme's), for a client that signs it.
+        self.host = host if parts.port in (None, default_port) else f"{host}:{parts.port}"
         self._connect_timeout_s, self._read_timeout_s = connect_timeout_s, read_timeout_s
         # The CA bundle given (a client's own setting, such as AWS_CA_BUNDLE), else the system's.
         self._context = ssl.create_default_context(cafile=cafile) if parts.scheme == "https" else None
@@ -116,7 +117,7 @@ class Connections:
         by lowercase name, a repeated header's values joined with ", ")."""
         if self._through_proxy:
             target, headers = self._origin + target, headers | self._proxy_headers
-        message = _request_bytes(method, target, self._host_line, headers, body)
+        message = _request_bytes(method, target, self.host, headers, body)
         link = self._take()
         try:
             link.sock.sendall(message)
@@ -203,7 +204,7 @@ _BAD_TARGET = re.compile(r"[\x00-\x20\x7f]")
 _BAD_VALUE = re.compile(r"[\r\n\x00]")
 
 
-def _request_bytes(method: str, target: str, host_line: str, headers: dict[str, str], body: bytes | None) -> bytes:
+def _request_bytes(method: str, target: str, host: str, headers: dict[str, str], body: bytes | None) -> bytes:
     """The request line, headers and body, to be sent in one write: `Host` (unless `headers` name it, as a signed
     request does), `Accept-Encoding: identity` (unless they ask for another) and the body's length added. A target
     or header that would split the request (a space or control character in the target, a line break in a header)
@@ -218,7 +219,7 @@ def _request_bytes(method: str, target: str, host_line: str, headers: dict[str, 
         lines.append(f"{name}: {value}")
         named.add(name.lower())
     if "host" not in named:
-        lines.append(host_line)
+        lines.append(f"Host: {host}")
     if "accept-encoding" not in named:
         lines.append("Accept-Encoding: identity")  # the body as it is (no compression asked for)
     if body is not None or method in ("POST", "PUT", "PATCH"):
