@@ -521,8 +521,8 @@ def main() -> int:
     parser.add_argument(
         "--checkbudget-budget-s",
         type=float,
-        default=150.0,
-        help="wall-time budget of that run per auto setting and 1x of load (per_job: a third, whatever the load)",
+        default=300.0,
+        help="wall-time budget of that run per auto setting and 1x of load (per_job: a sixth, whatever the load)",
     )
     parser.add_argument("--checkbudget-drain-hours", type=float, default=72.0, help="simulated hours after the day")
     parser.add_argument("--skip-checkbudget", action="store_true", help="leave out the check-run budget figures")
