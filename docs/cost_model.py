@@ -58,8 +58,10 @@ CALLBACKS_PER_JOB = 2  # `in_progress`, then `completed` (the action's pattern)
 CHANGES_PER_CALLBACK = 1  # each recorded callback is one results-table change the reporter handles
 REPORTING_SHARE = 1.0  # repositories at L2+ (L1 ones never report): all of them, the upper bound
 CHECKS_SHARE = 1.0  # repositories at L3/L4 with check runs and the PR comment: all of them, the upper bound
-CHECK_MESSAGES_PER_DISPATCH = 1 + 2 * JOBS_PER_DISPATCH * CALLBACKS_PER_JOB  # `repo` at dispatch; per change a job
-# message and a comment request
+CHECK_MESSAGES_PER_DISPATCH = 2 * JOBS_PER_DISPATCH * CALLBACKS_PER_JOB  # per change a job message and a comment
+# request, on ChecksQueue
+CHECK_STREAM_REQUESTS_PER_DISPATCH = 1  # `repo` at dispatch: the ledger's mark, read from the state table's stream
+# (Lambda's stream reads are free: no SQS send, receive or delete)
 CHECK_READS_PER_MESSAGE = 3  # the job or ledger row, the check-run row, the PR (labels, comment row)
 CHECK_WRITES_PER_MESSAGE = 3  # the pacing cell, the check-run row lock, the saved check run
 AWS_CALL_MS = 10.0  # an in-region DynamoDB, SQS or S3 call from Lambda (the bench's moto is on loopback)
@@ -312,20 +314,26 @@ def per_event(figures: Figures, repositories: int, memory: dict[str, float]) -> 
 
     checked = dispatches * CHECKS_SHARE
     messages = checked * (CHECK_MESSAGES_PER_DISPATCH + figures.check_paced_per_dispatch)
-    checks = Flow(
-        aws_calls={
-            "dynamodb.GetItem": CHECK_READS_PER_MESSAGE,
-            "dynamodb.UpdateItem": CHECK_WRITES_PER_MESSAGE,
-            "sqs.SendMessage": 1.0,  # the message itself (sent by the dispatcher, reporter, planner or a re-queue)
+    streamed = checked * CHECK_STREAM_REQUESTS_PER_DISPATCH
+    work = {"dynamodb.GetItem": CHECK_READS_PER_MESSAGE, "dynamodb.UpdateItem": CHECK_WRITES_PER_MESSAGE}
+    queued = Flow(
+        aws_calls=work
+        | {
+            "sqs.SendMessage": 1.0,  # the message itself (sent by the reporter, the planner or a re-queue)
             "sqs.DeleteMessageBatch": 1.0,  # Lambda deletes what the function handled
         },
         cpu_ms=CPU_MS_PER_CHECK_MESSAGE,
         invocations={"ChecksFunction": 1.0},
     )
+    from_stream = Flow(aws_calls=work, cpu_ms=CPU_MS_PER_CHECK_MESSAGE, invocations={"ChecksFunction": 1.0})
+    requests = messages + streamed
     writes = checked * figures.check_writes_per_dispatch + figures.comment_writes_per_event
-    check = calls_usage(checks.aws_calls, messages)
-    check.add(lambda_usage(checks, messages, memory, extra_ms=writes / messages * GITHUB_CALL_MS if messages else 0))
-    check.sqs += sqs_receives(checks, messages, ("ChecksFunction",))
+    github_ms = writes / requests * GITHUB_CALL_MS if requests else 0
+    check = calls_usage(queued.aws_calls, messages)
+    check.add(lambda_usage(queued, messages, memory, extra_ms=github_ms))
+    check.sqs += sqs_receives(queued, messages, ("ChecksFunction",))
+    check.add(calls_usage(from_stream.aws_calls, streamed))
+    check.add(lambda_usage(from_stream, streamed, memory, extra_ms=github_ms))
     flows[CHECKS_FLOW] = check
     return flows
 
@@ -482,7 +490,9 @@ def assumptions_section(f: Figures) -> list[str]:
         ("share of repositories that report (L2+)", REPORTING_SHARE, "all: the upper bound (L1 never reports)"),
         ("share with check runs and the comment (L3/L4)", CHECKS_SHARE, "all: the upper bound"),
         ("check-run messages per L3/L4 dispatch", CHECK_MESSAGES_PER_DISPATCH,
-         "`repo` at dispatch, then per change a `job` message and a comment request; plus the measured re-queues"),
+         "per change a `job` message and a comment request, on `ChecksQueue`; plus the measured re-queues"),
+        ("check-run requests from the state table's stream per L3/L4 dispatch", CHECK_STREAM_REQUESTS_PER_DISPATCH,
+         "`repo` at dispatch, the ledger's mark itself: one invocation each at most (Lambda's stream reads are free)"),
         ("DynamoDB reads, writes per check-run message", f"{CHECK_READS_PER_MESSAGE}, {CHECK_WRITES_PER_MESSAGE}",
          "not measured (section 6 counts GitHub's writes only): counted in `shared/crcr/app/checks.py`"),
         ("CPU ms per check-run message", CPU_MS_PER_CHECK_MESSAGE, "not measured"),

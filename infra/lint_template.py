@@ -210,6 +210,12 @@ def check_observability(cfn: dict[str, Any], report: Report) -> None:
         report.check(want in log_groups, f"{fn}: explicit log group /aws/lambda/${{{fn}}}")
         for metric in ("Errors", "Throttles"):
             report.check(("AWS/Lambda", metric, fn) in alarms, f"{fn}: alarm on AWS/Lambda {metric}")
+    for r in resources.values():
+        props = r.get("Properties", {})
+        if r["Type"] == "AWS::Lambda::EventSourceMapping" and _getatt_target(props.get("EventSourceArn"), "StreamArn"):
+            # A stream is read in order: a failing batch holds its shard, and only the iterator's age shows it.
+            fn = _ref(props.get("FunctionName"))
+            report.check(("AWS/Lambda", "IteratorAge", fn) in alarms, f"{fn}: alarm on AWS/Lambda IteratorAge")
     dlqs = set()
     for source, r in resources.items():
         if r["Type"] == "AWS::SQS::Queue":

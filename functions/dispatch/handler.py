@@ -18,11 +18,11 @@ _deps: DispatchDeps | None = None
 def lambda_handler(event: dict[str, Any], context: Any, deps: DispatchDeps | None = None) -> dict[str, Any]:
     global _deps
     ready = deps or _deps or (_deps := kept(build_dispatch_deps(load_settings())))
-    batch = DispatchBatch(ready)  # the records share each PR's head read and one send of check-run requests
+    batch = DispatchBatch(ready)  # the records share each PR's head read and their metrics documents
 
     def handle(record: dict[str, Any]) -> None:
         message = DispatchMessage.model_validate_json(record["body"])
-        outcome = batch.dispatch(message, record["messageId"])
+        outcome = batch.dispatch(message)
         logger.info(
             "dispatch handled",
             extra={
@@ -44,12 +44,7 @@ def lambda_handler(event: dict[str, Any], context: Any, deps: DispatchDeps | Non
         logger.exception("dispatch failed; SQS will redeliver", extra={"message_id": record.get("messageId")})
 
     # Records go to different repositories: run them side by side so a slow one holds up no other.
-    result = process_batch(event, handle, failed, parallel=10)
     try:
-        batch.send_requests()
-    except Exception:  # SQS brings those records back; a repeat of a sent dispatch asks again
-        logger.exception("check-run requests not sent; their records are failed back to the queue")
-        return batch.fail_requested(result)
+        return process_batch(event, handle, failed, parallel=10)
     finally:
         batch.flush_metrics()
-    return result

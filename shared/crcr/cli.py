@@ -45,8 +45,15 @@ def _dlq(args: argparse.Namespace) -> int:
             print(json.dumps(row))
         print(f"{len(rows)} dead letters", file=sys.stderr)
         return 0
-    moved = redrive(sqs, args.queue, args.to, args.max)
+    kept: list[str] = []
+    moved = redrive(sqs, args.queue, args.to, args.max, kept)
     print(f"redrove {moved} messages to {args.to}")
+    if kept:
+        print(
+            f"left {len(kept)} stream-batch records in the DLQ: they name stream records, not messages "
+            "(see docs/operations.md, ChecksDLQAlarm)",
+            file=sys.stderr,
+        )
     return 0
 
 

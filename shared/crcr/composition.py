@@ -315,7 +315,6 @@ def build_dispatch_deps(settings: Settings) -> DispatchDeps:
         # A claim must outlast one GitHub call (connect + read timeout) so a live worker is never doubled.
         lease_s=settings.github_timeout_s + 15.0,
         send_s=settings.github_timeout_s + 3.05,
-        checks=_checks_queue(settings),
         buildkite=_buildkite_dispatch(settings),
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import ValidationError
@@ -36,8 +37,18 @@ def list_dead_letters(sqs: Any, dlq_url: str, limit: int = 100) -> list[dict[str
     return list(seen.values())[:limit]
 
 
-def redrive(sqs: Any, dlq_url: str, to_url: str, limit: int = 1000) -> int:
-    """Move dead letters back to their queue; dispatches start again with a fresh attempt count."""
+def stream_batch(body: str) -> bool:
+    """Lambda's on-failure record of a stream batch (it names a shard and sequence numbers, not messages)."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and "DDBStreamBatchInfo" in doc
+
+
+def redrive(sqs: Any, dlq_url: str, to_url: str, limit: int = 1000, kept: list[str] | None = None) -> int:
+    """Move dead letters back to their queue; dispatches start again with a fresh attempt count. A stream batch's
+    record is no message of that queue: it stays in the DLQ (its id is added to `kept`)."""
     moved = 0
     while moved < limit:
         got = sqs.receive_message(
@@ -47,6 +58,10 @@ def redrive(sqs: Any, dlq_url: str, to_url: str, limit: int = 1000) -> int:
             return moved
         for message in got:
             body = message["Body"]
+            if stream_batch(body):
+                if kept is not None and message["MessageId"] not in kept:
+                    kept.append(message["MessageId"])
+                continue
             try:
                 dispatch = DispatchMessage.model_validate_json(body)
                 body = dispatch.model_copy(update={"attempt": 0, "not_before": None}).model_dump_json()

@@ -26,7 +26,8 @@ def process_batch(
     on_error: Callable[[dict[str, Any], BaseException], None],
     parallel: int = 1,
 ) -> dict[str, Any]:
-    """Run `handle` on each record; failed records are reported back to SQS and only they are retried."""
+    """Run `handle` on each record; failed records are reported back to SQS and only they are retried. A
+    DynamoDB stream's records are named by sequence number: the stream retries from the first one named."""
     records = event.get("Records") or []
 
     def run(record: dict[str, Any]) -> str | None:
@@ -34,7 +35,7 @@ def process_batch(
             handle(record)
         except Exception as exc:  # a failed record must not fail its neighbours
             on_error(record, exc)
-            return str(record["messageId"])
+            return str(record["messageId"] if "messageId" in record else record["dynamodb"]["SequenceNumber"])
         return None
 
     side_by_side = parallel > 1 and len(records) > 1

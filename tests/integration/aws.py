@@ -42,7 +42,16 @@ def create_tables(ddb: Any, **physical: str) -> None:
 def dynamodb(**physical: str) -> Iterator[Any]:
     """The relay's DynamoDB client (crcr/adapters/dynamodb_client.py) on a fresh moto server holding the
     template's tables named in `physical`."""
+    with dynamodb_and_streams(**physical) as (client, _):
+        yield client
+
+
+@contextlib.contextmanager
+def dynamodb_and_streams(**physical: str) -> Iterator[tuple[Any, Any]]:
+    """`dynamodb`, and boto3's DynamoDB Streams client on the same server (the tables' streams, as Lambda reads
+    them)."""
     with moto_server() as reach:
         ddb = boto3.client("dynamodb", **reach)
         create_tables(ddb, **physical)
-        yield DynamoClient.like(ddb, Credentials(reach["aws_access_key_id"], reach["aws_secret_access_key"]))
+        client = DynamoClient.like(ddb, Credentials(reach["aws_access_key_id"], reach["aws_secret_access_key"]))
+        yield client, boto3.client("dynamodbstreams", **reach)

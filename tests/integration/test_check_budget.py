@@ -28,10 +28,12 @@ from crcr.contracts.messages import CheckSyncMessage, DispatchMessage
 from crcr.domain.levels import Level
 from crcr.domain.pacing import parse_rates
 from crcr.domain.ticket import TicketClaims
-from crcr.local.stack import Context
+from crcr.local.filters import passes
+from crcr.local.stack import Context, StreamReader
+from crcr.local.template import StreamSource, functions_of, load_template
 from tests.conftest import APP_ID, ROOT
 from tests.doubles.github_double import GitHubDouble
-from tests.integration.aws import dynamodb
+from tests.integration.aws import dynamodb_and_streams
 from tests.unit.fakes import FakeClock, RecordingMetrics, StaticAllowlist
 
 UPSTREAM, REPO = "pytorch/pytorch", "org-four/L4-Repo"
@@ -42,9 +44,21 @@ HOURLY_LIMIT = 72  # what the double lets through in any hour: count + burst, as
 
 
 @pytest.fixture(scope="module")
-def ddb() -> Iterator[Any]:
-    with dynamodb(StateTable="state", ResultsTable="results") as client:
-        yield client
+def aws() -> Iterator[tuple[Any, Any]]:
+    with dynamodb_and_streams(StateTable="state", ResultsTable="results") as clients:
+        yield clients
+
+
+@pytest.fixture(scope="module")
+def ddb(aws: tuple[Any, Any]) -> Any:
+    return aws[0]
+
+
+def _dispatched_source() -> StreamSource:
+    """ChecksFunction's event source on the state table's stream, as template.yaml declares it (with its filter)."""
+    [checks] = [f for f in functions_of(load_template(ROOT / "template.yaml")) if f.logical_id == "ChecksFunction"]
+    [source] = [s for s in checks.stream_sources if s.table == "StateTable"]
+    return source
 
 
 def _checks_handler() -> Callable[..., dict[str, Any]]:
@@ -83,6 +97,14 @@ class Checks:
             assert result == {"batchItemFailures": []}
         self.clock.t = max(self.clock.t, t)
 
+    def take_stream(self, reader: StreamReader, source: StreamSource) -> int:
+        """The state table's new stream records that pass the template's filter, handed over as Lambda does."""
+        records = [r for r in reader.read_all() if passes(source.filters, r)]
+        if records:
+            result = self.handler({"Records": records}, Context("ChecksFunction", 60), deps=self.deps)
+            assert result == {"batchItemFailures": []}
+        return len(records)
+
 
 @dataclass
 class World:
@@ -93,10 +115,13 @@ class World:
     state: DynamoState
     metrics: RecordingMetrics
     clock: FakeClock
+    stream: StreamReader
     prs: Iterator[int] = field(default_factory=lambda: itertools.count(1001))
+    source: StreamSource = field(default_factory=_dispatched_source)
 
     def dispatch(self) -> tuple[str, str]:
-        """A pull request's new head dispatched to the L4 repository, as the dispatcher records and announces it."""
+        """A pull request's new head dispatched to the L4 repository, as the dispatcher records it: its ledger row
+        marked sent reaches the check-run writer through the state table's stream."""
         pr = next(self.prs)
         sha, delivery = f"{pr:040x}", f"dlv-{pr}"
         self.github.add_commit(UPSTREAM, sha)
@@ -111,8 +136,7 @@ class World:
         # As the dispatcher records it: the claim writes the dispatch's identity, the mark what the send changed.
         assert self.state.claim(message, f"dsp-{pr}", self.clock.t, 30.0, "bench", 5004, REPO).taken
         self.state.mark_dispatched(message, claims, self.clock.t)
-        self.checks.send_checks([CheckSyncMessage(kind="repo", upstream=UPSTREAM, head_sha=sha, delivery_id=delivery,
-                                                  repo=REPO)])  # fmt: skip
+        assert self.checks.take_stream(self.stream, self.source) == 1  # the mark, and no other write of the table
         self.checks.run_until(self.clock.t)
         return sha, f"dsp-{pr}"
 
@@ -147,7 +171,11 @@ class World:
 
 
 @pytest.fixture
-def world(ddb: Any, app_key: rsa.RSAPrivateKey, app_key_pem: str) -> Iterator[World]:
+def world(aws: tuple[Any, Any], app_key: rsa.RSAPrivateKey, app_key_pem: str) -> Iterator[World]:
+    ddb, streams = aws
+    [stream] = streams.list_streams(TableName="state")["Streams"]
+    reader = StreamReader(streams, stream["StreamArn"])
+    reader.read_all()  # what earlier tests of the module wrote
     clock = FakeClock(1_800_000_000.0)
     public = app_key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
@@ -163,7 +191,7 @@ def world(ddb: Any, app_key: rsa.RSAPrivateKey, app_key_pem: str) -> Iterator[Wo
             results=results, ledger=state, queue=checks, pacer=pacer, allowlist=StaticAllowlist(
                 parse_allowlist(f"L4:\n  - {REPO}\n")), metrics=metrics, clock=clock, settle_s=60.0, gauge=pacer,
         )  # fmt: skip
-        yield World(ddb, github, checks, results, state, metrics, clock)
+        yield World(ddb, github, checks, results, state, metrics, clock, reader)
         assert github.internal_errors == []
 
 

@@ -8,11 +8,10 @@ import pytest
 
 from crcr.app.dispatch import DispatchBatch, DispatchDeps, PrHeads, Result, dispatch, dispatch_id
 from crcr.app.ports import GitHubRateLimited, GitHubRejected, GitHubUnavailable, LedgerState
-from crcr.contracts.messages import CheckSyncMessage, DispatchMessage
+from crcr.contracts.messages import DispatchMessage
 from crcr.domain.levels import Level
 from crcr.domain.retry import RetryPolicy
 from tests.unit.fakes import (
-    FakeChecksQueue,
     FakeClock,
     FakeDispatchQueue,
     FakeGitHub,
@@ -273,33 +272,6 @@ def test_a_send_waits_for_a_claim_that_still_covers_it(deps: DispatchDeps) -> No
     assert dispatch(deps.queue.rescheduled[-1][0], deps).result is Result.DISPATCHED
 
 
-def test_a_batchs_check_run_requests_go_out_in_one_send_and_an_unsent_one_fails_its_record(deps: DispatchDeps) -> None:
-    queue = FakeChecksQueue()
-    batch = DispatchBatch(dataclasses.replace(deps, checks=queue))
-    for i in range(3):
-        assert batch.dispatch(message(delivery_id=f"d-{i}"), f"record-{i}").result is Result.DISPATCHED
-    assert queue.sends == 0  # kept until the batch is done
-    batch.send_requests()
-    assert queue.sends == 1 and [m.delivery_id for m, _ in queue.sent] == ["d-0", "d-1", "d-2"]
-
-    class Down(FakeChecksQueue):
-        def send_checks(self, messages: list[CheckSyncMessage], delay_s: float = 0.0) -> None:
-            raise RuntimeError("SQS unavailable")
-
-    batch = DispatchBatch(dataclasses.replace(deps, checks=Down()))
-    batch.dispatch(message(delivery_id="d-3"), "record-3")
-    batch.dispatch(message(delivery_id="d-4", level=Level.L1), "record-4")  # L1: no check run asked for
-    with pytest.raises(RuntimeError):
-        batch.send_requests()
-    result = batch.fail_requested({"batchItemFailures": [{"itemIdentifier": "record-9"}]})
-    assert result == {"batchItemFailures": [{"itemIdentifier": "record-3"}, {"itemIdentifier": "record-9"}]}
-    # SQS brings record-3 back: a repeat of a sent dispatch, which asks for its check run again.
-    batch = DispatchBatch(dataclasses.replace(deps, checks=queue))
-    assert batch.dispatch(message(delivery_id="d-3"), "record-3").result is Result.DUPLICATE
-    batch.send_requests()
-    assert [m.delivery_id for m, _ in queue.sent][-1] == "d-3"
-
-
 def test_a_batchs_counts_with_dimensions_reach_the_metrics_once_summed_when_it_is_done(deps: DispatchDeps) -> None:
     """Each count with dimensions is a CloudWatch document of its own: ten dispatches sent at one level are one
     `DispatchSent level=L4` of 10, not ten of 1; plain counts go through as they happen."""
@@ -311,11 +283,11 @@ def test_a_batchs_counts_with_dimensions_reach_the_metrics_once_summed_when_it_i
             super().count(name, value, **dimensions)
 
     metrics = Calls()
-    batch = DispatchBatch(dataclasses.replace(deps, metrics=metrics, checks=FakeChecksQueue()))
+    batch = DispatchBatch(dataclasses.replace(deps, metrics=metrics))
     for i in range(10):
-        batch.dispatch(message(delivery_id=f"d-{i}"), f"record-{i}")
-    batch.dispatch(message(delivery_id="d-0"), "record-again")  # a repeat: a plain count, at once
-    batch.dispatch(message(delivery_id="d-l1", level=Level.L1), "record-l1")
+        batch.dispatch(message(delivery_id=f"d-{i}"))
+    batch.dispatch(message(delivery_id="d-0"))  # a repeat: a plain count, at once
+    batch.dispatch(message(delivery_id="d-l1", level=Level.L1))
     assert calls == [("DispatchDuplicate", 1, {})]
     batch.flush_metrics()
     assert sorted(calls[1:], key=str) == [("DispatchSent", 1, {"level": "L1"}), ("DispatchSent", 10, {"level": "L4"})]

@@ -25,7 +25,6 @@ from crcr.app.ports import (
     BuildkiteUnavailable,
     BuildRef,
     Builds,
-    ChecksQueue,
     Clock,
     DispatchQueue,
     GitHub,
@@ -41,7 +40,7 @@ from crcr.app.ports import (
     Pacer,
     TicketSigner,
 )
-from crcr.contracts.messages import CheckSyncMessage, DispatchMessage
+from crcr.contracts.messages import DispatchMessage
 from crcr.domain.ids import repo_key
 from crcr.domain.pacing import RESERVE_HORIZON_S
 from crcr.domain.retry import RetryPolicy
@@ -94,7 +93,6 @@ class DispatchDeps:
     # The longest one GitHub call may take (connect + read timeouts): a send goes only while the claim has
     # this much left, so a claim taken before pacing still covers the POST whole.
     send_s: float = 13.05
-    checks: ChecksQueue | None = None  # L3/L4: the repository's check run, created queued once sent
     buildkite: BuildkiteDeps | None = None  # None: no Buildkite API token; Buildkite repositories dead-letter
 
 
@@ -135,25 +133,6 @@ def new_build(message: DispatchMessage, ticket: str, callback_url: str, did: str
             "CRCR_UPSTREAM_PR": str(pr) if pr is not None else "",
         },
         meta_data={DISPATCH_META_KEY: did, DELIVERY_META_KEY: message.delivery_id},
-    )
-
-
-def _announce(message: DispatchMessage, deps: DispatchDeps) -> None:
-    """Ask the check-run writer for the repository's check run (L4: queued now, so a required check
-    exists before anything reports). Sent again on every repeat of a sent dispatch, so a worker that
-    died between the dispatch and this send loses nothing; the writer creates it once."""
-    if deps.checks is None or message.level < 3:
-        return
-    deps.checks.send_checks(
-        [
-            CheckSyncMessage(
-                kind="repo",
-                upstream=message.upstream,
-                head_sha=message.head_sha,
-                delivery_id=message.delivery_id,
-                repo=message.target_repo,
-            )
-        ]
     )
 
 
@@ -211,8 +190,6 @@ def _refused(message: DispatchMessage, deps: DispatchDeps, row: LedgerRow | None
     that claim lapses."""
     if row is not None and row.state in (LedgerState.DISPATCHED, LedgerState.SUPERSEDED):
         deps.metrics.count("DispatchDuplicate")
-        if row.state is LedgerState.DISPATCHED:
-            _announce(message, deps)
         return DispatchOutcome(Result.DUPLICATE, row.state.value)
     wait = max(1.0, (row.lease_until if row else now) - now + 1.0)
     deps.queue.reschedule(message, wait)
@@ -287,27 +264,6 @@ def _paced(message: DispatchMessage, deps: DispatchDeps, wait: float, asked_at: 
     )
 
 
-class _Requests:
-    """ChecksQueue for one invocation's dispatches: their check-run requests are kept, each with its record, and
-    sent together when the batch is done (one SQS call for the batch, not one per dispatch)."""
-
-    def __init__(self, queue: ChecksQueue) -> None:
-        self.queue = queue
-        self.kept: list[tuple[str, CheckSyncMessage]] = []
-        self.record = threading.local()
-        self._lock = threading.Lock()
-
-    def send_checks(self, messages: list[CheckSyncMessage], delay_s: float = 0.0) -> None:
-        if delay_s:
-            self.queue.send_checks(messages, delay_s)
-            return
-        with self._lock:
-            self.kept += [(getattr(self.record, "id", ""), m) for m in messages]
-
-    def dead_letter(self, message: CheckSyncMessage, reason: str) -> None:
-        self.queue.dead_letter(message, reason)
-
-
 class _Tally:
     """The Metrics port for one invocation's dispatches: a count with dimensions (a document of its own when it is
     emitted) is summed by name and dimensions and handed on once, when the batch is done (`flush`), so ten
@@ -334,37 +290,21 @@ class _Tally:
 
 
 class DispatchBatch:
-    """One invocation's records: they start together, side by side, so they share each PR's head read, and their
-    check-run requests go out in one send at the end. A request is sent again on every repeat of a sent
-    dispatch, so a record whose request could not be sent is failed back to SQS (`finish`) and its repeat asks
-    again: nothing is lost, as when a worker dies between a dispatch and its request."""
+    """One invocation's records: they start together, side by side, so they share each PR's head read and one
+    metrics document per count. An L3/L4 dispatch's check run is asked for by its ledger row itself: marking it
+    sent is a change on the state table's stream, which feeds the check-run writer (nothing to send here)."""
 
     def __init__(self, deps: DispatchDeps) -> None:
         self.heads = PrHeads(deps.ledger, deps.clock)
-        self._requests = _Requests(deps.checks) if deps.checks is not None else None
         self._tally = _Tally(deps.metrics)
-        self.deps = replace(deps, checks=self._requests or deps.checks, metrics=self._tally)
+        self.deps = replace(deps, metrics=self._tally)
 
-    def dispatch(self, message: DispatchMessage, record_id: str) -> DispatchOutcome:
-        if self._requests is not None:
-            self._requests.record.id = record_id
+    def dispatch(self, message: DispatchMessage) -> DispatchOutcome:
         return dispatch(message, self.deps, self.heads)
 
-    def send_requests(self) -> None:
-        """Send the check-run requests kept; raises as the queue does (then see `fail_requested`)."""
-        if self._requests is not None and self._requests.kept:
-            self._requests.queue.send_checks([m for _, m in self._requests.kept])
-
     def flush_metrics(self) -> None:
-        """Hand the batch's counts with dimensions to the Metrics port (once the batch is done, sent or not)."""
+        """Hand the batch's counts with dimensions to the Metrics port (once the batch is done)."""
         self._tally.flush()
-
-    def fail_requested(self, result: dict[str, Any]) -> dict[str, Any]:
-        """The partial batch response with every record that asked for a check run failed too."""
-        requested = {record for record, _ in (self._requests.kept if self._requests is not None else [])}
-        failed = requested | {f["itemIdentifier"] for f in result.get("batchItemFailures") or []}
-        self.deps.metrics.count("DispatchRequestsUnsent", len(requested))
-        return {"batchItemFailures": [{"itemIdentifier": record} for record in sorted(failed)]}
 
 
 def dispatch(message: DispatchMessage, deps: DispatchDeps, heads: PrHeads | None = None) -> DispatchOutcome:
@@ -434,7 +374,6 @@ def dispatch(message: DispatchMessage, deps: DispatchDeps, heads: PrHeads | None
 
     deps.ledger.mark_dispatched(message, claims, deps.clock.now())
     deps.metrics.count("DispatchSent", level=message.level.name)
-    _announce(message, deps)
     return DispatchOutcome(Result.DISPATCHED)
 
 
@@ -534,5 +473,4 @@ def _sent(
 ) -> DispatchOutcome:
     deps.ledger.mark_dispatched(message, claims, deps.clock.now(), build=build)
     deps.metrics.count("DispatchSent", level=message.level.name)
-    _announce(message, deps)
     return DispatchOutcome(Result.DISPATCHED, f"build {build.number} {how}", build=build)

@@ -29,6 +29,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
+from crcr.local.filters import passes
 from crcr.local.front import FrontEnd
 from crcr.local.sandbox import SandboxGitHub, SandboxWorkflows
 from crcr.local.sandbox_buildkite import SandboxBuildkite, new_api_token
@@ -439,7 +440,10 @@ class LocalStack:
             try:
                 for sid in reader.shards():
                     if not pending.get(sid):
-                        pending[sid] = reader.read(sid, source.batch_size)
+                        # Lambda filters before it batches: a filtered stream is read further ahead.
+                        read = reader.read(sid, source.batch_size if not source.filters else 1000)
+                        pending[sid] = [r for r in read if passes(source.filters, r)]
+                        busy = busy or bool(read)
                     if pending[sid]:
                         self._deliver_stream_batch(fn, source, sid, pending, retries)
                         busy = True

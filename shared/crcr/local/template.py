@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from crcr.local.filters import STREAM_KEYS, Filter
+
 
 class _CfnLoader(yaml.SafeLoader):
     pass
@@ -60,6 +62,7 @@ class StreamSource:
     max_retries: int = -1  # -1: until the record expires, as Lambda's default
     report_failures: bool = False
     on_failure_queue: str | None = None  # logical id of the SQS on-failure destination
+    filters: list[Filter] = field(default_factory=list)  # FilterCriteria: only matching records are delivered
 
 
 @dataclass
@@ -191,6 +194,10 @@ def functions_of(template: dict[str, Any]) -> list[FunctionDecl]:
                         max_retries=int(ev.get("MaximumRetryAttempts", -1)),
                         report_failures="ReportBatchItemFailures" in (ev.get("FunctionResponseTypes") or []),
                         on_failure_queue=on_failure["Fn::GetAtt"][0] if isinstance(on_failure, dict) else None,
+                        filters=[
+                            Filter(str(f["Pattern"]), STREAM_KEYS)
+                            for f in (ev.get("FilterCriteria") or {}).get("Filters") or []
+                        ],
                     )
                 )
             elif kind in ("Schedule", "ScheduleV2"):
