@@ -4,7 +4,8 @@ template's own DynamoDB tables."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import importlib.util
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import boto3
@@ -13,7 +14,7 @@ from moto.server import ThreadedMotoServer
 
 from crcr.adapters.dynamodb_client import DynamoClient
 from crcr.local.stack import free_port, table_spec
-from crcr.local.template import load_template, resources_of
+from crcr.local.template import StreamSource, functions_of, load_template, resources_of
 from tests.conftest import ROOT, http
 
 
@@ -55,3 +56,20 @@ def dynamodb_and_streams(**physical: str) -> Iterator[tuple[Any, Any]]:
         create_tables(ddb, **physical)
         client = DynamoClient.like(ddb, Credentials(reach["aws_access_key_id"], reach["aws_secret_access_key"]))
         yield client, boto3.client("dynamodbstreams", **reach)
+
+
+def checks_stream_source() -> StreamSource:
+    """ChecksFunction's event source on the state table's stream, as template.yaml declares it (with its filter)."""
+    [checks] = [f for f in functions_of(load_template(ROOT / "template.yaml")) if f.logical_id == "ChecksFunction"]
+    [source] = [s for s in checks.stream_sources if s.table == "StateTable"]
+    return source
+
+
+def checks_handler(module_name: str) -> Callable[..., dict[str, Any]]:
+    """functions/checks/handler.py loaded afresh under `module_name` (its cached deps are the module's own)."""
+    spec = importlib.util.spec_from_file_location(module_name, ROOT / "functions/checks/handler.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    handler: Callable[..., dict[str, Any]] = module.lambda_handler
+    return handler

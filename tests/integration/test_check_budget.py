@@ -6,7 +6,6 @@ once it has not, and per-job again once the window drained; the double shows eve
 from __future__ import annotations
 
 import heapq
-import importlib.util
 import itertools
 import json
 import uuid
@@ -30,10 +29,10 @@ from crcr.domain.pacing import parse_rates
 from crcr.domain.ticket import TicketClaims
 from crcr.local.filters import passes
 from crcr.local.stack import Context, StreamReader
-from crcr.local.template import StreamSource, functions_of, load_template
-from tests.conftest import APP_ID, ROOT
+from crcr.local.template import StreamSource
+from tests.conftest import APP_ID
 from tests.doubles.github_double import GitHubDouble
-from tests.integration.aws import dynamodb_and_streams
+from tests.integration.aws import checks_handler, checks_stream_source, dynamodb_and_streams
 from tests.unit.fakes import FakeClock, RecordingMetrics, StaticAllowlist
 
 UPSTREAM, REPO = "pytorch/pytorch", "org-four/L4-Repo"
@@ -52,22 +51,6 @@ def aws() -> Iterator[tuple[Any, Any]]:
 @pytest.fixture(scope="module")
 def ddb(aws: tuple[Any, Any]) -> Any:
     return aws[0]
-
-
-def _dispatched_source() -> StreamSource:
-    """ChecksFunction's event source on the state table's stream, as template.yaml declares it (with its filter)."""
-    [checks] = [f for f in functions_of(load_template(ROOT / "template.yaml")) if f.logical_id == "ChecksFunction"]
-    [source] = [s for s in checks.stream_sources if s.table == "StateTable"]
-    return source
-
-
-def _checks_handler() -> Callable[..., dict[str, Any]]:
-    spec = importlib.util.spec_from_file_location("crcr_fn_checks_budget", ROOT / "functions/checks/handler.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    handler: Callable[..., dict[str, Any]] = module.lambda_handler
-    return handler
 
 
 @dataclass
@@ -117,7 +100,7 @@ class World:
     clock: FakeClock
     stream: StreamReader
     prs: Iterator[int] = field(default_factory=lambda: itertools.count(1001))
-    source: StreamSource = field(default_factory=_dispatched_source)
+    source: StreamSource = field(default_factory=checks_stream_source)
 
     def dispatch(self) -> tuple[str, str]:
         """A pull request's new head dispatched to the L4 repository, as the dispatcher records it: its ledger row
@@ -185,7 +168,7 @@ def world(aws: tuple[Any, Any], app_key: rsa.RSAPrivateKey, app_key_pem: str) ->
         metrics = RecordingMetrics()
         state, results = DynamoState(ddb, "state"), DynamoResults(ddb, "results")
         pacer = DynamoPacer(ddb, "state", rates=parse_rates(RATES))
-        checks = Checks(_checks_handler(), clock)
+        checks = Checks(checks_handler("crcr_fn_checks_budget"), clock)
         checks.deps = CheckDeps(
             api=GitHubCheckRuns(GitHubApp(github.url, APP_ID, app_key_pem, clock.now)), store=state,
             results=results, ledger=state, queue=checks, pacer=pacer, allowlist=StaticAllowlist(

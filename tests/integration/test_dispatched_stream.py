@@ -5,9 +5,8 @@ that passes, once, and it is the check-run request the dispatcher used to send t
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import boto3
@@ -21,10 +20,8 @@ from crcr.domain.levels import Level
 from crcr.domain.ticket import TicketClaims
 from crcr.local.filters import passes
 from crcr.local.stack import Context, StreamReader
-from crcr.local.template import StreamSource, functions_of, load_template
 from crcr.ops import redrive
-from tests.conftest import ROOT
-from tests.integration.aws import dynamodb_and_streams, moto_server
+from tests.integration.aws import checks_handler, checks_stream_source, dynamodb_and_streams, moto_server
 from tests.unit.fakes import FakeChecksQueue, RecordingMetrics
 from tests.unit.test_checks import _deps, _job
 
@@ -37,12 +34,6 @@ def aws() -> Iterator[tuple[DynamoState, StreamReader, Any]]:
     with dynamodb_and_streams(StateTable=TABLE) as (ddb, streams):
         [stream] = streams.list_streams(TableName=TABLE)["Streams"]
         yield DynamoState(ddb, TABLE, start_timeout_s=600.0), StreamReader(streams, stream["StreamArn"]), ddb
-
-
-def checks_source() -> StreamSource:
-    [checks] = [f for f in functions_of(load_template(ROOT / "template.yaml")) if f.logical_id == "ChecksFunction"]
-    [source] = [s for s in checks.stream_sources if s.table == "StateTable"]
-    return source
 
 
 def message(delivery: str, repo: str, level: Level) -> DispatchMessage:
@@ -66,7 +57,7 @@ def test_only_an_l3_or_l4_dispatch_marked_sent_reaches_the_check_run_writer_and_
     aws: tuple[DynamoState, StreamReader, Any],
 ) -> None:
     state, reader, ddb = aws
-    source = checks_source()
+    source = checks_stream_source()
     assert source.filters and source.on_failure_queue == "ChecksDLQ"
     levels = {"o/one": Level.L1, "o/two": Level.L2, "o/three": Level.L3, "o/four": Level.L4}
     for repo, level in levels.items():
@@ -100,15 +91,6 @@ def test_only_an_l3_or_l4_dispatch_marked_sent_reaches_the_check_run_writer_and_
     assert len(records) > 3 * len(passed)  # the filter is what keeps the writer from seeing every ledger write
 
 
-def _checks_handler() -> Callable[..., dict[str, Any]]:
-    spec = importlib.util.spec_from_file_location("crcr_fn_checks_stream", ROOT / "functions/checks/handler.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    handler: Callable[..., dict[str, Any]] = module.lambda_handler
-    return handler
-
-
 def _record(repo: str, sequence: str) -> dict[str, Any]:
     """A stream record of the ledger row `x`/`repo` marked sent at L4 (the row tests.unit.test_checks' deps hold)."""
     row = {
@@ -130,7 +112,7 @@ def _record(repo: str, sequence: str) -> dict[str, Any]:
 def test_a_request_the_writer_cannot_take_goes_to_checks_queue_and_only_one_sqs_refuses_is_retried_by_the_stream() -> (
     None
 ):
-    handler = _checks_handler()
+    handler = checks_handler("crcr_fn_checks_stream")
     deps, api, _ = _deps(_job("in_progress", None))
     event = {"Records": [_record("o/r", "100")]}
     assert handler(event, Context("ChecksFunction", 60), deps=deps) == {"batchItemFailures": []}
