@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from crcr.app.dispatch import BuildkiteDeps, DispatchDeps
     from crcr.app.health import HealthDeps
     from crcr.app.ingest import IngestDeps
+    from crcr.app.levels import LevelDeps
     from crcr.app.plan import PlannerDeps
     from crcr.app.ports import JobRecord, RepoLookup
     from crcr.app.reconcile import ReconcileDeps
@@ -388,6 +389,7 @@ def _checks_queue(settings: Settings) -> SqsChecksQueue | None:
 def build_checks_deps(settings: Settings) -> CheckDeps:
     from crcr.adapters.dynamo import DynamoPacer, DynamoState  # noqa: PLC0415
     from crcr.adapters.github import GitHubCheckRuns, GitHubIssueComments, GitHubReruns  # noqa: PLC0415
+    from crcr.adapters.levels import CachedDemotions, DynamoLevels  # noqa: PLC0415
     from crcr.app.checks import CheckDeps  # noqa: PLC0415
     from crcr.app.comment import CommentDeps  # noqa: PLC0415
     from crcr.app.rerun import RerunDeps, RetryDeps  # noqa: PLC0415
@@ -446,6 +448,7 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
             give_up_s=settings.run_timeout_s,
         ),
         comment=comment,
+        demotions=CachedDemotions(DynamoLevels(aws_client("dynamodb"), str(settings.state_table)), clock.now),
     )
 
 
@@ -591,6 +594,39 @@ def build_reconcile_deps(settings: Settings) -> ReconcileDeps:
         lookback_s=float(settings.reconcile_lookback_s),
         # One POST: connect + read timeout, and room to spare.
         lease_s=settings.github_timeout_s + 15.0,
+    )
+
+
+def build_level_deps(settings: Settings) -> LevelDeps:
+    """LevelFunction: level status from the results' by_repo index, published in the HUD bucket; demotion PRs in
+    the allowlist's repository when the allowlist is read from GitHub (`github:owner/repo/path@base`)."""
+    from crcr.adapters.allowlist_pulls import GitHubAllowlistPulls  # noqa: PLC0415
+    from crcr.adapters.allowlist_source import parse_allowlist  # noqa: PLC0415
+    from crcr.adapters.levels import DynamoLevels  # noqa: PLC0415
+    from crcr.adapters.s3 import S3HudDocs  # noqa: PLC0415
+    from crcr.app.levels import LevelDeps  # noqa: PLC0415
+
+    settings.require("state_table", "results_table", "allowlist", "hud_bucket")
+    metrics = PowertoolsMetrics()
+    clock = SystemClock()
+    results = _results(settings)
+    source = str(settings.allowlist)
+    pulls = None
+    if source.startswith("github:") and settings.github_app_id:
+        spec, _, base = source.removeprefix("github:").rpartition("@")
+        owner, name, path = spec.split("/", 2)
+        pulls = GitHubAllowlistPulls(_github(settings), f"{owner}/{name}", path, base)
+    return LevelDeps(
+        allowlist=_allowlist(settings, metrics, clock),
+        jobs=results,
+        history=DynamoLevels(aws_client("dynamodb"), str(settings.state_table), results.first_l2_job),
+        demotions=DynamoLevels(aws_client("dynamodb"), str(settings.state_table)),
+        docs=S3HudDocs(aws_client("s3"), str(settings.hud_bucket)),
+        metrics=metrics,
+        clock=clock,
+        parse=parse_allowlist,
+        pulls=pulls,
+        hud_url=f"{settings.callback_url.rsplit('/callback', 1)[0]}/hud" if settings.callback_url else None,
     )
 
 

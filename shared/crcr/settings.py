@@ -61,6 +61,7 @@ class Settings(BaseModel):
     # The missed-webhook reconciler's local period (a schedule in AWS), and how far back its first run looks.
     reconcile_interval_s: int = 300
     reconcile_lookback_s: int = 3600
+    level_interval_s: int = 3600  # the level check's local period (hourly in AWS)
     # Operational tuning (extensions to DESIGN §6): GitHub read timeout and the retry backoff base.
     github_timeout_s: float = 10.0
     buildkite_timeout_s: float = 10.0  # Buildkite REST read timeout (creating a build, looking one up)

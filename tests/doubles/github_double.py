@@ -191,6 +191,14 @@ DOC_COMMIT = "https://docs.github.com/rest/commits/commits#get-a-commit"
 DOC_COMMENT_CREATE = "https://docs.github.com/rest/issues/comments#create-an-issue-comment"
 DOC_COMMENT_UPDATE = "https://docs.github.com/rest/issues/comments#update-an-issue-comment"
 DOC_COMMENT_LIST = "https://docs.github.com/rest/issues/comments#list-issue-comments"
+DOC_GIT_REF = "https://docs.github.com/rest/git/refs#get-a-reference"
+DOC_GIT_REF_CREATE = "https://docs.github.com/rest/git/refs#create-a-reference"
+DOC_GIT_REF_UPDATE = "https://docs.github.com/rest/git/refs#update-a-reference"
+DOC_CONTENTS_PUT = "https://docs.github.com/rest/repos/contents#create-or-update-file-contents"
+DOC_PULLS_LIST = "https://docs.github.com/rest/pulls/pulls#list-pull-requests"
+DOC_PULLS_CREATE = "https://docs.github.com/rest/pulls/pulls#create-a-pull-request"
+DOC_PULLS_UPDATE = "https://docs.github.com/rest/pulls/pulls#update-a-pull-request"
+DOC_LABELS_ADD = "https://docs.github.com/rest/issues/labels#add-labels-to-an-issue"
 DOC_HOOK_DELIVERIES = "https://docs.github.com/rest/apps/webhooks#list-deliveries-for-an-app-webhook"
 DOC_HOOK_REDELIVER = "https://docs.github.com/rest/apps/webhooks#redeliver-a-delivery-for-an-app-webhook"
 DOC_PRIMARY = "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"
@@ -671,6 +679,8 @@ class GitHubDouble:
         self._comment_writes: list[tuple[str, str, int, str]] = []  # (repo key, method, id, body)
         self._comment_ids = itertools.count(2_100_000_001)
         self._files: dict[tuple[str, str, str], _File] = {}
+        self._pulls: dict[tuple[str, int], dict[str, Any]] = {}  # (repo key, number) -> pull request
+        self._issue_numbers = itertools.count(180_001)
         self._commits: dict[str, set[str]] = {}
         self._branches: dict[tuple[str, str], str] = {}
         self._refs: dict[str, set[str]] = {}
@@ -695,6 +705,14 @@ class GitHubDouble:
                 self._h_run_rerun,
             ),
             ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/contents/(.+)"), self._h_contents),
+            ("PUT", re.compile(r"/repos/([^/]+)/([^/]+)/contents/(.+)"), self._h_contents_put),
+            ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/git/ref/(.+)"), self._h_git_ref),
+            ("POST", re.compile(r"/repos/([^/]+)/([^/]+)/git/refs"), self._h_git_ref_create),
+            ("PATCH", re.compile(r"/repos/([^/]+)/([^/]+)/git/refs/(.+)"), self._h_git_ref_update),
+            ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/pulls"), self._h_pulls_list),
+            ("POST", re.compile(r"/repos/([^/]+)/([^/]+)/pulls"), self._h_pulls_create),
+            ("PATCH", re.compile(r"/repos/([^/]+)/([^/]+)/pulls/(\d+)"), self._h_pulls_update),
+            ("POST", re.compile(r"/repos/([^/]+)/([^/]+)/issues/(\d+)/labels"), self._h_labels_add),
             ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/commits/(.+)"), self._h_commit),
             ("POST", re.compile(r"/repos/([^/]+)/([^/]+)/issues/(\d+)/comments"), self._h_comment_create),
             ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/issues/(\d+)/comments"), self._h_comment_list),
@@ -831,6 +849,21 @@ class GitHubDouble:
             if re.fullmatch(r"[0-9a-fA-F]{40}", ref):  # a file at a commit implies the commit
                 self._commits.setdefault(repo.lower(), set()).add(ref.lower())
         return sha
+
+    def pulls(self, repo: str) -> list[dict[str, Any]]:
+        """The repository's pull requests (the relay's and seeded ones), oldest first."""
+        with self._lock:
+            return [copy.deepcopy(p) for (k, _), p in sorted(self._pulls.items()) if k == repo.lower()]
+
+    def file_at(self, repo: str, path: str, ref: str) -> bytes | None:
+        """The file's content at a branch or commit, as the contents API would serve it."""
+        with self._lock:
+            found = self._find_file(self._repos[repo.lower()], path.strip("/"), ref)
+        return found.content if found is not None else None
+
+    def branch_head(self, repo: str, branch: str) -> str | None:
+        with self._lock:
+            return self._branches.get((repo.lower(), branch))
 
     def add_commit(self, repo: str, sha: str, *, branch: str | None = None) -> None:
         """Make ``sha`` a commit of ``repo`` (and, with ``branch``, that branch's head)."""
@@ -2175,6 +2208,242 @@ class GitHubDouble:
             },
         }
         return _json_resp(200, obj, headers)
+
+    # ---------------------------------------------------------------- endpoints: git refs, file writes, pulls
+
+    def _h_git_ref(self, ctx: _Ctx, owner: str, name: str, ref: str) -> _Resp:
+        auth = self._auth_repo(ctx, owner, name, "contents", "read", DOC_GIT_REF)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        if not ref.startswith("heads/"):
+            return _not_found(DOC_GIT_REF)
+        with self._lock:
+            sha = self._branches.get((repo.key, ref.removeprefix("heads/")))
+        if sha is None:
+            return _not_found(DOC_GIT_REF)
+        return _json_resp(200, self._ref_obj(repo, ref, sha))
+
+    def _ref_obj(self, repo: _Repo, ref: str, sha: str) -> dict[str, Any]:
+        return {
+            "ref": f"refs/{ref}",
+            "node_id": _node_id("Ref", _login_number(ref)),
+            "url": f"{self.url}/repos/{repo.full_name}/git/refs/{ref}",
+            "object": {"sha": sha, "type": "commit", "url": f"{self.url}/repos/{repo.full_name}/git/commits/{sha}"},
+        }
+
+    def _h_git_ref_create(self, ctx: _Ctx, owner: str, name: str) -> _Resp:
+        auth = self._auth_repo(ctx, owner, name, "contents", "write", DOC_GIT_REF_CREATE)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        body = self._body_object(ctx, DOC_GIT_REF_CREATE, required=True)
+        if isinstance(body, _Resp):
+            return body
+        ref, sha = body.get("ref"), body.get("sha")
+        if not isinstance(ref, str) or not isinstance(sha, str):
+            return _invalid('"ref" and "sha" are required strings.', DOC_GIT_REF_CREATE)
+        if not ref.startswith("refs/") or ref.count("/") < 2:
+            return _error(
+                422, "Reference name must start with 'refs/' and have at least two slashes.", DOC_GIT_REF_CREATE
+            )
+        with self._lock:
+            if self._resolve_commit(repo.key, sha) is None:
+                return _error(422, "Object does not exist", DOC_GIT_REF_CREATE)
+            branch = ref.removeprefix("refs/heads/")
+            if (repo.key, branch) in self._branches:
+                return _error(422, "Reference already exists", DOC_GIT_REF_CREATE)
+            self._branches[(repo.key, branch)] = sha.lower()
+            self._refs.setdefault(repo.key, set()).add(branch)
+        return _json_resp(201, self._ref_obj(repo, f"heads/{branch}", sha.lower()))
+
+    def _h_git_ref_update(self, ctx: _Ctx, owner: str, name: str, ref: str) -> _Resp:
+        auth = self._auth_repo(ctx, owner, name, "contents", "write", DOC_GIT_REF_UPDATE)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        body = self._body_object(ctx, DOC_GIT_REF_UPDATE, required=True)
+        if isinstance(body, _Resp):
+            return body
+        sha, force = body.get("sha"), body.get("force", False)
+        if not isinstance(sha, str):
+            return _invalid('"sha" wasn\'t supplied.', DOC_GIT_REF_UPDATE)
+        branch = ref.removeprefix("heads/")
+        with self._lock:
+            if not ref.startswith("heads/") or (repo.key, branch) not in self._branches:
+                return _error(422, "Reference does not exist", DOC_GIT_REF_UPDATE)
+            if self._resolve_commit(repo.key, sha) is None:
+                return _error(422, "Object does not exist", DOC_GIT_REF_UPDATE)
+            if force is not True and self._branches[(repo.key, branch)] != sha.lower():
+                # The double keeps no history: moving a branch anywhere else is not a fast-forward it can prove.
+                return _error(422, "Update is not a fast forward", DOC_GIT_REF_UPDATE)
+            self._branches[(repo.key, branch)] = sha.lower()
+            for key in [k for k in self._files if k[0] == repo.key and k[2] == branch]:
+                del self._files[key]  # what the branch held before now comes from its new head
+        return _json_resp(200, self._ref_obj(repo, f"heads/{branch}", sha.lower()))
+
+    def _h_contents_put(self, ctx: _Ctx, owner: str, name: str, path: str) -> _Resp:
+        auth = self._auth_repo(ctx, owner, name, "contents", "write", DOC_CONTENTS_PUT)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        body = self._body_object(ctx, DOC_CONTENTS_PUT, required=True)
+        if isinstance(body, _Resp):
+            return body
+        message, content = body.get("message"), body.get("content")
+        branch = body.get("branch") or repo.default_branch
+        if not isinstance(message, str) or not message:
+            return _invalid('"message" wasn\'t supplied.', DOC_CONTENTS_PUT)
+        if not isinstance(content, str):
+            return _invalid('"content" wasn\'t supplied.', DOC_CONTENTS_PUT)
+        try:
+            data = base64.b64decode(content, validate=True)
+        except ValueError:
+            return _invalid("content is not valid Base64", DOC_CONTENTS_PUT)
+        clean = path.strip("/")
+        with self._lock:
+            if (repo.key, branch) not in self._branches:
+                return _error(404, f"Branch {branch} not found", DOC_CONTENTS_PUT)
+            current = self._find_file(repo, clean, branch)
+            sha = body.get("sha")
+            if current is not None and sha is None:
+                return _invalid('"sha" wasn\'t supplied.', DOC_CONTENTS_PUT)
+            if current is not None and sha != current.sha:
+                return _error(409, f"{clean} does not match {sha}", DOC_CONTENTS_PUT)
+            blob = hashlib.sha1(b"blob %d\x00" % len(data) + data, usedforsecurity=False).hexdigest()
+            commit = hashlib.sha1(f"{repo.key}:{branch}:{clean}:{blob}:{self.clock()}".encode(), usedforsecurity=False)
+            head = commit.hexdigest()
+            previous = self._branches[(repo.key, branch)]
+            # The new commit holds what its parent held, and the written file.
+            for (k, p, ref), f in list(self._files.items()):
+                if k == repo.key and ref in (previous, branch) and p != clean:
+                    self._files[(k, p, head)] = f
+            self._files[(repo.key, clean, head)] = _File(data, blob)
+            self._files.pop((repo.key, clean, branch), None)
+            self._commits.setdefault(repo.key, set()).add(head)
+            self._branches[(repo.key, branch)] = head
+        status = 200 if current is not None else 201
+        return _json_resp(
+            status, {"content": {"path": clean, "sha": blob}, "commit": {"sha": head, "message": message}}
+        )
+
+    def _pull_obj(self, pull: dict[str, Any]) -> dict[str, Any]:
+        return copy.deepcopy(pull)
+
+    def _h_pulls_list(self, ctx: _Ctx, owner: str, name: str) -> _Resp:
+        auth = self._auth_repo(ctx, owner, name, "pull_requests", "read", DOC_PULLS_LIST)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        query = {k: v[-1] for k, v in ctx.rec.query.items()}
+        state = query.get("state", "open")
+        if state not in ("open", "closed", "all"):
+            return _invalid("state must be open, closed or all.", DOC_PULLS_LIST)
+        head, base = query.get("head"), query.get("base")
+        with self._lock:
+            found = [
+                self._pull_obj(p)
+                for (k, _), p in sorted(self._pulls.items())
+                if k == repo.key
+                and (state == "all" or p["state"] == state)
+                and (head is None or f"{p['head']['user']['login']}:{p['head']['ref']}".lower() == head.lower())
+                and (base is None or p["base"]["ref"] == base)
+            ]
+        return _json_resp(200, found[:30])
+
+    def _h_pulls_create(self, ctx: _Ctx, owner: str, name: str) -> _Resp:
+        auth = self._auth_repo(ctx, owner, name, "pull_requests", "write", DOC_PULLS_CREATE)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        body = self._body_object(ctx, DOC_PULLS_CREATE, required=True)
+        if isinstance(body, _Resp):
+            return body
+        title, head, base = body.get("title"), body.get("head"), body.get("base")
+        if not all(isinstance(v, str) and v for v in (title, head, base)):
+            return _invalid('"title", "head" and "base" are required strings.', DOC_PULLS_CREATE)
+        assert isinstance(head, str) and isinstance(base, str)
+        branch = head.split(":", 1)[-1]
+        with self._lock:
+            head_sha, base_sha = self._branches.get((repo.key, branch)), self._branches.get((repo.key, base))
+            errors: list[dict[str, Any]] = []
+            if head_sha is None:
+                errors.append({"resource": "PullRequest", "field": "head", "code": "invalid"})
+            if base_sha is None:
+                errors.append({"resource": "PullRequest", "field": "base", "code": "invalid"})
+            if not errors and head_sha == base_sha:
+                errors.append(
+                    {"resource": "PullRequest", "code": "custom", "message": f"No commits between {base} and {branch}"}
+                )
+            duplicate = any(
+                k == repo.key and p["state"] == "open" and p["head"]["ref"] == branch
+                for (k, _), p in self._pulls.items()
+            )
+            if duplicate:
+                message = f"A pull request already exists for {repo.owner}:{branch}."
+                errors.append({"resource": "PullRequest", "code": "custom", "message": message})
+            if errors:
+                return _json_resp(
+                    422, {"message": "Validation Failed", "errors": errors, "documentation_url": DOC_PULLS_CREATE}
+                )
+            number = next(self._issue_numbers)
+            now = _iso(self.clock())
+            pull = {
+                "number": number,
+                "state": "open",
+                "title": title,
+                "body": body.get("body") or "",
+                "user": {"login": f"{self.app_slug}[bot]", "type": "Bot"},
+                "head": {"ref": branch, "sha": head_sha, "user": {"login": repo.owner}},
+                "base": {"ref": base, "sha": base_sha},
+                "labels": [],
+                "merged": False,
+                "created_at": now,
+                "updated_at": now,
+                "html_url": f"https://github.com/{repo.full_name}/pull/{number}",
+            }
+            self._pulls[(repo.key, number)] = pull
+            self._issues[(repo.key, number)] = True
+            return _json_resp(201, self._pull_obj(pull))
+
+    def _h_pulls_update(self, ctx: _Ctx, owner: str, name: str, number: str) -> _Resp:
+        auth = self._auth_repo(ctx, owner, name, "pull_requests", "write", DOC_PULLS_UPDATE)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        body = self._body_object(ctx, DOC_PULLS_UPDATE, required=True)
+        if isinstance(body, _Resp):
+            return body
+        with self._lock:
+            pull = self._pulls.get((repo.key, int(number)))
+            if pull is None:
+                return _not_found(DOC_PULLS_UPDATE)
+            if "state" in body and body["state"] not in ("open", "closed"):
+                return _invalid("state must be open or closed.", DOC_PULLS_UPDATE)
+            for key in ("title", "body", "state"):
+                if key in body:
+                    pull[key] = body[key]
+            pull["updated_at"] = _iso(self.clock())
+            return _json_resp(200, self._pull_obj(pull))
+
+    def _h_labels_add(self, ctx: _Ctx, owner: str, name: str, number: str) -> _Resp:
+        auth = self._issue_auth(ctx, owner, name, int(number), "write", DOC_LABELS_ADD)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        body = self._body_object(ctx, DOC_LABELS_ADD, required=True)
+        if isinstance(body, _Resp):
+            return body
+        labels = body.get("labels")
+        if not isinstance(labels, list) or not all(isinstance(x, str) and x for x in labels):
+            return _invalid('"labels" must be a list of label names.', DOC_LABELS_ADD)
+        with self._lock:
+            pull = self._pulls.get((repo.key, int(number)))
+            names = [lab["name"] for lab in (pull["labels"] if pull else [])]
+            names += [x for x in labels if x not in names]
+            if pull is not None:
+                pull["labels"] = [{"name": x} for x in names]
+        return _json_resp(200, [{"name": x, "color": "ededed", "default": False} for x in names])
 
     def _h_commit(self, ctx: _Ctx, owner: str, name: str, ref: str) -> _Resp:
         auth = self._auth_repo(ctx, owner, name, "contents", "read", DOC_COMMIT)

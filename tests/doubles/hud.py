@@ -1,8 +1,9 @@
 """PyTorch's HUD endpoint as an HTTP double: the port of torchci's results route judges every push.
 
 It answers what PyTorch's HUD would (401, 413, 400 for a missing job name or check-run id, 500 for a
-push without `workflow`) and keeps the rows it would write. A script can force statuses first, to play
-an outage; any push the port itself refuses is kept in `refused`, which the fixture requires empty.
+push without `workflow`, 409 for a write to a row already completed) and keeps the rows it would write. A
+script can force statuses first, to play an outage; a 409 is kept in `duplicates` (the relay counts it and
+moves on), any other push the port refuses in `refused`, which the fixture requires empty.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class HudDouble:
         self.pushes: list[dict[str, Any]] = []  # accepted (2xx) pushes
         self.attempts: list[tuple[int, dict[str, Any]]] = []  # every push with the status answered
         self.refused: list[tuple[int, dict[str, Any], dict[str, Any]]] = []  # (status, reply, push) from the port
+        self.duplicates: list[dict[str, Any]] = []  # pushes to a row already completed (409)
         self._script: list[int] = []
         self._lock = threading.Lock()
         double = self
@@ -45,6 +47,8 @@ class HudDouble:
                     double.attempts.append((status, body))
                     if status < 300:
                         double.pushes.append(body)
+                    elif scripted is None and status == 409:
+                        double.duplicates.append(body)
                     elif scripted is None:
                         double.refused.append((status, reply, body))
                 data = json.dumps(reply).encode()

@@ -446,13 +446,13 @@ def test_dropped_connection(gh: GitHubDouble, keys: Keys) -> None:
 
 def test_unexpected_endpoints_are_404_and_recorded(gh: GitHubDouble, keys: Keys) -> None:
     tok = token(gh, keys)
-    answer = call(gh, "GET", "/repos/Org/Repo/pulls", auth=f"token {tok}")
+    answer = call(gh, "GET", "/repos/Org/Repo/branches", auth=f"token {tok}")
     assert answer.status == 404
     assert answer.json["message"] == "Not Found"
     assert call(gh, "DELETE", "/repos/Org/Repo/dispatches", auth=f"token {tok}").status == 404
     assert call(gh, "POST", "/repos/Org/Repo/dispatches/", auth=f"token {tok}", body={}).status == 404
     assert [(r.method, r.path) for r in gh.unexpected] == [
-        ("GET", "/repos/Org/Repo/pulls"),
+        ("GET", "/repos/Org/Repo/branches"),
         ("DELETE", "/repos/Org/Repo/dispatches"),
         ("POST", "/repos/Org/Repo/dispatches/"),
     ]
@@ -779,7 +779,7 @@ def test_keep_alive_framing(gh: GitHubDouble, keys: Keys) -> None:
     etag = ""
     for method, path, body, extra in [
         ("POST", "/repos/Org/Repo/dispatches", b'{"event_type":"e"}', {}),
-        ("GET", "/repos/Org/Repo/pulls", None, {}),
+        ("GET", "/repos/Org/Repo/branches", None, {}),
         ("GET", "/repos/Org/Repo/contents/f.txt", None, {}),
         ("GET", "/repos/Org/Repo/contents/f.txt", None, {"If-None-Match": "<etag>"}),
     ]:
@@ -955,3 +955,48 @@ def test_an_attempt_redelivers_the_same_event_and_guid(gh: GitHubDouble, keys: K
     unknown = call(gh, "POST", "/app/hook/deliveries/1/attempts", auth=f"Bearer {app_jwt(keys)}")
     assert unknown.status == 404
     assert call(gh, "POST", f"/app/hook/deliveries/{failed.id}/attempts").status == 401
+
+
+def test_a_branch_a_file_write_and_a_pull_request_as_github_answers_them(gh: GitHubDouble, keys: Keys) -> None:
+    gh.set_installation_permissions(7, {"contents": "write", "pull_requests": "write", "metadata": "read"})
+    main = "1" * 40
+    gh.add_commit("Org/Repo", main, branch="main")
+    blob = gh.put_file("Org/Repo", ".github/allowlist.yml", main, b"L1: [a/b]\n")
+    auth = f"token {token(gh, keys)}"
+    assert call(gh, "GET", "/repos/Org/Repo/git/ref/heads/main", auth=auth).json["object"]["sha"] == main
+    assert call(gh, "GET", "/repos/Org/Repo/git/ref/heads/nope", auth=auth).status == 404
+    created = call(gh, "POST", "/repos/Org/Repo/git/refs", auth=auth, body={"ref": "refs/heads/topic/x", "sha": main})
+    assert created.status == 201
+    again = call(gh, "POST", "/repos/Org/Repo/git/refs", auth=auth, body={"ref": "refs/heads/topic/x", "sha": main})
+    assert (again.status, again.json["message"]) == (422, "Reference already exists")
+    # A pull request needs commits between base and head.
+    early = call(gh, "POST", "/repos/Org/Repo/pulls", auth=auth, body={"title": "t", "head": "topic/x", "base": "main"})
+    assert early.status == 422 and "No commits between" in early.json["errors"][0]["message"]
+    put = {"message": "edit", "content": base64.b64encode(b"L2: [a/b]\n").decode(), "branch": "topic/x"}
+    assert call(gh, "PUT", "/repos/Org/Repo/contents/.github/allowlist.yml", auth=auth, body=put).status == 422
+    stale = call(gh, "PUT", "/repos/Org/Repo/contents/.github/allowlist.yml", auth=auth, body=put | {"sha": "0" * 40})
+    assert stale.status == 409
+    done = call(gh, "PUT", "/repos/Org/Repo/contents/.github/allowlist.yml", auth=auth, body=put | {"sha": blob})
+    assert done.status == 200 and gh.file_at("Org/Repo", ".github/allowlist.yml", "topic/x") == b"L2: [a/b]\n"
+    assert gh.file_at("Org/Repo", ".github/allowlist.yml", "main") == b"L1: [a/b]\n"
+    pull = call(gh, "POST", "/repos/Org/Repo/pulls", auth=auth, body={"title": "t", "head": "topic/x", "base": "main"})
+    assert pull.status == 201
+    number = pull.json["number"]
+    twice = call(gh, "POST", "/repos/Org/Repo/pulls", auth=auth, body={"title": "t", "head": "topic/x", "base": "main"})
+    assert twice.status == 422 and "already exists" in twice.json["errors"][0]["message"]
+    listed = call(gh, "GET", "/repos/Org/Repo/pulls?state=open&head=Org:topic/x&base=main", auth=auth)
+    assert [p["number"] for p in listed.json] == [number]
+    labels = call(gh, "POST", f"/repos/Org/Repo/issues/{number}/labels", auth=auth, body={"labels": ["x"]})
+    assert [lab["name"] for lab in labels.json] == ["x"]
+    closed = call(gh, "PATCH", f"/repos/Org/Repo/pulls/{number}", auth=auth, body={"state": "closed"})
+    assert closed.json["state"] == "closed"
+    assert call(gh, "GET", "/repos/Org/Repo/pulls?state=open&head=Org:topic/x", auth=auth).json == []
+    # Moving a branch back needs force: the double keeps no history to prove a fast-forward.
+    back = {"sha": main}
+    assert call(gh, "PATCH", "/repos/Org/Repo/git/refs/heads/topic/x", auth=auth, body=back).status == 422
+    moved = call(gh, "PATCH", "/repos/Org/Repo/git/refs/heads/topic/x", auth=auth, body=back | {"force": True})
+    assert moved.status == 200 and gh.file_at("Org/Repo", ".github/allowlist.yml", "topic/x") == b"L1: [a/b]\n"
+    # A token without pull_requests cannot open one.
+    gh.set_installation_permissions(7, {"contents": "write", "metadata": "read"})
+    denied = call(gh, "GET", "/repos/Org/Repo/pulls", auth=f"token {token(gh, keys)}")
+    assert denied.status == 403

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from crcr.app.ports import JobRecord
+from crcr.domain.failed_tests import cap, to_json
 
 UPSTREAM = "pytorch/pytorch"
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC).timestamp()
@@ -64,7 +65,7 @@ def recorded_jobs() -> list[JobRecord]:
             pr=171234, run_id="9_876_543_210", run_attempt=2, job_name='lint\\check "quoted", comma\nsecond line',
             workflow_name="lint", state="completed", conclusion="failure",
             url=url.format("org-two/l2-repo", 9_876_543_210), dispatched_at=T0, started_at=T0 + 600.0,
-            completed_at=T0 + 720.125, reported_started_at="2026-11-30T09:10:00Z",
+            completed_at=T0 + 720.125, reported_started_at="2026-11-30T09:10:00Z", failed_tests=FAILED_TESTS,
             callback_payload=_pytorch(
                 pr_delivery, "pull_request", status="completed", conclusion="failure", name="lint",
                 job_name='lint\\check "quoted", comma\nsecond line', run_id="9876543210", run_attempt=2,
@@ -134,4 +135,37 @@ def recorded_jobs() -> list[JobRecord]:
                 test_results={"passed": 50, "failed": 0, "skipped": 0, "total": 50},
             ),
         ),
+        # A ciflow/trunk tag push of the PR: a push, filed under its PR, with its failing tests.
+        _job(
+            dispatch_id="dsp-ciflow-l4", repo="org-four/L4-Repo", level=4,
+            delivery_id="5d1e2f3a-0000-11f1-8000-abcdefabcdef",
+            head_sha=PR_SHA, pr=171234, event_type="push", ciflow="trunk", run_id="12_345_999_000", run_attempt=1,
+            job_name="trunk-tests", workflow_name="trunk", state="completed", conclusion="failure",
+            url=url.format("org-four/L4-Repo", 12_345_999_000), dispatched_at=T0 + 900, started_at=T0 + 960.0,
+            completed_at=T0 + 2960.0, check_run_id="31415999999", failed_tests=to_json(cap([{"name": "test_matmul"}])),
+            callback_payload=_ours(
+                status="completed", conclusion="failure", workflow_name="trunk", job_name="trunk-tests",
+                run_id=12_345_999_000, run_attempt=1, url=url.format("org-four/L4-Repo", 12_345_999_000),
+                check_run_id=31415999999, test_results={"passed": 99, "failed": 1, "skipped": 0, "total": 100},
+            ),
+        ),
     ]  # fmt: skip
+
+
+# Failing tests as a downstream reports them: more than the 50 kept, a message over 500 characters whose cut
+# falls inside a character that takes two UTF-16 units, names a CSV writer must quote, a zero duration.
+FAILED_TESTS = to_json(
+    cap(
+        [
+            {
+                "name": 'test_add[cuda, "fp16"]',
+                "classname": "test.TestOps",
+                "message": "x" * 499 + "🎉 and more",
+                "duration": 1.25,
+            },
+            {"name": "test_zero", "duration": 0},
+            {"name": "test_nomsg", "message": "", "classname": ""},
+        ]
+        + [{"name": f"test_{i}", "message": "AssertionError: ü", "duration": 2.0} for i in range(60)]
+    )
+)

@@ -43,7 +43,7 @@ def test_exports_the_table_to_the_default_file(aws: Aws, tmp_path: Path) -> None
     done = crcr(env=aws.env(), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout == (
-        f"7 rows (6 completed, 1 in_progress) from table {RESULTS_TABLE} → crcr_workflow_job.jsonl (JSONEachRow)\n"
+        f"8 rows (7 completed, 1 in_progress) from table {RESULTS_TABLE} → crcr_workflow_job.jsonl (JSONEachRow)\n"
     )
     expected = tmp_path / "expected.jsonl"
     write(table_rows(aws), "jsonl", str(expected))

@@ -9,6 +9,7 @@ from crcr.adapters.allowlist_source import CachedAllowlist, parse_allowlist
 from crcr.domain.allowlist import BuildkitePipeline, build_allowlist
 from crcr.domain.errors import AllowlistError
 from crcr.domain.levels import Level
+from tests.conftest import ROOT
 from tests.unit.fakes import RecordingMetrics
 
 PYTORCH_FORMAT = """\
@@ -114,3 +115,62 @@ def test_a_buildkite_pipeline_is_a_repository_setting() -> None:
         broken = yaml.safe_load(f"L2:\n  - vllm-project/vllm\nrepos:\n  vllm-project/vllm:\n    buildkite: {bad}\n")
         with pytest.raises(AllowlistError, match=named):
             build_allowlist(broken)
+
+
+PYTORCH_CURRENT = (ROOT / "tests/events/pytorch/allowlist.yml").read_text()
+
+
+def test_pytorchs_current_allowlist_loads_unchanged() -> None:
+    allowlist = parse_allowlist(PYTORCH_CURRENT)
+    rows = {e.repo: (e.level.name, e.device, e.oncalls, e.settings.nightly_only) for e in allowlist.entries}
+    assert rows == {
+        "pytorch-fdn/oota-stub": ("L1", None, (), False),
+        "intel/torch-xpu-ops": ("L1", None, ("xpu-oncall", "intel-ci"), False),
+        "NVIDIA/pytorch-windows-ci": ("L1", None, (), True),
+        "example-org/l1-listed-oncalls": ("L1", None, ("a-oncall", "b-oncall"), False),
+        "ascend/pytorch-npu-ci": ("L2", None, (), False),
+        "TorchedHat/pytorch-redhat-ci": ("L2", None, (), True),
+        "vllm-project/vllm": ("L2", None, ("vllm-oncall", "vllm-infra"), True),
+        "example-org/l2-empty-entry": ("L2", None, (), False),
+        "rocm/pytorch-rocm-ci": ("L3", "rocm", ("rocm-oncall",), False),
+        "apple/pytorch-mps-ci": ("L3", "mps", ("mps-oncall",), False),
+        "example-org/l3-nightly": ("L3", "npu", ("npu-oncall",), True),
+        "example-org/l3-nightly-no-oncalls": ("L3", "npu", (), True),
+        "riscv/pytorch-riscv-ci": ("L4", None, ("riscv-oncall",), False),
+        "example-org/l4-nightly": ("L4", None, ("l4-oncall",), True),
+    }
+    assert allowlist.get("vllm-project/vllm").settings.events == frozenset({"nightly"})  # type: ignore[union-attr]
+
+
+def test_crcr_settings_still_apply_beside_the_mapping_form() -> None:
+    doc = PYTORCH_CURRENT + "repos:\n  vllm-project/vllm:\n    buildkite: {organization: vllm, pipeline: ci}\n"
+    entry = parse_allowlist(doc).get("vllm-project/vllm")
+    assert entry is not None and entry.settings.nightly_only and entry.settings.buildkite is not None
+    both = "L2:\n  - org/a:\n      events: [nightly, pull_request]\n"
+    mixed = parse_allowlist(both).get("org/a")
+    assert mixed is not None and not mixed.settings.nightly_only
+    ciflow = parse_allowlist("L4:\n  - org/a\nrepos:\n  org/a:\n    ciflow: [trunk, periodic]\n").get("org/a")
+    assert ciflow is not None and ciflow.settings.ciflow == ("trunk", "periodic")
+
+
+@pytest.mark.parametrize(
+    ("doc", "line", "words"),
+    [
+        ("L2:\n  - org/a:\n      event: [nightly]\n", 3, "unknown key 'event' in its entry"),
+        ("L2:\n  - org/a:\n      events: [nighty]\n", 3, "unknown event 'nighty'"),
+        ("L2:\n  - org/a:\n      events: []\n", 3, "non-empty list of events"),
+        ("L2:\n  - org/a:\n      events: nightly\n", 3, "non-empty list of events"),
+        ("L3:\n  npu:\n    org/a:\n      oncalls: {x: 1}\n", 4, "oncalls must be"),
+        (
+            "L2:\n  - org/a:\n      events: [nightly]\nrepos:\n  org/a:\n    events: [push]\n",
+            6,
+            "already gives its events",
+        ),
+        ("L2:\n  - org/a\nrepos:\n  org/a:\n    ciflow: [trunk/x]\n", 5, "list of ciflow names"),
+    ],
+)
+def test_mapping_form_errors_name_the_line(doc: str, line: int, words: str) -> None:
+    with pytest.raises(AllowlistError) as caught:
+        parse_allowlist(doc)
+    assert caught.value.line == line, caught.value.message
+    assert words in caught.value.message

@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from crcr.adapters.allowlist_source import parse_allowlist
-from crcr.app.checks import CheckDeps, job_message, sync
+from crcr.app.checks import CheckDeps, check_run_fields, job_message, sync
 from crcr.app.ports import JobRecord, LedgerRow, LedgerState
 from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain.checks import JobOutcome, Known, check_run_name, rollup, should_write, wants_check_run
+from crcr.domain.failed_tests import cap, to_json
 from tests.unit.fakes import FakeClock, FakePacer, FakeState, RecordingMetrics, StaticAllowlist
 
 
@@ -226,3 +227,71 @@ def test_a_summary_is_shown_without_control_or_bidi_characters() -> None:
 def test_a_look_alike_label_is_not_the_device_label(label: str) -> None:
     assert wants_check_run(3, "rocm", (label,)) is False
     assert wants_check_run(3, "kpu", ("ciflow/crcr/\u212aPU",)) is False  # Kelvin sign lower()s to "k"
+
+
+class _Demotions:
+    def __init__(self, since: dict[str, float]) -> None:
+        self._since = since
+
+    def since(self, repo: str) -> float | None:
+        return self._since.get(repo.lower())
+
+
+def _l3(job: JobRecord) -> JobRecord:
+    return replace(job, level=3, device="npu")
+
+
+def test_an_open_demotion_stops_new_check_runs_and_lets_running_ones_finish() -> None:
+    started_before = _l3(_job("completed", "failure"))  # started at 110
+    deps, api, _ = _deps(started_before)
+    deps.ledger.ledger[("x", "o/r")] = LedgerRow(  # type: ignore[attr-defined]
+        "x",
+        "o/r",
+        LedgerState.DISPATCHED,
+        "d",
+        level=3,
+        device="npu",
+        head_sha="a" * 40,
+        upstream="pytorch/pytorch",
+        pr=5,
+        dispatched_at=100.0,
+    )
+    l3 = StaticAllowlist(parse_allowlist("L3:\n  npu: {o/r: x}\n"))
+    labelled = replace(deps, store=_LabelledStore(), allowlist=l3)
+    # Demoted at 95, before the dispatch (100) and its job (110): no new check run for either.
+    demoted = replace(labelled, demotions=_Demotions({"o/r": 95.0}))
+    sync(job_message(started_before), demoted)  # type: ignore[arg-type]
+    assert api.calls == [] and demoted.metrics.counts["CheckRunSuppressed"] == 2  # type: ignore[attr-defined]
+    # Demoted at 120, while it ran: its check run is still written (and carried to its end).
+    sync(job_message(started_before), replace(labelled, demotions=_Demotions({"o/r": 120.0})))  # type: ignore[arg-type]
+    assert [f["name"] for _, f in api.calls] == ["crcr/o/r/CI/build", "crcr/o/r"]
+    # The PR closed (no demotion): check runs as before.
+    assert _demoted_nothing(labelled)
+
+
+def _demoted_nothing(deps: CheckDeps) -> bool:
+    from crcr.app.checks import _demoted  # noqa: PLC0415
+
+    return not _demoted("o/r", 3, 110.0, replace(deps, demotions=_Demotions({})))
+
+
+class _LabelledStore(_Store):
+    def pr_labels(self, upstream: str, pr: int) -> tuple[str, ...]:
+        return ("ciflow/crcr/npu",)
+
+
+def test_a_ciflow_push_has_check_runs_of_its_own_beside_the_prs() -> None:
+    ciflow = replace(_job("completed", "failure"), ciflow="trunk", event_type="push")
+    deps, api, _ = _deps(ciflow)
+    row = deps.ledger.ledger[("x", "o/r")]  # type: ignore[attr-defined]
+    deps.ledger.ledger[("x", "o/r")] = replace(row, ciflow="trunk", event_type="push")  # type: ignore[attr-defined]
+    sync(job_message(ciflow), deps)  # type: ignore[arg-type]
+    assert [f["name"] for _, f in api.calls] == ["crcr/o/r/CI/build (ciflow/trunk)", "crcr/o/r (ciflow/trunk)"]
+    assert check_run_name("o/r", "", "", "trunk") == "crcr/o/r (ciflow/trunk)"
+
+
+def test_the_summary_names_the_failing_tests() -> None:
+    failing = cap([{"name": "test_add", "classname": "TestOps", "message": "expected 2\ngot 3", "duration": 1.5}])
+    job = replace(_job("completed", "failure"), failed_tests=to_json(failing))
+    summary = check_run_fields(job, "crcr/o/r/CI/build")["output"]["summary"]
+    assert "Failing tests:\n- `TestOps.test_add` (1.5 s): expected 2 got 3" in summary

@@ -115,3 +115,35 @@ def test_a_dispatch_carries_when_its_commit_was_stored_as_the_prs_head_and_a_lat
     assert by_delivery["d-new"].head_at == clock.now()
     # Still dispatched (the dispatcher reads the PR's head and supersedes it), but never taken as the head.
     assert by_delivery["d-old"].head_at is None
+
+
+PUSH = json.loads((Path(__file__).resolve().parents[2] / "examples" / "events" / "push.main.json").read_text())
+
+
+def test_a_ciflow_trunk_tag_push_is_dispatched_as_its_prs_ci_at_the_tags_commit() -> None:
+    queue, state = FakeDispatchQueue(), FakeState()
+    deps = PlannerDeps(
+        upstream="pytorch/pytorch",
+        allowlist=StaticAllowlist(parse_allowlist("L4:\n  - org/l4\n  - org/nightly:\n      events: [nightly]\n")),
+        blobs=FakeBlobs(),
+        state=state,
+        dispatches=queue,
+        metrics=RecordingMetrics(),
+        clock=FakeClock(),
+    )
+    doc = json.loads(json.dumps(PUSH)) | {"ref": "refs/tags/ciflow/trunk/171234", "base_ref": None}
+    text = json.dumps(doc)
+    message = EventMessage(
+        delivery_id="tag-1",
+        event="push",
+        received_at=0,
+        body=text,
+        body_sha256=hashlib.sha256(text.encode()).hexdigest(),
+    )
+    summary = plan_event(message, deps)
+    assert summary.dispatched == ["org/l4"] and summary.skipped == {"org/nightly": "nightly_only"}
+    [sent] = queue.sent
+    assert (sent.event_type, sent.pr_number, sent.head_sha, sent.ciflow) == ("push", 171234, doc["after"], "trunk")
+    assert sent.payload["ref"] == "refs/tags/ciflow/trunk/171234"  # downstreams read the push as PyTorch sends it
+    assert sent.head_at is None  # the tag says nothing of the PR's head: the dispatcher asks
+    assert state.heads == {} and state.commits == {}  # nor is the PR's head (or a branch order) recorded from it

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from crcr.adapters.allowlist_source import parse_allowlist
-from crcr.domain.planning import UpstreamEvent, Verdict, plan
+from crcr.domain.planning import UpstreamEvent, Verdict, ciflow_tag, plan
 
 ALLOWLIST = parse_allowlist(
     """\
@@ -91,3 +91,63 @@ def test_a_non_ciflow_label_releases_nothing() -> None:
         PR, author_association="NONE", action="labeled", added_label="module: rocm", labels=("module: rocm",)
     )
     assert verdicts(event)["d/four"] == (Verdict.SKIP, "label_only")
+
+
+NIGHTLY = parse_allowlist(
+    """\
+L2:
+  - n/nightly:
+      events: [nightly]
+  - p/prs
+  - q/pushes-only
+L4:
+  - r/required
+  - s/periodic
+repos:
+  q/pushes-only: {events: [push]}
+  s/periodic: {ciflow: [periodic]}
+"""
+)
+CIFLOW = replace(PUSH, ref="refs/tags/ciflow/trunk/171234", head_sha="f" * 40, pr_number=171234, ciflow="trunk")
+
+
+def nightly_verdicts(event: UpstreamEvent) -> dict[str, tuple[Verdict, str]]:
+    return {d.entry.repo: (d.verdict, d.reason) for d in plan(event, NIGHTLY)}
+
+
+@pytest.mark.parametrize("event", [PR, PUSH, CIFLOW, replace(PR, action="labeled", added_label="ciflow/trunk")])
+def test_a_nightly_only_downstream_gets_no_webhook(event: UpstreamEvent) -> None:
+    assert nightly_verdicts(event)["n/nightly"] == (Verdict.SKIP, "nightly_only")
+
+
+def test_a_ciflow_trunk_push_goes_to_those_taking_part_in_pull_requests() -> None:
+    got = nightly_verdicts(CIFLOW)
+    assert got["p/prs"] == (Verdict.DISPATCH, "ciflow/trunk")
+    assert got["r/required"] == (Verdict.DISPATCH, "ciflow/trunk")
+    assert got["q/pushes-only"] == (Verdict.SKIP, "event_disabled")
+    assert got["s/periodic"] == (Verdict.SKIP, "ciflow_not_wanted")  # it asked for ciflow/periodic instead
+
+
+def test_other_ciflow_tags_only_where_asked_and_deleting_a_tag_dispatches_nothing() -> None:
+    periodic = replace(CIFLOW, ref="refs/tags/ciflow/periodic/171234", ciflow="periodic")
+    got = nightly_verdicts(periodic)
+    assert {repo for repo, (v, _) in got.items() if v is Verdict.DISPATCH} == {"s/periodic"}
+    deleted = nightly_verdicts(replace(CIFLOW, deleted=True))
+    assert all(v is Verdict.SKIP for v, _ in deleted.values())
+    assert deleted["r/required"] == (Verdict.SKIP, "tag_deleted")
+
+
+@pytest.mark.parametrize(
+    ("ref", "expected"),
+    [
+        ("refs/tags/ciflow/trunk/171234", ("trunk", 171234)),
+        ("refs/tags/ciflow/inductor-periodic/5", ("inductor-periodic", 5)),
+        ("refs/tags/ciflow/trunk/0", None),
+        ("refs/tags/ciflow/trunk/12a", None),
+        ("refs/heads/ciflow/trunk/12", None),
+        ("refs/tags/ciflow/trunk/12/extra", None),
+        ("refs/tags/v2.11.0", None),
+    ],
+)
+def test_ciflow_tags_name_their_pr(ref: str, expected: tuple[str, int] | None) -> None:
+    assert ciflow_tag(ref) == expected

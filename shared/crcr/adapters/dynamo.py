@@ -95,6 +95,7 @@ def _ledger_row(delivery_id: str, item: dict[str, Any]) -> LedgerRow:
         level=int(item["level"]["N"]) if "level" in item else None,
         device=item.get("device", {}).get("S"),
         event_type=item.get("event_type", {}).get("S"),
+        ciflow=item.get("ciflow", {}).get("S"),
         ci=item.get("ci", {}).get("S", "github"),
         build_id=item.get("build_id", {}).get("S"),
         build_number=int(item["build_number"]["N"]) if "N" in item.get("build_number", {}) else None,
@@ -569,11 +570,12 @@ class DynamoState:
             ":exp": {"N": str(int(now) + LEDGER_TTL_S)},
         }
         values[":pr"] = {"N": str(message.pr_number)} if message.pr_number is not None else {"NULL": True}
+        values[":ciflow"] = {"S": message.ciflow} if message.ciflow is not None else {"NULL": True}
         return values
 
     _BASE_SET = (
         "repo = :repo, #lvl = :level, upstream = :upstream, head_sha = :sha, event_type = :event, "
-        "pr = :pr, updated_at = :now, expires_at = :exp"
+        "pr = :pr, ciflow = :ciflow, updated_at = :now, expires_at = :exp"
     )
 
     def claim(

@@ -61,6 +61,8 @@ def to_item(record: JobRecord) -> dict[str, Any]:
         "failure_kind": _opt_s(record.failure_kind),
         "triage": _opt_s(record.triage),
         "verdict": _opt_s(record.verdict),
+        "ciflow": _opt_s(record.ciflow),
+        "failed_tests": _opt_s(record.failed_tests),
         "head_key": {"S": f"{repo_key(record.upstream)}#{record.head_sha}"},
         "repo_key": {"S": repo_key(record.repo)},
         "version": _n(record.version),
@@ -109,6 +111,8 @@ def from_item(item: dict[str, Any]) -> JobRecord:
         failure_kind=text("failure_kind"),
         triage=text("triage") or "",
         verdict=text("verdict"),
+        ciflow=text("ciflow"),
+        failed_tests=text("failed_tests") or "",
     )
 
 
@@ -152,6 +156,19 @@ class DynamoResults:
             ExpressionAttributeValues={":r": {"S": repo_key(repo)}, ":since": _n(since)},
         )
         return [from_item(item) for item in items]
+
+    def first_l2_job(self, repo: str) -> float | None:
+        """When the repository's earliest job still kept was dispatched, if it was at L2 or above then."""
+        items = self._ddb.query(
+            TableName=self._table,
+            IndexName=BY_REPO_INDEX,
+            KeyConditionExpression="repo_key = :r",
+            ExpressionAttributeValues={":r": {"S": repo_key(repo)}},
+            ScanIndexForward=True,
+            Limit=1,
+        ).get("Items", [])
+        first = from_item(items[0]) if items else None
+        return first.dispatched_at if first is not None and first.level >= 2 else None
 
     def jobs_of_dispatch(self, dispatch_id: str) -> list[JobRecord]:
         """Every job (every run and attempt) reported for one dispatch."""

@@ -31,7 +31,7 @@ from crcr.app.ports import (
     UpstreamCommits,
     VerifiedToken,
 )
-from crcr.contracts.callback import CallbackBody, PyTorchCallbackBody, ScheduledBody
+from crcr.contracts.callback import CallbackBody, FailedTest, PyTorchCallbackBody, ScheduledBody
 from crcr.domain.allowlist import Allowlist
 from crcr.domain.callback_rules import (
     SCHEDULED_EVENTS,
@@ -53,6 +53,7 @@ from crcr.domain.errors import (
     Unavailable,
     invalid_field,
 )
+from crcr.domain.failed_tests import cap, to_json
 from crcr.domain.ids import is_repo_name, repo_key
 from crcr.domain.jobs import Current, Decision, JobState, decide
 from crcr.domain.jsondoc import MAX_DEPTH, dumps, loads
@@ -102,6 +103,7 @@ class Report:
     raw: dict[str, Any]
     failure_kind: str | None = None
     triage_verdict: Any = None
+    failed_tests: tuple[FailedTest, ...] = ()
 
 
 # PyTorch's body echoes the dispatch's payload (at most MAX_DEPTH deep, as ingest took it) under `payload`.
@@ -120,12 +122,14 @@ def _parse(body: bytes) -> tuple[CallbackBody | PyTorchCallbackBody | ScheduledB
             return sched, Report(
                 sched.status, sched.conclusion, sched.workflow_name, sched.job_name, sched.run_id, sched.run_attempt,
                 sched.url, sched.check_run_id, sched.started_at, doc, sched.failure_kind, sched.triage_verdict,
+                tuple(sched.failed_tests_detail or ()),
             )  # fmt: skip
         if "ticket" in doc:
             ours = CallbackBody.model_validate(doc)
             return ours, Report(
                 ours.status, ours.conclusion, ours.workflow_name, ours.job_name, ours.run_id, ours.run_attempt,
                 ours.url, ours.check_run_id, ours.started_at, doc, ours.failure_kind, ours.triage_verdict,
+                tuple(ours.failed_tests_detail or ()),
             )  # fmt: skip
         theirs = PyTorchCallbackBody.model_validate(doc)
     except ValidationError as exc:
@@ -144,6 +148,7 @@ def _parse(body: bytes) -> tuple[CallbackBody | PyTorchCallbackBody | ScheduledB
         doc,
         wf.failure_kind,
         wf.triage_verdict,
+        tuple(wf.failed_tests_detail or ()),
     )
 
 
@@ -412,4 +417,11 @@ def _next_record(
         reported_started_at=(current.reported_started_at if current else "") or report.started_at or "",
         failure_kind=report.failure_kind,
         triage=triage,
+        # Kept as PyTorch's HUD keeps them (the first 50, messages cut): what the pages and the HUD show agree.
+        failed_tests=_failed_tests(report) if completed else "",
     )
+
+
+def _failed_tests(report: Report) -> str:
+    capped = cap(t.model_dump(exclude_none=True) for t in report.failed_tests)
+    return to_json(capped) if capped else ""

@@ -42,6 +42,7 @@ from crcr.app.ports import (
     CheckRunStore,
     ChecksQueue,
     Clock,
+    DemotionReader,
     GitHubRateLimited,
     GitHubRejected,
     GitHubUnavailable,
@@ -55,6 +56,7 @@ from crcr.app.ports import (
 )
 from crcr.app.rerun import RerunBusy, RerunDeps, RetryDeps, rerun_requested, retry_infra
 from crcr.contracts.messages import CheckSyncMessage
+from crcr.domain import failed_tests
 from crcr.domain.checks import (
     DONE_STATES,
     JobOutcome,
@@ -100,6 +102,7 @@ class CheckDeps:
     rand: Callable[[], float] = field(default=random.random)
     comment: CommentDeps | None = None  # the PR comment (CRCR_PR_COMMENT=off: None)
     gauge: BudgetGauge | None = None  # check_runs: auto reads the installation's hourly window (None: always room)
+    demotions: DemotionReader | None = None  # L3 repositories with an open demotion PR get no new check runs
 
 
 class CheckRunRace(Exception):
@@ -141,6 +144,25 @@ def _triage_line(job: JobRecord) -> str | None:
     return f"{line}. {triage['summary']}"
 
 
+def _failing_tests(job: JobRecord) -> str | None:
+    """The failing tests as the downstream named them (the first 50 kept, messages cut), as a Markdown list."""
+    tests = failed_tests.parse(job.failed_tests)
+    if not tests:
+        return None
+    lines = ["Failing tests:"]
+    for test in tests[:20]:
+        name = f"{test['classname']}.{test['name']}" if test.get("classname") else test["name"]
+        line = f"- `{shown(name)[:300].replace('`', '')}`"
+        if isinstance(test.get("duration"), int | float):
+            line += f" ({test['duration']:.1f} s)"
+        if test.get("message"):
+            line += ": " + " ".join(shown(str(test["message"])).split())[:500]
+        lines.append(line)
+    if len(tests) > 20:
+        lines.append(f"- … and {len(tests) - 20} more")
+    return "\n".join(lines)
+
+
 def _summary(job: JobRecord) -> str:
     body: dict[str, Any] = json.loads(job.callback_payload)
     lines = [f"**{job.repo}** · {job.workflow_name} / {job.job_name} · {job.conclusion or job.state}"]
@@ -151,6 +173,8 @@ def _summary(job: JobRecord) -> str:
     tests = _tests(body)
     if tests:
         lines.append(f"Tests: {tests}")
+    if (failing := _failing_tests(job)) is not None:
+        lines.append(failing)
     if job.started_at is not None:
         lines.append(f"Queue time: {job.started_at - job.dispatched_at:.0f} s")
         if job.completed_at is not None:
@@ -322,6 +346,18 @@ def _wanted(level: int, device: str | None, pr: int | None, upstream: str, deps:
     return wants_check_run(level, device, labels)
 
 
+def _demoted(repo: str, level: int, began: float | None, deps: CheckDeps) -> bool:
+    """An L3 repository with an open demotion PR gets no new check run for work that began after the demotion
+    started (`began` None: now, a label or a re-run); one shown for work already under way is carried to its end."""
+    if level != 3 or deps.demotions is None:
+        return False
+    since = deps.demotions.since(repo)
+    if since is None or (began is not None and began < since):
+        return False
+    deps.metrics.count("CheckRunSuppressed")
+    return True
+
+
 def sync_job(message: CheckSyncMessage, deps: CheckDeps, written: list[str], budget: Budget) -> None:
     if not message.job_name:
         return  # the dispatch itself (swept): only the repository's check run shows it
@@ -329,10 +365,14 @@ def sync_job(message: CheckSyncMessage, deps: CheckDeps, written: list[str], bud
     if job is None or job.level < 3:
         return
     mode = _mode(job.repo, deps)
-    check = _Check.read(job.upstream, job.head_sha, check_run_name(job.repo, job.workflow_name, job.job_name), deps)
+    check = _Check.read(
+        job.upstream, job.head_sha, check_run_name(job.repo, job.workflow_name, job.job_name, job.ciflow), deps
+    )
     # A check run that exists keeps following its job even if the label is removed or the setting changed
     # later (README): every run the relay created ends.
     if check.known is None and (mode == "per_repo" or not _wanted(job.level, job.device, job.pr, job.upstream, deps)):
+        return
+    if check.known is None and _demoted(job.repo, job.level, job.started_at or job.dispatched_at, deps):
         return
     fields = check_run_fields(job, check.name)
     need, writes = job_run_need(check.known, fields["status"])
@@ -352,9 +392,11 @@ def sync_repo(message: CheckSyncMessage, deps: CheckDeps, written: list[str], bu
     row = deps.ledger.get(message.delivery_id, message.repo)
     if row is None or not row.head_sha or not row.upstream or (row.level or 0) < 3:
         return None
-    check = _Check.read(row.upstream, row.head_sha, check_run_name(row.repo, "", ""), deps)
+    check = _Check.read(row.upstream, row.head_sha, check_run_name(row.repo, "", "", row.ciflow), deps)
     known = check.known
     if known is None and not _wanted(row.level or 0, row.device, row.pr, row.upstream, deps):
+        return None
+    if known is None and _demoted(row.repo, row.level or 0, row.dispatched_at, deps):
         return None
     jobs = deps.results.jobs_of_dispatch(row.dispatch_id)
     state = rollup([_outcome(j) for j in jobs], deps.clock.now(), deps.settle_s)

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from crcr.app.ports import JobRecord
+from crcr.domain import failed_tests
 
 NO_JOB_NAME = "(no job started)"  # the sweeper's row for a dispatch no job ever reported on
 NO_WORKFLOW_NAME = "(none)"
@@ -110,6 +111,8 @@ def workflow(job: JobRecord) -> dict[str, Any]:
     tests = words.get("test_results")
     if isinstance(tests, dict):
         fields["test_results"] = {k: tests[k] for k in ("passed", "failed", "skipped", "total") if k in tests}
+    if status == "completed" and job.failed_tests:
+        fields["failed_tests_detail"] = failed_tests.parse(job.failed_tests)
     if isinstance(words.get("artifact_url"), str) and words["artifact_url"]:
         fields["artifact_url"] = words["artifact_url"]
     return {k: v for k, v in fields.items() if v is not None}
@@ -120,6 +123,9 @@ def envelope(job: JobRecord) -> dict[str, Any]:
     payload: dict[str, Any] = {"repository": {"full_name": job.upstream}, "head_sha": job.head_sha}
     if job.pr is not None:
         payload["pull_request"] = {"number": job.pr, "head": {"sha": job.head_sha}}
+    if job.ciflow and job.pr is not None:
+        # The push as PyTorch's relay forwards it: torchci files a ciflow/trunk push under its PR from these.
+        payload |= {"ref": f"refs/tags/ciflow/{job.ciflow}/{job.pr}", "after": job.head_sha}
     return {
         "trusted": {
             "verified_repo": job.repo,
@@ -195,7 +201,7 @@ def row(job: JobRecord) -> dict[str, Any]:
         "passed_tests": counts["passed"],
         "failed_tests": counts["failed"],
         "skipped_tests": counts["skipped"],
-        "failed_tests_json": "",
+        "failed_tests_json": job.failed_tests if completed else "",
         "artifact_url": wf.get("artifact_url", ""),
         "environment": "",
         "downstream_repo_level": f"L{job.level}",

@@ -12,6 +12,7 @@ PAGE = re.compile(r"^/hud/(commit/[0-9a-f]{40}|pr/[1-9][0-9]{0,9}|repo/[A-Za-z0-
 DOC = re.compile(
     r"^/hud/data/(index|commit/[0-9a-f]{40}|pr/[1-9][0-9]{0,9}|repo/[a-z0-9_.-]{1,100}/[a-z0-9_.-]{1,100})\.json$"
 )
+LEVEL_STATUS = "/hud/api/crcr/level-status"  # PyTorch's GET /api/crcr/level-status, as LevelFunction last wrote it
 ASSET = re.compile(r"^/hud/static/([a-z0-9-]+\.(?:css|js|svg))$")
 TYPES = {"html": "text/html; charset=utf-8", "css": "text/css; charset=utf-8", "js": "text/javascript; charset=utf-8"}
 TYPES |= {"json": "application/json", "svg": "image/svg+xml"}
@@ -38,6 +39,11 @@ def _answer(status: int, body: bytes, kind: str, cache: str) -> Answer:
 def serve(path: str, docs: HudDocReader | None, assets: dict[str, bytes]) -> Answer:
     if path == "/hud":
         return Answer(308, b"", {"location": "/hud/"} | SECURITY)
+    if path == LEVEL_STATUS:
+        body = docs.read("level-status.json") if docs is not None else None
+        if body is not None:
+            return _answer(200, body, "json", "no-cache")
+        return _answer(503, b'{"error":"not_computed","message":"the level check has not run yet"}', "json", "no-cache")
     if PAGE.fullmatch(path):
         return _answer(200, assets["index.html"], "html", "no-cache")
     if match := ASSET.fullmatch(path):

@@ -31,7 +31,7 @@ from crcr.domain.errors import BadRequest
 from crcr.domain.ids import ascii_lower
 from crcr.domain.jsondoc import loads
 from crcr.domain.payload import fit_payload
-from crcr.domain.planning import UpstreamEvent, Verdict, plan
+from crcr.domain.planning import UpstreamEvent, Verdict, ciflow_tag, plan
 
 # client_payload must stay under 64 KB; the ticket, URL and ids need ~2 KB of it.
 PAYLOAD_BUDGET_BYTES = 60_000
@@ -92,11 +92,14 @@ def to_upstream_event(event: str, doc: dict[str, Any]) -> UpstreamEvent:
         push = PushEvent.model_validate(doc)
     except ValidationError as exc:
         raise BadRequest(f"{event} payload is malformed: {exc.errors()[0]['msg']}", field="body") from exc
+    tag = ciflow_tag(push.ref)
     return UpstreamEvent(
         kind="push",
         action=None,
         repo=push.repository.full_name,
         head_sha=push.after,
+        pr_number=tag[1] if tag else None,
+        ciflow=tag[0] if tag else None,
         ref=push.ref,
         default_branch=push.repository.default_branch,
         deleted=push.deleted,
@@ -173,8 +176,8 @@ def _buildkite(entry: Entry) -> dict[str, Any]:
 def _record_head(event: UpstreamEvent, deps: PlannerDeps, now: float) -> float | None:
     """Store a PR event's head; a new head cancels the old one's queued runs. Returns `now` when this event's
     commit is the PR's head (the newest event the relay knows of), for the dispatches to carry."""
-    if event.pr_number is None:
-        return None
+    if event.pr_number is None or event.kind != "pull_request":
+        return None  # a ciflow tag push names its PR but says nothing of the PR's head
     recorded = deps.state.record_pr_head(
         deps.upstream, event.pr_number, event.head_sha, event.updated_at, event.labels, event.base_sha, event.closed
     )
@@ -258,6 +261,7 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
             payload=payload,
             planned_at=now,
             head_at=head_at,
+            ciflow=event.ciflow,
             **_buildkite(entry),
         )
         for entry in targets

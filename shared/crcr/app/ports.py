@@ -202,6 +202,7 @@ class LedgerRow:
     level: int | None = None
     device: str | None = None
     event_type: str | None = None  # the upstream event dispatched: pull_request or push
+    ciflow: str | None = None  # a push of refs/tags/ciflow/<name>/<pr>: the name (the dispatch is the PR's CI)
     ci: str = "github"  # github or buildkite: where the dispatch runs
     # A Buildkite dispatch: the build the relay created (from Buildkite's 201), which alone may report on it.
     build_id: str | None = None  # the build's UUID (the callback's run_id)
@@ -449,6 +450,8 @@ class JobRecord:
     failure_kind: str | None = None  # infra, build or test: the downstream's word on a completed failure
     triage: str = ""  # the downstream's triage verdict, validated and capped (JSON), advice only
     verdict: str | None = None  # new, pre-existing, infra, flaky, no baseline (crcr.domain.verdicts)
+    ciflow: str | None = None  # dispatched for a ciflow/<name>/<pr> tag push (from the ledger)
+    failed_tests: str = ""  # failed_tests_detail as PyTorch's HUD keeps it (JSON, crcr.domain.failed_tests)
 
     @classmethod
     def of_dispatch(cls, row: LedgerRow, now: float, **job: Any) -> JobRecord:
@@ -465,6 +468,7 @@ class JobRecord:
             device=row.device,
             dispatched_at=row.dispatched_at or now,
             event_type=row.event_type or "",
+            ciflow=row.ciflow,
             **job,
         )
 
@@ -736,4 +740,78 @@ class HudDocs(Protocol):
 class HudDocReader(Protocol):
     def read(self, key: str) -> bytes | None:
         """A document's bytes as stored, or None when there is none."""
+        ...
+
+
+# -- levels: history, demotions, the allowlist's own repository ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Demotion:
+    """An L3 repository with an open demotion PR: no new upstream check runs for it from `since`."""
+
+    repo: str
+    pr: int
+    since: float
+
+
+class Demotions(Protocol):
+    def open_demotions(self) -> dict[str, Demotion]:
+        """Every open demotion, by repository key (a few at most: read whole, cached briefly by readers)."""
+        ...
+
+    def set_demotion(self, repo: str, pr: int, since: float) -> None:
+        """Record it (an existing record keeps its `since`: the demotion started then)."""
+        ...
+
+    def clear_demotion(self, repo: str) -> None: ...
+
+
+class LevelHistory(Protocol):
+    def l2_since(self, levels: list[tuple[str, int]], now: float) -> dict[str, float]:
+        """Record each repository's current level; return, by repository key, when each was first seen at L2 or
+        above (kept across later demotions: time at L2 is cumulative)."""
+        ...
+
+
+@dataclass(frozen=True)
+class PullRef:
+    number: int
+    body: str
+    title: str = ""
+
+
+class AllowlistPulls(Protocol):
+    """The repository holding the allowlist (its `github:owner/repo/path@base` source), as a demotion PR needs it."""
+
+    @property
+    def repo(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def base(self) -> str: ...
+
+    def installation_for(self, repo: str) -> int: ...
+    def find_open(self, branch: str) -> PullRef | None:
+        """The open PR from `branch` (in the same repository) to the base, if any."""
+        ...
+
+    def base_sha(self) -> str: ...
+    def read_file(self, ref: str) -> tuple[str, str]:
+        """The allowlist's text and blob sha at `ref` (a branch or commit)."""
+        ...
+
+    def prepare_branch(self, branch: str, sha: str) -> None:
+        """Create `branch` at `sha`, or move it there when it is left over from an earlier PR."""
+        ...
+
+    def write_file(self, branch: str, text: str, blob_sha: str, message: str) -> None: ...
+    def open_pull(self, branch: str, title: str, body: str, labels: list[str]) -> int: ...
+    def update_pull(self, number: int, title: str, body: str) -> None: ...
+    def close_pull(self, number: int, comment: str) -> None: ...
+
+
+class DemotionReader(Protocol):
+    def since(self, repo: str) -> float | None:
+        """When the repository's open demotion started (None: none is open)."""
         ...

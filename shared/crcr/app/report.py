@@ -1,6 +1,11 @@
 """Reporter use case: each recorded job change gets its verdict (failed L3/L4 jobs of PRs), updates the HUD
-pages' documents, is pushed to PyTorch's HUD once, in the shape it expects, and asks the check-run writer
-for the job's check runs, the PR comment and, for an infrastructure failure, one automatic re-run."""
+pages' documents, is pushed to PyTorch's HUD in the shape it expects, and asks the check-run writer for the
+job's check runs, the PR comment and, for an infrastructure failure, one automatic re-run.
+
+PyTorch's HUD rows are write-once after completion (a later write answers 409): a job goes there as completed
+once, with its verdict when it gets one, and whatever the relay learns of it afterwards (a retry's pass making
+it flaky, a genuine result after the relay timed it out) goes to the relay's own pages, check runs and comment.
+A 409 that still comes (a push the stream retries after the HUD took it) is a duplicate, never a dead letter."""
 
 from __future__ import annotations
 
@@ -15,6 +20,9 @@ from crcr.app.ports import ChecksQueue, DeadLetters, Hud, HudRejected, HudUnavai
 from crcr.app.summaries import SummaryDeps, update_summaries
 from crcr.app.verdicts import VerdictDeps, attempt, flaky_predecessors, judged, verdict_of
 from crcr.contracts.messages import CheckSyncMessage
+
+FINISHED = ("completed", "timed_out")
+HUD_DUPLICATE = 409  # torchci: the row is completed already
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,20 @@ def judge(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> bool:
     return False
 
 
+def _awaiting_verdict(job: JobRecord, deps: ReportDeps) -> bool:
+    """A finished job the reporter judges, without its verdict: an image judge held back while it wrote one (a
+    failure, or a pass after failed attempts), or one that needs none (then no later image brings one)."""
+    return deps.verdicts is not None and judged(job) and job.verdict is None
+
+
+def hud_due(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> bool:
+    """Whether PyTorch's HUD hears of this change: every change until the job's one push as finished. That push
+    is the first finished image, or for a judged failure the one that brought its verdict."""
+    if new.state not in FINISHED or old is None or old.state not in FINISHED:
+        return True
+    return _awaiting_verdict(old, deps) and new.verdict is not None
+
+
 def summarise(changes: Sequence[tuple[JobRecord | None, JobRecord]], deps: ReportDeps) -> None:
     """The HUD pages' documents take a whole stream batch at once: one write per document touched.
     Idempotent, so a batch the stream retries rewrites nothing."""
@@ -71,11 +93,17 @@ def report_change(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> No
         deps.checks.send_checks(_follow_ups(new, deps))
     if deps.hud is None:
         return
+    if not hud_due(old, new, deps):
+        deps.metrics.count("HudPushWithheld")  # the HUD has this job as finished already: its rows are final
+        return
     push = envelope(new)
     for tries in range(deps.attempts):
         try:
             deps.hud.push(push)
         except HudRejected as exc:
+            if exc.status == HUD_DUPLICATE:
+                deps.metrics.count("HudDuplicate")
+                return
             deps.metrics.count("HudRejected")
             deps.dead_letters.send(push, f"HUD rejected the push: {exc}")
             return

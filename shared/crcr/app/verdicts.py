@@ -61,6 +61,7 @@ def baseline(job: JobRecord, deps: VerdictDeps) -> JobRecord | None:
         j
         for j in deps.by_repo.jobs_of_repo(job.repo, deps.clock.now() - deps.window_s)
         if j.event_type in BASELINE_EVENTS
+        and j.pr is None  # a ciflow tag push is a PR's CI, not the branch's
         and j.workflow_name == job.workflow_name
         and j.job_name == job.job_name
         and j.state != "in_progress"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -93,6 +94,28 @@ class TestResults(BaseModel):
 FailureKind = Literal["infra", "build", "test"]
 
 
+def _finite(value: float | None) -> float | None:
+    if value is not None and not math.isfinite(value):
+        raise ValueError("must be a finite number of seconds")
+    return value
+
+
+class FailedTest(BaseModel):
+    """One failing test as PyTorch's HUD keeps it (`failed_tests_detail`): the relay keeps the first 50, each
+    message cut to 500 characters, as torchci does."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: Annotated[str, Field(min_length=1, max_length=1000), AfterValidator(_name)]
+    classname: Annotated[str, Field(max_length=1000), AfterValidator(_name)] | None = None
+    message: str | None = None  # cut to 500 characters when recorded
+    duration: Annotated[float | None, Field(default=None, ge=0), AfterValidator(_finite)] = None
+
+
+# Bounded by the body's own cap (256 KiB); only the first MAX_ENTRIES are kept.
+FailedTests = Annotated[list[FailedTest], Field(max_length=10_000)]
+
+
 class _Report(BaseModel):
     @model_validator(mode="after")
     def _conclusion_iff_completed(self) -> _Report:
@@ -122,6 +145,7 @@ class _OurReport(_Report):
     completed_at: Timestamp = None
     check_run_id: CheckRunId = None
     test_results: TestResults | None = None
+    failed_tests_detail: FailedTests | None = None
     artifact_url: Url | None = None
     summary: str | None = Field(default=None, max_length=65_535)
     failure_kind: FailureKind | None = None
@@ -150,6 +174,7 @@ class PyTorchWorkflow(_Report):
     completed_at: Timestamp = None
     check_run_id: CheckRunId = None
     test_results: TestResults | None = None
+    failed_tests_detail: FailedTests | None = None
     artifact_url: Url | None = None
     summary: str | None = Field(default=None, max_length=65_535)
     failure_kind: FailureKind | None = None

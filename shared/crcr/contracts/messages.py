@@ -59,6 +59,8 @@ class DispatchMessage(_Msg):
     # instead of a repository_dispatch, and the ticket's repo_id (the allowlist's pin; GitHub's otherwise).
     buildkite: BuildkiteTarget | None = None
     repository_id: int | None = None
+    # A push of refs/tags/ciflow/<name>/<pr_number>: the PR's CI at head_sha (its check runs carry the name).
+    ciflow: str | None = None
 
 
 class CheckSyncMessage(_Msg):

@@ -8,19 +8,28 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from crcr.domain.errors import AllowlistError
 from crcr.domain.ids import is_repo_name, repo_key
 from crcr.domain.levels import Level
 
-KNOWN_EVENTS = frozenset({"pull_request", "push"})
+# `nightly`: the repository's scheduled runs report on upstream commits. An entry whose events name nothing else
+# (PyTorch's `- owner/repo: {events: [nightly]}`) takes part only that way: no dispatch for any webhook.
+KNOWN_EVENTS = frozenset({"pull_request", "push", "nightly"})
 DEFAULT_EVENTS = frozenset({"pull_request", "push"})
+DISPATCHED_EVENTS = frozenset({"pull_request", "push"})
+# The keys PyTorch's allowlist writes in an entry's own mapping (`- owner/repo: {oncalls: …, events: […]}`).
+_ENTRY_KEYS = ("events", "oncalls")
+# ciflow/<name>/<PR> tag pushes: ciflow/trunk goes to every repository taking part in pull requests unless its
+# `ciflow` setting lists other names; another name only where that setting lists it.
+DEFAULT_CIFLOW = ("trunk",)
+_CIFLOW_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$")
 _DEVICE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$")
 _SETTING_KEYS = frozenset(
     {"events", "branches", "skip_drafts", "repository_id", "workflows", "trusted_authors_only", "oncalls", "check_runs"}
-    | {"buildkite"}
+    | {"buildkite", "ciflow"}
 )
 _SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,99}$")  # Buildkite organization and pipeline slugs, as in its URLs
 _BRANCH_RE = re.compile(r"^[A-Za-z0-9._/-]{1,255}$")
@@ -49,6 +58,12 @@ class RepoSettings:
     # while the installation's hourly write budget has room, per_repo's writes once it has not (crcr.app.checks).
     check_runs: str = "auto"
     buildkite: BuildkitePipeline | None = None  # None: GitHub Actions, through repository_dispatch
+    ciflow: tuple[str, ...] = DEFAULT_CIFLOW  # the ciflow/<name>/<PR> tag pushes it is dispatched for
+
+    @property
+    def nightly_only(self) -> bool:
+        """Takes part only through scheduled reports: no webhook is dispatched to it."""
+        return not (self.events & DISPATCHED_EVENTS)
 
 
 @dataclass(frozen=True)
@@ -59,6 +74,7 @@ class Entry:
     device: str | None = None  # L3 only: the label is ciflow/crcr/<device>
     settings: RepoSettings = field(default_factory=RepoSettings)
     line: int | None = None
+    events_given: bool = False  # the entry's own mapping named its events (PyTorch's form)
 
     @property
     def key(self) -> str:
@@ -101,7 +117,8 @@ def _oncalls(value: object, where: object) -> tuple[str, ...]:
 
 
 def _repo_items(level: str, items: object, where: object) -> Iterable[tuple[str, object]]:
-    """Yield (repo, oncalls) from a list of `repo` / `{repo: oncalls}` items or a `{repo: oncalls}` mapping."""
+    """Yield (repo, value) from a list of `repo` / `{repo: value}` items or a `{repo: value}` mapping; the value
+    is the entry's oncalls, or its own mapping of `oncalls` and `events`."""
     if items is None:
         return
     if isinstance(items, Mapping):
@@ -115,10 +132,44 @@ def _repo_items(level: str, items: object, where: object) -> Iterable[tuple[str,
         elif isinstance(item, Mapping) and len(item) == 1:
             yield next(iter(item.items()))
         else:
-            raise AllowlistError(f"{level}: each item is 'owner/repo' or 'owner/repo: oncalls'", line=_line(where))
+            raise AllowlistError(
+                f"{level}: each item is 'owner/repo', 'owner/repo: oncalls' or 'owner/repo:' with events/oncalls "
+                "under it",
+                line=_line(where),
+            )
 
 
-def _settings(repo: object, raw: object) -> tuple[RepoSettings, tuple[str, ...] | None]:
+def _events(where: str, value: object, at: object) -> frozenset[str]:
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        raise AllowlistError(f"{where} must be a non-empty list of events", line=_line(at))
+    unknown = set(value) - KNOWN_EVENTS
+    if unknown:
+        raise AllowlistError(
+            f"{where}: unknown event {sorted(unknown)[0]!r} (known: {', '.join(sorted(KNOWN_EVENTS))})",
+            line=_line(next(v for v in value if v in unknown)) or _line(at),
+        )
+    return frozenset(value)
+
+
+def _entry(repo: str, value: object) -> tuple[tuple[str, ...], frozenset[str] | None]:
+    """An entry's oncalls and, in PyTorch's mapping form, its events (None: not given)."""
+    if not isinstance(value, Mapping):
+        return _oncalls(value, repo), None
+    for key in value:
+        if key not in _ENTRY_KEYS:
+            raise AllowlistError(
+                f"{repo}: unknown key {key!r} in its entry (known: {', '.join(_ENTRY_KEYS)}; crcr's own settings "
+                "go under repos:)",
+                line=_line(key) or _line(repo),
+            )
+    oncall_key = next((k for k in value if k == "oncalls"), repo)
+    oncalls = _oncalls(value.get("oncalls"), oncall_key)
+    event_key = next((k for k in value if k == "events"), None)
+    events = _events(f"{repo}.events", value["events"], event_key) if event_key is not None else None
+    return oncalls, events
+
+
+def _settings(repo: object, raw: object, entry: Entry) -> tuple[RepoSettings, tuple[str, ...] | None]:
     if not isinstance(raw, Mapping):
         raise AllowlistError(f"repos.{repo}: settings must be a mapping", line=_line(repo))
     for key in raw:
@@ -144,19 +195,27 @@ def _settings(repo: object, raw: object) -> tuple[RepoSettings, tuple[str, ...] 
             if value not in CHECK_RUN_MODES:
                 raise AllowlistError(f"{where} must be one of {', '.join(CHECK_RUN_MODES)}", line=_line(key))
             values[key] = value
-        elif key in {"events", "branches", "workflows"}:
+        elif key == "events":
+            values[key] = _events(where, value, key)
+        elif key == "ciflow":
+            if not isinstance(value, list) or not all(isinstance(v, str) and _CIFLOW_RE.fullmatch(v) for v in value):
+                raise AllowlistError(
+                    f"{where} must be a list of ciflow names (as in ciflow/<name>/<PR>)", line=_line(key)
+                )
+            values[key] = tuple(value)
+        elif key in {"branches", "workflows"}:
             if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
                 raise AllowlistError(f"{where} must be a list of strings", line=_line(key))
-            if key == "events":
-                unknown = set(value) - KNOWN_EVENTS
-                if unknown:
-                    raise AllowlistError(
-                        f"{where}: unknown event {sorted(unknown)[0]!r} (known: pull_request, push)",
-                        line=_line(key),
-                    )
-                values[key] = frozenset(value)
-            else:
-                values[key] = tuple(value)
+            values[key] = tuple(value)
+    if "events" in values:
+        if entry.events_given:
+            at = f" (line {entry.line})" if entry.line else ""
+            raise AllowlistError(
+                f"repos.{repo}.events: its {entry.level.name} entry{at} already gives its events",
+                line=_line(next(k for k in raw if k == "events")),
+            )
+    else:
+        values["events"] = entry.settings.events
     oncalls = _oncalls(raw["oncalls"], raw["oncalls"]) if "oncalls" in raw else None
     return RepoSettings(**values), oncalls
 
@@ -192,22 +251,30 @@ def build_allowlist(doc: object) -> Allowlist:
 
     seen: dict[str, Entry] = {}
 
-    def add(repo: object, oncalls: object, level: Level, device: str | None) -> None:
+    def add(repo: object, value: object, level: Level, device: str | None) -> None:
         if not isinstance(repo, str) or not is_repo_name(repo):
             raise AllowlistError(f"{level.name}: {repo!r} is not an owner/repo name", line=_line(repo))
         previous = seen.get(repo_key(repo))
         if previous is not None:
             at = f" (first at line {previous.line})" if previous.line else ""
             raise AllowlistError(f"{repo} is listed twice{at}", line=_line(repo))
+        oncalls, events = _entry(repo, value)
+        settings = RepoSettings(events=events) if events is not None else RepoSettings()
         seen[repo_key(repo)] = Entry(
-            repo=str(repo), level=level, oncalls=_oncalls(oncalls, repo), device=device, line=_line(repo)
+            repo=str(repo),
+            level=level,
+            oncalls=oncalls,
+            device=device,
+            settings=settings,
+            line=_line(repo),
+            events_given=events is not None,
         )
 
     for name in ("L1", "L2", "L4"):
         if name in doc:
             key = next(k for k in doc if k == name)
-            for repo, oncalls in _repo_items(name, doc[name], key):
-                add(repo, oncalls, Level.parse(name), None)
+            for repo, value in _repo_items(name, doc[name], key):
+                add(repo, value, Level.parse(name), None)
     if "L3" in doc and doc["L3"] is not None:
         l3 = doc["L3"]
         if not isinstance(l3, Mapping):
@@ -215,8 +282,8 @@ def build_allowlist(doc: object) -> Allowlist:
         for device, repos in l3.items():
             if not isinstance(device, str) or not _DEVICE_RE.fullmatch(device):
                 raise AllowlistError(f"L3: {device!r} is not a device name", line=_line(device))
-            for repo, oncalls in _repo_items(f"L3.{device}", repos, device):
-                add(repo, oncalls, Level.L3, device)
+            for repo, value in _repo_items(f"L3.{device}", repos, device):
+                add(repo, value, Level.L3, device)
 
     raw_settings = doc.get("repos") or {}
     if not isinstance(raw_settings, Mapping):
@@ -225,13 +292,6 @@ def build_allowlist(doc: object) -> Allowlist:
         entry = seen.get(repo_key(str(repo)))
         if entry is None:
             raise AllowlistError(f"repos.{repo}: not listed under any level", line=_line(repo))
-        settings, oncalls = _settings(repo, raw)
-        seen[entry.key] = Entry(
-            repo=entry.repo,
-            level=entry.level,
-            oncalls=oncalls if oncalls is not None else entry.oncalls,
-            device=entry.device,
-            settings=settings,
-            line=entry.line,
-        )
+        settings, oncalls = _settings(repo, raw, entry)
+        seen[entry.key] = replace(entry, oncalls=oncalls if oncalls is not None else entry.oncalls, settings=settings)
     return Allowlist(entries=tuple(seen.values()))

@@ -33,9 +33,12 @@ def parse_external_id(external_id: str | None) -> tuple[str, str] | None:
     return parts[0], parts[1]
 
 
-def check_run_name(repo: str, workflow_name: str, job_name: str) -> str:
-    """Per job; a dispatch no job started on is the repository's own check run, crcr/<owner>/<repo>."""
-    return f"crcr/{repo}/{workflow_name}/{job_name}" if job_name else f"crcr/{repo}"
+def check_run_name(repo: str, workflow_name: str, job_name: str, ciflow: str | None = None) -> str:
+    """Per job; a dispatch no job started on is the repository's own check run, crcr/<owner>/<repo>. A ciflow tag
+    push's dispatch runs beside the PR's own on the same commit: its runs carry the tag's name, so neither
+    dispatch overwrites the other's and a ruleset keeps requiring the PR's."""
+    name = f"crcr/{repo}/{workflow_name}/{job_name}" if job_name else f"crcr/{repo}"
+    return f"{name} (ciflow/{ciflow})" if ciflow else name
 
 
 @dataclass(frozen=True)

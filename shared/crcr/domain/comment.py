@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from crcr.domain import failed_tests
 from crcr.domain.checks import wants_check_run
 from crcr.domain.ids import repo_key, run_order
 from crcr.domain.text import NAME_FORBIDDEN
@@ -34,6 +35,7 @@ SCHEDULED = "scheduled"  # delivery id of scheduled runs: they report on a commi
 RERUN_REQUESTED = "requested"  # the relay asked for the automatic re-run of an infrastructure failure
 RECHECK_MIN_S, RECHECK_MAX_S = 30.0, 900.0  # how often an undecided re-run is looked at again
 NO_JOB_NAME = "(no job started)"
+FAILING_TESTS_SHOWN = 5
 ZWSP = "\u200b"  # zero-width space: breaks a mention or a reference without changing what a reader sees
 
 _MARKDOWN = re.compile(r"([\\`*_\[\]()!|~])")
@@ -175,6 +177,10 @@ class Recorded(Protocol):
     def triage(self) -> str: ...
     @property
     def verdict(self) -> str | None: ...
+    @property
+    def ciflow(self) -> str | None: ...
+    @property
+    def failed_tests(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -191,6 +197,8 @@ class Row:
     verdict: str | None  # None: the reporter has not judged it (yet)
     triage: str  # the downstream's validated triage verdict (JSON text), advice only
     failed: bool  # False: passed on a retry after failing (flaky)
+    ciflow: str | None = None  # the job ran for a ciflow/<name> tag push of the PR
+    failed_tests: str = ""  # its failing tests as recorded (JSON, crcr.domain.failed_tests)
 
 
 @dataclass(frozen=True)
@@ -249,12 +257,13 @@ def select(
     named_dispatches = {j.dispatch_id for j in mine if j.job_name}
     groups: dict[tuple[str, ...], list[Recorded]] = {}
     for job in mine:
+        ciflow = job.ciflow or ""  # a ciflow tag push's CI is listed beside the PR's own, not instead of it
         if job.job_name:
-            key: tuple[str, ...] = (repo_key(job.repo), job.workflow_name, job.job_name)
+            key: tuple[str, ...] = (repo_key(job.repo), ciflow, job.workflow_name, job.job_name)
         elif job.dispatch_id in named_dispatches:
             continue  # the sweeper's "nothing started" row, overtaken by a job that did start
         else:
-            key = (repo_key(job.repo), "", "", job.dispatch_id)
+            key = (repo_key(job.repo), ciflow, "", "", job.dispatch_id)
         groups.setdefault(key, []).append(job)
     rows: list[Row] = []
     running = retrying = unresolved = 0
@@ -278,7 +287,7 @@ def select(
             running += 1
         elif newest.conclusion not in ("success", "skipped", "neutral"):
             unresolved += 1
-    rows.sort(key=lambda r: (repo_key(r.repo), r.workflow, r.job))
+    rows.sort(key=lambda r: (repo_key(r.repo), r.ciflow or "", r.workflow, r.job))
     return View(head_sha, tuple(rows), len(groups), running, retrying, unresolved, min(recheck, default=None))
 
 
@@ -311,6 +320,8 @@ def _row(job: Recorded, outcome: str, verdict: str | None, failed: bool) -> Row:
         verdict=verdict,
         triage=job.triage,
         failed=failed,
+        ciflow=job.ciflow,
+        failed_tests=job.failed_tests if failed else "",
     )
 
 
@@ -391,8 +402,20 @@ def triage_cell(raw: str) -> str:
     return " · ".join(parts)
 
 
+def _failing_tests(row: Row) -> str:
+    """A new failure's failing tests, as text: which tests this PR likely broke."""
+    shown, more = failed_tests.names(row.failed_tests, FAILING_TESTS_SHOWN)
+    if row.verdict != NEW or not shown:
+        return ""
+    listed = ", ".join(text(name, 120) for name in shown)
+    return f"<br>failing: {listed}" + (f" and {more} more" if more else "")
+
+
 def _row_line(row: Row) -> str:
     job = text(f"{row.workflow} / {row.job}", 150) if row.job else NO_JOB_NAME
+    if row.ciflow:
+        job += f" ({text('ciflow/' + row.ciflow, 60)})"
+    job += _failing_tests(row)
     attempt = str(row.attempt) if row.job else "—"
     return f"| {job} | {attempt} | {link(row.url)} | {_verdict_cell(row)} | {triage_cell(row.triage)} |"
 

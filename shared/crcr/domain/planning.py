@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import re
 from dataclasses import dataclass
 from enum import Enum
 
@@ -14,6 +15,14 @@ PR_ACTIONS_READ = DISPATCH_ACTIONS | {"labeled", "unlabeled"}  # labels decide L
 # author_association values GitHub gives people who already had work merged or have write access.
 TRUSTED_ASSOCIATIONS = frozenset({"OWNER", "MEMBER", "COLLABORATOR", "CONTRIBUTOR"})
 CIFLOW_PREFIX = "ciflow/"
+# The upstream's bot runs a PR's trunk (or another named) CI by pushing this tag at the PR's head.
+_CIFLOW_TAG = re.compile(r"^refs/tags/ciflow/([A-Za-z0-9][A-Za-z0-9._-]{0,49})/([1-9][0-9]{0,9})$")
+
+
+def ciflow_tag(ref: str | None) -> tuple[str, int] | None:
+    """`refs/tags/ciflow/<name>/<PR>` -> (name, PR)."""
+    match = _CIFLOW_TAG.fullmatch(ref or "")
+    return (match.group(1), int(match.group(2))) if match else None
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,7 @@ class UpstreamEvent:
     closed: bool = False  # PR: GitHub says it is closed
     commits: tuple[tuple[str, float], ...] = ()  # push: each commit with its time, oldest first
     updated_at: str = ""  # PR: GitHub's updated_at, which orders webhooks that arrive out of order
+    ciflow: str | None = None  # push of refs/tags/ciflow/<name>/<PR>: the name (pr_number is the PR)
 
     @property
     def has_ciflow_label(self) -> bool:
@@ -56,6 +66,18 @@ class Decision:
     entry: Entry
     verdict: Verdict
     reason: str
+
+
+def _ciflow_decision(event: UpstreamEvent, entry: Entry) -> Decision:
+    """A ciflow tag push runs CI for its PR at the tag's commit: for repositories taking part in pull requests
+    that want this ciflow name (trunk by default). The bot pushes it after a maintainer's label: no hold."""
+    if event.deleted:
+        return Decision(entry, Verdict.SKIP, "tag_deleted")
+    if "pull_request" not in entry.settings.events:
+        return Decision(entry, Verdict.SKIP, "event_disabled")
+    if event.ciflow not in entry.settings.ciflow:
+        return Decision(entry, Verdict.SKIP, "ciflow_not_wanted")
+    return Decision(entry, Verdict.DISPATCH, f"ciflow/{event.ciflow}")
 
 
 def _push_decision(event: UpstreamEvent, entry: Entry) -> Decision:
@@ -101,7 +123,11 @@ def plan(event: UpstreamEvent, allowlist: Allowlist) -> list[Decision]:
     """One decision per allowlisted repository; unlisted repositories never appear."""
     decisions = []
     for entry in allowlist.entries:
-        if event.kind not in entry.settings.events:
+        if entry.settings.nightly_only:
+            decisions.append(Decision(entry, Verdict.SKIP, "nightly_only"))
+        elif event.kind == "push" and event.ciflow is not None:
+            decisions.append(_ciflow_decision(event, entry))
+        elif event.kind not in entry.settings.events:
             decisions.append(Decision(entry, Verdict.SKIP, "event_disabled"))
         elif event.kind == "push":
             decisions.append(_push_decision(event, entry))

@@ -47,7 +47,10 @@ SANDBOX_HUD_PATH = "/_sandbox/hud/api/crcr/results"
 SANDBOX_BUILDKITE_PREFIX = "/_sandbox/buildkite"
 SANDBOX_BUILDKITE_OIDC_PREFIX = "/_sandbox/buildkite-oidc"
 # Each scheduled function's local period (variable, default seconds); the sweeper's is the default.
-SCHEDULE_INTERVALS = {"ReconcilerFunction": ("CRCR_RECONCILE_INTERVAL_S", 300.0)}
+SCHEDULE_INTERVALS = {
+    "ReconcilerFunction": ("CRCR_RECONCILE_INTERVAL_S", 300.0),
+    "LevelFunction": ("CRCR_LEVEL_INTERVAL_S", 3600.0),
+}
 # What an operator command needs to reach this stack (the ready line's `env`); never secrets.
 OPERATOR_ENV_KEYS = (
     "AWS_ENDPOINT_URL",

@@ -1,20 +1,26 @@
 """A port of PyTorch's HUD endpoint for relay results (torchci `POST /api/crcr/results`), to judge pushes.
 
 Ported line by line from `torchci/pages/api/crcr/results.ts` and `torchci/lib/crcr/crcrUtils.ts`
-(`extractDynamoRecord`, `writeToDynamo`) including JavaScript's semantics where they decide the answer:
-reading a property of `undefined` is a TypeError (500), `!x` is falsy-ness, `??` skips only
-null/undefined, a template literal prints `undefined`, and UpdateItem sets only defined fields. The
-table is a dict keyed like `torchci-oot-workflow-job`, with DynamoDB's own limits on key and item size.
+(`extractPrContext`, `extractDynamoRecord`, `writeToDynamo`) as they stand since September 2026, including
+JavaScript's semantics where they decide the answer: reading a property of `undefined` is a TypeError (500),
+`!x` is falsy-ness, `??` skips only null/undefined, a template literal prints `undefined`, `String.slice`
+counts UTF-16 code units, and UpdateItem sets only defined fields. Rows are write-once after completion: a
+write to a row already `completed` answers 409. The table is a dict keyed like `torchci-oot-workflow-job`,
+with DynamoDB's own limits on key and item size.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 from typing import Any
 
 MAX_PAYLOAD_BYTES = 2 * 1024 * 1024
+CIFLOW_TRUNK_REF_RE = re.compile(r"/ciflow/trunk/(\d+)$")
+MAX_FAILED_TESTS = 50
+MAX_MESSAGE_LEN = 500
 DYNAMO_MAX_PARTITION_KEY_BYTES = 2048
 DYNAMO_MAX_ITEM_BYTES = 400 * 1024
 API_TOKEN_HEADER = "x-hud-internal-bot"  # noqa: S105 - a header name, not a secret
@@ -123,11 +129,60 @@ def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not JSON")
 
 
+def _slice_utf16(text: str, end: int) -> str:
+    """`text.slice(0, end)`: UTF-16 code units, a surrogate pair may be cut in half (a lone surrogate)."""
+    units = text.encode("utf-16-le", "surrogatepass")
+    return units[: end * 2].decode("utf-16-le", "surrogatepass")
+
+
+def extract_pr_context(payload: Any) -> tuple[Any, Any]:
+    """(prNumber, headSha): the pull_request shape first, else a push, whose PR only a ciflow/trunk ref names."""
+    pr = _opt(payload, "pull_request")
+    if _truthy(_opt(pr, "number")) and _truthy(_opt(_opt(pr, "head"), "sha")):
+        return _get(pr, "number"), _get(_get(pr, "head"), "sha")
+    if _truthy(_opt(payload, "after")):
+        ref = _coalesce(_opt(payload, "ref"), "")
+        match = CIFLOW_TRUNK_REF_RE.search(ref) if isinstance(ref, str) else None
+        return (float(match.group(1)) if match else 0), _get(payload, "after")
+    return 0, ""
+
+
+def _failed_tests_json(detail: Any) -> str:
+    capped = []
+    for t in detail[:MAX_FAILED_TESTS]:
+        entry: dict[str, Any] = {"name": js_string(_coalesce(_get(t, "name"), ""))}
+        if _truthy(_get(t, "classname")):
+            entry["classname"] = js_string(_get(t, "classname"))
+        if _truthy(_get(t, "message")):
+            entry["message"] = _slice_utf16(js_string(_get(t, "message")), MAX_MESSAGE_LEN)
+        if not _nullish(_get(t, "duration")):
+            entry["duration"] = _js_number(_get(t, "duration"))
+        capped.append(entry)
+    return _json_stringify(capped)
+
+
+def _json_stringify(value: Any) -> str:
+    """JSON.stringify: compact, a whole number without `.0`, NaN as null, lone surrogates escaped."""
+
+    def norm(v: Any) -> Any:
+        if isinstance(v, float):
+            if math.isnan(v) or math.isinf(v):
+                return None
+            return int(v) if v.is_integer() and abs(v) < 1e21 else v
+        if isinstance(v, list):
+            return [norm(x) for x in v]
+        if isinstance(v, dict):
+            return {k: norm(x) for k, x in v.items()}
+        return v
+
+    return json.dumps(norm(value), separators=(",", ":"), ensure_ascii=False)
+
+
 def extract_dynamo_record(payload: Any) -> dict[str, Any]:
     trusted, untrusted = _get(payload, "trusted"), _get(payload, "untrusted")
     cb = _get(untrusted, "callback_payload")
     wf = _get(cb, "workflow")
-    pr = _opt(_opt(cb, "payload"), "pull_request")
+    pr_number, head_sha = extract_pr_context(_get(cb, "payload"))
     upstream_repo = _coalesce(_opt(_opt(_opt(cb, "payload"), "repository"), "full_name"), "pytorch/pytorch")
 
     if not _truthy(_get(wf, "job_name")):
@@ -142,15 +197,16 @@ def extract_dynamo_record(payload: Any) -> dict[str, Any]:
         js_string(v)
         for v in (_get(trusted, "verified_repo"), _get(cb, "delivery_id"), _get(wf, "name"), job_name, check_run_id)
     )
+    head = head_sha if _truthy(head_sha) else _opt(_opt(cb, "payload"), "head_sha")
+    if not _truthy(head):
+        head = _get(cb, "delivery_id") if _truthy(_get(cb, "delivery_id")) else ""
     record: dict[str, Any] = {
         "dynamoKey": dynamo_key,
         "status": _get(wf, "status"),
         "downstream_repo": _get(trusted, "verified_repo"),
         "upstream_repo": upstream_repo,
-        "pr_number": _coalesce(_opt(pr, "number"), 0),
-        "pytorch_head_sha": _coalesce(
-            _opt(_opt(pr, "head"), "sha"), _opt(_opt(cb, "payload"), "head_sha"), _get(cb, "delivery_id"), ""
-        ),
+        "pr_number": int(pr_number) if isinstance(pr_number, float) and pr_number.is_integer() else pr_number,
+        "pytorch_head_sha": head,  # headSha || payload?.head_sha || delivery_id || ""
         "delivery_id": _get(cb, "delivery_id"),
         "workflow_run_url": _coalesce(_get(wf, "url"), ""),
         "workflow_name": _get(wf, "name"),
@@ -187,6 +243,9 @@ def extract_dynamo_record(payload: Any) -> dict[str, Any]:
                 if _is_number(total)
                 else sum(_js_number(_coalesce(_get(tr, k), 0)) for k in ("passed", "failed", "skipped"))
             )
+        detail = _get(wf, "failed_tests_detail")
+        if _truthy(detail) and isinstance(detail, list):  # wf.failed_tests_detail && Array.isArray(...)
+            record["failed_tests_json"] = _failed_tests_json(detail)
     return record
 
 
@@ -200,12 +259,16 @@ class TorchciHud:
         self._lock = threading.Lock()
 
     def write_to_dynamo(self, record: dict[str, Any]) -> None:
-        """UpdateItem SET of every defined field but the key, creating the item when absent."""
+        """UpdateItem SET of every defined field but the key, creating the item when absent, on condition that
+        the row is not `completed` yet: a completed row is final (409, which PyTorch's relay reads as duplicate)."""
         key = record["dynamoKey"]
         if not isinstance(key, str) or not key or len(key.encode()) > DYNAMO_MAX_PARTITION_KEY_BYTES:
             raise JsTypeError("ValidationException: the partition key is empty or longer than 2048 bytes")
         with self._lock:
-            item = dict(self.table.get(key) or {"dynamoKey": key})
+            existing = self.table.get(key)
+            if existing is not None and existing.get("status") == "completed":
+                raise ApiError(409, "Record already completed")
+            item = dict(existing or {"dynamoKey": key})
             item.update({k: v for k, v in record.items() if k != "dynamoKey" and v is not UNDEFINED})
             if len(json.dumps(item).encode()) > DYNAMO_MAX_ITEM_BYTES:
                 raise JsTypeError("ValidationException: Item size has exceeded the maximum allowed size")

@@ -1,0 +1,28 @@
+"""LevelFunction: on a schedule, each downstream's level status for the HUD, and the demotion PRs it calls for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crcr.adapters.observability import logger, metrics
+from crcr.app.levels import LevelDeps, check_levels
+from crcr.composition import build_level_deps, kept, load_settings
+
+_deps: LevelDeps | None = None
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context(clear_state=True)
+def lambda_handler(event: dict[str, Any], context: Any, deps: LevelDeps | None = None) -> dict[str, Any]:
+    global _deps
+    ready = deps or _deps or (_deps := kept(build_level_deps(load_settings())))
+    outcome = check_levels(ready)
+    changes = {s.repo: s.change for s in outcome.statuses if s.change}
+    if changes or outcome.actions or outcome.failed:
+        logger.info("levels", extra={"changes": changes, "actions": outcome.actions, "failed": outcome.failed})
+    return {
+        "repos": len(outcome.statuses),
+        "changes": changes,
+        "actions": len(outcome.actions),
+        "failed": outcome.failed,
+    }

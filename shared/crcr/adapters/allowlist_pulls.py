@@ -1,0 +1,133 @@
+"""The AllowlistPulls port on GitHub: the demotion PR in the repository that holds the allowlist.
+
+Endpoints (docs/contracts.md lists them with the rest): `GET pulls`, `POST pulls`, `PATCH pulls/{n}`,
+`GET git/ref/{ref}`, `POST git/refs`, `PATCH git/refs/{ref}` (a branch left over from an earlier PR starts again
+at the base), `GET`/`PUT contents/{path}`, `POST issues/{n}/labels` and `POST issues/{n}/comments`; one token for
+that repository alone with contents:write and pull_requests:write.
+"""
+
+from __future__ import annotations
+
+import base64
+from urllib.parse import quote
+
+from crcr.adapters.github import GitHubApp
+from crcr.app.ports import GitHubRejected, PullRef
+
+PULL_PERMISSIONS = {"contents": "write", "pull_requests": "write"}
+
+
+def _q(text: str) -> str:
+    return quote(text, safe="/")
+
+
+class GitHubAllowlistPulls:
+    def __init__(self, github: GitHubApp, repo: str, path: str, base: str) -> None:
+        self._github = github
+        self._repo = repo
+        self._path = path
+        self._base = base
+
+    @property
+    def repo(self) -> str:
+        return self._repo
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def base(self) -> str:
+        return self._base
+
+    def installation_for(self, repo: str) -> int:
+        return self._github.installation_for(repo)
+
+    def _auth(self) -> str:
+        token = self._github.repo_token(self._github.installation_for(self._repo), self._repo, PULL_PERMISSIONS)
+        return f"Bearer {token.token}"
+
+    def _url(self, tail: str) -> str:
+        return f"/repos/{_q(self._repo)}/{tail}"
+
+    def find_open(self, branch: str) -> PullRef | None:
+        owner = self._repo.split("/", 1)[0]
+        resp = self._github.request(
+            "GET",
+            self._url(f"pulls?state=open&head={quote(f'{owner}:{branch}', safe='')}&base={quote(self._base, safe='')}"),
+            self._auth(),
+            kind="pulls",
+        )
+        found = resp.body if isinstance(resp.body, list) else []
+        if not found:
+            return None
+        pull = found[0]
+        return PullRef(int(pull["number"]), str(pull.get("body") or ""), str(pull.get("title") or ""))
+
+    def base_sha(self) -> str:
+        resp = self._github.request("GET", self._url(f"git/ref/heads/{_q(self._base)}"), self._auth(), kind="git")
+        return str(resp.body["object"]["sha"])
+
+    def read_file(self, ref: str) -> tuple[str, str]:
+        resp = self._github.request(
+            "GET", self._url(f"contents/{_q(self._path)}?ref={quote(ref, safe='')}"), self._auth(), kind="contents"
+        )
+        return base64.b64decode(resp.body["content"]).decode(), str(resp.body["sha"])
+
+    def prepare_branch(self, branch: str, sha: str) -> None:
+        try:
+            self._github.request(
+                "POST", self._url("git/refs"), self._auth(), {"ref": f"refs/heads/{branch}", "sha": sha}, kind="git"
+            )
+        except GitHubRejected as exc:
+            if exc.status != 422:  # 422: the branch exists (an earlier PR's): start it again at the base
+                raise
+            self._github.request(
+                "PATCH",
+                self._url(f"git/refs/heads/{_q(branch)}"),
+                self._auth(),
+                {"sha": sha, "force": True},
+                kind="git",
+            )
+
+    def write_file(self, branch: str, text: str, blob_sha: str, message: str) -> None:
+        body = {
+            "message": message,
+            "content": base64.b64encode(text.encode()).decode(),
+            "sha": blob_sha,
+            "branch": branch,
+        }
+        self._github.request("PUT", self._url(f"contents/{_q(self._path)}"), self._auth(), body, kind="contents")
+
+    def open_pull(self, branch: str, title: str, body: str, labels: list[str]) -> int:
+        try:
+            resp = self._github.request(
+                "POST",
+                self._url("pulls"),
+                self._auth(),
+                {"title": title, "head": branch, "base": self._base, "body": body, "maintainer_can_modify": True},
+                kind="pulls",
+            )
+            number = int(resp.body["number"])
+        except GitHubRejected as exc:
+            # 422 when one is open from the branch already (an earlier run stopped before labelling it): that one.
+            existing = self.find_open(branch) if exc.status == 422 else None
+            if existing is None:
+                raise
+            number = existing.number
+        if labels:
+            self._github.request(
+                "POST", self._url(f"issues/{number}/labels"), self._auth(), {"labels": labels}, kind="labels"
+            )
+        return number
+
+    def update_pull(self, number: int, title: str, body: str) -> None:
+        self._github.request(
+            "PATCH", self._url(f"pulls/{number}"), self._auth(), {"title": title, "body": body}, kind="pulls"
+        )
+
+    def close_pull(self, number: int, comment: str) -> None:
+        self._github.request(
+            "POST", self._url(f"issues/{number}/comments"), self._auth(), {"body": comment}, kind="comment"
+        )
+        self._github.request("PATCH", self._url(f"pulls/{number}"), self._auth(), {"state": "closed"}, kind="pulls")

@@ -1,0 +1,96 @@
+"""Levels in the state table: each repository's level history (when it first reached L2) and the open demotions.
+
+Rows under one partition, `LEVELS`: `HISTORY#<repo>` and `DEMOTION#<repo>`. A handful of repositories: the
+demotions are read whole, and a reader on the check-run path keeps them for a minute.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from crcr.adapters.dynamo import num, query_all
+from crcr.app.ports import Demotion
+from crcr.domain.ids import repo_key
+
+PK = "LEVELS"
+
+
+class DynamoLevels:
+    """The LevelHistory and Demotions ports."""
+
+    def __init__(self, client: Any, table: str, first_l2_job: Callable[[str], float | None] | None = None) -> None:
+        self._ddb = client
+        self._table = table
+        # A repository seen for the first time: when its earliest job still kept was recorded at L2 or above (the
+        # relay may take over from another one), else now.
+        self._first_l2_job = first_l2_job
+
+    def l2_since(self, levels: list[tuple[str, int]], now: float) -> dict[str, float]:
+        found: dict[str, float] = {}
+        for repo, level in levels:
+            key = repo_key(repo)
+            values: dict[str, Any] = {":level": {"N": str(level)}, ":now": {"N": str(num(now))}}
+            update = "SET repo = :repo, #lvl = :level, level_since = if_not_exists(level_since, :now)"
+            values[":repo"] = {"S": repo}
+            if level >= 2:
+                first = self._first_l2_job(repo) if self._first_l2_job else None
+                values[":l2"] = {"N": str(num(min(now, first) if first is not None else now))}
+                update += ", l2_since = if_not_exists(l2_since, :l2)"
+            item = self._ddb.update_item(
+                TableName=self._table,
+                Key={"pk": {"S": PK}, "sk": {"S": f"HISTORY#{key}"}},
+                UpdateExpression=update,
+                ExpressionAttributeNames={"#lvl": "level"},
+                ExpressionAttributeValues=values,
+                ReturnValues="ALL_NEW",
+            )["Attributes"]
+            if "l2_since" in item:
+                found[key] = float(item["l2_since"]["N"])
+        return found
+
+    def open_demotions(self) -> dict[str, Demotion]:
+        items = query_all(
+            self._ddb,
+            TableName=self._table,
+            KeyConditionExpression="pk = :p AND begins_with(sk, :d)",
+            ExpressionAttributeValues={":p": {"S": PK}, ":d": {"S": "DEMOTION#"}},
+            ConsistentRead=True,
+        )
+        return {
+            item["sk"]["S"].removeprefix("DEMOTION#"): Demotion(
+                item["repo"]["S"], int(item["pr"]["N"]), float(item["since"]["N"])
+            )
+            for item in items
+        }
+
+    def set_demotion(self, repo: str, pr: int, since: float) -> None:
+        self._ddb.update_item(
+            TableName=self._table,
+            Key={"pk": {"S": PK}, "sk": {"S": f"DEMOTION#{repo_key(repo)}"}},
+            UpdateExpression="SET repo = :repo, pr = :pr, since = if_not_exists(since, :since)",
+            ExpressionAttributeValues={":repo": {"S": repo}, ":pr": {"N": str(pr)}, ":since": {"N": str(num(since))}},
+        )
+
+    def clear_demotion(self, repo: str) -> None:
+        self._ddb.delete_item(TableName=self._table, Key={"pk": {"S": PK}, "sk": {"S": f"DEMOTION#{repo_key(repo)}"}})
+
+
+class CachedDemotions:
+    """Open demotions as the check-run writer reads them: read whole at most once a minute."""
+
+    def __init__(self, source: DynamoLevels, clock: Callable[[], float], ttl_s: float = 60.0) -> None:
+        self._source = source
+        self._clock = clock
+        self._ttl_s = ttl_s
+        self._lock = threading.Lock()
+        self._cached: tuple[float, dict[str, Demotion]] | None = None
+
+    def since(self, repo: str) -> float | None:
+        with self._lock:
+            now = self._clock()
+            if self._cached is None or now - self._cached[0] >= self._ttl_s:
+                self._cached = (now, self._source.open_demotions())
+            found = self._cached[1].get(repo_key(repo))
+        return found.since if found is not None else None

@@ -1,0 +1,177 @@
+"""Level check (LevelFunction, on a schedule): each L2-L4 downstream's level status, served to the HUD as PyTorch's
+`GET /api/crcr/level-status` serves it, and one allowlist PR per L3 repository to demote.
+
+The PR (branch `crcr-demotion/<owner>/<repo>`, label `crcr-auto-demotion`) moves the entry from L3 to L2, mentions
+its owners and names the criteria it missed. It is updated while the repository keeps missing them, closed when
+it recovers or leaves L3, and never merged: a person decides. While it is open the relay creates no new upstream
+check runs for that repository (crcr.app.checks reads the open demotions); jobs already running keep theirs.
+A repository that reported nothing over the window is listed (`noData`) and never demoted for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from crcr.app.health import sample
+from crcr.app.ports import (
+    AllowlistProvider,
+    AllowlistPulls,
+    Clock,
+    Demotions,
+    GitHubError,
+    HudDocs,
+    JobsByRepo,
+    LevelHistory,
+    Metrics,
+    PullRef,
+)
+from crcr.domain.allowlist import Allowlist, Entry
+from crcr.domain.allowlist_edit import EditError, demote_to_l2
+from crcr.domain.errors import AllowlistError
+from crcr.domain.ids import repo_key
+from crcr.domain.level_status import RepoStatus, document, plan_demotions, pr_body, pr_title, status_of, tenure
+from crcr.domain.levels import Level
+
+BRANCH_PREFIX = "crcr-demotion/"
+DEMOTION_LABEL = "crcr-auto-demotion"
+LEVEL_STATUS_DOC = "level-status.json"
+
+
+@dataclass(frozen=True)
+class LevelDeps:
+    allowlist: AllowlistProvider
+    jobs: JobsByRepo
+    history: LevelHistory
+    demotions: Demotions
+    docs: HudDocs
+    metrics: Metrics
+    clock: Clock
+    parse: Callable[[str], Allowlist]  # the allowlist's own loader, to check an edit
+    pulls: AllowlistPulls | None = None  # None: the allowlist is not in a GitHub repository (no PR can be opened)
+    hud_url: str | None = None  # the HUD's base URL, linked from the PR
+
+
+@dataclass
+class LevelOutcome:
+    statuses: list[RepoStatus]
+    actions: list[tuple[str, str, str]]
+    failed: list[str]
+
+
+def branch_of(repo: str) -> str:
+    return f"{BRANCH_PREFIX}{repo}"
+
+
+def statuses(deps: LevelDeps, allowlist: Allowlist, now: float) -> list[RepoStatus]:
+    """Every L2-L4 repository, by level then name, from its recorded jobs (a repository whose jobs cannot be read
+    now is left out of this run, so nothing is decided on missing figures)."""
+    entries = sorted((e for e in allowlist.entries if e.level >= Level.L2), key=lambda e: (e.level, e.key))
+    since = deps.history.l2_since([(e.repo, int(e.level)) for e in entries], now)
+    out = []
+    for entry in entries:
+        window = 14 * 86_400 if entry.level == Level.L2 else 7 * 86_400
+        jobs = deps.jobs.jobs_of_repo(entry.repo, now - window)
+        out.append(
+            status_of(entry.repo, entry.level, (sample(j) for j in jobs), now, tenure(since.get(entry.key), now))
+        )
+    return out
+
+
+def check_levels(deps: LevelDeps) -> LevelOutcome:
+    now = deps.clock.now()
+    allowlist = deps.allowlist.current()
+    found = statuses(deps, allowlist, now)
+    _publish(deps, found, now)
+    for status in found:
+        if status.change:
+            deps.metrics.count("LevelChangeProposed", change=status.change)
+    if deps.pulls is None:
+        return LevelOutcome(found, [], [])
+    return _sync_pulls(deps, deps.pulls, allowlist, {repo_key(s.repo): s for s in found}, now)
+
+
+def _publish(deps: LevelDeps, found: list[RepoStatus], now: float) -> None:
+    for _ in range(3):
+        _, tag = deps.docs.get(LEVEL_STATUS_DOC)
+        if deps.docs.put(LEVEL_STATUS_DOC, document(found, now), tag):
+            return
+    raise RuntimeError("the level-status document kept changing under this writer")
+
+
+def _sync_pulls(
+    deps: LevelDeps, pulls: AllowlistPulls, allowlist: Allowlist, by_key: dict[str, RepoStatus], now: float
+) -> LevelOutcome:
+    l3 = {e.key: e for e in allowlist.entries if e.level == Level.L3}
+    recorded = deps.demotions.open_demotions()
+    names = {key: entry.repo for key, entry in l3.items()} | {key: d.repo for key, d in recorded.items()}
+    open_prs: dict[str, PullRef] = {}
+    unknown: set[str] = set()
+    failed: list[str] = []
+    for key, repo in sorted(names.items()):
+        try:
+            pull = pulls.find_open(branch_of(repo))
+        except GitHubError as exc:
+            failed.append(f"{repo}: {exc}")  # unknown: left as it is this run (never a second PR)
+            unknown.add(key)
+            deps.metrics.count("DemotionFailed")
+            continue
+        if pull is not None:
+            open_prs[repo] = pull
+            if key not in recorded:  # opened by an earlier run that failed before recording it, or reopened
+                deps.demotions.set_demotion(repo, pull.number, now)
+        elif key in recorded:  # closed or merged by a person: the check runs come back (or it is L2 now)
+            deps.demotions.clear_demotion(repo)
+    known = {key: status for key, status in by_key.items() if key not in unknown}
+    l3_known = [e.repo for key, e in l3.items() if key not in unknown]
+    actions = plan_demotions(known, l3_known, {repo: pull.number for repo, pull in open_prs.items()})
+    for action, repo, reason in actions:
+        try:
+            if action == "close":
+                pulls.close_pull(open_prs[repo].number, f"`{repo}` {reason}, so this demotion is no longer proposed.")
+                deps.demotions.clear_demotion(repo)
+            else:
+                status = by_key[repo_key(repo)]
+                entry = l3[repo_key(repo)]
+                number = _propose(deps, pulls, entry, status, open_prs.get(repo))
+                deps.demotions.set_demotion(repo, number, now)
+            deps.metrics.count("DemotionSynced", action=action)
+        except (GitHubError, AllowlistError) as exc:
+            failed.append(f"{repo}: {action}: {exc}")
+            deps.metrics.count("DemotionFailed")
+    return LevelOutcome(list(by_key.values()), actions, failed)
+
+
+def _propose(deps: LevelDeps, pulls: AllowlistPulls, entry: Entry, status: RepoStatus, pull: PullRef | None) -> int:
+    """Open the PR, or bring an open one's description up to date (the same PR: never a second one)."""
+    title = pr_title(entry.repo)
+    body = pr_body(status, entry.oncalls, pulls.path, deps.hud_url)
+    if pull is not None:
+        if (pull.title, pull.body.strip()) != (title, body.strip()):
+            pulls.update_pull(pull.number, title, body)
+            deps.metrics.count("DemotionUpdated")
+        return pull.number
+    base = pulls.base_sha()
+    text, blob = pulls.read_file(base)
+    current = deps.parse(text).get(entry.repo)
+    if current is None or current.level != Level.L3:
+        raise EditError(f"{entry.repo} is not at L3 on {pulls.base}")
+    edited = demote_to_l2(text, current)
+    _check_edit(deps, text, edited, current)
+    branch = branch_of(entry.repo)
+    pulls.prepare_branch(branch, base)
+    pulls.write_file(branch, edited, blob, title)
+    return pulls.open_pull(branch, title, body, [DEMOTION_LABEL])
+
+
+def _check_edit(deps: LevelDeps, before: str, after: str, entry: Entry) -> None:
+    """The edited file must say exactly what the old one said, but for the entry now at L2 without a device."""
+    old, new = deps.parse(before), deps.parse(after)
+    moved = new.get(entry.repo)
+    expected = replace(entry, level=Level.L2, device=None, line=None)
+    if moved is None or replace(moved, line=None) != expected:
+        raise EditError(f"moving {entry.repo} to L2 did not give the entry expected")
+    rest_old = {e.key: replace(e, line=None) for e in old.entries if e.key != entry.key}
+    rest_new = {e.key: replace(e, line=None) for e in new.entries if e.key != entry.key}
+    if rest_old != rest_new:
+        raise EditError(f"moving {entry.repo} to L2 changed more than its entry")
