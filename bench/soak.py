@@ -1005,6 +1005,9 @@ def build_report(
         "hud_rows": len(hud.rows),
         "hud_pushes": len(hud.pushes),
         "hud_refused": len(hud.refused),
+        # Every push as PyTorch's HUD (the port, write-once after completion) answered it: 409 is a duplicate.
+        "hud_answers": dict(sorted(Counter(str(status) for status, _ in hud.attempts).items())),
+        "hud_duplicates": len(hud.duplicates),
         "window": window_report(soak),
         "webhook_window_events": len(soak.window),
         "reconciler": {
@@ -1086,6 +1089,8 @@ def verdict(report: dict[str, Any]) -> int:
         problems.append(f"{len(report['kills'])} relay kills of {report['config']['kills']}")
     if report["hud_rows"] != report["jobs"]:
         problems.append(f"{report['hud_rows']} HUD rows for {report['jobs']} jobs")
+    if report["hud_refused"]:
+        problems.append(f"PyTorch's HUD refused {report['hud_refused']} pushes (answers: {report['hud_answers']})")
     report["verdict"] = "pass" if not problems else "fail: " + "; ".join(problems)
     return 1 if problems else 0
 
@@ -1116,6 +1121,7 @@ def print_table(r: dict[str, Any]) -> None:
         ("relay kills", len(r["kills"])),
         ("results sent / recorded", f"{r['results_sent']} / {r['results_recorded']}"),
         ("HUD rows / jobs", f"{r['hud_rows']} / {r['jobs']}"),
+        ("HUD answers by status (409: duplicate)", ", ".join(f"{k}: {v}" for k, v in r["hud_answers"].items())),
         ("relay CPU s (ms per dispatch, dispatch phase)", f"{r.get('relay_cpu_s')} ({r['relay_cpu_ms_per_dispatch']})"),
         ("paced re-queues per dispatch", r.get("requeues_per_dispatch")),
         (

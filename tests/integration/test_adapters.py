@@ -217,6 +217,19 @@ def test_allowlist_check_prints_the_level_table(tmp_path: Any) -> None:
     assert "line 3: org-one/L1-REPO is listed twice (first at line 2)" in broken.stderr
 
 
+def test_allowlist_check_accepts_pytorchs_current_file_unchanged(tmp_path: Any) -> None:
+    run = [sys.executable, "-m", "crcr.cli", "allowlist", "check"]
+    current = ROOT / "tests/events/pytorch/allowlist.yml"
+    ok = subprocess.run([*run, str(current)], capture_output=True, text=True, cwd=ROOT, check=False)
+    assert ok.returncode == 0, ok.stderr
+    assert "NVIDIA/pytorch-windows-ci" in ok.stdout and "14 repositories" in ok.stdout
+    typo = tmp_path / "typo.yml"
+    typo.write_text(current.read_text().replace("      events: [nightly]\n", "      events: [nigthly]\n", 1))
+    refused = subprocess.run([*run, str(typo)], capture_output=True, text=True, cwd=ROOT, check=False)
+    assert refused.returncode == 1
+    assert "line 8: NVIDIA/pytorch-windows-ci.events: unknown event 'nigthly'" in refused.stderr
+
+
 def test_hud_documents_are_replaced_only_if_unchanged_and_a_stale_copy_costs_one_refusal(aws: dict[str, Any]) -> None:
     from crcr.adapters.s3 import S3HudDocs  # noqa: PLC0415
 

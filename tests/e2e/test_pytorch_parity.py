@@ -1,0 +1,150 @@
+"""PyTorch's side as it stands since September 2026, on `crcr local`: nightly-only downstreams, ciflow/trunk tag
+pushes filed under their PR, failing tests, and PyTorch's HUD (the port, write-once guard included) taking every
+push."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jwt
+import pytest
+
+from tests.conftest import HUD_TOKEN, Relay, event_body, http
+from tests.doubles.hud import HudDouble
+from tests.doubles.oidc_issuer import OidcIssuer
+
+pytestmark = pytest.mark.e2e
+
+UPSTREAM = "pytorch/pytorch"
+L4 = "org-four/L4-Repo"
+NIGHTLY = "org-two/l2-repo"
+ALLOWLIST = f"""\
+L1:
+  - org-one/l1-repo
+L2:
+  - {NIGHTLY}:
+      oncalls: oncall-two
+      events: [nightly]
+L3:
+  gpu:
+    org-three/l3-repo: [oncall-three]
+L4:
+  - {L4}
+"""
+REPO_IDS = {"org-one/l1-repo": 5000, NIGHTLY: 5001, "org-three/l3-repo": 5002, L4: 5003}
+
+
+@pytest.fixture
+def oidc() -> Iterator[OidcIssuer]:
+    with OidcIssuer() as issuer:
+        yield issuer
+
+
+@pytest.fixture
+def relay(relay_factory: Callable[..., Relay], oidc: OidcIssuer, hud: HudDouble) -> Relay:
+    relay = relay_factory(
+        ALLOWLIST,
+        env={"CRCR_OIDC_ISSUER": oidc.url, "CRCR_OIDC_AUDIENCE": "crcr", "CRCR_HUD_URL": hud.url,
+             "CRCR_HUD_TOKEN": HUD_TOKEN},
+    )  # fmt: skip
+    relay.github.install(UPSTREAM, installation_id=1, repo_id=65600975)
+    return relay
+
+
+def callback(relay: Relay, body: dict[str, Any], token: str) -> tuple[int, dict[str, Any]]:
+    headers = {"content-type": "application/json", "authorization": f"Bearer {token}"}
+    return http("POST", f"{relay.url}/callback", json.dumps(body).encode(), headers)
+
+
+def token(oidc: OidcIssuer, repo: str, run_id: int, **claims: Any) -> str:
+    return oidc.token(
+        repository=repo, repository_id=REPO_IDS[repo], run_id=run_id, run_attempt=1,
+        job_workflow_ref=f"{repo}/.github/workflows/ci.yml@refs/heads/main", **claims,
+    )  # fmt: skip
+
+
+def wait(condition: Callable[[], Any], timeout_s: float = 30.0) -> Any:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if found := condition():
+            return found
+        time.sleep(0.1)
+    raise AssertionError("timed out waiting")
+
+
+def test_a_nightly_only_downstream_gets_no_webhook_and_its_scheduled_report_is_recorded(
+    relay: Relay, oidc: OidcIssuer, hud: HudDouble
+) -> None:
+    assert relay.post("pull_request", event_body("pull_request.opened.json"))[0] == 202
+    assert relay.post("push", event_body("push.main.json"))[0] == 202
+    relay.wait_dispatches({L4: 2, "org-one/l1-repo": 2, "org-three/l3-repo": 2})
+    assert relay.github.dispatches(NIGHTLY) == []
+    assert relay.metric("TargetSkipped.reason=nightly_only") == 2
+
+    sha = "c" * 40
+    relay.github.add_commit(UPSTREAM, sha)
+    nightly = {
+        "schema_version": 1, "scheduled": True, "head_sha": sha, "status": "completed", "conclusion": "failure",
+        "workflow_name": "nightly", "job_name": "full-suite", "run_id": 9001, "run_attempt": 1,
+        "url": f"https://github.com/{NIGHTLY}/actions/runs/9001",
+        "failed_tests_detail": [{"name": "test_conv", "message": "mismatch", "duration": 3.25}],
+    }  # fmt: skip
+    assert callback(relay, nightly, token(oidc, NIGHTLY, 9001, event_name="schedule")) == (200, {"status": "recorded"})
+    row = wait(lambda: next((r for r in hud.rows.values() if r["downstream_repo"] == NIGHTLY), None))
+    assert (row["event_type"], row["pr_number"], row["pytorch_head_sha"]) == ("nightly", 0, sha)
+    assert json.loads(row["failed_tests_json"]) == [{"name": "test_conv", "message": "mismatch", "duration": 3.25}]
+
+
+def test_a_ciflow_trunk_push_reaches_l4_as_its_prs_ci_and_lands_in_the_hud_under_the_pr(
+    relay: Relay, oidc: OidcIssuer, hud: HudDouble
+) -> None:
+    pr = json.loads(event_body("pull_request.opened.json"))
+    number, head = pr["pull_request"]["number"], pr["pull_request"]["head"]["sha"]
+    relay.github.add_commit(UPSTREAM, head)
+    tag = event_body("push.main.json", ref=f"refs/tags/ciflow/trunk/{number}", after=head, base_ref=None)
+    delivery = str(uuid.uuid4())
+    assert relay.post("push", tag, delivery)[0] == 202
+    relay.wait_dispatches({L4: 1, "org-one/l1-repo": 1, "org-three/l3-repo": 1})
+    assert relay.github.dispatches(NIGHTLY) == []
+    [sent] = relay.github.dispatches(L4)
+    assert sent["event_type"] == "push"
+    payload = sent["client_payload"]
+    assert (payload["payload"]["ref"], payload["payload"]["after"]) == (f"refs/tags/ciflow/trunk/{number}", head)
+    claims = jwt.decode(payload["ticket"], options={"verify_signature": False})
+    assert (claims["pr"], claims["head_sha"]) == (number, head)
+
+    # The L4 repository's required check for this dispatch is its own, beside the PR's.
+    wait(lambda: [r for r in relay.github.check_runs(UPSTREAM) if r["name"] == f"crcr/{L4} (ciflow/trunk)"])
+    body = {
+        "schema_version": 1, "ticket": payload["ticket"], "status": "completed", "conclusion": "failure",
+        "workflow_name": "trunk", "job_name": "linux-test", "run_id": 4242, "run_attempt": 1,
+        "url": f"https://github.com/{L4}/actions/runs/4242",
+        "test_results": {"passed": 9, "failed": 1, "skipped": 0, "total": 10},
+        "failed_tests_detail": [{"name": "test_add", "classname": "TestOps", "message": "x" * 600}],
+    }  # fmt: skip
+    assert callback(relay, body, token(oidc, L4, 4242)) == (200, {"status": "recorded"})
+    row = wait(lambda: next((r for r in hud.rows.values() if r["downstream_repo"] == L4), None))
+    assert (row["pr_number"], row["pytorch_head_sha"], row["event_type"], row["delivery_id"]) == (
+        number, head, "push", delivery,
+    )  # fmt: skip
+    [test] = json.loads(row["failed_tests_json"])
+    assert test == {"name": "test_add", "classname": "TestOps", "message": "x" * 500}
+    job_run = wait(
+        lambda: next(
+            (r for r in relay.github.check_runs(UPSTREAM)
+             if r["name"] == f"crcr/{L4}/trunk/linux-test (ciflow/trunk)" and r["status"] == "completed"),
+            None,
+        )
+    )  # fmt: skip
+    assert "TestOps.test_add" in job_run["output"]["summary"]
+    assert hud.duplicates == []  # nothing was written twice as finished
+
+    # Deleting the tag dispatches nothing.
+    gone = event_body("push.main.json", ref=f"refs/tags/ciflow/trunk/{number}", after="0" * 40, deleted=True)
+    assert relay.post("push", gone)[0] == 202
+    time.sleep(2)
+    assert len(relay.github.dispatches(L4)) == 1
