@@ -134,6 +134,7 @@ def relay_factory(
             "CRCR_WEBHOOK_SECRET": WEBHOOK_SECRET,
             "CRCR_ALLOWLIST": str(path),
             "CRCR_RETRY_BASE_S": "0.5",
+            "CRCR_RUN_SETTLE_S": "1",  # GitHub creates a dispatch's run at once here
             "CRCR_GITHUB_TIMEOUT_S": "2",
             "CRCR_CHECK_SETTLE_S": "1",
             # Every job change of every e2e test is judged by the port of PyTorch's HUD endpoint.

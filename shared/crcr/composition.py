@@ -276,10 +276,20 @@ def build_planner_deps(settings: Settings) -> PlannerDeps:
     metrics = PowertoolsMetrics()
     clock = SystemClock()
     allowlist = _allowlist(settings, metrics, clock)
+    files = commands = None
+    if settings.github_app_id:
+        from crcr.adapters.changes import GitHubPullFiles  # noqa: PLC0415
+        from crcr.adapters.commands import GitHubCommands  # noqa: PLC0415
+        from crcr.app.commands import CommandDeps  # noqa: PLC0415
+
+        files = GitHubPullFiles(_github(settings))  # path filters: a PR's files, listed once per head
+        commands = CommandDeps(slug=settings.github_app_slug, collaborators=GitHubCommands(_github(settings)))
     return PlannerDeps(
         checks=_checks_queue(settings),
         jobs=_results(settings) if settings.results_table else None,
         reruns=_rerun_deps(settings, allowlist, metrics),
+        files=files,
+        commands=commands,
         upstream=settings.upstream_repo,
         allowlist=allowlist,
         blobs=S3Blobs(aws_client("s3"), str(settings.bodies_bucket)),
@@ -293,6 +303,7 @@ def build_planner_deps(settings: Settings) -> PlannerDeps:
 
 
 def build_dispatch_deps(settings: Settings) -> DispatchDeps:
+    from crcr.adapters.dispatch_runs import GitHubDispatchRuns  # noqa: PLC0415
     from crcr.adapters.dynamo import LEDGER_TTL_S, DynamoPacer, DynamoState  # noqa: PLC0415
     from crcr.adapters.sqs import SqsDispatchQueue  # noqa: PLC0415
     from crcr.app.dispatch import DispatchDeps  # noqa: PLC0415
@@ -302,6 +313,8 @@ def build_dispatch_deps(settings: Settings) -> DispatchDeps:
     table = str(settings.state_table)
     return DispatchDeps(
         github=_github(settings),
+        runs=GitHubDispatchRuns(_github(settings)),
+        run_settle_s=settings.run_settle_s,
         ledger=DynamoState(aws_client("dynamodb"), table, start_timeout_s=settings.start_timeout_s),
         queue=SqsDispatchQueue(aws_client("sqs"), str(settings.dispatch_queue_url), str(settings.dispatch_dlq_url)),
         pacer=DynamoPacer(aws_client("dynamodb"), table, rates=_write_rates(settings)),
@@ -387,6 +400,7 @@ def _checks_queue(settings: Settings) -> SqsChecksQueue | None:
 
 
 def build_checks_deps(settings: Settings) -> CheckDeps:
+    from crcr.adapters.commands import GitHubCommands  # noqa: PLC0415
     from crcr.adapters.dynamo import DynamoPacer, DynamoState  # noqa: PLC0415
     from crcr.adapters.github import GitHubCheckRuns, GitHubIssueComments, GitHubReruns  # noqa: PLC0415
     from crcr.adapters.levels import CachedDemotions, DynamoLevels  # noqa: PLC0415
@@ -449,6 +463,7 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
         ),
         comment=comment,
         demotions=CachedDemotions(DynamoLevels(aws_client("dynamodb"), str(settings.state_table)), clock.now),
+        reactions=GitHubCommands(_github(settings)),
     )
 
 
@@ -602,6 +617,7 @@ def build_level_deps(settings: Settings) -> LevelDeps:
     the allowlist's repository when the allowlist is read from GitHub (`github:owner/repo/path@base`)."""
     from crcr.adapters.allowlist_pulls import GitHubAllowlistPulls  # noqa: PLC0415
     from crcr.adapters.allowlist_source import parse_allowlist  # noqa: PLC0415
+    from crcr.adapters.dispatch_runs import GitHubDispatchRuns  # noqa: PLC0415
     from crcr.adapters.levels import DynamoLevels  # noqa: PLC0415
     from crcr.adapters.s3 import S3HudDocs  # noqa: PLC0415
     from crcr.app.levels import LevelDeps  # noqa: PLC0415
@@ -626,6 +642,7 @@ def build_level_deps(settings: Settings) -> LevelDeps:
         clock=clock,
         parse=parse_allowlist,
         pulls=pulls,
+        runs=GitHubDispatchRuns(_github(settings)) if settings.github_app_id else None,
         hud_url=f"{settings.callback_url.rsplit('/callback', 1)[0]}/hud" if settings.callback_url else None,
     )
 
@@ -642,7 +659,12 @@ def build_health_deps(settings: Settings) -> HealthDeps:
     except HealthConfigError as exc:
         raise ConfigError(f"invalid configuration: CRCR_HEALTH_THRESHOLDS: {exc}") from exc
     fetch = fetcher_for(str(settings.allowlist), lambda: aws_client("s3"), lambda: _github(settings))
-    return HealthDeps(allowlist=OneShotAllowlist(fetch), jobs=_results(settings), clock=SystemClock(), policy=policy)
+    from crcr.adapters.levels import DynamoLevels  # noqa: PLC0415
+
+    history = DynamoLevels(aws_client("dynamodb"), str(settings.state_table)) if settings.state_table else None
+    return HealthDeps(
+        allowlist=OneShotAllowlist(fetch), jobs=_results(settings), clock=SystemClock(), policy=policy, history=history
+    )
 
 
 def build_onboard_github(settings: Settings) -> RepoLookup:

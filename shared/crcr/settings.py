@@ -62,6 +62,10 @@ class Settings(BaseModel):
     reconcile_interval_s: int = 300
     reconcile_lookback_s: int = 3600
     level_interval_s: int = 3600  # the level check's local period (hourly in AWS)
+    github_app_slug: str = "crcr"  # PR comment commands are addressed to @<slug>
+    # After a dispatch whose outcome is unknown: how long GitHub gets to create its run before the next attempt
+    # looks for it (by the dispatch id in its run-name) instead of sending again.
+    run_settle_s: float = 15.0
     # Operational tuning (extensions to DESIGN §6): GitHub read timeout and the retry backoff base.
     github_timeout_s: float = 10.0
     buildkite_timeout_s: float = 10.0  # Buildkite REST read timeout (creating a build, looking one up)

@@ -198,6 +198,13 @@ DOC_CONTENTS_PUT = "https://docs.github.com/rest/repos/contents#create-or-update
 DOC_PULLS_LIST = "https://docs.github.com/rest/pulls/pulls#list-pull-requests"
 DOC_PULLS_CREATE = "https://docs.github.com/rest/pulls/pulls#create-a-pull-request"
 DOC_PULLS_UPDATE = "https://docs.github.com/rest/pulls/pulls#update-a-pull-request"
+DOC_PULL_FILES = "https://docs.github.com/rest/pulls/pulls#list-pull-requests-files"
+DOC_COLLABORATOR_PERMISSION = (
+    "https://docs.github.com/rest/collaborators/collaborators#get-repository-permissions-for-a-user"
+)
+DOC_REACTION_CREATE = "https://docs.github.com/rest/reactions/reactions#create-reaction-for-an-issue-comment"
+REACTIONS = ("+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes")
+DOC_RUNS_LIST = "https://docs.github.com/rest/actions/workflow-runs#list-workflow-runs-for-a-repository"
 DOC_LABELS_ADD = "https://docs.github.com/rest/issues/labels#add-labels-to-an-issue"
 DOC_HOOK_DELIVERIES = "https://docs.github.com/rest/apps/webhooks#list-deliveries-for-an-app-webhook"
 DOC_HOOK_REDELIVER = "https://docs.github.com/rest/apps/webhooks#redeliver-a-delivery-for-an-app-webhook"
@@ -680,6 +687,11 @@ class GitHubDouble:
         self._comment_ids = itertools.count(2_100_000_001)
         self._files: dict[tuple[str, str, str], _File] = {}
         self._pulls: dict[tuple[str, int], dict[str, Any]] = {}  # (repo key, number) -> pull request
+        self._pull_files: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        self._collaborators: dict[tuple[str, str], str] = {}  # (repo key, login lower) -> role name
+        # repo key -> the run-name of its workflow on repository_dispatch, from the dispatch's body
+        self._dispatch_workflows: dict[str, Callable[[dict[str, Any]], str]] = {}
+        self._reactions: dict[int, list[dict[str, Any]]] = {}  # comment id -> reactions
         self._issue_numbers = itertools.count(180_001)
         self._commits: dict[str, set[str]] = {}
         self._branches: dict[tuple[str, str], str] = {}
@@ -712,6 +724,14 @@ class GitHubDouble:
             ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/pulls"), self._h_pulls_list),
             ("POST", re.compile(r"/repos/([^/]+)/([^/]+)/pulls"), self._h_pulls_create),
             ("PATCH", re.compile(r"/repos/([^/]+)/([^/]+)/pulls/(\d+)"), self._h_pulls_update),
+            ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/pulls/(\d+)/files"), self._h_pull_files),
+            ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/actions/runs"), self._h_runs_list),
+            ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/collaborators/([^/]+)/permission"), self._h_permission),
+            (
+                "POST",
+                re.compile(r"/repos/([^/]+)/([^/]+)/issues/comments/(\d+)/reactions"),
+                self._h_reaction_create,
+            ),
             ("POST", re.compile(r"/repos/([^/]+)/([^/]+)/issues/(\d+)/labels"), self._h_labels_add),
             ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/commits/(.+)"), self._h_commit),
             ("POST", re.compile(r"/repos/([^/]+)/([^/]+)/issues/(\d+)/comments"), self._h_comment_create),
@@ -854,6 +874,34 @@ class GitHubDouble:
         """The repository's pull requests (the relay's and seeded ones), oldest first."""
         with self._lock:
             return [copy.deepcopy(p) for (k, _), p in sorted(self._pulls.items()) if k == repo.lower()]
+
+    def set_dispatch_workflow(self, repo: str, run_name: Callable[[dict[str, Any]], str]) -> None:
+        """`repo` has a workflow on repository_dispatch: every accepted dispatch starts a run of it at once, titled
+        `run_name(body)` (the workflow's run-name, evaluated on the dispatch's event_type and client_payload)."""
+        with self._lock:
+            self._dispatch_workflows[repo.lower()] = run_name
+
+    def add_collaborator(self, repo: str, login: str, role: str) -> None:
+        """`login` has `role` (admin, maintain, write, triage, read) on `repo`."""
+        with self._lock:
+            self._collaborators[(repo.lower(), login.lower())] = role
+
+    def reactions(self, comment_id: int) -> list[str]:
+        """The reactions the App left on a comment, in order."""
+        with self._lock:
+            return [r["content"] for r in self._reactions.get(comment_id, [])]
+
+    def set_pull_files(self, repo: str, number: int, files: list[str | tuple[str, str]]) -> None:
+        """The files pull request `number` changes: a name, or (new name, previous name) for a rename."""
+        entries = []
+        for f in files:
+            name, previous = (f, None) if isinstance(f, str) else f
+            entry: dict[str, Any] = {"filename": name, "status": "renamed" if previous else "modified"}
+            if previous:
+                entry["previous_filename"] = previous
+            entries.append(entry)
+        with self._lock:
+            self._pull_files[(repo.lower(), number)] = entries
 
     def file_at(self, repo: str, path: str, ref: str) -> bytes | None:
         """The file's content at a branch or commit, as the contents API would serve it."""
@@ -1634,6 +1682,11 @@ class GitHubDouble:
                 return _error(422, "client_payload is too large.", DOC_DISPATCH)
         with self._lock:
             self._dispatches.append((repo.key, copy.deepcopy(body)))
+            workflow = self._dispatch_workflows.get(repo.key)
+        if workflow is not None:
+            run = self.add_workflow_run(repo.full_name, next(self._ids) + 9_000_000, status="queued", conclusion=None)
+            with self._lock:
+                self._workflow_runs[(repo.key, run["id"])]["display_title"] = workflow(copy.deepcopy(body))
         ctx.rec.accepted = True
         return _Resp(204)
 
@@ -2425,6 +2478,105 @@ class GitHubDouble:
                     pull[key] = body[key]
             pull["updated_at"] = _iso(self.clock())
             return _json_resp(200, self._pull_obj(pull))
+
+    def _h_runs_list(self, ctx: _Ctx, owner: str, name: str) -> _Resp:
+        auth = self._auth_repo(ctx, owner, name, "actions", "read", DOC_RUNS_LIST)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        query = {k: v[-1] for k, v in ctx.rec.query.items()}
+        try:
+            per_page = min(max(int(query.get("per_page", "30")), 1), 100)
+            page = max(int(query.get("page", "1")), 1)
+        except ValueError:
+            return _invalid("per_page and page must be integers.", DOC_RUNS_LIST)
+        low, high = None, None
+        created = query.get("created")
+        if created is not None:
+            if created.startswith(">="):
+                low = _parse_iso(created[2:])
+            elif ".." in created:
+                start, _, end = created.partition("..")
+                low, high = _parse_iso(start), _parse_iso(end)
+            else:
+                return _invalid("created must be >=<date>, or <date>..<date>.", DOC_RUNS_LIST)
+            if (created.startswith(">=") and low is None) or (".." in created and (low is None or high is None)):
+                return _invalid("created is not a date and time.", DOC_RUNS_LIST)
+        with self._lock:
+            runs = [copy.deepcopy(r) for (k, _), r in self._workflow_runs.items() if k == repo.key]
+        event = query.get("event")
+        runs = [
+            r
+            for r in runs
+            if (event is None or r["event"] == event)
+            and (low is None or (_parse_iso(r["created_at"]) or 0) >= low)
+            and (high is None or (_parse_iso(r["created_at"]) or 0) <= high)
+        ]
+        runs.sort(key=lambda r: r["id"], reverse=True)  # newest first
+        chunk = runs[(page - 1) * per_page : page * per_page]
+        return _json_resp(200, {"total_count": len(runs), "workflow_runs": chunk})
+
+    def _h_pull_files(self, ctx: _Ctx, owner: str, name: str, number: str) -> _Resp:
+        auth = self._auth_repo(ctx, owner, name, "pull_requests", "read", DOC_PULL_FILES)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        query = {k: v[-1] for k, v in ctx.rec.query.items()}
+        try:
+            per_page = min(max(int(query.get("per_page", "30")), 1), 100)
+            page = max(int(query.get("page", "1")), 1)
+        except ValueError:
+            return _invalid("per_page and page must be integers.", DOC_PULL_FILES)
+        with self._lock:
+            files = self._pull_files.get((repo.key, int(number)))
+        if files is None:
+            return _not_found(DOC_PULL_FILES)
+        listed = files[:3000]  # GitHub lists at most 3,000 files of a pull request
+        chunk = listed[(page - 1) * per_page : page * per_page]
+        headers = {}
+        if page * per_page < len(listed):
+            base = f"{self.url}/repos/{repo.full_name}/pulls/{number}/files?per_page={per_page}"
+            headers["link"] = f'<{base}&page={page + 1}>; rel="next"'
+        return _json_resp(
+            200, [{"sha": "0" * 40, "additions": 1, "deletions": 0, "changes": 1, **f} for f in chunk], headers
+        )
+
+    def _h_permission(self, ctx: _Ctx, owner: str, name: str, login: str) -> _Resp:
+        auth = self._auth_repo(ctx, owner, name, "metadata", "read", DOC_COLLABORATOR_PERMISSION)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        with self._lock:
+            role = self._collaborators.get((repo.key, login.lower()))
+        # Anyone is at least a reader of a public repository; the legacy `permission` folds triage into read and
+        # maintain into write.
+        role = role or ("read" if not repo.private else "none")
+        legacy = {"maintain": "write", "triage": "read"}.get(role, role)
+        user = {"login": login, "id": _login_number(login), "type": "User"}
+        return _json_resp(200, {"permission": legacy, "role_name": role, "user": user})
+
+    def _h_reaction_create(self, ctx: _Ctx, owner: str, name: str, comment_id: str) -> _Resp:
+        auth = self._auth_repo(ctx, owner, name, ("issues", "pull_requests"), "write", DOC_REACTION_CREATE)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        body = self._body_object(ctx, DOC_REACTION_CREATE, required=True)
+        if isinstance(body, _Resp):
+            return body
+        content = body.get("content")
+        if content not in REACTIONS:
+            return _invalid(f"content must be one of {', '.join(REACTIONS)}.", DOC_REACTION_CREATE)
+        with self._lock:
+            where = self._comment_issue.get(int(comment_id))
+            if where is None or where[0] != repo.key:
+                return _not_found(DOC_REACTION_CREATE)
+            mine = self._reactions.setdefault(int(comment_id), [])
+            existing = next((r for r in mine if r["content"] == content), None)
+            if existing is not None:
+                return _json_resp(200, existing)  # the App already reacted so: GitHub answers 200 with it
+            reaction = {"id": next(self._ids), "content": content, "user": {"login": f"{self.app_slug}[bot]"}}
+            mine.append(reaction)
+        return _json_resp(201, reaction)
 
     def _h_labels_add(self, ctx: _Ctx, owner: str, name: str, number: str) -> _Resp:
         auth = self._issue_auth(ctx, owner, name, int(number), "write", DOC_LABELS_ADD)

@@ -77,7 +77,7 @@ def test_dispatch_payload_keeps_pytorch_keys_and_a_ticket_that_verifies(relay: R
     [body] = relay.github.dispatches("org-four/l4-repo")
     assert body["event_type"] == "pull_request"
     payload = body["client_payload"]
-    assert set(payload) == {"event_type", "delivery_id", "payload", "ticket", "callback_url"}
+    assert set(payload) == {"event_type", "delivery_id", "payload", "ticket", "callback_url", "dispatch_id"}
     assert payload["delivery_id"] == delivery and payload["callback_url"] == f"{relay.url}/callback"
     assert payload["payload"] == json.loads(pr)  # small enough to travel whole
 

@@ -66,7 +66,8 @@ def test_dispatch_sends_pytorch_keys_plus_ticket_and_records_the_ledger(deps: Di
     assert dispatch(message(), deps).result is Result.DISPATCHED
     [(repo, event_type, payload)] = sent(deps)
     assert (repo, event_type) == (REPO, "pull_request")
-    assert set(payload) == {"event_type", "delivery_id", "payload", "ticket", "callback_url"}
+    assert set(payload) == {"event_type", "delivery_id", "payload", "ticket", "callback_url", "dispatch_id"}
+    assert payload["dispatch_id"] == dispatch_id("d-1", REPO)  # for the downstream's run-name
     assert payload["ticket"] == f"ticket-for-{REPO}-{dispatch_id('d-1', REPO)}"
     row = deps.ledger.get("d-1", REPO)
     assert row is not None and row.state is LedgerState.DISPATCHED and row.dispatched_at == FakeClock().t

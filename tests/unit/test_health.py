@@ -380,7 +380,7 @@ def test_the_report_lists_every_repository_by_level_and_reads_nothing_for_l1() -
     assert set(accel.as_json()) == {
         "repo", "level", "jobs", "pass_rate", "timeout_rate", "avg_queue_s", "p50_end_to_end_s",
         "max_execution_s", "verdict", "reasons",  # DESIGN §4.7's ten
-        "flaky", "flaky_jobs",  # added (docs/contracts.md)
+        "flaky", "flaky_jobs", "dispatch_dedupe",  # added (docs/contracts.md)
     }  # fmt: skip
     assert accel.as_json()["verdict"] == "demote" and accel.as_json()["level"] == "L3"
 

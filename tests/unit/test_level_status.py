@@ -79,6 +79,13 @@ class Jobs:
 class Levels:
     first_seen: dict[str, float] = field(default_factory=dict)
     demotions: dict[str, Demotion] = field(default_factory=dict)
+    dedupe: dict[str, tuple[str, float]] = field(default_factory=dict)
+
+    def dedupe_states(self) -> dict[str, tuple[str, float]]:
+        return dict(self.dedupe)
+
+    def set_dedupe(self, repo: str, state: str, now: float) -> None:
+        self.dedupe[repo_key(repo)] = (state, now)
 
     def l2_since(self, levels: list[tuple[str, int]], now: float) -> dict[str, float]:
         for repo, level in levels:
@@ -292,3 +299,34 @@ def test_without_the_allowlist_on_github_the_status_is_still_published(
 
     outcome = check_levels(replace(deps, pulls=None))
     assert outcome.actions == [] and pulls.pulls == {} and "level-status.json" in docs.docs
+
+
+@dataclass
+class Titles:
+    titles: dict[tuple[str, str], str]
+    asked: list[tuple[str, str]] = field(default_factory=list)
+
+    def find(self, repo: str, dispatch_id: str, since: float) -> str | None:
+        raise AssertionError("the level check only reads titles")
+
+    def title(self, repo: str, run_id: str) -> str:
+        self.asked.append((repo, run_id))
+        return self.titles.get((repo, run_id), "CI")
+
+
+def test_which_downstreams_could_be_dispatched_twice_is_looked_at_once_a_day(
+    world: tuple[LevelDeps, Jobs, Levels, Docs, Pulls],
+) -> None:
+    from dataclasses import replace  # noqa: PLC0415
+
+    deps, jobs, _, docs, _ = world
+    latest = max((j for j in jobs.rows if j.repo == "org/failing"), key=lambda j: j.dispatched_at)
+    titles = Titles({("org/failing", latest.run_id): f"crcr pull_request {latest.dispatch_id}"})
+    check_levels(replace(deps, runs=titles))
+    figures = {r["repo"]: r["figures"]["dispatch_dedupe"] for r in docs.docs["level-status.json"]["repos"]}
+    assert figures["org/failing"] == "run-name"  # its run-name carries the dispatch id
+    assert figures["org/slow"] == "none"  # a lost answer may start a second run there
+    assert figures["org/silent"] == "unknown"  # nothing dispatched in the window to look at
+    asked = len(titles.asked)
+    check_levels(replace(deps, runs=titles))
+    assert len(titles.asked) == asked  # known for a day: not asked again

@@ -50,6 +50,28 @@ class DynamoLevels:
                 found[key] = float(item["l2_since"]["N"])
         return found
 
+    def dedupe_states(self) -> dict[str, tuple[str, float]]:
+        items = query_all(
+            self._ddb,
+            TableName=self._table,
+            KeyConditionExpression="pk = :p AND begins_with(sk, :h)",
+            ExpressionAttributeValues={":p": {"S": PK}, ":h": {"S": "HISTORY#"}},
+            ProjectionExpression="sk, dedupe, dedupe_at",
+        )
+        return {
+            item["sk"]["S"].removeprefix("HISTORY#"): (item["dedupe"]["S"], float(item["dedupe_at"]["N"]))
+            for item in items
+            if "dedupe" in item
+        }
+
+    def set_dedupe(self, repo: str, state: str, now: float) -> None:
+        self._ddb.update_item(
+            TableName=self._table,
+            Key={"pk": {"S": PK}, "sk": {"S": f"HISTORY#{repo_key(repo)}"}},
+            UpdateExpression="SET dedupe = :d, dedupe_at = :now",
+            ExpressionAttributeValues={":d": {"S": state}, ":now": {"N": str(num(now))}},
+        )
+
     def open_demotions(self) -> dict[str, Demotion]:
         items = query_all(
             self._ddb,

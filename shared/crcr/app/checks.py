@@ -52,6 +52,7 @@ from crcr.app.ports import (
     Metrics,
     NotInstalled,
     Pacer,
+    Reactions,
     ResultsStore,
 )
 from crcr.app.rerun import RerunBusy, RerunDeps, RetryDeps, rerun_requested, retry_infra
@@ -74,6 +75,7 @@ from crcr.domain.checks import (
 )
 from crcr.domain.ids import NO_RUN, ascii_lower
 from crcr.domain.pacing import WindowLevel
+from crcr.domain.planning import NO_MATCHING_FILES
 from crcr.domain.retry import RetryPolicy
 from crcr.domain.text import shown
 from crcr.domain.verdicts import VERDICT_MEANING
@@ -103,6 +105,7 @@ class CheckDeps:
     comment: CommentDeps | None = None  # the PR comment (CRCR_PR_COMMENT=off: None)
     gauge: BudgetGauge | None = None  # check_runs: auto reads the installation's hourly window (None: always room)
     demotions: DemotionReader | None = None  # L3 repositories with an open demotion PR get no new check runs
+    reactions: Reactions | None = None  # answers to PR comment commands
 
 
 class CheckRunRace(Exception):
@@ -443,6 +446,34 @@ def cancel_superseded(message: CheckSyncMessage, deps: CheckDeps, written: list[
             written.append(name)
 
 
+def skip_repo(message: CheckSyncMessage, deps: CheckDeps, written: list[str], budget: Budget) -> None:
+    """An L4 repository the change did not concern (its path filters): its required check, concluded skipped
+    with the reason, so a ruleset requiring it never waits. A run that already exists on the commit (a dispatch
+    of the same commit went out) is left as it is."""
+    name = check_run_name(message.repo, "", "", message.ciflow)
+    check = _Check.read(message.upstream, message.head_sha, name, deps)
+    if check.known is not None:
+        return
+    now = _iso(deps.clock.now())
+    why = "no file it watches changed (its paths filter)" if message.reason == NO_MATCHING_FILES else message.reason
+    fields = {
+        "name": name,
+        "head_sha": message.head_sha,
+        "status": "completed",
+        "conclusion": "skipped",
+        "started_at": now,
+        "completed_at": now,
+        "external_id": _external_id(message.repo, NO_RUN, message.pr),
+        "output": {
+            "title": f"{message.repo}: skipped, no matching files",
+            "summary": f"**{message.repo}** was not dispatched for this commit: {why}.",
+        },
+    }
+    if _write(check, fields, 0, True, deps, budget, _Why(_mode(message.repo, deps), Need.RESULT, 1)):
+        deps.metrics.count("CheckRunSkippedByPaths")
+        written.append(name)
+
+
 def _later(message: CheckSyncMessage, deps: CheckDeps, delay: float, attempt: int, budget: Budget) -> None:
     update = {"not_before": deps.clock.now() + delay, "attempt": attempt, "slot_at": budget.slot_at}
     deps.queue.send_checks([message.model_copy(update=update)], delay)
@@ -469,6 +500,11 @@ def sync(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
         if message.kind == "cancel":
             cancel_superseded(message, deps, outcome.written, budget)
             return outcome
+        if message.kind == "skip":
+            skip_repo(message, deps, outcome.written, budget)
+            return outcome
+        if message.kind == "react":
+            return react(message, deps, budget)
         if message.kind == "job":
             sync_job(message, deps, outcome.written, budget)
         settles_at = sync_repo(message, deps, outcome.written, budget)
@@ -521,7 +557,7 @@ def rerun(message: CheckSyncMessage, deps: CheckDeps, budget: Budget) -> SyncOut
     def pace(installation: int) -> None:
         budget.spend(deps.pacer, lambda: installation, deps.clock.now())
 
-    if message.requested_by == "checks_tab":
+    if message.requested_by in ("checks_tab", "comment"):
         return SyncOutcome(detail=rerun_requested(message.repo, message.run_id, deps.reruns, pace))
     assert deps.retries is not None
     retried = retry_infra(message, deps.reruns, deps.retries, pace)
@@ -530,6 +566,22 @@ def rerun(message: CheckSyncMessage, deps: CheckDeps, budget: Budget) -> SyncOut
         deps.metrics.count("RerunRetried", reason=retried.outcome)
         return SyncOutcome(detail=retried.outcome, delay_s=retried.wait_s)
     return SyncOutcome(detail=retried.outcome)
+
+
+def react(message: CheckSyncMessage, deps: CheckDeps, budget: Budget) -> SyncOutcome:
+    """The answer to a comment command: a reaction, paced on the upstream installation like every write. A 4xx
+    (the comment was deleted) is counted and dropped: there is nothing left to answer."""
+    if deps.reactions is None or message.comment_id is None or not message.reaction:
+        return SyncOutcome(detail="reactions_off")
+    reactions = deps.reactions
+    budget.spend(deps.pacer, lambda: reactions.installation_for(message.upstream), deps.clock.now())
+    try:
+        reactions.react(message.upstream, message.comment_id, message.reaction)
+    except (GitHubRejected, NotInstalled) as exc:
+        deps.metrics.count("CommandReactionRefused")
+        return SyncOutcome(detail=f"refused: {exc}")
+    deps.metrics.count("CommandReacted", reaction=message.reaction)
+    return SyncOutcome(detail=message.reaction)
 
 
 def _dead_letter(message: CheckSyncMessage, deps: CheckDeps, reason: str, outcome: SyncOutcome) -> SyncOutcome:

@@ -27,6 +27,7 @@ from crcr.app.ports import (
     Builds,
     Clock,
     DispatchQueue,
+    DispatchRuns,
     GitHub,
     GitHubRateLimited,
     GitHubRejected,
@@ -51,6 +52,7 @@ class Result(Enum):
     DISPATCHED = "dispatched"
     DUPLICATE = "duplicate"
     SUPERSEDED = "superseded"
+    SKIPPED = "skipped"
     RESCHEDULED = "rescheduled"
     DEAD_LETTERED = "dead_lettered"
 
@@ -94,6 +96,10 @@ class DispatchDeps:
     # this much left, so a claim taken before pacing still covers the POST whole.
     send_s: float = 13.05
     buildkite: BuildkiteDeps | None = None  # None: no Buildkite API token; Buildkite repositories dead-letter
+    # After a send whose outcome is unknown, the next attempt first looks for the run it may have started (a
+    # workflow whose run-name carries the dispatch id), once GitHub has had this long to create it.
+    runs: DispatchRuns | None = None
+    run_settle_s: float = 15.0
 
 
 def dispatch_id(delivery_id: str, repo: str) -> str:
@@ -101,14 +107,17 @@ def dispatch_id(delivery_id: str, repo: str) -> str:
     return hashlib.sha256(f"{delivery_id}\n{repo_key(repo)}".encode()).hexdigest()[:32]
 
 
-def client_payload(message: DispatchMessage, ticket: str, callback_url: str) -> dict[str, Any]:
-    return {
+def client_payload(message: DispatchMessage, ticket: str, callback_url: str, did: str = "") -> dict[str, Any]:
+    payload = {
         "event_type": message.event_type,
         "delivery_id": message.delivery_id,
         "payload": message.payload,
         "ticket": ticket,
         "callback_url": callback_url,
     }
+    if did:
+        payload["dispatch_id"] = did  # for the downstream's run-name: a repeated send finds its run by it
+    return payload
 
 
 def new_build(message: DispatchMessage, ticket: str, callback_url: str, did: str) -> NewBuild:
@@ -315,6 +324,11 @@ def dispatch(message: DispatchMessage, deps: DispatchDeps, heads: PrHeads | None
         deps.queue.reschedule(message, delay)
         return DispatchOutcome(Result.RESCHEDULED, "not_due", delay)
 
+    if message.skip:
+        # The planner found nothing for it in the change: recorded, never sent (a sent one is never overwritten).
+        deps.ledger.mark(message, LedgerState.SKIPPED, message.skip, now, settled=True)
+        deps.metrics.count("DispatchSkipped", reason=message.skip)
+        return DispatchOutcome(Result.SKIPPED, message.skip)
     heads = heads or PrHeads(deps.ledger, deps.clock)
     did = dispatch_id(message.delivery_id, message.target_repo)
     owner = uuid.uuid4().hex  # this attempt's claim: only it may release the claim early
@@ -328,11 +342,28 @@ def dispatch(message: DispatchMessage, deps: DispatchDeps, heads: PrHeads | None
         # The claim first: a repeat (sent already, or in another worker's hands) is told by the refusal itself,
         # before it could spend a pacing slot. FAILED is not final: an operator's redrive may try again.
         now = deps.clock.now()
-        claim = deps.ledger.claim(message, did, now, deps.lease_s, owner, token.repo_id, token.full_name)
+        claim = deps.ledger.claim(
+            message, did, now, deps.lease_s, owner, token.repo_id, token.full_name, row=deps.runs is not None
+        )
         if not claim:
             return _refused(message, deps, claim.row, now)
         if (latest := _newer_head(message, heads)) is not None:
             return _superseded(message, deps, latest, owner)
+        if claim.row is not None and claim.row.unsettled - {owner} and deps.runs is not None:
+            # An earlier attempt may have sent (GitHub has no idempotency key): its run is looked for first.
+            try:
+                run = deps.runs.find(message.target_repo, did, message.planned_at - RUN_LOOKBACK_S)
+            except GitHubRejected:  # no actions:read on the installation: send again, as before the lookup
+                deps.metrics.count("DispatchRunLookupRefused")
+                run = None
+            if run is not None:
+                deps.metrics.count("DispatchRunFound")
+                issued = int(deps.clock.now())
+                found = _claims(message, token.full_name, token.repo_id, did, issued, deps)
+                deps.ledger.mark_dispatched(message, found, deps.clock.now())
+                deps.metrics.count("DispatchSent", level=message.level.name)
+                return DispatchOutcome(Result.DISPATCHED, f"run {run} found")
+            deps.metrics.count("DispatchRunNotFound")
         asked_at = deps.clock.now()
         wait = _slot(message, deps.pacer, installation, asked_at)
         if wait > 0:
@@ -340,22 +371,10 @@ def dispatch(message: DispatchMessage, deps: DispatchDeps, heads: PrHeads | None
         if deps.clock.now() + deps.send_s > now + deps.lease_s:
             # Pacing took so long that the claim could lapse mid-POST (a slow table): let it go, try again.
             return _reschedule(message, deps, 1.0, "claim_lapsing", attempt=message.attempt, owner=owner, settled=True)
-        issued = int(deps.clock.now())
-        claims = TicketClaims(
-            sub=token.full_name,
-            repo_id=token.repo_id,
-            delivery_id=message.delivery_id,
-            upstream=message.upstream,
-            pr=message.pr_number,
-            head_sha=message.head_sha,
-            level=int(message.level),
-            iat=issued,
-            exp=issued + deps.ticket_ttl_s,
-            jti=did,
-        )
+        claims = _claims(message, token.full_name, token.repo_id, did, int(deps.clock.now()), deps)
         ticket = deps.signer.sign(claims)
         deps.github.dispatch(
-            message.target_repo, token, message.event_type, client_payload(message, ticket, deps.callback_url)
+            message.target_repo, token, message.event_type, client_payload(message, ticket, deps.callback_url, did)
         )
     except NotInstalled as exc:
         return _dead_letter(message, deps, f"not_installed: {exc}", owner)
@@ -364,7 +383,9 @@ def dispatch(message: DispatchMessage, deps: DispatchDeps, heads: PrHeads | None
             message, deps, exc.wait_s, f"rate_limited: {exc}", attempt=message.attempt, owner=owner, settled=True
         )
     except GitHubUnavailable as exc:
-        return _transient(message, deps, f"unavailable: {exc}", owner)
+        # A timeout or 5xx may have started a run: the next attempt gives GitHub time to show it, then looks.
+        settle = deps.run_settle_s if deps.runs is not None else 0.0
+        return _transient(message, deps, f"unavailable: {exc}", owner, min_delay=settle)
     except GitHubRejected as exc:
         if exc.status == 401:
             # A revoked or expired installation token: mint a new one on the next attempt.
@@ -375,6 +396,26 @@ def dispatch(message: DispatchMessage, deps: DispatchDeps, heads: PrHeads | None
     deps.ledger.mark_dispatched(message, claims, deps.clock.now())
     deps.metrics.count("DispatchSent", level=message.level.name)
     return DispatchOutcome(Result.DISPATCHED)
+
+
+RUN_LOOKBACK_S = 60.0  # runs created this long before the event was planned cannot be this dispatch's (clock skew)
+
+
+def _claims(
+    message: DispatchMessage, full_name: str, repo_id: int, did: str, issued: int, deps: DispatchDeps
+) -> TicketClaims:
+    return TicketClaims(
+        sub=full_name,
+        repo_id=repo_id,
+        delivery_id=message.delivery_id,
+        upstream=message.upstream,
+        pr=message.pr_number,
+        head_sha=message.head_sha,
+        level=int(message.level),
+        iat=issued,
+        exp=issued + deps.ticket_ttl_s,
+        jti=did,
+    )
 
 
 BUILDKITE_NOT_CONFIGURED = (

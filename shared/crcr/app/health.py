@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from crcr.app.ports import AllowlistProvider, Clock, JobRecord, JobsByRepo
+from crcr.app.ports import AllowlistProvider, Clock, JobRecord, JobsByRepo, LevelHistory
 from crcr.domain.allowlist import Entry
 from crcr.domain.health import DAY_S, HealthPolicy, RepoHealth, Sample, assess, spread
 from crcr.domain.levels import Level
@@ -18,6 +18,7 @@ class HealthDeps:
     jobs: JobsByRepo
     clock: Clock
     policy: HealthPolicy
+    history: LevelHistory | None = None  # which downstreams a repeated dispatch could run twice
 
 
 class NotListed(LookupError):
@@ -44,7 +45,13 @@ def health_report(deps: HealthDeps, window_days: int | None = None, min_jobs: in
     """Every allowlisted repository, by level then name (as `crcr allowlist check` lists them)."""
     entries = sorted(deps.allowlist.current().entries, key=lambda e: (e.level, e.key))
     now = deps.clock.now()
-    return [_assess(deps, entry, now, window_days, min_jobs) for entry in entries]
+    dedupe = deps.history.dedupe_states() if deps.history is not None else {}
+    found = []
+    for entry in entries:
+        health = _assess(deps, entry, now, window_days, min_jobs)
+        state = "buildkite" if entry.settings.buildkite is not None else dedupe.get(entry.key, ("unknown", 0.0))[0]
+        found.append(health.model_copy(update={"dispatch_dedupe": state}))
+    return found
 
 
 def health_of(deps: HealthDeps, repo: str, window_days: int | None = None, min_jobs: int | None = None) -> RepoHealth:

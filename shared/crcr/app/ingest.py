@@ -10,21 +10,35 @@ from enum import Enum
 from pydantic import ValidationError
 
 from crcr.app.ports import BlobStore, Claim, Clock, DeliveryStore, EventQueue, Metrics
-from crcr.contracts.github import AnyEvent, CheckRunEvent, CheckSuiteEvent, PullRequestEvent, PushEvent
+from crcr.contracts.github import (
+    AnyEvent,
+    CheckRunEvent,
+    CheckSuiteEvent,
+    IssueCommentEvent,
+    PullRequestEvent,
+    PushEvent,
+)
 from crcr.contracts.messages import EventMessage
+from crcr.domain.commands import looks_like_command
 from crcr.domain.errors import BadRequest, BadSignature, CrcrError, PayloadTooLarge, invalid_field
 from crcr.domain.ids import is_delivery_id, repo_key
 from crcr.domain.jsondoc import loads
 from crcr.domain.planning import PR_ACTIONS_READ
 from crcr.domain.signature import verify_signature
 
-ACTED_ON: dict[str, type[PullRequestEvent | PushEvent | CheckRunEvent | CheckSuiteEvent]] = {
+ACTED_ON: dict[str, type[PullRequestEvent | PushEvent | CheckRunEvent | CheckSuiteEvent | IssueCommentEvent]] = {
     "pull_request": PullRequestEvent,
     "push": PushEvent,
     "check_run": CheckRunEvent,  # rerequested from the Checks tab
     "check_suite": CheckSuiteEvent,
+    "issue_comment": IssueCommentEvent,  # `@<app> rerun …` on a PR
 }
-ACTIONS_READ = {"pull_request": PR_ACTIONS_READ, "check_run": {"rerequested"}, "check_suite": {"rerequested"}}
+ACTIONS_READ = {
+    "pull_request": PR_ACTIONS_READ,
+    "check_run": {"rerequested"},
+    "check_suite": {"rerequested"},
+    "issue_comment": {"created"},
+}
 
 
 class Outcome(Enum):
@@ -125,7 +139,11 @@ def _ingest(body: bytes, headers: Mapping[str, str], deps: IngestDeps) -> Ingest
             return IngestResult(Outcome.IGNORED, delivery_id, "not the upstream repository")
         if event in ACTIONS_READ and head.action not in ACTIONS_READ[event]:
             return IngestResult(Outcome.IGNORED, delivery_id, f"{event} action {head.action} is not acted on")
-        model.model_validate(doc)
+        parsed = model.model_validate(doc)
+        if isinstance(parsed, IssueCommentEvent) and (
+            parsed.issue.pull_request is None or not looks_like_command(parsed.comment.body)
+        ):
+            return IngestResult(Outcome.IGNORED, delivery_id, "not a command on a pull request")
     except ValidationError as exc:
         where = invalid_field(exc)
         raise BadRequest(f"{event} payload is malformed at {where}: {exc.errors()[0]['msg']}", field=where) from exc

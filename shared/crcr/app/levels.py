@@ -19,8 +19,10 @@ from crcr.app.ports import (
     AllowlistPulls,
     Clock,
     Demotions,
+    DispatchRuns,
     GitHubError,
     HudDocs,
+    JobRecord,
     JobsByRepo,
     LevelHistory,
     Metrics,
@@ -29,7 +31,7 @@ from crcr.app.ports import (
 from crcr.domain.allowlist import Allowlist, Entry
 from crcr.domain.allowlist_edit import EditError, demote_to_l2
 from crcr.domain.errors import AllowlistError
-from crcr.domain.ids import repo_key
+from crcr.domain.ids import is_github_run, repo_key
 from crcr.domain.level_status import RepoStatus, document, plan_demotions, pr_body, pr_title, status_of, tenure
 from crcr.domain.levels import Level
 
@@ -50,6 +52,7 @@ class LevelDeps:
     parse: Callable[[str], Allowlist]  # the allowlist's own loader, to check an edit
     pulls: AllowlistPulls | None = None  # None: the allowlist is not in a GitHub repository (no PR can be opened)
     hud_url: str | None = None  # the HUD's base URL, linked from the PR
+    runs: DispatchRuns | None = None  # whether a downstream's runs carry the dispatch id (looked at once a day)
 
 
 @dataclass
@@ -68,14 +71,38 @@ def statuses(deps: LevelDeps, allowlist: Allowlist, now: float) -> list[RepoStat
     now is left out of this run, so nothing is decided on missing figures)."""
     entries = sorted((e for e in allowlist.entries if e.level >= Level.L2), key=lambda e: (e.level, e.key))
     since = deps.history.l2_since([(e.repo, int(e.level)) for e in entries], now)
+    dedupe = deps.history.dedupe_states()
     out = []
     for entry in entries:
         window = 14 * 86_400 if entry.level == Level.L2 else 7 * 86_400
         jobs = deps.jobs.jobs_of_repo(entry.repo, now - window)
-        out.append(
-            status_of(entry.repo, entry.level, (sample(j) for j in jobs), now, tenure(since.get(entry.key), now))
-        )
+        status = status_of(entry.repo, entry.level, (sample(j) for j in jobs), now, tenure(since.get(entry.key), now))
+        out.append(replace(status, dispatch_dedupe=_dedupe(deps, entry, jobs, dedupe.get(entry.key), now)))
     return out
+
+
+DEDUPE_CHECK_S = 86_400.0
+
+
+def _dedupe(deps: LevelDeps, entry: Entry, jobs: list[JobRecord], known: tuple[str, float] | None, now: float) -> str:
+    """Whether a repeated dispatch can be told from a new one: `run-name` when its latest dispatched run's title
+    carries the dispatch id, `none` when it does not (a send whose answer was lost may then start a second run),
+    `buildkite` (builds are looked up by their meta-data), or `unknown` (no run to look at yet)."""
+    if entry.settings.buildkite is not None:
+        return "buildkite"
+    if known is not None and now - known[1] < DEDUPE_CHECK_S:
+        return known[0]
+    runs = [j for j in jobs if j.delivery_id != "scheduled" and is_github_run(j.run_id) and j.job_name]
+    if deps.runs is None or not runs:
+        return known[0] if known is not None else "unknown"
+    latest = max(runs, key=lambda j: j.dispatched_at)
+    try:
+        title = deps.runs.title(entry.repo, latest.run_id)
+    except GitHubError:
+        return known[0] if known is not None else "unknown"
+    state = "run-name" if latest.dispatch_id in title else "none"
+    deps.history.set_dedupe(entry.repo, state, now)
+    return state
 
 
 def check_levels(deps: LevelDeps) -> LevelOutcome:

@@ -10,9 +10,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from crcr.app.checks import backfill
+from crcr.app.commands import CommandDeps, plan_command
 from crcr.app.ports import (
     AllowlistProvider,
     BlobStore,
+    ChangedFiles,
     ChecksQueue,
     Clock,
     DispatchQueue,
@@ -30,8 +32,17 @@ from crcr.domain.checks import CIFLOW_DEVICE_PREFIX
 from crcr.domain.errors import BadRequest
 from crcr.domain.ids import ascii_lower
 from crcr.domain.jsondoc import loads
+from crcr.domain.levels import Level
 from crcr.domain.payload import fit_payload
-from crcr.domain.planning import UpstreamEvent, Verdict, ciflow_tag, plan
+from crcr.domain.planning import (
+    NO_MATCHING_FILES,
+    UpstreamEvent,
+    Verdict,
+    ciflow_tag,
+    filter_paths,
+    needs_files,
+    plan,
+)
 
 # client_payload must stay under 64 KB; the ticket, URL and ids need ~2 KB of it.
 PAYLOAD_BUDGET_BYTES = 60_000
@@ -49,6 +60,8 @@ class PlannerDeps:
     checks: ChecksQueue | None = None
     jobs: JobsByHead | None = None
     reruns: RerunDeps | None = None
+    files: ChangedFiles | None = None  # path filters: a PR's files (None: unknown, so filtered repositories get it)
+    commands: CommandDeps | None = None  # `@<app> rerun …` comments (None: comments are not acted on)
 
 
 @dataclass
@@ -88,6 +101,7 @@ def to_upstream_event(event: str, doc: dict[str, Any]) -> UpstreamEvent:
                 base_sha=pr.base.sha,
                 closed=pr.state == "closed",
                 updated_at=pr.updated_at or "",
+                changed_files=pr.changed_files,
             )
         push = PushEvent.model_validate(doc)
     except ValidationError as exc:
@@ -104,7 +118,38 @@ def to_upstream_event(event: str, doc: dict[str, Any]) -> UpstreamEvent:
         default_branch=push.repository.default_branch,
         deleted=push.deleted,
         commits=tuple((c.id, t) for c in push.commits[-MAX_ORDERED_COMMITS:] if (t := _epoch(c.timestamp)) is not None),
+        pushed_files=_pushed_files(push),
     )
+
+
+MAX_PUSH_COMMITS = 2048  # GitHub lists at most this many commits in a push's payload
+MAX_LISTED_FILES = 3000  # GitHub lists at most this many files of a pull request
+
+
+def _pushed_files(push: PushEvent) -> tuple[str, ...] | None:
+    """Every file the push's commits added, modified or removed; None when the payload cannot tell them all."""
+    if not push.commits or len(push.commits) >= MAX_PUSH_COMMITS:
+        return None
+    files: set[str] = set()
+    for commit in push.commits:
+        if commit.added is None or commit.modified is None or commit.removed is None:
+            return None
+        files.update(commit.added, commit.modified, commit.removed)
+    return tuple(sorted(files))
+
+
+def _changed_files(event: UpstreamEvent, deps: PlannerDeps) -> tuple[str, ...] | None:
+    """The change's files for path filters: a push's from its payload, a PR's (or a ciflow tag's PR) from one
+    listing per head; None (dispatch) when they cannot all be known."""
+    if event.kind == "push" and event.ciflow is None:
+        return event.pushed_files
+    if event.pr_number is None or deps.files is None:
+        return None
+    if event.changed_files is not None and event.changed_files > MAX_LISTED_FILES:
+        return None
+    files = deps.files.pull_files(deps.upstream, event.pr_number, event.head_sha)
+    deps.metrics.count("ChangedFilesListed" if files is not None else "ChangedFilesUnknown")
+    return files
 
 
 MAX_ORDERED_COMMITS = 250
@@ -197,8 +242,12 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
     doc = load_body(message, deps.blobs)
     if message.event in ("check_run", "check_suite"):
         return plan_rerun(message, doc, deps)
+    if message.event == "issue_comment":
+        return plan_command(message, doc, deps, PlanSummary())
     event = to_upstream_event(message.event, doc)
     decisions = plan(event, deps.allowlist.current())
+    if needs_files(decisions, event):
+        decisions = filter_paths(decisions, event, _changed_files(event, deps))
     now = deps.clock.now()
     summary = PlanSummary()
 
@@ -220,6 +269,7 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
         deps.checks.send_checks(mirrored)
 
     targets = []
+    skipped: list[Entry] = []  # by path filters: recorded (and an L4 one's required check concluded), not sent
     for decision in decisions:
         repo = decision.entry.repo
         verdict = decision.verdict
@@ -238,10 +288,12 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
         if verdict is Verdict.SKIP:
             summary.skipped[repo] = decision.reason
             deps.metrics.count("TargetSkipped", reason=decision.reason)
+            if decision.reason == NO_MATCHING_FILES:
+                skipped.append(decision.entry)
             continue
         targets.append(decision.entry)
 
-    if not targets:
+    if not targets and not skipped:
         return summary
     payload, trimmed = fit_payload(doc, PAYLOAD_BUDGET_BYTES)
     if trimmed:
@@ -262,11 +314,34 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
             planned_at=now,
             head_at=head_at,
             ciflow=event.ciflow,
+            skip=NO_MATCHING_FILES if entry in skipped else None,
             **_buildkite(entry),
         )
-        for entry in targets
+        for entry in targets + skipped
     ]
     deps.dispatches.send_dispatches(messages)
-    deps.metrics.count("DispatchPlanned", len(messages))
-    summary.dispatched = [m.target_repo for m in messages]
+    deps.metrics.count("DispatchPlanned", len(targets))
+    summary.dispatched = [m.target_repo for m in messages if m.skip is None]
+    _skip_checks([m for m in messages if m.skip is not None and m.level >= Level.L4], deps)
     return summary
+
+
+def _skip_checks(messages: list[DispatchMessage], deps: PlannerDeps) -> None:
+    """A required (L4) check still comes for a skipped repository, concluded skipped, so a ruleset never waits."""
+    if not messages or deps.checks is None:
+        return
+    deps.checks.send_checks(
+        [
+            CheckSyncMessage(
+                kind="skip",
+                upstream=m.upstream,
+                head_sha=m.head_sha,
+                delivery_id=m.delivery_id,
+                repo=m.target_repo,
+                pr=m.pr_number,
+                reason=m.skip or "",
+                ciflow=m.ciflow,
+            )
+            for m in messages
+        ]
+    )

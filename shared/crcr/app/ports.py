@@ -159,6 +159,8 @@ class PlannerState(Protocol):
         """True for the first release of this head to this repository, and for retries of that same delivery."""
         ...
 
+    def pr_info(self, upstream: str, pr: int) -> PrInfo | None: ...
+
 
 class BranchOrder(Protocol):
     def commit_times(self, upstream: str, shas: list[str]) -> dict[str, float]:
@@ -183,6 +185,7 @@ class LedgerState(Enum):
     RETRYING = "retrying"
     FAILED = "failed"
     SUPERSEDED = "superseded"
+    SKIPPED = "skipped"  # planned, not sent: the change touched no file the repository's path filters select
 
 
 @dataclass(frozen=True)
@@ -324,6 +327,17 @@ class GitHub(Protocol):
     def repo_token(self, installation_id: int, repo: str) -> RepoToken: ...
     def forget_token(self, repo: str) -> None: ...
     def dispatch(self, repo: str, token: RepoToken, event_type: str, client_payload: dict[str, Any]) -> None: ...
+
+
+class DispatchRuns(Protocol):
+    def find(self, repo: str, dispatch_id: str, since: float) -> str | None:
+        """The id of a `repository_dispatch` run of `repo` created since then whose title (its `run-name`) carries
+        the dispatch id, or None."""
+        ...
+
+    def title(self, repo: str, run_id: str) -> str:
+        """A run's title (its resolved `run-name`)."""
+        ...
 
 
 class RepoLookup(Protocol):
@@ -773,6 +787,13 @@ class LevelHistory(Protocol):
         above (kept across later demotions: time at L2 is cumulative)."""
         ...
 
+    def dedupe_states(self) -> dict[str, tuple[str, float]]:
+        """By repository key: whether its runs carry the dispatch id in their title (`run-name` or `none`), and when
+        that was last looked at."""
+        ...
+
+    def set_dedupe(self, repo: str, state: str, now: float) -> None: ...
+
 
 @dataclass(frozen=True)
 class PullRef:
@@ -811,7 +832,27 @@ class AllowlistPulls(Protocol):
     def close_pull(self, number: int, comment: str) -> None: ...
 
 
+class ChangedFiles(Protocol):
+    def pull_files(self, upstream: str, pr: int, head_sha: str) -> tuple[str, ...] | None:
+        """The files a PR changes at this head (renamed ones under both names); None when GitHub cannot list them
+        all (over its 3,000-file limit) or the list cannot be read now."""
+        ...
+
+
 class DemotionReader(Protocol):
     def since(self, repo: str) -> float | None:
         """When the repository's open demotion started (None: none is open)."""
+        ...
+
+
+class Collaborators(Protocol):
+    def role(self, upstream: str, login: str) -> str | None:
+        """The person's role on the upstream as GitHub gives it (admin, maintain, write, triage, read), or None."""
+        ...
+
+
+class Reactions(Protocol):
+    def installation_for(self, upstream: str) -> int: ...
+    def react(self, upstream: str, comment_id: int, content: str) -> None:
+        """A reaction on an issue comment (`+1`, `rocket`, `confused`, …)."""
         ...

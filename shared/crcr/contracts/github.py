@@ -51,6 +51,7 @@ class _In(BaseModel):
 
 class Account(_In):
     login: str
+    type: ShortText | None = None  # User, Bot, Organization
 
 
 class Repository(_In):
@@ -85,6 +86,7 @@ class PullRequest(_In):
     user: Account | None = None
     labels: Annotated[list[Label], Field(max_length=MAX_LABELS)] = []
     updated_at: ShortText | None = None
+    changed_files: Annotated[int, Field(ge=0, lt=2**31)] | None = None
 
 
 class Installation(_In):
@@ -104,6 +106,9 @@ class PullRequestEvent(_In):
 class PushCommit(_In):
     id: Sha
     timestamp: ShortText | None = None
+    added: list[str] | None = None
+    modified: list[str] | None = None
+    removed: list[str] | None = None
 
 
 class PushEvent(_In):
@@ -140,6 +145,29 @@ class CheckSuiteEvent(_In):
     action: str
     check_suite: CheckSuiteRef
     repository: Repository
+
+
+class IssueRef(_In):
+    number: IssueNumber
+    pull_request: dict[str, object] | None = None  # present when the issue is a pull request
+
+
+class IssueComment(_In):
+    id: GitHubId
+    body: Annotated[str, Field(max_length=65_536)] = ""
+    user: Account | None = None
+    author_association: ShortText | None = None
+
+
+class IssueCommentEvent(_In):
+    """A comment on an upstream issue or PR: `@<app> rerun …` commands (crcr.domain.commands)."""
+
+    action: str
+    issue: IssueRef
+    comment: IssueComment
+    repository: Repository
+    sender: Account | None = None
+    installation: Installation | None = None
 
 
 class HookDeliveryItem(_In):

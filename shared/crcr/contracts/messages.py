@@ -61,6 +61,8 @@ class DispatchMessage(_Msg):
     repository_id: int | None = None
     # A push of refs/tags/ciflow/<name>/<pr_number>: the PR's CI at head_sha (its check runs carry the name).
     ciflow: str | None = None
+    # Planned but not to be sent (no file the repository's path filters select changed): the ledger records it.
+    skip: str | None = None
 
 
 class CheckSyncMessage(_Msg):
@@ -70,7 +72,7 @@ class CheckSyncMessage(_Msg):
 
     schema_version: Literal[1] = 1
     # one job (and its repository); a dispatch; a superseded commit; the PR's comment; one automatic re-run
-    kind: Literal["job", "repo", "cancel", "comment", "rerun"]
+    kind: Literal["job", "repo", "cancel", "comment", "rerun", "skip", "react"]
     upstream: str
     head_sha: str
     delivery_id: str = ""
@@ -80,10 +82,14 @@ class CheckSyncMessage(_Msg):
     run_attempt: int = 0
     job_name: str = ""
     superseded_by: str | None = None  # kind "cancel": the PR's newer head
+    reason: str = ""  # kind "skip": why the repository's run is concluded skipped
+    ciflow: str | None = None  # kind "skip": of a ciflow/<name> tag push (its check run carries the name)
+    comment_id: int | None = None  # kind "react": the command's comment
+    reaction: str | None = None  # kind "react": GitHub's reaction content (rocket, confused)
     pr: int | None = None  # kind "comment": the upstream PR whose comment to bring up to date
     # kind "rerun": the relay's one automatic retry of an infrastructure failure (the reporter, naming the
     # failed job), or a re-run asked for from the upstream's Checks tab (the planner, naming repo and run_id)
-    requested_by: Literal["relay", "checks_tab"] = "relay"
+    requested_by: Literal["relay", "checks_tab", "comment"] = "relay"
     # kind "comment": None asks for a render of the comment; otherwise the render booked in the PR's row
     # (its ticket), which alone may write the comment: a burst of requests is merged into it.
     render: str | None = None

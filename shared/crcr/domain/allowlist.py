@@ -14,6 +14,7 @@ from typing import Any
 from crcr.domain.errors import AllowlistError
 from crcr.domain.ids import is_repo_name, repo_key
 from crcr.domain.levels import Level
+from crcr.domain.paths import PathFilter, PatternError, check
 
 # `nightly`: the repository's scheduled runs report on upstream commits. An entry whose events name nothing else
 # (PyTorch's `- owner/repo: {events: [nightly]}`) takes part only that way: no dispatch for any webhook.
@@ -29,7 +30,7 @@ _CIFLOW_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$")
 _DEVICE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$")
 _SETTING_KEYS = frozenset(
     {"events", "branches", "skip_drafts", "repository_id", "workflows", "trusted_authors_only", "oncalls", "check_runs"}
-    | {"buildkite", "ciflow"}
+    | {"buildkite", "ciflow", "paths", "paths_ignore"}
 )
 _SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,99}$")  # Buildkite organization and pipeline slugs, as in its URLs
 _BRANCH_RE = re.compile(r"^[A-Za-z0-9._/-]{1,255}$")
@@ -59,6 +60,13 @@ class RepoSettings:
     check_runs: str = "auto"
     buildkite: BuildkitePipeline | None = None  # None: GitHub Actions, through repository_dispatch
     ciflow: tuple[str, ...] = DEFAULT_CIFLOW  # the ciflow/<name>/<PR> tag pushes it is dispatched for
+    # GitHub Actions' path filters: a change none of whose files concern the downstream is not dispatched to it.
+    paths: tuple[str, ...] = ()
+    paths_ignore: tuple[str, ...] = ()
+
+    @property
+    def path_filter(self) -> PathFilter:
+        return PathFilter(self.paths, self.paths_ignore)
 
     @property
     def nightly_only(self) -> bool:
@@ -203,10 +211,23 @@ def _settings(repo: object, raw: object, entry: Entry) -> tuple[RepoSettings, tu
                     f"{where} must be a list of ciflow names (as in ciflow/<name>/<PR>)", line=_line(key)
                 )
             values[key] = tuple(value)
+        elif key in {"paths", "paths_ignore"}:
+            if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+                raise AllowlistError(f"{where} must be a non-empty list of path patterns", line=_line(key))
+            try:
+                check(value)
+            except PatternError as exc:
+                raise AllowlistError(f"{where}: {exc}", line=_line(key)) from None
+            values[key] = tuple(value)
         elif key in {"branches", "workflows"}:
             if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
                 raise AllowlistError(f"{where} must be a list of strings", line=_line(key))
             values[key] = tuple(value)
+    if "paths" in values and "paths_ignore" in values:
+        raise AllowlistError(
+            f"repos.{repo}: give paths or paths_ignore, not both (as GitHub Actions requires)",
+            line=_line(next(k for k in raw if k == "paths_ignore")),
+        )
     if "events" in values:
         if entry.events_given:
             at = f" (line {entry.line})" if entry.line else ""

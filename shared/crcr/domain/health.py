@@ -358,6 +358,9 @@ class RepoHealth(BaseModel):
     reasons: tuple[str, ...]
     flaky: int = 0  # jobs that failed, then passed on a retry of the same commit
     flaky_jobs: dict[str, int] = Field(default_factory=dict)  # the same, per "<workflow>/<job>"
+    # Whether a repeated dispatch is told from a new one (run-name, buildkite), may start a second run (none), or
+    # has not been looked at (unknown); from the level check's daily look (docs/contracts.md).
+    dispatch_dedupe: str = "unknown"
     _unmet: int = PrivateAttr(default=0)
 
     @property

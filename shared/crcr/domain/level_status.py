@@ -214,6 +214,8 @@ class RepoStatus:
     rows: tuple[Row, ...]
     summary: Summary | None
     tenure_days: float | None
+    # Whether a repeated dispatch can be told from a new one: run-name, none, buildkite or unknown.
+    dispatch_dedupe: str = "unknown"
 
     @property
     def failing(self) -> list[Row]:
@@ -233,6 +235,7 @@ class RepoStatus:
             "execution_p50_s": _r(s.execution_p50_s) if s else None,
             "execution_p95_s": _r(s.execution_p95_s) if s else None,
             "tenure_days": _r(self.tenure_days),
+            "dispatch_dedupe": self.dispatch_dedupe,
         }
         return {
             "repo": self.repo,

@@ -44,6 +44,9 @@ class UpstreamEvent:
     commits: tuple[tuple[str, float], ...] = ()  # push: each commit with its time, oldest first
     updated_at: str = ""  # PR: GitHub's updated_at, which orders webhooks that arrive out of order
     ciflow: str | None = None  # push of refs/tags/ciflow/<name>/<PR>: the name (pr_number is the PR)
+    # push: the files its commits added, modified or removed (None: not all listed in the payload)
+    pushed_files: tuple[str, ...] | None = None
+    changed_files: int | None = None  # PR: how many files GitHub says it changes
 
     @property
     def has_ciflow_label(self) -> bool:
@@ -117,6 +120,30 @@ def _pr_decision(event: UpstreamEvent, entry: Entry) -> Decision:
         # CI run for nothing. Only repository_dispatch carries the event for a downstream to clean up.
         return Decision(entry, Verdict.SKIP, "closed_on_buildkite")
     return Decision(entry, Verdict.DISPATCH, event.action or "pull_request")
+
+
+NO_MATCHING_FILES = "no_matching_files"
+
+
+def needs_files(decisions: list[Decision], event: UpstreamEvent) -> bool:
+    """Whether a dispatch decided here depends on the change's files (a path filter; never a closed PR, which is
+    sent so downstreams can clean up)."""
+    if event.action == "closed":
+        return False
+    return any(d.verdict is not Verdict.SKIP and d.entry.settings.path_filter.active for d in decisions)
+
+
+def filter_paths(decisions: list[Decision], event: UpstreamEvent, files: tuple[str, ...] | None) -> list[Decision]:
+    """Path filters applied to what would go out: a downstream none of whose filtered files changed is skipped.
+    `files` None: the change's files cannot be known (over GitHub's 3,000-file listing, a failed read): dispatch."""
+    if files is None or event.action == "closed":
+        return decisions
+    return [
+        Decision(d.entry, Verdict.SKIP, NO_MATCHING_FILES)
+        if d.verdict is not Verdict.SKIP and not d.entry.settings.path_filter.concerns(files)
+        else d
+        for d in decisions
+    ]
 
 
 def plan(event: UpstreamEvent, allowlist: Allowlist) -> list[Decision]:

@@ -318,6 +318,7 @@ class LocalStack:
             "UpstreamRepo": "CRCR_UPSTREAM_REPO",
             "GitHubApiUrl": "CRCR_GITHUB_API_URL",
             "GitHubAppId": "CRCR_GITHUB_APP_ID",
+            "GitHubAppSlug": "CRCR_GITHUB_APP_SLUG",
             "Allowlist": "CRCR_ALLOWLIST",
             "OidcIssuer": "CRCR_OIDC_ISSUER",
             "OidcAudience": "CRCR_OIDC_AUDIENCE",

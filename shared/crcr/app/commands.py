@@ -1,0 +1,169 @@
+"""PR comment commands (the planner, on `issue_comment`): `@<app-slug> rerun <owner/repo|all> [failed]`.
+
+From someone GitHub says has write or triage access to the upstream (asked of GitHub, never read from the
+comment): for each named L3/L4 downstream (or all of them), the failed GitHub runs on the PR's current head are
+re-run (`rerun-failed-jobs`, through the check-run writer and its pacer, as from the Checks tab); a downstream
+with nothing recorded on that head is dispatched again, unless the command says `failed`. The comment gets a
+reaction (`rocket` when something was asked for, `confused` when nothing could be), the PR comment is rendered
+again; anyone else's command is ignored and counted, without a reaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from crcr.app.ports import Collaborators, GitHubRejected, JobRecord, NotInstalled
+from crcr.contracts.github import IssueCommentEvent
+from crcr.contracts.messages import BuildkiteTarget, CheckSyncMessage, DispatchMessage, EventMessage
+from crcr.domain.allowlist import Entry
+from crcr.domain.checks import latest_attempts, wants_check_run
+from crcr.domain.commands import may_rerun, parse_command
+from crcr.domain.errors import BadRequest
+from crcr.domain.ids import is_github_run, repo_key
+from crcr.domain.levels import Level
+from crcr.domain.verdicts import Attempt
+
+if TYPE_CHECKING:
+    from crcr.app.plan import PlannerDeps, PlanSummary
+
+
+@dataclass(frozen=True)
+class CommandDeps:
+    slug: str  # the App's slug: commands are addressed to @<slug>
+    collaborators: Collaborators
+
+
+def _failed_runs(jobs: Iterable[JobRecord]) -> list[tuple[str, str]]:
+    """(dispatch id, run id) of each GitHub run whose latest attempt of some job failed."""
+    runs: dict[tuple[str, str], None] = {}
+    for job in latest_attempts(list(jobs)):
+        if is_github_run(job.run_id) and Attempt(job.run_attempt, job.state, job.conclusion, job.failure_kind).failed:
+            runs[(job.dispatch_id, job.run_id)] = None
+    return list(runs)
+
+
+def plan_command(message: EventMessage, doc: dict[str, Any], deps: PlannerDeps, summary: PlanSummary) -> PlanSummary:
+    if deps.commands is None or deps.checks is None or deps.jobs is None:
+        summary.skipped["*"] = "commands_off"
+        return summary
+    try:
+        event = IssueCommentEvent.model_validate(doc)
+    except ValidationError as exc:
+        raise BadRequest("issue_comment payload is malformed", field="body") from exc
+    command = parse_command(event.comment.body, deps.commands.slug)
+    login = event.comment.user.login if event.comment.user else ""
+    if command is None or event.issue.pull_request is None:
+        return _ignored(summary, deps, "not_a_command")
+    if event.comment.user is None or (event.comment.user.type or "").lower() == "bot":
+        return _ignored(summary, deps, "bot")
+    try:
+        role = deps.commands.collaborators.role(deps.upstream, login)
+    except (GitHubRejected, NotInstalled):
+        role = None  # GitHub does not know the person as a collaborator: no access
+    if not may_rerun(role):
+        return _ignored(summary, deps, "not_allowed")  # never answered: an outsider's comment changes nothing
+    pr = event.issue.number
+    info = deps.state.pr_info(deps.upstream, pr)
+    react = CheckSyncMessage(kind="react", upstream=deps.upstream, head_sha=info.head_sha if info else "", pr=pr,
+                             comment_id=event.comment.id, delivery_id=message.delivery_id)  # fmt: skip
+    allowlist = deps.allowlist.current()
+    entries = _targets(command.repos, allowlist.entries, info.labels if info else ())
+    if info is None or entries is None:
+        deps.checks.send_checks([react.model_copy(update={"reaction": "confused"})])
+        return _ignored(summary, deps, "unknown_pr" if info is None else "unknown_repo")
+    jobs = [j for j in deps.jobs.jobs_for_head(deps.upstream, info.head_sha) if j.pr == pr]
+    reruns: list[CheckSyncMessage] = []
+    again: list[Entry] = []
+    for entry in entries:
+        mine = [j for j in jobs if repo_key(j.repo) == entry.key and j.job_name]
+        failed = _failed_runs(mine)
+        reruns += [
+            CheckSyncMessage(kind="rerun", requested_by="comment", upstream=deps.upstream, head_sha=info.head_sha,
+                             delivery_id=message.delivery_id, repo=entry.repo, dispatch_id=dispatch, run_id=run, pr=pr)
+            for dispatch, run in failed
+        ]  # fmt: skip
+        if not mine and not command.failed_only:
+            again.append(entry)
+    dispatches = [_again(message, entry, event, info.head_sha, info.base_sha, info.labels, deps) for entry in again]
+    if dispatches:
+        deps.dispatches.send_dispatches(dispatches)
+    asked = bool(reruns or dispatches)
+    deps.checks.send_checks(
+        [*reruns, react.model_copy(update={"reaction": "rocket" if asked else "confused"})]
+        + ([CheckSyncMessage(kind="comment", upstream=deps.upstream, head_sha=info.head_sha, pr=pr)] if asked else [])
+    )
+    if asked:
+        deps.metrics.count("CommandAccepted")
+    else:
+        deps.metrics.count("CommandIgnored", reason="nothing_to_rerun")
+    summary.dispatched = [m.target_repo for m in dispatches]
+    summary.skipped.update({f"{m.repo}:{m.run_id}": "rerun_queued" for m in reruns})
+    return summary
+
+
+def _ignored(summary: PlanSummary, deps: PlannerDeps, reason: str) -> PlanSummary:
+    deps.metrics.count("CommandIgnored", reason=reason)
+    summary.skipped["*"] = reason
+    return summary
+
+
+def _targets(named: tuple[str, ...] | None, entries: Iterable[Entry], labels: tuple[str, ...]) -> list[Entry] | None:
+    """The downstreams a command names: L3/L4 ones whose results show on the PR (L3 while labelled), not nightly-only;
+    None when a named one is not such a downstream."""
+    shown = [
+        e
+        for e in entries
+        if e.level >= Level.L3 and not e.settings.nightly_only and wants_check_run(e.level, e.device, labels)
+    ]
+    if named is None:
+        return shown
+    wanted = {repo_key(r) for r in named}
+    found = [e for e in shown if e.key in wanted]
+    return found if len(found) == len(wanted) else None
+
+
+def _again(
+    message: EventMessage, entry: Entry, event: IssueCommentEvent, head: str, base: str, labels: tuple[str, ...],
+    deps: PlannerDeps,
+) -> DispatchMessage:  # fmt: skip
+    """A new dispatch of the PR's current head (nothing ran there): the PR as the relay knows it, in the shape of
+    a `synchronize` webhook's payload, with who asked."""
+    payload = {
+        "action": "synchronize",
+        "number": event.issue.number,
+        "pull_request": {
+            "number": event.issue.number,
+            "head": {"sha": head},
+            "base": {"sha": base},
+            "labels": [{"name": label} for label in labels],
+        },
+        "repository": {"full_name": deps.upstream},
+        "sender": {"login": event.comment.user.login if event.comment.user else ""},
+        "crcr_rerun": {"comment_id": event.comment.id},
+    }
+    return DispatchMessage(
+        delivery_id=message.delivery_id,
+        event_type="pull_request",
+        action="synchronize",
+        target_repo=entry.repo,
+        level=entry.level,
+        device=entry.device,
+        upstream=deps.upstream,
+        pr_number=event.issue.number,
+        head_sha=head,
+        payload=payload,
+        planned_at=deps.clock.now(),
+        **_buildkite(entry),
+    )
+
+
+def _buildkite(entry: Entry) -> dict[str, Any]:
+    pipeline = entry.settings.buildkite
+    if pipeline is None:
+        return {}
+    target = BuildkiteTarget(organization=pipeline.organization, pipeline=pipeline.pipeline, branch=pipeline.branch)
+    return {"buildkite": target, "repository_id": entry.settings.repository_id}

@@ -1,0 +1,42 @@
+"""PR comment commands: what is read as `@<app> rerun …`, and what is not."""
+
+from __future__ import annotations
+
+import pytest
+
+from crcr.domain.commands import RerunCommand, looks_like_command, may_rerun, parse_command
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("@crcr rerun intel/torch-xpu-ops", RerunCommand(("intel/torch-xpu-ops",), False)),
+        ("@CRCR Rerun ALL failed", RerunCommand(None, True)),
+        (
+            "Looks flaky.\n\n  @crcr rerun rocm/pytorch-rocm-ci failed  \nthanks",
+            RerunCommand(("rocm/pytorch-rocm-ci",), True),
+        ),
+        ("> @crcr rerun all\nquoted, not asked", None),  # a quote of someone else's command
+        ("```\n@crcr rerun all\n```", None),  # inside a code block
+        ("please @crcr rerun all", None),  # the command is the whole line
+        ("@crcr-bot rerun all", None),  # another App's slug
+        ("@crcr rerun all now", None),
+        ("@crcr rerun not-a-repo", None),
+        ("@crcr retry all", None),
+    ],
+)
+def test_a_command_is_one_line_addressed_to_the_app(body: str, expected: RerunCommand | None) -> None:
+    assert parse_command(body, "crcr") == expected
+
+
+def test_most_comments_are_not_even_queued() -> None:
+    assert not looks_like_command("LGTM, thanks!")
+    assert looks_like_command("@crcr rerun all")
+
+
+ROLES = [("admin", True), ("maintain", True), ("write", True), ("triage", True), ("read", False), ("none", False)]
+
+
+@pytest.mark.parametrize(("role", "allowed"), [*ROLES, (None, False)])
+def test_only_write_or_triage_access_may_rerun(role: str | None, allowed: bool) -> None:
+    assert may_rerun(role) is allowed
