@@ -27,8 +27,11 @@ def start(
     oidc: OidcIssuer,  # noqa: F811
     labels: tuple[str, ...] = (),
     allowlist: str = DEFAULT_ALLOWLIST,
+    env: dict[str, str] | None = None,
 ) -> Scenario:
-    relay = relay_factory(allowlist=allowlist, env={"CRCR_OIDC_ISSUER": oidc.url, "CRCR_OIDC_AUDIENCE": "crcr"})
+    relay = relay_factory(
+        allowlist=allowlist, env={"CRCR_OIDC_ISSUER": oidc.url, "CRCR_OIDC_AUDIENCE": "crcr"} | (env or {})
+    )
     relay.github.install(UPSTREAM, installation_id=1, repo_id=65600975)
     doc = json.loads(event_body("pull_request.opened.json"))
     doc["pull_request"]["labels"] += [{"name": label} for label in labels]
@@ -330,11 +333,14 @@ def test_over_the_installation_budget_writes_wait_and_none_is_lost(
     relay_factory: Callable[..., Relay],
     oidc: OidcIssuer,  # noqa: F811
 ) -> None:
+    # A budget of 4 at once and one write every 1.5 s after it: 12 per-job check runs have to wait for it
+    # however slowly the callbacks arrive (a loaded host once posted them slower than the default budget refilled).
     paced_before = TOTALS["CheckRunPaced"]
-    s = start(relay_factory, oidc)
+    per_job = DEFAULT_ALLOWLIST + "repos:\n  org-four/L4-Repo:\n    check_runs: per_job\n"
+    s = start(relay_factory, oidc, allowlist=per_job, env={"CRCR_GITHUB_WRITE_RATES": "40/60+4"})
     token = s.token(L4)
     jobs = [f"job-{i:02d}" for i in range(12)]
-    for job in jobs:  # 12 jobs x 2 states + the repository's run: more than the burst of 15 at once
+    for job in jobs:  # 12 jobs x 2 states + the repository's run: more than the burst of 4
         assert s.post(s.body(L4, job_name=job), token)[0] == 200
     for job in jobs:
         assert s.post(s.body(L4, job_name=job, status="completed", conclusion="success"), token)[0] == 200
@@ -342,10 +348,11 @@ def test_over_the_installation_budget_writes_wait_and_none_is_lost(
     wait_runs(
         s,
         lambda f: all(shows(n, "completed", "success")(f) for n in names) and shows(REPO4, "completed", "success")(f),
-        timeout_s=60,
+        timeout_s=120,
     )
     assert TOTALS["CheckRunPaced"] > paced_before
     times = sorted(r.time for r in s.relay.github.requests if "/check-runs" in r.path and r.method in ("POST", "PATCH"))
-    # Paced at one write a second after a burst of 15 (GitHub: ~80 content-creating requests a minute).
-    assert sum(1 for t in times if t - times[0] < 3.0) <= 15 + 3 + 1
+    # Within the burst and one write per 1.5 s after it, in any 6 s (the dispatch's own write booked it first).
+    for i, t in enumerate(times):
+        assert sum(1 for u in times[i:] if u - t < 6.0) <= 4 + 4 + 1
     assert all(len(writes(s, n)) <= 2 for n in names)  # never more than created + completed
