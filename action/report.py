@@ -4,7 +4,7 @@ Actions runner or as a command step of a Buildkite pipeline (detected by BUILDKI
 Standard library only and Python >= 3.9, because it runs on whatever python3 the runner or agent has (self-hosted
 hardware included). Every input arrives through the environment (see action.yml, and action/README.md for
 Buildkite), never spliced into a shell line. Retrying is safe: the relay answers a same-state re-delivery
-`200 duplicate` (DESIGN §4.3).
+`200 duplicate` (docs/contracts.md).
 """
 
 from __future__ import annotations

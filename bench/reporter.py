@@ -245,7 +245,7 @@ def _failed(job: JobRecord) -> bool:
 
 
 def expected_verdicts(changes: list[Change]) -> dict[str, str | None]:
-    """Per job attempt (keyed as the commit documents key it): the verdict its row ends with (DESIGN §4.9),
+    """Per job attempt (keyed as the commit documents key it): the verdict its row ends with (docs/contracts.md),
     worked out here, independently of the reporter. Only L3/L4 jobs of pull requests get one. A run whose
     latest attempt passed after a failed one is `flaky` on the failed attempts and the passing one; a failed
     latest attempt is `infra` when timed out, else `no baseline` (the bench records no PR's base commit, so

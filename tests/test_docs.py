@@ -5,6 +5,7 @@ variable named)."""
 from __future__ import annotations
 
 import re
+import subprocess
 import unicodedata
 from functools import cache
 from pathlib import Path
@@ -154,3 +155,18 @@ def test_every_setting_is_documented() -> None:
     configuration = (DOCS / "configuration.md").read_text(encoding="utf-8")
     missing = [f"CRCR_{name.upper()}" for name in Settings.model_fields if f"CRCR_{name.upper()}" not in configuration]
     assert missing == [], f"variables not in docs/configuration.md: {missing}"
+
+
+BRIEF = r"\bDESI" + r"GN\b"  # the design brief the project was built from, which users never receive
+
+
+def test_no_file_cites_a_document_outside_the_repository() -> None:
+    """A user clones the repository alone: every reference points inside it (docs/contracts.md and the rest), and
+    the workflow `crcr onboard` writes into downstream repositories cites nothing a downstream cannot open."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    citing = [
+        name
+        for name in tracked
+        if (ROOT / name).is_file() and re.search(BRIEF, (ROOT / name).read_text(errors="ignore"))
+    ]
+    assert citing == []

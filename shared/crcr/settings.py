@@ -1,4 +1,4 @@
-"""Configuration from the environment (DESIGN §6), validated at cold start with errors naming the variable."""
+"""Configuration from the environment (docs/configuration.md), validated at cold start naming the variable."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ class Settings(BaseModel):
     allowlist: str | None = None
     oidc_issuer: str = "https://token.actions.githubusercontent.com"
     oidc_audience: str = "crcr"
-    # Buildkite downstreams (DESIGN §4.8): the agents' OIDC issuer, the pipeline -> repository map (PyTorch's
+    # Buildkite downstreams (docs/contracts.md): the agents' OIDC issuer, the pipeline -> repository map (PyTorch's
     # ci_providers.yml: a path, s3:// or github:), and the REST API that creates builds.
     buildkite_oidc_issuer: str = "https://agent.buildkite.com"
     ci_providers: str | None = None
@@ -66,7 +66,7 @@ class Settings(BaseModel):
     # After a dispatch whose outcome is unknown: how long GitHub gets to create its run before the next attempt
     # looks for it (by the dispatch id in its run-name) instead of sending again.
     run_settle_s: float = 15.0
-    # Operational tuning (extensions to DESIGN §6): GitHub read timeout and the retry backoff base.
+    # Operational tuning (beyond the variables PyTorch's relay shares): GitHub read timeout and the retry backoff base.
     github_timeout_s: float = 10.0
     buildkite_timeout_s: float = 10.0  # Buildkite REST read timeout (creating a build, looking one up)
     retry_base_s: float = 2.0
@@ -90,7 +90,7 @@ class Settings(BaseModel):
     # A repository's check run completes once all its jobs finished and nothing changed for this long
     # (jobs of a workflow can run one after another; the next one reports only when it starts).
     check_settle_s: int = 60
-    # The PR comment (DESIGN §4.9), whatever the allowlist says: `off` writes none (requests are skipped).
+    # The PR comment (docs/contracts.md), whatever the allowlist says: `off` writes none (requests are skipped).
     pr_comment: Literal["on", "off"] = "on"
     # A request for the comment waits this long for the rest of its burst of callbacks before it renders.
     comment_settle_s: float = 5.0

@@ -47,7 +47,7 @@ class Pipeline:
         base = {
             **self.job.env(),
             "PATH": self.agent.path_env(SYSTEM_PATH),
-            # What the relay put in the build's env when it created the build (DESIGN §4.8).
+            # What the relay put in the build's env when it created the build (docs/contracts.md).
             "CRCR_TICKET": TICKET,
             "CRCR_CALLBACK_URL": f"{self.relay.url}/callback",
             "CRCR_DELIVERY_ID": "5b7c0d2e-0000-4000-8000-000000000001",

@@ -108,7 +108,7 @@ def test_an_infra_failure_is_rerun_once_and_never_again_for_a_second_message_or_
     assert github.reruns(L4) == [777]
     assert marker(s, dispatch_id, "777") == "requested"
     wait_runs(s, shows(JOB4, "completed", "failure"))
-    only_allowed_endpoints(s.relay)  # DESIGN §7's list only
+    only_allowed_endpoints(s.relay)  # the endpoints docs/contracts.md lists, only
 
 
 def test_the_retrys_passing_attempt_replaces_the_failure_and_a_refused_rerun_is_marked(

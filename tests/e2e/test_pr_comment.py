@@ -144,7 +144,8 @@ def test_one_comment_created_at_the_first_failure_then_edited_in_place_owners_me
     assert "Owners: `@oncall-four`" in body and "| CI / later | 1 |" in body
     time.sleep(3)
     assert [m for m, _, _ in writes(s)] == ["POST", "PATCH", "PATCH"] and len(ours(s)) == 1
-    only_allowed_endpoints(s.relay)  # DESIGN §7: the three issue-comment endpoints and nothing else new
+    # The endpoints docs/contracts.md lists: the three issue-comment endpoints and nothing else new.
+    only_allowed_endpoints(s.relay)
 
 
 def test_a_burst_of_callbacks_costs_one_write(

@@ -58,7 +58,7 @@ def test_an_installed_repository_gets_its_id_and_githubs_spelling(
     )
     assert result["files"] == ["crcr-onboard/Intel-Torch-XPU-Ops/.github/workflows/crcr.yml"]
     assert (tmp_path / result["files"][0]).is_file()
-    # Only the two endpoints DESIGN §7 allows for this, and a token for that one repository with metadata only.
+    # Only the two endpoints docs/contracts.md allows for this, and a token for that one repository with metadata only.
     assert [(r.method, r.path) for r in github.requests] == [
         ("GET", "/repos/intel/torch-xpu-ops/installation"),
         ("POST", "/app/installations/77/access_tokens"),

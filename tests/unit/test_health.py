@@ -237,7 +237,7 @@ def test_no_jobs_no_figures() -> None:
     assert (figures.flaky, figures.flaky_jobs) == (0, {})
 
 
-# -- flaky jobs (DESIGN §4.9): a failure followed by a pass on a retry of the same commit --------------------
+# -- flaky jobs (docs/contracts.md): a failure followed by a pass on a retry of the same commit --------------------
 
 
 def test_a_job_that_failed_then_passed_on_a_retry_is_flaky_and_counted_per_job() -> None:
@@ -379,7 +379,7 @@ def test_the_report_lists_every_repository_by_level_and_reads_nothing_for_l1() -
     assert report[1].reasons == ("0 finished jobs in 14 days < 10 required",)
     assert set(accel.as_json()) == {
         "repo", "level", "jobs", "pass_rate", "timeout_rate", "avg_queue_s", "p50_end_to_end_s",
-        "max_execution_s", "verdict", "reasons",  # DESIGN §4.7's ten
+        "max_execution_s", "verdict", "reasons",  # `crcr health`'s ten (docs/contracts.md)
         "flaky", "flaky_jobs", "dispatch_dedupe",  # added (docs/contracts.md)
     }  # fmt: skip
     assert accel.as_json()["verdict"] == "demote" and accel.as_json()["level"] == "L3"

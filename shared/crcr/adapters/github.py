@@ -413,7 +413,7 @@ class UpstreamCommitLookup:
         return True
 
     def repo_id(self, repo: str) -> int:
-        # A metadata-only token down-scoped to the repository lists it with its id (DESIGN §4.2).
+        # A metadata-only token down-scoped to the repository lists it with its id (docs/contracts.md).
         return self._github.repo_token(self._github.installation_for(repo), repo, {"metadata": "read"}).repo_id
 
 
@@ -453,7 +453,7 @@ class GitHubHookDeliveries:
     def upstream_id(self) -> int | None:
         if self._upstream_id is None:
             try:
-                # A metadata-only token down-scoped to the upstream lists it with its id (DESIGN §4.2).
+                # A metadata-only token down-scoped to the upstream lists it with its id (docs/contracts.md).
                 installation = self._github.installation_for(self._upstream)
                 token = self._github.repo_token(installation, self._upstream, {"metadata": "read"})
             except GitHubError:

@@ -40,7 +40,7 @@ def _is_loopback(host: str) -> bool:
 
 
 def check_issuer_url(url: str) -> None:
-    """https, except plain http on loopback for local runs (DESIGN §5)."""
+    """https, except plain http on loopback for local runs (docs/security.md)."""
     parts = urlsplit(url)
     if parts.scheme == "https" and parts.hostname:
         return

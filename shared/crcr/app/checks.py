@@ -1,4 +1,4 @@
-"""Check-run writer: upstream check runs (DESIGN §4.5) for L4 and labelled L3 dispatches.
+"""Check-run writer: upstream check runs (docs/contracts.md) for L4 and labelled L3 dispatches.
 
 Two kinds, each one per (head SHA, name), created once and then PATCHed forward only:
 - the repository's, crcr/<owner>/<repo>: created `queued` when an L4 dispatch is sent, so a required

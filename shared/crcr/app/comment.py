@@ -1,4 +1,4 @@
-"""The PR comment writer (DESIGN §4.9), on ChecksQueue: one comment per upstream PR, created at its first L3/L4
+"""The PR comment writer (docs/contracts.md), on ChecksQueue: one comment per upstream PR, created at its first L3/L4
 failure and then edited in place, paced with the check runs on the upstream installation's budget.
 
 A `comment` message from the reporter or the planner asks for a render; it never says what to write. The first

@@ -140,7 +140,7 @@ def envelope(job: JobRecord) -> dict[str, Any]:
             "upstream_repo": job.upstream,
             "event_type": job.event_type,
             "state": job.state,
-            # Failed L3/L4 PR jobs: new, pre-existing, infra, flaky or no baseline (DESIGN §4.9).
+            # Failed L3/L4 PR jobs: new, pre-existing, infra, flaky or no baseline (docs/contracts.md).
             "verdict": job.verdict,
             # The downstream's own reading of its failure, validated and capped: advice, never a gate.
             "triage_verdict": json.loads(job.triage) if job.triage else None,

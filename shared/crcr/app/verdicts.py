@@ -1,4 +1,4 @@
-"""Verdicts of failed L3/L4 jobs on pull requests (DESIGN §4.9), computed by the reporter and kept on the job.
+"""Verdicts of failed L3/L4 jobs on pull requests (docs/contracts.md), computed by the reporter and kept on the job.
 
 The baseline of a job is its latest result, from a push to the default branch or a scheduled run, on an
 upstream commit at or before the PR's base commit. "At or before" uses the commit times the planner keeps

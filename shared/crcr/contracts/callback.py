@@ -1,4 +1,4 @@
-"""The callback API (DESIGN §4.3): our body with a ticket, and the body PyTorch's callback action sends."""
+"""The callback API (docs/contracts.md): our body with a ticket, and the body PyTorch's callback action sends."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Who may report what: the identity rules a callback must pass (DESIGN §4.3, §5)."""
+"""Who may report what: the identity rules a callback must pass (docs/contracts.md, docs/security.md)."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def check_identity(
             raise Forbidden(f"workflow {ref or '(none)'} is not allowed to report for {repo}", field="job_workflow_ref")
 
 
-# Buildkite (DESIGN §4.8). Builds a person or a schedule started, never one a webhook (a push or a pull
+# Buildkite (docs/contracts.md). Builds a person or a schedule started, never one a webhook (a push or a pull
 # request, forks included) started, may report as a scheduled run.
 SCHEDULED_BUILD_SOURCES = frozenset({"schedule", "ui", "api"})
 MINT_HINT = "mint it with: buildkite-agent oidc request-token --audience <aud> --claim organization_id,pipeline_id"

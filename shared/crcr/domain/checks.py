@@ -1,4 +1,4 @@
-"""Upstream check runs (DESIGN §4.5): who gets one, its name, and which writes move it forward."""
+"""Upstream check runs (docs/contracts.md): who gets one, its name, and which writes move it forward."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def wants_check_run(level: int, device: str | None, labels: tuple[str, ...]) -> 
 
 
 def parse_external_id(external_id: str | None) -> tuple[str, str] | None:
-    """`<downstream repo>:<run_id>:<pr>` (DESIGN §4.5) -> (repo, run_id)."""
+    """`<downstream repo>:<run_id>:<pr>` (docs/contracts.md) -> (repo, run_id)."""
     parts = (external_id or "").rsplit(":", 2)
     if len(parts) != 3 or not re.fullmatch(RUN_ID_PATTERN, parts[1]):
         return None

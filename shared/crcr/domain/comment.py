@@ -1,4 +1,4 @@
-"""The PR comment (DESIGN §4.9): which downstream jobs it lists, what it says, and how untrusted text is set.
+"""The PR comment (docs/contracts.md): which downstream jobs it lists, what it says, and how untrusted text is set.
 
 One comment per upstream PR, rendered from the latest recorded state of the PR's current head: per L4 job (and
 L3 job while the PR carries `ciflow/crcr/<device>`) its newest attempt; the failing ones, and the ones that

@@ -1,4 +1,4 @@
-"""Repository health (DESIGN §4.7): figures from recorded job attempts, judged against PyTorch's L3 criteria.
+"""Repository health (docs/contracts.md): figures from recorded job attempts, judged against PyTorch's L3 criteria.
 
 Definitions follow PyTorch's HUD queries `crcr_l3_summary` / `crcr_backend_summary` (pytorch/test-infra,
 torchci/clickhouse_queries) over `crcr_workflow_job`, whose `queue_time`/`execution_time` are the ones
@@ -35,7 +35,7 @@ Deviations, where our data differs or the brief asks:
   copied; neither is tenure at L2 (the allowlist records no history) nor the newer overrun-rate
   criterion (PyTorch now judges the share of jobs running over 3 h instead of the maximum).
 
-Added (DESIGN §4.9), a figure and never a criterion: flaky jobs. A job (dispatch, run and job name) is flaky
+Added (docs/contracts.md), a figure and never a criterion: flaky jobs. A job (dispatch, run and job name) is flaky
 when its attempts include a failure (`failure` or `timed_out`) followed by a later passing one (`success`):
 it failed, then passed on a retry of the same commit. Counted over the same jobs (finished attempts of
 pull-request dispatches in the window), each job once however many times it flipped, and per
@@ -342,7 +342,7 @@ class Check:
 
 
 class RepoHealth(BaseModel):
-    """One line of `crcr health`: the fields DESIGN §4.7 names, then the flaky figures (§4.9; docs/contracts.md)."""
+    """One line of `crcr health`: the ten fields, then the flaky figures (docs/contracts.md)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

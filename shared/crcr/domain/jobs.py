@@ -1,4 +1,4 @@
-"""Job state machine (DESIGN §4.4), per dispatch x run_id x run_attempt x job_name.
+"""Job state machine (docs/contracts.md), per dispatch x run_id x run_attempt x job_name.
 
 dispatched → in_progress → completed; dispatched → completed is allowed; terminal states never go
 back; timed_out (written by the sweeper) is replaced by a later genuine completion.

@@ -1,4 +1,4 @@
-"""PyTorch's `ci_providers.yml` (DESIGN §4.8): which Buildkite pipeline may report as which repository.
+"""PyTorch's `ci_providers.yml` (docs/contracts.md): which Buildkite pipeline may report as which repository.
 
 Buildkite's OIDC tokens carry no repository: every organization shares one issuer, so identity is the
 token's `organization_id`/`pipeline_id` (immutable UUIDs; slugs can be renamed and a released slug

@@ -1,4 +1,4 @@
-"""Claims of the relay-signed dispatch ticket (DESIGN §4.2): binds one dispatch to its downstream."""
+"""Claims of the relay-signed dispatch ticket (docs/contracts.md): binds one dispatch to its downstream."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Failure verdicts (DESIGN §4.9): what a failed (or timed out) L3/L4 job on a pull request means for its author.
+"""Failure verdicts (docs/contracts.md): what a failed (or timed out) L3/L4 job on a pull request means for its author.
 
 - `new`: the job passed on its baseline, the PR broke it;
 - `pre-existing`: it failed on its baseline too, the PR did not;

@@ -384,7 +384,7 @@ class LocalStack:
         merged.setdefault("CRCR_CALLBACK_URL", f"{self.url}/callback")
         merged["POWERTOOLS_METRICS_DISABLED"] = self.env.get("POWERTOOLS_METRICS_DISABLED", "true")
         merged["POWERTOOLS_LOG_LEVEL"] = self.env.get("POWERTOOLS_LOG_LEVEL", "WARNING")
-        # Configuration given to `crcr local` (DESIGN §6 variables) wins over the template's defaults.
+        # Configuration given to `crcr local` (docs/configuration.md variables) wins over the template's defaults.
         merged.update({k: v for k, v in self.env.items() if k.startswith("CRCR_") and k != "CRCR_SECRETS_ARN"})
         self.function_env = merged
         os.environ.update(merged)
@@ -503,7 +503,7 @@ class LocalStack:
 
     def _run_schedule(self, fn: FunctionDecl) -> None:
         """EventBridge's schedule: locally every CRCR_SWEEP_INTERVAL_S seconds, the reconciler every
-        CRCR_RECONCILE_INTERVAL_S (DESIGN §6, §9)."""
+        CRCR_RECONCILE_INTERVAL_S (docs/configuration.md, docs/local-stack.md)."""
         variable, default = SCHEDULE_INTERVALS.get(fn.logical_id, ("CRCR_SWEEP_INTERVAL_S", 60.0))
         interval = float(self.env.get(variable) or default)
         while not self._stop.wait(interval):
