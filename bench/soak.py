@@ -279,10 +279,22 @@ def targets(n: int) -> list[tuple[str, int, int]]:
     return [(f"soak-org-{i}/repo-{i}", 8000 + i, 60_000 + i) for i in range(n)]
 
 
+def carries_id(repo: str) -> bool:
+    """Every other downstream's workflow sets `run-name` to carry the dispatch id (as the example workflow does):
+    after an ambiguous answer the relay finds its run instead of sending again. The others' titles do not."""
+    return int(repo.rsplit("-", 1)[1]) % 2 == 0
+
+
 def github_double(key: AppKey, repos: list[tuple[str, int, int]], seed: int, timeouts: float) -> GitHubDouble:
     gh = GitHubDouble(app_id=APP_ID, app_public_key_pem=key.public_pem)
     for repo, installation, repo_id in repos:
         gh.install(repo, installation_id=installation, repo_id=repo_id)
+        if carries_id(repo):
+            gh.set_dispatch_workflow(
+                repo, lambda body: f"crcr {body['event_type']} {body['client_payload']['dispatch_id']}"
+            )
+        else:
+            gh.set_dispatch_workflow(repo, lambda body: "CI")
     gh.install(UPSTREAM, installation_id=7999, repo_id=UPSTREAM_ID)
     faults = [
         (FAULT_502, Reply(502)),
@@ -677,6 +689,7 @@ def duplicates(soak: Soak) -> list[dict[str, Any]]:
                 ],
                 "causes": causes,
                 "explained": not any(c.startswith("unexplained") for c in causes),
+                "run_name_carries_id": carries_id(pair[1]),
             }
         )
     return out
@@ -932,6 +945,8 @@ def main() -> int:
                 1000 * report["relay_cpu_s"] / report["delivered"], 2
             )
         report.update(requeues(relay.metrics(), report["delivered"]))
+        # Ambiguous answers the relay settled by finding the run a dispatch had started, instead of sending again.
+        report["dispatch_runs_found"] = relay.metrics().get("DispatchRunFound", 0)
     report = context | report
     report["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report["duration_s"] = round(time.monotonic() - started, 1)
@@ -995,6 +1010,12 @@ def build_report(
         "duplicates": dups,
         "duplicate_count": sum(d["accepted"] - 1 for d in dups),
         "unexplained_duplicates": sum(1 for d in dups if not d["explained"]),
+        # The two kinds of downstream: a workflow whose run-name carries the dispatch id can be found after an
+        # ambiguous answer, so it must never be started twice; the others may be, with an ambiguous answer.
+        "duplicates_by_kind": {
+            "run_name_carries_id": sum(d["accepted"] - 1 for d in dups if d["run_name_carries_id"]),
+            "no_id": sum(d["accepted"] - 1 for d in dups if not d["run_name_carries_id"]),
+        },
         "lost": sorted(f"{g} -> {r}" for g, r in expected - set(accepted_pairs)),
         "dead_lettered": dead_letters(soak),
         "jobs": len(jobs),
@@ -1073,6 +1094,11 @@ def verdict(report: dict[str, Any]) -> int:
         problems.append(f"{len(report['lost'])} dispatches lost")
     if report["results_recorded"] != report["results_sent"]:
         problems.append(f"{report['results_sent'] - report['results_recorded']} results not recorded")
+    if report["duplicates_by_kind"]["run_name_carries_id"]:
+        problems.append(
+            f"{report['duplicates_by_kind']['run_name_carries_id']} duplicate runs of downstreams whose run-name "
+            "carries the dispatch id"
+        )
     if report["unexplained_duplicates"]:
         problems.append(f"{report['unexplained_duplicates']} duplicates without an ambiguous answer")
     window = [w for w in report["window"] if w["cause"] == "webhook window"]
@@ -1110,6 +1136,11 @@ def print_table(r: dict[str, Any]) -> None:
         ("delivered", r["delivered"]),
         ("lost", len(r["lost"])),
         ("duplicates (pairs explained)", f"{r['duplicate_count']} ({pairs - unexplained}/{pairs})"),
+        (
+            "duplicates: run-name carries the id / does not (runs found instead of sent)",
+            f"{r['duplicates_by_kind']['run_name_carries_id']} / {r['duplicates_by_kind']['no_id']}"
+            f" ({r.get('dispatch_runs_found')})",
+        ),
         ("dead-lettered", len(r["dead_lettered"])),
         ("dead webhook window: events dispatched by the reconciler", f"{recovered}/{r['webhook_window_events']}"),
         (

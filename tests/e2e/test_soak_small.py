@@ -68,6 +68,13 @@ def test_every_duplicate_names_the_ambiguous_answer_that_caused_it(soak_run: tup
         assert len(duplicate["causes"]) == duplicate["accepted"] - 1
         assert all("timeout" in c or "killed" in c for c in duplicate["causes"]), duplicate
     assert report["unexplained_duplicates"] == 0
+    # Only downstreams whose run-name does not carry the dispatch id are started twice: the others' runs were
+    # looked up after the ambiguous answer and found.
+    by_kind = report["duplicates_by_kind"]
+    assert by_kind["run_name_carries_id"] == 0
+    assert by_kind["no_id"] == report["duplicate_count"] >= 1
+    assert all(not d["run_name_carries_id"] for d in report["duplicates"])
+    assert report["dispatch_runs_found"] >= 1
 
 
 def test_every_result_sent_is_recorded_and_reaches_the_hud(soak_run: tuple[int, dict[str, Any], str]) -> None:
@@ -76,6 +83,9 @@ def test_every_result_sent_is_recorded_and_reaches_the_hud(soak_run: tuple[int, 
     assert report["results_sent"] == report["results_recorded"] == 2 * report["jobs"]
     assert report["results_problems"] == []
     assert report["hud_rows"] == report["jobs"]
+    # PyTorch's HUD (the port, write-once after completion) took every push or counted it a duplicate (409).
+    assert report["hud_refused"] == 0
+    assert set(report["hud_answers"]) <= {"200", "201", "204", "409"}, report["hud_answers"]
     assert report["callbacks"]["posts"] > report["results_sent"]  # some were sent twice
 
 
@@ -119,6 +129,7 @@ def test_the_verdict_fails_a_lost_dispatch_an_unexplained_duplicate_or_a_missed_
     for spoil in (
         lambda r: r.update(lost=["some-delivery -> soak-org-0/repo-0"]),
         lambda r: r.update(unexplained_duplicates=1),
+        lambda r: r["duplicates_by_kind"].update(run_name_carries_id=1),
         lambda r: r.update(results_recorded=r["results_sent"] - 1),
         lambda r: r["window"][0].update(dispatched_by_reconciler=False),
         lambda r: r.update(kills=r["kills"][:1]),
