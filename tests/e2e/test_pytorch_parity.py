@@ -99,6 +99,52 @@ def test_a_nightly_only_downstream_gets_no_webhook_and_its_scheduled_report_is_r
     assert json.loads(row["failed_tests_json"]) == [{"name": "test_conv", "message": "mismatch", "duration": 3.25}]
 
 
+def test_pytorchs_own_nightly_and_periodic_reports_are_taken_as_pytorchs_relay_takes_them(
+    relay: Relay, oidc: OidcIssuer, hud: HudDouble
+) -> None:
+    """PyTorch's callback action reports a cron run with `event_type: nightly` (or `periodic`) and the upstream
+    commit as its delivery id (or in `payload.head_sha`): no dispatch to bind to, one completed callback."""
+    sha, other = "d" * 40, "e" * 40
+    relay.github.add_commit(UPSTREAM, sha)
+    relay.github.add_commit(UPSTREAM, other)
+
+    def theirs(event_type: str, delivery_id: str, run_id: int, status: str = "completed", **payload: Any) -> dict:
+        workflow = {
+            "status": status,
+            "name": "nightly",
+            "job_name": "rhel / build",
+            "run_id": str(run_id),
+            "url": f"https://github.com/{NIGHTLY}/actions/runs/{run_id}",
+            "check_run_id": str(run_id * 10),
+        }
+        if status == "completed":
+            workflow |= {"conclusion": "success", "failed_tests_detail": []}
+        return {"event_type": event_type, "delivery_id": delivery_id, "payload": payload, "workflow": workflow}
+
+    assert callback(relay, theirs("nightly", sha, 9101), token(oidc, NIGHTLY, 9101, event_name="schedule")) == (
+        200,
+        {"status": "recorded"},
+    )
+    body = theirs("periodic", "periodic-run-7", 9102, head_sha=other)
+    assert callback(relay, body, token(oidc, NIGHTLY, 9102, event_name="schedule")) == (200, {"status": "recorded"})
+    rows = wait(lambda: [r for r in hud.rows.values() if r["downstream_repo"] == NIGHTLY] if len(hud.rows) >= 2 else 0)
+    assert sorted((r["event_type"], r["pytorch_head_sha"], r["pr_number"]) for r in rows) == [
+        ("nightly", sha, 0),
+        ("periodic", other, 0),
+    ]
+    # As PyTorch's relay: only one completed callback; a commit that is not upstream's is refused.
+    code, reply = callback(
+        relay, theirs("nightly", sha, 9103, status="in_progress"), token(oidc, NIGHTLY, 9103, event_name="schedule")
+    )
+    assert (code, reply["field"]) == (400, "workflow.status")
+    code, reply = callback(relay, theirs("nightly", "f" * 40, 9104), token(oidc, NIGHTLY, 9104, event_name="schedule"))
+    assert (code, reply["field"]) == (403, "head_sha")
+    code, reply = callback(
+        relay, theirs("nightly", "not-a-sha", 9105), token(oidc, NIGHTLY, 9105, event_name="schedule")
+    )
+    assert (code, reply["field"]) == (400, "payload.head_sha")
+
+
 def test_a_ciflow_trunk_push_reaches_l4_as_its_prs_ci_and_lands_in_the_hud_under_the_pr(
     relay: Relay, oidc: OidcIssuer, hud: HudDouble
 ) -> None:

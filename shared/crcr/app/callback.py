@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
@@ -124,6 +125,13 @@ def _parse(body: bytes) -> tuple[CallbackBody | PyTorchCallbackBody | ScheduledB
                 sched.url, sched.check_run_id, sched.started_at, doc, sched.failure_kind, sched.triage_verdict,
                 tuple(sched.failed_tests_detail or ()),
             )  # fmt: skip
+        if "ticket" not in doc and doc.get("event_type") in SCHEDULED_EVENT_TYPES:
+            sched = _pytorch_scheduled(doc)
+            return sched, Report(
+                sched.status, sched.conclusion, sched.workflow_name, sched.job_name, sched.run_id, sched.run_attempt,
+                sched.url, sched.check_run_id, sched.started_at, doc, sched.failure_kind, sched.triage_verdict,
+                tuple(sched.failed_tests_detail or ()),
+            )  # fmt: skip
         if "ticket" in doc:
             ours = CallbackBody.model_validate(doc)
             return ours, Report(
@@ -149,6 +157,40 @@ def _parse(body: bytes) -> tuple[CallbackBody | PyTorchCallbackBody | ScheduledB
         wf.failure_kind,
         wf.triage_verdict,
         tuple(wf.failed_tests_detail or ()),
+    )
+
+
+# PyTorch's callback action reports a run no dispatch started (a cron on the downstream) in one `completed`
+# callback whose `event_type` says so; its commit is `payload.head_sha` (or `after`), else the delivery id.
+SCHEDULED_EVENT_TYPES = frozenset({"nightly", "periodic"})
+SHA = re.compile(r"[0-9a-fA-F]{40}")
+
+
+def _pytorch_scheduled(doc: dict[str, Any]) -> ScheduledBody:
+    """PyTorch's body for a nightly or periodic run, read as our scheduled report (which rules it follows)."""
+    theirs = PyTorchCallbackBody.model_validate(doc)
+    if theirs.workflow.status != "completed":
+        raise BadRequest(
+            f"a {theirs.event_type} report is one completed callback, not {theirs.workflow.status}",
+            field="workflow.status",
+        )
+    payload = theirs.payload or {}
+    candidates = (payload.get("head_sha"), payload.get("after"), theirs.delivery_id)
+    head_sha = next((c for c in candidates if isinstance(c, str) and SHA.fullmatch(c)), None)
+    if head_sha is None:
+        raise BadRequest(
+            f"a {theirs.event_type} report names its upstream commit (40 hex) in payload.head_sha or delivery_id",
+            field="payload.head_sha",
+        )
+    wf = doc["workflow"]
+    keys = (
+        *("conclusion", "job_name", "run_id", "url", "started_at", "completed_at", "check_run_id", "test_results"),
+        *("failed_tests_detail", "artifact_url", "summary", "failure_kind", "triage_verdict"),
+    )
+    return ScheduledBody.model_validate(
+        {k: wf[k] for k in keys if wf.get(k) is not None}
+        | {"schema_version": 1, "scheduled": True, "head_sha": head_sha.lower(), "status": "completed"}
+        | {"workflow_name": wf["name"], "run_attempt": theirs.workflow.run_attempt, "event_type": theirs.event_type}
     )
 
 
@@ -328,7 +370,7 @@ def _scheduled(body: ScheduledBody, report: Report, identity: VerifiedToken, cal
         pr=None,
         level=int(entry.level),
         device=entry.device,
-        event_type="nightly",  # PyTorch's HUD name for a run no PR dispatched
+        event_type=body.event_type,  # PyTorch's HUD name for a run no PR dispatched
         ci=identity.ci,
     )
     return _record(row, report, deps)

@@ -199,3 +199,5 @@ class ScheduledBody(_OurReport):
     scheduled: Literal[True]
     head_sha: str = Field(pattern=r"^[0-9a-f]{40}$")
     status: Literal["completed"]
+    # PyTorch's HUD names both kinds of run no PR dispatched; its callback action says which in `event_type`.
+    event_type: Literal["nightly", "periodic"] = "nightly"
