@@ -125,7 +125,7 @@ def _parse(body: bytes) -> tuple[CallbackBody | PyTorchCallbackBody | ScheduledB
                 sched.url, sched.check_run_id, sched.started_at, doc, sched.failure_kind, sched.triage_verdict,
                 tuple(sched.failed_tests_detail or ()),
             )  # fmt: skip
-        if "ticket" not in doc and doc.get("event_type") in SCHEDULED_EVENT_TYPES:
+        if "ticket" not in doc and str(doc.get("event_type")) in SCHEDULED_EVENT_TYPES:
             sched = _pytorch_scheduled(doc)
             return sched, Report(
                 sched.status, sched.conclusion, sched.workflow_name, sched.job_name, sched.run_id, sched.run_attempt,
