@@ -759,8 +759,9 @@ def window_report(soak: Soak) -> list[dict[str, Any]]:
     """Every event with a failed delivery: the dead webhook window's, and any other (a redelivery that reached a
     relay being restarted, an answer later than GitHub's 10 s): its attempts, the reconciler's asks, and whether
     every target was dispatched for the first time after the first redelivery the reconciler asked for, one of
-    which was answered 2xx (so by the reconciler). An attempt that failed only at GitHub's end may have been queued all the same, and be
-    dispatched without a redelivery: the others are held to being dispatched, the window's to the reconciler."""
+    which was answered 2xx (so by the reconciler). An attempt that failed only at GitHub's end may have been
+    queued all the same, and be dispatched without a redelivery: the others are held to being dispatched, the
+    window's to the reconciler."""
     failed = {d.guid for d in soak.gh.hook_deliveries if not d.ok}
     asked = Counter(r.path.split("/")[4] for r in soak.gh.requests if r.path.endswith("/attempts") and r.accepted)
     first_dispatch: dict[tuple[str, str], float] = {}
