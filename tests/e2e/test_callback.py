@@ -276,6 +276,9 @@ def test_callbacks_over_the_repository_rate_limit_get_429(
     relay.post("pull_request", event_body("pull_request.opened.json"))
     relay.wait_dispatches(dict.fromkeys(LISTED, 1), settle_s=0)
     s = Scenario(relay, oidc, "", "")
+    # The limit counts per minute of the clock: all four reports within one minute (they once straddled one).
+    if (left := 60 - time.time() % 60) < 15:
+        time.sleep(left)
     answers = [s.post(s.body(job_name=f"job-{i}"), s.token())[0] for i in range(3)]
     assert answers == [200, 200, 200]
     request = urllib.request.Request(
