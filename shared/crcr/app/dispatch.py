@@ -402,7 +402,13 @@ RUN_LOOKBACK_S = 60.0  # runs created this long before the event was planned can
 
 
 def _claims(
-    message: DispatchMessage, full_name: str, repo_id: int, did: str, issued: int, deps: DispatchDeps
+    message: DispatchMessage,
+    full_name: str,
+    repo_id: int,
+    did: str,
+    issued: int,
+    deps: DispatchDeps,
+    ci: str = "github",
 ) -> TicketClaims:
     return TicketClaims(
         sub=full_name,
@@ -415,6 +421,7 @@ def _claims(
         iat=issued,
         exp=issued + deps.ticket_ttl_s,
         jti=did,
+        ci=ci,
     )
 
 
@@ -450,20 +457,7 @@ def _dispatch_build(
         return _paced(message, deps, wait, asked_at, owner)
     if deps.clock.now() + 2 * bk.call_s > now + bk.lease_s:  # a lookup and a create must fit in the claim
         return _reschedule(message, deps, 1.0, "claim_lapsing", attempt=message.attempt, owner=owner, settled=True)
-    issued = int(deps.clock.now())
-    claims = TicketClaims(
-        sub=full_name,
-        repo_id=repo_id,
-        delivery_id=message.delivery_id,
-        upstream=message.upstream,
-        pr=message.pr_number,
-        head_sha=message.head_sha,
-        level=int(message.level),
-        iat=issued,
-        exp=issued + deps.ticket_ttl_s,
-        jti=did,
-        ci="buildkite",
-    )
+    claims = _claims(message, full_name, repo_id, did, int(deps.clock.now()), deps, ci="buildkite")
     where = f"{target.organization}/{target.pipeline}"
 
     row = claim.row
