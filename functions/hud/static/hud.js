@@ -14,9 +14,9 @@ const STATES = {
   running: { sym: "●", word: "running" },
   neutral: { sym: "○", word: "neutral" },
   skipped: { sym: "↷", word: "skipped" },
-  pending: { sym: "⧗", word: "not started", says: "dispatched, no job started yet" },
-  held: { sym: "⏸", word: "held", says: "held until a maintainer adds a ciflow label" },
-  superseded: { sym: "⤼", word: "superseded", says: "superseded by a newer commit of the PR" },
+  pending: { sym: "◷", word: "not started", says: "dispatched, no job started yet" },
+  held: { sym: "‖", word: "held", says: "held until a maintainer adds a ciflow label" },
+  superseded: { sym: "↦", word: "superseded", says: "superseded by a newer commit of the PR" },
   not_targeted: { sym: "·", word: "not targeted", says: "not targeted" },
   none: { sym: "–", word: "no record", says: "nothing recorded" },
 };
@@ -133,9 +133,16 @@ function shortSha(sha) {
   return String(sha || "").slice(0, 10);
 }
 
+// How long ago, coarsely (a waiting dispatch's age): seconds, then minutes, then hours and minutes.
 function ago(epochSeconds) {
   const s = Math.max(0, Date.now() / 1000 - epochSeconds);
-  return duration(s);
+  if (s < 120) return `${Math.round(s)} s`;
+  if (s < 7200) return `${Math.floor(s / 60)} min`;
+  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+}
+
+function testDuration(seconds) {
+  return seconds < 10 ? `${Number(seconds.toFixed(2))} s` : duration(seconds);
 }
 
 function when(epochSeconds) {
@@ -326,7 +333,7 @@ function failureDetails(e, context) {
       el("strong", {}, `Failing tests (${e.failed_tests_total || e.failed_tests.length}):`),
       el("ul", {}, e.failed_tests.map((t) => el("li", {},
         el("code", {}, t.classname ? `${t.classname}.${t.name}` : t.name),
-        typeof t.duration === "number" ? el("span", { class: "muted" }, ` (${duration(t.duration)})`) : null,
+        typeof t.duration === "number" ? el("span", { class: "muted" }, ` (${testDuration(t.duration)})`) : null,
         t.message ? el("pre", { class: "message" }, t.message) : null))),
       more > 0 ? el("p", { class: "muted" }, `and ${more} more in the downstream run's log`) : null));
   }
