@@ -69,7 +69,7 @@ def serve_docs(docs: MemoryDocs) -> Iterator[Served]:
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:  # http.server's name for it
             path = self.path.split("?", 1)[0]
             answer = handler({"rawPath": path, "requestContext": {"http": {"method": "GET"}}}, None, (docs, assets))
             body = base64.b64decode(answer["body"]) if answer.get("isBase64Encoded") else answer["body"].encode()

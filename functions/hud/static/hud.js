@@ -15,6 +15,7 @@ const STATES = {
   neutral: { sym: "○", word: "neutral" },
   skipped: { sym: "↷", word: "skipped" },
   pending: { sym: "◷", word: "not started", says: "dispatched, no job started yet" },
+  dispatched: { sym: "↗", word: "dispatched", says: "dispatched; L1 records no results" },
   held: { sym: "‖", word: "held", says: "held until a maintainer adds a ciflow label" },
   superseded: { sym: "↦", word: "superseded", says: "superseded by a newer commit of the PR" },
   not_targeted: { sym: "·", word: "not targeted", says: "not targeted" },
@@ -32,6 +33,7 @@ const REASONS = {
   untrusted_author: "author not trusted yet",
   closed_on_buildkite: "closed PR (Buildkite)",
   not_a_branch: "not a branch",
+  l1: "L1: no results recorded",
 };
 const VERDICT_WORDS = {
   new: "new",
@@ -224,7 +226,7 @@ function repoHeader(info) {
 function cellExtra(cell) {
   const state = stateOf(cell.state);
   if (state === "pending" && cell.since) return ago(cell.since);
-  if (["skipped", "not_targeted", "held"].includes(state) && cell.reason) return reasonText(cell.reason);
+  if (["skipped", "not_targeted", "held", "dispatched"].includes(state) && cell.reason) return reasonText(cell.reason);
   if (cell.jobs > 1) return `${FAILED.includes(state) ? cell.failed : state === "running" ? cell.running : cell.passed}/${cell.jobs}`;
   return null;
 }
@@ -392,6 +394,7 @@ function plannedLine(repo, plan, doc) {
   let text;
   if (state === "pending") text = `dispatched ${ago(plan.since)} ago; no job has started yet (the relay times it out if none starts)`;
   else if (state === "superseded") text = ["the PR moved on to ", el("a", { class: "mono", href: `/hud/commit/${doc.superseded_by}` }, shortSha(doc.superseded_by)), " before a job started here"];
+  else if (state === "dispatched") text = "dispatched; L1 records no results, so none are shown here";
   else if (state === "held") text = "held: the PR's author is not trusted yet; a maintainer's ciflow/ label releases it";
   else if (state === "skipped") text = plan.reason === "no_matching_files" ? "skipped: no matching files — the change touched no file this repository's path filters select" : `skipped: ${reasonText(plan.reason)}`;
   else text = `not targeted: ${reasonText(plan.reason)}`;

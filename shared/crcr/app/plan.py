@@ -364,7 +364,8 @@ def _planned(decision: Decision, closed: bool) -> dict[str, Any] | None:
     if closed:
         return None  # a closed PR's dispatch lets downstreams clean up: not a run anyone waits for
     if verdict in (Verdict.DISPATCH, Verdict.RELEASE):
-        return base | {"state": "pending"}
+        # L1 records no results: nothing will ever start there as far as the relay knows, so never "pending".
+        return base | ({"state": "pending"} if entry.level >= Level.L2 else {"state": "dispatched", "reason": "l1"})
     if verdict is Verdict.HOLD:
         return base | {"state": "held", "reason": decision.reason}
     if decision.reason == NO_MATCHING_FILES:

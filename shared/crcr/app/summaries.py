@@ -437,7 +437,7 @@ def _with_nightly(doc: dict[str, Any] | None, jobs: list[JobRecord], now: float)
 
 # A later decision on the same commit replaces an earlier one of the same or a lower rank: a dispatch (pending)
 # replaces a hold (its release), a skip, a not-targeted; nothing but a dispatch replaces a dispatch.
-PLAN_RANK = {"pending": 3, "held": 2, "skipped": 2, "not_targeted": 1}
+PLAN_RANK = {"pending": 3, "dispatched": 3, "held": 2, "skipped": 2, "not_targeted": 1}
 
 
 @dataclass(frozen=True)
