@@ -133,11 +133,12 @@ def commit_summary(sha: str, pr: int | None, at: float, rng: random.Random, keep
     return summary_of(doc)
 
 
-def seed(days: int, load: int, rng: random.Random, say: Callable[[str], None]) -> tuple[MemoryDocs, int, float]:
+def seed(days: int, load: int, say: Callable[[str], None]) -> tuple[MemoryDocs, int, float]:
     """`days` of commits at `load` x 1,000 PR events a day; returns the documents, the measured PR and the seconds
     it took. Commits are summarised once per template slot and re-keyed (sha, PR, time) per commit: the cells are
     the relay's, the per-commit cost is the merges the pages' documents go through."""
     started = time.perf_counter()
+    rng = random.Random(21)  # the same commits' cells at every size: what differs is only how much is held
     end = time.time()
     start = end - days * DAY_S
     per_day = PR_EVENTS_PER_DAY * load + PUSHES_PER_DAY
@@ -151,9 +152,10 @@ def seed(days: int, load: int, rng: random.Random, say: Callable[[str], None]) -
     n = 0
     for n in range(total):
         at = start + n * (days * DAY_S / total)
-        trunk = n % per_day < PUSHES_PER_DAY
-        pr = None if trunk else pr_base + n // COMMITS_PER_PR
-        template = templates[rng.randrange(len(templates))]
+        back = total - 1 - n  # counted from the newest, so the newest commits are alike at every size
+        trunk = back % per_day % (per_day // PUSHES_PER_DAY) == 0
+        pr = None if trunk else pr_base + total // COMMITS_PER_PR - back // COMMITS_PER_PR
+        template = templates[back % len(templates)]
         summary = template | {"sha": f"{n + 1:040x}", "pr": pr, "first_seen": at, "at": at,
                               "event_type": "push" if trunk else "pull_request"}  # fmt: skip
         if trunk:
@@ -173,7 +175,7 @@ def seed(days: int, load: int, rng: random.Random, say: Callable[[str], None]) -
     pr = max(p for p in prs)
     head = f"{total + 1:040x}"
     own = MemoryDocs()
-    real = commit_summary(head, pr, end, rng, own)
+    real = commit_summary(head, pr, end, random.Random(22), own)
     docs.put(f"commit/{head}.json", own.docs[f"commit/{head}.json"], None)
     prs[pr] = _with_commits(prs[pr], [real], keep=PR_COMMITS, now=end, pr=pr)
     index = _with_index(index, [real], now=end) or index
@@ -218,12 +220,11 @@ def measure(browser: Any, served: Any, path: str, runs: int) -> dict[str, Any]:
 
 
 def run_section(days: list[int], loads: list[int], runs: int, say: Callable[[str], None]) -> dict[str, Any]:
-    rng = random.Random(21)
     out: dict[str, Any] = {"days_held": days, "loads": loads, "method": __doc__.split("\n\n")[0] if __doc__ else ""}
     with headless() as browser:
         for load in loads:
             for held in days:
-                docs, pr, seeded_s = seed(held, load, rng, say)
+                docs, pr, seeded_s = seed(held, load, say)
                 with serve_docs(docs) as served:
                     overview = measure(browser, served, "/hud/", runs)
                     pr_page = measure(browser, served, f"/hud/pr/{pr}", runs)
