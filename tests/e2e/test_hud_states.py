@@ -85,6 +85,8 @@ class Seeded:
 
 
 def seed(docs: MemoryDocs) -> None:
+    global NOW  # noqa: PLW0603 - every helper reads the seeding moment
+    NOW = time.time()  # at seeding, not at collection: "12 min ago" is measured from here
     clock = Clock()
     metrics = RecordingMetrics()
     history = [
@@ -228,7 +230,7 @@ def test_trunk_and_nightly_are_views_of_their_own(seeded: Seeded, browser: Brows
     assert cell(page, TRUNK, NIGHTLY) == "✗ failure"
     assert page.locator(f'tr[data-sha="{HEAD}"]').count() == 0
     page = open_page(browser, f"{seeded.served.url}/hud/nightly", "nightly")
-    day = time.strftime("%Y-%m-%d", time.gmtime(NOW - 600))
+    day = time.strftime("%Y-%m-%d", time.gmtime(NOW - 1800))  # the nightly job's dispatch
     assert " ".join(page.locator(f'tr[data-day="{day}"] td[data-repo="{NIGHTLY}"]').inner_text().split()) == "✗ failure"
 
 

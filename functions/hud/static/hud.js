@@ -21,7 +21,7 @@ const STATES = {
   not_targeted: { sym: "·", word: "not targeted", says: "not targeted" },
   none: { sym: "–", word: "no record", says: "nothing recorded" },
 };
-const LEGEND = ["success", "failure", "timed_out", "cancelled", "running", "pending", "held", "skipped",
+const LEGEND = ["success", "failure", "timed_out", "cancelled", "running", "pending", "dispatched", "held", "skipped",
   "superseded", "not_targeted", "none"];
 const REASONS = {
   no_matching_files: "no matching files",
