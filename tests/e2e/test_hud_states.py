@@ -5,6 +5,7 @@ the level check's document), served by HudFunction's handler. Screenshots go to 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -194,7 +195,8 @@ def test_the_overview_tells_every_state_apart_in_words(seeded: Seeded, browser: 
     assert cell(page, HEAD, CANCEL) == "⊘ cancelled"
     assert cell(page, HEAD, OK) == "✓ success"
     assert cell(page, HEAD, FLAKY) == "✓ success"  # passed on its re-run; the commit page keeps the flaky attempt
-    assert cell(page, HEAD, PENDING) == "◷ not started 12 min"
+    # Dispatched 12 minutes before seeding; a loaded host may take a while to get here.
+    assert re.fullmatch(r"◷ not started 1[2-9] min", cell(page, HEAD, PENDING))
     assert cell(page, HEAD, HELD) == "‖ held author not trusted yet"
     assert cell(page, HEAD, PATHS) == "↷ skipped no matching files"
     assert cell(page, HEAD, NIGHTLY) == "· not targeted nightly only"
@@ -217,7 +219,7 @@ def test_the_overview_tells_every_state_apart_in_words(seeded: Seeded, browser: 
     assert row.locator("td.prcol").inner_text().split() == [f"#{PR}", "open"]
     # Screen readers hear each cell's state in words.
     label = row.locator(f'td[data-repo="{PENDING}"] .state').get_attribute("aria-label")
-    assert label == f"{PENDING}: dispatched, no job started yet, 12 min"
+    assert re.fullmatch(f"{PENDING}: dispatched, no job started yet, 1[2-9] min", label or "")
     # Keyboard: every cell is a link.
     assert row.locator("td.cellwrap a.state").count() == row.locator("td.cellwrap").count()
 
@@ -258,7 +260,7 @@ def test_the_commit_page_explains_each_failure_and_each_state(seeded: Seeded, br
     planned = {
         r: page.locator(f'section[data-repo="{r}"] .planned').inner_text() for r in (PENDING, HELD, PATHS, NIGHTLY)
     }
-    assert "dispatched 12 min ago; no job has started yet" in planned[PENDING]
+    assert re.search(r"dispatched 1[2-9] min ago; no job has started yet", planned[PENDING])
     assert "held: the PR's author is not trusted yet" in planned[HELD]
     assert "skipped: no matching files" in planned[PATHS]
     assert "not targeted: nightly only" in planned[NIGHTLY]
