@@ -29,6 +29,7 @@ import checkruns
 import coldstart
 import comment
 import dispatch
+import pages
 import reporter
 from harness import (
     ROOT,
@@ -542,6 +543,7 @@ def main() -> int:
     parser.add_argument("--build", action="store_true", help="run `make build` first (about a minute)")
     parser.add_argument("--skip-fanout-latency", action="store_true", help="only the isolated ingest latency")
     parser.add_argument("--skip-coldstart", action="store_true", help="leave out the cold-start import times")
+    parser.add_argument("--skip-pages", action="store_true", help="leave out the HUD pages at scale (section 11)")
     args = parser.parse_args()
 
     started = time.perf_counter()
@@ -667,6 +669,13 @@ def main() -> int:
             out.say("10. the dispatcher: AWS calls and CPU per warm dispatch, re-queues under a backlog")
             results["dispatch"] = dispatch.run_section(dispatch.strip_prefix(args, "dispatch-"), out.say)
             phases["dispatch"] = round(time.perf_counter() - t, 1)
+        t = time.perf_counter()
+        if not args.skip_pages:
+            out.say(
+                "11. HUD pages at PyTorch's scale: bytes fetched and time to render, 1 and 30 days held, 1x and 10x"
+            )
+            results["hud_pages"] = pages.run_section([1, 30], [1, 10], 5, out.say)
+            phases["hud_pages"] = round(time.perf_counter() - t, 1)
         t = time.perf_counter()
         if args.skip_coldstart:
             results["cold_start"] = {"skipped": True}

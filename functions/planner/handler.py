@@ -25,7 +25,8 @@ def lambda_handler(event: dict[str, Any], context: Any, deps: PlannerDeps | None
         summary = plan_event(message, ready)
         logger.info(
             "planned",
-            extra={"dispatched": summary.dispatched, "held": summary.held, "skipped": summary.skipped},
+            extra={"dispatched": summary.dispatched, "held": summary.held, "skipped": summary.skipped}
+            | {"page_note": summary.page_note},
         )
 
     def failed(record: dict[str, Any], exc: BaseException) -> None:

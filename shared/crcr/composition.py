@@ -290,6 +290,7 @@ def build_planner_deps(settings: Settings) -> PlannerDeps:
         reruns=_rerun_deps(settings, allowlist, metrics),
         files=files,
         commands=commands,
+        pages=_pages(settings, metrics),
         upstream=settings.upstream_repo,
         allowlist=allowlist,
         blobs=S3Blobs(aws_client("s3"), str(settings.bodies_bucket)),
@@ -537,6 +538,16 @@ def _summaries(settings: Settings, metrics: PowertoolsMetrics) -> SummaryDeps | 
         health=_page_health(settings),
         health_refresh_s=settings.health_refresh_s,
     )
+
+
+def _pages(settings: Settings, metrics: PowertoolsMetrics) -> SummaryDeps | None:
+    """The HUD pages' documents as the planner notes its decisions in them (no health section)."""
+    if not settings.hud_bucket:
+        return None
+    from crcr.adapters.s3 import S3HudDocs  # noqa: PLC0415
+    from crcr.app.summaries import SummaryDeps  # noqa: PLC0415
+
+    return SummaryDeps(docs=S3HudDocs(aws_client("s3"), settings.hud_bucket), metrics=metrics, clock=SystemClock())
 
 
 def _page_health(settings: Settings) -> Callable[[JobRecord], dict[str, Any] | None] | None:

@@ -18,6 +18,8 @@ from tests.e2e.browser import headless
 from tests.e2e.test_callback import oidc  # noqa: F401 - a fixture
 from tests.e2e.test_check_runs import L2, L3, L4, start
 
+L1 = "org-one/l1-repo"
+
 pytestmark = pytest.mark.e2e
 SHOTS = ROOT / "test-output" / "hud"
 RED = "rgb(207, 34, 46)"  # --failure in hud.css
@@ -91,6 +93,7 @@ def scenario(relay_factory: Callable[..., Relay], oidc: OidcIssuer) -> tuple[Rel
             L4: "failure",
             L2: "success",
             L3: "timed_out",
+            L1: "dispatched",  # the planner's note: L1 records no results
         } and commits.get(push["after"], {}).get(L4, {}).get("state") == "success"
 
     wait_for(settled)
@@ -111,51 +114,69 @@ def test_a_maintainer_sees_each_downstream_result_on_every_page(
 ) -> None:
     relay, pr_sha, push_sha = scenario
     hud = f"{relay.url}/hud"
+    pr_event = json.loads(event_body("pull_request.opened.json"))
 
-    # The overview: one row per upstream commit, one cell per downstream repository, colour and text.
+    # The overview: PR commits, one cell per downstream repository, colour and text, the PR's title and author
+    # as the planner noted them.
     page = open_page(browser, f"{hud}/", "overview")
-    assert page.locator("h1").inner_text() == "Recent upstream commits"
+    assert page.locator("h1").inner_text() == "Pull requests"
     row = page.locator(f'tr[data-sha="{pr_sha}"]')
-    assert row.locator("td", has_text="#170001").count() == 1
+    assert row.locator("td.prcol").inner_text().split() == ["#170001", "open"]
+    assert pr_event["pull_request"]["title"].split("\n")[0][:200] in row.locator("td.commit").inner_text()
+    assert pr_event["pull_request"]["user"]["login"] in row.locator("td.commit").inner_text()
     l4 = row.locator(f'td[data-repo="{L4}"] .state')
-    assert l4.inner_text().split() == ["✗", "failure"]
+    assert l4.inner_text().split()[:2] == ["✗", "failure"]
     assert l4.evaluate("e => getComputedStyle(e).color") == RED
-    assert row.locator(f'td[data-repo="{L3}"] .state').inner_text().split() == ["◔", "timed", "out"]
+    assert row.locator(f'td[data-repo="{L3}"] .state').inner_text().split()[:3] == ["◔", "timed", "out"]
     assert row.locator(f'td[data-repo="{L2}"] .state').inner_text().split() == ["✓", "success"]  # passed on re-run
-    assert page.locator(f'tr[data-sha="{push_sha}"] td[data-repo="{L4}"]').inner_text().split() == ["✓", "success"]
+    assert row.locator(f'td[data-repo="{L1}"] .state').inner_text().split()[:2] == ["↗", "dispatched"]
     headers = page.locator("thead th.repo").all_inner_texts()
-    assert [h.split()[-1] for h in headers] == ["L4", "L3", "L2"]  # sorted by name: org-four, org-three, org-two
+    assert [h.split()[2] for h in headers] == ["L4", "L1", "L3", "L2"]  # by name: org-four, -one, -three, -two
+
+    # Trunk: the push to main, apart from the PRs.
+    page = open_page(browser, f"{hud}/trunk", "trunk")
+    assert page.locator(f'tr[data-sha="{push_sha}"] td[data-repo="{L4}"]').inner_text().split() == ["✓", "success"]
+    assert page.locator(f'tr[data-sha="{pr_sha}"]').count() == 0
 
     # The commit page: every job attempt, the failed L4 job first in its repository, linked to its run.
     page = open_page(browser, f"{hud}/commit/{pr_sha}", "commit")
     section = page.locator(f'section[data-repo="{L4}"]')
-    rows = section.locator("tbody tr")
+    rows = section.locator("tbody tr:not(.details)")
     assert rows.count() == 2
     first = rows.nth(0).locator("td").all_inner_texts()
-    assert first[:5] == ["CI", "build-and-test", "2", "✗\nfailure", "120 passed, 3 failed, 4 skipped"]
-    assert rows.nth(0).locator("a", has_text="downstream run").get_attribute("href") == run_url(L4, 900)
+    assert first[:3] == ["CI", "build-and-test", "2"] and first[3].split()[:2] == ["✗", "failure"]
+    assert first[4] == "120 passed, 3 failed, 4 skipped"
+    assert rows.nth(0).locator("a", has_text="log").get_attribute("href") == run_url(L4, 900)
     timed_out = page.locator(f'section[data-repo="{L3}"] tbody tr').first.locator("td").all_inner_texts()
-    assert timed_out[1:4] == ["(no job started)", "\u2013", "◔\ntimed out"]
-    assert "5 job attempts in 3 repositories, 4 failed or timed out" in page.locator(".meta").inner_text()
+    assert timed_out[1:3] == ["(no job started)", "\u2013"] and timed_out[3].split()[:3] == ["◔", "timed", "out"]
+    summary = page.locator("p.summary").inner_text()
+    assert "5 job attempts in 4 repositories; 2 of the newest attempts failed or timed out" in summary
+    assert "L1 records no results" in page.locator(f'section[data-repo="{L1}"] .planned').inner_text()
 
-    # The PR page: its commits, then the jobs of the newest one with the failed L4 job at the top.
+    # The PR page: its title, its commits, then the jobs of the newest one with the failed L4 job at the top.
     page = open_page(browser, f"{hud}/pr/170001", "pr")
-    assert page.locator("h1").inner_text() == "Pull request #170001"
-    top = page.locator("table.jobs tbody tr").first.locator("td").all_inner_texts()
-    assert top[0].startswith(L4) and top[4] == "✗\nfailure"
+    assert page.locator("h1").inner_text().startswith("#170001 ")
+    top = page.locator("table.jobs tbody tr:not(.details)").first.locator("td").all_inner_texts()
+    assert top[0].startswith(L4) and top[4].split()[:2] == ["✗", "failure"]
 
     # The repository page: its level, its history with both attempts, and the health verdict with numbers.
     page = open_page(browser, f"{hud}/repo/{L4}", "repo")
     assert page.locator("h1").inner_text().split() == [L4, "L4"]
-    history = page.locator("table.jobs tbody tr")
+    history = page.locator("table.jobs tbody tr:not(.details)")
     assert history.count() == 3  # the PR's two attempts and the push
-    verdict = page.locator("[data-verdict]")
+    verdict = page.locator("div.verdict[data-verdict]")
     assert verdict.get_attribute("data-verdict") == "demote"
     assert verdict.inner_text().startswith("DEMOTE — below its level's thresholds")
     reasons = page.locator("ul.reasons li").all_inner_texts()
     assert reasons[0] == "pass rate 0.0% < 90% required"  # one PR job, latest attempt failed
     figures = {
-        r[0]: r[1:] for r in (row.split("\t") for row in page.locator("table.figures tbody tr").all_inner_texts())
+        r[0]: r[1:]
+        for r in (row.split("\t") for row in page.locator("table.figures").first.locator("tbody tr").all_inner_texts())
     }
     assert figures["Pass rate"] == ["0.0%", "≥ 90.0%", "✗ not met"]
-    assert figures["Finished jobs"][0] == "1"
+    assert figures["Finished PR jobs counted"][0] == "1"
+    # The recent jobs say the same: one finished PR job counted (the push is shown, not counted).
+    assert (
+        "1 finished PR job (newest attempt, in the window) are what health counts: 0 of 1 passed"
+        in page.locator("h2 + p.meta").last.inner_text()
+    )

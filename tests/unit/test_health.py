@@ -466,3 +466,13 @@ def test_the_repository_page_is_judged_at_the_level_its_job_was_dispatched_at() 
     assert page["thresholds"]["pass_rate"] == 0.4 and page["min_jobs"] == 2 and page["window_days"] == 14
     assert page["queue_p50_s"] == 10.0 and page["execution_p90_s"] == 90.0
     assert jobs.queries == [("org/backend", 2000.0 - 14 * 86_400)]
+    # The level criteria and the daily trend come from the same read, at the same moment.
+    assert [c["criterion"] for c in page["level_status"]["criteria"]] == [
+        "End-to-End Time (P50)",
+        "Timeout Rate",
+        "Job Pass Rate",
+    ]
+    assert page["level_status"]["criteria"][2]["measured"] == "50.0%"
+    assert len(page["trend"]) == 14 and page["trend"][-1]["day"] == "1970-01-01"
+    assert page["trend"][-1] == {"day": "1970-01-01", "jobs": 4, "passed": 2, "queue_s": 10.0, "run_s": 90.0}
+    assert all(day["jobs"] == 0 for day in page["trend"][:-1])

@@ -12,9 +12,11 @@ from typing import Any
 
 from crcr.app.ports import HudRejected, HudUnavailable, JobRecord, PrInfo
 from crcr.app.report import ReportDeps, judge, report_change
+from crcr.app.summaries import SummaryDeps
 from crcr.domain.failed_tests import cap, to_json
 from crcr.local.torchci import TorchciHud
-from tests.unit.fakes import RecordingMetrics
+from tests.unit.fakes import FakeClock, RecordingMetrics
+from tests.unit.test_summaries import FakeDocs
 from tests.unit.test_verdicts import BASE, World, on_branch, record
 
 
@@ -146,3 +148,21 @@ def test_a_ciflow_push_is_filed_under_its_pr_and_is_never_a_baseline() -> None:
     from crcr.local.torchci import extract_dynamo_record  # noqa: PLC0415
 
     assert extract_dynamo_record(push)["pr_number"] == 7
+
+
+def test_a_push_the_hud_refuses_is_counted_on_its_repository_page_once() -> None:
+    class Refusing:
+        def push(self, envelope: dict[str, Any]) -> None:
+            raise HudRejected(400, "workflow.name is too long")
+
+    world = World()
+    docs = FakeDocs()
+    deps, _, letters, metrics = reporter(world)
+    deps = replace(deps, hud=Refusing(), summaries=SummaryDeps(docs=docs, metrics=metrics, clock=FakeClock()))
+    job = record("completed", "success", pr=None, event="push")
+    report_change(None, job, deps)
+    report_change(None, job, deps)  # the stream retried the record: one refusal, two dead letters
+    assert len(letters.sent) == 2
+    refused = docs.doc(f"repo/{job.repo.lower()}.json")["refused"]
+    assert refused["total"] == 1 and list(refused["reasons"]) == ["HUD push refused (HTTP 400)"]
+    assert [r.get("refused") for r in docs.doc("index.json")["repos"]] == [1]

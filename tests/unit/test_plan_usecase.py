@@ -10,6 +10,7 @@ import pytest
 
 from crcr.adapters.allowlist_source import parse_allowlist
 from crcr.app.plan import PlannerDeps, plan_event
+from crcr.app.summaries import SummaryDeps
 from crcr.contracts.messages import DispatchMessage, EventMessage
 from tests.unit.fakes import (
     FakeBlobs,
@@ -20,6 +21,7 @@ from tests.unit.fakes import (
     RecordingMetrics,
     StaticAllowlist,
 )
+from tests.unit.test_summaries import FakeDocs
 
 BODY = json.loads(
     (Path(__file__).resolve().parents[2] / "examples" / "events" / "pull_request.opened.json").read_text()
@@ -147,3 +149,58 @@ def test_a_ciflow_trunk_tag_push_is_dispatched_as_its_prs_ci_at_the_tags_commit(
     assert sent.payload["ref"] == "refs/tags/ciflow/trunk/171234"  # downstreams read the push as PyTorch sends it
     assert sent.head_at is None  # the tag says nothing of the PR's head: the dispatcher asks
     assert state.heads == {} and state.commits == {}  # nor is the PR's head (or a branch order) recorded from it
+
+
+def test_the_hud_pages_hear_what_was_planned_for_each_downstream() -> None:
+    """Pending, held, skipped for its paths and nightly-only, each on the commit's page with its title and author;
+    a new head marks the old one's pending dispatches superseded; a failing page store never fails the event."""
+    allowlist = parse_allowlist(
+        "L4:\n  - org/sent\n  - org/held\nL2:\n  - org/paths\n  - org/nightly:\n      events: [nightly]\n"
+        "repos:\n  org/held:\n    trusted_authors_only: true\n  org/paths:\n    paths: ['docs/**']\n"
+    )
+    docs = FakeDocs()
+    metrics = RecordingMetrics()
+
+    class Files:
+        def pull_files(self, upstream: str, pr: int, head_sha: str) -> tuple[str, ...]:
+            return ("torch/nn/linear.py",)
+
+    deps = PlannerDeps(
+        upstream="pytorch/pytorch", allowlist=StaticAllowlist(allowlist), blobs=FakeBlobs(), state=FakeState(),
+        dispatches=FakeDispatchQueue(), metrics=metrics, clock=FakeClock(), files=Files(),
+        pages=SummaryDeps(docs=docs, metrics=metrics, clock=FakeClock()),
+    )  # fmt: skip
+    doc = json.loads(json.dumps(BODY))
+    doc["pull_request"]["author_association"] = "FIRST_TIME_CONTRIBUTOR"
+    doc["pull_request"]["changed_files"] = 1
+    summary = plan_event(_event(doc, "d-1"), deps)
+    assert summary.page_note == "noted"
+    sha = doc["pull_request"]["head"]["sha"]
+    commit = docs.doc(f"commit/{sha}.json")
+    assert {repo: p["state"] for repo, p in commit["planned"].items()} == {
+        "org/sent": "pending",
+        "org/held": "held",
+        "org/paths": "skipped",
+        "org/nightly": "not_targeted",
+    }
+    assert commit["planned"]["org/nightly"]["reason"] == "nightly_only"
+    assert commit["planned"]["org/paths"]["reason"] == "no_matching_files"
+    assert commit["meta"]["title"] == doc["pull_request"]["title"].split("\n")[0][:200]
+    assert commit["meta"]["author"] == doc["pull_request"]["user"]["login"]
+    assert commit["meta"]["pr_state"] == "open"
+
+    newer = json.loads(json.dumps(doc))
+    newer["action"] = "synchronize"
+    newer["pull_request"]["head"]["sha"] = "b" * 40
+    newer["pull_request"]["updated_at"] = "2099-01-01T00:00:00Z"
+    plan_event(_event(newer, "d-2"), deps)
+    old = {c["sha"]: c for c in docs.doc("index.json")["commits"]}[sha]
+    assert old["superseded_by"] == "b" * 40 and old["repos"]["org/sent"]["state"] == "superseded"
+
+    class Broken(FakeDocs):
+        def get(self, key: str) -> tuple[None, None]:
+            raise ConnectionError("S3 unreachable")
+
+    broken = PlannerDeps(**{**deps.__dict__, "pages": SummaryDeps(docs=Broken(), metrics=metrics, clock=FakeClock())})
+    assert plan_event(_event(doc, "d-3"), broken).page_note.startswith("failed: ConnectionError")
+    assert metrics.counts["PlanNoteFailed"] == 1

@@ -13,7 +13,15 @@ import pytest
 from crcr.app.hud import NO_JOB_NAME, envelope, row
 from crcr.app.pages import serve
 from crcr.app.ports import JobRecord
-from crcr.app.summaries import INDEX_COMMITS, SummaryConflict, SummaryDeps, update_summaries
+from crcr.app.summaries import (
+    INDEX_COMMITS,
+    PlanNote,
+    SummaryConflict,
+    SummaryDeps,
+    note_plan,
+    note_refusals,
+    update_summaries,
+)
 from tests.unit.fakes import FakeClock, RecordingMetrics
 
 
@@ -209,7 +217,14 @@ def test_the_export_row_and_the_push_agree_on_the_key() -> None:
         ("/hud/data/pr/5.json", 404, "application/json"),
         ("/hud/data/../../secrets.json", 404, "application/json"),
         ("/hud/data/repo/Org/Backend.json", 404, "application/json"),  # documents are keyed lower-case
-        ("/hud/commit/xyz", 404, "application/json"),
+        ("/hud/commit/xyz", 404, "text/html"),  # the shell, which says there is no such page in words
+        ("/hud/no/such/page", 404, "text/html"),
+        (f"/hud/commit/{SHA.upper()}", 200, "text/html"),  # any case; the script finds the document
+        ("/hud/commit/AAAAAAA", 200, "text/html"),  # a short SHA
+        ("/hud/trunk", 200, "text/html"),
+        ("/hud/nightly", 200, "text/html"),
+        ("/hud/data/nightly.json", 404, "application/json"),
+        ("/hud/data/commit/AAAA.json", 404, "application/json"),
         ("/hud/static/../handler.py", 404, "application/json"),
     ],
 )
@@ -234,3 +249,116 @@ def test_a_batch_costs_one_write_per_document_it_touches(docs: FakeDocs, deps: S
     assert sorted(docs.puts) == sorted([f"commit/{SHA}.json", "index.json", "pr/5.json", "repo/org/backend.json"])
     jobs = docs.doc(f"commit/{SHA}.json")["jobs"].values()
     assert sorted((e["job"], e["state"]) for e in jobs) == [("a", "success"), ("b", "success"), ("c", "success")]
+
+
+def note(sha: str = SHA, **kw: Any) -> PlanNote:
+    planned = {
+        "org/backend": {"state": "pending", "level": 4},
+        "org/held": {"state": "held", "reason": "untrusted_author", "level": 3},
+        "org/paths": {"state": "skipped", "reason": "no_matching_files", "level": 2},
+        "org/nightly": {"state": "not_targeted", "reason": "nightly_only", "level": 2},
+    }
+    args: dict[str, Any] = {
+        "upstream": "pytorch/pytorch", "sha": sha, "event_type": "pull_request", "pr": 5, "planned": planned,
+        "meta": {"title": "Fix the thing", "author": "octocat", "at": 900.0, "pr_state": "open", "base_sha": "b" * 40},
+        "nightly_only": ("org/nightly",),
+    }  # fmt: skip
+    return PlanNote(**args | kw)
+
+
+def test_what_the_planner_decided_shows_until_a_job_reports(docs: FakeDocs, deps: SummaryDeps) -> None:
+    note_plan(note(), deps)
+    cells = docs.doc("index.json")["commits"][0]["repos"]
+    assert {repo: (c["state"], c.get("reason")) for repo, c in cells.items()} == {
+        "org/backend": ("pending", None),
+        "org/held": ("held", "untrusted_author"),
+        "org/paths": ("skipped", "no_matching_files"),
+        "org/nightly": ("not_targeted", "nightly_only"),
+    }
+    assert cells["org/backend"]["since"] == 1000.0  # the clock: how long it has waited is the page's to show
+    commit = docs.doc("index.json")["commits"][0]
+    assert (commit["title"], commit["author"], commit["pr_state"]) == ("Fix the thing", "octocat", "open")
+    assert {r["repo"]: r.get("nightly_only") for r in docs.doc("index.json")["repos"]}["org/nightly"] is True
+    assert docs.doc("pr/5.json")["title"] == "Fix the thing"
+    # The first job's report replaces the pending cell; the others keep what was decided.
+    update_summaries([job("in_progress", version=1)], deps)
+    cells = docs.doc("index.json")["commits"][0]["repos"]
+    assert (cells["org/backend"]["state"], cells["org/held"]["state"]) == ("running", "held")
+    assert docs.doc(f"commit/{SHA}.json")["meta"]["base_sha"] == "b" * 40
+
+
+def test_a_release_replaces_a_hold_and_nothing_weaker_replaces_a_dispatch(docs: FakeDocs, deps: SummaryDeps) -> None:
+    note_plan(note(), deps)
+    released = {"org/held": {"state": "pending", "level": 3}, "org/backend": {"state": "not_targeted", "level": 4}}
+    note_plan(note(planned=released), deps)
+    cells = docs.doc("index.json")["commits"][0]["repos"]
+    assert (cells["org/held"]["state"], cells["org/backend"]["state"]) == ("pending", "pending")
+
+
+def test_a_new_head_supersedes_the_old_ones_pending_dispatches(docs: FakeDocs, deps: SummaryDeps) -> None:
+    note_plan(note(), deps)
+    update_summaries([job(repo="org/paths")], deps)  # a result on the old head stays a result
+    new = "c" * 40
+    note_plan(note(sha=new, replaced=SHA), deps)
+    by_sha = {c["sha"]: c for c in docs.doc("index.json")["commits"]}
+    assert by_sha[SHA]["superseded_by"] == new
+    assert by_sha[SHA]["repos"]["org/backend"]["state"] == "superseded"
+    assert by_sha[SHA]["repos"]["org/paths"]["state"] == "success"
+    assert by_sha[new]["repos"]["org/backend"]["state"] == "pending"
+    assert {c["sha"] for c in docs.doc("pr/5.json")["commits"]} == {new, SHA}
+
+
+def test_refused_reports_are_counted_by_reason_and_keep_the_repository_on_the_grid(
+    docs: FakeDocs, deps: SummaryDeps
+) -> None:
+    note_refusals("org/quiet", {"over its report quota": 3}, deps)
+    note_refusals("org/quiet", {"HUD push refused (HTTP 400)": 1}, deps, key="hud:k:2")
+    note_refusals("org/quiet", {"HUD push refused (HTTP 400)": 1}, deps, key="hud:k:2")  # a retried record
+    refused = docs.doc("repo/org/quiet.json")["refused"]
+    assert refused["total"] == 4
+    assert {r: v["count"] for r, v in refused["reasons"].items()} == {
+        "over its report quota": 3,
+        "HUD push refused (HTTP 400)": 1,
+    }
+    assert docs.doc("index.json")["repos"] == [{"repo": "org/quiet", "level": 0, "refused": 4}]
+    update_summaries([job()], deps)  # other repositories' results do not drop it
+    assert [r["repo"] for r in docs.doc("index.json")["repos"]] == ["org/backend", "org/quiet"]
+
+
+def test_trunk_commits_are_kept_apart_from_a_flood_of_pr_commits(docs: FakeDocs, deps: SummaryDeps) -> None:
+    update_summaries([job(pr=None, sha="d" * 40, dispatched_at=1.0)], deps)
+    for i in range(INDEX_COMMITS + 5):
+        update_summaries([job(sha=f"{i + 1:040x}", dispatched_at=10.0 + i, delivery=f"d{i}")], deps)
+    index = docs.doc("index.json")
+    assert "d" * 40 not in {c["sha"] for c in index["commits"]}
+    assert [c["sha"] for c in index["trunk"]] == ["d" * 40]
+
+
+def test_nightly_runs_fill_the_nightly_matrix(docs: FakeDocs, deps: SummaryDeps) -> None:
+    day = 20 * 86_400.0
+    nightly = replace(job(pr=None, dispatched_at=day + 3600), event_type="nightly")
+    update_summaries([nightly, replace(nightly, job_name="test", state="completed", conclusion="failure")], deps)
+    days = docs.doc("nightly.json")["days"]
+    assert list(days) == ["1970-01-21"]
+    assert {name: j["state"] for name, j in days["1970-01-21"]["org/backend"].items()} == {
+        "CI/build": "success",
+        "CI/test": "failure",
+    }
+
+
+def test_a_failed_job_carries_what_explains_it(docs: FakeDocs, deps: SummaryDeps) -> None:
+    tests = [{"name": f"test_{i}", "message": "x" * 600, "duration": 1.5} for i in range(12)]
+    failed = replace(
+        job("completed", "failure"),
+        verdict="new",
+        failure_kind="test",
+        failed_tests=json.dumps(tests),
+        triage=json.dumps({"category": "upstream", "confidence": "high", "summary": "the PR broke it"}),
+        ciflow="trunk",
+    )
+    update_summaries([failed], deps)
+    [e] = docs.doc(f"commit/{SHA}.json")["jobs"].values()
+    assert (e["verdict"], e["failure_kind"], e["ciflow"], e["failed_tests_total"]) == ("new", "test", "trunk", 12)
+    assert len(e["failed_tests"]) == 10 and len(e["failed_tests"][0]["message"]) == 300
+    assert e["triage"] == {"category": "upstream", "confidence": "high", "summary": "the PR broke it"}
+    assert docs.doc("index.json")["commits"][0]["repos"]["org/backend"]["verdicts"] == ["new"]

@@ -1,9 +1,10 @@
-// crcr HUD: renders /hud/, /hud/commit/<sha>, /hud/pr/<n> and /hud/repo/<owner>/<repo> from the JSON
-// documents the relay's reporter keeps under /hud/data/. No build step, no dependencies.
-// Everything a downstream reported (job names, URLs, counts) is untrusted: it is only ever set as text,
-// and only http(s) URLs become links.
+// crcr HUD: renders /hud/ (pull requests), /hud/trunk, /hud/nightly, /hud/commit/<sha>, /hud/pr/<n> and
+// /hud/repo/<owner>/<repo> from the JSON documents the relay keeps under /hud/data/. No build step, no
+// dependencies. Everything a downstream reported (job names, test names, messages, URLs) is untrusted: it is only
+// ever set as text, and only http(s) URLs become links.
 "use strict";
 
+// Each state in colour, symbol and word; `says` is what a screen reader hears.
 const STATES = {
   success: { sym: "✓", word: "success" },
   failure: { sym: "✗", word: "failure" },
@@ -13,15 +14,59 @@ const STATES = {
   running: { sym: "●", word: "running" },
   neutral: { sym: "○", word: "neutral" },
   skipped: { sym: "↷", word: "skipped" },
-  none: { sym: "–", word: "no result" },
+  pending: { sym: "◷", word: "not started", says: "dispatched, no job started yet" },
+  dispatched: { sym: "↗", word: "dispatched", says: "dispatched; L1 records no results" },
+  held: { sym: "‖", word: "held", says: "held until a maintainer adds a ciflow label" },
+  superseded: { sym: "↦", word: "superseded", says: "superseded by a newer commit of the PR" },
+  not_targeted: { sym: "·", word: "not targeted", says: "not targeted" },
+  none: { sym: "–", word: "no record", says: "nothing recorded" },
 };
-const VERDICTS = {
+const LEGEND = ["success", "failure", "timed_out", "cancelled", "running", "pending", "dispatched", "held", "skipped",
+  "superseded", "not_targeted", "none"];
+const REASONS = {
+  no_matching_files: "no matching files",
+  nightly_only: "nightly only",
+  event_disabled: "event not enabled",
+  branch_filtered: "branch not built",
+  ciflow_not_wanted: "ciflow name not wanted",
+  draft: "draft PR",
+  untrusted_author: "author not trusted yet",
+  closed_on_buildkite: "closed PR (Buildkite)",
+  not_a_branch: "not a branch",
+  l1: "L1: no results recorded",
+};
+const VERDICT_WORDS = {
+  new: "new",
+  "pre-existing": "pre-existing",
+  infra: "infra",
+  flaky: "flaky",
+  "no baseline": "no baseline",
+};
+const VERDICT_MEANING = {
+  new: "it passed on the base commit: this change broke it",
+  "pre-existing": "it failed on the base commit too",
+  infra: "the downstream's infrastructure failed, or the job timed out; retried once",
+  flaky: "it failed, then passed on a retry of the same commit",
+  "no baseline": "no result of this job on the base commit or before it to compare with",
+};
+const VERDICT_ORDER = ["new", "infra", "flaky", "pre-existing", "no baseline"];
+const HEALTH_VERDICTS = {
   promote: "PROMOTE — meets every criterion of the next level",
   keep: "KEEP — stays at its level",
   demote: "DEMOTE — below its level's thresholds",
-  insufficient_data: "INSUFFICIENT DATA — too few finished jobs to judge",
+  insufficient_data: "INSUFFICIENT DATA — too few finished PR jobs to judge",
 };
+const DEDUPE = {
+  "run-name": ["ok", "A repeated dispatch cannot start a second run: the workflow's run-name carries the dispatch id."],
+  none: ["bad", "Runs can be started twice: the workflow's run-name does not carry the dispatch id, so a dispatch whose answer was lost may be sent again and start a second run."],
+  buildkite: ["ok", "A repeated dispatch cannot start a second build: Buildkite builds are found again by their meta-data."],
+  unknown: ["muted", "Not known yet whether a repeated dispatch could start a second run (no run looked at yet)."],
+};
+const FAILED = ["failure", "timed_out", "cancelled", "action_required"];
+const FINISHED = ["success", "failure", "timed_out", "cancelled", "action_required", "neutral", "skipped"];
 const REFRESH_MS = 30000;
+
+// ---------------------------------------------------------------- building blocks
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -34,6 +79,13 @@ function el(tag, attrs, ...children) {
     if (child === null || child === undefined || child === false) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
+  return node;
+}
+
+function svg(tag, attrs, ...children) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, String(value));
+  for (const child of children.flat(Infinity)) if (child) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   return node;
 }
 
@@ -50,14 +102,29 @@ function link(href, ...children) {
   return href ? el("a", { href }, ...children) : el("span", {}, ...children);
 }
 
-function stateBadge(state, extra, href) {
-  const known = STATES[state] ? state : "failure";
+function external(href, text) {
+  const url = safeUrl(href);
+  return url ? el("a", { href: url, rel: "noopener noreferrer" }, text) : null;
+}
+
+function stateOf(state) {
+  return STATES[state] ? state : "failure";
+}
+
+function stateBadge(state, extra, href, says) {
+  const known = stateOf(state);
   const s = STATES[known];
-  const label = el("span", { class: "word" }, s.word);
-  const badge = el(href ? "a" : "span", { class: `state s-${known}`, href, "data-state": known },
-    el("span", { class: "sym", "aria-hidden": "true" }, s.sym), label,
+  const spoken = says || [s.says || s.word, extra].filter(Boolean).join(", ");
+  return el(href ? "a" : "span", { class: `state s-${known}`, href, "data-state": known, "aria-label": spoken },
+    el("span", { class: "sym", "aria-hidden": "true" }, s.sym), el("span", { class: "word" }, s.word),
     extra ? el("span", { class: "count" }, extra) : null);
-  return badge;
+}
+
+function verdictTag(verdict) {
+  if (!verdict) return null;
+  const word = VERDICT_WORDS[verdict] || verdict;
+  return el("span", { class: `verdict-tag vt-${word.replace(/\W+/g, "-")}`, "data-verdict": verdict,
+    title: VERDICT_MEANING[verdict] || "" }, word);
 }
 
 function levelBadge(level) {
@@ -68,14 +135,26 @@ function shortSha(sha) {
   return String(sha || "").slice(0, 10);
 }
 
+// How long ago, coarsely (a waiting dispatch's age): seconds, then minutes, then hours and minutes.
+function ago(epochSeconds) {
+  const s = Math.max(0, Date.now() / 1000 - epochSeconds);
+  if (s < 120) return `${Math.round(s)} s`;
+  if (s < 7200) return `${Math.floor(s / 60)} min`;
+  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+}
+
+function testDuration(seconds) {
+  return seconds < 10 ? `${Number(seconds.toFixed(2))} s` : duration(seconds);
+}
+
 function when(epochSeconds) {
   if (!epochSeconds) return el("span", {}, "–");
   const date = new Date(epochSeconds * 1000);
-  const ago = Math.max(0, (Date.now() - date.getTime()) / 1000);
+  const since = Math.max(0, (Date.now() - date.getTime()) / 1000);
   let text;
-  if (ago < 90) text = `${Math.round(ago)} s ago`;
-  else if (ago < 5400) text = `${Math.round(ago / 60)} min ago`;
-  else if (ago < 129600) text = `${Math.round(ago / 3600)} h ago`;
+  if (since < 90) text = `${Math.round(since)} s ago`;
+  else if (since < 5400) text = `${Math.round(since / 60)} min ago`;
+  else if (since < 129600) text = `${Math.round(since / 3600)} h ago`;
   else text = date.toISOString().slice(0, 10);
   return el("time", { datetime: date.toISOString(), title: date.toISOString().replace("T", " ").slice(0, 19) + " UTC" }, text);
 }
@@ -105,6 +184,10 @@ function tests(t) {
   return parts.join(", ") || "–";
 }
 
+function reasonText(reason) {
+  return REASONS[reason] || String(reason || "").replace(/_/g, " ");
+}
+
 function repoPath(repo) {
   return `/hud/repo/${repo}`;
 }
@@ -113,81 +196,114 @@ function repoDoc(repo) {
   return `/hud/data/repo/${repo.toLowerCase()}.json`;
 }
 
-function repoHeader(repo, level) {
-  const [owner, name] = repo.split("/");
-  return el("th", { class: "repo", scope: "col" },
-    el("a", { href: repoPath(repo) }, el("span", { class: "owner" }, `${owner}/`), name), " ", levelBadge(level));
+function sep() {
+  return el("span", { class: "sep", "aria-hidden": "true" }, " · ");
 }
 
-function cellFor(cell, href) {
-  if (!cell) return el("span", { class: "nothing", title: "no result recorded", "data-state": "none" }, "–");
-  const counts = cell.jobs > 1 ? ` ${cell.failed ? cell.failed : cell.passed}/${cell.jobs}` : null;
-  return stateBadge(cell.state, counts, href);
+function joinMeta(parts) {
+  const out = [];
+  for (const part of parts.filter(Boolean)) {
+    if (out.length) out.push(sep());
+    out.push(part);
+  }
+  return out;
+}
+
+function prState(state) {
+  return state ? el("span", { class: `pr-state pr-${state}`, "data-pr-state": state }, state) : null;
+}
+
+// ---------------------------------------------------------------- the grid
+
+function repoHeader(info) {
+  const [owner, name] = info.repo.split("/");
+  return el("th", { class: "repo", scope: "col", "data-repo": info.repo },
+    el("a", { href: repoPath(info.repo) }, el("span", { class: "owner" }, `${owner}/`), name), " ", levelBadge(info.level),
+    info.nightly_only ? el("span", { class: "flag", title: "takes part through scheduled runs only" }, "nightly only") : null,
+    info.refused ? el("a", { class: "flag flag-bad", href: repoPath(info.repo) + "#refused" }, `⚠ ${plural(info.refused, "report")} refused`) : null);
+}
+
+function cellExtra(cell) {
+  const state = stateOf(cell.state);
+  if (state === "pending" && cell.since) return ago(cell.since);
+  if (["skipped", "not_targeted", "held", "dispatched"].includes(state) && cell.reason) return reasonText(cell.reason);
+  if (cell.jobs > 1) return `${FAILED.includes(state) ? cell.failed : state === "running" ? cell.running : cell.passed}/${cell.jobs}`;
+  return null;
+}
+
+function cellFor(repo, cell, href) {
+  if (!cell) {
+    return el("span", { class: "state s-none nothing", "data-state": "none", "aria-label": `${repo}: nothing recorded` },
+      el("span", { class: "sym", "aria-hidden": "true" }, "–"), el("span", { class: "word" }, "no record"));
+  }
+  const extra = cellExtra(cell);
+  const verdicts = (cell.verdicts || []).slice().sort((a, b) => VERDICT_ORDER.indexOf(a) - VERDICT_ORDER.indexOf(b));
+  const s = STATES[stateOf(cell.state)];
+  const says = [`${repo}: ${s.says || s.word}`, extra, verdicts.length ? `${verdicts[0]} failure` : null].filter(Boolean).join(", ");
+  const badge = stateBadge(cell.state, extra, href, says);
+  if (verdicts.length) badge.append(verdictTag(verdicts[0]));
+  return badge;
+}
+
+function commitCell(commit) {
+  const title = commit.title ? el("span", { class: "title" }, commit.title) : null;
+  const who = commit.author ? el("span", { class: "author" }, commit.author) : null;
+  return el("td", { class: "commit" },
+    el("a", { class: "mono", href: `/hud/commit/${commit.sha}` }, shortSha(commit.sha)), " ", title,
+    el("div", { class: "byline" }, joinMeta([who, when(commit.at || commit.first_seen)])));
+}
+
+function prCell(commit) {
+  if (commit.pr) {
+    return el("td", { class: "prcol" }, el("a", { href: `/hud/pr/${commit.pr}` }, `#${commit.pr}`), " ",
+      prState(commit.pr_state), commit.ciflow ? el("span", { class: "flag" }, `ciflow/${commit.ciflow}`) : null);
+  }
+  return el("td", { class: "prcol" }, el("span", { class: "mono" }, commit.event_type === "nightly" ? "nightly" : "push"));
 }
 
 function commitRow(commit, repos, options) {
-  const pr = commit.pr
-    ? el("a", { href: `/hud/pr/${commit.pr}` }, `#${commit.pr}`)
-    : el("span", { class: "mono" }, commit.event_type === "nightly" ? "nightly" : "push");
   const cells = repos.map(({ repo }) => {
-    const cell = commit.repos[repo];
-    return el("td", { class: "cellwrap", "data-repo": repo },
-      cellFor(cell, cell ? `/hud/commit/${commit.sha}#${encodeURIComponent(repo)}` : null));
+    const cell = (commit.repos || {})[repo];
+    return el("td", { class: "cellwrap", "data-repo": repo, "data-label": repo.split("/")[1] || repo },
+      cellFor(repo, cell, `/hud/commit/${commit.sha}#${encodeURIComponent(repo)}`));
   });
-  return el("tr", { "data-sha": commit.sha },
-    el("td", { class: "when" }, when(commit.first_seen)),
-    el("td", {}, el("a", { class: "mono", href: `/hud/commit/${commit.sha}` }, shortSha(commit.sha))),
-    options && options.noPr ? null : el("td", {}, pr),
+  return el("tr", { "data-sha": commit.sha, class: commit.superseded_by ? "superseded" : null },
+    commitCell(commit),
+    options && options.noPr ? null : prCell(commit),
     cells);
 }
 
 function commitsGrid(commits, repos, options) {
-  if (!commits.length) return el("p", { class: "empty" }, "No downstream results recorded yet.");
-  return el("div", { class: "scroll" }, el("table", { class: "grid" },
+  if (!commits.length) return el("p", { class: "empty" }, (options && options.empty) || "No downstream results recorded yet.");
+  return el("div", { class: "gridwrap" }, el("table", { class: "grid" },
+    el("caption", { class: "sr-only" }, "Upstream commits and each downstream repository's result"),
     el("thead", {}, el("tr", {},
-      el("th", { scope: "col" }, "First dispatched"),
       el("th", { scope: "col" }, "Upstream commit"),
       options && options.noPr ? null : el("th", { scope: "col" }, "PR"),
-      repos.map(({ repo, level }) => repoHeader(repo, level)))),
+      repos.map(repoHeader))),
     el("tbody", {}, commits.map((c) => commitRow(c, repos, options)))));
 }
 
-function reposOf(commits) {
+function reposOf(commits, known) {
+  const byRepo = new Map((known || []).map((r) => [r.repo, r]));
   const levels = new Map();
   for (const c of commits) {
-    for (const [repo, cell] of Object.entries(c.repos || {})) levels.set(repo, Math.max(levels.get(repo) || 0, cell.level));
+    for (const [repo, cell] of Object.entries(c.repos || {})) levels.set(repo, Math.max(levels.get(repo) || 0, cell.level || 0));
   }
-  return [...levels.entries()].map(([repo, level]) => ({ repo, level })).sort((a, b) => a.repo.localeCompare(b.repo));
+  for (const [repo, level] of levels) if (!byRepo.has(repo)) byRepo.set(repo, { repo, level });
+  return [...byRepo.values()].sort((a, b) => a.repo.toLowerCase().localeCompare(b.repo.toLowerCase()));
 }
 
-function jobsTable(entries, options) {
-  const showCommit = options && options.showCommit;
-  const showRepo = !showCommit && !(options && options.grouped);
-  const rows = entries.map((e) => {
-    const run = safeUrl(e.url);
-    return el("tr", { "data-state": e.state },
-      showCommit ? el("td", { class: "when" }, when(e.dispatched_at)) : null,
-      showCommit ? el("td", {}, el("a", { class: "mono", href: `/hud/commit/${e.head_sha}` }, shortSha(e.head_sha)),
-        e.pr ? [" ", el("a", { href: `/hud/pr/${e.pr}` }, `#${e.pr}`)] : null) : null,
-      showRepo ? el("td", {}, el("a", { href: repoPath(e.repo) }, e.repo), " ", levelBadge(e.level)) : null,
-      el("td", {}, e.workflow || "–"),
-      el("td", {}, e.job),
-      el("td", { class: "num" }, e.attempt ? String(e.attempt) : "–"),
-      el("td", {}, stateBadge(e.state, null, null)),
-      el("td", {}, tests(e.tests)),
-      el("td", { class: "num" }, duration(e.queue_s)),
-      el("td", { class: "num" }, duration(e.run_s)),
-      el("td", {}, run ? el("a", { href: run, rel: "noopener noreferrer" }, "downstream run ↗") : "–"));
-  });
-  return el("div", { class: "scroll" }, el("table", { class: "jobs" },
-    el("thead", {}, el("tr", {},
-      showCommit ? el("th", {}, "Dispatched") : null,
-      showCommit ? el("th", {}, "Upstream commit") : null,
-      showRepo ? el("th", {}, "Downstream repository") : null,
-      el("th", {}, "Workflow"), el("th", {}, "Job"), el("th", { class: "num" }, "Attempt"),
-      el("th", {}, "Result"), el("th", {}, "Tests"), el("th", { class: "num" }, "Queue"),
-      el("th", { class: "num" }, "Run"), el("th", {}, "Link"))),
-    el("tbody", {}, rows)));
+// ---------------------------------------------------------------- jobs and their failures
+
+function latestAttempts(entries) {
+  const latest = new Map();
+  for (const e of entries) {
+    const group = `${e.repo}|${e.delivery_id}|${e.workflow}|${e.job}`;
+    const kept = latest.get(group);
+    if (!kept || (e.attempt || 0) > (kept.attempt || 0)) latest.set(group, e);
+  }
+  return latest;
 }
 
 function severity(state) {
@@ -196,17 +312,148 @@ function severity(state) {
   return i < 0 ? 0 : i;
 }
 
+function failureDetails(e, context) {
+  const parts = [];
+  if (e.verdict) {
+    const base = context && context.base_sha;
+    parts.push(el("p", { class: "why" }, el("strong", {}, "Verdict: "), verdictTag(e.verdict), " ", VERDICT_MEANING[e.verdict] || "",
+      base && ["new", "pre-existing"].includes(e.verdict)
+        ? [" — judged against this job's latest push or nightly result at or before the PR's base ",
+          el("a", { class: "mono", href: `/hud/commit/${base}` }, shortSha(base)), "."]
+        : null));
+  }
+  if (e.failure_kind) parts.push(el("p", { class: "why" }, el("strong", {}, "The downstream says: "), `${e.failure_kind} failure`));
+  if (e.triage) {
+    const t = e.triage;
+    parts.push(el("p", { class: "why triage" }, el("strong", {}, "Downstream's triage (advice, not a verdict): "),
+      [t.category, t.confidence ? `${t.confidence} confidence` : null].filter(Boolean).join(", "),
+      t.summary ? [" — ", t.summary] : null));
+  }
+  if (e.failed_tests && e.failed_tests.length) {
+    const more = (e.failed_tests_total || e.failed_tests.length) - e.failed_tests.length;
+    parts.push(el("div", { class: "tests-failed" },
+      el("strong", {}, `Failing tests (${e.failed_tests_total || e.failed_tests.length}):`),
+      el("ul", {}, e.failed_tests.map((t) => el("li", {},
+        el("code", {}, t.classname ? `${t.classname}.${t.name}` : t.name),
+        typeof t.duration === "number" ? el("span", { class: "muted" }, ` (${testDuration(t.duration)})`) : null,
+        t.message ? el("pre", { class: "message" }, t.message) : null))),
+      more > 0 ? el("p", { class: "muted" }, `and ${more} more in the downstream run's log`) : null));
+  }
+  const run = safeUrl(e.url);
+  if (parts.length && run) parts.push(el("p", { class: "why" }, el("a", { href: run, rel: "noopener noreferrer" }, "Open the log of this run ↗")));
+  return parts;
+}
+
+function jobsTable(entries, options) {
+  const showCommit = options && options.showCommit;
+  const showRepo = !showCommit && !(options && options.grouped);
+  const columns = 8 + (showCommit ? 2 : 0) + (showRepo ? 1 : 0);
+  const rows = [];
+  for (const e of entries) {
+    const run = safeUrl(e.url);
+    const state = stateOf(e.state);
+    rows.push(el("tr", { "data-state": e.state, "data-job": e.job, "data-key": e.key },
+      showCommit ? el("td", { class: "when" }, when(e.dispatched_at)) : null,
+      showCommit ? el("td", {}, el("a", { class: "mono", href: `/hud/commit/${e.head_sha}` }, shortSha(e.head_sha)),
+        e.pr ? [" ", el("a", { href: `/hud/pr/${e.pr}` }, `#${e.pr}`)] : el("span", { class: "muted" }, ` ${e.event_type || "push"}`)) : null,
+      showRepo ? el("td", {}, el("a", { href: repoPath(e.repo) }, e.repo), " ", levelBadge(e.level)) : null,
+      el("td", {}, e.workflow || "–", e.ciflow ? [" ", el("span", { class: "flag" }, `ciflow/${e.ciflow}`)] : null),
+      el("td", {}, e.job),
+      el("td", { class: "num" }, e.attempt ? String(e.attempt) : "–"),
+      el("td", { class: "result" }, stateBadge(e.state, null, null), e.verdict && FAILED.includes(state) || e.verdict === "flaky" ? [" ", verdictTag(e.verdict)] : null),
+      el("td", {}, tests(e.tests)),
+      el("td", { class: "num" }, duration(e.queue_s)),
+      el("td", { class: "num" }, duration(e.run_s)),
+      el("td", {}, run ? el("a", { href: run, rel: "noopener noreferrer" }, "log ↗") : "–")));
+    const details = FAILED.includes(state) || e.verdict ? failureDetails(e, options) : [];
+    if (details.length) rows.push(el("tr", { class: "details", "data-details-for": e.key }, el("td", { colspan: String(columns) }, details)));
+  }
+  return el("div", { class: "scroll" }, labelled(el("table", { class: "jobs" },
+    el("thead", {}, el("tr", {},
+      showCommit ? el("th", { scope: "col" }, "Dispatched") : null,
+      showCommit ? el("th", { scope: "col" }, "Upstream commit") : null,
+      showRepo ? el("th", { scope: "col" }, "Downstream repository") : null,
+      el("th", { scope: "col" }, "Workflow"), el("th", { scope: "col" }, "Job"), el("th", { scope: "col", class: "num" }, "Attempt"),
+      el("th", { scope: "col" }, "Result"), el("th", { scope: "col" }, "Tests"), el("th", { scope: "col", class: "num" }, "Queue"),
+      el("th", { scope: "col", class: "num" }, "Run"), el("th", { scope: "col" }, "Log"))),
+    el("tbody", {}, rows))));
+}
+
+// Each cell names its column, for the phone layout (where a row is a block and the header is hidden).
+function labelled(table) {
+  const names = [...table.querySelectorAll("thead th")].map((th) => th.textContent);
+  for (const row of table.querySelectorAll("tbody tr:not(.details)")) {
+    [...row.children].forEach((td, i) => td.setAttribute("data-label", names[i] || ""));
+  }
+  return table;
+}
+
+function plannedLine(repo, plan, doc) {
+  const state = plan.state === "pending" && doc.superseded_by ? "superseded" : plan.state;
+  const badge = stateBadge(state, null, null);
+  let text;
+  if (state === "pending") text = `dispatched ${ago(plan.since)} ago; no job has started yet (the relay times it out if none starts)`;
+  else if (state === "superseded") text = ["the PR moved on to ", el("a", { class: "mono", href: `/hud/commit/${doc.superseded_by}` }, shortSha(doc.superseded_by)), " before a job started here"];
+  else if (state === "dispatched") text = "dispatched; L1 records no results, so none are shown here";
+  else if (state === "held") text = "held: the PR's author is not trusted yet; a maintainer's ciflow/ label releases it";
+  else if (state === "skipped") text = plan.reason === "no_matching_files" ? "skipped: no matching files — the change touched no file this repository's path filters select" : `skipped: ${reasonText(plan.reason)}`;
+  else text = `not targeted: ${reasonText(plan.reason)}`;
+  return el("p", { class: "planned", "data-planned": state }, badge, " ", text);
+}
+
 // ---------------------------------------------------------------- pages
 
-function renderOverview(doc) {
-  const commits = doc.commits || [];
-  const repos = doc.repos && doc.repos.length ? doc.repos : reposOf(commits);
+function tabs(active) {
+  const items = [["prs", "/hud/", "Pull requests"], ["trunk", "/hud/trunk", "Trunk"], ["nightly", "/hud/nightly", "Nightly"]];
+  return el("nav", { class: "tabs", "aria-label": "views" }, items.map(([key, href, text]) =>
+    el("a", { href, class: key === active ? "tab active" : "tab", "aria-current": key === active ? "page" : null }, text)));
+}
+
+function renderOverview(doc, view) {
+  const all = doc.commits || [];
+  const commits = view === "trunk" ? (doc.trunk || all.filter((c) => !c.pr)) : all.filter((c) => c.pr);
+  const repos = reposOf(commits, doc.repos);
+  const what = view === "trunk" ? "Trunk: pushes and nightly runs" : "Pull requests";
   return [
-    el("h1", {}, "Recent upstream commits"),
-    el("p", { class: "meta" }, `${plural(commits.length, "commit")} × ${plural(repos.length, "downstream repository", "downstream repositories")}. `,
-      "Each cell is the worst result among that repository's jobs on the commit (newest attempt of each)."),
-    commitsGrid(commits, repos),
+    tabs(view === "trunk" ? "trunk" : "prs"),
+    el("h1", {}, what),
+    el("p", { class: "meta" }, `${plural(commits.length, "commit")} × ${plural(repos.length, "downstream repository", "downstream repositories")}, newest first. `,
+      "Each cell is the worst result among that repository's jobs on the commit (newest attempt of each); ",
+      "a repository no job has reported on yet shows whether it was dispatched (and how long ago), held, skipped or not targeted."),
+    commitsGrid(commits, repos, { empty: view === "trunk" ? "No push or nightly results recorded yet." : "No pull-request results recorded yet." }),
   ];
+}
+
+function worstOf(jobs) {
+  const states = Object.values(jobs).map((j) => j.state);
+  return states.sort((a, b) => severity(a) - severity(b))[0] || "none";
+}
+
+function renderNightly(doc, index) {
+  const days = Object.keys((doc && doc.days) || {}).sort().reverse();
+  const seen = new Map();
+  for (const r of (index && index.repos) || []) if (r.nightly_only) seen.set(r.repo, r);
+  for (const day of days) for (const repo of Object.keys(doc.days[day])) if (!seen.has(repo)) seen.set(repo, { repo });
+  const repos = [...seen.values()].sort((a, b) => a.repo.toLowerCase().localeCompare(b.repo.toLowerCase()));
+  const out = [tabs("nightly"), el("h1", {}, "Nightly runs"),
+    el("p", { class: "meta" }, "Scheduled runs of nightly-only and scheduled downstreams, one row per day (UTC), newest first. ",
+      "Each cell is the worst of that day's runs (newest attempt of each job).")];
+  if (!days.length || !repos.length) return [...out, el("p", { class: "empty" }, "No nightly results recorded yet.")];
+  out.push(el("div", { class: "gridwrap" }, el("table", { class: "grid nightly" },
+    el("caption", { class: "sr-only" }, "Days and each scheduled downstream's nightly result"),
+    el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "Day"), repos.map((r) => repoHeader({ ...r, level: r.level || null })))),
+    el("tbody", {}, days.map((day) => el("tr", { "data-day": day }, el("td", { class: "when" }, day),
+      repos.map(({ repo }) => {
+        const jobs = doc.days[day][repo];
+        const cellDoc = jobs ? { state: worstOf(jobs), jobs: Object.keys(jobs).length,
+          failed: Object.values(jobs).filter((j) => FAILED.includes(j.state)).length,
+          passed: Object.values(jobs).filter((j) => !FAILED.includes(j.state) && j.state !== "running").length,
+          running: Object.values(jobs).filter((j) => j.state === "running").length } : null;
+        const sha = jobs ? Object.values(jobs).sort((a, b) => (b.at || 0) - (a.at || 0))[0].sha : null;
+        return el("td", { class: "cellwrap", "data-repo": repo, "data-label": repo.split("/")[1] || repo },
+          cellFor(repo, cellDoc, sha ? `/hud/commit/${sha}#${encodeURIComponent(repo)}` : null));
+      })))))));
+  return out;
 }
 
 function renderCommit(doc) {
@@ -216,20 +463,36 @@ function renderCommit(doc) {
     if (!byRepo.has(e.repo)) byRepo.set(e.repo, []);
     byRepo.get(e.repo).push(e);
   }
+  const planned = doc.planned || {};
+  for (const repo of Object.keys(planned)) if (!byRepo.has(repo)) byRepo.set(repo, []);
   const upstream = doc.upstream || "";
+  const meta = doc.meta || {};
+  const context = { base_sha: meta.base_sha };
   const sections = [...byRepo.entries()].sort((a, b) => a[0].localeCompare(b[0])).map(([repo, jobs]) => {
     jobs.sort((a, b) => severity(a.state) - severity(b.state) || a.job.localeCompare(b.job) || b.attempt - a.attempt);
+    const level = jobs.length ? jobs[0].level : (planned[repo] || {}).level;
     return el("section", { id: repo, "data-repo": repo },
-      el("h2", {}, el("a", { href: repoPath(repo) }, repo), " ", levelBadge(jobs[0].level)),
-      jobsTable(jobs, { grouped: true }));
+      el("h2", {}, el("a", { href: repoPath(repo) }, repo), " ", levelBadge(level)),
+      jobs.length ? jobsTable(jobs, { grouped: true, base_sha: context.base_sha }) : plannedLine(repo, planned[repo], doc));
   });
-  const failed = entries.filter((e) => ["failure", "timed_out"].includes(e.state)).length;
+  const latest = [...latestAttempts(entries).values()];
+  const failed = latest.filter((e) => FAILED.includes(e.state)).length;
+  const fresh = latest.filter((e) => e.verdict === "new").length;
   return [
-    el("h1", {}, "Upstream commit ", el("span", { class: "mono" }, doc.sha)),
-    el("p", { class: "meta" },
-      link(safeUrl(`https://github.com/${upstream}/commit/${doc.sha}`), `${upstream} on GitHub ↗`),
-      doc.pr ? el("a", { href: `/hud/pr/${doc.pr}` }, `PR #${doc.pr}`) : el("span", {}, doc.event_type || ""),
-      el("span", {}, `${plural(entries.length, "job attempt")} in ${plural(byRepo.size, "repository", "repositories")}, ${failed} failed or timed out`)),
+    el("h1", {}, "Upstream commit ", el("span", { class: "mono" }, shortSha(doc.sha)), meta.title ? [" ", el("span", { class: "title" }, meta.title)] : null),
+    el("p", { class: "meta" }, joinMeta([
+      meta.author ? el("span", {}, "by ", el("strong", {}, meta.author)) : null,
+      meta.at ? when(meta.at) : null,
+      doc.pr ? el("span", {}, el("a", { href: `/hud/pr/${doc.pr}` }, `PR #${doc.pr}`), " ", prState(meta.pr_state)) : el("span", {}, doc.event_type || "push"),
+      doc.ciflow ? el("span", { class: "flag" }, `ciflow/${doc.ciflow}`) : null,
+      meta.base_sha ? el("span", {}, "base ", el("a", { class: "mono", href: `/hud/commit/${meta.base_sha}` }, shortSha(meta.base_sha))) : null,
+      external(`https://github.com/${upstream}/commit/${doc.sha}`, `${upstream} on GitHub ↗`),
+    ])),
+    doc.superseded_by ? el("p", { class: "notice" }, "The PR moved on: superseded by ",
+      el("a", { class: "mono", href: `/hud/commit/${doc.superseded_by}` }, shortSha(doc.superseded_by)), ". Dispatches not yet started here are not waited for.") : null,
+    el("p", { class: "meta summary" }, `${plural(entries.length, "job attempt")} in ${plural(byRepo.size, "repository", "repositories")}; `,
+      `${failed} of the newest attempts failed or timed out`, fresh ? [", ", el("strong", { class: "bad" }, `${fresh} new`)] : null, "."),
+    el("p", { class: "mono full-sha" }, doc.sha),
     sections.length ? sections : el("p", { class: "empty" }, "No downstream results recorded for this commit yet."),
   ];
 }
@@ -239,20 +502,34 @@ async function renderPr(doc) {
   const repos = reposOf(commits);
   const upstream = doc.upstream || "";
   const out = [
-    el("h1", {}, `Pull request #${doc.pr}`),
-    el("p", { class: "meta" },
-      link(safeUrl(`https://github.com/${upstream}/pull/${doc.pr}`), `${upstream}#${doc.pr} on GitHub ↗`),
-      el("span", {}, `${plural(commits.length, "commit")} with downstream results`)),
+    el("h1", {}, `#${doc.pr}`, doc.title ? [" ", el("span", { class: "title" }, doc.title)] : " Pull request"),
+    el("p", { class: "meta" }, joinMeta([
+      prState(doc.pr_state),
+      doc.author ? el("span", {}, "by ", el("strong", {}, doc.author)) : null,
+      el("span", {}, `${plural(commits.length, "commit")} with downstream results`),
+      external(`https://github.com/${upstream}/pull/${doc.pr}`, `${upstream}#${doc.pr} on GitHub ↗`),
+    ])),
     el("h2", {}, "Commits of this PR, newest first"),
     commitsGrid(commits, repos, { noPr: true }),
   ];
   if (commits.length) {
     const head = await fetchDoc(`/hud/data/commit/${commits[0].sha}.json`);
     if (head) {
-      out.push(el("h2", {}, "Jobs on the newest commit ", el("a", { class: "mono", href: `/hud/commit/${head.sha}` }, shortSha(head.sha))));
       const entries = Object.values(head.jobs || {});
       entries.sort((a, b) => severity(a.state) - severity(b.state) || a.repo.localeCompare(b.repo) || a.job.localeCompare(b.job));
-      out.push(jobsTable(entries));
+      const context = { base_sha: (head.meta || {}).base_sha };
+      const ciflow = entries.filter((e) => e.ciflow);
+      const own = entries.filter((e) => !e.ciflow);
+      out.push(el("h2", {}, "Jobs on the newest commit ", el("a", { class: "mono", href: `/hud/commit/${head.sha}` }, shortSha(head.sha))));
+      out.push(own.length ? jobsTable(own, context) : el("p", { class: "empty" }, "No PR job has reported on it yet."));
+      const waiting = Object.entries(head.planned || {}).filter(([repo]) => !entries.some((e) => e.repo === repo));
+      if (waiting.length) out.push(el("div", { class: "waiting" }, waiting.map(([repo, plan]) => el("div", { "data-repo": repo },
+        el("a", { href: repoPath(repo) }, repo), " ", plannedLine(repo, plan, head)))));
+      if (ciflow.length) {
+        const names = [...new Set(ciflow.map((e) => `ciflow/${e.ciflow}`))].join(", ");
+        out.push(el("h2", { id: "ciflow" }, `${names} runs of this PR`));
+        out.push(jobsTable(ciflow, context));
+      }
     }
   }
   return out;
@@ -270,117 +547,293 @@ function renderHealth(h) {
   if (!h) return el("p", { class: "empty" }, "No health figures yet.");
   const t = h.thresholds || {};
   const verdict = h.verdict || "insufficient_data";
+  const has = (v) => v !== null && v !== undefined;
   const rows = [
-    figureRow("Finished jobs", String(h.jobs ?? "–"), h.min_jobs ? `≥ ${h.min_jobs} to judge` : "", null),
-    figureRow("Pass rate", percent(h.pass_rate), t.pass_rate !== undefined ? `≥ ${percent(t.pass_rate)}` : "",
-      h.pass_rate !== null && t.pass_rate !== undefined ? h.pass_rate >= t.pass_rate : null),
-    figureRow("Timeout rate", percent(h.timeout_rate), t.timeout_rate !== undefined ? `< ${percent(t.timeout_rate)}` : "",
-      h.timeout_rate !== null && t.timeout_rate !== undefined ? h.timeout_rate < t.timeout_rate : null),
-    figureRow("Average queue", duration(h.avg_queue_s), t.avg_queue_s !== undefined ? `< ${duration(t.avg_queue_s)}` : "",
-      h.avg_queue_s !== null && h.avg_queue_s !== undefined && t.avg_queue_s !== undefined ? h.avg_queue_s < t.avg_queue_s : null),
+    figureRow("Finished PR jobs counted", String(h.jobs ?? "–"), h.min_jobs ? `≥ ${h.min_jobs} to judge` : "", h.min_jobs ? (h.jobs || 0) >= h.min_jobs : null),
+    figureRow("Pass rate", percent(h.pass_rate), has(t.pass_rate) ? `≥ ${percent(t.pass_rate)}` : "", has(h.pass_rate) && has(t.pass_rate) ? h.pass_rate >= t.pass_rate : null),
+    figureRow("Timeout rate", percent(h.timeout_rate), has(t.timeout_rate) ? `< ${percent(t.timeout_rate)}` : "", has(h.timeout_rate) && has(t.timeout_rate) ? h.timeout_rate < t.timeout_rate : null),
+    figureRow("Average queue", duration(h.avg_queue_s), has(t.avg_queue_s) ? `< ${duration(t.avg_queue_s)}` : "", has(h.avg_queue_s) && has(t.avg_queue_s) ? h.avg_queue_s < t.avg_queue_s : null),
     figureRow("Queue P50 / P90", `${duration(h.queue_p50_s)} / ${duration(h.queue_p90_s)}`, "", null),
     figureRow("Execution P50 / P90", `${duration(h.execution_p50_s)} / ${duration(h.execution_p90_s)}`, "", null),
-    figureRow("End to end P50", duration(h.p50_end_to_end_s), t.p50_end_to_end_s !== undefined ? `< ${duration(t.p50_end_to_end_s)}` : "",
-      h.p50_end_to_end_s !== null && h.p50_end_to_end_s !== undefined && t.p50_end_to_end_s !== undefined ? h.p50_end_to_end_s < t.p50_end_to_end_s : null),
-    figureRow("Longest execution", duration(h.max_execution_s), t.max_execution_s !== undefined ? `< ${duration(t.max_execution_s)}` : "",
-      h.max_execution_s !== null && h.max_execution_s !== undefined && t.max_execution_s !== undefined ? h.max_execution_s < t.max_execution_s : null),
+    figureRow("End to end P50", duration(h.p50_end_to_end_s), has(t.p50_end_to_end_s) ? `< ${duration(t.p50_end_to_end_s)}` : "", has(h.p50_end_to_end_s) && has(t.p50_end_to_end_s) ? h.p50_end_to_end_s < t.p50_end_to_end_s : null),
+    figureRow("Longest execution", duration(h.max_execution_s), has(t.max_execution_s) ? `< ${duration(t.max_execution_s)}` : "", has(h.max_execution_s) && has(t.max_execution_s) ? h.max_execution_s < t.max_execution_s : null),
+    figureRow("Flaky jobs", String(h.flaky ?? 0), "", null),
   ];
   return el("div", { class: "health" },
     el("div", { class: `verdict v-${verdict}`, "data-verdict": verdict },
-      el("strong", {}, VERDICTS[verdict] || verdict),
-      el("span", { class: "why" }, `over the last ${h.window_days || "?"} days, as of `, when(h.computed_at))),
+      el("strong", {}, HEALTH_VERDICTS[verdict] || verdict),
+      el("span", { class: "why" }, `finished PR jobs (the newest attempt of each) dispatched in the last ${h.window_days || "?"} days, as of `, when(h.computed_at))),
     el("ul", { class: "reasons" }, (h.reasons || []).map((r) => el("li", {}, r))),
-    el("table", { class: "figures" },
-      el("thead", {}, el("tr", {}, el("th", {}, "Figure"), el("th", { class: "num" }, "Measured"),
-        el("th", { class: "num" }, "Threshold"), el("th", {}, ""))),
-      el("tbody", {}, rows)));
+    el("div", { class: "scroll" }, el("table", { class: "figures" },
+      el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "Figure"), el("th", { scope: "col", class: "num" }, "Measured"),
+        el("th", { scope: "col", class: "num" }, "Threshold"), el("th", { scope: "col" }, "Met"))),
+      el("tbody", {}, rows))));
 }
 
-function renderRepo(doc, repo) {
+function renderLevelStatus(status, published) {
+  if (!status) return null;
+  const criteria = status.criteria || [];
+  const change = status.change ? `proposed: ${status.change}` : "no level change proposed";
+  const tenure = published && published.figures && typeof published.figures.tenure_days === "number"
+    ? `${published.figures.tenure_days.toFixed(1)} days at L2 or above (the level check's record)` : null;
+  return el("div", { class: "level-status" },
+    el("h3", {}, `PyTorch's level criteria (${status.level}, ${status.windowDays}-day window): ${change}`),
+    status.noData ? el("p", { class: "muted" }, "No finished PR job in this window: nothing is judged.") : null,
+    el("div", { class: "scroll" }, el("table", { class: "figures criteria" },
+      el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "Criterion"), el("th", { scope: "col", class: "num" }, "Measured"),
+        el("th", { scope: "col", class: "num" }, "Target"), el("th", { scope: "col" }, "Met"))),
+      el("tbody", {}, criteria.map((c) => figureRow(c.criterion, c.measured, c.target, c.met))))),
+    tenure ? el("p", { class: "muted" }, tenure) : null);
+}
+
+function trendChart(trend) {
+  if (!trend || !trend.length) return null;
+  const w = 14;
+  const gap = 3;
+  const width = trend.length * (w + gap);
+  const height = 60;
+  const maxTime = Math.max(1, ...trend.map((d) => (d.queue_s || 0) + (d.run_s || 0)));
+  const rateBars = trend.map((d, i) => {
+    const rate = d.jobs ? d.passed / d.jobs : null;
+    const h = rate === null ? 2 : Math.max(2, Math.round(rate * height));
+    return svg("rect", { x: i * (w + gap), y: height - h, width: w, height: h, class: rate === null ? "bar-none" : rate >= 0.9 ? "bar-ok" : "bar-bad" },
+      svg("title", {}, `${d.day}: ${d.jobs ? `${percent(d.passed / d.jobs)} of ${d.jobs} passed` : "no finished PR job"}`));
+  });
+  const timeBars = trend.flatMap((d, i) => {
+    const q = Math.round(((d.queue_s || 0) / maxTime) * height);
+    const r = Math.round(((d.run_s || 0) / maxTime) * height);
+    const label = `${d.day}: queue ${duration(d.queue_s)}, run ${duration(d.run_s)}`;
+    return [svg("rect", { x: i * (w + gap), y: height - q - r, width: w, height: r, class: "bar-run" }, svg("title", {}, label)),
+      svg("rect", { x: i * (w + gap), y: height - q, width: w, height: q, class: "bar-queue" }, svg("title", {}, label))];
+  });
+  const first = trend[0].day;
+  const last = trend[trend.length - 1].day;
+  const total = trend.reduce((n, d) => n + d.jobs, 0);
+  const passed = trend.reduce((n, d) => n + d.passed, 0);
+  return el("div", { class: "trend" },
+    el("figure", {}, svg("svg", { viewBox: `0 0 ${width} ${height}`, width, height, role: "img",
+      "aria-label": `Pass rate per day from ${first} to ${last}: ${total ? percent(passed / total) : "–"} of ${total} finished PR jobs overall` }, rateBars),
+    el("figcaption", {}, "Pass rate per day (green ≥ 90%)")),
+    el("figure", {}, svg("svg", { viewBox: `0 0 ${width} ${height}`, width, height, role: "img",
+      "aria-label": `Average queue and run time per day from ${first} to ${last}` }, timeBars),
+    el("figcaption", {}, "Average queue (light) and run (dark) time per day")),
+    el("details", {}, el("summary", {}, "The figures per day"), el("div", { class: "scroll" }, el("table", { class: "figures" },
+      el("thead", {}, el("tr", {}, ["Day", "Jobs", "Pass rate", "Queue", "Run"].map((h) => el("th", { scope: "col" }, h)))),
+      el("tbody", {}, trend.map((d) => el("tr", {}, el("td", {}, d.day), el("td", { class: "num" }, String(d.jobs)),
+        el("td", { class: "num" }, d.jobs ? percent(d.passed / d.jobs) : "–"), el("td", { class: "num" }, duration(d.queue_s)),
+        el("td", { class: "num" }, duration(d.run_s)))))))));
+}
+
+function renderRefused(refused) {
+  if (!refused || !refused.total) return null;
+  const reasons = Object.entries(refused.reasons || {}).sort((a, b) => b[1].count - a[1].count);
+  return el("section", { id: "refused", class: "refused", "data-refused": String(refused.total) },
+    el("h2", {}, `⚠ ${plural(refused.total, "report")} refused`),
+    el("p", {}, "The relay (or PyTorch's HUD) refused these reports from this repository; what they said is not on the pages. Last refusal ",
+      when(refused.last_at), "."),
+    el("table", { class: "figures" }, el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "Reason"),
+      el("th", { scope: "col", class: "num" }, "Count"), el("th", { scope: "col" }, "Last"))),
+    el("tbody", {}, reasons.map(([reason, r]) => el("tr", {}, el("td", {}, reason), el("td", { class: "num" }, String(r.count)), el("td", {}, when(r.last_at)))))));
+}
+
+function historyCount(doc) {
+  const h = doc.health || {};
+  const since = Date.now() / 1000 - (h.window_days || 14) * 86400;
+  const latest = new Map();
+  for (const e of doc.history || []) {
+    if (!e.pr || !FINISHED.includes(e.state) || (e.dispatched_at || 0) < since) continue;
+    const [dispatch, run, , job] = String(e.key).split("/");
+    const group = `${dispatch}/${run}/${job}`;
+    if (!latest.has(group) || e.attempt > latest.get(group).attempt) latest.set(group, e);
+  }
+  const counted = [...latest.values()];
+  const after = counted.filter((e) => h.computed_at && (e.completed_at || e.dispatched_at || 0) > h.computed_at).length;
+  return { counted: counted.length, passed: counted.filter((e) => e.state === "success").length, after };
+}
+
+function renderRepo(doc, repo, published) {
   const history = doc.history || [];
-  const finished = history.filter((e) => e.state !== "running");
-  const passed = finished.filter((e) => e.state === "success").length;
+  const status = published ? (published.repos || []).find((r) => r.repo.toLowerCase() === (doc.repo || repo).toLowerCase()) : null;
+  const dedupe = status && status.figures ? status.figures.dispatch_dedupe : null;
+  const [cls, words] = DEDUPE[dedupe] || DEDUPE.unknown;
+  const counts = historyCount(doc);
+  const other = history.length - history.filter((e) => e.pr).length;
+  const h = doc.health;
   return [
     el("h1", {}, doc.repo || repo, " ", levelBadge(doc.level)),
-    el("p", { class: "meta" }, link(safeUrl(`https://github.com/${doc.repo || repo}`), "repository on GitHub ↗"),
-      el("span", {}, `participation level L${doc.level || "?"}`)),
+    el("p", { class: "meta" }, joinMeta([
+      external(`https://github.com/${doc.repo || repo}`, "repository on GitHub ↗"),
+      doc.level ? el("span", {}, `participation level L${doc.level}`) : null])),
+    el("p", { class: `dedupe ${cls}`, "data-dedupe": dedupe || "unknown" }, words),
+    renderRefused(doc.refused),
     el("h2", {}, "Health"),
-    renderHealth(doc.health),
-    el("h2", {}, `Recent job attempts (${history.length}; ${passed} of ${finished.length} finished passed)`),
+    renderHealth(h),
+    h ? renderLevelStatus(h.level_status, status) : null,
+    h && h.trend ? [el("h3", {}, `Trend over ${h.trend.length} days`), trendChart(h.trend)] : null,
+    el("h2", {}, `Recent job attempts (${history.length})`),
+    el("p", { class: "meta" }, `Of these, ${plural(counts.counted, "finished PR job")} (newest attempt, in the window) are what health counts: `,
+      `${counts.passed} of ${counts.counted} passed`,
+      counts.after ? `; ${counts.after} of them finished after the figures above were computed` : "",
+      other ? `. ${plural(other, "attempt")} of pushes and nightly runs are shown but not counted.` : "."),
     history.length ? jobsTable(history, { showCommit: true }) : el("p", { class: "empty" }, "No job attempts recorded yet."),
   ];
+}
+
+function renderNotFound(r, detail) {
+  const what = {
+    commit: ["No results for this commit", `Nothing is recorded for ${r.sha || "this commit"}: no downstream was dispatched for it, or it is older than the relay keeps (90 days).`],
+    pr: ["No results for this pull request", `Nothing is recorded for PR #${r.pr}: no downstream was dispatched for it yet, or it is older than the relay keeps.`],
+    repo: ["No results for this repository", `Nothing is recorded for ${r.repo}: it is not allowlisted at L2 or above, or none of its jobs has reported yet.`],
+    page: ["No such page", "This address is not a HUD page."],
+  }[r.kind] || ["No such page", ""];
+  return el("section", { class: "notfound", "data-notfound": r.kind },
+    el("h1", {}, what[0]), el("p", {}, detail || what[1]),
+    el("p", {}, "Search for a commit (full or short SHA), a PR number or a repository above, or go to ",
+      el("a", { href: "/hud/" }, "the pull requests"), ", ", el("a", { href: "/hud/trunk" }, "trunk"), " or ",
+      el("a", { href: "/hud/nightly" }, "nightly runs"), "."));
 }
 
 // ---------------------------------------------------------------- plumbing
 
 async function fetchDoc(url) {
   const response = await fetch(url, { cache: "no-cache", credentials: "same-origin" });
-  if (response.status === 404) return null;
+  if (response.status === 404 || response.status === 503) return null;
   if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
   return response.json();
 }
 
 function route(path) {
   let m;
-  if ((m = path.match(/^\/hud\/commit\/([0-9a-f]{40})$/))) return { kind: "commit", sha: m[1] };
-  if ((m = path.match(/^\/hud\/pr\/([1-9][0-9]*)$/))) return { kind: "pr", pr: m[1] };
+  if (path === "/hud/" || path === "/hud") return { kind: "overview", view: "prs" };
+  if (path === "/hud/trunk") return { kind: "overview", view: "trunk" };
+  if (path === "/hud/nightly") return { kind: "nightly" };
+  if ((m = path.match(/^\/hud\/commit\/([0-9a-fA-F]{7,40})$/))) return { kind: "commit", sha: m[1].toLowerCase() };
+  if ((m = path.match(/^\/hud\/pr\/([1-9][0-9]{0,9})$/))) return { kind: "pr", pr: m[1] };
   if ((m = path.match(/^\/hud\/repo\/([A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+)$/))) return { kind: "repo", repo: m[1] };
-  return { kind: "overview" };
+  return { kind: "page" };
 }
 
 function crumbs(r) {
   const parts = [el("a", { href: "/hud/" }, "overview")];
-  if (r.kind === "commit") parts.push("› commit ", el("span", { class: "mono" }, shortSha(r.sha)));
-  if (r.kind === "pr") parts.push(`› PR #${r.pr}`);
-  if (r.kind === "repo") parts.push(`› ${r.repo}`);
+  if (r.kind === "commit") parts.push(" › commit ", el("span", { class: "mono" }, shortSha(r.sha)));
+  if (r.kind === "pr") parts.push(` › PR #${r.pr}`);
+  if (r.kind === "repo") parts.push(` › ${r.repo}`);
+  if (r.kind === "nightly") parts.push(" › nightly");
   return parts;
 }
 
 function legend() {
-  return [el("span", {}, "Legend:"), ...Object.keys(STATES).map((s) => stateBadge(s, null, null)),
+  return [el("span", {}, "Legend:"), ...LEGEND.map((s) => stateBadge(s, null, null)),
+    el("span", {}, "Failure verdicts:"), ...VERDICT_ORDER.map(verdictTag),
     el("span", {}, "· L3/L4: levels that get upstream check runs (L4 blocking)")];
+}
+
+// What a search box entry means: a SHA (full or short, any case), a PR number, or a repository.
+function searchTarget(text) {
+  const q = String(text || "").trim();
+  let m;
+  if ((m = q.match(/^#?([1-9][0-9]{0,9})$/))) return `/hud/pr/${m[1]}`;
+  if (/^[0-9a-fA-F]{7,40}$/.test(q)) return `/hud/commit/${q.toLowerCase()}`;
+  if ((m = q.match(/^(?:https:\/\/github\.com\/)?([A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+?)\/?$/))) return `/hud/repo/${m[1]}`;
+  return null;
+}
+
+function searchForm() {
+  const input = el("input", { type: "search", id: "q", name: "q", placeholder: "SHA, PR number or owner/repo",
+    "aria-label": "Search by commit SHA, PR number or repository", autocomplete: "off", spellcheck: "false" });
+  const hint = el("span", { class: "search-hint", role: "status" });
+  const form = el("form", { class: "search", role: "search" }, input, el("button", { type: "submit" }, "Go"), hint);
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const target = searchTarget(input.value);
+    if (target) location.assign(target);
+    else hint.textContent = "Type a SHA (7 to 40 hex digits), a PR number or owner/repo";
+  });
+  return form;
+}
+
+// A short or mixed-case SHA: the full one from the overview's commits (the newest the relay lists).
+async function resolveSha(r) {
+  if (r.sha.length === 40) return { sha: r.sha };
+  const index = await fetchDoc("/hud/data/index.json");
+  const known = new Map();
+  for (const c of [...((index && index.commits) || []), ...((index && index.trunk) || [])]) known.set(c.sha, c);
+  const found = [...known.keys()].filter((sha) => sha.startsWith(r.sha));
+  if (found.length === 1) return { sha: found[0] };
+  if (found.length > 1) return { many: found };
+  return { none: true };
+}
+
+function targetOfHash() {
+  if (!location.hash) return null;
+  try {
+    return document.getElementById(decodeURIComponent(location.hash.slice(1)));
+  } catch (_) {
+    return null; // a malformed escape (#%E0%A4%A) names nothing on the page
+  }
 }
 
 let lastStamp = null;
 
+async function load(r) {
+  if (r.kind === "overview") return { doc: await fetchDoc("/hud/data/index.json") };
+  if (r.kind === "nightly") {
+    const [doc, index] = await Promise.all([fetchDoc("/hud/data/nightly.json"), fetchDoc("/hud/data/index.json")]);
+    return { doc: doc || (index ? { days: {} } : null), extra: index };
+  }
+  if (r.kind === "commit") {
+    const found = await resolveSha(r);
+    if (found.many) return { doc: null, detail: `Several recent commits start with ${r.sha}: ${found.many.join(", ")}. Use more of the SHA.` };
+    if (found.none) return { doc: null, detail: `No recent commit starts with ${r.sha}. A full 40-character SHA finds any commit the relay keeps.` };
+    if (found.sha !== r.sha || location.pathname !== `/hud/commit/${found.sha}`) {
+      r.sha = found.sha;
+      history.replaceState(null, "", `/hud/commit/${found.sha}${location.hash}`);
+    }
+    return { doc: await fetchDoc(`/hud/data/commit/${r.sha}.json`) };
+  }
+  if (r.kind === "pr") return { doc: await fetchDoc(`/hud/data/pr/${r.pr}.json`) };
+  if (r.kind === "repo") {
+    const [doc, published] = await Promise.all([fetchDoc(repoDoc(r.repo)), fetchDoc("/hud/api/crcr/level-status").catch(() => null)]);
+    return { doc, extra: published };
+  }
+  return { doc: null };
+}
+
 async function render() {
   const r = route(location.pathname);
   const main = document.getElementById("main");
-  let doc;
-  let content;
+  let loaded;
   try {
-    if (r.kind === "overview") doc = await fetchDoc("/hud/data/index.json");
-    if (r.kind === "commit") doc = await fetchDoc(`/hud/data/commit/${r.sha}.json`);
-    if (r.kind === "pr") doc = await fetchDoc(`/hud/data/pr/${r.pr}.json`);
-    if (r.kind === "repo") doc = await fetchDoc(repoDoc(r.repo));
+    loaded = await load(r);
   } catch (err) {
     main.replaceChildren(el("p", { class: "error" }, `Could not load the data: ${err.message}`));
     document.body.dataset.ready = "true";
     return;
   }
-  const stamp = doc ? doc.updated_at : null;
+  const doc = loaded.doc;
+  const stamp = doc ? doc.updated_at || null : null;
   if (lastStamp !== null && stamp === lastStamp) return; // nothing new: keep the page (and the scroll) as is
   lastStamp = stamp;
-  if (!doc) {
-    content = el("p", { class: "empty" }, r.kind === "overview"
-      ? "No downstream results recorded yet." : "Nothing recorded here yet (or it is older than the relay keeps).");
-  } else if (r.kind === "overview") content = renderOverview(doc);
+  let content;
+  if (r.kind === "overview") content = doc ? renderOverview(doc, r.view) : renderOverview({ commits: [] }, r.view);
+  else if (r.kind === "nightly") content = renderNightly(doc, loaded.extra);
+  else if (!doc) content = renderNotFound(r, loaded.detail);
   else if (r.kind === "commit") content = renderCommit(doc);
   else if (r.kind === "pr") content = await renderPr(doc);
-  else content = renderRepo(doc, r.repo);
-  main.replaceChildren(...[content].flat(Infinity));
+  else content = renderRepo(doc, r.repo, loaded.extra);
+  main.replaceChildren(...[content].flat(Infinity).filter(Boolean));
   document.getElementById("crumbs").replaceChildren(...crumbs(r));
   document.getElementById("updated").replaceChildren(stamp ? el("span", {}, "data updated ", when(stamp)) : "");
-  document.title = `crcr HUD · ${r.kind === "overview" ? "overview" : r.kind === "commit" ? shortSha(r.sha) : r.kind === "pr" ? `PR #${r.pr}` : r.repo}`;
-  if (location.hash) {
-    const target = document.getElementById(decodeURIComponent(location.hash.slice(1)));
-    if (target) target.scrollIntoView();
-  }
+  const titles = { overview: r.view === "trunk" ? "trunk" : "pull requests", nightly: "nightly", commit: shortSha(r.sha), pr: `PR #${r.pr}`, repo: r.repo, page: "not found" };
+  document.title = `crcr HUD · ${doc || ["overview", "nightly"].includes(r.kind) ? titles[r.kind] : "not found"}`;
+  const target = targetOfHash();
+  if (target) target.scrollIntoView();
   document.body.dataset.ready = "true";
 }
 
 document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("legend").replaceChildren(...legend());
+  document.getElementById("search").replaceChildren(searchForm());
   render();
   setInterval(render, REFRESH_MS);
 });

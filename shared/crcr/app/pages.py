@@ -7,10 +7,16 @@ from dataclasses import dataclass, field
 
 from crcr.app.ports import HudDocReader
 
-# Pages are one HTML shell; its script reads the path and fetches the documents it needs.
-PAGE = re.compile(r"^/hud/(commit/[0-9a-f]{40}|pr/[1-9][0-9]{0,9}|repo/[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100})?$")
+# Pages are one HTML shell; its script reads the path and fetches the documents it needs. A commit is named by
+# its full or short SHA in any case (the script finds the full one); any other path under /hud/ gets the shell
+# with a 404, and the script says there is no such page, in words, with the way back.
+PAGE = re.compile(
+    r"^/hud/(trunk|nightly|commit/[0-9a-fA-F]{7,40}|pr/[1-9][0-9]{0,9}"
+    r"|repo/[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100})?$"
+)
 DOC = re.compile(
-    r"^/hud/data/(index|commit/[0-9a-f]{40}|pr/[1-9][0-9]{0,9}|repo/[a-z0-9_.-]{1,100}/[a-z0-9_.-]{1,100})\.json$"
+    r"^/hud/data/(index|nightly|commit/[0-9a-f]{40}|pr/[1-9][0-9]{0,9}"
+    r"|repo/[a-z0-9_.-]{1,100}/[a-z0-9_.-]{1,100})\.json$"
 )
 LEVEL_STATUS = "/hud/api/crcr/level-status"  # PyTorch's GET /api/crcr/level-status, as LevelFunction last wrote it
 ASSET = re.compile(r"^/hud/static/([a-z0-9-]+\.(?:css|js|svg))$")
@@ -55,4 +61,6 @@ def serve(path: str, docs: HudDocReader | None, assets: dict[str, bytes]) -> Ans
         if body is not None:
             return _answer(200, body, "json", "no-cache")
         return _answer(404, b'{"error":"not_found","message":"nothing recorded here yet"}', "json", "no-cache")
+    elif not path.startswith(("/hud/data/", "/hud/static/", "/hud/api/")) and "index.html" in assets:
+        return _answer(404, assets["index.html"], "html", "no-cache")  # a page people follow a link to: in words
     return _answer(404, b'{"error":"not_found","message":"no such HUD page"}', "json", "no-cache")

@@ -25,6 +25,7 @@ from crcr.app.ports import (
     PlannerState,
 )
 from crcr.app.rerun import RerunDeps, check_run_target, check_suite_targets
+from crcr.app.summaries import PlanNote, SummaryDeps, note_plan
 from crcr.contracts.github import CheckRunEvent, CheckSuiteEvent, PullRequestEvent, PushEvent
 from crcr.contracts.messages import BuildkiteTarget, CheckSyncMessage, DispatchMessage, EventMessage
 from crcr.domain.allowlist import Entry
@@ -36,6 +37,7 @@ from crcr.domain.levels import Level
 from crcr.domain.payload import fit_payload
 from crcr.domain.planning import (
     NO_MATCHING_FILES,
+    Decision,
     UpstreamEvent,
     Verdict,
     ciflow_tag,
@@ -62,6 +64,7 @@ class PlannerDeps:
     reruns: RerunDeps | None = None
     files: ChangedFiles | None = None  # path filters: a PR's files (None: unknown, so filtered repositories get it)
     commands: CommandDeps | None = None  # `@<app> rerun …` comments (None: comments are not acted on)
+    pages: SummaryDeps | None = None  # the HUD pages' documents (None: the stack has no HUD bucket)
 
 
 @dataclass
@@ -69,6 +72,7 @@ class PlanSummary:
     dispatched: list[str] = field(default_factory=list)
     held: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    page_note: str = "off"  # the HUD pages told what was planned: noted, nothing, off, or failed: <why>
 
 
 def load_body(message: EventMessage, blobs: BlobStore) -> dict[str, Any]:
@@ -102,11 +106,16 @@ def to_upstream_event(event: str, doc: dict[str, Any]) -> UpstreamEvent:
                 closed=pr.state == "closed",
                 updated_at=pr.updated_at or "",
                 changed_files=pr.changed_files,
+                title=pr.title,
+                author=pr.user.login if pr.user else None,
+                at=_epoch(pr.updated_at),
+                merged=bool(pr.merged),
             )
         push = PushEvent.model_validate(doc)
     except ValidationError as exc:
         raise BadRequest(f"{event} payload is malformed: {exc.errors()[0]['msg']}", field="body") from exc
     tag = ciflow_tag(push.ref)
+    head = push.head_commit if push.head_commit is not None and push.head_commit.id == push.after else None
     return UpstreamEvent(
         kind="push",
         action=None,
@@ -119,6 +128,9 @@ def to_upstream_event(event: str, doc: dict[str, Any]) -> UpstreamEvent:
         deleted=push.deleted,
         commits=tuple((c.id, t) for c in push.commits[-MAX_ORDERED_COMMITS:] if (t := _epoch(c.timestamp)) is not None),
         pushed_files=_pushed_files(push),
+        title=head.message if head else None,
+        author=(head.author.username or head.author.name) if head and head.author else None,
+        at=_epoch(head.timestamp) if head else None,
     )
 
 
@@ -218,11 +230,12 @@ def _buildkite(entry: Entry) -> dict[str, Any]:
     }
 
 
-def _record_head(event: UpstreamEvent, deps: PlannerDeps, now: float) -> float | None:
+def _record_head(event: UpstreamEvent, deps: PlannerDeps, now: float) -> tuple[float | None, str | None]:
     """Store a PR event's head; a new head cancels the old one's queued runs. Returns `now` when this event's
-    commit is the PR's head (the newest event the relay knows of), for the dispatches to carry."""
+    commit is the PR's head (the newest event the relay knows of), for the dispatches to carry, and the head it
+    replaced."""
     if event.pr_number is None or event.kind != "pull_request":
-        return None  # a ciflow tag push names its PR but says nothing of the PR's head
+        return None, None  # a ciflow tag push names its PR but says nothing of the PR's head
     recorded = deps.state.record_pr_head(
         deps.upstream, event.pr_number, event.head_sha, event.updated_at, event.labels, event.base_sha, event.closed
     )
@@ -235,7 +248,7 @@ def _record_head(event: UpstreamEvent, deps: PlannerDeps, now: float) -> float |
         comment = CheckSyncMessage(kind="comment", upstream=deps.upstream, head_sha=event.head_sha, pr=event.pr_number)
         deps.checks.send_checks([cancel, comment])
         deps.metrics.count("HeadSuperseded")
-    return now if recorded.newest else None
+    return (now if recorded.newest else None), recorded.replaced
 
 
 def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
@@ -251,7 +264,7 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
     now = deps.clock.now()
     summary = PlanSummary()
 
-    head_at = _record_head(event, deps, now)
+    head_at, replaced = _record_head(event, deps, now)
 
     if event.kind == "push" and event.commits and event.ref == f"refs/heads/{event.default_branch}":
         # The default branch's commit order: each commit's baseline results are compared in this order.
@@ -293,8 +306,23 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
             continue
         targets.append(decision.entry)
 
-    if not targets and not skipped:
-        return summary
+    if targets or skipped:
+        _send(message, event, doc, targets, skipped, head_at, now, deps, summary)
+    summary.page_note = _note_plan(event, decisions, replaced, deps)
+    return summary
+
+
+def _send(
+    message: EventMessage,
+    event: UpstreamEvent,
+    doc: dict[str, Any],
+    targets: list[Entry],
+    skipped: list[Entry],
+    head_at: float | None,
+    now: float,
+    deps: PlannerDeps,
+    summary: PlanSummary,
+) -> None:
     payload, trimmed = fit_payload(doc, PAYLOAD_BUDGET_BYTES)
     if trimmed:
         deps.metrics.count("PayloadTrimmed")
@@ -323,7 +351,64 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
     deps.metrics.count("DispatchPlanned", len(targets))
     summary.dispatched = [m.target_repo for m in messages if m.skip is None]
     _skip_checks([m for m in messages if m.skip is not None and m.level >= Level.L4], deps)
-    return summary
+
+
+# Skips that say nothing about the commit (this event changes nothing for the repository): not noted.
+NO_NEWS = frozenset({"label_only", "action_ignored", "already_released", "tag_deleted", "branch_deleted"})
+
+
+def _planned(decision: Decision, closed: bool) -> dict[str, Any] | None:
+    """One repository's decision as the HUD pages show it on the commit (None: nothing to show)."""
+    entry, verdict = decision.entry, decision.verdict
+    base = {"level": int(entry.level)}
+    if closed:
+        return None  # a closed PR's dispatch lets downstreams clean up: not a run anyone waits for
+    if verdict in (Verdict.DISPATCH, Verdict.RELEASE):
+        # L1 records no results: nothing will ever start there as far as the relay knows, so never "pending".
+        return base | ({"state": "pending"} if entry.level >= Level.L2 else {"state": "dispatched", "reason": "l1"})
+    if verdict is Verdict.HOLD:
+        return base | {"state": "held", "reason": decision.reason}
+    if decision.reason == NO_MATCHING_FILES:
+        return base | {"state": "skipped", "reason": decision.reason}
+    if decision.reason in NO_NEWS:
+        return None
+    return base | {"state": "not_targeted", "reason": decision.reason}
+
+
+def _note_plan(event: UpstreamEvent, decisions: list[Decision], replaced: str | None, deps: PlannerDeps) -> str:
+    """Tell the HUD pages what was decided for the commit: pending, held, skipped or not targeted per downstream,
+    with the commit's title, author, time and PR state. Only an event that dispatched, held or skipped something,
+    closed a PR or replaced its head is noted (a push to a branch nobody builds is not a commit anyone looks for).
+    Best effort: the pages are not worth re-planning an event for. Returns what became of the note."""
+    if deps.pages is None:
+        return "off"
+    closed = event.action == "closed"
+    planned = {d.entry.repo: p for d in decisions if (p := _planned(d, closed)) is not None}
+    if not (closed or replaced or any(p["state"] != "not_targeted" for p in planned.values())):
+        return "nothing"
+    meta: dict[str, Any] = {}
+    if event.ciflow is None:
+        meta = {"title": event.title, "author": event.author, "at": event.at}
+    if event.kind == "pull_request":
+        state = ("merged" if event.merged else "closed") if event.closed else ("draft" if event.draft else "open")
+        meta |= {"pr_state": state, "base_sha": event.base_sha or None}
+    note = PlanNote(
+        upstream=deps.upstream,
+        sha=event.head_sha,
+        event_type=event.kind,
+        pr=event.pr_number,
+        ciflow=event.ciflow,
+        meta=meta,
+        planned=planned,
+        replaced=replaced,
+        nightly_only=tuple(sorted(d.entry.repo for d in decisions if d.entry.settings.nightly_only)),
+    )
+    try:
+        note_plan(note, deps.pages)
+    except Exception as exc:  # S3 unavailable, or a document that kept changing: counted, and the handler logs it
+        deps.metrics.count("PlanNoteFailed")
+        return f"failed: {type(exc).__name__}: {exc}"
+    return "noted"
 
 
 def _skip_checks(messages: list[DispatchMessage], deps: PlannerDeps) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from crcr.app.checks import job_message
 from crcr.app.hud import envelope
 from crcr.app.ports import ChecksQueue, DeadLetters, Hud, HudRejected, HudUnavailable, JobRecord, Metrics
-from crcr.app.summaries import SummaryDeps, update_summaries
+from crcr.app.summaries import SummaryConflict, SummaryDeps, job_key, note_refusals, update_summaries
 from crcr.app.verdicts import VerdictDeps, attempt, flaky_predecessors, judged, verdict_of
 from crcr.contracts.messages import CheckSyncMessage
 
@@ -106,6 +106,7 @@ def report_change(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> No
                 return
             deps.metrics.count("HudRejected")
             deps.dead_letters.send(push, f"HUD rejected the push: {exc}")
+            _count_refusal(new, exc, deps)
             return
         except HudUnavailable:
             deps.metrics.count("HudRetried")
@@ -115,6 +116,22 @@ def report_change(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> No
             continue
         deps.metrics.count("HudPushed")
         return
+
+
+def _count_refusal(job: JobRecord, exc: HudRejected, deps: ReportDeps) -> None:
+    """The repository page counts what the HUD refused, with the reason, and keeps the repository on the grid.
+    Best effort: the dead letter is the record; a page that cannot be written is counted, never retried."""
+    if deps.summaries is None:
+        return
+    try:
+        note_refusals(
+            job.repo,
+            {f"HUD push refused (HTTP {exc.status})": 1},
+            deps.summaries,
+            key=f"hud:{job_key(job)}:{job.version}",
+        )
+    except SummaryConflict:
+        deps.metrics.count("HudSummaryFailed")
 
 
 def _follow_ups(job: JobRecord, deps: ReportDeps) -> list[CheckSyncMessage]:

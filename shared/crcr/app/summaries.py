@@ -7,25 +7,39 @@ is conditional on the version of the document that was read.
 - `commit/<sha>.json`: every job attempt recorded on one upstream commit (the commit page);
 - `pr/<n>.json`: the PR's commits with one cell per downstream repository (the PR page);
 - `index.json`: the newest commits with their cells, and the repositories seen (the overview);
-- `repo/<owner>/<name>.json`: the repository's newest job attempts, and its health (the repository page).
+- `repo/<owner>/<name>.json`: the repository's newest job attempts, and its health (the repository page);
+- `nightly.json`: each day's scheduled (nightly) runs per downstream repository (the nightly matrix).
+
+The planner adds what it decided for each commit (`note_plan`): the commit's title, author and time, its PR's
+state, and per downstream repository whether it was dispatched (and since when), held, skipped or not targeted,
+so a dispatch no job has started on shows as pending, never as nothing. Reports the relay refused are counted on
+the repository's page (`note_refusals`), so a downstream whose reports are refused stays on the grid.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
 from crcr.app.hud import NO_JOB_NAME, reported
 from crcr.app.ports import Clock, HudDocs, JobRecord, Metrics
+from crcr.domain import failed_tests
 from crcr.domain.ids import repo_key, run_order
 
 SCHEMA = 1
 INDEX_COMMITS = 60
+TRUNK_COMMITS = 30  # the overview's trunk view: pushes and nightlies, kept apart from the PRs' flood
 PR_COMMITS = 100
 REPO_HISTORY = 100
+NIGHTLY_DAYS = 14
 WRITE_TRIES = 8
+PAGE_TESTS = 10  # failing tests a page document keeps per job attempt (the count says how many more)
+PAGE_TEST_MESSAGE = 300
+REFUSAL_KEYS = 50  # refusals remembered by key, so a retried record is counted once
 
 # Worst first: what a repository's cell shows when its jobs disagree.
 SEVERITY = ("failure", "timed_out", "cancelled", "action_required", "running", "success", "neutral", "skipped")
@@ -94,7 +108,32 @@ def entry(job: JobRecord) -> dict[str, Any]:
         if isinstance(tests, dict)
         else None,
         "version": job.version,
-    }
+    } | _failure(job)
+
+
+def _failure(job: JobRecord) -> dict[str, Any]:
+    """A failed attempt's explanation as the pages show it: its failing tests (the first few, messages cut), the
+    downstream's own word on the kind of failure and its triage verdict (advice), and a ciflow run's name."""
+    out: dict[str, Any] = {}
+    if job.ciflow:
+        out["ciflow"] = job.ciflow
+    if job.failure_kind:
+        out["failure_kind"] = job.failure_kind
+    tests = failed_tests.parse(job.failed_tests)
+    if tests:
+        out["failed_tests"] = [
+            {k: failed_tests.utf16_cut(v, PAGE_TEST_MESSAGE) if k == "message" else v for k, v in t.items()}
+            for t in tests[:PAGE_TESTS]
+        ]
+        out["failed_tests_total"] = len(tests)
+    if job.triage:
+        try:
+            triage = json.loads(job.triage)
+        except ValueError:
+            triage = None
+        if isinstance(triage, dict):
+            out["triage"] = {k: triage[k] for k in ("category", "confidence", "summary") if k in triage}
+    return out
 
 
 def _latest_attempts(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -117,8 +156,16 @@ def _latest_attempts(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def cells(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """One cell per downstream repository: the worst state of its jobs' newest attempts, with counts."""
+FAILED_STATES = ("failure", "timed_out", "cancelled", "action_required")
+
+
+def cells(
+    entries: list[dict[str, Any]], planned: Mapping[str, Any] | None = None, superseded_by: str | None = None
+) -> dict[str, dict[str, Any]]:
+    """One cell per downstream repository: the worst state of its jobs' newest attempts, with counts and the
+    verdicts of its failures. A repository no job has reported on yet shows what the planner decided: pending
+    (dispatched, not started: since when), held, skipped or not targeted; pending on a commit its PR has moved
+    on from is superseded."""
     by_repo: dict[str, list[dict[str, Any]]] = {}
     for e in _latest_attempts(entries):
         by_repo.setdefault(e["repo"], []).append(e)
@@ -130,16 +177,29 @@ def cells(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "level": max(e["level"] for e in jobs),
             "jobs": len(jobs),
             "passed": sum(1 for e in jobs if e["state"] in ("success", "neutral", "skipped")),
-            "failed": sum(1 for e in jobs if e["state"] in ("failure", "timed_out", "cancelled", "action_required")),
+            "failed": sum(1 for e in jobs if e["state"] in FAILED_STATES),
             "running": sum(1 for e in jobs if e["state"] == "running"),
         }
+        verdicts = sorted({e["verdict"] for e in jobs if e.get("verdict") and e["state"] in FAILED_STATES})
+        if verdicts:
+            out[repo]["verdicts"] = verdicts
+    reported_repos = {repo_key(repo) for repo in out}
+    for repo, plan in sorted((planned or {}).items()):
+        if repo_key(repo) in reported_repos:
+            continue
+        state = plan["state"]
+        if state == "pending" and superseded_by:
+            state = "superseded"
+        cell = {"state": state, "level": plan.get("level", 0), "jobs": 0, "passed": 0, "failed": 0, "running": 0}
+        cell |= {k: plan[k] for k in ("reason", "since") if plan.get(k) is not None}
+        out[repo] = cell
     return out
 
 
 # What the repository page's history table reads of an entry (the rest is the commit page's).
 HISTORY_FIELDS = frozenset(
     {"key", "version", "workflow", "job", "attempt", "state", "url", "head_sha", "pr", "dispatched_at", "verdict"}
-    | {"queue_s", "run_s", "tests"}
+    | {"queue_s", "run_s", "tests", "event_type", "ciflow", "completed_at", "failed_tests_total", "failure_kind"}
 )
 
 
@@ -179,15 +239,27 @@ def update_summaries(jobs: Sequence[JobRecord], deps: SummaryDeps) -> None:
         by_commit.setdefault(job.head_sha, []).append(job)
         by_repo.setdefault(repo_key(job.repo), []).append(job)
     summaries = [_update_commit(group, deps, now) for group in by_commit.values()]
-    _update(deps, "index.json", lambda doc: _with_commits(doc, summaries, INDEX_COMMITS, now, with_repos=True))
+    _update(deps, "index.json", partial(_with_index, summaries=summaries, now=now))
+    _update_prs(summaries, deps, now)
+    for group in by_repo.values():
+        _update(deps, repo_doc_key(group[0].repo), partial(_with_history, jobs=group, now=now, deps=deps))
+    nightly = [job for job in jobs if job.event_type == "nightly"]
+    if nightly:
+        _update(deps, "nightly.json", partial(_with_nightly, jobs=nightly, now=now))
+
+
+def _update_prs(summaries: list[dict[str, Any]], deps: SummaryDeps, now: float) -> None:
     by_pr: dict[int, list[dict[str, Any]]] = {}
     for summary in summaries:
         if summary["pr"] is not None:
             by_pr.setdefault(summary["pr"], []).append(summary)
     for pr, commits in by_pr.items():
         _update(deps, f"pr/{pr}.json", partial(_with_commits, summaries=commits, keep=PR_COMMITS, now=now, pr=pr))
-    for group in by_repo.values():
-        _update(deps, repo_doc_key(group[0].repo), partial(_with_history, jobs=group, now=now, deps=deps))
+
+
+def _first_seen(doc: dict[str, Any], moment: float | None) -> None:
+    if moment is not None:
+        doc["first_seen"] = min(doc.get("first_seen") or moment, moment)
 
 
 def _update_commit(jobs: list[JobRecord], deps: SummaryDeps, now: float) -> dict[str, Any]:
@@ -197,9 +269,9 @@ def _update_commit(jobs: list[JobRecord], deps: SummaryDeps, now: float) -> dict
     merged: dict[str, Any] = {}
 
     def commit(doc: dict[str, Any] | None) -> dict[str, Any] | None:
-        doc = doc if doc and doc.get("schema") == SCHEMA else _commit_doc(first)
+        doc = doc if doc and doc.get("schema") == SCHEMA else _commit_doc(first.upstream, first.head_sha, first.pr)
         for e in entries:
-            doc["first_seen"] = min(doc.get("first_seen") or e["dispatched_at"], e["dispatched_at"])
+            _first_seen(doc, e["dispatched_at"])
         pr = next((job.pr for job in jobs if job.pr is not None), None)
         if pr is not None:
             doc["pr"] = pr
@@ -213,18 +285,34 @@ def _update_commit(jobs: list[JobRecord], deps: SummaryDeps, now: float) -> dict
         return doc
 
     _update(deps, f"commit/{first.head_sha}.json", commit)
-    return {
-        "sha": first.head_sha,
-        "upstream": first.upstream,
-        "pr": merged.get("pr"),
-        "event_type": merged.get("event_type", first.event_type),
-        "first_seen": merged["first_seen"],
-        "repos": cells(list(merged["jobs"].values())),
+    return summary_of(merged)
+
+
+META = ("title", "author", "at", "pr_state", "base_sha")
+
+
+def summary_of(doc: dict[str, Any]) -> dict[str, Any]:
+    """A commit as the overview and its PR's page list it: identity, title and author, and one cell per repository."""
+    summary = {
+        "sha": doc["sha"],
+        "upstream": doc.get("upstream", ""),
+        "pr": doc.get("pr"),
+        "event_type": doc.get("event_type", ""),
+        "first_seen": doc.get("first_seen"),
+        "repos": cells(list(doc.get("jobs", {}).values()), doc.get("planned"), doc.get("superseded_by")),
     }
+    meta = doc.get("meta") or {}
+    summary |= {k: meta[k] for k in META if meta.get(k) is not None and k != "base_sha"}
+    summary |= {k: doc[k] for k in ("ciflow", "superseded_by") if doc.get(k)}
+    return summary
 
 
-def _commit_doc(job: JobRecord) -> dict[str, Any]:
-    return {"schema": SCHEMA, "upstream": job.upstream, "sha": job.head_sha, "pr": job.pr, "jobs": {}}
+def _commit_doc(upstream: str, sha: str, pr: int | None) -> dict[str, Any]:
+    return {"schema": SCHEMA, "upstream": upstream, "sha": sha, "pr": pr, "jobs": {}}
+
+
+def _newest(commits: dict[str, dict[str, Any]], keep: int) -> list[dict[str, Any]]:
+    return sorted(commits.values(), key=lambda c: c.get("first_seen") or 0, reverse=True)[:keep]
 
 
 def _with_commits(
@@ -233,7 +321,6 @@ def _with_commits(
     keep: int,
     now: float,
     *,
-    with_repos: bool = False,
     pr: int | None = None,
 ) -> dict[str, Any] | None:
     if not doc or doc.get("schema") != SCHEMA:
@@ -245,13 +332,49 @@ def _with_commits(
     if not fresh:
         return None  # no cell changed: no write
     by_sha |= {s["sha"]: s for s in fresh}
-    doc["commits"] = sorted(by_sha.values(), key=lambda c: c.get("first_seen") or 0, reverse=True)[:keep]
-    if with_repos:
-        levels: dict[str, int] = {}
-        for c in doc["commits"]:
-            for repo, cell in c["repos"].items():
-                levels[repo] = max(levels.get(repo, 0), cell["level"])
-        doc["repos"] = [{"repo": repo, "level": levels[repo]} for repo in sorted(levels, key=str.lower)]
+    doc["commits"] = _newest(by_sha, keep)
+    if pr is not None:
+        # The PR as people know it: its title, author and state, from its newest commit that says.
+        for summary in sorted(fresh, key=lambda c: c.get("first_seen") or 0):
+            doc |= {k: summary[k] for k in ("title", "author", "pr_state") if summary.get(k) is not None}
+    doc["updated_at"] = now
+    return doc
+
+
+def _with_index(
+    doc: dict[str, Any] | None,
+    summaries: list[dict[str, Any]],
+    now: float,
+    flags: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any] | None:
+    """The overview: the newest commits of every kind, the newest trunk commits (pushes and nightlies, which a
+    flood of PR commits would push out of the first list), and the repositories to show as columns."""
+    if not doc or doc.get("schema") != SCHEMA:
+        doc = {"schema": SCHEMA, "commits": []}
+    by_sha = {c.get("sha"): c for c in doc["commits"]}
+    trunk = {c.get("sha"): c for c in doc.get("trunk", [])}
+    fresh = [s for s in summaries if by_sha.get(s["sha"]) != s]
+    fresh_trunk = [s for s in summaries if s["pr"] is None and trunk.get(s["sha"]) != s]
+    known = {r["repo"]: r for r in doc.get("repos", [])}
+    flagged = {repo: dict(known.get(repo, {"repo": repo})) | dict(f) for repo, f in (flags or {}).items()}
+    if not fresh and not fresh_trunk and all(known.get(repo) == r for repo, r in flagged.items()):
+        return None  # no cell changed: no write
+    by_sha |= {s["sha"]: s for s in fresh}
+    trunk |= {s["sha"]: s for s in fresh_trunk}
+    doc["commits"] = _newest(by_sha, INDEX_COMMITS)
+    doc["trunk"] = _newest(trunk, TRUNK_COMMITS)
+    levels: dict[str, int] = {}
+    for c in doc["commits"] + doc["trunk"]:
+        for repo, cell in c["repos"].items():
+            levels[repo] = max(levels.get(repo, 0), cell["level"])
+    repos: dict[str, dict[str, Any]] = {}
+    for repo, entry_ in (known | flagged).items():
+        extra = {k: v for k, v in entry_.items() if k not in ("repo", "level") and v}
+        if extra or repo in levels:  # a repository stays while it has cells, refused reports or is nightly-only
+            repos[repo] = {"repo": repo, "level": max(levels.get(repo, 0), entry_.get("level") or 0)} | extra
+    for repo, level in levels.items():
+        repos.setdefault(repo, {"repo": repo, "level": level})
+    doc["repos"] = [repos[repo] for repo in sorted(repos, key=str.lower)]
     doc["updated_at"] = now
     return doc
 
@@ -278,3 +401,159 @@ def _with_history(
         doc["health"] = (health or {}) | {"computed_at": now}
     doc["updated_at"] = now
     return doc
+
+
+def day_of(moment: float) -> str:
+    return datetime.fromtimestamp(moment, UTC).date().isoformat()
+
+
+def _with_nightly(doc: dict[str, Any] | None, jobs: list[JobRecord], now: float) -> dict[str, Any] | None:
+    """Each day's scheduled runs per repository and job (`<workflow>/<job>`): the newest attempt of the day."""
+    if not doc or doc.get("schema") != SCHEMA:
+        doc = {"schema": SCHEMA, "days": {}}
+    changed = False
+    for job in jobs:
+        e = entry(job)
+        new = {"state": e["state"], "sha": job.head_sha, "attempt": job.run_attempt, "version": job.version}
+        new |= {"at": e["dispatched_at"], "url": job.url}
+        slot = doc["days"].setdefault(day_of(job.dispatched_at), {}).setdefault(job.repo, {})
+        name = f"{e['workflow'] or ''}/{e['job']}"
+        old = slot.get(name)
+        if old is None or (old["at"] or 0, old["attempt"], old["version"]) < (
+            new["at"] or 0,
+            new["attempt"],
+            job.version,
+        ):
+            slot[name] = new
+            changed = True
+    if not changed:
+        return None
+    doc["days"] = {day: doc["days"][day] for day in sorted(doc["days"], reverse=True)[:NIGHTLY_DAYS]}
+    doc["updated_at"] = now
+    return doc
+
+
+# -- what the planner decided, and refused reports -------------------------------------------------------------
+
+# A later decision on the same commit replaces an earlier one of the same or a lower rank: a dispatch (pending)
+# replaces a hold (its release), a skip, a not-targeted; nothing but a dispatch replaces a dispatch.
+PLAN_RANK = {"pending": 3, "dispatched": 3, "held": 2, "skipped": 2, "not_targeted": 1}
+
+
+@dataclass(frozen=True)
+class PlanNote:
+    """What the planner decided for one upstream event, as the pages show it."""
+
+    upstream: str
+    sha: str
+    event_type: str  # pull_request or push
+    pr: int | None = None
+    ciflow: str | None = None  # a ciflow tag push: its name (the PR's CI on the PR's head)
+    meta: Mapping[str, Any] = field(default_factory=dict)  # title, author, at, pr_state, base_sha
+    planned: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # repo -> state, reason, level
+    replaced: str | None = None  # the PR's previous head: its dispatches not started are superseded
+    nightly_only: tuple[str, ...] = ()  # repositories taking part through scheduled runs only
+
+
+def _merge_plan(doc: dict[str, Any], note: PlanNote, now: float) -> bool:
+    changed = False
+    meta = doc.setdefault("meta", {})
+    for key, value in note.meta.items():
+        if value is not None and meta.get(key) != value:
+            meta[key] = value
+            changed = True
+    planned = doc.setdefault("planned", {})
+    for repo, plan in note.planned.items():
+        old = planned.get(repo)
+        new = {k: v for k, v in plan.items() if v is not None}
+        if new["state"] == "pending":
+            new["since"] = now
+        if old is None or (PLAN_RANK[new["state"]] >= PLAN_RANK.get(old["state"], 0) and old["state"] != "pending"):
+            changed = changed or old != new
+            planned[repo] = new
+        elif new["state"] == "pending":  # dispatched again (a reopened PR, a release): pending from now
+            planned[repo] = new
+            changed = True
+    if note.pr is not None and doc.get("pr") != note.pr:
+        doc["pr"] = note.pr
+        changed = True
+    if note.ciflow and doc.get("ciflow") != note.ciflow:
+        doc["ciflow"] = note.ciflow
+        changed = True
+    doc.setdefault("event_type", note.event_type)
+    if changed:
+        _first_seen(doc, now)
+    return changed
+
+
+def note_plan(note: PlanNote, deps: SummaryDeps) -> None:
+    """Merge the planner's decisions for one event into its commit's document, the superseded head's, the
+    overview and the PR's page."""
+    now = round(deps.clock.now(), 3)
+    summaries: list[dict[str, Any]] = []
+
+    def commit(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+        doc = doc if doc and doc.get("schema") == SCHEMA else _commit_doc(note.upstream, note.sha, note.pr)
+        changed = _merge_plan(doc, note, now)
+        summaries[:] = [summary_of(doc)]
+        if not changed:
+            return None
+        doc["updated_at"] = now
+        return doc
+
+    _update(deps, f"commit/{note.sha}.json", commit)
+    if note.replaced and note.replaced != note.sha:
+        old: list[dict[str, Any]] = []
+
+        def superseded(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+            if not doc or doc.get("schema") != SCHEMA or doc.get("superseded_by") == note.sha:
+                return None
+            doc["superseded_by"] = note.sha
+            doc["updated_at"] = now
+            old.append(summary_of(doc))
+            return doc
+
+        _update(deps, f"commit/{note.replaced}.json", superseded)
+        summaries += old[-1:]
+    flags = {repo: {"nightly_only": True} for repo in note.nightly_only}
+    _update(deps, "index.json", partial(_with_index, summaries=summaries, now=now, flags=flags))
+    _update_prs(summaries, deps, now)
+
+
+MAX_REASONS = 20
+OTHER_REASON = "other"
+
+
+def note_refusals(repo: str, reasons: Mapping[str, int], deps: SummaryDeps, key: str | None = None) -> None:
+    """Count reports the relay refused for a downstream (a HUD push refused, a report over its quota) on its
+    repository page, by reason, and keep the repository on the overview's grid. `key` names one refusal, so a
+    retried record counts once (the newest REFUSAL_KEYS keys are remembered)."""
+    now = round(deps.clock.now(), 3)
+    total: list[int] = []
+
+    def change(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+        doc = doc if doc and doc.get("schema") == SCHEMA else {"schema": SCHEMA, "repo": repo, "history": []}
+        refused = doc.get("refused") or {"total": 0, "reasons": {}, "keys": []}
+        if key is not None and key in refused["keys"]:
+            total.append(refused["total"])
+            return None
+        for reason, count in reasons.items():
+            text = reason.strip()[:200] or OTHER_REASON
+            if text not in refused["reasons"] and len(refused["reasons"]) >= MAX_REASONS:
+                text = OTHER_REASON
+            slot = refused["reasons"].setdefault(text, {"count": 0})
+            slot["count"] += count
+            slot["last_at"] = now
+            refused["total"] += count
+        refused["last_at"] = now
+        if key is not None:
+            refused["keys"] = [*refused["keys"], key][-REFUSAL_KEYS:]
+        doc["refused"] = refused
+        doc["updated_at"] = now
+        total.append(refused["total"])
+        return doc
+
+    _update(deps, repo_doc_key(repo), change)
+    if total:
+        flags = {repo: {"refused": total[-1]}}
+        _update(deps, "index.json", partial(_with_index, summaries=[], now=now, flags=flags))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from crcr.domain.ids import MAX_REF_BYTES, SHA_PATTERN, is_ref, is_repo_name
 
@@ -43,6 +43,18 @@ RepoName = Annotated[str, AfterValidator(_repo_name)]
 GitHubId = Annotated[int, Field(gt=0, lt=2**63)]
 IssueNumber = Annotated[int, Field(gt=0, lt=2**31)]  # GitHub's issue numbers stop at 2**30
 ShortText = Annotated[str, Field(max_length=40)]  # timestamps, states, associations
+MAX_TITLE_CHARS = 200
+
+
+def _title(value: object) -> str | None:
+    """A title, commit message or name as the HUD pages show it: its first line, cut to 200 characters. Never a
+    reason to refuse an event: anything but text is no title."""
+    if not isinstance(value, str):
+        return None
+    return value.strip().split("\n", 1)[0].strip()[:MAX_TITLE_CHARS] or None
+
+
+Title = Annotated[str | None, BeforeValidator(_title)]
 
 
 class _In(BaseModel):
@@ -87,6 +99,8 @@ class PullRequest(_In):
     labels: Annotated[list[Label], Field(max_length=MAX_LABELS)] = []
     updated_at: ShortText | None = None
     changed_files: Annotated[int, Field(ge=0, lt=2**31)] | None = None
+    title: Title = None
+    merged: bool | None = None
 
 
 class Installation(_In):
@@ -103,9 +117,16 @@ class PullRequestEvent(_In):
     installation: Installation | None = None
 
 
+class CommitAuthor(_In):
+    name: Title = None
+    username: Title = None
+
+
 class PushCommit(_In):
     id: Sha
     timestamp: ShortText | None = None
+    message: Title = None
+    author: CommitAuthor | None = None
     added: list[str] | None = None
     modified: list[str] | None = None
     removed: list[str] | None = None

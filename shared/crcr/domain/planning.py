@@ -47,6 +47,12 @@ class UpstreamEvent:
     # push: the files its commits added, modified or removed (None: not all listed in the payload)
     pushed_files: tuple[str, ...] | None = None
     changed_files: int | None = None  # PR: how many files GitHub says it changes
+    # What the HUD pages show of the change: the PR's title or the head commit's first line, who made it, when
+    # (epoch seconds), and a closed PR's merge.
+    title: str | None = None
+    author: str | None = None
+    at: float | None = None
+    merged: bool = False
 
     @property
     def has_ciflow_label(self) -> bool:

@@ -1,0 +1,269 @@
+"""Section 11: the HUD pages at PyTorch's scale. Headless Chromium loads the overview and a PR page over documents
+seeded for N days of 1,000 PR events a day (x the load) x 10 downstreams x 5 jobs, served by HudFunction's handler;
+it reports the bytes fetched and the time to a rendered page, for 1 and 30 days held, at 1x and 10x.
+
+The documents are the relay's own: each commit's summary comes from `summary_of` over a commit document the reporter's
+code built (`update_summaries` of its 50 jobs, and `note_plan` for its title and author), and every commit of every
+day is merged into the overview with `_with_index` and into its PR's page with `_with_commits`, in batches like the
+reporter's. Only the measured PR's head keeps its commit document (the page fetches it); the others are summarised and
+dropped, since holding 300,000 commit documents in memory measures nothing the pages read.
+
+    .venv/bin/python bench/pages.py [--days 1,30] [--loads 1,10] [--loads-per-run 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from crcr.app.ports import JobRecord  # noqa: E402
+from crcr.app.summaries import (  # noqa: E402
+    PR_COMMITS,
+    PlanNote,
+    SummaryDeps,
+    _with_commits,
+    _with_index,
+    note_plan,
+    summary_of,
+    update_summaries,
+)
+from tests.e2e.browser import headless  # noqa: E402
+from tests.e2e.hud_server import MemoryDocs, serve_docs  # noqa: E402
+from tests.unit.fakes import RecordingMetrics  # noqa: E402
+
+UPSTREAM = "pytorch/pytorch"
+PR_EVENTS_PER_DAY = 1000
+PUSHES_PER_DAY = 60  # trunk commits a day
+COMMITS_PER_PR = 3
+REPOS = [f"backend-{i}/ci" for i in range(10)]
+JOBS = [f"test-shard-{i}" for i in range(5)]
+DAY_S = 86_400.0
+BATCH = 50  # commits merged into the overview per write, as a reporter batch would touch it
+
+
+class Clock:
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def now(self) -> float:
+        return self.t
+
+
+def jobs_of(sha: str, pr: int | None, at: float, rng: random.Random) -> list[JobRecord]:
+    """One commit's 10 x 5 jobs: mostly green, some failures with tests and verdicts, a few running."""
+    out = []
+    for r, repo in enumerate(REPOS):
+        for name in JOBS:
+            roll = rng.random()
+            state, conclusion = ("completed", "success")
+            if roll < 0.06:
+                state, conclusion = ("completed", "failure")
+            elif roll < 0.08:
+                state, conclusion = ("in_progress", None)
+            tests = [
+                {
+                    "name": f"test_{i}",
+                    "classname": "TestOps",
+                    "message": "AssertionError: " + "x" * 200,
+                    "duration": 1.5,
+                }
+                for i in range(8)
+            ]
+            failed = json.dumps(tests) if conclusion == "failure" else ""
+            counts = {"passed": 2000, "failed": 8 if failed else 0, "skipped": 40}
+            verdict = ("new" if rng.random() < 0.5 else "pre-existing") if failed and pr else None
+            run = 10_000 + r
+            out.append(
+                JobRecord(
+                    dispatch_id=f"{sha[:12]}-{r}",
+                    run_id=str(run),
+                    run_attempt=1,
+                    job_name=name,
+                    workflow_name="CI",
+                    state=state,
+                    conclusion=conclusion,
+                    fingerprint=state,
+                    url=f"https://github.com/{repo}/actions/runs/{run}",
+                    repo=repo,
+                    repo_id=r + 1,
+                    level=4 if r < 3 else 2,
+                    delivery_id=f"d-{sha[:12]}",
+                    upstream=UPSTREAM,
+                    head_sha=sha,
+                    pr=pr,
+                    device=None,
+                    dispatched_at=at,
+                    started_at=at + 120,
+                    completed_at=at + 3000 if conclusion else None,
+                    callback_payload=json.dumps({"test_results": counts}),
+                    version=2,
+                    event_type="pull_request" if pr else "push",
+                    failed_tests=failed,
+                    verdict=verdict,
+                )
+            )
+    return out
+
+
+def commit_summary(sha: str, pr: int | None, at: float, rng: random.Random, keep: MemoryDocs | None) -> dict[str, Any]:
+    """A commit's overview summary from the relay's code: its planner note and its jobs merged into its document."""
+    docs = keep or MemoryDocs()
+    clock = Clock(at)
+    deps = SummaryDeps(docs=docs, metrics=RecordingMetrics(), clock=clock)
+    meta = {"title": f"[inductor] Fix a thing in change {sha[:8]}", "author": f"dev{rng.randrange(500)}", "at": at}
+    if pr:
+        meta |= {"pr_state": "open", "base_sha": "0" * 40}
+    note_plan(
+        PlanNote(UPSTREAM, sha, "pull_request" if pr else "push", pr, meta=meta,
+                 planned={repo: {"state": "pending", "level": 4} for repo in REPOS}), deps)  # fmt: skip
+    clock.t = at + 3000
+    update_summaries(jobs_of(sha, pr, at, rng), deps)
+    doc, _ = docs.get(f"commit/{sha}.json")
+    assert doc is not None
+    return summary_of(doc)
+
+
+def seed(days: int, load: int, say: Callable[[str], None]) -> tuple[MemoryDocs, int, float]:
+    """`days` of commits at `load` x 1,000 PR events a day; returns the documents, the measured PR and the seconds
+    it took. Commits are summarised once per template slot and re-keyed (sha, PR, time) per commit: the cells are
+    the relay's, the per-commit cost is the merges the pages' documents go through."""
+    started = time.perf_counter()
+    rng = random.Random(21)  # the same commits' cells at every size: what differs is only how much is held
+    end = time.time()
+    start = end - days * DAY_S
+    per_day = PR_EVENTS_PER_DAY * load + PUSHES_PER_DAY
+    templates = [commit_summary(f"{i:040x}", 1 if i % 4 else None, start, rng, None) for i in range(16)]
+    docs = MemoryDocs()
+    index: dict[str, Any] | None = None
+    prs: dict[int, dict[str, Any] | None] = {}
+    pr_base = 100_000
+    total = days * per_day
+    batch: list[dict[str, Any]] = []
+    n = 0
+    for n in range(total):
+        at = start + n * (days * DAY_S / total)
+        back = total - 1 - n  # counted from the newest, so the newest commits are alike at every size
+        trunk = back % per_day % (per_day // PUSHES_PER_DAY) == 0
+        pr = None if trunk else pr_base + total // COMMITS_PER_PR - back // COMMITS_PER_PR
+        template = templates[back % len(templates)]
+        summary = template | {"sha": f"{n + 1:040x}", "pr": pr, "first_seen": at, "at": at,
+                              "event_type": "push" if trunk else "pull_request"}  # fmt: skip
+        if trunk:
+            summary.pop("pr_state", None)
+        batch.append(summary)
+        if pr is not None:
+            # A PR page holds its own few commits; only recent PRs are kept here (older ones are never fetched).
+            prs[pr] = _with_commits(prs.get(pr), [summary], keep=PR_COMMITS, now=at, pr=pr) or prs.get(pr)
+            if len(prs) > 2000:
+                prs.pop(next(iter(prs)))
+        if len(batch) == BATCH:
+            index = _with_index(index, batch, now=at) or index
+            batch = []
+    if batch:
+        index = _with_index(index, batch, now=end) or index
+    # The measured PR: the newest one, whose head gets a full commit document through the reporter's code.
+    pr = max(p for p in prs)
+    head = f"{total + 1:040x}"
+    own = MemoryDocs()
+    real = commit_summary(head, pr, end, random.Random(22), own)
+    docs.put(f"commit/{head}.json", own.docs[f"commit/{head}.json"], None)
+    prs[pr] = _with_commits(prs[pr], [real], keep=PR_COMMITS, now=end, pr=pr)
+    index = _with_index(index, [real], now=end) or index
+    assert index is not None and prs[pr] is not None
+    docs.put("index.json", index, None)
+    docs.put(f"pr/{pr}.json", prs[pr], None)  # type: ignore[arg-type]
+    seconds = time.perf_counter() - started
+    say(f"   seeded {days} day(s) at {load}x: {n + 1:,} commits in {seconds:.1f} s")
+    return docs, pr, seconds
+
+
+def measure(browser: Any, served: Any, path: str, runs: int) -> dict[str, Any]:
+    """Bytes fetched (bodies as served, first visit with an empty cache and again warm) and the time from navigation
+    to the rendered page (`body[data-ready]`), median of `runs` fresh pages."""
+    times: list[float] = []
+    cold_bytes = warm_bytes = 0
+    docs_bytes = 0
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    for i in range(runs + 1):
+        served.reset()
+        page = context.new_page()
+        page.goto(served.url + path)
+        page.wait_for_selector("body[data-ready=true]", timeout=60_000)
+        ready_ms = page.evaluate("() => performance.now()")
+        fetched = list(served.fetched)
+        page.close()
+        if i == 0:
+            cold_bytes = sum(size for _, size in fetched)
+            continue  # the first load fills the cache: its time includes the static files' first fetch
+        warm_bytes = sum(size for _, size in fetched)
+        docs_bytes = sum(size for p, size in fetched if p.startswith("/hud/data/"))
+        times.append(ready_ms)
+    context.close()
+    return {
+        "bytes_first_visit": cold_bytes,
+        "bytes_cached_static": warm_bytes,
+        "bytes_documents": docs_bytes,
+        "ready_ms_p50": round(statistics.median(times), 1),
+        "ready_ms_max": round(max(times), 1),
+        "runs": runs,
+    }
+
+
+def run_section(days: list[int], loads: list[int], runs: int, say: Callable[[str], None]) -> dict[str, Any]:
+    out: dict[str, Any] = {"days_held": days, "loads": loads, "method": __doc__.split("\n\n")[0] if __doc__ else ""}
+    with headless() as browser:
+        for load in loads:
+            for held in days:
+                docs, pr, seeded_s = seed(held, load, say)
+                with serve_docs(docs) as served:
+                    overview = measure(browser, served, "/hud/", runs)
+                    pr_page = measure(browser, served, f"/hud/pr/{pr}", runs)
+                out[f"{load}x_{held}d"] = {"seed_s": round(seeded_s, 1), "overview": overview, "pr": pr_page}
+                say(
+                    f"   {load:>2}x, {held:>2} day(s) held: overview {overview['bytes_documents']:,} B of documents "
+                    f"({overview['bytes_first_visit']:,} B first visit), ready in {overview['ready_ms_p50']} ms; "
+                    f"PR page {pr_page['bytes_documents']:,} B ({pr_page['bytes_first_visit']:,} B), "
+                    f"ready in {pr_page['ready_ms_p50']} ms"
+                )
+    # Flat in the days held: the documents fetched are the same size whatever the days (bytes exactly; times within
+    # noise), at each load.
+    out["flat_in_days"] = {
+        f"{load}x": {
+            page: {
+                "bytes_documents": [out[f"{load}x_{d}d"][page]["bytes_documents"] for d in days],
+                "ready_ms_p50": [out[f"{load}x_{d}d"][page]["ready_ms_p50"] for d in days],
+            }
+            for page in ("overview", "pr")
+        }
+        for load in loads
+    }
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--days", default="1,30", help="days held, comma-separated")
+    parser.add_argument("--loads", default="1,10", help="multiples of 1,000 PR events a day, comma-separated")
+    parser.add_argument("--loads-per-run", type=int, default=5, dest="runs", help="timed page loads per page")
+    parser.add_argument("--out", type=Path, help="write the figures here as JSON")
+    args = parser.parse_args()
+    result = run_section(
+        [int(d) for d in args.days.split(",")], [int(x) for x in args.loads.split(",")], args.runs, print
+    )
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
