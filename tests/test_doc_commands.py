@@ -24,7 +24,7 @@ from pathlib import Path
 import botocore.session
 import pytest
 
-from crcr import cli
+from crcr.ops import cli
 from tests.conftest import ROOT
 
 SOURCES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md"]

@@ -183,7 +183,7 @@ def test_a_429_waits_for_the_reset_buildkite_names_and_spends_no_attempt(
 def test_a_422_is_dead_lettered_with_buildkite_reason_and_redriven_once_fixed(
     bk_relay: Callable[..., Relay], buildkite: BuildkiteDouble
 ) -> None:
-    from crcr.ops import list_dead_letters, redrive  # noqa: PLC0415
+    from crcr.ops.dlq import list_dead_letters, redrive  # noqa: PLC0415
 
     relay = bk_relay()
     buildkite.script("POST", BUILDS, [Reply.error(422, "Branch 'main' does not exist in the repository")])
@@ -204,7 +204,7 @@ def test_a_422_is_dead_lettered_with_buildkite_reason_and_redriven_once_fixed(
 def test_without_a_token_the_buildkite_repository_is_dead_lettered_naming_the_variable(
     bk_relay: Callable[..., Relay], buildkite: BuildkiteDouble
 ) -> None:
-    from crcr.ops import list_dead_letters  # noqa: PLC0415
+    from crcr.ops.dlq import list_dead_letters  # noqa: PLC0415
 
     relay = bk_relay(token="")
     relay.post("push", event_body("push.main.json"))

@@ -61,7 +61,7 @@ def onboard(stack: LocalStack, app_key_pem: str, cwd: Path, *args: str) -> subpr
         "CRCR_GITHUB_APP_PRIVATE_KEY": app_key_pem,
     }
     return subprocess.run(
-        [sys.executable, "-m", "crcr.cli", "onboard", *args],
+        [sys.executable, "-m", "crcr.ops.cli", "onboard", *args],
         env=env,
         cwd=cwd,
         capture_output=True,

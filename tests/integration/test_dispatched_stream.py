@@ -20,7 +20,7 @@ from crcr.domain.levels import Level
 from crcr.domain.ticket import TicketClaims
 from crcr.local.filters import passes
 from crcr.local.stack import Context, StreamReader
-from crcr.ops import redrive
+from crcr.ops.dlq import redrive
 from tests.integration.aws import checks_handler, checks_stream_source, dynamodb_and_streams, moto_server
 from tests.unit.fakes import FakeChecksQueue, RecordingMetrics
 from tests.unit.test_checks import _deps, _job

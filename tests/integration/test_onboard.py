@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def crcr(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "crcr.cli", *args],
+        [sys.executable, "-m", "crcr.ops.cli", *args],
         env=env,
         cwd=cwd,
         capture_output=True,

@@ -17,7 +17,7 @@ from moto.server import ThreadedMotoServer
 from crcr.adapters.tickets import kid_of, private_pem
 from crcr.composition import build_callback_deps, build_dispatch_deps, build_jwks, load_settings
 from crcr.local.stack import free_port
-from crcr.ops_keys import rotate_secret
+from crcr.ops.keys import rotate_secret
 from tests.conftest import http
 from tests.unit.test_tickets import claims
 

@@ -36,7 +36,7 @@ def _allowlist_check(path: str) -> int:
 
 def _dlq(args: argparse.Namespace) -> int:
     from crcr.composition import aws_client  # noqa: PLC0415
-    from crcr.ops import list_dead_letters, redrive  # noqa: PLC0415
+    from crcr.ops.dlq import list_dead_letters, redrive  # noqa: PLC0415
 
     sqs = aws_client("sqs", lean=False)  # receives and deletes: boto3's whole client
     if args.dlq_command == "list":
@@ -135,7 +135,7 @@ def _problem(exc: Exception) -> str:
 
 
 def _hud_export(args: argparse.Namespace) -> int:
-    from crcr.ops_export import ExportError, export_from_env  # noqa: PLC0415
+    from crcr.ops.export import ExportError, export_from_env  # noqa: PLC0415
 
     try:
         done = export_from_env(args.format, args.out, args.since, args.from_export)
@@ -148,7 +148,7 @@ def _hud_export(args: argparse.Namespace) -> int:
 
 
 def _onboard(args: argparse.Namespace) -> int:
-    from crcr.ops_onboard import OnboardFailed, as_json, onboard_from_env  # noqa: PLC0415
+    from crcr.ops.onboard import OnboardFailed, as_json, onboard_from_env  # noqa: PLC0415
 
     try:
         done = onboard_from_env(args.repo, args.level, args.device, args.buildkite, args.out, args.action_ref)
@@ -162,7 +162,7 @@ def _onboard(args: argparse.Namespace) -> int:
 def _app_manifest(args: argparse.Namespace) -> int:
     import secrets  # noqa: PLC0415
 
-    from crcr.ops_onboard import OnboardFailed, app_manifest, manifest_form  # noqa: PLC0415
+    from crcr.ops.onboard import OnboardFailed, app_manifest, manifest_form  # noqa: PLC0415
 
     try:
         manifest = app_manifest(args.webhook_url, args.name)
@@ -183,7 +183,7 @@ def _app_manifest(args: argparse.Namespace) -> int:
 def _keys_rotate(args: argparse.Namespace) -> int:
     import time  # noqa: PLC0415
 
-    from crcr.ops_keys import USAGE, RotateFailed, describe, rotate_file, rotate_secret  # noqa: PLC0415
+    from crcr.ops.keys import USAGE, RotateFailed, describe, rotate_file, rotate_secret  # noqa: PLC0415
     from crcr.settings import ConfigError, Settings  # noqa: PLC0415
 
     try:
@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         return _app_manifest(args)
     if args.command == "keys":
         return _keys_rotate(args)
-    from crcr.demo import run_demo  # noqa: PLC0415
+    from crcr.ops.demo import run_demo  # noqa: PLC0415
 
     return run_demo(None if args.keep < 0 else args.keep)
 
