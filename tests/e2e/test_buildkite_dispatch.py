@@ -52,6 +52,8 @@ def bk_relay(relay_factory: Callable[..., Relay], buildkite: BuildkiteDouble) ->
         config = {
             "CRCR_BUILDKITE_API_URL": buildkite.url,
             "CRCR_BUILDKITE_TIMEOUT_S": "1",  # a request the relay gave up on then settles for 3 s
+            # It maps vllm/ci to vllm-project/vllm: without a map, a Buildkite downstream is refused at start-up.
+            "CRCR_CI_PROVIDERS": str(ROOT / "examples" / "ci_providers.yml"),
         }
         if token != "":
             config["CRCR_BUILDKITE_API_TOKEN"] = token or buildkite.token

@@ -639,7 +639,22 @@ class LocalStack:
         }
 
     # -- lifecycle --------------------------------------------------------------------------------------
+    def preflight(self) -> None:
+        """Everything `crcr local` can know is wrong before it starts, as ConfigError: one line per problem."""
+        from crcr.adapters import preflight  # noqa: PLC0415
+        from crcr.settings import ConfigError, Settings  # noqa: PLC0415
+
+        busy = preflight.port_problem(self.host, self.port)
+        try:
+            settings = Settings.from_env(self.env)
+        except ConfigError as exc:
+            raise ConfigError(*([busy] if busy else []), *exc.problems) from None
+        problems = ([busy] if busy else []) + preflight.documents(settings) + preflight.keys(settings)
+        if problems:
+            raise ConfigError(*problems)
+
     def start(self) -> LocalStack:
+        self.preflight()
         self._saved_environ = dict(os.environ)
         self._start_aws()
         if not self.env.get("CRCR_GITHUB_API_URL"):

@@ -243,13 +243,31 @@ def _add_keys(sub: Any) -> None:
 
 def _local(port: int, host: str) -> int:
     from crcr.local.stack import LocalStack  # noqa: PLC0415
+    from crcr.settings import ConfigError  # noqa: PLC0415
 
     visibility = os.environ.get("CRCR_LOCAL_VISIBILITY_TIMEOUT_S")
-    stack = LocalStack(port=port, host=host, visibility_timeout_s=int(visibility) if visibility else None).start()
+    try:
+        timeout = int(visibility) if visibility else None
+        stack = LocalStack(port=port, host=host, visibility_timeout_s=timeout).start()
+    except ConfigError as exc:  # every problem at once, one line each, before anything runs
+        for problem in exc.problems:
+            print(f"crcr local: {problem}", file=sys.stderr)
+        return 2
+    except ValueError:
+        print(
+            f"crcr local: CRCR_LOCAL_VISIBILITY_TIMEOUT_S: not a whole number of seconds: {visibility!r}",
+            file=sys.stderr,
+        )
+        return 2
+    except OSError as exc:  # e.g. a --host that does not resolve or is not this machine's
+        print(f"crcr local: --host {host}: cannot listen there: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
     ready: dict[str, object] = {"event": "ready", "url": stack.url, "hud": f"{stack.url}/hud/"}
+    if stack.env.get("CRCR_GITHUB_APP_ID"):
+        ready["app_id"] = stack.env["CRCR_GITHUB_APP_ID"]
     if stack.sandbox is not None:
         ready["sandbox_github"] = stack.env["CRCR_GITHUB_API_URL"]
         if not os.environ.get("CRCR_WEBHOOK_SECRET"):  # generated for this run: the caller needs it to sign
