@@ -19,6 +19,8 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 
+INSTALLATION_DOCS = "https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app"
+
 
 @dataclass
 class SandboxReply:
@@ -40,9 +42,15 @@ def _ids(repo: str) -> tuple[int, int]:
 
 
 class SandboxGitHub:
-    def __init__(self, app_id: str, app_public_key: RSAPublicKey) -> None:
+    """`installed(repo)` says where the App is installed (`crcr local`: the upstream, the allowlist's repositories and
+    CRCR_SANDBOX_INSTALLED); elsewhere GitHub's answers: 404 for the installation, 422 for a token."""
+
+    def __init__(
+        self, app_id: str, app_public_key: RSAPublicKey, installed: Callable[[str], bool] = lambda _repo: True
+    ) -> None:
         self._app_id = app_id
         self._key = app_public_key
+        self._installed = installed
         self._lock = threading.Lock()
         self._tokens: dict[str, _Token] = {}
         self._owners: dict[int, str] = {}
@@ -72,6 +80,8 @@ class SandboxGitHub:
                 return SandboxReply(404, {"message": "Not Found"})
             if not self._app_ok(auth):
                 return SandboxReply(401, {"message": "A JSON web token could not be decoded"})
+            if not self._installed(m.group(1)):
+                return SandboxReply(404, {"message": "Not Found", "documentation_url": INSTALLATION_DOCS})
             inst, _ = _ids(m.group(1))
             with self._lock:
                 self._owners[inst] = m.group(1).split("/")[0]
@@ -90,6 +100,9 @@ class SandboxGitHub:
             if owner is None or not names:
                 return SandboxReply(422, {"message": "the sandbox needs repositories named in the request"})
             repos = [f"{owner}/{n}" for n in names]
+            if not all(self._installed(r) for r in repos):
+                return SandboxReply(422, {"message": "There is at least one repository that does not exist or is not "
+                                          "accessible to the parent installation."})  # fmt: skip
             token = "ghs_" + secrets.token_urlsafe(24)
             with self._lock:
                 self._tokens[token] = _Token(frozenset(r.lower() for r in repos), time.time() + 3600)

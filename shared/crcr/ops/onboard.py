@@ -53,7 +53,7 @@ def onboard_from_env(
     from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
 
     from crcr.app.onboard import onboard  # noqa: PLC0415
-    from crcr.app.ports import GitHubError  # noqa: PLC0415
+    from crcr.app.ports import GitHubError, GitHubUnavailable, NotInstalled  # noqa: PLC0415
     from crcr.domain.errors import CrcrError  # noqa: PLC0415
     from crcr.domain.onboarding import ACTION_PLACEHOLDER, check_action_ref, parse_request  # noqa: PLC0415
     from crcr.settings import ConfigError, Settings  # noqa: PLC0415
@@ -76,6 +76,12 @@ def onboard_from_env(
         raise OnboardFailed(USAGE, f"CRCR_SECRETS_ARN: {exc}") from None
     try:
         result = onboard(request, github)
+    except NotInstalled as exc:
+        raise OnboardFailed(FAILED, _not_installed_or_wrong_api(github, settings.github_api_url, exc)) from None
+    except GitHubUnavailable as exc:
+        raise OnboardFailed(
+            FAILED, f"GitHub at CRCR_GITHUB_API_URL {settings.github_api_url} is unreachable or failing: {exc}"
+        ) from None
     except GitHubError as exc:
         raise OnboardFailed(FAILED, str(exc)) from None
     relay = None
@@ -88,6 +94,21 @@ def onboard_from_env(
         raise OnboardFailed(USAGE, exc.message) from None
     target = Path(out) if out else Path("crcr-onboard") / result.repo.replace("/", "-")
     return _report(result, _write(target, files), ref, relay_known=relay is not None)
+
+
+def _not_installed_or_wrong_api(github: Any, api_url: str, exc: Exception) -> str:
+    """GitHub answers 404 where the App is not installed, and so does any server at a wrong URL: the App's own
+    endpoint (its webhook deliveries, with the App's JWT) tells the two apart."""
+    from crcr.app.ports import GitHubError  # noqa: PLC0415
+
+    try:
+        github.request("GET", "/app/hook/deliveries?per_page=1", f"Bearer {github.app_jwt()}", kind="hook_deliveries")
+    except GitHubError as probe:
+        return (
+            f"CRCR_GITHUB_API_URL {api_url} does not answer as GitHub's API for this App ({probe}), so whether the "
+            "App is installed is not known: check the URL (GitHub Enterprise: https://HOST/api/v3)"
+        )
+    return str(exc)
 
 
 def _examples(buildkite: bool) -> dict[str, str]:
