@@ -330,7 +330,7 @@ def test_a_wrong_command_is_caught() -> None:
         return commands(Block(block.source, 0, text + "\n"))[0]
 
     with pytest.raises(AssertionError, match="refuses"):
-        check_crcr(cmd("crcr dlq redrive QUEUE"))  # --to is required
+        check_crcr(cmd("crcr dlq redrive --dry-run"))  # the DLQ is required
     with pytest.raises(AssertionError, match="refuses"):
         check_crcr(cmd("crcr health --days 3"))
     with pytest.raises(AssertionError, match="has no --csv"):

@@ -197,7 +197,7 @@ def test_a_422_is_dead_lettered_with_buildkite_reason_and_redriven_once_fixed(
     assert "422" in dead["reason"] and "Branch 'main' does not exist in the repository" in dead["reason"]
     assert buildkite.builds("vllm", "ci") == [] and relay.metric("DispatchDeadLettered") == 1
 
-    assert redrive(sqs, queues["DispatchDLQ"], queues["DispatchQueue"]) == 1
+    assert redrive(sqs, queues["DispatchDLQ"], queues["DispatchQueue"]).moved == 1
     wait_builds(buildkite, 1)
     assert len(buildkite.builds("vllm", "ci")) == 1 and list_dead_letters(sqs, queues["DispatchDLQ"]) == []
     assert {r: len(relay.github.dispatches(r)) for r in LISTED} == dict.fromkeys(LISTED, 1)

@@ -254,7 +254,7 @@ def test_dead_letters_are_listed_with_reasons_and_redriven_once_fixed(relay: Rel
     assert row["target_repo"] == "org-two/l2-repo" and "Repository access blocked" in row["reason"]
     assert len(list_dead_letters(sqs, queues["DispatchDLQ"])) == 1  # listing hides nothing
 
-    assert redrive(sqs, queues["DispatchDLQ"], queues["DispatchQueue"]) == 1
+    assert redrive(sqs, queues["DispatchDLQ"], queues["DispatchQueue"]).moved == 1
     relay.wait_dispatches({"org-two/l2-repo": 1})
     assert counts(relay) == dict.fromkeys(LISTED, 1) | {"org-one/installed-not-listed": 0}
     assert list_dead_letters(sqs, queues["DispatchDLQ"]) == []

@@ -35,26 +35,49 @@ def _allowlist_check(path: str) -> int:
 
 
 def _dlq(args: argparse.Namespace) -> int:
-    from crcr.composition import aws_client  # noqa: PLC0415
-    from crcr.ops.dlq import list_dead_letters, redrive  # noqa: PLC0415
+    from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
 
-    sqs = aws_client("sqs", lean=False)  # receives and deletes: boto3's whole client
-    if args.dlq_command == "list":
-        rows = list_dead_letters(sqs, args.queue, args.max)
+    from crcr.composition import aws_client  # noqa: PLC0415
+    from crcr.ops.dlq import DlqFailed, list_dead_letters, queue_url, redrive, target_for  # noqa: PLC0415
+
+    try:
+        dlq = queue_url(args.queue, "QUEUE" if args.dlq_command == "list" else "DLQ")
+        sqs = aws_client("sqs", lean=False)  # receives and deletes: boto3's whole client
+        if args.dlq_command == "list":
+            rows = list_dead_letters(sqs, dlq, args.max)
+            _print_dead_letters(rows, args.json)
+            return 0
+        to = target_for(sqs, dlq, queue_url(args.to, "--to") if args.to else None, args.any_queue)
+        done = redrive(sqs, dlq, to, args.max, dry_run=args.dry_run, any_queue=args.any_queue)
+    except DlqFailed as exc:
+        print(f"crcr dlq: {exc}", file=sys.stderr)
+        return exc.code
+    except (BotoCoreError, ClientError) as exc:
+        print(f"crcr dlq: {_problem(exc)}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(dataclasses.asdict(done)))
+    else:
+        print(done.line())
+        for row in done.left:
+            print(f"  left  {row['message_id']}  {row['reason']}")
+    return 1 if done.left else 0
+
+
+def _print_dead_letters(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
         for row in rows:
             print(json.dumps(row))
-        print(f"{len(rows)} dead letters", file=sys.stderr)
-        return 0
-    kept: list[str] = []
-    moved = redrive(sqs, args.queue, args.to, args.max, kept)
-    print(f"redrove {moved} messages to {args.to}")
-    if kept:
-        print(
-            f"left {len(kept)} stream-batch records in the DLQ: they name stream records, not messages "
-            "(see docs/operations.md, ChecksDLQAlarm)",
-            file=sys.stderr,
-        )
-    return 0
+        return
+    table = [("message", "delivery", "repository", "received", "reason")]
+    table += [
+        (r["message_id"], r["delivery_id"] or "-", r["target_repo"] or "-", str(r["receive_count"]), r["reason"])
+        for r in rows
+    ]
+    widths = [max(len(r[i]) for r in table) for i in range(4)]
+    for line in table:
+        print("  ".join([*(c.ljust(w) for c, w in zip(line[:4], widths, strict=True)), line[4]]).rstrip())
+    print(f"{len(rows)} dead letters", file=sys.stderr)
 
 
 def _health(args: argparse.Namespace) -> int:
@@ -114,7 +137,12 @@ def _secs(seconds: float | None) -> str:
 
 def _problem(exc: Exception) -> str:
     """One line naming what is missing or wrong."""
-    from botocore.exceptions import ClientError, NoRegionError  # noqa: PLC0415
+    from botocore.exceptions import (  # noqa: PLC0415
+        ClientError,
+        EndpointConnectionError,
+        NoCredentialsError,
+        NoRegionError,
+    )
 
     from crcr.domain.errors import AllowlistError  # noqa: PLC0415
 
@@ -124,9 +152,15 @@ def _problem(exc: Exception) -> str:
         message = f"AWS {exc.operation_name}: {error.get('Code', '')}: {error.get('Message', '')}"
         if exc.operation_name == "Query":
             message = f"results table {table}: {error.get('Code', '')}: {error.get('Message', '')}"
+        if "NonExistentQueue" in str(error.get("Code", "")):
+            message = f"no such queue: {error.get('Message', '')}"
         return " ".join(message.split())
     if isinstance(exc, NoRegionError):
         return "no AWS region: set AWS_REGION or AWS_DEFAULT_REGION"
+    if isinstance(exc, NoCredentialsError):
+        return "no AWS credentials (the functions' variables, or crcr local's ready line env)"
+    if isinstance(exc, EndpointConnectionError):
+        return f"AWS unreachable: {exc}"
     if isinstance(exc, AllowlistError):
         return f"allowlist {os.environ.get('CRCR_ALLOWLIST', '')}: {exc.message}"
     if isinstance(exc, OSError) and exc.filename:
@@ -331,13 +365,30 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("file")
     dlq = sub.add_parser("dlq", help="list or redrive dead letters (uses AWS credentials / AWS_ENDPOINT_URL)")
     dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True)
-    dlq_list = dlq_sub.add_parser("list", help="show dead letters with their failure reasons")
+    dlq_list = dlq_sub.add_parser(
+        "list",
+        help="show dead letters with their failure reasons",
+        description="Receives each message once and makes it visible again at once (SQS has no peek): each listing "
+        "raises a message's ApproximateReceiveCount by one; `received` shows it as it was before the listing.",
+    )
     dlq_list.add_argument("queue", help="dead-letter queue URL (stack output DispatchDLQUrl or EventsDLQUrl)")
-    dlq_list.add_argument("--max", type=int, default=100)
-    dlq_redrive = dlq_sub.add_parser("redrive", help="move dead letters back to their queue")
-    dlq_redrive.add_argument("queue", help="dead-letter queue URL")
-    dlq_redrive.add_argument("--to", required=True, help="queue URL to move them to")
-    dlq_redrive.add_argument("--max", type=int, default=1000)
+    dlq_list.add_argument("--max", type=_positive, default=100)
+    dlq_list.add_argument("--json", action="store_true", help="one JSON object a line instead of the table")
+    dlq_redrive = dlq_sub.add_parser(
+        "redrive",
+        help="move dead letters back to the queue they came from",
+        description="Sends each dead letter back to the queue whose redrive policy names the DLQ (as template.yaml "
+        "pairs them), after checking it against that queue's message contract: invalid ones stay in the DLQ and are "
+        "listed (exit 1). Dispatches start again with a fresh attempt count.",
+    )
+    dlq_redrive.add_argument("queue", metavar="DLQ", help="dead-letter queue URL")
+    dlq_redrive.add_argument("--to", help="queue URL to move them to (default: the one the DLQ is paired with)")
+    dlq_redrive.add_argument(
+        "--any-queue", action="store_true", help="let --to name a queue the DLQ is not paired with"
+    )
+    dlq_redrive.add_argument("--dry-run", action="store_true", help="check and count, move nothing")
+    dlq_redrive.add_argument("--max", type=_positive, default=1000)
+    dlq_redrive.add_argument("--json", action="store_true", help="print the result as JSON")
     health = sub.add_parser(
         "health", help="per-repository pass rate, timeouts and times with a level verdict (uses AWS like dlq)"
     )
