@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 
-def _allowlist_check(path: str) -> int:
+def _allowlist_check(path: str, allow_empty: bool = False) -> int:
     from crcr.adapters.allowlist_source import parse_allowlist  # noqa: PLC0415
     from crcr.domain.errors import AllowlistError  # noqa: PLC0415
 
@@ -25,6 +25,12 @@ def _allowlist_check(path: str) -> int:
         return 2
     except AllowlistError as exc:
         print(f"{path}: {exc.message}", file=sys.stderr)
+        return 1
+    if not len(allowlist) and not allow_empty:
+        print(
+            f"{path}: lists no repository: published, it would stop every dispatch (--allow-empty if that is meant)",
+            file=sys.stderr,
+        )
         return 1
     rows = [("repository", "level", "device", "oncalls"), *allowlist.table()]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
@@ -228,6 +234,14 @@ def _keys_rotate(args: argparse.Namespace) -> int:
     options = {"max_age_s": max_age_s, "revoke_current": args.revoke_current, "force": args.force}
     document = None
     try:
+        if args.secret_arn and (args.source or args.out):
+            raise RotateFailed(
+                USAGE,
+                f"give --secret-arn or --from, not both: {'--from' if args.source else '--out'} does nothing "
+                "with --secret-arn (the secret is read and updated in place)",
+            )
+        if args.out and not args.source:
+            raise RotateFailed(USAGE, "--out writes the document read with --from: give --from FILE")
         if args.secret_arn:
             from crcr.composition import aws_client  # noqa: PLC0415
 
@@ -363,6 +377,9 @@ def main(argv: list[str] | None = None) -> int:
     allow_sub = allow.add_subparsers(dest="allowlist_command", required=True)
     check = allow_sub.add_parser("check", help="validate an allowlist file and print its level table")
     check.add_argument("file")
+    check.add_argument(
+        "--allow-empty", action="store_true", help="pass an allowlist that lists no repository (it dispatches nothing)"
+    )
     dlq = sub.add_parser("dlq", help="list or redrive dead letters (uses AWS credentials / AWS_ENDPOINT_URL)")
     dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True)
     dlq_list = dlq_sub.add_parser(
@@ -424,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "local":
         return _local(args.port, args.host)
     if args.command == "allowlist":
-        return _allowlist_check(args.file)
+        return _allowlist_check(args.file, args.allow_empty)
     if args.command == "dlq":
         return _dlq(args)
     if args.command == "health":

@@ -239,6 +239,12 @@ def app_manifest(webhook_url: str, name: str | None = None) -> dict[str, Any]:
     loopback = parts.hostname in ("127.0.0.1", "localhost", "::1")
     if not parts.hostname or not (parts.scheme == "https" or (parts.scheme == "http" and loopback)):
         raise OnboardFailed(USAGE, f"--webhook-url must be an https URL (the relay's WebhookUrl), got {webhook_url!r}")
+    if not parts.path.rstrip("/").endswith("/webhook") or parts.query or parts.fragment:
+        raise OnboardFailed(
+            USAGE,
+            f"--webhook-url must end in /webhook, where the relay takes GitHub's deliveries (the stack output "
+            f"WebhookUrl), got {webhook_url!r}",
+        )
     path = checkout_root() / MANIFEST_PATH
     try:
         manifest: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
@@ -253,6 +259,11 @@ def app_manifest(webhook_url: str, name: str | None = None) -> dict[str, Any]:
 
 def manifest_form(manifest: dict[str, Any], state: str, org: str | None, github_url: str) -> str:
     """A page whose form registers the App from the manifest (GitHub: "Registering a GitHub App from a manifest")."""
+    parts = urllib.parse.urlsplit(github_url)
+    if parts.scheme not in ("https", "http") or not parts.hostname or parts.query or parts.fragment:
+        raise OnboardFailed(
+            USAGE, f"--github-url must be GitHub's web URL with its scheme (https://github.com), got {github_url!r}"
+        )
     base = github_url.rstrip("/")
     target = f"{base}/organizations/{urllib.parse.quote(org)}/settings/apps/new" if org else f"{base}/settings/apps/new"
     action = f"{target}?state={urllib.parse.quote(state)}"
