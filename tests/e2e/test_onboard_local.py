@@ -60,7 +60,12 @@ def stack(app_key_pem: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 
 def onboard(
-    stack: LocalStack, app_key_pem: str, cwd: Path, *args: str, api_url: str | None = None
+    stack: LocalStack,
+    app_key_pem: str,
+    cwd: Path,
+    *args: str,
+    api_url: str | None = None,
+    allowlist: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """The command with the relay's variables, as an operator runs it against this stack."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CRCR_", "AWS_"))}
@@ -69,6 +74,8 @@ def onboard(
         "CRCR_GITHUB_APP_ID": stack.env["CRCR_GITHUB_APP_ID"],
         "CRCR_GITHUB_APP_PRIVATE_KEY": app_key_pem,
     }
+    if allowlist:
+        env["CRCR_ALLOWLIST"] = allowlist
     return subprocess.run(
         [sys.executable, "-m", "crcr.ops.cli", "onboard", *args],
         env=env,
@@ -212,3 +219,59 @@ def test_an_unreachable_api_is_told_apart(stack: LocalStack, app_key_pem: str, t
     assert done.returncode == 1
     assert done.stderr.startswith(f"crcr onboard: GitHub at CRCR_GITHUB_API_URL {closed} is unreachable or failing: ")
     assert len(done.stderr.splitlines()) == 1
+
+
+def test_onboard_reads_the_current_allowlist_and_prints_the_move_as_a_diff(
+    stack: LocalStack, app_key_pem: str, tmp_path: Path
+) -> None:
+    """A repository already at L4 asked for at L3: the change moves it (it printed an L3 entry that, merged, made
+    the allowlist fail with "listed twice")."""
+    repo = "riscv/pytorch-riscv-ci"
+    allowlist = stack.env["CRCR_ALLOWLIST"]
+
+    done = onboard(stack, app_key_pem, tmp_path, repo, "--level", "L3", "--device", "riscv", allowlist=allowlist)
+
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    diff = out[out.index("--- a/allowlist.yaml") : out.index("\n\nNext:")].splitlines()
+    assert "-  - riscv/pytorch-riscv-ci: riscv-oncall" in diff and "-L4:" in diff
+    at = diff.index("+L3:")
+    assert diff[at : at + 3] == ["+L3:", "+  riscv:", '+    - riscv/pytorch-riscv-ci: ["riscv-oncall"]']
+    assert f"+    repository_id: {sandbox_ids(repo)[1]}" in diff
+    assert "Apply the allowlist change above, check the file with `crcr allowlist check FILE`" in out
+    # Applied, it is a valid allowlist with the repository at L3 and nothing else changed.
+    patch = subprocess.run(
+        ["patch", "-o", str(tmp_path / "after.yaml"), allowlist],
+        input="\n".join(diff) + "\n",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert patch.returncode == 0, patch.stdout + patch.stderr
+    after = parse_allowlist((tmp_path / "after.yaml").read_text())
+    moved = after.get(repo)
+    assert moved is not None and (moved.level.name, moved.device, moved.oncalls) == ("L3", "riscv", ("riscv-oncall",))
+    assert [e.repo for e in after.entries if e.repo != repo] == ["pytorch-fdn/oota-stub"]
+
+
+def test_running_onboard_again_never_overwrites_a_changed_file_without_force(
+    stack: LocalStack, app_key_pem: str, tmp_path: Path
+) -> None:
+    first = onboard(stack, app_key_pem, tmp_path, "amd/rocm-ci", "--level", "L2")
+    assert first.returncode == 0, first.stderr
+    written = tmp_path / "crcr-onboard" / "amd-rocm-ci" / ".github" / "workflows" / "crcr.yml"
+    written.write_text(written.read_text() + "# a maintainer's edit\n")
+    again = onboard(stack, app_key_pem, tmp_path, "amd/rocm-ci", "--level", "L2")
+    assert again.returncode == 1
+    assert again.stderr == (
+        "crcr onboard: crcr-onboard/amd-rocm-ci/.github/workflows/crcr.yml exists and differs: "
+        "--force to overwrite it\n"
+    )
+    assert written.read_text().endswith("# a maintainer's edit\n")
+
+    forced = onboard(stack, app_key_pem, tmp_path, "amd/rocm-ci", "--level", "L2", "--force")
+
+    assert forced.returncode == 0, forced.stderr
+    assert not written.read_text().endswith("# a maintainer's edit\n")
+    # The same files again need no --force: nothing would be lost.
+    assert onboard(stack, app_key_pem, tmp_path, "amd/rocm-ci", "--level", "L2").returncode == 0

@@ -191,7 +191,9 @@ def _onboard(args: argparse.Namespace) -> int:
     from crcr.ops.onboard import OnboardFailed, as_json, onboard_from_env  # noqa: PLC0415
 
     try:
-        done = onboard_from_env(args.repo, args.level, args.device, args.buildkite, args.out, args.action_ref)
+        done = onboard_from_env(
+            args.repo, args.level, args.device, args.buildkite, args.out, args.action_ref, args.force
+        )
     except OnboardFailed as exc:
         print(f"crcr onboard: {exc}", file=sys.stderr)
         return exc.code
@@ -343,8 +345,9 @@ def _add_onboarding(sub: Any) -> None:
         help="check a new downstream with the App, print its allowlist entry and write its CI files",
         description="Checks that the App is installed on the repository and reads its numeric id (GitHub Actions "
         "downstreams; uses CRCR_GITHUB_API_URL, CRCR_GITHUB_APP_ID, CRCR_GITHUB_APP_PRIVATE_KEY), prints the "
-        "allowlist entry (and for Buildkite the relay's ci_providers.yml entry) and writes the downstream's "
-        "workflow or pipeline under --out.",
+        "allowlist change (a diff of CRCR_ALLOWLIST when set: the repository added, or moved from its level; else "
+        "the entry) and for Buildkite the relay's ci_providers.yml entry, and writes the downstream's workflow or "
+        "pipeline under --out (refusing to overwrite a file that differs without --force).",
     )
     onboard.add_argument("repo", help="the downstream repository, owner/repo")
     onboard.add_argument("--level", required=True, help="L1, L2, L3 or L4")
@@ -356,6 +359,7 @@ def _add_onboarding(sub: Any) -> None:
     onboard.add_argument(
         "--action-ref", metavar="OWNER/REPO/action@SHA", help="crcr's report action at a full commit, for the workflow"
     )
+    onboard.add_argument("--force", action="store_true", help="overwrite files under --out that differ")
     onboard.add_argument("--json", action="store_true", help="print the result as JSON")
     manifest = sub.add_parser(
         "app-manifest", help="print infra/github-app-manifest.json filled in, and a form that registers the App"
