@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import signal
 import sys
@@ -291,7 +292,64 @@ def _add_keys(sub: Any) -> None:
     rotate.add_argument("--json", action="store_true", help="print the summary as JSON (never the keys)")
 
 
-def _local(port: int, host: str) -> int:
+def _send(args: argparse.Namespace) -> int:
+    from crcr.ops.send import SendFailed, Sent, build, from_file, post, webhook_url  # noqa: PLC0415
+
+    try:
+        url = webhook_url(args.url)
+        secret = os.environ.get("CRCR_WEBHOOK_SECRET")
+        if not secret:
+            raise SendFailed(2, "CRCR_WEBHOOK_SECRET is not set: the relay's webhook secret signs the event")
+        if args.file:
+            if not args.event:
+                raise SendFailed(2, "--file needs --event (the X-GitHub-Event header, e.g. pull_request)")
+            body = from_file(args.file)
+            event, action, sha, pr = args.event, json.loads(body).get("action"), None, None
+        else:
+            if args.kind is None:
+                raise SendFailed(2, "name an event (pull_request.opened, push, ciflow, ...) or give --file")
+            upstream = os.environ.get("CRCR_UPSTREAM_REPO") or "pytorch/pytorch"
+            event, action, doc = build(
+                args.kind,
+                upstream,
+                sha=args.sha,
+                pr=args.pr,
+                label=args.label,
+                ciflow=args.ciflow,
+                external_id=args.external_id,
+            )
+            body = json.dumps(doc).encode()
+            sha = doc.get("after") or (doc.get("pull_request") or doc.get("check_run") or {}).get("head", {}).get("sha")
+            sha = sha or (doc.get("check_run") or {}).get("head_sha")
+            pr = doc.get("number") or args.pr
+        delivery, status, reply = post(url, secret, event, body, args.delivery)
+    except SendFailed as exc:
+        print(f"crcr send: {exc}", file=sys.stderr)
+        return exc.code
+    sent = Sent(event, action, delivery, url, status, reply, sha, pr)
+    print(json.dumps(sent.as_json()) if args.json else sent.line())
+    return 0 if 200 <= status < 300 else 1
+
+
+def _follow(args: argparse.Namespace) -> int:
+    from crcr.ops.follow import follow  # noqa: PLC0415
+
+    try:
+        source = open(args.file, encoding="utf-8") if args.file else sys.stdin  # noqa: SIM115 - closed below
+    except OSError as exc:
+        print(f"crcr follow: {args.file}: {exc.strerror}", file=sys.stderr)
+        return 2
+    try:
+        follow(source, lambda line: print(line, flush=True), set(args.delivery), args.json)
+    except (KeyboardInterrupt, BrokenPipeError):
+        pass
+    finally:
+        if source is not sys.stdin:
+            source.close()
+    return 0
+
+
+def _local(port: int, host: str, follow: bool = False) -> int:
     from crcr.local.stack import LocalStack  # noqa: PLC0415
     from crcr.settings import ConfigError  # noqa: PLC0415
 
@@ -324,6 +382,14 @@ def _local(port: int, host: str) -> int:
             ready["webhook_secret"] = stack.secrets["webhook_secret"]
     ready["env"] = stack.operator_env()
     print(json.dumps(ready), flush=True)
+    if follow:  # each step of each delivery as a human line (crcr follow's view) instead of silence or raw JSON
+        from crcr.adapters.observability import logger  # noqa: PLC0415
+        from crcr.ops.follow import HumanStream  # noqa: PLC0415
+
+        logger.setLevel(stack.env.get("POWERTOOLS_LOG_LEVEL") or "INFO")  # the functions' own env says WARNING
+        handler = logger.registered_handler
+        if isinstance(handler, logging.StreamHandler):
+            handler.setStream(HumanStream(sys.stdout))
     done.wait()
     stack.stop()
     return 0
@@ -371,19 +437,7 @@ def _add_onboarding(sub: Any) -> None:
     manifest.add_argument("--github-url", default="https://github.com", help="GitHub's web URL (GHES: your host)")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="crcr", description="Cross-Repository CI Relay")
-    sub = parser.add_subparsers(dest="command", required=True)
-    local = sub.add_parser("local", help="run the relay on this machine against an embedded AWS")
-    local.add_argument("--port", type=int, default=8787, help="port to serve on (0 picks a free one)")
-    local.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback unless told)")
-    allow = sub.add_parser("allowlist", help="allowlist tools")
-    allow_sub = allow.add_subparsers(dest="allowlist_command", required=True)
-    check = allow_sub.add_parser("check", help="validate an allowlist file and print its level table")
-    check.add_argument("file")
-    check.add_argument(
-        "--allow-empty", action="store_true", help="pass an allowlist that lists no repository (it dispatches nothing)"
-    )
+def _add_dlq(sub: Any) -> None:
     dlq = sub.add_parser("dlq", help="list or redrive dead letters (uses AWS credentials / AWS_ENDPOINT_URL)")
     dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True)
     dlq_list = dlq_sub.add_parser(
@@ -410,6 +464,62 @@ def main(argv: list[str] | None = None) -> int:
     dlq_redrive.add_argument("--dry-run", action="store_true", help="check and count, move nothing")
     dlq_redrive.add_argument("--max", type=_positive, default=1000)
     dlq_redrive.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _add_send_follow(sub: Any) -> None:
+    from crcr.ops.send import KINDS  # noqa: PLC0415
+
+    send = sub.add_parser(
+        "send",
+        help="build, sign and post an upstream event to a relay, and say what it answered",
+        description="Builds a realistic upstream webhook from examples/events/ (or takes --file), signs it with "
+        "CRCR_WEBHOOK_SECRET as GitHub does, posts it to the relay's /webhook and says what the answer means. "
+        "Watch what follows with `crcr local --follow`, or `crcr follow DELIVERY` over the functions' logs.",
+    )
+    send.add_argument("kind", nargs="?", choices=KINDS, metavar="EVENT", help=f"one of: {', '.join(KINDS)}")
+    send.add_argument("--url", default="http://127.0.0.1:8787", help="the relay's URL or WebhookUrl")
+    send.add_argument("--sha", help="the commit: PR head, push after (default: a new random one)")
+    send.add_argument("--pr", type=_positive, help="the PR number (default: the example's, 170001)")
+    send.add_argument("--label", help="pull_request.labeled: the label, e.g. ciflow/crcr/xpu")
+    send.add_argument("--ciflow", default="trunk", help="ciflow: the tag's name, refs/tags/ciflow/<name>/<PR>")
+    send.add_argument("--external-id", help="check_run.rerequested: the check run's <repo>:<run_id>:<pr>")
+    send.add_argument("--file", help="send this JSON body as it is instead (with --event)")
+    send.add_argument("--event", help="with --file: the X-GitHub-Event header")
+    send.add_argument("--delivery", help="the X-GitHub-Delivery id (default: a new one; repeat one to redeliver)")
+    send.add_argument("--json", action="store_true", help="print the result as JSON")
+    follow = sub.add_parser(
+        "follow",
+        help="read the functions' JSON log lines and print each step a delivery takes",
+        description="Reads the relay's structured log lines from standard input (or --file): crcr local's output "
+        "with POWERTOOLS_LOG_LEVEL=INFO, or `aws logs tail` of the functions' log groups; prints one line per step "
+        "(webhook, planned, each dispatch, each report and its HUD push, check runs, the PR comment, dead letters, "
+        "warnings and errors).",
+    )
+    follow.add_argument("delivery", nargs="*", help="only these X-GitHub-Delivery ids (default: all)")
+    follow.add_argument("--file", help="read this file instead of standard input")
+    follow.add_argument("--json", action="store_true", help="the raw JSON lines of those steps instead")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="crcr", description="Cross-Repository CI Relay")
+    sub = parser.add_subparsers(dest="command", required=True)
+    local = sub.add_parser("local", help="run the relay on this machine against an embedded AWS")
+    local.add_argument("--port", type=int, default=8787, help="port to serve on (0 picks a free one)")
+    local.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback unless told)")
+    local.add_argument(
+        "--follow",
+        action="store_true",
+        help="after the ready line, print each step of each delivery as a line (crcr follow's view of the logs)",
+    )
+    _add_send_follow(sub)
+    allow = sub.add_parser("allowlist", help="allowlist tools")
+    allow_sub = allow.add_subparsers(dest="allowlist_command", required=True)
+    check = allow_sub.add_parser("check", help="validate an allowlist file and print its level table")
+    check.add_argument("file")
+    check.add_argument(
+        "--allow-empty", action="store_true", help="pass an allowlist that lists no repository (it dispatches nothing)"
+    )
+    _add_dlq(sub)
     health = sub.add_parser(
         "health", help="per-repository pass rate, timeouts and times with a level verdict (uses AWS like dlq)"
     )
@@ -443,7 +553,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "local":
-        return _local(args.port, args.host)
+        return _local(args.port, args.host, args.follow)
+    if args.command == "send":
+        return _send(args)
+    if args.command == "follow":
+        return _follow(args)
     if args.command == "allowlist":
         return _allowlist_check(args.file, args.allow_empty)
     if args.command == "dlq":
