@@ -678,6 +678,7 @@ class LocalStack:
                 self.env["CRCR_OIDC_AUDIENCE"] = audience
                 self.workflows = SandboxWorkflows(self.sandbox_oidc.token, audience)
                 self.sandbox.on_dispatch = self.workflows.start
+                self.sandbox.runs = self.workflows
             if not self.env.get("CRCR_BUILDKITE_API_URL"):
                 self._start_sandbox_buildkite()
             if not self.env.get("CRCR_HUD_URL"):

@@ -1,9 +1,13 @@
-"""`crcr demo`: the relay end to end on the embedded stack with the sandbox GitHub, shown as a table."""
+"""`crcr demo`: the relay end to end on the embedded stack with the sandbox GitHub: first a PR and a push whose
+downstreams pass, each job's transitions shown as they happen; then a PR whose downstreams fail in the ways that
+matter (a new failure with its failing tests, a pre-existing one, an infrastructure failure retried once, a time-out),
+the PR comment and check runs that result, a dead letter and its redrive; then the HUD pages to open."""
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -11,6 +15,7 @@ import uuid
 from typing import Any
 
 from crcr.domain.signature import sign
+from crcr.local.sandbox import SandboxJob
 from crcr.local.stack import LocalStack, project_root
 
 
@@ -53,6 +58,10 @@ def run_demo(keep_s: float | None = 0.0) -> int:
         "CRCR_CHECK_SETTLE_S": "2",  # production waits 60 s for a repository's jobs to settle
         # vllm-project/vllm builds on the sandbox Buildkite; its pipeline's ids map it here, as PyTorch maps vLLM.
         "CRCR_CI_PROVIDERS": str(root / "examples" / "ci_providers.yml"),
+        # Part two's time-out within seconds (production: 12 h), swept every second, the comment settled in one.
+        "CRCR_RUN_TIMEOUT_S": "6",
+        "CRCR_SWEEP_INTERVAL_S": "1",
+        "CRCR_COMMENT_SETTLE_S": "1",
     }
     events = root / "examples" / "events"
     pr_body = (events / "pull_request.opened.json").read_bytes()
@@ -64,6 +73,9 @@ def run_demo(keep_s: float | None = 0.0) -> int:
         secret = stack.secrets["webhook_secret"]
         print(f"Relay listening at {stack.url}")
         print(f"HUD pages at {stack.url}/hud/ (live while the demo runs)\n")
+        print("1. A PR and a push; every downstream passes. Each job's transitions as they happen:\n")
+        live = Transitions(stack)
+        live.start()
         sent = []
         pr_delivery, push_delivery = str(uuid.uuid4()), str(uuid.uuid4())
         for label, event, body, delivery in (
@@ -82,30 +94,9 @@ def run_demo(keep_s: float | None = 0.0) -> int:
         expected = 6 + 5
         dispatches = _wait_for(stack, expected)
         builds = _wait_for_builds(stack, 2)
-        print(f"\n{'downstream repository':28} {'level':5} {'event':13} {'delivery':38} ticket")
-        for d in sorted(dispatches, key=lambda d: (d["event_type"], d["repo"])):
-            payload = d["client_payload"]
-            print(
-                f"{d['repo']:28} {_level(payload):5} {d['event_type']:13} {payload['delivery_id']:38} "
-                f"{payload['ticket'][:24]}…"
-            )
-        print(f"\n{'Buildkite build':28} {'event':13} {'upstream commit':16} {'build id':38} number")
-        for b in sorted(builds, key=lambda b: b["env"]["CRCR_EVENT_TYPE"]):
-            print(
-                f"{b['organization']['slug'] + '/' + b['pipeline']['slug']:28} {b['env']['CRCR_EVENT_TYPE']:13} "
-                f"{b['env']['CRCR_UPSTREAM_SHA'][:12]:16} {b['id']:38} {b['number']}"
-            )
         callbacks = _wait_for_callbacks(stack, 2 * len(dispatches))
         build_reports = _wait_for_build_reports(stack, 2 * len(builds))
-        print(
-            f"\n{'downstream repository':28} {'level':5} {'event':13} {'job':16} {'state':10} {'conclusion':10} "
-            f"{'queue s':>7} {'run s':>6}"
-        )
-        for job in sorted(_jobs(stack), key=lambda j: (j["event"], j["repo"])):
-            print(
-                f"{job['repo']:28} L{job['level']:4} {job['event']:13} {job['job']:16} {job['state']:10} "
-                f"{job['conclusion']:10} {job['queue_s']:>7} {job['run_s']:>6}"
-            )
+        live.pause()
         ignored = sum(1 for c in callbacks if c["reply"].get("status") == "ignored")
         refused = [c for c in callbacks if c["http"] != 200]
         bk_refused = [r for r in build_reports if r["http"] != 200]
@@ -151,9 +142,217 @@ def run_demo(keep_s: float | None = 0.0) -> int:
             and accepted >= len(_jobs(stack))
             and hud_rows == len(_jobs(stack))
         )
-        print("Demo passed." if ok else "Demo FAILED.")
+        failures_ok = failing_pr(stack, secret, live)
+        live.stop()
+        _hud_pages(stack)
+        ok = ok and failures_ok
+        print("\nDemo passed." if ok else "\nDemo FAILED.")
         _keep(stack, keep_s)
         return 0 if ok else 1
+
+
+def _hud_pages(stack: LocalStack) -> None:
+    hud = f"{stack.url}/hud"
+    print("\nOpen the HUD pages:")
+    print(f"  {hud}/  recent PRs and commits x downstream repositories")
+    print(f"  {hud}/pr/{FAILING_PR}  the failing PR: verdicts, failing tests, re-runs")
+    print(f"  {hud}/commit/{FAILING_HEAD}  its head commit")
+    print(f"  {hud}/repo/riscv/pytorch-riscv-ci  one repository: history, pass rate, times, level")
+
+
+FAILING_PR = 170002
+BASELINE = "ba5e" * 10  # the failing PR's base: a push to main that sets each job's baseline
+FAILING_HEAD = "fa11" * 10
+REFUSED = "intel/torch-xpu-ops"
+LABELS = ("ciflow/crcr/rocm", "ciflow/crcr/mps")  # the two L3 repositories take part in this PR
+
+
+def script(repo: str, payload: dict[str, Any]) -> list[tuple[str, list[SandboxJob], list[SandboxJob]]] | None:
+    """What each downstream's runs report in part two (attempt 1, then a re-run's attempt 2)."""
+    body = payload.get("payload") or {}
+    sha = (body.get("pull_request") or {}).get("head", {}).get("sha") or body.get("after")
+    test = "build-and-test"
+    if sha == BASELINE and repo == "rocm/pytorch-rocm-ci":
+        failing = SandboxJob(test, "failure", "test", ("test/test_ops.py::TestCommonROCM::test_out_addmm",))
+        return [("crcr sandbox", [failing], [failing])]
+    if sha != FAILING_HEAD:
+        return None
+    if repo == "riscv/pytorch-riscv-ci":  # L4: a new failure, and a job whose runner vanishes (time-out) in another run
+        new = SandboxJob(
+            test,
+            "failure",
+            "test",
+            ("test/test_nn.py::TestNN::test_conv2d_riscv", "test/test_nn.py::TestNN::test_gelu"),
+        )
+        hang = SandboxJob("distributed", finish=False)
+        return [("crcr sandbox", [new], [new]), ("crcr sandbox distributed", [hang], [hang])]
+    if repo == "rocm/pytorch-rocm-ci":  # L3: fails as it did on the base commit
+        failing = SandboxJob(test, "failure", "test", ("test/test_ops.py::TestCommonROCM::test_out_addmm",))
+        return [("crcr sandbox", [failing], [failing])]
+    if repo == "apple/pytorch-mps-ci":  # L3: its runner's infrastructure fails, on the automatic re-run as well
+        infra = SandboxJob(test, "failure", "infra")
+        return [("crcr sandbox", [infra], [infra])]
+    return None
+
+
+def failing_pr(stack: LocalStack, secret: str, live: Transitions) -> bool:
+    """Part two: a base commit, then a PR whose downstreams fail; the comment, check runs, a dead letter."""
+    from crcr.ops.dlq import list_dead_letters, redrive, target_for  # noqa: PLC0415
+    from crcr.ops.send import build  # noqa: PLC0415
+
+    assert stack.sandbox is not None and stack.workflows is not None
+    stack.workflows.script = script
+    print(
+        f"\n2. A PR whose downstreams fail. First a push to main at {BASELINE[:12]} (each job's baseline: "
+        "rocm fails there already), then PR #{FAILING_PR} on it, labelled for both L3 devices; "
+        f"{REFUSED}'s dispatch is refused (403):\n".replace("{FAILING_PR}", str(FAILING_PR))
+    )
+    live.resume()
+    _, _, push = build("push", "pytorch/pytorch", sha=BASELINE)
+    post_webhook(stack.url, secret, "push", json.dumps(push).encode(), str(uuid.uuid4()))
+    _until(lambda: _finished(stack, BASELINE) >= 4, 40)
+    stack.sandbox.refuse_dispatch[REFUSED] = "Repository access blocked"
+    _, _, pr = build("pull_request.opened", "pytorch/pytorch", sha=FAILING_HEAD, pr=FAILING_PR)
+    pr["pull_request"]["base"]["sha"] = BASELINE
+    pr["pull_request"]["labels"] = [{"name": name} for name in LABELS]
+    post_webhook(stack.url, secret, "pull_request", json.dumps(pr).encode(), str(uuid.uuid4()))
+
+    def comment() -> str:
+        found = [c for c in stack.sandbox.comments.values() if c["pr"] == FAILING_PR] if stack.sandbox else []
+        return str(found[0]["body"]) if found else ""
+
+    def complete(body: str) -> bool:
+        """Every verdict in the comment's table, and the new failure's failing tests (as text, unescaped)."""
+        plain = body.replace("\\", "").replace("**", "")
+        wanted = ("| new |", "| pre-existing |", "| infra |", "| infra (timed out) |", "failing: test/test_nn.py")
+        return all(w in plain for w in wanted)
+
+    _until(lambda: complete(comment()), 120)
+    live.pause()
+    body = comment()
+    print(f"\nThe PR comment on #{FAILING_PR} (one, edited in place as results arrive):\n")
+    print("\n".join("    " + line for line in body.splitlines()))
+
+    def runs_of_head() -> list[dict[str, Any]]:
+        return (
+            [r for r in list(stack.sandbox.check_runs.values()) if r["head_sha"] == FAILING_HEAD]
+            if stack.sandbox
+            else []
+        )
+
+    # A repository's check run completes once its jobs finished and nothing changed for CRCR_CHECK_SETTLE_S.
+    _until(lambda: all(r["status"] == "completed" for r in runs_of_head()), 30)
+    runs = runs_of_head()
+    print(f"\n{'check run on ' + FAILING_HEAD[:12]:52} {'status':10} {'conclusion':10} writes")
+    for run in sorted(runs, key=lambda r: r["name"]):
+        print(f"{run['name']:52} {run['status']:10} {run['conclusion'] or '-':10} {run['writes']}")
+    print(f"\nAutomatic re-runs the relay asked for (rerun-failed-jobs): {len(stack.sandbox.reruns)}")
+
+    sqs = stack.client("sqs")
+    dlq = stack.queue_urls["DispatchDLQ"]
+    _until(lambda: bool(list_dead_letters(sqs, dlq)), 30)
+    dead = list_dead_letters(sqs, dlq)
+    print("\nDead letters (crcr dlq list):")
+    for row in dead:
+        print(f"  {row['target_repo']:28} {row['reason']}")
+    stack.sandbox.refuse_dispatch.clear()  # the cause fixed: the App's access restored
+    moved = redrive(sqs, dlq, target_for(sqs, dlq, None, False))
+    _until(lambda: any(d["repo"] == REFUSED and _head(d) == FAILING_HEAD for d in stack.sandbox.dispatches), 30)
+    redriven = any(d["repo"] == REFUSED and _head(d) == FAILING_HEAD for d in stack.sandbox.dispatches)
+    print(f"Fixed, then redriven (crcr dlq redrive): {moved.line()}; {REFUSED} dispatched: {redriven}")
+    checks = {r["name"].split("/")[2]: (r["status"], r["conclusion"]) for r in runs if r["name"].count("/") == 2}
+    return (
+        complete(body)
+        and len(dead) == 1
+        and moved.moved == 1
+        and redriven
+        and len(stack.sandbox.reruns) >= 2
+        and checks.get("pytorch-riscv-ci") == ("completed", "failure")
+    )
+
+
+def _head(dispatch: dict[str, Any]) -> str | None:
+    body = dispatch["client_payload"].get("payload") or {}
+    return (body.get("pull_request") or {}).get("head", {}).get("sha") or body.get("after")
+
+
+def _finished(stack: LocalStack, sha: str) -> int:
+    items = stack.client("dynamodb").scan(TableName="crcr-local-ResultsTable", ConsistentRead=True)["Items"]
+    return sum(1 for i in items if i["head_sha"]["S"] == sha and i["state"]["S"] in ("completed", "timed_out"))
+
+
+def _until(predicate: Any, timeout_s: float) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and not predicate():
+        time.sleep(0.3)
+
+
+class Transitions(threading.Thread):
+    """Prints each job's state change as the relay records it: dispatched -> in_progress -> completed."""
+
+    def __init__(self, stack: LocalStack) -> None:
+        super().__init__(daemon=True)
+        self._stack = stack
+        self._seen: dict[tuple[str, str], str] = {}
+        self._quiet = threading.Event()
+        self._done = threading.Event()
+        self._start = time.time()
+
+    def pause(self) -> None:
+        time.sleep(0.6)  # what is recorded now is still shown
+        self._quiet.set()
+
+    def resume(self) -> None:
+        self._quiet.clear()
+
+    def stop(self) -> None:
+        self._done.set()
+
+    def run(self) -> None:
+        ddb = self._stack.client("dynamodb")
+        while not self._done.wait(0.25):
+            try:
+                items = ddb.scan(TableName="crcr-local-ResultsTable", ConsistentRead=True)["Items"]
+            except Exception:  # the stack stopping
+                return
+            for item in sorted(items, key=lambda i: float(i.get("dispatched_at", {}).get("N", "0"))):
+                key = (item["pk"]["S"], item["sk"]["S"])
+                state = ":".join(item.get(k, {}).get("S", "") for k in ("state", "conclusion", "verdict"))
+                if self._seen.get(key) == state:
+                    continue
+                before = self._seen.get(key)
+                self._seen[key] = state
+                if not self._quiet.is_set():
+                    print(self._line(item, before), flush=True)
+
+    def _line(self, item: dict[str, Any], before: str | None) -> str:
+        def num(name: str) -> float | None:
+            return float(item[name]["N"]) if "N" in item.get(name, {}) else None
+
+        state, conclusion = item["state"]["S"], item.get("conclusion", {}).get("S")
+        previous = (before or "dispatched:").split(":")[0]
+        job = f"{item['job_name']['S']}" + (
+            f" (attempt {item['run_attempt']['N']})" if item["run_attempt"]["N"] != "1" else ""
+        )
+        started, dispatched, completed = num("started_at"), num("dispatched_at"), num("completed_at")
+        if state == "in_progress" and started and dispatched:
+            timing = f"queued {started - dispatched:.1f} s"
+        elif completed and started:
+            timing = f"ran {completed - started:.1f} s"
+        else:
+            timing = ""
+        verdict = f", verdict {item['verdict']['S']}" if "S" in item.get("verdict", {}) else ""
+        outcome = f"{state} {conclusion}" if conclusion and conclusion != state else state
+        if previous == state and verdict:
+            outcome, verdict, timing = f"judged:{verdict[1:]}", "", ""
+            return f"  +{time.time() - self._start:5.1f} s  {item['head_sha']['S'][:7]}  {item['repo']['S']:26} " + (
+                f"L{item['level']['N']}  {job:26} {outcome}"
+            )
+        return (
+            f"  +{time.time() - self._start:5.1f} s  {item['head_sha']['S'][:7]}  {item['repo']['S']:26} "
+            f"L{item['level']['N']}  {job:26} "
+            f"{previous} -> {outcome}{verdict}" + (f"  ({timing})" if timing else "")
+        )
 
 
 def _hud_pushes(stack: LocalStack, timeout_s: float = 15.0) -> tuple[int, list[int], int]:

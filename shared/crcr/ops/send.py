@@ -11,6 +11,7 @@ import urllib.parse
 import urllib.request
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -128,8 +129,11 @@ def build(
     if kind in ("push", "ciflow"):
         body = copy.deepcopy(_template("push.main.json"))
         body["after"] = sha
-        if isinstance(body.get("head_commit"), dict):
-            body["head_commit"]["id"] = sha
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        # The pushed commit, with the time it was made: the relay orders a branch's commits by it (baselines).
+        for commit in [*body.get("commits", [])[-1:], body.get("head_commit")]:
+            if isinstance(commit, dict):
+                commit["id"], commit["timestamp"] = sha, now
         if kind == "ciflow":
             if pr is None:
                 raise SendFailed(2, "ciflow needs --pr: the tag is ciflow/<name>/<PR>")
