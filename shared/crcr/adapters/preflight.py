@@ -128,6 +128,8 @@ def port_problem(host: str, port: int) -> str | None:
         return f"--port {port}: a port is 0 to 65535 (0 picks a free one)"
     try:
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+            # As the server binds: a port whose last listener just stopped (TIME_WAIT) is free, a listening one not.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((host, port))
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
