@@ -9,11 +9,18 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml shared/requirements.txt |
 
 venv: $(STAMP)
 
+# One line per step with what it takes, instead of minutes of silent pip: only when pyproject.toml or
+# shared/requirements.txt changed since the last run.
 $(STAMP): pyproject.toml shared/requirements.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
-	rm -f $(VENV)/.installed-* && touch $@
+	@echo "Setting up $(VENV) (pinned versions; only after pyproject.toml or shared/requirements.txt change):"
+	@echo "  1/3 virtualenv with $(PYTHON) (about 3 s)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "  2/3 pip itself (about 5 s)"
+	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	@echo "  3/3 crcr and its dependencies, runtime and test (about 40 s; up to 90 s on a loaded machine)"
+	@$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	@rm -f $(VENV)/.installed-* && touch $@
+	@echo "  $(VENV) ready"
 
 test: lint typecheck imports template-lint pytest workflow-lint
 
@@ -58,17 +65,25 @@ SAM_PYENV_VERSION ?= 3.11.7:3.12.1:3.13.0
 SAM_ENV := PYENV_VERSION=$(SAM_PYENV_VERSION) SAM_CLI_TELEMETRY=0
 
 $(TOOLS_STAMP): infra/requirements-tools.txt
-	test -x $(TOOLS_PY) || $(PYTHON) -m venv $(TOOLS_VENV)
-	$(TOOLS_PY) -m pip install -q --disable-pip-version-check -r infra/requirements-tools.txt
-	rm -f $(TOOLS_VENV)/.installed-* && touch $@
+	@echo "Setting up $(TOOLS_VENV) for the SAM CLI, cfn-lint and samtranslator (only after infra/requirements-tools.txt changes):"
+	@echo "  1/2 virtualenv with $(PYTHON) (about 3 s)"
+	@test -x $(TOOLS_PY) || $(PYTHON) -m venv $(TOOLS_VENV)
+	@echo "  2/2 the pinned SAM CLI and its own boto3 and pydantic, about 340 MB (1 to 2 minutes)"
+	@$(TOOLS_PY) -m pip install -q --disable-pip-version-check -r infra/requirements-tools.txt
+	@rm -f $(TOOLS_VENV)/.installed-* && touch $@
+	@echo "  $(TOOLS_VENV) ready"
 
 template-lint: $(TOOLS_STAMP)
 	$(SAM_ENV) $(TOOLS_VENV)/bin/sam validate --lint --template-file template.yaml
 	$(TOOLS_PY) infra/lint_template.py template.yaml
 
 build: $(TOOLS_STAMP)
+	@echo "sam build: expected along the way, one 'requirements.txt file not found' per function (a function ships"
+	@echo "its handler alone; its dependencies come from CrcrLayer, built by shared/Makefile)."
 	$(SAM_ENV) $(TOOLS_VENV)/bin/sam build --template-file template.yaml
 	$(SAM_ENV) $(TOOLS_PY) infra/check_build.py .aws-sam/build
+	@echo "Built in .aws-sam/build. SAM's hint above to run 'sam local invoke' needs Docker: here, crcr local runs"
+	@echo "the same handlers on an embedded AWS (docs/local-stack.md); deploy with sam deploy (docs/operations.md)."
 
 .PHONY: workflow-lint
 # Lints the downstream example workflow and the report action, offline. actionlint checks a local

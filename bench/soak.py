@@ -161,7 +161,7 @@ class Relay:
         started = time.monotonic()
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "crcr.cli", "local", "--port", str(self.port)],
+                [sys.executable, "-m", "crcr.ops.cli", "local", "--port", str(self.port)],
                 env=self.env,
                 cwd=ROOT,
                 stdout=out,
@@ -730,7 +730,7 @@ def results_recorded(soak: Soak, jobs: list[Job]) -> tuple[int, list[str]]:
 
 
 def dead_letters(soak: Soak) -> list[dict[str, Any]]:
-    from crcr.ops import list_dead_letters  # noqa: PLC0415
+    from crcr.ops.dlq import list_dead_letters  # noqa: PLC0415
 
     out = []
     for logical in ("EventsDLQ", "DispatchDLQ", "ChecksDLQ", "ReporterDLQ"):

@@ -1,7 +1,7 @@
 """Checks `sam build`'s output for `make build`: the layer ships crcr precompiled and nothing local-only.
 
 Asserts, for .aws-sam/build:
-- CrcrLayer has python/crcr/__init__.py and no crcr/local, crcr/cli.py or crcr/demo.py (local stack only);
+- CrcrLayer has python/crcr/__init__.py and no crcr/local or crcr/ops (the local stack and the operator commands);
 - every .py in the layer has a CPython 3.12 unchecked-hash .pyc (Lambda cannot write bytecode), which
   covers crcr and pydantic;
 - each function in the built template has its handler module;
@@ -27,7 +27,7 @@ from samcli.yamlhelper import yaml_parse
 LAMBDA_UNZIPPED_LIMIT = 250 * 1024 * 1024
 PYC_TAG = "cpython-312"
 UNCHECKED_HASH_FLAGS = 0b01  # PEP 552: hash-based, check_source off
-LOCAL_ONLY = ("crcr/local", "crcr/cli.py", "crcr/demo.py")
+LOCAL_ONLY = ("crcr/local", "crcr/ops")
 MUST_BE_COMPILED = ("crcr", "pydantic")
 
 

@@ -3,7 +3,8 @@ deploy: each block is valid shell; `make` targets and variables exist in the Mak
 with the real command line (every subcommand, flag, choice and required argument); scripts exist and take the
 flags shown; Python given inline compiles; `aws` commands name real operations and parameters (botocore's own
 service models); files of the repository named in a command exist. A program the test does not know fails it,
-so a new kind of command gets a check here before it reaches the docs."""
+so a new kind of command gets a check here before it reaches the docs. docs/local-stack.md also runs for real on a
+local stack, its `crcr local`, `crcr send` and `crcr follow` commands included (tests/e2e/test_local_stack_doc.py)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from pathlib import Path
 import botocore.session
 import pytest
 
-from crcr import cli
+from crcr.ops import cli
 from tests.conftest import ROOT
 
 SOURCES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md"]
@@ -330,7 +331,7 @@ def test_a_wrong_command_is_caught() -> None:
         return commands(Block(block.source, 0, text + "\n"))[0]
 
     with pytest.raises(AssertionError, match="refuses"):
-        check_crcr(cmd("crcr dlq redrive QUEUE"))  # --to is required
+        check_crcr(cmd("crcr dlq redrive --dry-run"))  # the DLQ is required
     with pytest.raises(AssertionError, match="refuses"):
         check_crcr(cmd("crcr health --days 3"))
     with pytest.raises(AssertionError, match="has no --csv"):

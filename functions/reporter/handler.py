@@ -30,11 +30,25 @@ def lambda_handler(event: dict[str, Any], context: Any, deps: ReportDeps | None 
     for record, old, new in changes:
         logger.set_correlation_id(new.delivery_id)
         try:
-            report_change(old, new, ready)
+            hud = report_change(old, new, ready)
         except Exception:
             # Stream order matters: report this record and everything after it for a retry.
             logger.exception("HUD push failed; the stream retries from this record", extra={"target_repo": new.repo})
             return _retry_from(record)
+        if hud is not None:
+            logger.info(
+                "reported",
+                extra={
+                    "delivery_id": new.delivery_id,  # the logger's correlation id is per process, not per record
+                    "target_repo": new.repo,
+                    "job": f"{new.workflow_name}/{new.job_name}",
+                    "run_id": new.run_id,
+                    "state": new.state,
+                    "conclusion": new.conclusion,
+                    "verdict": new.verdict,
+                    "hud": hud,
+                },
+            )
     return {"batchItemFailures": []}
 
 

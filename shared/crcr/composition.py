@@ -250,8 +250,12 @@ def build_ingest_deps(settings: Settings) -> IngestDeps:
 
 
 def _allowlist(settings: Settings, metrics: PowertoolsMetrics, clock: SystemClock) -> CachedAllowlist:
+    from crcr.adapters import preflight  # noqa: PLC0415
     from crcr.adapters.allowlist_source import CachedAllowlist, fetcher_for  # noqa: PLC0415
 
+    # A misspelt path, invalid YAML, an empty list or an unmapped Buildkite downstream fails the cold start, naming
+    # the variable and the line, instead of every message after it (the keys are checked where they are loaded).
+    preflight.check(settings, with_keys=False)
     fetch = fetcher_for(str(settings.allowlist), lambda: aws_client("s3"), lambda: _github(settings))
     return CachedAllowlist(fetch, metrics, clock.now, settings.allowlist_refresh_s, on_error=logger.error)
 

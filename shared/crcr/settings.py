@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import urllib.parse
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, PrivateAttr, SecretStr, ValidationError, field_validator
 
 from crcr.domain.ids import is_repo_name
 from crcr.domain.pacing import parse_rates
@@ -23,7 +25,25 @@ _SECRET_FIELDS = (
 
 
 class ConfigError(RuntimeError):
-    pass
+    """What stops the relay from starting: one line per problem, each naming the variable (or file and line)."""
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = list(problems)
+
+
+# URLs the relay calls or hands out: http(s) with a host. OIDC issuers are stricter (https; http on loopback only).
+_URL_FIELDS = ("github_api_url", "buildkite_api_url", "hud_url", "callback_url")
+_ISSUER_FIELDS = ("oidc_issuer", "buildkite_oidc_issuer")
+
+
+def loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class Settings(BaseModel):
@@ -47,6 +67,8 @@ class Settings(BaseModel):
     # a rotated ticket key is signed with, and served in the JWKS, within this many seconds.
     secrets_max_age_s: int = 300
     allowlist: str | None = None
+    # An allowlist that lists no repository dispatches nothing: refused at start-up unless this says it is meant.
+    allow_empty_allowlist: bool = False
     oidc_issuer: str = "https://token.actions.githubusercontent.com"
     oidc_audience: str = "crcr"
     # Buildkite downstreams (docs/contracts.md): the agents' OIDC issuer, the pipeline -> repository map (PyTorch's
@@ -107,7 +129,24 @@ class Settings(BaseModel):
     @classmethod
     def _upstream_is_a_name(cls, value: str) -> str:
         if not is_repo_name(value):
-            raise ValueError("CRCR_UPSTREAM_REPO must be owner/name in ASCII letters, digits and . _ -")
+            raise ValueError("must be owner/name in ASCII letters, digits and . _ -")
+        return value
+
+    @field_validator(*_URL_FIELDS)
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None:
+            parts = urllib.parse.urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"must be an http(s) URL with a host, got {value!r}")
+        return value
+
+    @field_validator(*_ISSUER_FIELDS)
+    @classmethod
+    def _issuer(cls, value: str) -> str:
+        parts = urllib.parse.urlsplit(value)
+        if not parts.hostname or not (parts.scheme == "https" or (parts.scheme == "http" and loopback(parts.hostname))):
+            raise ValueError(f"must be an https URL (plain http only on loopback), got {value!r}")
         return value
 
     @field_validator("github_write_rates")
@@ -127,8 +166,8 @@ class Settings(BaseModel):
                 values[name] = raw
         try:
             return cls(**values)
-        except ValueError as exc:
-            raise ConfigError(f"invalid configuration: {exc}") from exc
+        except ValidationError as exc:
+            raise ConfigError(*_problems(exc)) from None
 
     def require(self, *names: str) -> None:
         missing = [f"CRCR_{n.upper()}" for n in names if getattr(self, n) in (None, "")]
@@ -156,3 +195,16 @@ class Settings(BaseModel):
     def from_secret(self, name: str) -> bool:
         """True when `name` is read from the CRCR_SECRETS_ARN document rather than fixed by the environment."""
         return name in self._from_secret
+
+
+def _problems(exc: ValidationError) -> list[str]:
+    """One line per invalid variable: its name, what is wrong and (secrets aside) the value given."""
+    lines = []
+    for error in exc.errors(include_url=False):
+        name = str(error["loc"][0]) if error["loc"] else ""
+        variable = f"CRCR_{name.upper()}" if name else "configuration"
+        message = str(error["msg"]).removeprefix("Value error, ")
+        given = error.get("input")
+        shown = name not in _SECRET_FIELDS and isinstance(given, str) and repr(given) not in message
+        lines.append(f"{variable}: {message}" + (f" (got {given!r})" if shown else ""))
+    return lines

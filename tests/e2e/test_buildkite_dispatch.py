@@ -52,6 +52,8 @@ def bk_relay(relay_factory: Callable[..., Relay], buildkite: BuildkiteDouble) ->
         config = {
             "CRCR_BUILDKITE_API_URL": buildkite.url,
             "CRCR_BUILDKITE_TIMEOUT_S": "1",  # a request the relay gave up on then settles for 3 s
+            # It maps vllm/ci to vllm-project/vllm: without a map, a Buildkite downstream is refused at start-up.
+            "CRCR_CI_PROVIDERS": str(ROOT / "examples" / "ci_providers.yml"),
         }
         if token != "":
             config["CRCR_BUILDKITE_API_TOKEN"] = token or buildkite.token
@@ -183,7 +185,7 @@ def test_a_429_waits_for_the_reset_buildkite_names_and_spends_no_attempt(
 def test_a_422_is_dead_lettered_with_buildkite_reason_and_redriven_once_fixed(
     bk_relay: Callable[..., Relay], buildkite: BuildkiteDouble
 ) -> None:
-    from crcr.ops import list_dead_letters, redrive  # noqa: PLC0415
+    from crcr.ops.dlq import list_dead_letters, redrive  # noqa: PLC0415
 
     relay = bk_relay()
     buildkite.script("POST", BUILDS, [Reply.error(422, "Branch 'main' does not exist in the repository")])
@@ -195,7 +197,7 @@ def test_a_422_is_dead_lettered_with_buildkite_reason_and_redriven_once_fixed(
     assert "422" in dead["reason"] and "Branch 'main' does not exist in the repository" in dead["reason"]
     assert buildkite.builds("vllm", "ci") == [] and relay.metric("DispatchDeadLettered") == 1
 
-    assert redrive(sqs, queues["DispatchDLQ"], queues["DispatchQueue"]) == 1
+    assert redrive(sqs, queues["DispatchDLQ"], queues["DispatchQueue"]).moved == 1
     wait_builds(buildkite, 1)
     assert len(buildkite.builds("vllm", "ci")) == 1 and list_dead_letters(sqs, queues["DispatchDLQ"]) == []
     assert {r: len(relay.github.dispatches(r)) for r in LISTED} == dict.fromkeys(LISTED, 1)
@@ -204,7 +206,7 @@ def test_a_422_is_dead_lettered_with_buildkite_reason_and_redriven_once_fixed(
 def test_without_a_token_the_buildkite_repository_is_dead_lettered_naming_the_variable(
     bk_relay: Callable[..., Relay], buildkite: BuildkiteDouble
 ) -> None:
-    from crcr.ops import list_dead_letters  # noqa: PLC0415
+    from crcr.ops.dlq import list_dead_letters  # noqa: PLC0415
 
     relay = bk_relay(token="")
     relay.post("push", event_body("push.main.json"))

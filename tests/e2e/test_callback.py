@@ -420,7 +420,7 @@ def test_hud_server_errors_are_retried_and_client_errors_dead_lettered(scenario:
     wait_for(lambda: len(hud.attempts) >= 5)
     assert hud.attempts[4][0] == 200
     assert hud.attempts[4][1]["untrusted"]["callback_payload"]["workflow"]["job_name"] == "after"
-    from crcr.ops import list_dead_letters  # noqa: PLC0415
+    from crcr.ops.dlq import list_dead_letters  # noqa: PLC0415
 
     [dead] = list_dead_letters(s.relay.stack.client("sqs"), s.relay.stack.queue_urls["ReporterDLQ"])
     assert "HUD rejected the push: 422" in dead["reason"]

@@ -53,7 +53,7 @@ def ledger_dispatched(moto_url: str, delivery: str) -> list[str]:
 
 def start_relay(env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "crcr.cli", "local", "--port", "0"],
+        [sys.executable, "-m", "crcr.ops.cli", "local", "--port", "0"],
         env=env,
         cwd=ROOT,
         stdout=subprocess.PIPE,

@@ -41,7 +41,7 @@ def test_an_l4_repository_failing_its_jobs_is_demoted_with_the_numbers(
     env = relay.stack.operator_env()
     assert {"AWS_ENDPOINT_URL", "CRCR_RESULTS_TABLE", "CRCR_ALLOWLIST"} <= set(env)
     run = subprocess.run(
-        [sys.executable, "-m", "crcr.cli", "health", "--json", "--min-jobs", "1"],
+        [sys.executable, "-m", "crcr.ops.cli", "health", "--json", "--min-jobs", "1"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -84,7 +84,7 @@ def test_a_job_that_failed_then_passed_on_its_rerun_is_counted_flaky_per_job(
 
     def health(*flags: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "crcr.cli", "health", *flags, "--min-jobs", "1"],
+            [sys.executable, "-m", "crcr.ops.cli", "health", *flags, "--min-jobs", "1"],
             capture_output=True,
             text=True,
             cwd=ROOT,

@@ -244,7 +244,7 @@ def test_a_bad_allowlist_edit_keeps_the_last_good_one(relay_factory: Callable[..
 
 
 def test_dead_letters_are_listed_with_reasons_and_redriven_once_fixed(relay: Relay) -> None:
-    from crcr.ops import list_dead_letters, redrive  # noqa: PLC0415
+    from crcr.ops.dlq import list_dead_letters, redrive  # noqa: PLC0415
 
     relay.github.script("POST", r"/repos/org-two/l2-repo/dispatches", [Reply.error(403, "Repository access blocked")])
     relay.post("pull_request", event_body("pull_request.opened.json"))
@@ -254,7 +254,7 @@ def test_dead_letters_are_listed_with_reasons_and_redriven_once_fixed(relay: Rel
     assert row["target_repo"] == "org-two/l2-repo" and "Repository access blocked" in row["reason"]
     assert len(list_dead_letters(sqs, queues["DispatchDLQ"])) == 1  # listing hides nothing
 
-    assert redrive(sqs, queues["DispatchDLQ"], queues["DispatchQueue"]) == 1
+    assert redrive(sqs, queues["DispatchDLQ"], queues["DispatchQueue"]).moved == 1
     relay.wait_dispatches({"org-two/l2-repo": 1})
     assert counts(relay) == dict.fromkeys(LISTED, 1) | {"org-one/installed-not-listed": 0}
     assert list_dead_letters(sqs, queues["DispatchDLQ"]) == []

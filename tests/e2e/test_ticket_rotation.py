@@ -116,7 +116,17 @@ def test_tickets_signed_before_and_after_a_rotation_both_report(
 def rotate(relay: Relay, *flags: str) -> dict[str, Any]:
     env = relay.stack.operator_env() | {"PATH": "/usr/bin:/bin"}
     done = subprocess.run(
-        [sys.executable, "-m", "crcr.cli", "keys", "rotate", "--secret-arn", env["CRCR_SECRETS_ARN"], "--json", *flags],
+        [
+            sys.executable,
+            "-m",
+            "crcr.ops.cli",
+            "keys",
+            "rotate",
+            "--secret-arn",
+            env["CRCR_SECRETS_ARN"],
+            "--json",
+            *flags,
+        ],
         env=env,
         cwd=ROOT,
         capture_output=True,

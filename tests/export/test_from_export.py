@@ -15,7 +15,7 @@ import pytest
 from crcr.adapters.results import DynamoResults
 from crcr.adapters.table_export import ExportUnreadable, export_jobs
 from crcr.local.template import load_template
-from crcr.ops_export import select_rows
+from crcr.ops.export import select_rows
 from tests.conftest import ROOT
 from tests.export.conftest import BUCKET, RESULTS_TABLE, Aws, create_results_table
 from tests.export.jobs import recorded_jobs

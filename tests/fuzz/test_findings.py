@@ -12,10 +12,10 @@ import pytest
 
 from crcr.adapters.allowlist_source import parse_allowlist, parse_providers
 from crcr.app.callback import _parse
-from crcr.cli import main
 from crcr.domain.errors import AllowlistError
 from crcr.domain.onboarding import allowlist_entry, parse_request
 from crcr.domain.providers import ProvidersError
+from crcr.ops.cli import main
 from tests.conftest import Relay, event_body, http
 from tests.doubles.hud import HudDouble
 from tests.doubles.oidc_issuer import OidcIssuer

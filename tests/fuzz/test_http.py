@@ -39,7 +39,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from crcr.domain.signature import sign
-from crcr.ops import list_dead_letters
+from crcr.ops.dlq import list_dead_letters
 from tests.conftest import HUD_TOKEN, LISTED, WEBHOOK_SECRET, Relay, event_body
 from tests.doubles.hud import HudDouble
 from tests.doubles.oidc_issuer import OidcIssuer

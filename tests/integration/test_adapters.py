@@ -208,7 +208,7 @@ def test_allowlist_check_prints_the_level_table(tmp_path: Any) -> None:
     good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
     good.write_bytes(GOOD)
     bad.write_bytes(BAD)
-    run = [sys.executable, "-m", "crcr.cli", "allowlist", "check"]
+    run = [sys.executable, "-m", "crcr.ops.cli", "allowlist", "check"]
     ok = subprocess.run([*run, str(good)], capture_output=True, text=True, cwd=ROOT, check=False)
     assert ok.returncode == 0
     assert "org-four/L4-Repo  L4" in ok.stdout and "2 repositories" in ok.stdout
@@ -218,7 +218,7 @@ def test_allowlist_check_prints_the_level_table(tmp_path: Any) -> None:
 
 
 def test_allowlist_check_accepts_pytorchs_current_file_unchanged(tmp_path: Any) -> None:
-    run = [sys.executable, "-m", "crcr.cli", "allowlist", "check"]
+    run = [sys.executable, "-m", "crcr.ops.cli", "allowlist", "check"]
     current = ROOT / "tests/events/pytorch/allowlist.yml"
     ok = subprocess.run([*run, str(current)], capture_output=True, text=True, cwd=ROOT, check=False)
     assert ok.returncode == 0, ok.stderr

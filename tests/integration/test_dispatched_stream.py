@@ -20,7 +20,7 @@ from crcr.domain.levels import Level
 from crcr.domain.ticket import TicketClaims
 from crcr.local.filters import passes
 from crcr.local.stack import Context, StreamReader
-from crcr.ops import redrive
+from crcr.ops.dlq import redrive
 from tests.integration.aws import checks_handler, checks_stream_source, dynamodb_and_streams, moto_server
 from tests.unit.fakes import FakeChecksQueue, RecordingMetrics
 from tests.unit.test_checks import _deps, _job
@@ -142,15 +142,15 @@ def test_a_request_the_writer_cannot_take_goes_to_checks_queue_and_only_one_sqs_
 def test_redrive_moves_check_run_messages_back_and_leaves_a_stream_batchs_record_in_the_dlq() -> None:
     with moto_server() as reach:
         sqs = boto3.client("sqs", **reach)
-        dlq, queue = (sqs.create_queue(QueueName=n)["QueueUrl"] for n in ("checks-dlq", "checks"))
+        dlq, queue = (sqs.create_queue(QueueName=n)["QueueUrl"] for n in ("crcr-ChecksDLQ", "crcr-ChecksQueue"))
         request = CheckSyncMessage(kind="repo", upstream=UPSTREAM, head_sha="a" * 40, delivery_id="x", repo="o/r")
         # Lambda's on-failure record of a state-table stream batch ChecksFunction could not take.
         batch = {"requestContext": {"condition": "RetryAttemptsExhausted"}, "DDBStreamBatchInfo": {"batchSize": 1}}
         sqs.send_message(QueueUrl=dlq, MessageBody=request.model_dump_json())
-        sqs.send_message(QueueUrl=dlq, MessageBody=json.dumps(batch))
-        kept: list[str] = []
-        assert redrive(sqs, dlq, queue, kept=kept) == 1 and len(kept) == 1
+        batch_id = sqs.send_message(QueueUrl=dlq, MessageBody=json.dumps(batch))["MessageId"]
+        done = redrive(sqs, dlq, queue)
+        assert done.moved == 1 and [row["message_id"] for row in done.left] == [batch_id]
         [moved] = sqs.receive_message(QueueUrl=queue)["Messages"]
         assert CheckSyncMessage.model_validate_json(moved["Body"]) == request
-        attributes = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["ApproximateNumberOfMessagesNotVisible"])
-        assert attributes["Attributes"]["ApproximateNumberOfMessagesNotVisible"] == "1"  # still there, not deleted
+        attributes = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["ApproximateNumberOfMessages"])
+        assert attributes["Attributes"]["ApproximateNumberOfMessages"] == "1"  # still there, and visible

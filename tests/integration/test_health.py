@@ -186,7 +186,7 @@ def test_what_is_missing_or_wrong_is_one_line(aws: Aws, tmp_path: Path, change: 
 
 def crcr_health(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "crcr.cli", "health", *args],
+        [sys.executable, "-m", "crcr.ops.cli", "health", *args],
         capture_output=True,
         text=True,
         cwd=ROOT,

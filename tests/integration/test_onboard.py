@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def crcr(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "crcr.cli", *args],
+        [sys.executable, "-m", "crcr.ops.cli", *args],
         env=env,
         cwd=cwd,
         capture_output=True,
@@ -113,7 +113,7 @@ def test_a_repository_the_app_is_not_installed_on_fails_in_one_line(
 @pytest.mark.parametrize(
     ("setup", "code", "message"),
     [
-        ("down", 1, "crcr onboard: GET /repos/org/repo/installation: HTTP 502"),
+        ("down", 1, "crcr onboard: GitHub at CRCR_GITHUB_API_URL http://127.0.0.1:"),
         ("bad_key", 2, "crcr onboard: CRCR_GITHUB_APP_PRIVATE_KEY is not the App's private key"),
         ("no_app_id", 2, "crcr onboard: missing configuration: CRCR_GITHUB_APP_ID"),
         ("other_key", 1, "crcr onboard: 401: GET /repos/org/repo/installation: A JSON web token could not be decoded"),

@@ -17,8 +17,8 @@ from moto.server import ThreadedMotoServer
 from crcr.adapters.tickets import kid_of, private_pem
 from crcr.composition import build_callback_deps, build_dispatch_deps, build_jwks, load_settings
 from crcr.local.stack import free_port
-from crcr.ops_keys import rotate_secret
-from tests.conftest import http
+from crcr.ops.keys import rotate_secret
+from tests.conftest import ROOT, http
 from tests.unit.test_tickets import claims
 
 
@@ -46,7 +46,8 @@ def env(arn: str, **more: str) -> dict[str, str]:
         "CRCR_SECRETS_MAX_AGE_S": "0",  # read again on every use: what an expired cache does
         "CRCR_STATE_TABLE": "state",
         "CRCR_RESULTS_TABLE": "results",
-        "CRCR_ALLOWLIST": "/nonexistent/allowlist.yaml",
+        # PyTorch's own allowlist: a cold start checks the allowlist it is given.
+        "CRCR_ALLOWLIST": str(ROOT / "tests" / "events" / "pytorch" / "allowlist.yml"),
         "CRCR_DISPATCH_QUEUE_URL": "q",
         "CRCR_DISPATCH_DLQ_URL": "dlq",
         "CRCR_CALLBACK_URL": "https://crcr.example.com/callback",

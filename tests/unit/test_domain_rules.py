@@ -182,5 +182,5 @@ def test_write_rates_parse_as_count_period_burst_windows() -> None:
 def test_a_bad_write_rate_setting_fails_the_cold_start_naming_it() -> None:
     from crcr.settings import ConfigError, Settings  # noqa: PLC0415
 
-    with pytest.raises(ConfigError, match="github_write_rates"):
+    with pytest.raises(ConfigError, match=r"^CRCR_GITHUB_WRITE_RATES: "):
         Settings.from_env({"CRCR_GITHUB_WRITE_RATES": "60 a minute"})

@@ -14,7 +14,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from crcr.adapters.tickets import Ed25519Tickets, kid_of, load_ed25519, load_ed25519_public, private_pem, public_pem
-from crcr.ops_keys import TICKET_TTL_S, USAGE, RotateFailed, rotate
+from crcr.ops.keys import TICKET_TTL_S, USAGE, RotateFailed, rotate
 from tests.unit.test_tickets import claims
 
 NOW = 1_800_000_000.0
@@ -93,7 +93,7 @@ def test_a_document_without_a_good_key_is_refused_naming_it(doc: dict[str, Any],
 
 def run(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "crcr.cli", "keys", "rotate", *args],
+        [sys.executable, "-m", "crcr.ops.cli", "keys", "rotate", *args],
         input=stdin,
         capture_output=True,
         text=True,

@@ -84,18 +84,19 @@ def summarise(changes: Sequence[tuple[JobRecord | None, JobRecord]], deps: Repor
         update_summaries([new for old, new in changes if changed(old, new)], deps.summaries)
 
 
-def report_change(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> None:
+def report_change(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> str | None:
     """Push the change to the HUD and ask the check-run writer to look at the job. Raise when it should
-    be retried later (the stream then retries this record); 4xx are dead-lettered with the reason."""
+    be retried later (the stream then retries this record); 4xx are dead-lettered with the reason. Returns what
+    became of the HUD push (`pushed`, `duplicate`, `rejected`, `withheld`, `off`), None for no change."""
     if not changed(old, new):
-        return
+        return None
     if deps.checks is not None:
         deps.checks.send_checks(_follow_ups(new, deps))
     if deps.hud is None:
-        return
+        return "off"
     if not hud_due(old, new, deps):
         deps.metrics.count("HudPushWithheld")  # the HUD has this job as finished already: its rows are final
-        return
+        return "withheld"
     push = envelope(new)
     for tries in range(deps.attempts):
         try:
@@ -103,11 +104,11 @@ def report_change(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> No
         except HudRejected as exc:
             if exc.status == HUD_DUPLICATE:
                 deps.metrics.count("HudDuplicate")
-                return
+                return "duplicate"
             deps.metrics.count("HudRejected")
             deps.dead_letters.send(push, f"HUD rejected the push: {exc}")
             _count_refusal(new, exc, deps)
-            return
+            return "rejected"
         except HudUnavailable:
             deps.metrics.count("HudRetried")
             if tries + 1 == deps.attempts:
@@ -115,7 +116,8 @@ def report_change(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> No
             deps.sleep(deps.rand() * deps.base_delay_s * 2**tries)
             continue
         deps.metrics.count("HudPushed")
-        return
+        return "pushed"
+    return None
 
 
 def _count_refusal(job: JobRecord, exc: HudRejected, deps: ReportDeps) -> None:

@@ -19,6 +19,8 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 
+INSTALLATION_DOCS = "https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app"
+
 
 @dataclass
 class SandboxReply:
@@ -40,9 +42,15 @@ def _ids(repo: str) -> tuple[int, int]:
 
 
 class SandboxGitHub:
-    def __init__(self, app_id: str, app_public_key: RSAPublicKey) -> None:
+    """`installed(repo)` says where the App is installed (`crcr local`: the upstream, the allowlist's repositories and
+    CRCR_SANDBOX_INSTALLED); elsewhere GitHub's answers: 404 for the installation, 422 for a token."""
+
+    def __init__(
+        self, app_id: str, app_public_key: RSAPublicKey, installed: Callable[[str], bool] = lambda _repo: True
+    ) -> None:
         self._app_id = app_id
         self._key = app_public_key
+        self._installed = installed
         self._lock = threading.Lock()
         self._tokens: dict[str, _Token] = {}
         self._owners: dict[int, str] = {}
@@ -51,6 +59,9 @@ class SandboxGitHub:
         self.check_runs: dict[int, dict[str, Any]] = {}
         self.comments: dict[int, dict[str, Any]] = {}  # PR comments, kept for `crcr demo` to show
         self.requests: list[tuple[str, str, int]] = []
+        self.runs: SandboxWorkflows | None = None  # the runs it plays, for the Actions runs API
+        self.reruns: list[tuple[str, int]] = []
+        self.refuse_dispatch: dict[str, str] = {}  # repository -> the 4xx message its dispatches get (crcr demo)
 
     def _app_ok(self, auth: str) -> bool:
         token = auth.removeprefix("Bearer ").strip()
@@ -72,6 +83,8 @@ class SandboxGitHub:
                 return SandboxReply(404, {"message": "Not Found"})
             if not self._app_ok(auth):
                 return SandboxReply(401, {"message": "A JSON web token could not be decoded"})
+            if not self._installed(m.group(1)):
+                return SandboxReply(404, {"message": "Not Found", "documentation_url": INSTALLATION_DOCS})
             inst, _ = _ids(m.group(1))
             with self._lock:
                 self._owners[inst] = m.group(1).split("/")[0]
@@ -90,6 +103,9 @@ class SandboxGitHub:
             if owner is None or not names:
                 return SandboxReply(422, {"message": "the sandbox needs repositories named in the request"})
             repos = [f"{owner}/{n}" for n in names]
+            if not all(self._installed(r) for r in repos):
+                return SandboxReply(422, {"message": "There is at least one repository that does not exist or is not "
+                                          "accessible to the parent installation."})  # fmt: skip
             token = "ghs_" + secrets.token_urlsafe(24)
             with self._lock:
                 self._tokens[token] = _Token(frozenset(r.lower() for r in repos), time.time() + 3600)
@@ -104,6 +120,8 @@ class SandboxGitHub:
                     "repositories": [{"id": _ids(r)[1], "full_name": r, "name": r.split("/")[1]} for r in repos],
                 },
             )
+        if m := re.fullmatch(r"/repos/([^/]+/[^/]+)/actions/runs/(\d+)(/rerun-failed-jobs)?", path):
+            return self._run(method, m.group(1), int(m.group(2)), bool(m.group(3)), auth)
         if m := re.fullmatch(r"/repos/([^/]+/[^/]+)/check-runs(?:/(\d+))?", path):
             return self._check_run(method, m.group(1), m.group(2), auth, body or {})
         if m := re.fullmatch(r"/repos/([^/]+/[^/]+)/issues/(?:(\d+)/comments|comments/(\d+))", path):
@@ -114,6 +132,9 @@ class SandboxGitHub:
             if denied is not None:
                 return denied
             payload = (body or {}).get("client_payload") or {}
+            refused = self.refuse_dispatch.get(repo.lower())
+            if refused:
+                return SandboxReply(403, {"message": refused})
             if len(payload) > 10:
                 return SandboxReply(
                     422, {"message": f"No more than 10 properties are allowed; {len(payload)} were supplied."}
@@ -130,6 +151,26 @@ class SandboxGitHub:
             if self.on_dispatch is not None:
                 self.on_dispatch(repo, _ids(repo)[1], payload)
             return SandboxReply(204)
+        return SandboxReply(404, {"message": "Not Found"})
+
+    def _run(self, method: str, repo: str, run_id: int, rerun: bool, auth: str) -> SandboxReply:
+        """A downstream run the sandbox played: read it, or re-run its failed jobs (the relay's retry)."""
+        denied = self._token_denied(auth, repo)
+        if denied is not None:
+            return denied
+        if self.runs is None:
+            return SandboxReply(404, {"message": "Not Found"})
+        if not rerun and method == "GET":
+            found = self.runs.status(repo, run_id)
+            return SandboxReply(200, found) if found else SandboxReply(404, {"message": "Not Found"})
+        if rerun and method == "POST":
+            if self.runs.status(repo, run_id) is None:
+                return SandboxReply(404, {"message": "Not Found"})
+            if not self.runs.rerun(repo, run_id):
+                return SandboxReply(403, {"message": "This workflow is already running"})
+            with self._lock:
+                self.reruns.append((repo, run_id))
+            return SandboxReply(201, {})
         return SandboxReply(404, {"message": "Not Found"})
 
     def _token_denied(self, auth: str, repo: str) -> SandboxReply | None:
@@ -190,10 +231,30 @@ class SandboxGitHub:
         return SandboxReply(404, {"message": "Not Found"})
 
 
+@dataclass(frozen=True)
+class SandboxJob:
+    """What one job of a sandbox run reports. `finish=False`: it starts and never reports again (the sweeper
+    times it out); `failure_kind` and `failed_tests` go with a failure, as a downstream's report carries them."""
+
+    name: str = "build-and-test"
+    conclusion: str = "success"
+    failure_kind: str | None = None
+    failed_tests: tuple[str, ...] = ()
+    finish: bool = True
+
+
+# A script: (repository, client_payload) -> the runs a dispatch starts, each a workflow name and its jobs, with
+# what the run's re-run (attempt 2, `rerun-failed-jobs`) reports instead. None: the one default run.
+Script = Callable[[str, dict[str, Any]], list[tuple[str, list[SandboxJob], list[SandboxJob]]] | None]
+DEFAULT_RUN = ("crcr sandbox", [SandboxJob()], [SandboxJob()])
+
+
 class SandboxWorkflows:
     """Plays a downstream workflow for each sandbox dispatch: in_progress, then completed, over HTTP.
 
-    The runs report through the relay's real /callback path with tokens from the sandbox issuer.
+    The runs report through the relay's real /callback path with tokens from the sandbox issuer. `script`
+    (`crcr demo` sets it) decides per dispatch what its runs report; a run the relay re-runs (the sandbox
+    GitHub's `rerun-failed-jobs`) plays its failed jobs again as attempt 2.
     """
 
     # A run starts 1.5 s after its dispatch (a real one takes far longer to get a runner): time for an L4
@@ -206,36 +267,70 @@ class SandboxWorkflows:
         self._lock = threading.Lock()
         self._next_run = 9_000_000_000
         self.replies: list[dict[str, Any]] = []
+        self.script: Script | None = None
+        # run id -> (repo, repo id, client payload, workflow, jobs of attempt 1, jobs of a re-run, attempt, status)
+        self.runs: dict[int, dict[str, Any]] = {}
 
     def start(self, repo: str, repo_id: int, client_payload: dict[str, Any]) -> None:
-        with self._lock:
-            self._next_run += 1
-            run_id = self._next_run
-        threading.Thread(target=self._play, args=(repo, repo_id, run_id, client_payload), daemon=True).start()
+        planned = (self.script(repo, client_payload) if self.script else None) or [DEFAULT_RUN]
+        for workflow, jobs, rerun in planned:
+            with self._lock:
+                self._next_run += 1
+                run_id = self._next_run
+                self.runs[run_id] = {
+                    "repo": repo, "repo_id": repo_id, "payload": client_payload, "workflow": workflow,
+                    "rerun": rerun, "attempt": 1, "status": "queued",
+                }  # fmt: skip
+            threading.Thread(target=self._play, args=(run_id, jobs, 1), daemon=True).start()
 
-    def _play(self, repo: str, repo_id: int, run_id: int, client_payload: dict[str, Any]) -> None:
+    def status(self, repo: str, run_id: int) -> dict[str, Any] | None:
+        with self._lock:
+            run = self.runs.get(run_id)
+            if run is None or run["repo"].lower() != repo.lower():
+                return None
+            return {"id": run_id, "status": run["status"], "run_attempt": run["attempt"]}
+
+    def rerun(self, repo: str, run_id: int) -> bool:
+        """GitHub's rerun-failed-jobs: the run's failed jobs play again as the next attempt."""
+        with self._lock:
+            run = self.runs.get(run_id)
+            if run is None or run["repo"].lower() != repo.lower() or run["status"] != "completed":
+                return False
+            run["attempt"] += 1
+            run["status"] = "queued"
+            attempt, jobs = run["attempt"], run["rerun"]
+        threading.Thread(target=self._play, args=(run_id, jobs, attempt), daemon=True).start()
+        return True
+
+    def _play(self, run_id: int, jobs: list[SandboxJob], attempt: int) -> None:
+        run = self.runs[run_id]
+        repo, repo_id, client_payload = run["repo"], run["repo_id"], run["payload"]
         ticket, url = client_payload.get("ticket"), client_payload.get("callback_url")
         if not ticket or not url:
             return
         base = {
             "schema_version": 1,
             "ticket": ticket,
-            "workflow_name": "crcr sandbox",
-            "job_name": "build-and-test",
+            "workflow_name": run["workflow"],
             "run_id": run_id,
-            "run_attempt": 1,
+            "run_attempt": attempt,
             "url": f"https://github.com/{repo}/actions/runs/{run_id}",
         }
         time.sleep(self._queue_s)
-        self._report(url, repo, repo_id, run_id, base | {"status": "in_progress"})
+        with self._lock:
+            run["status"] = "in_progress"
+        for job in jobs:
+            self._report(url, repo, repo_id, run_id, base | {"job_name": job.name, "status": "in_progress"}, attempt)
         time.sleep(self._run_s)
-        done = {"status": "completed", "conclusion": "success"}
-        results = {"test_results": {"passed": 412, "failed": 0, "skipped": 9, "total": 421}}
-        self._report(url, repo, repo_id, run_id, base | done | results)
+        for job in jobs:
+            if job.finish:
+                self._report(url, repo, repo_id, run_id, base | {"job_name": job.name} | _completed(job), attempt)
+        with self._lock:  # a job that never reports lost its runner: the run is over, and can be re-run
+            run["status"] = "completed"
 
-    def _report(self, url: str, repo: str, repo_id: int, run_id: int, body: dict[str, Any]) -> None:
+    def _report(self, url: str, repo: str, repo_id: int, run_id: int, body: dict[str, Any], attempt: int = 1) -> None:
         token = self._mint(
-            audience=self._audience, repository=repo, repository_id=repo_id, run_id=run_id, run_attempt=1
+            audience=self._audience, repository=repo, repository_id=repo_id, run_id=run_id, run_attempt=attempt
         )
         request = urllib.request.Request(  # noqa: S310 - the relay's own local callback URL
             url,
@@ -252,3 +347,20 @@ class SandboxWorkflows:
             status, reply = 0, {"error": repr(exc)}
         with self._lock:
             self.replies.append({"repo": repo, "status": body["status"], "http": status, "reply": reply})
+
+
+def _completed(job: SandboxJob) -> dict[str, Any]:
+    failed = len(job.failed_tests) or (1 if job.conclusion == "failure" and job.failure_kind == "test" else 0)
+    body: dict[str, Any] = {
+        "status": "completed",
+        "conclusion": job.conclusion,
+        "test_results": {"passed": 412 - failed, "failed": failed, "skipped": 9, "total": 421},
+    }
+    if job.failure_kind:
+        body["failure_kind"] = job.failure_kind
+    if job.failed_tests:
+        body["failed_tests_detail"] = [
+            {"name": name.rsplit("::", 1)[-1], "classname": name.rsplit("::", 1)[0], "message": "AssertionError"}
+            for name in job.failed_tests
+        ]
+    return body

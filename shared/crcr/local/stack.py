@@ -639,7 +639,22 @@ class LocalStack:
         }
 
     # -- lifecycle --------------------------------------------------------------------------------------
+    def preflight(self) -> None:
+        """Everything `crcr local` can know is wrong before it starts, as ConfigError: one line per problem."""
+        from crcr.adapters import preflight  # noqa: PLC0415
+        from crcr.settings import ConfigError, Settings  # noqa: PLC0415
+
+        busy = preflight.port_problem(self.host, self.port)
+        try:
+            settings = Settings.from_env(self.env)
+        except ConfigError as exc:
+            raise ConfigError(*([busy] if busy else []), *exc.problems) from None
+        problems = ([busy] if busy else []) + preflight.documents(settings) + preflight.keys(settings)
+        if problems:
+            raise ConfigError(*problems)
+
     def start(self) -> LocalStack:
+        self.preflight()
         self._saved_environ = dict(os.environ)
         self._start_aws()
         if not self.env.get("CRCR_GITHUB_API_URL"):
@@ -649,7 +664,12 @@ class LocalStack:
             self.env["CRCR_GITHUB_API_URL"] = self.url + SANDBOX_PREFIX
             private = serialization.load_pem_private_key(self.env["CRCR_GITHUB_APP_PRIVATE_KEY"].encode(), None)
             assert isinstance(private, rsa.RSAPrivateKey)
-            self.sandbox = SandboxGitHub(self.env["CRCR_GITHUB_APP_ID"], private.public_key())
+            installs = SandboxInstalls(
+                self.env.get("CRCR_UPSTREAM_REPO") or "pytorch/pytorch",
+                self.env.get("CRCR_ALLOWLIST"),
+                self.env.get("CRCR_SANDBOX_INSTALLED", ""),
+            )
+            self.sandbox = SandboxGitHub(self.env["CRCR_GITHUB_APP_ID"], private.public_key(), installs)
             if not self.env.get("CRCR_OIDC_ISSUER"):
                 # Sandbox downstream runs report with tokens from a sandbox issuer on this port.
                 self.sandbox_oidc = SandboxOidc(self.url + SANDBOX_OIDC_PREFIX)
@@ -658,6 +678,7 @@ class LocalStack:
                 self.env["CRCR_OIDC_AUDIENCE"] = audience
                 self.workflows = SandboxWorkflows(self.sandbox_oidc.token, audience)
                 self.sandbox.on_dispatch = self.workflows.start
+                self.sandbox.runs = self.workflows
             if not self.env.get("CRCR_BUILDKITE_API_URL"):
                 self._start_sandbox_buildkite()
             if not self.env.get("CRCR_HUD_URL"):
@@ -702,6 +723,43 @@ class LocalStack:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class SandboxInstalls:
+    """Where the sandbox's App is installed: the upstream, every repository the allowlist names (read again when its
+    file changes, so a repository added while the stack runs is installed at once) and CRCR_SANDBOX_INSTALLED
+    (`owner/repo` or `owner/*`, comma-separated): a repository onboarding would find on GitHub. Elsewhere the
+    sandbox answers as GitHub does where the App is not installed."""
+
+    def __init__(self, upstream: str, allowlist: str | None, option: str) -> None:
+        from crcr.domain.ids import repo_key  # noqa: PLC0415
+
+        self._key = repo_key
+        self._fixed = {repo_key(upstream)} | {repo_key(r.strip()) for r in option.split(",") if r.strip()}
+        self._path = Path(allowlist) if allowlist and not allowlist.startswith(("s3://", "github:")) else None
+        self._mtime: float | None = None
+        self._listed: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, repo: str) -> bool:
+        key = self._key(repo)
+        return key in self._fixed or f"{key.split('/')[0]}/*" in self._fixed or key in self._allowlisted()
+
+    def _allowlisted(self) -> set[str]:
+        from crcr.adapters.allowlist_source import parse_allowlist  # noqa: PLC0415
+        from crcr.domain.errors import AllowlistError  # noqa: PLC0415
+
+        if self._path is None:
+            return set()
+        with self._lock:
+            try:
+                mtime = self._path.stat().st_mtime
+                if mtime != self._mtime:
+                    self._listed = {e.key for e in parse_allowlist(self._path.read_bytes()).entries}
+                    self._mtime = mtime
+            except (OSError, AllowlistError):
+                pass  # the last good list stays, as the relay keeps its last good allowlist
+            return self._listed
 
 
 def _header(headers: dict[str, str], name: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import signal
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 
-def _allowlist_check(path: str) -> int:
+def _allowlist_check(path: str, allow_empty: bool = False) -> int:
     from crcr.adapters.allowlist_source import parse_allowlist  # noqa: PLC0415
     from crcr.domain.errors import AllowlistError  # noqa: PLC0415
 
@@ -26,6 +27,12 @@ def _allowlist_check(path: str) -> int:
     except AllowlistError as exc:
         print(f"{path}: {exc.message}", file=sys.stderr)
         return 1
+    if not len(allowlist) and not allow_empty:
+        print(
+            f"{path}: lists no repository: published, it would stop every dispatch (--allow-empty if that is meant)",
+            file=sys.stderr,
+        )
+        return 1
     rows = [("repository", "level", "device", "oncalls"), *allowlist.table()]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for row in rows:
@@ -35,26 +42,49 @@ def _allowlist_check(path: str) -> int:
 
 
 def _dlq(args: argparse.Namespace) -> int:
-    from crcr.composition import aws_client  # noqa: PLC0415
-    from crcr.ops import list_dead_letters, redrive  # noqa: PLC0415
+    from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
 
-    sqs = aws_client("sqs", lean=False)  # receives and deletes: boto3's whole client
-    if args.dlq_command == "list":
-        rows = list_dead_letters(sqs, args.queue, args.max)
+    from crcr.composition import aws_client  # noqa: PLC0415
+    from crcr.ops.dlq import DlqFailed, list_dead_letters, queue_url, redrive, target_for  # noqa: PLC0415
+
+    try:
+        dlq = queue_url(args.queue, "QUEUE" if args.dlq_command == "list" else "DLQ")
+        sqs = aws_client("sqs", lean=False)  # receives and deletes: boto3's whole client
+        if args.dlq_command == "list":
+            rows = list_dead_letters(sqs, dlq, args.max)
+            _print_dead_letters(rows, args.json)
+            return 0
+        to = target_for(sqs, dlq, queue_url(args.to, "--to") if args.to else None, args.any_queue)
+        done = redrive(sqs, dlq, to, args.max, dry_run=args.dry_run, any_queue=args.any_queue)
+    except DlqFailed as exc:
+        print(f"crcr dlq: {exc}", file=sys.stderr)
+        return exc.code
+    except (BotoCoreError, ClientError) as exc:
+        print(f"crcr dlq: {_problem(exc)}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(dataclasses.asdict(done)))
+    else:
+        print(done.line())
+        for row in done.left:
+            print(f"  left  {row['message_id']}  {row['reason']}")
+    return 1 if done.left else 0
+
+
+def _print_dead_letters(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
         for row in rows:
             print(json.dumps(row))
-        print(f"{len(rows)} dead letters", file=sys.stderr)
-        return 0
-    kept: list[str] = []
-    moved = redrive(sqs, args.queue, args.to, args.max, kept)
-    print(f"redrove {moved} messages to {args.to}")
-    if kept:
-        print(
-            f"left {len(kept)} stream-batch records in the DLQ: they name stream records, not messages "
-            "(see docs/operations.md, ChecksDLQAlarm)",
-            file=sys.stderr,
-        )
-    return 0
+        return
+    table = [("message", "delivery", "repository", "received", "reason")]
+    table += [
+        (r["message_id"], r["delivery_id"] or "-", r["target_repo"] or "-", str(r["receive_count"]), r["reason"])
+        for r in rows
+    ]
+    widths = [max(len(r[i]) for r in table) for i in range(4)]
+    for line in table:
+        print("  ".join([*(c.ljust(w) for c, w in zip(line[:4], widths, strict=True)), line[4]]).rstrip())
+    print(f"{len(rows)} dead letters", file=sys.stderr)
 
 
 def _health(args: argparse.Namespace) -> int:
@@ -114,7 +144,12 @@ def _secs(seconds: float | None) -> str:
 
 def _problem(exc: Exception) -> str:
     """One line naming what is missing or wrong."""
-    from botocore.exceptions import ClientError, NoRegionError  # noqa: PLC0415
+    from botocore.exceptions import (  # noqa: PLC0415
+        ClientError,
+        EndpointConnectionError,
+        NoCredentialsError,
+        NoRegionError,
+    )
 
     from crcr.domain.errors import AllowlistError  # noqa: PLC0415
 
@@ -124,9 +159,15 @@ def _problem(exc: Exception) -> str:
         message = f"AWS {exc.operation_name}: {error.get('Code', '')}: {error.get('Message', '')}"
         if exc.operation_name == "Query":
             message = f"results table {table}: {error.get('Code', '')}: {error.get('Message', '')}"
+        if "NonExistentQueue" in str(error.get("Code", "")):
+            message = f"no such queue: {error.get('Message', '')}"
         return " ".join(message.split())
     if isinstance(exc, NoRegionError):
         return "no AWS region: set AWS_REGION or AWS_DEFAULT_REGION"
+    if isinstance(exc, NoCredentialsError):
+        return "no AWS credentials (the functions' variables, or crcr local's ready line env)"
+    if isinstance(exc, EndpointConnectionError):
+        return f"AWS unreachable: {exc}"
     if isinstance(exc, AllowlistError):
         return f"allowlist {os.environ.get('CRCR_ALLOWLIST', '')}: {exc.message}"
     if isinstance(exc, OSError) and exc.filename:
@@ -135,7 +176,7 @@ def _problem(exc: Exception) -> str:
 
 
 def _hud_export(args: argparse.Namespace) -> int:
-    from crcr.ops_export import ExportError, export_from_env  # noqa: PLC0415
+    from crcr.ops.export import ExportError, export_from_env  # noqa: PLC0415
 
     try:
         done = export_from_env(args.format, args.out, args.since, args.from_export)
@@ -148,10 +189,12 @@ def _hud_export(args: argparse.Namespace) -> int:
 
 
 def _onboard(args: argparse.Namespace) -> int:
-    from crcr.ops_onboard import OnboardFailed, as_json, onboard_from_env  # noqa: PLC0415
+    from crcr.ops.onboard import OnboardFailed, as_json, onboard_from_env  # noqa: PLC0415
 
     try:
-        done = onboard_from_env(args.repo, args.level, args.device, args.buildkite, args.out, args.action_ref)
+        done = onboard_from_env(
+            args.repo, args.level, args.device, args.buildkite, args.out, args.action_ref, args.force
+        )
     except OnboardFailed as exc:
         print(f"crcr onboard: {exc}", file=sys.stderr)
         return exc.code
@@ -162,7 +205,7 @@ def _onboard(args: argparse.Namespace) -> int:
 def _app_manifest(args: argparse.Namespace) -> int:
     import secrets  # noqa: PLC0415
 
-    from crcr.ops_onboard import OnboardFailed, app_manifest, manifest_form  # noqa: PLC0415
+    from crcr.ops.onboard import OnboardFailed, app_manifest, manifest_form  # noqa: PLC0415
 
     try:
         manifest = app_manifest(args.webhook_url, args.name)
@@ -183,7 +226,7 @@ def _app_manifest(args: argparse.Namespace) -> int:
 def _keys_rotate(args: argparse.Namespace) -> int:
     import time  # noqa: PLC0415
 
-    from crcr.ops_keys import USAGE, RotateFailed, describe, rotate_file, rotate_secret  # noqa: PLC0415
+    from crcr.ops.keys import USAGE, RotateFailed, describe, rotate_file, rotate_secret  # noqa: PLC0415
     from crcr.settings import ConfigError, Settings  # noqa: PLC0415
 
     try:
@@ -194,6 +237,14 @@ def _keys_rotate(args: argparse.Namespace) -> int:
     options = {"max_age_s": max_age_s, "revoke_current": args.revoke_current, "force": args.force}
     document = None
     try:
+        if args.secret_arn and (args.source or args.out):
+            raise RotateFailed(
+                USAGE,
+                f"give --secret-arn or --from, not both: {'--from' if args.source else '--out'} does nothing "
+                "with --secret-arn (the secret is read and updated in place)",
+            )
+        if args.out and not args.source:
+            raise RotateFailed(USAGE, "--out writes the document read with --from: give --from FILE")
         if args.secret_arn:
             from crcr.composition import aws_client  # noqa: PLC0415
 
@@ -241,21 +292,104 @@ def _add_keys(sub: Any) -> None:
     rotate.add_argument("--json", action="store_true", help="print the summary as JSON (never the keys)")
 
 
-def _local(port: int, host: str) -> int:
+def _send(args: argparse.Namespace) -> int:
+    from crcr.ops.send import SendFailed, Sent, build, from_file, post, webhook_url  # noqa: PLC0415
+
+    try:
+        url = webhook_url(args.url)
+        secret = os.environ.get("CRCR_WEBHOOK_SECRET")
+        if not secret:
+            raise SendFailed(2, "CRCR_WEBHOOK_SECRET is not set: the relay's webhook secret signs the event")
+        if args.file:
+            if not args.event:
+                raise SendFailed(2, "--file needs --event (the X-GitHub-Event header, e.g. pull_request)")
+            body = from_file(args.file)
+            event, action, sha, pr = args.event, json.loads(body).get("action"), None, None
+        else:
+            if args.kind is None:
+                raise SendFailed(2, "name an event (pull_request.opened, push, ciflow, ...) or give --file")
+            upstream = os.environ.get("CRCR_UPSTREAM_REPO") or "pytorch/pytorch"
+            event, action, doc = build(
+                args.kind,
+                upstream,
+                sha=args.sha,
+                pr=args.pr,
+                label=args.label,
+                ciflow=args.ciflow,
+                external_id=args.external_id,
+            )
+            body = json.dumps(doc).encode()
+            sha = doc.get("after") or (doc.get("pull_request") or doc.get("check_run") or {}).get("head", {}).get("sha")
+            sha = sha or (doc.get("check_run") or {}).get("head_sha")
+            pr = doc.get("number") or args.pr
+        delivery, status, reply = post(url, secret, event, body, args.delivery)
+    except SendFailed as exc:
+        print(f"crcr send: {exc}", file=sys.stderr)
+        return exc.code
+    sent = Sent(event, action, delivery, url, status, reply, sha, pr)
+    print(json.dumps(sent.as_json()) if args.json else sent.line())
+    return 0 if 200 <= status < 300 else 1
+
+
+def _follow(args: argparse.Namespace) -> int:
+    from crcr.ops.follow import follow  # noqa: PLC0415
+
+    try:
+        source = open(args.file, encoding="utf-8") if args.file else sys.stdin  # noqa: SIM115 - closed below
+    except OSError as exc:
+        print(f"crcr follow: {args.file}: {exc.strerror}", file=sys.stderr)
+        return 2
+    try:
+        follow(source, lambda line: print(line, flush=True), set(args.delivery), args.json)
+    except (KeyboardInterrupt, BrokenPipeError):
+        pass
+    finally:
+        if source is not sys.stdin:
+            source.close()
+    return 0
+
+
+def _local(port: int, host: str, follow: bool = False) -> int:
     from crcr.local.stack import LocalStack  # noqa: PLC0415
+    from crcr.settings import ConfigError  # noqa: PLC0415
 
     visibility = os.environ.get("CRCR_LOCAL_VISIBILITY_TIMEOUT_S")
-    stack = LocalStack(port=port, host=host, visibility_timeout_s=int(visibility) if visibility else None).start()
+    try:
+        timeout = int(visibility) if visibility else None
+        stack = LocalStack(port=port, host=host, visibility_timeout_s=timeout).start()
+    except ConfigError as exc:  # every problem at once, one line each, before anything runs
+        for problem in exc.problems:
+            print(f"crcr local: {problem}", file=sys.stderr)
+        return 2
+    except ValueError:
+        print(
+            f"crcr local: CRCR_LOCAL_VISIBILITY_TIMEOUT_S: not a whole number of seconds: {visibility!r}",
+            file=sys.stderr,
+        )
+        return 2
+    except OSError as exc:  # e.g. a --host that does not resolve or is not this machine's
+        print(f"crcr local: --host {host}: cannot listen there: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
     ready: dict[str, object] = {"event": "ready", "url": stack.url, "hud": f"{stack.url}/hud/"}
+    if stack.env.get("CRCR_GITHUB_APP_ID"):
+        ready["app_id"] = stack.env["CRCR_GITHUB_APP_ID"]
     if stack.sandbox is not None:
         ready["sandbox_github"] = stack.env["CRCR_GITHUB_API_URL"]
         if not os.environ.get("CRCR_WEBHOOK_SECRET"):  # generated for this run: the caller needs it to sign
             ready["webhook_secret"] = stack.secrets["webhook_secret"]
     ready["env"] = stack.operator_env()
     print(json.dumps(ready), flush=True)
+    if follow:  # each step of each delivery as a human line (crcr follow's view) instead of silence or raw JSON
+        from crcr.adapters.observability import logger  # noqa: PLC0415
+        from crcr.ops.follow import HumanStream  # noqa: PLC0415
+
+        logger.setLevel(stack.env.get("POWERTOOLS_LOG_LEVEL") or "INFO")  # the functions' own env says WARNING
+        handler = logger.registered_handler
+        if isinstance(handler, logging.StreamHandler):
+            handler.setStream(HumanStream(sys.stdout))
     done.wait()
     stack.stop()
     return 0
@@ -277,8 +411,9 @@ def _add_onboarding(sub: Any) -> None:
         help="check a new downstream with the App, print its allowlist entry and write its CI files",
         description="Checks that the App is installed on the repository and reads its numeric id (GitHub Actions "
         "downstreams; uses CRCR_GITHUB_API_URL, CRCR_GITHUB_APP_ID, CRCR_GITHUB_APP_PRIVATE_KEY), prints the "
-        "allowlist entry (and for Buildkite the relay's ci_providers.yml entry) and writes the downstream's "
-        "workflow or pipeline under --out.",
+        "allowlist change (a diff of CRCR_ALLOWLIST when set: the repository added, or moved from its level; else "
+        "the entry) and for Buildkite the relay's ci_providers.yml entry, and writes the downstream's workflow or "
+        "pipeline under --out (refusing to overwrite a file that differs without --force).",
     )
     onboard.add_argument("repo", help="the downstream repository, owner/repo")
     onboard.add_argument("--level", required=True, help="L1, L2, L3 or L4")
@@ -290,6 +425,7 @@ def _add_onboarding(sub: Any) -> None:
     onboard.add_argument(
         "--action-ref", metavar="OWNER/REPO/action@SHA", help="crcr's report action at a full commit, for the workflow"
     )
+    onboard.add_argument("--force", action="store_true", help="overwrite files under --out that differ")
     onboard.add_argument("--json", action="store_true", help="print the result as JSON")
     manifest = sub.add_parser(
         "app-manifest", help="print infra/github-app-manifest.json filled in, and a form that registers the App"
@@ -301,25 +437,89 @@ def _add_onboarding(sub: Any) -> None:
     manifest.add_argument("--github-url", default="https://github.com", help="GitHub's web URL (GHES: your host)")
 
 
+def _add_dlq(sub: Any) -> None:
+    dlq = sub.add_parser("dlq", help="list or redrive dead letters (uses AWS credentials / AWS_ENDPOINT_URL)")
+    dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True)
+    dlq_list = dlq_sub.add_parser(
+        "list",
+        help="show dead letters with their failure reasons",
+        description="Receives each message once and makes it visible again at once (SQS has no peek): each listing "
+        "raises a message's ApproximateReceiveCount by one; `received` shows it as it was before the listing.",
+    )
+    dlq_list.add_argument("queue", help="dead-letter queue URL (stack output DispatchDLQUrl or EventsDLQUrl)")
+    dlq_list.add_argument("--max", type=_positive, default=100)
+    dlq_list.add_argument("--json", action="store_true", help="one JSON object a line instead of the table")
+    dlq_redrive = dlq_sub.add_parser(
+        "redrive",
+        help="move dead letters back to the queue they came from",
+        description="Sends each dead letter back to the queue whose redrive policy names the DLQ (as template.yaml "
+        "pairs them), after checking it against that queue's message contract: invalid ones stay in the DLQ and are "
+        "listed (exit 1). Dispatches start again with a fresh attempt count.",
+    )
+    dlq_redrive.add_argument("queue", metavar="DLQ", help="dead-letter queue URL")
+    dlq_redrive.add_argument("--to", help="queue URL to move them to (default: the one the DLQ is paired with)")
+    dlq_redrive.add_argument(
+        "--any-queue", action="store_true", help="let --to name a queue the DLQ is not paired with"
+    )
+    dlq_redrive.add_argument("--dry-run", action="store_true", help="check and count, move nothing")
+    dlq_redrive.add_argument("--max", type=_positive, default=1000)
+    dlq_redrive.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _add_send_follow(sub: Any) -> None:
+    from crcr.ops.send import KINDS  # noqa: PLC0415
+
+    send = sub.add_parser(
+        "send",
+        help="build, sign and post an upstream event to a relay, and say what it answered",
+        description="Builds a realistic upstream webhook from examples/events/ (or takes --file), signs it with "
+        "CRCR_WEBHOOK_SECRET as GitHub does, posts it to the relay's /webhook and says what the answer means. "
+        "Watch what follows with `crcr local --follow`, or `crcr follow DELIVERY` over the functions' logs.",
+    )
+    send.add_argument("kind", nargs="?", choices=KINDS, metavar="EVENT", help=f"one of: {', '.join(KINDS)}")
+    send.add_argument("--url", default="http://127.0.0.1:8787", help="the relay's URL or WebhookUrl")
+    send.add_argument("--sha", help="the commit: PR head, push after (default: a new random one)")
+    send.add_argument("--pr", type=_positive, help="the PR number (default: the example's, 170001)")
+    send.add_argument("--label", help="pull_request.labeled: the label, e.g. ciflow/crcr/xpu")
+    send.add_argument("--ciflow", default="trunk", help="ciflow: the tag's name, refs/tags/ciflow/<name>/<PR>")
+    send.add_argument("--external-id", help="check_run.rerequested: the check run's <repo>:<run_id>:<pr>")
+    send.add_argument("--file", help="send this JSON body as it is instead (with --event)")
+    send.add_argument("--event", help="with --file: the X-GitHub-Event header")
+    send.add_argument("--delivery", help="the X-GitHub-Delivery id (default: a new one; repeat one to redeliver)")
+    send.add_argument("--json", action="store_true", help="print the result as JSON")
+    follow = sub.add_parser(
+        "follow",
+        help="read the functions' JSON log lines and print each step a delivery takes",
+        description="Reads the relay's structured log lines from standard input (or --file): crcr local's output "
+        "with POWERTOOLS_LOG_LEVEL=INFO, or `aws logs tail` of the functions' log groups; prints one line per step "
+        "(webhook, planned, each dispatch, each report and its HUD push, check runs, the PR comment, dead letters, "
+        "warnings and errors).",
+    )
+    follow.add_argument("delivery", nargs="*", help="only these X-GitHub-Delivery ids (default: all)")
+    follow.add_argument("--file", help="read this file instead of standard input")
+    follow.add_argument("--json", action="store_true", help="the raw JSON lines of those steps instead")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="crcr", description="Cross-Repository CI Relay")
     sub = parser.add_subparsers(dest="command", required=True)
     local = sub.add_parser("local", help="run the relay on this machine against an embedded AWS")
     local.add_argument("--port", type=int, default=8787, help="port to serve on (0 picks a free one)")
     local.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback unless told)")
+    local.add_argument(
+        "--follow",
+        action="store_true",
+        help="after the ready line, print each step of each delivery as a line (crcr follow's view of the logs)",
+    )
+    _add_send_follow(sub)
     allow = sub.add_parser("allowlist", help="allowlist tools")
     allow_sub = allow.add_subparsers(dest="allowlist_command", required=True)
     check = allow_sub.add_parser("check", help="validate an allowlist file and print its level table")
     check.add_argument("file")
-    dlq = sub.add_parser("dlq", help="list or redrive dead letters (uses AWS credentials / AWS_ENDPOINT_URL)")
-    dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True)
-    dlq_list = dlq_sub.add_parser("list", help="show dead letters with their failure reasons")
-    dlq_list.add_argument("queue", help="dead-letter queue URL (stack output DispatchDLQUrl or EventsDLQUrl)")
-    dlq_list.add_argument("--max", type=int, default=100)
-    dlq_redrive = dlq_sub.add_parser("redrive", help="move dead letters back to their queue")
-    dlq_redrive.add_argument("queue", help="dead-letter queue URL")
-    dlq_redrive.add_argument("--to", required=True, help="queue URL to move them to")
-    dlq_redrive.add_argument("--max", type=int, default=1000)
+    check.add_argument(
+        "--allow-empty", action="store_true", help="pass an allowlist that lists no repository (it dispatches nothing)"
+    )
+    _add_dlq(sub)
     health = sub.add_parser(
         "health", help="per-repository pass rate, timeouts and times with a level verdict (uses AWS like dlq)"
     )
@@ -353,9 +553,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "local":
-        return _local(args.port, args.host)
+        return _local(args.port, args.host, args.follow)
+    if args.command == "send":
+        return _send(args)
+    if args.command == "follow":
+        return _follow(args)
     if args.command == "allowlist":
-        return _allowlist_check(args.file)
+        return _allowlist_check(args.file, args.allow_empty)
     if args.command == "dlq":
         return _dlq(args)
     if args.command == "health":
@@ -368,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         return _app_manifest(args)
     if args.command == "keys":
         return _keys_rotate(args)
-    from crcr.demo import run_demo  # noqa: PLC0415
+    from crcr.ops.demo import run_demo  # noqa: PLC0415
 
     return run_demo(None if args.keep < 0 else args.keep)
 

@@ -1,0 +1,100 @@
+"""Operator commands refuse what cannot work, in one line and a non-zero exit, before doing anything: an App manifest
+whose webhook URL GitHub could not deliver to, `keys rotate` given a file and a secret at once, an allowlist that
+lists no repository."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def crcr(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CRCR_", "AWS_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "crcr.ops.cli", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["--webhook-url", "https://crcr.acme.dev"],
+            "crcr app-manifest: --webhook-url must end in /webhook, where the relay takes GitHub's deliveries",
+        ),
+        (
+            ["--webhook-url", "https://crcr.acme.dev/callback"],
+            "crcr app-manifest: --webhook-url must end in /webhook",
+        ),
+        (
+            ["--webhook-url", "https://crcr.acme.dev/webhook", "--form", "f.html", "--github-url", "github.acme.dev"],
+            "crcr app-manifest: --github-url must be GitHub's web URL with its scheme (https://github.com), got "
+            "'github.acme.dev'",
+        ),
+    ],
+    ids=["no-path", "callback", "github-url-without-scheme"],
+)
+def test_app_manifest_refuses_urls_that_cannot_work(tmp_path: Path, args: list[str], line: str) -> None:
+    done = crcr(tmp_path, "app-manifest", *args)
+
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith(line), done.stderr
+    assert len(done.stderr.splitlines()) == 1
+    assert not (tmp_path / "f.html").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["--secret-arn", "arn:aws:secretsmanager:us-east-1:123456789012:secret:crcr", "--from", "doc.json"],
+            "crcr keys rotate: give --secret-arn or --from, not both: --from does nothing with --secret-arn",
+        ),
+        (
+            ["--secret-arn", "arn:aws:secretsmanager:us-east-1:123456789012:secret:crcr", "--out", "new.json"],
+            "crcr keys rotate: give --secret-arn or --from, not both: --out does nothing with --secret-arn",
+        ),
+        (["--out", "new.json"], "crcr keys rotate: --out writes the document read with --from: give --from FILE"),
+    ],
+    ids=["from-and-arn", "out-and-arn", "out-alone"],
+)
+def test_keys_rotate_refuses_what_it_would_ignore(tmp_path: Path, args: list[str], line: str) -> None:
+    (tmp_path / "doc.json").write_text("{}")
+
+    done = crcr(tmp_path, "keys", "rotate", *args)
+
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith(line), done.stderr
+    assert len(done.stderr.splitlines()) == 1
+    assert not (tmp_path / "new.json").exists()
+
+
+@pytest.mark.parametrize("text", ["{}\n", "", "L1: []\nL2:\n", "# nothing yet\n"])
+def test_allowlist_check_refuses_an_empty_allowlist_unless_allowed(tmp_path: Path, text: str) -> None:
+    (tmp_path / "allowlist.yaml").write_text(text)
+
+    done = crcr(tmp_path, "allowlist", "check", "allowlist.yaml")
+
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr == (
+        "allowlist.yaml: lists no repository: published, it would stop every dispatch "
+        "(--allow-empty if that is meant)\n"
+    )
+
+    allowed = crcr(tmp_path, "allowlist", "check", "allowlist.yaml", "--allow-empty")
+
+    assert allowed.returncode == 0, allowed.stderr
+    assert allowed.stdout.splitlines()[-1] == "0 repositories"
