@@ -315,9 +315,10 @@ class AwsCalls:
 
 
 def observe_dynamodb(observer: Callable[[str], None]) -> None:
-    """The relay's DynamoDB calls and SQS sends skip botocore (crcr/adapters/aws_json.py), and so its hooks: they
-    are counted through that client's own observers, with the same `dynamodb.<Operation>` and `sqs.<Operation>`
-    names. Code from before that client (a `--baseline` run) makes them through botocore, whose hook counts them."""
+    """For a `--baseline` run of code from 2026-12-02 to 2026-12-03 (up to b05e48f), whose DynamoDB calls and SQS
+    sends went through its own JSON-API client and so skipped botocore's hooks: they are counted through that
+    client's observers, with the same `dynamodb.<Operation>` and `sqs.<Operation>` names. The relay's calls go
+    through botocore before and since, and its `before-call` hook counts them."""
     try:
         from crcr.adapters.dynamodb_client import call_observers  # noqa: PLC0415
     except ImportError:

@@ -38,7 +38,7 @@ def _dlq(args: argparse.Namespace) -> int:
     from crcr.composition import aws_client  # noqa: PLC0415
     from crcr.ops import list_dead_letters, redrive  # noqa: PLC0415
 
-    sqs = aws_client("sqs", lean=False)  # receives and deletes: boto3's whole client
+    sqs = aws_client("sqs")
     if args.dlq_command == "list":
         rows = list_dead_letters(sqs, args.queue, args.max)
         for row in rows:
