@@ -65,6 +65,7 @@ from harness import (  # noqa: E402
     observe_dynamodb,
     target_repos,
 )
+from write_units import StreamUnits, table_shapes  # noqa: E402
 
 from crcr.adapters.observability import TOTALS, logger  # noqa: E402
 from crcr.domain.signature import sign  # noqa: E402
@@ -304,6 +305,17 @@ class Window:
         self.wall_s = 0.0
         self.batches = 0
         self.batch_sizes: list[int] = []
+        self.writes: Counter[str] = Counter()
+        self.units: Counter[str] = Counter()
+        self.units_by_row: Counter[str] = Counter()
+        self.largest_item: dict[str, int] = {}
+
+    def add_units(self, taken: dict[str, Any]) -> None:
+        self.writes.update(taken["writes"])
+        self.units.update(taken["by_destination"])
+        self.units_by_row.update(taken["by_row"])
+        for row, size in taken["largest_item_bytes_by_row"].items():
+            self.largest_item[row] = max(self.largest_item.get(row, 0), size)
 
     @contextmanager
     def measure(self, size: int) -> Iterator[None]:
@@ -346,11 +358,22 @@ class Window:
             "relay_cpu_gc_ms_per_dispatch": round(self.gc_s * 1000 / n, 3),  # and in the garbage collector
             "gc_collections": self.collections,
             "handler_wall_ms_per_dispatch": round(self.wall_s * 1000 / n, 3),
+            # DynamoDB write request units of the state table's writes, from its stream (bench/write_units.py)
+            "state_writes_per_dispatch": {k: round(v / n, 3) for k, v in sorted(self.writes.items())},
+            "write_units_per_dispatch": round(sum(self.units.values()) / n, 3),
+            "write_units_per_dispatch_by_destination": {k: round(v / n, 3) for k, v in sorted(self.units.items())},
+            "write_units_per_dispatch_by_row": {k: round(v / n, 3) for k, v in sorted(self.units_by_row.items())},
+            "largest_item_bytes_by_row": dict(sorted(self.largest_item.items())),
         }
 
 
-def _drain_dispatches(stack: LocalStack, window: Window, expected: int, timeout_s: float) -> int:
-    """Hand the dispatch queue to the handler in batches of up to 10 until `expected` have been handled."""
+def _drain_dispatches(
+    stack: LocalStack, window: Window, expected: int, timeout_s: float, units: StreamUnits | None = None
+) -> int:
+    """Hand the dispatch queue to the handler in batches of up to 10 until `expected` have been handled; the state
+    table's write units of those calls go to `window` when `units` reads its stream."""
+    if units is not None:
+        units.take()  # what the webhook and the planner wrote before
     handled = 0
     deadline = time.monotonic() + timeout_s
     while handled < expected and time.monotonic() < deadline:
@@ -364,6 +387,8 @@ def _drain_dispatches(stack: LocalStack, window: Window, expected: int, timeout_
         if done:
             _delete(stack, DISPATCH_QUEUE, done)
         handled += len(done)
+    if units is not None:
+        window.add_units(units.take())
     return handled
 
 
@@ -379,15 +404,21 @@ def warm_cost(
     with dispatch_stack(key, targets, installations, level=level) as (stack, double, moto, _):
         _post(stack, body)
         _plan_all(stack, 1)
+        units = StreamUnits(
+            stack.client("dynamodb"),
+            stack.client("dynamodbstreams"),
+            stack.function_env["CRCR_STATE_TABLE"],
+            table_shapes(_code_root() / "template.yaml")["StateTable"],
+        )
         cold = Window(aws)
-        cold_handled = _drain_dispatches(stack, cold, targets, timeout_s)
+        cold_handled = _drain_dispatches(stack, cold, targets, timeout_s, units)
         warm = Window(aws)
         warm_handled, moto_cpu, github_cpu = 0, 0.0, 0.0
         for _ in range(events):  # steady state: each event planned and its dispatches handed over as it arrives
             _post(stack, body)
             _plan_all(stack, 1)
             moto_before, github_before = _proc_cpu(moto.pid), _proc_cpu(double.pid)
-            warm_handled += _drain_dispatches(stack, warm, targets, timeout_s)
+            warm_handled += _drain_dispatches(stack, warm, targets, timeout_s, units)
             moto_cpu += _proc_cpu(moto.pid) - moto_before
             github_cpu += _proc_cpu(double.pid) - github_before
         call_cpu_ms = _one_call_cpu_ms(stack)
