@@ -303,3 +303,17 @@ def build(say: Any) -> dict[str, Any]:
     start = time.perf_counter()
     proc = subprocess.run(["make", "build"], cwd=ROOT, capture_output=True, text=True, check=False)
     return {"returncode": proc.returncode, "seconds": round(time.perf_counter() - start, 1), "tail": proc.stdout[-800:]}
+
+
+def measure_at(ref: str, say: Any) -> dict[str, Any]:
+    """(a) on the code at git `ref` (exported to a temporary directory), for a before and after in one run."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=ROOT, capture_output=True, text=True, check=False
+    ).stdout.strip()
+    if not commit:
+        return {"skipped": True, "reason": f"{ref} is not a commit here"}
+    with tempfile.TemporaryDirectory(prefix="crcr-bench-cold-baseline-") as tmp:
+        archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        result = measure_source(say, code_root=Path(tmp), label=f"baseline {ref}", importtime=False)
+    return {"ref": ref, "commit": commit} | result | {"code": f"git archive {commit[:12]}"}

@@ -314,6 +314,36 @@ class AwsCalls:
             return Counter(self.counts if function is None else self.by_function.get(function, Counter()))
 
 
+class FunctionWork:
+    """One function's invocations on a stack, the records they were handed, and the process's CPU while they ran
+    (an upper bound of the function's own: the stack's other threads run meanwhile). Wraps `stack.invoke` after
+    `AwsCalls.attribute`, so both see every invocation."""
+
+    def __init__(self, stack: Any, function: str) -> None:
+        self.function = function
+        self.invocations = 0
+        self.records = 0
+        self.cpu_s = 0.0
+        self.wall_s = 0.0
+        self._lock = threading.Lock()
+        invoke = stack.invoke
+
+        def counted(logical_id: str, event: dict[str, Any]) -> Any:
+            if logical_id != function:
+                return invoke(logical_id, event)
+            cpu, wall = time.process_time(), time.perf_counter()
+            try:
+                return invoke(logical_id, event)
+            finally:
+                with self._lock:
+                    self.invocations += 1
+                    self.records += len((event or {}).get("Records") or [])
+                    self.cpu_s += time.process_time() - cpu
+                    self.wall_s += time.perf_counter() - wall
+
+        stack.invoke = counted
+
+
 def observe_dynamodb(observer: Callable[[str], None]) -> None:
     """For a `--baseline` run of code from 2026-12-02 to 2026-12-03 (up to b05e48f), whose DynamoDB calls and SQS
     sends went through its own JSON-API client and so skipped botocore's hooks: they are counted through that

@@ -30,6 +30,7 @@ import coldstart
 import comment
 import dispatch
 import reporter
+import summary
 from harness import (
     ROOT,
     AppKey,
@@ -542,7 +543,16 @@ def main() -> int:
     parser.add_argument("--build", action="store_true", help="run `make build` first (about a minute)")
     parser.add_argument("--skip-fanout-latency", action="store_true", help="only the isolated ingest latency")
     parser.add_argument("--skip-coldstart", action="store_true", help="leave out the cold-start import times")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="also the long runs (make bench-full): the check-run budget's simulated days (9), ingest latency with "
+        "the fan-out alongside (1), the dispatcher's backlog (10) and the PR comment's bursts (8)",
+    )
+    parser.add_argument("--verbose", action="store_true", help="every section's table, not the one-screen summary")
     args = parser.parse_args()
+    if not args.full:
+        args.skip_checkbudget = args.skip_fanout_latency = args.dispatch_skip_backlog = True
 
     started = time.perf_counter()
     results: dict[str, Any] = {
@@ -643,12 +653,14 @@ def main() -> int:
             out.say("8. the PR comment: upstream writes per event (off against on), writes per burst of callbacks")
             results["pr_comment"] = comment.comment_bench(
                 key,
+                aws,
                 out,
                 events=args.comment_events,
                 targets=args.comment_targets,
                 jobs=args.comment_jobs,
                 callbacks=args.comment_callbacks,
                 timeout_s=max(args.timeout, 120.0),
+                bursts=args.full,
             )
             phases["pr_comment"] = round(time.perf_counter() - t, 1)
         t = time.perf_counter()
@@ -676,6 +688,8 @@ def main() -> int:
                 "source": coldstart.measure_source(out.say),
                 "built": coldstart.measure_built(out.say),
             }
+            if args.dispatch_baseline:
+                results["cold_start"]["baseline"] = coldstart.measure_at(args.dispatch_baseline, out.say)
         phases["cold_start"] = round(time.perf_counter() - t, 1)
         relay_lines = out.lines_between(0)
     results["relay_output"] = log_summary(relay_lines)
@@ -692,7 +706,10 @@ def main() -> int:
     results["duration_s"] = round(time.perf_counter() - started, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print_table(results)
+    if args.verbose:
+        print_table(results)
+    else:
+        summary.print_summary(results)
     print(f"results: {args.out}")
     return 0
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,9 +120,17 @@ class StreamUnits:
     """A table's stream read from its start; `take()` returns the write units of the records since the last take,
     by the kind of row written (the partition key's prefix, such as `DSP`) and by where they went."""
 
-    def __init__(self, ddb: Any, streams: Any, table: str, shape: TableShape) -> None:
+    def __init__(
+        self,
+        ddb: Any,
+        streams: Any,
+        table: str,
+        shape: TableShape,
+        row_of: Callable[[dict[str, Any]], str] | None = None,
+    ) -> None:
         self._streams = streams
         self._shape = shape
+        self._row_of = row_of or _prefix
         self._arn = ddb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
         self._iterators: dict[str, str] = {}
 
@@ -149,8 +158,7 @@ class StreamUnits:
         sizes: dict[str, int] = {}
         for record in _writes(self._records(), self._shape):
             data = record.get("dynamodb") or {}
-            image = data.get("NewImage") or data.get("OldImage") or {}
-            row = str((image.get("pk") or {}).get("S", "?")).split("#", 1)[0]
+            row = self._row_of(data.get("NewImage") or data.get("OldImage") or {})
             got = record_units(record, self._shape)
             writes[row] += 1
             for where, n in got.items():
@@ -164,6 +172,11 @@ class StreamUnits:
             "by_row": dict(by_row),
             "largest_item_bytes_by_row": sizes,
         }
+
+
+def _prefix(image: dict[str, Any]) -> str:
+    """The kind of row: its partition key's prefix (`DSP`, `PACE`, `CHECK`, ...)."""
+    return str((image.get("pk") or {}).get("S", "?")).split("#", 1)[0]
 
 
 def _writes(records: list[dict[str, Any]], shape: TableShape) -> list[dict[str, Any]]:
