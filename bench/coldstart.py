@@ -48,8 +48,11 @@ PYENV_VERSION = "3.11.7:3.12.1:3.13.0"
 RUNS = 5
 
 SOURCE_PROBE = """
-import importlib.util, json, resource, sys, time
+import importlib.util, json, sys, time
 path, shared, builder = sys.argv[1:4]
+def peak_rss_mb():  # VmHWM: this process's own peak (ru_maxrss would carry the parent's across fork and exec)
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
 sys.path.insert(0, shared)
 t = time.perf_counter()
 spec = importlib.util.spec_from_file_location("handler", path)
@@ -58,14 +61,14 @@ sys.modules["handler"] = module
 spec.loader.exec_module(module)
 ms = (time.perf_counter() - t) * 1000
 assert callable(getattr(module, "lambda_handler", None)), "no lambda_handler"
-rss_import = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+rss_import = peak_rss_mb()
 init = {}
 if builder:
     import crcr.composition as composition
     t, cpu = time.perf_counter(), time.process_time()
     getattr(composition, builder)(composition.load_settings())
     init = {"init_ms": (time.perf_counter() - t) * 1000, "init_cpu_ms": (time.process_time() - cpu) * 1000}
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+rss = peak_rss_mb()
 print(json.dumps({"ms": ms, "modules": len(sys.modules), "version": sys.version.split()[0],
                   "rss_import_mb": rss_import, "rss_init_mb": rss} | init))
 """

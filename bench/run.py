@@ -46,6 +46,7 @@ from harness import (
     request_kind,
     summary_ms,
 )
+from write_units import StreamUnits, table_shapes
 
 from crcr.adapters.observability import TOTALS
 
@@ -188,6 +189,13 @@ def requests_and_throughput(
 
         # -- warm: `events` more, back to back
         acks, statuses, deliveries = [], Counter(), []
+        units = StreamUnits(
+            r.stack.client("dynamodb"),
+            r.stack.client("dynamodbstreams"),
+            r.stack.function_env["CRCR_STATE_TABLE"],
+            table_shapes(ROOT / "template.yaml")["StateTable"],
+        )
+        units.take()  # the cold event's
         aws_before = aws.snapshot()
         cpu_before = (cpu_seconds(), cpu_seconds(moto.pid))
         first_post = time.time()
@@ -202,6 +210,7 @@ def requests_and_throughput(
         drained = time.time()
         cpu_after = (cpu_seconds(), cpu_seconds(moto.pid))
         aws_after = aws.snapshot()
+        written = units.take()
         time.sleep(1.5)  # anything beyond the expected count now would be a duplicate
         all_requests = double.requests
         warm_requests = all_requests[mark:]
@@ -289,6 +298,9 @@ def requests_and_throughput(
         },
         "aws_calls": aws_ops,
         "aws_calls_per_dispatch": {k: round(v / sent, 2) for k, v in aws_ops.items() if not _is_polling(k)},
+        # The state table's write units in the window (webhook, planner, dispatcher), from its stream
+        "write_units_per_dispatch": round(written["write_units"] / sent, 3),
+        "write_units_per_dispatch_by_row": {k: round(v / sent, 3) for k, v in sorted(written["by_row"].items())},
         "relay_log": log_summary(out.lines_between(start_off, end_off)),
     }
     return github, throughput
