@@ -270,7 +270,9 @@ class AwsCalls:
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
         self.by_function: dict[str, Counter[str]] = {}  # the calls made inside each function's invocations
-        self.by_thread: dict[int, Counter[str]] = {}  # every call by the thread that made it
+        # Every call by the thread that made it, keyed by the thread itself: a thread id is reused once its thread
+        # ends (the front end starts one per connection), a Thread object kept here is not.
+        self.by_thread: dict[threading.Thread, Counter[str]] = {}
         self._lock = threading.Lock()
         self._invoking = threading.local()
 
@@ -304,14 +306,14 @@ class AwsCalls:
 
     def _count(self, name: str) -> None:
         function = getattr(self._invoking, "function", None)
-        thread = threading.get_ident()
+        thread = threading.current_thread()
         with self._lock:
             self.counts[name] += 1
             self.by_thread.setdefault(thread, Counter())[name] += 1
             if function is not None:
                 self.by_function.setdefault(function, Counter())[name] += 1
 
-    def of_threads(self, threads: list[int]) -> Counter[str]:
+    def of_threads(self, threads: list[threading.Thread]) -> Counter[str]:
         """The calls the given threads have made so far."""
         with self._lock:
             out: Counter[str] = Counter()
@@ -371,15 +373,15 @@ class FunctionWork:
         pools = sqs_batch._pools.__dict__.get("by_size", {})
         return [threading.current_thread(), *(t for pool in pools.values() for t in list(pool._threads))]
 
-    def _cpu(self) -> dict[int, float]:
+    def _cpu(self) -> dict[threading.Thread, float]:
         out = {}
         for thread in self._threads():
             if thread.ident is not None and thread.is_alive():
-                out[thread.ident] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+                out[thread] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
         return out
 
     def _calls(self) -> Counter[str]:
-        return self._aws.of_threads([t.ident for t in self._threads() if t.ident is not None])
+        return self._aws.of_threads(self._threads())
 
 
 def observe_dynamodb(observer: Callable[[str], None]) -> None:
