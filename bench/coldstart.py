@@ -310,13 +310,11 @@ def build(say: Any) -> dict[str, Any]:
 
 def measure_at(ref: str, say: Any) -> dict[str, Any]:
     """(a) on the code at git `ref` (exported to a temporary directory), for a before and after in one run."""
-    commit = subprocess.run(
-        ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=ROOT, capture_output=True, text=True, check=False
-    ).stdout.strip()
-    if not commit:
-        return {"skipped": True, "reason": f"{ref} is not a commit here"}
-    with tempfile.TemporaryDirectory(prefix="crcr-bench-cold-baseline-") as tmp:
-        archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        result = measure_source(say, code_root=Path(tmp), label=f"baseline {ref}", importtime=False)
+    from gitref import exported  # noqa: PLC0415
+
+    with exported(ref, "crcr-bench-cold-baseline-") as code:
+        if code is None:
+            return {"skipped": True, "reason": f"{ref} is not a commit here"}
+        commit, tree = code
+        result = measure_source(say, code_root=tree, label=f"baseline {ref}", importtime=False)
     return {"ref": ref, "commit": commit} | result | {"code": f"git archive {commit[:12]}"}

@@ -51,6 +51,7 @@ sys.path.insert(0, str(HERE))
 if os.environ.get("CRCR_BENCH_CODE_ROOT"):
     sys.path.insert(0, str(_code_root() / "shared"))
 
+from gitref import exported  # noqa: E402
 from harness import (  # noqa: E402
     APP_ID,
     EVENT_FILE,
@@ -644,17 +645,12 @@ def measure(args: argparse.Namespace, key: AppKey, aws: AwsCalls, out: OutputCap
 
 def baseline(ref: str, args: argparse.Namespace, say: Any) -> dict[str, Any]:
     """The same measurements on the code at git `ref`, in a subprocess with that code first on its path."""
-    root = HERE.parent
-    commit = subprocess.run(
-        ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=root, capture_output=True, text=True, check=False
-    ).stdout.strip()
-    if not commit:
-        return {"skipped": True, "reason": f"{ref} is not a commit here"}
-    with tempfile.TemporaryDirectory(prefix="crcr-bench-baseline-") as tmp:
-        archive = subprocess.run(["git", "archive", commit], cwd=root, capture_output=True, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+    with exported(ref, "crcr-bench-baseline-") as code:
+        if code is None:
+            return {"skipped": True, "reason": f"{ref} is not a commit here"}
+        commit, tree = code
         say(f"   baseline {ref} ({commit[:12]}), in a subprocess")
-        result = fresh(args, Path(tmp))
+        result = fresh(args, tree)
         return result if result.get("skipped") else {"ref": ref, "commit": commit} | result
 
 
