@@ -41,6 +41,8 @@ def wire(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[AwsProxy, Any]]:
         }.items():
             monkeypatch.setenv(name, value)
         monkeypatch.delenv("_X_AMZN_TRACE_ID", raising=False)
+        # A cold start's session: credentials and region from this environment (boto3 keeps the first it made).
+        monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
         env = {
             "CRCR_WEBHOOK_SECRET": SECRET,
             "CRCR_STATE_TABLE": "state",
