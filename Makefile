@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml shared/requirements.txt | cksum | cut -d' ' -f1)
 
-.PHONY: venv test lint typecheck imports template-lint pytest demo bench cost soak build clean
+.PHONY: venv test lint typecheck imports template-lint pytest demo bench bench-full cost soak build clean
 
 venv: $(STAMP)
 
@@ -42,15 +42,23 @@ DEMO_KEEP ?= 60
 demo: venv
 	$(VENV)/bin/crcr demo --keep $(DEMO_KEEP)
 
+# About 10 minutes on 2 cores, with the dispatcher's figures and the cold starts measured again on BENCH_BASELINE (the
+# commit before this one, unless told: `make bench BENCH_BASELINE=<ref>`) in the same run. bench-full adds the long
+# runs: the check-run budget's simulated days, the dispatcher's backlog, the comment's bursts, the fan-out latency.
+BENCH_BASELINE ?= HEAD~1
 bench: venv
-	$(PY) bench/run.py --out bench/results.json
+	$(PY) bench/run.py --out bench/results.json --dispatch-levels L1,L4 --dispatch-baseline $(BENCH_BASELINE)
+
+bench-full: venv
+	$(PY) bench/run.py --out bench/results.json --dispatch-levels L1,L4 --dispatch-baseline $(BENCH_BASELINE) --full
 
 # The cost model (docs/cost.md) recomputed from the bench's figures; `make bench` first.
 cost: venv
 	$(PY) docs/cost_model.py --results bench/results.json
 
 # The relay under faults, kills and a dead webhook window, on loopback (bench/README.md, "Soak"). SOAK_EVENTS
-# (2000) upstream events x SOAK_TARGETS (10) downstreams; SOAK_SEED, SOAK_TIMEOUT_S bound and repeat a run.
+# (400: about 10 minutes; SOAK_EVENTS=2000 is the long run) upstream events x SOAK_TARGETS (10) downstreams;
+# SOAK_SEED, SOAK_TIMEOUT_S bound and repeat a run.
 # Exits non-zero when an event is lost, a result is not recorded or a duplicate dispatch is unexplained.
 soak: venv
 	$(PY) bench/soak.py --out bench/soak.json

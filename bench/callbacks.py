@@ -22,6 +22,7 @@ from typing import Any
 import jwt
 from harness import (
     REPO_ID_BASE,
+    ROOT,
     AwsCalls,
     OutputCapture,
     Relay,
@@ -33,6 +34,7 @@ from harness import (
     relay,
     summary_ms,
 )
+from write_units import StreamUnits, table_shapes
 
 from crcr.adapters.observability import TOTALS
 from crcr.adapters.oidc import OidcVerifier
@@ -230,6 +232,36 @@ def _results_rows(r: Relay) -> int | None:
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
+def _units(r: Relay) -> dict[str, StreamUnits]:
+    shapes = table_shapes(ROOT / "template.yaml")
+    ddb, streams = r.stack.client("dynamodb"), r.stack.client("dynamodbstreams")
+    tables = {"StateTable": "CRCR_STATE_TABLE", "ResultsTable": "CRCR_RESULTS_TABLE"}
+    return {name: StreamUnits(ddb, streams, r.stack.function_env[env], shapes[name]) for name, env in tables.items()}
+
+
+def _write_units(
+    recorded: dict[str, dict[str, Any]], n_recorded: int, completed: dict[str, dict[str, Any]], n_completed: int
+) -> dict[str, Any]:
+    def per(taken: dict[str, dict[str, Any]], n: int) -> dict[str, Any]:
+        n = max(1, n)
+        return {
+            "total": round(sum(t["write_units"] for t in taken.values()) / n, 3),
+            "by_table": {name: round(t["write_units"] / n, 3) for name, t in taken.items()},
+            "by_destination": {
+                f"{name}.{where}": round(v / n, 3)
+                for name, t in taken.items()
+                for where, v in t["by_destination"].items()
+            },
+            "writes": {f"{name}.{row}": round(v / n, 3) for name, t in taken.items() for row, v in t["writes"].items()},
+            "largest_item_bytes": {
+                f"{name}.{row}": v for name, t in taken.items() for row, v in t["largest_item_bytes_by_row"].items()
+            },
+        }
+
+    first, last = per(recorded, n_recorded), per(completed, n_completed)
+    return {"in_progress": first, "completed": last, "both": round(first["total"] + last["total"], 3)}
+
+
 def callback_bench(
     key: Any,
     aws: AwsCalls,
@@ -267,6 +299,12 @@ def callback_bench(
             _post(d, cold, d.body("cold-start"), d.token())
             cold_requests = _issuer_paths(issuer, issuer_mark)
 
+            # The tables' write units, from their streams (bench/write_units.py): the callbacks' own writes and the
+            # reporter's (none here: no HUD, no verdicts at L2), measured around the recorded and completing phases.
+            units = _units(r)
+            for table in units.values():
+                table.take()
+
             # -- warm window: `recorded` new jobs, `duplicates` identical repeats, `extra` new jobs
             tokens = [d.token() for _ in range(recorded + extra)]
             repeat_body, repeat_token = d.body("job-0"), tokens[0]
@@ -279,6 +317,7 @@ def callback_bench(
             for i in range(recorded):
                 _post(d, rec, d.body(f"job-{i}"), tokens[i])
             aws_1, all_1 = aws.snapshot(CALLBACK_FUNCTION), aws.snapshot()
+            units_recorded = {name: table.take() for name, table in units.items()}
             for _ in range(duplicates):
                 _post(d, dup, repeat_body, repeat_token)
             aws_2, all_2 = aws.snapshot(CALLBACK_FUNCTION), aws.snapshot()
@@ -306,6 +345,19 @@ def callback_bench(
             hostile_s = time.perf_counter() - t1
             hostile_requests = _issuer_paths(issuer, issuer_mark)
 
+            # -- completing: jobs that reported in_progress above now report completed (not timed)
+            completing = min(recorded, 100)
+            done_tokens = [d.token() for _ in range(completing)]
+            for table in units.values():
+                table.take()
+            aws_3 = aws.snapshot(CALLBACK_FUNCTION)
+            fin = _Tally()
+            for i in range(completing):
+                body = json.loads(d.body(f"job-{i}", status="completed"))
+                _post(d, fin, json.dumps(body | {"conclusion": "success"}).encode(), done_tokens[i])
+            aws_4 = aws.snapshot(CALLBACK_FUNCTION)
+            units_completed = {name: table.take() for name, table in units.items()}
+
             github_during = len(r.double.requests) - github_mark
             rows = _results_rows(r)
             rows_expected = 1 + recorded + extra + hostile
@@ -329,6 +381,14 @@ def callback_bench(
             "aws_calls_all_functions": _aws_delta(all_1, all_2, duplicates),
         },
         "recorded_after_duplicates": more.summary(),
+        "completed": {
+            "callbacks": completing,
+            "outcomes": dict(fin.outcomes),
+            "aws_calls": _aws_delta(aws_3, aws_4, completing),
+        },
+        # DynamoDB write request units per callback, by table, of a job's first report (`in_progress`, a new job)
+        # and of its `completed` (bench/write_units.py); `both` is their sum, a job's two callbacks.
+        "write_units": _write_units(units_recorded, recorded, units_completed, completing),
         "warm_window": {
             "callbacks": sent_warm,
             "seconds": round(window_s, 2),

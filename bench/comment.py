@@ -6,6 +6,12 @@ Two figures, each on a fresh stack with the upstream installed with the comment'
   `off`. `events` pull requests (one commit each) x `targets` L4 repositories x `jobs` jobs; every job reports
   `in_progress`, then (once ChecksQueue is empty) `completed`, job 0 of every repository `failure`, the rest
   `success`: every PR gets a comment.
+  Each run also measures ChecksFunction itself (`checks_function`): its invocations and the records (ChecksQueue
+  messages and state-table stream records) they handled, and the AWS calls and CPU of the threads that ran them
+  (the invoking thread and its batch workers: botocore's hook and each thread's CPU clock), and the write units
+  of the rows of the flow (check runs, the PR comment's row, the upstream installation's pacing cell, whoever
+  wrote them: ChecksFunction, or the reporter asking for a render), from the state table's stream
+  (bench/write_units.py). docs/cost_model.py reads `on`'s as the check-run flow's cost.
 - `bursts`: one PR, one L4 repository; `callbacks` failing jobs report `completed` spread evenly over `spread_s`
   seconds (the comment's default settle time is 5 s), then, once the comment is written, the same again with
   other jobs. Counts the comment's writes per burst and the time from the burst's last callback to its write.
@@ -22,12 +28,26 @@ from collections import Counter
 from typing import Any
 
 from checkruns import _wait_idle
-from harness import REPO_ID_BASE, UPSTREAM, OutputCapture, Relay, event_body, metrics_delta, relay
+from harness import (
+    REPO_ID_BASE,
+    ROOT,
+    UPSTREAM,
+    AwsCalls,
+    FunctionWork,
+    OutputCapture,
+    Relay,
+    event_body,
+    metrics_delta,
+    relay,
+)
+from write_units import StreamUnits, table_shapes
 
 from crcr.adapters.observability import TOTALS
 from tests.doubles.oidc_issuer import OidcIssuer
 
 AUDIENCE = "crcr"
+CHECKS = "ChecksFunction"
+UPSTREAM_INSTALLATION = 1
 PERMISSIONS = {
     "actions": "write", "checks": "write", "contents": "write", "issues": "write", "pull_requests": "write",
     "metadata": "read",
@@ -44,8 +64,62 @@ def _env(issuer: OidcIssuer, comment: str) -> dict[str, str]:
     }
 
 
+def _checks_row(image: dict[str, Any]) -> str:
+    """Whose row a state-table write was: ChecksFunction's (a check run, the PR comment, the upstream's pacing
+    cell) or another function's."""
+    pk, sk = str((image.get("pk") or {}).get("S", "")), str((image.get("sk") or {}).get("S", ""))
+    if pk.startswith("CHECK#"):
+        return "check_run"
+    if pk.startswith("PR#") and sk == "COMMENT":
+        return "comment"
+    if pk == f"PACE#{UPSTREAM_INSTALLATION}":
+        return "upstream_pacing"
+    return "other." + pk.split("#", 1)[0]
+
+
+class ChecksFlow:
+    """ChecksFunction's own work on one stack, from the moment it is made."""
+
+    def __init__(self, r: Relay, aws: AwsCalls) -> None:
+        self._work = FunctionWork(r.stack, CHECKS, aws)
+        shape = table_shapes(ROOT / "template.yaml")["StateTable"]
+        ddb, streams = r.stack.client("dynamodb"), r.stack.client("dynamodbstreams")
+        self._units = StreamUnits(ddb, streams, r.stack.function_env["CRCR_STATE_TABLE"], shape, row_of=_checks_row)
+        self._units.take()
+
+    def report(self, dispatches: int) -> dict[str, Any]:
+        calls = self._work.calls
+        taken = self._units.take()
+        mine = {row: n for row, n in taken["by_row"].items() if not row.startswith("other.")}
+        written = sum(v for row, v in taken["writes"].items() if not row.startswith("other."))
+        work, records, n = self._work, max(1, self._work.records), max(1, dispatches)
+        # Every write ChecksFunction asks for bills its units, those its condition refuses too (a lock another
+        # writer holds, a booking that lost its race), which leave no stream record: the flow's units are at least
+        # its write calls at the units a write of these rows costs.
+        write_calls = sum(v for op, v in calls.items() if op.split(".")[-1] in ("PutItem", "UpdateItem", "DeleteItem"))
+        per_write = sum(mine.values()) / max(1, written)
+        units = max(sum(mine.values()), write_calls * per_write)
+        return {
+            "invocations": work.invocations,
+            "records": work.records,
+            "records_per_dispatch": round(work.records / n, 3),
+            "records_by_source_per_dispatch": {k: round(v / n, 3) for k, v in sorted(work.records_by_source.items())},
+            "invocations_per_dispatch": round(work.invocations / n, 3),
+            "aws_calls": dict(sorted((k, v) for k, v in calls.items() if v)),
+            "aws_calls_per_record": {k: round(v / records, 3) for k, v in sorted(calls.items()) if v},
+            "cpu_ms_per_record": round(work.cpu_s * 1000 / records, 2),
+            "wall_ms_per_invocation": round(work.wall_s * 1000 / max(1, work.invocations), 1),
+            "write_units_in_stream": mine,
+            "write_calls_per_dispatch": round(write_calls / n, 3),
+            "write_units_per_dispatch": round(units / n, 3),
+            "largest_item_bytes": {
+                row: size for row, size in taken["largest_item_bytes_by_row"].items() if not row.startswith("other.")
+            },
+        }
+
+
 def _open_prs(r: Relay, events: int, timeout_s: float) -> list[tuple[int, str]]:
-    r.double.install(UPSTREAM, installation_id=1, repo_id=65600975, permissions=PERMISSIONS)
+    r.double.install(UPSTREAM, installation_id=UPSTREAM_INSTALLATION, repo_id=65600975, permissions=PERMISSIONS)
     prs = []
     for n in range(events):
         doc = json.loads(event_body())
@@ -92,12 +166,15 @@ def _writes(r: Relay) -> Counter[str]:
     return kinds
 
 
-def _per_event(key: Any, comment: str, *, events: int, targets: int, jobs: int, timeout_s: float) -> dict[str, Any]:
+def _per_event(
+    key: Any, aws: AwsCalls, comment: str, *, events: int, targets: int, jobs: int, timeout_s: float
+) -> dict[str, Any]:
     before = Counter(TOTALS)
     with (
         OidcIssuer() as issuer,
         relay(key, targets, installations=targets, level="L4", extra_env=_env(issuer, comment)) as r,
     ):
+        flow = ChecksFlow(r, aws)
         t0 = time.perf_counter()
         prs = _open_prs(r, events, timeout_s)
         reports = []
@@ -118,6 +195,7 @@ def _per_event(key: Any, comment: str, *, events: int, targets: int, jobs: int, 
             pr: len([c for c in r.double.comments(UPSTREAM, pr) if c["performed_via_github_app"]]) for pr, _ in prs
         }
         elapsed = time.perf_counter() - t0
+        checks_function = flow.report(events * targets)
     total = sum(kinds.values())
     comment_writes = kinds["comment_POST"] + kinds["comment_PATCH"]
     return {
@@ -134,6 +212,7 @@ def _per_event(key: Any, comment: str, *, events: int, targets: int, jobs: int, 
             k: v for k, v in metrics_delta(before).items() if k.startswith(("PrComment", "CheckRunPaced"))
         },
         "elapsed_s": round(elapsed, 1),
+        "checks_function": checks_function,
     }
 
 
@@ -174,7 +253,16 @@ def _bursts(key: Any, *, callbacks: int, spread_s: float, bursts: int, timeout_s
 
 
 def comment_bench(
-    key: Any, out: OutputCapture, *, events: int, targets: int, jobs: int, callbacks: int, timeout_s: float
+    key: Any,
+    aws: AwsCalls,
+    out: OutputCapture,
+    *,
+    events: int,
+    targets: int,
+    jobs: int,
+    callbacks: int,
+    timeout_s: float,
+    bursts: bool = True,
 ) -> dict[str, Any]:
     results: dict[str, Any] = {"per_event": {}}
     for setting in ("off", "on"):
@@ -182,10 +270,10 @@ def comment_bench(
             f"   comment {setting}: {events} events x {targets} L4 repositories x {jobs} jobs, one failing per repo"
         )
         results["per_event"][setting] = _per_event(
-            key, setting, events=events, targets=targets, jobs=jobs, timeout_s=timeout_s
+            key, aws, setting, events=events, targets=targets, jobs=jobs, timeout_s=timeout_s
         )
     results["bursts"] = {}
-    for spread in (2.0, 10.0):
+    for spread in (2.0, 10.0) if bursts else ():
         out.say(f"   bursts: {callbacks} failing callbacks in {spread:.0f} s, twice")
         results["bursts"][f"{callbacks}_in_{spread:.0f}s"] = _bursts(
             key, callbacks=callbacks, spread_s=spread, bursts=2, timeout_s=timeout_s

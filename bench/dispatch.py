@@ -51,6 +51,7 @@ sys.path.insert(0, str(HERE))
 if os.environ.get("CRCR_BENCH_CODE_ROOT"):
     sys.path.insert(0, str(_code_root() / "shared"))
 
+from gitref import exported  # noqa: E402
 from harness import (  # noqa: E402
     APP_ID,
     EVENT_FILE,
@@ -65,6 +66,7 @@ from harness import (  # noqa: E402
     observe_dynamodb,
     target_repos,
 )
+from write_units import StreamUnits, table_shapes  # noqa: E402
 
 from crcr.adapters.observability import TOTALS, logger  # noqa: E402
 from crcr.domain.signature import sign  # noqa: E402
@@ -304,6 +306,17 @@ class Window:
         self.wall_s = 0.0
         self.batches = 0
         self.batch_sizes: list[int] = []
+        self.writes: Counter[str] = Counter()
+        self.units: Counter[str] = Counter()
+        self.units_by_row: Counter[str] = Counter()
+        self.largest_item: dict[str, int] = {}
+
+    def add_units(self, taken: dict[str, Any]) -> None:
+        self.writes.update(taken["writes"])
+        self.units.update(taken["by_destination"])
+        self.units_by_row.update(taken["by_row"])
+        for row, size in taken["largest_item_bytes_by_row"].items():
+            self.largest_item[row] = max(self.largest_item.get(row, 0), size)
 
     @contextmanager
     def measure(self, size: int) -> Iterator[None]:
@@ -346,11 +359,22 @@ class Window:
             "relay_cpu_gc_ms_per_dispatch": round(self.gc_s * 1000 / n, 3),  # and in the garbage collector
             "gc_collections": self.collections,
             "handler_wall_ms_per_dispatch": round(self.wall_s * 1000 / n, 3),
+            # DynamoDB write request units of the state table's writes, from its stream (bench/write_units.py)
+            "state_writes_per_dispatch": {k: round(v / n, 3) for k, v in sorted(self.writes.items())},
+            "write_units_per_dispatch": round(sum(self.units.values()) / n, 3),
+            "write_units_per_dispatch_by_destination": {k: round(v / n, 3) for k, v in sorted(self.units.items())},
+            "write_units_per_dispatch_by_row": {k: round(v / n, 3) for k, v in sorted(self.units_by_row.items())},
+            "largest_item_bytes_by_row": dict(sorted(self.largest_item.items())),
         }
 
 
-def _drain_dispatches(stack: LocalStack, window: Window, expected: int, timeout_s: float) -> int:
-    """Hand the dispatch queue to the handler in batches of up to 10 until `expected` have been handled."""
+def _drain_dispatches(
+    stack: LocalStack, window: Window, expected: int, timeout_s: float, units: StreamUnits | None = None
+) -> int:
+    """Hand the dispatch queue to the handler in batches of up to 10 until `expected` have been handled; the state
+    table's write units of those calls go to `window` when `units` reads its stream."""
+    if units is not None:
+        units.take()  # what the webhook and the planner wrote before
     handled = 0
     deadline = time.monotonic() + timeout_s
     while handled < expected and time.monotonic() < deadline:
@@ -364,6 +388,8 @@ def _drain_dispatches(stack: LocalStack, window: Window, expected: int, timeout_
         if done:
             _delete(stack, DISPATCH_QUEUE, done)
         handled += len(done)
+    if units is not None:
+        window.add_units(units.take())
     return handled
 
 
@@ -379,15 +405,21 @@ def warm_cost(
     with dispatch_stack(key, targets, installations, level=level) as (stack, double, moto, _):
         _post(stack, body)
         _plan_all(stack, 1)
+        units = StreamUnits(
+            stack.client("dynamodb"),
+            stack.client("dynamodbstreams"),
+            stack.function_env["CRCR_STATE_TABLE"],
+            table_shapes(_code_root() / "template.yaml")["StateTable"],
+        )
         cold = Window(aws)
-        cold_handled = _drain_dispatches(stack, cold, targets, timeout_s)
+        cold_handled = _drain_dispatches(stack, cold, targets, timeout_s, units)
         warm = Window(aws)
         warm_handled, moto_cpu, github_cpu = 0, 0.0, 0.0
         for _ in range(events):  # steady state: each event planned and its dispatches handed over as it arrives
             _post(stack, body)
             _plan_all(stack, 1)
             moto_before, github_before = _proc_cpu(moto.pid), _proc_cpu(double.pid)
-            warm_handled += _drain_dispatches(stack, warm, targets, timeout_s)
+            warm_handled += _drain_dispatches(stack, warm, targets, timeout_s, units)
             moto_cpu += _proc_cpu(moto.pid) - moto_before
             github_cpu += _proc_cpu(double.pid) - github_before
         call_cpu_ms = _one_call_cpu_ms(stack)
@@ -613,17 +645,12 @@ def measure(args: argparse.Namespace, key: AppKey, aws: AwsCalls, out: OutputCap
 
 def baseline(ref: str, args: argparse.Namespace, say: Any) -> dict[str, Any]:
     """The same measurements on the code at git `ref`, in a subprocess with that code first on its path."""
-    root = HERE.parent
-    commit = subprocess.run(
-        ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=root, capture_output=True, text=True, check=False
-    ).stdout.strip()
-    if not commit:
-        return {"skipped": True, "reason": f"{ref} is not a commit here"}
-    with tempfile.TemporaryDirectory(prefix="crcr-bench-baseline-") as tmp:
-        archive = subprocess.run(["git", "archive", commit], cwd=root, capture_output=True, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+    with exported(ref, "crcr-bench-baseline-") as code:
+        if code is None:
+            return {"skipped": True, "reason": f"{ref} is not a commit here"}
+        commit, tree = code
         say(f"   baseline {ref} ({commit[:12]}), in a subprocess")
-        result = fresh(args, Path(tmp))
+        result = fresh(args, tree)
         return result if result.get("skipped") else {"ref": ref, "commit": commit} | result
 
 

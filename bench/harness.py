@@ -270,6 +270,9 @@ class AwsCalls:
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
         self.by_function: dict[str, Counter[str]] = {}  # the calls made inside each function's invocations
+        # Every call by the thread that made it, keyed by the thread itself: a thread id is reused once its thread
+        # ends (the front end starts one per connection), a Thread object kept here is not.
+        self.by_thread: dict[threading.Thread, Counter[str]] = {}
         self._lock = threading.Lock()
         self._invoking = threading.local()
 
@@ -303,10 +306,20 @@ class AwsCalls:
 
     def _count(self, name: str) -> None:
         function = getattr(self._invoking, "function", None)
+        thread = threading.current_thread()
         with self._lock:
             self.counts[name] += 1
+            self.by_thread.setdefault(thread, Counter())[name] += 1
             if function is not None:
                 self.by_function.setdefault(function, Counter())[name] += 1
+
+    def of_threads(self, threads: list[threading.Thread]) -> Counter[str]:
+        """The calls the given threads have made so far."""
+        with self._lock:
+            out: Counter[str] = Counter()
+            for thread in threads:
+                out.update(self.by_thread.get(thread, Counter()))
+            return out
 
     def snapshot(self, function: str | None = None) -> Counter[str]:
         """Calls so far: all of them, or those made inside one function's invocations."""
@@ -314,10 +327,68 @@ class AwsCalls:
             return Counter(self.counts if function is None else self.by_function.get(function, Counter()))
 
 
+class FunctionWork:
+    """One function's invocations on a stack, the records they were handed, and the CPU and AWS calls of the threads
+    that ran them: the invoking thread and the batch's worker threads it keeps (`crcr.sqs_batch`: each invoking
+    thread has its own pool, so those threads work for this function alone). Read per thread (the thread's CPU clock,
+    `AwsCalls.by_thread`), so what the stack's other functions do meanwhile is not counted."""
+
+    def __init__(self, stack: Any, function: str, aws: AwsCalls) -> None:
+        self.function = function
+        self.invocations = 0
+        self.records = 0
+        self.records_by_source: Counter[str] = Counter()  # aws:sqs (ChecksQueue), aws:dynamodb (a table's stream)
+        self.cpu_s = 0.0
+        self.wall_s = 0.0
+        self.calls: Counter[str] = Counter()
+        self._aws = aws
+        self._lock = threading.Lock()
+        invoke = stack.invoke
+
+        def counted(logical_id: str, event: dict[str, Any]) -> Any:
+            if logical_id != function:
+                return invoke(logical_id, event)
+            cpu, calls, wall = self._cpu(), self._calls(), time.perf_counter()
+            try:
+                return invoke(logical_id, event)
+            finally:
+                spent_cpu, spent_calls = self._cpu(), self._calls()
+                spent_calls.subtract(calls)
+                records = (event or {}).get("Records") or []
+                with self._lock:
+                    self.invocations += 1
+                    self.records += len(records)
+                    self.records_by_source.update(str(r.get("eventSource", "?")) for r in records)
+                    self.cpu_s += sum(v - cpu.get(t, 0.0) for t, v in spent_cpu.items())  # a new worker from 0
+                    self.wall_s += time.perf_counter() - wall
+                    self.calls.update({k: v for k, v in spent_calls.items() if v})
+
+        stack.invoke = counted
+
+    @staticmethod
+    def _threads() -> list[threading.Thread]:
+        """The calling (invoking) thread and its batch workers."""
+        from crcr import sqs_batch  # noqa: PLC0415
+
+        pools = sqs_batch._pools.__dict__.get("by_size", {})
+        return [threading.current_thread(), *(t for pool in pools.values() for t in list(pool._threads))]
+
+    def _cpu(self) -> dict[threading.Thread, float]:
+        out = {}
+        for thread in self._threads():
+            if thread.ident is not None and thread.is_alive():
+                out[thread] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        return out
+
+    def _calls(self) -> Counter[str]:
+        return self._aws.of_threads(self._threads())
+
+
 def observe_dynamodb(observer: Callable[[str], None]) -> None:
-    """The relay's DynamoDB calls and SQS sends skip botocore (crcr/adapters/aws_json.py), and so its hooks: they
-    are counted through that client's own observers, with the same `dynamodb.<Operation>` and `sqs.<Operation>`
-    names. Code from before that client (a `--baseline` run) makes them through botocore, whose hook counts them."""
+    """For a `--baseline` run of code from 2026-12-02 to 2026-12-03 (up to b05e48f), whose DynamoDB calls and SQS
+    sends went through its own JSON-API client and so skipped botocore's hooks: they are counted through that
+    client's observers, with the same `dynamodb.<Operation>` and `sqs.<Operation>` names. The relay's calls go
+    through botocore before and since, and its `before-call` hook counts them."""
     try:
         from crcr.adapters.dynamodb_client import call_observers  # noqa: PLC0415
     except ImportError:

@@ -31,6 +31,7 @@ import comment
 import dispatch
 import pages
 import reporter
+import summary
 from harness import (
     ROOT,
     AppKey,
@@ -46,6 +47,7 @@ from harness import (
     request_kind,
     summary_ms,
 )
+from write_units import StreamUnits, table_shapes
 
 from crcr.adapters.observability import TOTALS
 
@@ -188,6 +190,13 @@ def requests_and_throughput(
 
         # -- warm: `events` more, back to back
         acks, statuses, deliveries = [], Counter(), []
+        units = StreamUnits(
+            r.stack.client("dynamodb"),
+            r.stack.client("dynamodbstreams"),
+            r.stack.function_env["CRCR_STATE_TABLE"],
+            table_shapes(ROOT / "template.yaml")["StateTable"],
+        )
+        units.take()  # the cold event's
         aws_before = aws.snapshot()
         cpu_before = (cpu_seconds(), cpu_seconds(moto.pid))
         first_post = time.time()
@@ -202,6 +211,7 @@ def requests_and_throughput(
         drained = time.time()
         cpu_after = (cpu_seconds(), cpu_seconds(moto.pid))
         aws_after = aws.snapshot()
+        written = units.take()
         time.sleep(1.5)  # anything beyond the expected count now would be a duplicate
         all_requests = double.requests
         warm_requests = all_requests[mark:]
@@ -289,6 +299,9 @@ def requests_and_throughput(
         },
         "aws_calls": aws_ops,
         "aws_calls_per_dispatch": {k: round(v / sent, 2) for k, v in aws_ops.items() if not _is_polling(k)},
+        # The state table's write units in the window (webhook, planner, dispatcher), from its stream
+        "write_units_per_dispatch": round(written["write_units"] / sent, 3),
+        "write_units_per_dispatch_by_row": {k: round(v / sent, 3) for k, v in sorted(written["by_row"].items())},
         "relay_log": log_summary(out.lines_between(start_off, end_off)),
     }
     return github, throughput
@@ -544,7 +557,16 @@ def main() -> int:
     parser.add_argument("--skip-fanout-latency", action="store_true", help="only the isolated ingest latency")
     parser.add_argument("--skip-coldstart", action="store_true", help="leave out the cold-start import times")
     parser.add_argument("--skip-pages", action="store_true", help="leave out the HUD pages at scale (section 11)")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="also the long runs (make bench-full): the check-run budget's simulated days (9), ingest latency with "
+        "the fan-out alongside (1), the dispatcher's backlog (10) and the PR comment's bursts (8)",
+    )
+    parser.add_argument("--verbose", action="store_true", help="every section's table, not the one-screen summary")
     args = parser.parse_args()
+    if not args.full:
+        args.skip_checkbudget = args.skip_fanout_latency = args.dispatch_skip_backlog = True
 
     started = time.perf_counter()
     results: dict[str, Any] = {
@@ -645,12 +667,14 @@ def main() -> int:
             out.say("8. the PR comment: upstream writes per event (off against on), writes per burst of callbacks")
             results["pr_comment"] = comment.comment_bench(
                 key,
+                aws,
                 out,
                 events=args.comment_events,
                 targets=args.comment_targets,
                 jobs=args.comment_jobs,
                 callbacks=args.comment_callbacks,
                 timeout_s=max(args.timeout, 120.0),
+                bursts=args.full,
             )
             phases["pr_comment"] = round(time.perf_counter() - t, 1)
         t = time.perf_counter()
@@ -685,6 +709,8 @@ def main() -> int:
                 "source": coldstart.measure_source(out.say),
                 "built": coldstart.measure_built(out.say),
             }
+            if args.dispatch_baseline:
+                results["cold_start"]["baseline"] = coldstart.measure_at(args.dispatch_baseline, out.say)
         phases["cold_start"] = round(time.perf_counter() - t, 1)
         relay_lines = out.lines_between(0)
     results["relay_output"] = log_summary(relay_lines)
@@ -701,7 +727,10 @@ def main() -> int:
     results["duration_s"] = round(time.perf_counter() - started, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print_table(results)
+    if args.verbose:
+        print_table(results)
+    else:
+        summary.print_summary(results)
     print(f"results: {args.out}")
     return 0
 

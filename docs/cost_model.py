@@ -26,7 +26,7 @@ DOC = ROOT / "docs" / "cost.md"
 INPUTS = ROOT / "docs" / "cost_inputs.json"
 OPERATIONS = ROOT / "docs" / "operations.md"
 TEMPLATE = ROOT / "template.yaml"
-CHECKS_FLOW = "check runs and the PR comment (assumed)"
+CHECKS_FLOW = "check runs and the PR comment"
 SUMMARY_START, SUMMARY_END = "<!-- cost-summary:start -->", "<!-- cost-summary:end -->"
 
 REPOSITORIES = (10, 100)  # downstream repositories every upstream event is dispatched to
@@ -35,7 +35,8 @@ EVENTS = 1_000_000
 # ----------------------------------------------------------------------------------------------- prices
 # Public on-demand prices in us-east-1 (N. Virginia), first tier, before any free tier; read 2026-12-01.
 PRICES_READ_ON = "2026-12-01"
-LAMBDA_GB_SECOND_USD = 0.0000166667  # x86, first 6 billion GB-s a month
+LAMBDA_GB_SECOND_USD = 0.0000166667  # x86_64, first 6 billion GB-s a month
+LAMBDA_GB_SECOND_ARM_USD = 0.0000133334  # arm64 (Graviton), first 7.5 billion GB-s a month
 LAMBDA_REQUEST_USD = 0.20 / 1e6
 SQS_REQUEST_USD = 0.40 / 1e6  # standard queue; every 64 KB chunk of a payload is one request
 DYNAMODB_RRU_USD = 0.125 / 1e6  # on-demand read request unit, Standard table class (since 2024-11-01)
@@ -58,17 +59,22 @@ CALLBACKS_PER_JOB = 2  # `in_progress`, then `completed` (the action's pattern)
 CHANGES_PER_CALLBACK = 1  # each recorded callback is one results-table change the reporter handles
 REPORTING_SHARE = 1.0  # repositories at L2+ (L1 ones never report): all of them, the upper bound
 CHECKS_SHARE = 1.0  # repositories at L3/L4 with check runs and the PR comment: all of them, the upper bound
-CHECK_MESSAGES_PER_DISPATCH = 2 * JOBS_PER_DISPATCH * CALLBACKS_PER_JOB  # per change a job message and a comment
-# request, on ChecksQueue
-CHECK_STREAM_REQUESTS_PER_DISPATCH = 1  # `repo` at dispatch: the ledger's mark, read from the state table's stream
-# (Lambda's stream reads are free: no SQS send, receive or delete)
-CHECK_READS_PER_MESSAGE = 3  # the job or ledger row, the check-run row, the PR (labels, comment row)
-CHECK_WRITES_PER_MESSAGE = 3  # the pacing cell, the check-run row lock, the saved check run
 AWS_CALL_MS = 10.0  # an in-region DynamoDB, SQS or S3 call from Lambda (the bench's moto is on loopback)
 GITHUB_CALL_MS = 300.0  # a GitHub REST round trip (the bench's GitHub is an in-process double)
-CPU_MS_PER_CHECK_MESSAGE = 5.0  # ChecksFunction's own work per message
 RRU_PER_READ = 1.0  # a strongly consistent read of an item up to 4 KB (a Query of a few small items alike)
-WRU_PER_WRITE = 2.0  # an item up to 1 KB, plus one index entry on average (results rows: by_repo, by_head)
+WRU_PER_WRITE = 2.0  # a write the bench has no units for (the reporter's verdicts): an item up to 1 KB plus one
+# index entry; the dispatch, callback and check-run flows' units are measured from the tables' streams
+FULL_CPU_MB = 1769  # Lambda gives a function one vCPU at 1,769 MB, and CPU in proportion to memory below it
+RUNTIME_MB = 30  # what Lambda's Python runtime itself holds beyond the bench's interpreter (assumed)
+MEMORY_HEADROOM = 2.0  # a function's memory: at least twice its measured peak RSS plus the runtime's
+MEMORY_SIZES = (128, 256, 512, 1024, 1769)
+# The functions the bench measures a cold start for, by their handler's folder (bench section 5).
+ROLES = {
+    "webhook": "WebhookFunction", "planner": "PlannerFunction", "dispatch": "DispatchFunction",
+    "callback": "CallbackFunction", "reporter": "ReporterFunction", "checks": "ChecksFunction",
+    "jwks": "JwksFunction", "hud": "HudFunction", "sweeper": "SweeperFunction", "reconciler": "ReconcilerFunction",
+    "levels": "LevelFunction",
+}  # fmt: skip
 RECEIVES_PER_SQS_INVOCATION = 1.0  # Lambda's poller's ReceiveMessage that returned the batch (empty polls: fixed)
 
 SQS_OPS = ("SendMessage", "SendMessageBatch", "DeleteMessage", "DeleteMessageBatch", "ChangeMessageVisibility")
@@ -87,12 +93,14 @@ class BenchKeyMissing(KeyError):
 @dataclass(frozen=True)
 class Flow:
     """What one unit of work costs, as measured: AWS calls by `service.Operation`, the relay's CPU (ms), GitHub
-    requests, and Lambda invocations by function."""
+    requests, Lambda invocations by function, and DynamoDB write request units (None: not measured, so its writes
+    count WRU_PER_WRITE each)."""
 
     aws_calls: dict[str, float]
     cpu_ms: float
     github_requests: float = 0.0
     invocations: dict[str, float] = field(default_factory=dict)
+    write_units: float | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,9 @@ class Figures:
     comment_writes_per_event: float
     webhook_ack_ms: float
     keys_read: list[str]
+    checks: Flow  # ChecksFunction per L3/L4 dispatch: check runs and the PR comment (bench section 8)
+    checks_sqs_records: float  # ChecksQueue messages it handled per L3/L4 dispatch (the rest came from the stream)
+    peak_rss_mb: dict[str, float]  # by function: the bench's interpreter after import and the first build
 
 
 def dig(results: dict[str, Any], path: str) -> Any:
@@ -135,11 +146,17 @@ def figures_from_bench(results: dict[str, Any]) -> Figures:
     dispatched = int(get("throughput.dispatches_received"))
     lifetime_dispatches = (events + 1) * targets  # `invocations` counts the whole stack, the cold event too
     invocations = get("throughput.invocations")
+    # Write units: the state table's in the throughput run (at L1), plus what a dispatch at L2+ adds (its start watch
+    # in the sweep index), from section 10's warm runs at L1 and L4.
+    start_watch = float(get("dispatch.warm_L4.warm.write_units_per_dispatch")) - float(
+        get("dispatch.warm.warm.write_units_per_dispatch")
+    )
     dispatch = Flow(
         aws_calls=dict(get("throughput.aws_calls_per_dispatch")),
         cpu_ms=1000 * float(get("throughput.cpu_s_during_window.relay_process")) / max(1, dispatched),
         github_requests=float(get("github_requests.warm.per_event_target.total")),
         invocations={"DispatchFunction": invocations.get("DispatchFunction", 0) / lifetime_dispatches},
+        write_units=float(get("throughput.write_units_per_dispatch")) + max(0.0, start_watch),
     )
     per_event = {name: invocations.get(name, 0) / (events + 1) for name in ("WebhookFunction", "PlannerFunction")}
     # Section 4: callbacks that record a new job; the relay's CPU over the warm window.
@@ -151,6 +168,7 @@ def figures_from_bench(results: dict[str, Any]) -> Figures:
         aws_calls={op: float(n) for op, n in recorded.items() if not op.startswith("s3.")},
         cpu_ms=1000 * float(get("callback_latency.warm_window.cpu_s.relay_process")) / max(1, callbacks),
         invocations={"CallbackFunction": 1.0},
+        write_units=float(get("callback_latency.write_units.both")) / CALLBACKS_PER_JOB,  # a job's two callbacks
     )
     # Section 7: the reporter with the HUD summaries on, plus its health refresh at the stream's own pace.
     calls = {k: float(v) for k, v in get("reporter.on.aws_calls_per_change").items() if k != "total"}
@@ -168,6 +186,20 @@ def figures_from_bench(results: dict[str, Any]) -> Figures:
     paced = float(get("check_run_writes.per_job.relay_metrics").get("CheckRunPaced", 0))
     sizes = get("ingest_latency.isolated")
     largest = max((k for k in sizes if k.isdigit()), key=int)
+    # Section 8 (comment on): ChecksFunction's records, calls, CPU and write units per L4 dispatch; its GitHub
+    # writes (check runs and the comment) per dispatch.
+    flow = get("pr_comment.per_event.on.checks_function")
+    on = get("pr_comment.per_event.on")
+    records = float(flow["records_per_dispatch"])
+    checks = Flow(
+        aws_calls={op: float(n) * records for op, n in flow["aws_calls_per_record"].items()},
+        cpu_ms=float(flow["cpu_ms_per_record"]) * records,
+        github_requests=float(on["writes_per_event"]) / max(1, int(on["repositories_per_event"])),
+        invocations={"ChecksFunction": float(flow["invocations_per_dispatch"])},
+        write_units=float(flow["write_units_per_dispatch"]),
+    )
+    cold = get("cold_start.source.functions")
+    rss = {ROLES[role]: float(row["rss_init_median_mb"]) for role, row in cold.items() if "rss_init_median_mb" in row}
     return Figures(
         source={
             "timestamp": get("timestamp"),
@@ -185,11 +217,14 @@ def figures_from_bench(results: dict[str, Any]) -> Figures:
         comment_writes_per_event=float(get("pr_comment.per_event.on.comment_writes_per_event")),
         webhook_ack_ms=float(get(f"ingest_latency.isolated.{largest}.mean_ms")),
         keys_read=sorted(set(read)),
+        checks=checks,
+        checks_sqs_records=float(flow["records_by_source_per_dispatch"].get("aws:sqs", 0.0)),
+        peak_rss_mb=rss,
     )
 
 
 def figures_from_inputs(doc: dict[str, Any]) -> Figures:
-    flows = {k: Flow(**doc[k]) for k in ("dispatch", "callback", "reporter")}
+    flows = {k: Flow(**doc[k]) for k in ("dispatch", "callback", "reporter", "checks")}
     return Figures(**{**doc, **flows})
 
 
@@ -214,10 +249,10 @@ class Usage:
         for op, n in other.other_calls.items():
             self.other_calls[op] = self.other_calls.get(op, 0.0) + n
 
-    def costs(self) -> dict[str, float]:
+    def costs(self, architecture: str = "arm64") -> dict[str, float]:
         return {
             "Lambda requests": self.lambda_requests * LAMBDA_REQUEST_USD,
-            "Lambda GB-seconds": self.lambda_gb_s * LAMBDA_GB_SECOND_USD,
+            "Lambda GB-seconds": self.lambda_gb_s * gb_second_usd(architecture),
             "SQS requests": self.sqs * SQS_REQUEST_USD,
             "DynamoDB read request units": self.rru * DYNAMODB_RRU_USD,
             "DynamoDB write request units": self.wru * DYNAMODB_WRU_USD,
@@ -237,14 +272,27 @@ class Usage:
         )  # fmt: skip
 
 
-def memory_gb() -> dict[str, float]:
-    """Each function's MemorySize from template.yaml (the Globals' unless it sets its own), in GB."""
+def gb_second_usd(architecture: str) -> float:
+    return LAMBDA_GB_SECOND_ARM_USD if architecture == "arm64" else LAMBDA_GB_SECOND_USD
 
+
+def _template() -> dict[str, Any]:
     class Loader(yaml.SafeLoader):
         pass
 
     Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
-    template = yaml.load(TEMPLATE.read_text(encoding="utf-8"), Loader=Loader)  # noqa: S506
+    return dict(yaml.load(TEMPLATE.read_text(encoding="utf-8"), Loader=Loader))  # noqa: S506
+
+
+def architecture() -> str:
+    """The functions' architecture in template.yaml (Globals)."""
+    [arch] = _template()["Globals"]["Function"].get("Architectures", ["x86_64"])
+    return str(arch)
+
+
+def memory_gb() -> dict[str, float]:
+    """Each function's MemorySize from template.yaml (the Globals' unless it sets its own), in GB."""
+    template = _template()
     default = template["Globals"]["Function"]["MemorySize"]
     return {
         name: resource["Properties"].get("MemorySize", default) / 1024
@@ -253,9 +301,12 @@ def memory_gb() -> dict[str, float]:
     }
 
 
-def calls_usage(calls: dict[str, float], units: float) -> Usage:
-    """The AWS calls of `units` units of work, as billable quantities."""
+def calls_usage(calls: dict[str, float], units: float, write_units: float | None = None) -> Usage:
+    """The AWS calls of `units` units of work, as billable quantities; DynamoDB's writes at `write_units` per unit
+    when measured, else at WRU_PER_WRITE each."""
     usage = Usage()
+    if write_units is not None:
+        usage.wru += write_units * units
     for op, per_unit in calls.items():
         n = per_unit * units
         service, _, name = op.partition(".")
@@ -264,7 +315,7 @@ def calls_usage(calls: dict[str, float], units: float) -> Usage:
         elif service == "dynamodb" and name in DYNAMODB_READS:
             usage.rru += n * RRU_PER_READ
         elif service == "dynamodb" and name in DYNAMODB_WRITES:
-            usage.wru += n * WRU_PER_WRITE
+            usage.wru += 0.0 if write_units is not None else n * WRU_PER_WRITE
         elif service == "s3" and name in S3_GETS:
             usage.s3_get += n
         elif service == "s3" and name in S3_PUTS:
@@ -274,14 +325,19 @@ def calls_usage(calls: dict[str, float], units: float) -> Usage:
     return usage
 
 
-def lambda_usage(flow: Flow, units: float, memory: dict[str, float], extra_ms: float = 0.0) -> Usage:
-    """Invocations, and GB-seconds: the measured CPU plus every call's round trip, one after another (an upper
-    bound: a dispatch batch's records run side by side), in the flow's first function's memory."""
+def billed_ms(flow: Flow, memory_gb_: float) -> float:
+    """A unit's billed milliseconds: the measured CPU, stretched where the memory buys less than a whole vCPU, plus
+    every call's round trip one after another (an upper bound: a dispatch batch's records run side by side)."""
+    stretch = max(1.0, FULL_CPU_MB / (memory_gb_ * 1024))
+    return flow.cpu_ms * stretch + sum(flow.aws_calls.values()) * AWS_CALL_MS + flow.github_requests * GITHUB_CALL_MS
+
+
+def lambda_usage(flow: Flow, units: float, memory: dict[str, float]) -> Usage:
+    """Invocations, and GB-seconds in the flow's first function's memory."""
     usage = Usage()
     usage.lambda_requests = sum(flow.invocations.values()) * units
-    ms = flow.cpu_ms + sum(flow.aws_calls.values()) * AWS_CALL_MS + flow.github_requests * GITHUB_CALL_MS + extra_ms
     function = next(iter(flow.invocations), "DispatchFunction")
-    usage.lambda_gb_s = units * ms / 1000 * memory[function]
+    usage.lambda_gb_s = units * billed_ms(flow, memory[function]) / 1000 * memory[function]
     return usage
 
 
@@ -293,7 +349,7 @@ def per_event(figures: Figures, repositories: int, memory: dict[str, float]) -> 
     """Usage per upstream event by flow, with every downstream repository dispatched to."""
     flows: dict[str, Usage] = {}
     dispatches = repositories
-    ingest = calls_usage(figures.dispatch.aws_calls, dispatches)
+    ingest = calls_usage(figures.dispatch.aws_calls, dispatches, figures.dispatch.write_units)
     ingest.add(lambda_usage(figures.dispatch, dispatches, memory))
     front = figures.invocations_per_event
     ingest.lambda_requests += sum(front.values())
@@ -302,7 +358,7 @@ def per_event(figures: Figures, repositories: int, memory: dict[str, float]) -> 
     flows["webhook, planner, dispatch"] = ingest
 
     callbacks = dispatches * REPORTING_SHARE * JOBS_PER_DISPATCH * CALLBACKS_PER_JOB
-    callback = calls_usage(figures.callback.aws_calls, callbacks)
+    callback = calls_usage(figures.callback.aws_calls, callbacks, figures.callback.write_units)
     callback.add(lambda_usage(figures.callback, callbacks, memory))
     callback.http_api += callbacks
     flows["callbacks"] = callback
@@ -313,27 +369,13 @@ def per_event(figures: Figures, repositories: int, memory: dict[str, float]) -> 
     flows["reporter (HUD documents, verdicts, health)"] = report
 
     checked = dispatches * CHECKS_SHARE
-    messages = checked * (CHECK_MESSAGES_PER_DISPATCH + figures.check_paced_per_dispatch)
-    streamed = checked * CHECK_STREAM_REQUESTS_PER_DISPATCH
-    work = {"dynamodb.GetItem": CHECK_READS_PER_MESSAGE, "dynamodb.UpdateItem": CHECK_WRITES_PER_MESSAGE}
-    queued = Flow(
-        aws_calls=work
-        | {
-            "sqs.SendMessage": 1.0,  # the message itself (sent by the reporter, the planner or a re-queue)
-            "sqs.DeleteMessageBatch": 1.0,  # Lambda deletes what the function handled
-        },
-        cpu_ms=CPU_MS_PER_CHECK_MESSAGE,
-        invocations={"ChecksFunction": 1.0},
-    )
-    from_stream = Flow(aws_calls=work, cpu_ms=CPU_MS_PER_CHECK_MESSAGE, invocations={"ChecksFunction": 1.0})
-    requests = messages + streamed
-    writes = checked * figures.check_writes_per_dispatch + figures.comment_writes_per_event
-    github_ms = writes / requests * GITHUB_CALL_MS if requests else 0
-    check = calls_usage(queued.aws_calls, messages)
-    check.add(lambda_usage(queued, messages, memory, extra_ms=github_ms))
-    check.sqs += sqs_receives(queued, messages, ("ChecksFunction",))
-    check.add(calls_usage(from_stream.aws_calls, streamed))
-    check.add(lambda_usage(from_stream, streamed, memory, extra_ms=github_ms))
+    check = calls_usage(figures.checks.aws_calls, checked, figures.checks.write_units)
+    check.add(lambda_usage(figures.checks, checked, memory))
+    # Each ChecksQueue message was sent once (by the reporter, the planner, or a re-queue the function's own calls
+    # above count) and deleted once; each invocation's batch came from one receive. Stream records cost nothing.
+    own_sends = sum(n for op, n in figures.checks.aws_calls.items() if op.startswith("sqs.Send"))
+    check.sqs += checked * (max(0.0, figures.checks_sqs_records - own_sends) + figures.checks_sqs_records)
+    check.sqs += sqs_receives(figures.checks, checked, ("ChecksFunction",))
     flows[CHECKS_FLOW] = check
     return flows
 
@@ -363,10 +405,32 @@ def model(figures: Figures) -> dict[int, dict[str, Usage]]:
     return {n: per_event(figures, n, memory) for n in REPOSITORIES}
 
 
+def levers(figures: Figures) -> list[tuple[str, str, dict[int, float]]]:
+    """The total per million events as configured and with each lever undone: (name, architecture, by size)."""
+    sized, flat = memory_gb(), dict.fromkeys(memory_gb(), 0.5)
+    arch = architecture()
+    other = "x86_64" if arch == "arm64" else "arm64"
+
+    def totals(memory: dict[str, float], at: str) -> dict[int, float]:
+        return {n: sum(total(per_event(figures, n, memory)).costs(at).values()) * EVENTS for n in REPOSITORIES}
+
+    return [
+        (f"as configured: {arch}, memory sized per function", arch, totals(sized, arch)),
+        (f"{other}, memory sized per function", other, totals(sized, other)),
+        (f"{arch}, 512 MB for every function", arch, totals(flat, arch)),
+        (
+            f"{other if arch == 'arm64' else arch}, 512 MB for every function (before 2026-12-04)",
+            other,
+            totals(flat, other),
+        ),
+    ]
+
+
 def render(figures: Figures) -> tuple[str, str]:
     """docs/cost.md, and the summary paragraph for docs/operations.md."""
     results = model(figures)
     totals = {n: total(flows) for n, flows in results.items()}
+    arch = architecture()
     lines = [
         "# Cost model: AWS per million upstream events",
         "",
@@ -376,7 +440,9 @@ def render(figures: Figures) -> tuple[str, str]:
         wrap(
             "What the relay spends in AWS for **one million upstream events** (webhook deliveries it acts on: a pull "
             "request opened or pushed to, a push), each dispatched to every one of 10 or 100 downstream repositories, "
-            "at public us-east-1 on-demand prices before any free tier. The call counts and CPU times are `make "
+            f"at public us-east-1 on-demand prices before any free tier, with the functions on {arch} and each one's "
+            "memory from `template.yaml` ([sized](#memory) from its measured peak RSS and billed time). The call "
+            "counts, write units and CPU times are `make "
             f"bench`'s (run {figures.source['timestamp']}, commit `{str(figures.source['commit'])[:12]}`"
             f"{', with uncommitted changes' if figures.source['dirty'] else ''}); what the bench does not measure is "
             "an [assumption](#assumptions), named below with its reason. Where a choice was needed, the figure is an "
@@ -393,7 +459,7 @@ def render(figures: Figures) -> tuple[str, str]:
         + " |",
         "|---|" + "---:|" * (2 * len(REPOSITORIES)),
     ]
-    costs = {n: totals[n].costs() for n in REPOSITORIES}
+    costs = {n: totals[n].costs(arch) for n in REPOSITORIES}
     for row in costs[REPOSITORIES[0]]:
         quantity = [amount(totals[n].quantities()[row] * EVENTS) for n in REPOSITORIES]
         money = [usd(costs[n][row] * EVENTS) for n in REPOSITORIES]
@@ -409,9 +475,10 @@ def render(figures: Figures) -> tuple[str, str]:
     ]
     lines.append("|---|" + "---:|" * len(REPOSITORIES) + "---|")
     for name in results[REPOSITORIES[0]]:
-        flow_costs = [sum(results[n][name].costs().values()) * EVENTS for n in REPOSITORIES]
-        top = max(results[REPOSITORIES[-1]][name].costs().items(), key=lambda kv: kv[1])[0]
+        flow_costs = [sum(results[n][name].costs(arch).values()) * EVENTS for n in REPOSITORIES]
+        top = max(results[REPOSITORIES[-1]][name].costs(arch).items(), key=lambda kv: kv[1])[0]
         lines.append(f"| {name} | " + " | ".join(usd(c) for c in flow_costs) + f" | {top} |")
+    lines += levers_section(figures) + memory_section(figures)
     lines += measured_section(figures) + assumptions_section(figures) + prices_section() + not_modelled_section()
     other = {op: n for op, n in totals[REPOSITORIES[-1]].other_calls.items() if n}
     if other:
@@ -420,20 +487,86 @@ def render(figures: Figures) -> tuple[str, str]:
     doc = "\n".join(lines) + "\n"
     small, large = (sum(costs[n].values()) * EVENTS for n in REPOSITORIES)
     top_row, top_cost = max(costs[REPOSITORIES[-1]].items(), key=lambda kv: kv[1])
-    checks_large = sum(results[REPOSITORIES[-1]][CHECKS_FLOW].costs().values()) * EVENTS
+    checks_large = sum(results[REPOSITORIES[-1]][CHECKS_FLOW].costs(arch).values()) * EVENTS
     summary = (
         f"{usd(small)} per million upstream events at {REPOSITORIES[0]} downstream repositories and {usd(large)} at "
         f"{REPOSITORIES[-1]} (that is {usd(small / EVENTS * 1000)} and {usd(large / EVENTS * 1000)} per thousand "
-        f"events); the largest item at {REPOSITORIES[-1]} is {top_row} ({usd(top_cost * EVENTS)}). The check-run "
-        f"and comment writer's share ({usd(checks_large)} at {REPOSITORIES[-1]}) rests on assumptions, not "
-        "measurements."
+        f"events), on {arch} with each function's memory sized; the largest item at {REPOSITORIES[-1]} is {top_row} "
+        f"({usd(top_cost * EVENTS)}). The check-run and comment writer's share ({usd(checks_large)} at "
+        f"{REPOSITORIES[-1]}) is measured (bench section 8), every L3/L4 repository counted as having it."
     )
     return doc, summary
+
+
+def levers_section(f: Figures) -> list[str]:
+    rows = levers(f)
+    base = rows[0][2]
+    out = [
+        "",
+        "## Levers",
+        "",
+        "| setting | " + " | ".join(f"total at {n}" for n in REPOSITORIES) + " | against configured |",
+    ]
+    out.append("|---|" + "---:|" * len(REPOSITORIES) + "---|")
+    for name, _, by_size in rows:
+        diff = ", ".join(
+            f"{'+' if by_size[n] >= base[n] else '-'}{usd(abs(by_size[n] - base[n]))}" for n in REPOSITORIES
+        )
+        out.append(f"| {name} | " + " | ".join(usd(by_size[n]) for n in REPOSITORIES) + f" | {diff} |")
+    out += [
+        "",
+        wrap(
+            "Each row is the same measured work priced another way: arm64 bills a fifth less per GB-second at the same "
+            "request price; below 1,769 MB a function gets that share of a vCPU, so its CPU time stretches while its "
+            "waits (AWS calls, GitHub) do not, and a smaller memory bills fewer GB-seconds as long as the waits are "
+            "most of a call. The DynamoDB write units are the bench's own count from the tables' streams."
+        ),
+    ]
+    return out
+
+
+def memory_section(f: Figures) -> list[str]:
+    memory = memory_gb()
+    flows = {"WebhookFunction": None, "PlannerFunction": None, "DispatchFunction": f.dispatch,
+             "CallbackFunction": f.callback, "ReporterFunction": f.reporter, "ChecksFunction": f.checks}  # fmt: skip
+    out = [
+        "",
+        "## Memory",
+        "",
+        "| function | peak RSS, MB (bench) | smallest size with headroom | MemorySize | billed ms per unit there "
+        "| at 512 MB |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name in sorted(set(memory) & set(f.peak_rss_mb) | set(flows) & set(memory)):
+        rss = f.peak_rss_mb.get(name)
+        need = next((m for m in MEMORY_SIZES if rss is not None and m >= MEMORY_HEADROOM * (rss + RUNTIME_MB)), None)
+        flow = flows.get(name)
+        here = f"{billed_ms(flow, memory[name]):.0f}" if flow else "-"
+        flat = f"{billed_ms(flow, 0.5):.0f}" if flow else "-"
+        out.append(
+            f"| {name.removesuffix('Function')} | {rss if rss is not None else '-'} | {need or '-'} | "
+            f"{memory[name] * 1024:.0f} | {here} | {flat} |"
+        )
+    out += [
+        "",
+        wrap(
+            "Peak RSS is the bench's interpreter after the handler's import and its first build (boto3 clients, the "
+            f"App's key, settings; section 5), plus {RUNTIME_MB} MB for Lambda's runtime; each function gets at least "
+            f"{MEMORY_HEADROOM:g} times that, for a batch's payloads and the heap's growth. Above that floor a smaller "
+            "size costs less: the billed time is mostly waiting on AWS and GitHub, which memory does not speed up. "
+            "LevelFunction keeps 512 MB: it reads every job of the level windows, which grows with the downstreams, "
+            "not with a batch."
+        ),
+    ]
+    return out
 
 
 def measured_section(f: Figures) -> list[str]:
     def calls(flow: Flow) -> str:
         return ", ".join(f"`{op}` {n:.2f}" for op, n in sorted(flow.aws_calls.items()) if n)
+
+    def units(flow: Flow) -> str:
+        return f"{flow.write_units:.2f}" if flow.write_units is not None else "not measured"
 
     verified = "" if f.reporter_verified else (
         " **The bench's own check of the reporter's documents failed on this run** (`reporter.all_verified` is"
@@ -443,21 +576,24 @@ def measured_section(f: Figures) -> list[str]:
         "",
         "## Measured by `make bench`",
         "",
-        "| unit | AWS calls per unit (in the relay process; polling left out) | relay CPU ms per unit | other |",
-        "|---|---|---:|---|",
-        f"| dispatch, measured at {f.measured_targets} repositories | {calls(f.dispatch)} | {f.dispatch.cpu_ms:.1f} | "
+        "| unit | AWS calls per unit (in the relay process; polling left out) | DynamoDB write units | relay CPU ms "
+        "per unit | other |",
+        "|---|---|---:|---:|---|",
+        f"| dispatch, measured at {f.measured_targets} repositories | {calls(f.dispatch)} | {units(f.dispatch)} | "
+        f"{f.dispatch.cpu_ms:.1f} | "
         f"{f.dispatch.github_requests:.2f} GitHub requests; DispatchFunction invocations "
         f"{f.dispatch.invocations.get('DispatchFunction', 0):.2f}, per event webhook "
         f"{f.invocations_per_event.get('WebhookFunction', 0):.2f} and planner "
         f"{f.invocations_per_event.get('PlannerFunction', 0):.2f}; webhook acknowledged in "
         f"{f.webhook_ack_ms:.1f} ms (mean, local) |",
-        f"| recorded callback | {calls(f.callback)} | {f.callback.cpu_ms:.1f} | one CallbackFunction invocation |",
-        f"| recorded change (reporter, HUD documents on) | {calls(f.reporter)} | {f.reporter.cpu_ms:.1f} | "
-        f"{1 / f.reporter.invocations['ReporterFunction']:.1f} records per invocation |",
-        f"| L3/L4 dispatch (check runs, `per_job`) | not measured | not measured | "
-        f"{f.check_writes_per_dispatch:.2f} upstream writes per repository and commit, "
-        f"{f.check_paced_per_dispatch:.2f} paced re-queues per dispatch; "
-        f"{f.comment_writes_per_event:.2f} comment writes per event |",
+        f"| recorded callback | {calls(f.callback)} | {units(f.callback)} | {f.callback.cpu_ms:.1f} | one "
+        "CallbackFunction invocation |",
+        f"| recorded change (reporter, HUD documents on) | {calls(f.reporter)} | {units(f.reporter)} | "
+        f"{f.reporter.cpu_ms:.1f} | {1 / f.reporter.invocations['ReporterFunction']:.1f} records per invocation |",
+        f"| L3/L4 dispatch: ChecksFunction (check runs and the PR comment) | {calls(f.checks)} | {units(f.checks)} | "
+        f"{f.checks.cpu_ms:.1f} | {f.checks.github_requests:.2f} upstream writes; "
+        f"{f.checks.invocations.get('ChecksFunction', 0):.2f} invocations, {f.checks_sqs_records:.2f} ChecksQueue "
+        f"messages; with `per_job` check runs {f.check_writes_per_dispatch:.2f} writes per repository and commit |",
         "",
         wrap(
             "The dispatch row is everything the webhook, the planner and the dispatcher did in the throughput run, "
@@ -467,7 +603,12 @@ def measured_section(f: Figures) -> list[str]:
             "row leaves out the S3 calls the reporter made in the same window (the reporter's row has them). The "
             "relay's CPU is the whole bench process (handlers, the local HTTP server and pollers, the GitHub double): "
             "an upper bound of the functions' own. Duplicate callbacks (a retried report) cost one write fewer and "
-            f"are not counted apart.{verified}"
+            "are not counted apart. The check-run row is bench section 8 with the comment on (2 jobs per repository, "
+            "each `in_progress` then `completed`, one failing): the AWS calls and CPU of the threads that ran "
+            "ChecksFunction (its invoking thread and batch workers), and the write units of the flow's rows (check "
+            "runs, the comment's row, the upstream installation's pacing cell), at least one per write ChecksFunction "
+            "asked for, refused ones included. Write units are counted from the tables' streams as DynamoDB bills "
+            f"them (bench/write_units.py); the dispatch's include a start watch at L2+.{verified}"
         ),
         "",
         wrap(
@@ -489,18 +630,13 @@ def assumptions_section(f: Figures) -> list[str]:
         ("recorded changes per callback", CHANGES_PER_CALLBACK, "each callback records one change"),
         ("share of repositories that report (L2+)", REPORTING_SHARE, "all: the upper bound (L1 never reports)"),
         ("share with check runs and the comment (L3/L4)", CHECKS_SHARE, "all: the upper bound"),
-        ("check-run messages per L3/L4 dispatch", CHECK_MESSAGES_PER_DISPATCH,
-         "per change a `job` message and a comment request, on `ChecksQueue`; plus the measured re-queues"),
-        ("check-run requests from the state table's stream per L3/L4 dispatch", CHECK_STREAM_REQUESTS_PER_DISPATCH,
-         "`repo` at dispatch, the ledger's mark itself: one invocation each at most (Lambda's stream reads are free)"),
-        ("DynamoDB reads, writes per check-run message", f"{CHECK_READS_PER_MESSAGE}, {CHECK_WRITES_PER_MESSAGE}",
-         "not measured (section 6 counts GitHub's writes only): counted in `shared/crcr/app/checks.py`"),
-        ("CPU ms per check-run message", CPU_MS_PER_CHECK_MESSAGE, "not measured"),
         ("ms per AWS call", AWS_CALL_MS, "in-region DynamoDB/SQS/S3; the bench's moto answers on loopback"),
         ("ms per GitHub request", GITHUB_CALL_MS, "not measured: the bench's GitHub is a local double"),
         ("read request units per read", RRU_PER_READ, "items up to 4 KB read strongly consistent; sizes not measured"),
-        ("write request units per write", WRU_PER_WRITE,
-         "items up to 1 KB plus one index entry on average (results rows feed by_repo and by_head)"),
+        ("write request units per write the bench has no units for", WRU_PER_WRITE,
+         "the reporter's verdicts: an item up to 1 KB plus one index entry"),
+        ("memory that buys one vCPU", f"{FULL_CPU_MB} MB", "Lambda's documentation; below it CPU time stretches"),
+        ("Lambda runtime beyond the bench's interpreter", f"{RUNTIME_MB} MB", "not measured: the bench has no Lambda"),
         ("SQS receives per SQS-triggered invocation", RECEIVES_PER_SQS_INVOCATION,
          "the poll that returned the batch; empty polls are a fixed cost"),
         ("reporter records per invocation", f"{1 / f.reporter.invocations['ReporterFunction']:.1f}",
@@ -511,8 +647,9 @@ def assumptions_section(f: Figures) -> list[str]:
     out += [
         "",
         wrap(
-            "Lambda's billed time is the measured CPU plus each AWS call and GitHub request one after another, in "
-            f"the function's memory from `template.yaml` ({sizes}); a dispatch batch's records run side by side (10 "
+            "Lambda's billed time is the measured CPU (stretched where the memory buys less than a vCPU) plus each AWS "
+            f"call and GitHub request one after another, in the function's memory from `template.yaml` ({sizes}); a "
+            "dispatch batch's records run side by side (10 "
             "threads), so the dispatcher's real GB-seconds are lower. HTTP API requests are one per webhook and one "
             "per callback (each under 512 KB); SQS payloads are under 64 KB (bodies over 200 KiB go through S3)."
         ),
@@ -522,7 +659,13 @@ def assumptions_section(f: Figures) -> list[str]:
 
 def prices_section() -> list[str]:
     rows = [
-        ("`LAMBDA_GB_SECOND_USD`", f"${LAMBDA_GB_SECOND_USD:.10f}", "x86, first 6 billion GB-s a month", "Lambda"),
+        ("`LAMBDA_GB_SECOND_USD`", f"${LAMBDA_GB_SECOND_USD:.10f}", "x86_64, first 6 billion GB-s a month", "Lambda"),
+        (
+            "`LAMBDA_GB_SECOND_ARM_USD`",
+            f"${LAMBDA_GB_SECOND_ARM_USD:.10f}",
+            "arm64, first 7.5 billion GB-s a month",
+            "Lambda",
+        ),
         ("`LAMBDA_REQUEST_USD`", "$0.20 per million", "requests (invocations)", "Lambda"),
         ("`SQS_REQUEST_USD`", "$0.40 per million", "standard queue; a 64 KB chunk is a request", "SQS"),
         ("`DYNAMODB_RRU_USD`", "$0.125 per million", "on-demand, Standard table class", "DynamoDB"),

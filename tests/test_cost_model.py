@@ -45,12 +45,18 @@ def bench() -> dict[str, Any]:
             "cpu_s_during_window": {"relay_process": 1.5},
             "invocations": {"WebhookFunction": 16, "PlannerFunction": 16, "DispatchFunction": 32},
             "aws_calls_per_dispatch": {"dynamodb.GetItem": 1.0, "dynamodb.UpdateItem": 1.0, "sqs.SendMessage": 0.5},
+            "write_units_per_dispatch": 3.0,
+        },
+        "dispatch": {
+            "warm": {"warm": {"write_units_per_dispatch": 3.0}},
+            "warm_L4": {"warm": {"write_units_per_dispatch": 4.0}},
         },
         "callback_latency": {
             "recorded": {
                 "aws_calls": {"per_callback": {"dynamodb.GetItem": 2.0, "dynamodb.PutItem": 1.0, "s3.PutObject": 0.5}}
             },
             "warm_window": {"callbacks": 1000, "cpu_s": {"relay_process": 5.0}},
+            "write_units": {"both": 10.0},
         },
         "reporter": {
             "on": {
@@ -70,7 +76,24 @@ def bench() -> dict[str, Any]:
                 "relay_metrics": {"CheckRunPaced": 12},
             }
         },
-        "pr_comment": {"per_event": {"on": {"comment_writes_per_event": 1.0}}},
+        "pr_comment": {
+            "per_event": {
+                "on": {
+                    "comment_writes_per_event": 1.0,
+                    "writes_per_event": 12.0,
+                    "repositories_per_event": 3,
+                    "checks_function": {
+                        "records_per_dispatch": 8.0,
+                        "records_by_source_per_dispatch": {"aws:sqs": 6.0, "aws:dynamodb": 2.0},
+                        "invocations_per_dispatch": 4.0,
+                        "aws_calls_per_record": {"dynamodb.GetItem": 2.0, "dynamodb.UpdateItem": 0.5},
+                        "cpu_ms_per_record": 1.5,
+                        "write_units_per_dispatch": 5.0,
+                    },
+                }
+            }
+        },
+        "cold_start": {"source": {"functions": {"dispatch": {"rss_init_median_mb": 70.0}, "hud": {"error": "x"}}}},
     }
 
 
@@ -107,6 +130,12 @@ def test_the_mapping_reads_the_bench_and_leaves_out_what_belongs_elsewhere() -> 
     assert f.reporter.invocations == {"ReporterFunction": pytest.approx(0.1)}
     assert f.check_paced_per_dispatch == pytest.approx(2.0)
     assert f.webhook_ack_ms == 10.0  # the largest allowlist
+    assert f.dispatch.write_units == pytest.approx(4.0)  # 3 in the throughput run at L1, and L4's start watch
+    assert f.callback.write_units == pytest.approx(5.0)  # a job's two callbacks, 10 units
+    assert f.checks.aws_calls == {"dynamodb.GetItem": 16.0, "dynamodb.UpdateItem": 4.0}  # per dispatch: 8 records
+    assert f.checks.cpu_ms == pytest.approx(12.0) and f.checks.github_requests == pytest.approx(4.0)
+    assert (f.checks.write_units, f.checks_sqs_records) == (5.0, 6.0)
+    assert f.peak_rss_mb == {"DispatchFunction": 70.0}  # a function whose probe failed has none
     assert "throughput.aws_calls_per_dispatch" in f.keys_read
     # what is kept in docs/cost_inputs.json reads back the same
     kept = json.loads(json.dumps(cost.asdict(f)))
@@ -126,7 +155,7 @@ def test_a_missing_bench_key_is_named(tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_costs_follow_the_measured_calls_and_the_repositories() -> None:
     memory = cost.memory_gb()
-    assert memory["DispatchFunction"] == 0.5 and memory["HudFunction"] == 0.25  # template.yaml's MemorySize
+    assert memory["DispatchFunction"] == 0.25 and memory["LevelFunction"] == 0.5  # template.yaml's MemorySize
     base = cost.figures_from_bench(bench())
     at10, at100 = (cost.total(cost.per_event(base, n, memory)) for n in (10, 100))
     # one webhook per event, one HTTP request per callback: 1 + n x jobs x callbacks
@@ -136,9 +165,10 @@ def test_costs_follow_the_measured_calls_and_the_repositories() -> None:
     assert at100.wru == pytest.approx(10 * at10.wru)  # everything else grows with the dispatches
     more = copy.deepcopy(bench())
     more["throughput"]["aws_calls_per_dispatch"]["dynamodb.UpdateItem"] = 2.0  # one write more per dispatch
+    more["throughput"]["write_units_per_dispatch"] = 5.0  # of two units
     heavier = cost.total(cost.per_event(cost.figures_from_bench(more), 100, memory))
-    assert heavier.wru - at100.wru == pytest.approx(100 * cost.WRU_PER_WRITE)
-    assert heavier.lambda_gb_s - at100.lambda_gb_s == pytest.approx(100 * cost.AWS_CALL_MS / 1000 * 0.5)
+    assert heavier.wru - at100.wru == pytest.approx(100 * 2.0)  # the measured units, not the call count
+    assert heavier.lambda_gb_s - at100.lambda_gb_s == pytest.approx(100 * cost.AWS_CALL_MS / 1000 * 0.25)
     costs = at100.costs()
     assert costs["S3 PUT requests"] == pytest.approx(at100.s3_put * 0.005 / 1000)
     assert costs["DynamoDB write request units"] == pytest.approx(at100.wru * 0.625 / 1e6)
@@ -147,3 +177,19 @@ def test_costs_follow_the_measured_calls_and_the_repositories() -> None:
 def test_an_unknown_call_is_shown_not_dropped() -> None:
     usage = cost.calls_usage({"dynamodb.TransactWriteItems": 1.0, "secretsmanager.GetSecretValue": 1.0}, 5)
     assert usage.other_calls == {"dynamodb.TransactWriteItems": 5.0}
+
+
+def test_arm64_and_a_smaller_memory_are_priced_as_lambda_bills_them() -> None:
+    f = cost.figures_from_bench(bench())
+    usage = cost.total(cost.per_event(f, 10, cost.memory_gb()))
+    assert usage.costs("arm64")["Lambda GB-seconds"] == pytest.approx(usage.lambda_gb_s * 0.0000133334)
+    assert usage.costs("x86_64")["Lambda GB-seconds"] == pytest.approx(usage.lambda_gb_s * 0.0000166667)
+    # Below 1,769 MB the CPU stretches and the waits do not: at a quarter of a vCPU the dispatch's 10 ms of CPU
+    # bill about 4 times over, its AWS calls and GitHub request once.
+    waits = sum(f.dispatch.aws_calls.values()) * cost.AWS_CALL_MS + f.dispatch.github_requests * cost.GITHUB_CALL_MS
+    assert cost.billed_ms(f.dispatch, 0.25) == pytest.approx(10.0 * 1769 / 256 + waits)
+    assert cost.billed_ms(f.dispatch, 2.0) == pytest.approx(10.0 + waits)
+    rows = cost.levers(f)
+    configured, *others = rows
+    assert configured[1] == cost.architecture() == "arm64"
+    assert all(row[2][n] > configured[2][n] for row in others for n in cost.REPOSITORIES)  # each lever saves

@@ -47,40 +47,32 @@ MAX_WEBHOOK_BYTES = 10 * 1024 * 1024
 INLINE_BODY_BYTES = 200 * 1024
 
 
-def aws_client(service: str, *, lean: bool = True) -> Any:
-    """One client per service and endpoint (AWS_ENDPOINT_URL points boto3 at the local stack). DynamoDB and SQS get
-    the relay's own JSON-API clients (the methods the functions call); `lean=False`: boto3's, whole."""
-    return _client(service, os.environ.get("AWS_ENDPOINT_URL", ""), lean and service in LEAN_CLIENTS)
+def aws_client(service: str) -> Any:
+    """One boto3 client per service and endpoint, built once per cold start and kept (AWS_ENDPOINT_URL points boto3
+    at the local stack). botocore brings what the relay relies on: the credential chain, SigV4, standard-mode
+    retries (throttling and transient errors, its retry quota, `x-amz-retry-after`), the body checksums, and the
+    `X-Amzn-Trace-Id` header that links a traced invocation's calls in X-Ray."""
+    return _client(service, os.environ.get("AWS_ENDPOINT_URL", ""))
 
 
-# The same endpoint, region, credentials, retries and timeouts at a third to half of botocore's CPU per call
-# (adapters/aws_json.py): a warm dispatch's three writes and its sends were most of its CPU.
-LEAN_CLIENTS = ("dynamodb", "sqs")
+# The most threads of one batch calling at once (functions/dispatch/handler.py runs a batch's 10 records side by
+# side): each gets a kept-alive connection of its own instead of waiting for one or opening one to throw away.
+POOL_CONNECTIONS = 10
 
 
 @functools.cache
-def _client(service: str, endpoint: str, lean: bool) -> Any:
+def _client(service: str, endpoint: str) -> Any:
     import boto3  # noqa: PLC0415 - boto3 costs ~150 ms; only functions that talk to AWS pay it
     from botocore.config import Config  # noqa: PLC0415
 
     config = Config(
-        retries={"mode": "standard", "max_attempts": 3},
+        retries={"mode": "standard", "total_max_attempts": 3},  # botocore's standard mode as it comes
         connect_timeout=2,
         read_timeout=10,
         tcp_keepalive=True,
+        max_pool_connections=POOL_CONNECTIONS,
     )
-    client = boto3.client(service, config=config)
-    if not lean:
-        return client
-    assert boto3.DEFAULT_SESSION is not None  # boto3.client made it
-    credentials = boto3.DEFAULT_SESSION.get_credentials()
-    if service == "dynamodb":
-        from crcr.adapters.dynamodb_client import DynamoClient  # noqa: PLC0415
-
-        return DynamoClient.like(client, credentials)
-    from crcr.adapters.sqs_client import SqsClient  # noqa: PLC0415
-
-    return SqsClient.like(client, credentials)
+    return boto3.client(service, config=config)
 
 
 @functools.cache
@@ -213,6 +205,7 @@ def _github(settings: Settings) -> GitHubApp:
         settings.secret("github_app_private_key"),
         SystemClock().now,
         read_timeout_s=settings.github_timeout_s,
+        pool_size=POOL_CONNECTIONS,
     )
 
 

@@ -1,5 +1,6 @@
-"""A proxy in front of moto's server: the requests a client sent, as they came over the wire, and the faults AWS
-documents (throttling, 5xx, a damaged body, a stall), played before the request reaches moto.
+"""A proxy in front of moto's server (or another HTTP API, such as the GitHub double): the requests a client sent,
+as they came over the wire, and the faults AWS documents (throttling, 5xx, a damaged body, a stall), played before
+the request reaches moto.
 
 moto answers every request it is given; what a client does when AWS throttles it, fails or stalls cannot be
 seen against moto alone. This proxy keeps each request whole (method, path, headers, body) and forwards it to
@@ -110,6 +111,8 @@ class AwsProxy:
                     self.wfile.flush()
                     self.close_connection = True
 
+            do_GET = do_PATCH = do_POST  # as a forward proxy for a REST API (GitHub's), every method alike
+
             def do_CONNECT(self) -> None:
                 with proxy._lock:
                     proxy.tunnels.append(Seen(self.command, self.path, list(self.headers.items()), b""))
@@ -166,8 +169,9 @@ class AwsProxy:
             asked = urlsplit(path)
             path = asked.path + (f"?{asked.query}" if asked.query else "")
         conn = http.client.HTTPConnection(self.upstream.hostname or "127.0.0.1", self.upstream.port, timeout=30)
+        hop_by_hop = {"proxy-authorization", "proxy-connection", "connection", "keep-alive"}  # the proxy's alone
         try:
-            conn.request(method, path, body=body, headers=dict(headers))
+            conn.request(method, path, body=body, headers={k: v for k, v in headers if k.lower() not in hop_by_hop})
             response = conn.getresponse()
             return response.status, list(response.getheaders()), response.read()
         finally:

@@ -9,10 +9,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import boto3
-from botocore.credentials import Credentials
 from moto.server import ThreadedMotoServer
 
-from crcr.adapters.dynamodb_client import DynamoClient
 from crcr.local.stack import free_port, table_spec
 from crcr.local.template import StreamSource, functions_of, load_template, resources_of
 from tests.conftest import ROOT, http
@@ -41,8 +39,7 @@ def create_tables(ddb: Any, **physical: str) -> None:
 
 @contextlib.contextmanager
 def dynamodb(**physical: str) -> Iterator[Any]:
-    """The relay's DynamoDB client (crcr/adapters/dynamodb_client.py) on a fresh moto server holding the
-    template's tables named in `physical`."""
+    """A boto3 DynamoDB client on a fresh moto server holding the template's tables named in `physical`."""
     with dynamodb_and_streams(**physical) as (client, _):
         yield client
 
@@ -54,8 +51,7 @@ def dynamodb_and_streams(**physical: str) -> Iterator[tuple[Any, Any]]:
     with moto_server() as reach:
         ddb = boto3.client("dynamodb", **reach)
         create_tables(ddb, **physical)
-        client = DynamoClient.like(ddb, Credentials(reach["aws_access_key_id"], reach["aws_secret_access_key"]))
-        yield client, boto3.client("dynamodbstreams", **reach)
+        yield ddb, boto3.client("dynamodbstreams", **reach)
 
 
 def checks_stream_source() -> StreamSource:

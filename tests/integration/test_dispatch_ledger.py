@@ -23,16 +23,16 @@ TABLE = "state"
 
 
 class Calls:
-    """DynamoDB operations this client made, by name (the relay's client tells its own observers)."""
+    """DynamoDB operations this client made, by name (botocore's `before-call` event, once per call)."""
 
     def __init__(self, client: Any) -> None:
         self.counts: Counter[str] = Counter()
         self._lock = threading.Lock()
-        client.observers.append(self._count)
+        client.meta.events.register("before-call.dynamodb", self._count)
 
-    def _count(self, name: str) -> None:
+    def _count(self, model: Any, **_: Any) -> None:
         with self._lock:
-            self.counts[name.removeprefix("dynamodb.")] += 1
+            self.counts[model.name] += 1
 
     def take(self) -> dict[str, int]:
         with self._lock:

@@ -63,6 +63,18 @@ def test_a_null_check_run_id_is_no_check_run_id() -> None:
     assert refused(OURS | {"check_run_id": "a/b"}).field == "check_run_id"
 
 
+def test_a_check_run_id_in_the_relays_own_namespace_is_refused() -> None:
+    """The relay derives `crcr-<run>-<attempt>` for a job that sends none and writes no HUD key for it: a caller
+    sending such an id could otherwise take another job's HUD row."""
+    for body in (
+        OURS | {"check_run_id": "crcr-900-1"},
+        THEIRS | {"workflow": THEIRS["workflow"] | {"check_run_id": "crcr-900-1"}},
+    ):
+        assert "check_run_id" in (refused(body).field or "")
+    _parsed, report = _parse(json.dumps(OURS | {"check_run_id": "900-crcr-1"}).encode())
+    assert report.check_run_id == "900-crcr-1"
+
+
 @pytest.mark.parametrize(
     ("changes", "field"),
     [

@@ -1,2 +1,1 @@
-"""Adapters: the ports implemented with boto3, the relay's own AWS JSON-API client and HTTP transport, urllib3,
-PyJWT and Powertools."""
+"""Adapters: the ports implemented with boto3, urllib3, PyJWT and Powertools."""

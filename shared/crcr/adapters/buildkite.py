@@ -1,7 +1,7 @@
 """Buildkite REST client for Buildkite dispatches: create a build, find the builds of a dispatch.
 
-A thin client over urllib3, like the GitHub one: no retries inside the Lambda; every failure is
-classified for the caller, which retries through the queue. The API token is sent only in the
+A thin client over a urllib3 pool (`crcr.adapters.http_pool`), like the GitHub one: no retries inside the Lambda;
+every failure is classified for the caller, which retries through the queue. The API token is sent only in the
 Authorization header and never appears in an error or a log line.
 """
 
@@ -15,6 +15,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import urllib3
 
+from crcr.adapters.http_pool import pool_for
 from crcr.app.ports import (
     DISPATCH_META_KEY,
     BuildkiteRateLimited,
@@ -47,7 +48,7 @@ class BuildkiteClient:
         self._api = _api_base(api_url)
         self._auth = f"Bearer {token}"
         self._timeout = urllib3.Timeout(connect=connect_timeout_s, read=read_timeout_s)
-        self._http = pool or urllib3.PoolManager(num_pools=2, maxsize=16, retries=False)
+        self._http = pool or pool_for(self._api, maxsize=10)
 
     def __repr__(self) -> str:  # never the token
         return f"BuildkiteClient({self._api!r})"

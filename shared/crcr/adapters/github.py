@@ -1,9 +1,8 @@
 """GitHub REST client for the App: JWT, down-scoped installation tokens (cached), repository_dispatch.
 
-A thin client over kept-alive HTTP/1.1 connections (`crcr.adapters.http_connections`, shared with the AWS
-JSON-API client: a warm dispatch's GitHub POST spent most of its CPU in a pool manager's layers): no retries
-inside the Lambda, no redirects followed; every failure is classified for the caller, which retries through the
-queue.
+A thin client over a urllib3 connection pool (`crcr.adapters.http_pool`: kept-alive connections, the proxy the
+environment names): no retries inside the Lambda, no redirects followed; every failure is classified for the
+caller, which retries through the queue.
 """
 
 from __future__ import annotations
@@ -16,13 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote
 
 import jwt
+import urllib3
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from crcr.adapters.http_connections import Connections, TransportError, proxy_for
+from crcr.adapters.http_pool import pool_for
 from crcr.app.ports import (
     DeliveryListing,
     GitHubError,
@@ -90,22 +90,19 @@ class GitHubApp:
         *,
         connect_timeout_s: float = 3.05,
         read_timeout_s: float = 10.0,
+        pool_size: int = 10,
     ) -> None:
-        self._api = api_url.rstrip("/")
         # GitHub Enterprise Server's API lives under a path (/api/v3): every request's path goes after it.
-        self._base_path = urlsplit(self._api).path
+        self._api = api_url.rstrip("/")
         self._app_id = app_id
         key = load_pem_private_key(private_key_pem.encode(), password=None)
         if not isinstance(key, RSAPrivateKey):
             raise ValueError("CRCR_GITHUB_APP_PRIVATE_KEY must be the App's RSA key as GitHub issues it")
         self._key = key
         self._clock = clock
-        self._http = Connections(
-            self._api,
-            proxy=proxy_for(self._api),  # HTTPS_PROXY and NO_PROXY, as git and the GitHub CLI read them
-            connect_timeout_s=connect_timeout_s,
-            read_timeout_s=read_timeout_s,
-        )
+        # HTTPS_PROXY and NO_PROXY, as git and the GitHub CLI read them; a connection per thread of a batch.
+        self._http = pool_for(self._api, maxsize=pool_size)
+        self._timeout = urllib3.Timeout(connect=connect_timeout_s, read=read_timeout_s)
         self._lock = threading.Lock()
         self._jwt: tuple[str, float] | None = None
         self._installations: dict[str, tuple[int, float]] = {}
@@ -135,9 +132,14 @@ class GitHubApp:
             headers["Content-Type"] = "application/json"
         self.calls.add(kind)
         try:
-            status, answer, resp_headers = self._http.request(method, self._base_path + path, data, headers)
-        except TransportError as exc:  # timeouts, resets, refused connections
+            raw = self._http.request(
+                method, self._api + path, body=data, headers=headers, timeout=self._timeout, redirect=False
+            )
+        except urllib3.exceptions.HTTPError as exc:  # timeouts, resets, refused connections
             raise GitHubUnavailable(f"{method} {path}: {type(exc).__name__}") from exc
+        status, answer = raw.status, raw.data
+        # By lowercase name, a repeated header's values joined with ", ".
+        resp_headers = {name.lower(): value for name, value in raw.headers.itermerged()}
         if status == 304:
             return Response(304, resp_headers, None)
         try:

@@ -7,6 +7,7 @@ from typing import Any
 
 import urllib3
 
+from crcr.adapters.http_pool import pool_for
 from crcr.app.ports import HudRejected, HudUnavailable
 
 
@@ -15,7 +16,7 @@ class HudClient:
         self._url = url
         self._token = token
         self._timeout = urllib3.Timeout(connect=3.0, read=timeout_s)
-        self._http = urllib3.PoolManager(num_pools=1, maxsize=4, retries=False)
+        self._http = pool_for(url, maxsize=4)
 
     def push(self, envelope: dict[str, Any]) -> None:
         try:

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import jwt
 import urllib3
 
+from crcr.adapters.http_pool import pool_for
 from crcr.app.ports import VerifiedToken
 from crcr.domain.errors import Unauthorized, Unavailable
 
@@ -66,7 +67,7 @@ class OidcVerifier:
         self.issuer = issuer.rstrip("/")
         self.audience = audience
         self._clock = clock
-        self._http = pool or urllib3.PoolManager(num_pools=2, maxsize=8, retries=False)
+        self._http = pool or pool_for(self.issuer, maxsize=8)
         self._timeout = urllib3.Timeout(connect=2.0, read=5.0)
         self._cache_s = cache_s
         self._refetch_interval_s = refetch_interval_s

@@ -407,8 +407,12 @@ def _check_hud_key_free(row: LedgerRow, report: Report, deps: CallbackDeps, now:
     """A new job must not take the HUD row of another job of the same dispatch. PyTorch's HUD keys a row by
     workflow name, job name and check-run id (not by run or attempt): a check-run id the downstream reuses for
     another run or attempt would make two jobs overwrite one row, and lose one of them. The first job to
-    report a key holds it (one conditional write, whatever the dispatch's size)."""
-    check_run_id = report.check_run_id or derived_check_run_id(report.run_id, report.run_attempt)
+    report a key holds it (one conditional write, whatever the dispatch's size). A job that sent no check-run id
+    gets one derived from its own run and attempt, in a namespace callers may not use: no other job can hold that
+    key, so none is written."""
+    if not report.check_run_id:
+        return
+    check_run_id = report.check_run_id
     hud_key = json.dumps([report.workflow_name, report.job_name, check_run_id])
     holder = deps.hud_keys.claim(row.dispatch_id, hud_key, f"run {report.run_id} attempt {report.run_attempt}", now)
     if holder is not None:

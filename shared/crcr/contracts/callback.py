@@ -30,6 +30,11 @@ def _timestamp(value: str | None) -> str | None:
         raise ValueError("must be an ISO 8601 date and time, e.g. 2026-01-31T12:00:00Z") from exc
 
 
+# The relay's own check_run_ids, for a job that sends none (crcr.app.hud.derived_check_run_id). A caller may not
+# use the prefix: a derived id is then a job's alone, and its HUD key needs no claim (one write less per job).
+DERIVED_CHECK_RUN_PREFIX = "crcr-"
+
+
 def _check_run_id(value: Any) -> Any:
     """GitHub's job.check_run_id is a number; other CI systems have string ids. Kept as text."""
     if isinstance(value, bool):
@@ -38,6 +43,8 @@ def _check_run_id(value: Any) -> Any:
         if not 0 < value < 2**63:
             raise ValueError("must be a positive 64-bit number")
         return str(value)
+    if isinstance(value, str) and value.startswith(DERIVED_CHECK_RUN_PREFIX):
+        raise ValueError(f"must not start with {DERIVED_CHECK_RUN_PREFIX!r}: the relay's ids for jobs that send none")
     return value
 
 

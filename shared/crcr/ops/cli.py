@@ -49,7 +49,7 @@ def _dlq(args: argparse.Namespace) -> int:
 
     try:
         dlq = queue_url(args.queue, "QUEUE" if args.dlq_command == "list" else "DLQ")
-        sqs = aws_client("sqs", lean=False)  # receives and deletes: boto3's whole client
+        sqs = aws_client("sqs")
         if args.dlq_command == "list":
             rows = list_dead_letters(sqs, dlq, args.max)
             _print_dead_letters(rows, args.json)

@@ -1,0 +1,206 @@
+"""DynamoDB write request units of what the relay wrote, worked out from the tables' streams as DynamoDB bills them.
+
+moto answers `ConsumedCapacity` with fixed numbers, so the bench counts the units itself, from each write's old and
+new image (the tables' streams are NEW_AND_OLD_IMAGES) and the table's indexes in template.yaml, by the rules AWS
+documents for on-demand tables:
+
+- a write costs one unit per started KB of the larger of the item before and after it (a write that changes nothing
+  costs the same; moto writes a stream record for it, DynamoDB would not, so every record is counted);
+- each global secondary index the write touches costs one more write of the index entry (its keys, the table's keys
+  and the projected attributes), per started KB: a put when the item enters the index or a projected attribute
+  changes, a delete when it leaves, both when the index key changes;
+- an item's size is the sum of its attributes' names and values (a string its UTF-8 bytes, a number about one byte
+  per two digits plus one, a binary its bytes, a boolean or null one byte, a list or map 3 bytes plus its elements
+  and one byte each).
+
+Writes refused by their condition cost units too but leave no stream record: they are not counted here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Index:
+    name: str
+    keys: tuple[str, ...]
+    projection: str  # ALL, KEYS_ONLY, INCLUDE
+    include: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TableShape:
+    keys: tuple[str, ...]
+    indexes: tuple[Index, ...]
+
+
+def shape_of(props: dict[str, Any]) -> TableShape:
+    """A table's keys and global secondary indexes, from its template.yaml resource's properties."""
+    indexes = []
+    for gsi in props.get("GlobalSecondaryIndexes") or []:
+        projection = gsi.get("Projection") or {}
+        indexes.append(
+            Index(
+                gsi["IndexName"],
+                tuple(k["AttributeName"] for k in gsi["KeySchema"]),
+                projection.get("ProjectionType", "ALL"),
+                tuple(projection.get("NonKeyAttributes") or ()),
+            )
+        )
+    return TableShape(tuple(k["AttributeName"] for k in props["KeySchema"]), tuple(indexes))
+
+
+def value_size(value: dict[str, Any]) -> int:
+    (kind, v), *_ = value.items()
+    if kind == "S":
+        return len(v.encode())
+    if kind == "N":
+        digits = v.lstrip("-").replace(".", "").lstrip("0") or "0"
+        return math.ceil(len(digits) / 2) + 1
+    if kind == "B":
+        return len(v) if isinstance(v, bytes) else math.ceil(len(v) * 3 / 4)
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind in ("SS", "NS", "BS"):
+        return sum(value_size({kind[0]: x}) for x in v)
+    if kind == "L":
+        return 3 + sum(value_size(x) + 1 for x in v)
+    if kind == "M":
+        return 3 + sum(len(k.encode()) + value_size(x) + 1 for k, x in v.items())
+    return 0
+
+
+def item_size(image: dict[str, Any] | None) -> int:
+    return sum(len(name.encode()) + value_size(value) for name, value in (image or {}).items())
+
+
+def units(size: int) -> int:
+    return max(1, math.ceil(size / 1024))
+
+
+def _entry(image: dict[str, Any] | None, index: Index, shape: TableShape) -> dict[str, Any] | None:
+    """The index entry an item makes (None when it lacks an index key: a sparse index leaves it out)."""
+    if image is None or any(k not in image for k in index.keys):
+        return None
+    if index.projection == "ALL":
+        return image
+    wanted = set(index.keys) | set(shape.keys) | set(index.include)
+    return {k: v for k, v in image.items() if k in wanted}
+
+
+def record_units(record: dict[str, Any], shape: TableShape) -> dict[str, int]:
+    """Write units of one stream record: the table's, and each index's it touched (by index name)."""
+    data = record.get("dynamodb") or {}
+    old, new = data.get("OldImage"), data.get("NewImage")
+    out = {"table": units(max(item_size(old), item_size(new)))}
+    for index in shape.indexes:
+        before, after = _entry(old, index, shape), _entry(new, index, shape)
+        spent = 0
+        if before is not None and after is not None:
+            moved = any(before.get(k) != after.get(k) for k in index.keys)
+            if moved:
+                spent = units(item_size(before)) + units(item_size(after))
+            elif before != after:
+                spent = units(item_size(after))
+        elif after is not None:
+            spent = units(item_size(after))
+        elif before is not None:
+            spent = units(item_size(before))
+        if spent:
+            out[index.name] = spent
+    return out
+
+
+class StreamUnits:
+    """A table's stream read from its start; `take()` returns the write units of the records since the last take,
+    by the kind of row written (the partition key's prefix, such as `DSP`) and by where they went."""
+
+    def __init__(
+        self,
+        ddb: Any,
+        streams: Any,
+        table: str,
+        shape: TableShape,
+        row_of: Callable[[dict[str, Any]], str] | None = None,
+    ) -> None:
+        self._streams = streams
+        self._shape = shape
+        self._row_of = row_of or _prefix
+        self._arn = ddb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
+        self._iterators: dict[str, str] = {}
+
+    def _records(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        shards = self._streams.describe_stream(StreamArn=self._arn)["StreamDescription"].get("Shards", [])
+        for shard in shards:
+            sid = shard["ShardId"]
+            if sid not in self._iterators:
+                self._iterators[sid] = self._streams.get_shard_iterator(
+                    StreamArn=self._arn, ShardId=sid, ShardIteratorType="TRIM_HORIZON"
+                )["ShardIterator"]
+            while True:
+                got = self._streams.get_records(ShardIterator=self._iterators[sid], Limit=1000)
+                self._iterators[sid] = got.get("NextShardIterator") or self._iterators[sid]
+                if not got.get("Records"):
+                    break
+                out += got["Records"]
+        return out
+
+    def take(self) -> dict[str, Any]:
+        writes: Counter[str] = Counter()
+        spent: Counter[str] = Counter()
+        by_row: Counter[str] = Counter()
+        sizes: dict[str, int] = {}
+        for record in _writes(self._records(), self._shape):
+            data = record.get("dynamodb") or {}
+            row = self._row_of(data.get("NewImage") or data.get("OldImage") or {})
+            got = record_units(record, self._shape)
+            writes[row] += 1
+            for where, n in got.items():
+                spent[where] += n
+                by_row[row] += n
+            sizes[row] = max(sizes.get(row, 0), item_size(data.get("NewImage")), item_size(data.get("OldImage")))
+        return {
+            "writes": dict(writes),
+            "write_units": sum(spent.values()),
+            "by_destination": dict(spent),
+            "by_row": dict(by_row),
+            "largest_item_bytes_by_row": sizes,
+        }
+
+
+def _prefix(image: dict[str, Any]) -> str:
+    """The kind of row: its partition key's prefix (`DSP`, `PACE`, `CHECK`, ...)."""
+    return str((image.get("pk") or {}).get("S", "?")).split("#", 1)[0]
+
+
+def _writes(records: list[dict[str, Any]], shape: TableShape) -> list[dict[str, Any]]:
+    """The records of the writes: moto records an UpdateItem that creates an item as two INSERTs, the first with the
+    key alone; that one is left out (the relay never writes an item of its key alone)."""
+    out = []
+    for i, record in enumerate(records):
+        new = (record.get("dynamodb") or {}).get("NewImage") or {}
+        following = (records[i + 1].get("dynamodb") or {}).get("Keys") if i + 1 < len(records) else None
+        if (
+            record.get("eventName") == "INSERT"
+            and set(new) == set(shape.keys)
+            and following == record["dynamodb"].get("Keys")
+        ):
+            continue
+        out.append(record)
+    return out
+
+
+def table_shapes(template_path: Any) -> dict[str, TableShape]:
+    """Every table of a template.yaml by logical id."""
+    from crcr.local.template import load_template, resources_of  # noqa: PLC0415
+
+    return {
+        name: shape_of(props)
+        for name, props in resources_of(load_template(template_path), "AWS::DynamoDB::Table").items()
+    }
