@@ -6,8 +6,6 @@ here (it is fetched, and a bad version refused with the last good one kept, when
 
 from __future__ import annotations
 
-import errno
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -120,19 +118,3 @@ def keys(settings: Settings) -> list[str]:
             except ValueError as exc:
                 problems.append(f"CRCR_{name.upper()}: {str(exc).removeprefix(f'CRCR_{name.upper()} ')}")
     return problems
-
-
-def port_problem(host: str, port: int) -> str | None:
-    """Why `host:port` cannot be served, or None (port 0 is any free port)."""
-    if not 0 <= port <= 65535:
-        return f"--port {port}: a port is 0 to 65535 (0 picks a free one)"
-    try:
-        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-            # As the server binds: a port whose last listener just stopped (TIME_WAIT) is free, a listening one not.
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
-    except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            return f"--port {port}: {host}:{port} is in use (another crcr local?); --port 0 picks a free one"
-        return f"--host {host} --port {port}: cannot listen there: {exc.strerror or exc}"
-    return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import importlib.util
 import inspect
 import json
@@ -644,7 +645,7 @@ class LocalStack:
         from crcr.adapters import preflight  # noqa: PLC0415
         from crcr.settings import ConfigError, Settings  # noqa: PLC0415
 
-        busy = preflight.port_problem(self.host, self.port)
+        busy = port_problem(self.host, self.port)
         try:
             settings = Settings.from_env(self.env)
         except ConfigError as exc:
@@ -867,3 +868,19 @@ def _atomic_dynamodb_moto(port: int) -> Any:
             self._server.serve_forever()
 
     return Server(ip_address="127.0.0.1", port=port, verbose=False)
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """Why `host:port` cannot be served, or None (port 0 is any free port)."""
+    if not 0 <= port <= 65535:
+        return f"--port {port}: a port is 0 to 65535 (0 picks a free one)"
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+            # As the server binds: a port whose last listener just stopped (TIME_WAIT) is free, a listening one not.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            return f"--port {port}: {host}:{port} is in use (another crcr local?); --port 0 picks a free one"
+        return f"--host {host} --port {port}: cannot listen there: {exc.strerror or exc}"
+    return None
