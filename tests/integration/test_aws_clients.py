@@ -14,6 +14,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from crcr.app.ingest import Outcome, ingest
+from crcr import composition
 from crcr.composition import build_ingest_deps, load_settings
 from crcr.domain.signature import sign
 from tests.conftest import ROOT
@@ -41,8 +42,11 @@ def wire(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[AwsProxy, Any]]:
         }.items():
             monkeypatch.setenv(name, value)
         monkeypatch.delenv("_X_AMZN_TRACE_ID", raising=False)
-        # A cold start's session: credentials and region from this environment (boto3 keeps the first it made).
+        # A cold start's session: credentials and region from this environment (boto3 keeps the first it made), and
+        # clients of its own (the composition keeps one per endpoint, and an earlier test's endpoint may have had
+        # this proxy's port, with other credentials).
         monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
+        composition._client.cache_clear()
         env = {
             "CRCR_WEBHOOK_SECRET": SECRET,
             "CRCR_STATE_TABLE": "state",
