@@ -13,8 +13,8 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from crcr.app.ingest import Outcome, ingest
 from crcr import composition
+from crcr.app.ingest import Outcome, ingest
 from crcr.composition import build_ingest_deps, load_settings
 from crcr.domain.signature import sign
 from tests.conftest import ROOT
