@@ -74,6 +74,7 @@ def test_every_duplicate_names_the_ambiguous_answer_that_caused_it(soak_run: tup
     assert by_kind["run_name_carries_id"] == 0
     assert by_kind["no_id"] == report["duplicate_count"] >= 1
     assert all(not d["run_name_carries_id"] for d in report["duplicates"])
+    assert report["ambiguous_on_id_downstreams"] >= 1  # the soak makes sure of one
     assert report["dispatch_runs_found"] >= 1
 
 
