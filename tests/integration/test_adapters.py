@@ -17,7 +17,7 @@ from crcr.adapters.allowlist_source import CachedAllowlist, fetcher_for
 from crcr.adapters.dynamo import DynamoPacer, DynamoState
 from crcr.adapters.github import GitHubApp, GitHubIssueComments
 from crcr.adapters.results import DynamoHudKeys
-from crcr.app.ports import CommentRow, GitHubRejected, HeadRecord
+from crcr.app.ports import Claim, CommentRow, GitHubRejected, HeadRecord
 from crcr.domain.checks import Known
 from crcr.domain.comment import Posted
 from crcr.local.stack import free_port
@@ -92,6 +92,27 @@ def _table(ddb: Any, name: str) -> None:
         ],
         BillingMode="PAY_PER_REQUEST",
     )
+
+
+def test_delivery_and_body_are_claimed_together_or_not_at_all(aws: dict[str, Any]) -> None:
+    """One transaction: a repeated id with another body claims neither, so that body is accepted under its own id
+    later; a body seen under another id is a replay and takes no id."""
+    _table(aws["dynamodb"], "deliveries")
+    state = DynamoState(aws["dynamodb"], "deliveries")
+    x, y = "a" * 64, "b" * 64
+    assert state.claim_delivery("D", "push", 100.0, x) is Claim.NEW
+    assert state.claim_delivery("D", "push", 101.0, x) is Claim.PENDING  # not queued yet: send it again
+    state.mark_queued("D", 102.0)
+    assert state.claim_delivery("D", "push", 103.0, x) is Claim.QUEUED
+    assert state.claim_delivery("D", "push", 104.0, y) is Claim.REUSED
+    assert state.claim_delivery("E", "push", 105.0, x) is Claim.REPLAYED
+    body_y = aws["dynamodb"].get_item(TableName="deliveries", Key={"pk": {"S": f"BODY#{y}"}, "sk": {"S": "META"}})
+    assert "Item" not in body_y  # the reused id left no claim on Y's body
+    assert (
+        aws["dynamodb"].get_item(TableName="deliveries", Key={"pk": {"S": "DLV#E"}, "sk": {"S": "META"}}).get("Item")
+        is None
+    )  # nor did the replay take its id
+    assert state.claim_delivery("E", "push", 106.0, y) is Claim.NEW
 
 
 def test_one_writer_per_check_run_and_a_crashed_writer_lapses(aws: dict[str, Any]) -> None:

@@ -59,15 +59,21 @@ class FakeClock:
 class FakeDeliveries:
     rows: dict[str, str] = field(default_factory=dict)
     bodies: dict[str, str] = field(default_factory=dict)
+    digests: dict[str, str] = field(default_factory=dict)  # delivery id -> the body it was claimed with
 
     def claim_delivery(self, delivery_id: str, event: str, now: float, body_sha256: str) -> Claim:
-        if self.bodies.setdefault(body_sha256, delivery_id) != delivery_id:
-            return Claim.REPLAYED
+        """Both claims or neither, as the table's transaction takes them."""
         state = self.rows.get(delivery_id)
-        if state is None:
-            self.rows[delivery_id] = "received"
-            return Claim.NEW
-        return Claim.QUEUED if state == "queued" else Claim.PENDING
+        if state is not None:
+            if self.digests[delivery_id] != body_sha256:
+                return Claim.REUSED
+            return Claim.QUEUED if state == "queued" else Claim.PENDING
+        if self.bodies.get(body_sha256, delivery_id) != delivery_id:
+            return Claim.REPLAYED
+        self.bodies[body_sha256] = delivery_id
+        self.digests[delivery_id] = body_sha256
+        self.rows[delivery_id] = "received"
+        return Claim.NEW
 
     def mark_queued(self, delivery_id: str, now: float) -> None:
         self.rows[delivery_id] = "queued"

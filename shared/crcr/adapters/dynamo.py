@@ -113,44 +113,60 @@ class DynamoState:
 
     # -- deliveries ---------------------------------------------------------------------------
     def claim_delivery(self, delivery_id: str, event: str, now: float, body_sha256: str) -> Claim:
-        # The body's digest first: GitHub signs the body, not X-GitHub-Delivery, so a captured body sent again
-        # under a fresh id is a replay. The same id passes (GitHub's redelivery, or a retry after a failure here).
+        """The delivery id and the body's digest, claimed together in one transaction: GitHub signs the body, not
+        X-GitHub-Delivery, so a captured body sent again under a fresh id is a replay; and an id seen before with
+        another body takes nothing, so it can neither hide that body when it comes under its own id nor stand in
+        for it. The same id with the same body passes (GitHub's redelivery, or a retry after a failure here)."""
+        expires = {"N": str(int(now) + DELIVERY_TTL_S)}
+        body = {"pk": {"S": f"BODY#{body_sha256}"}, "sk": {"S": "META"}}
+        delivery = {"pk": {"S": f"DLV#{delivery_id}"}, "sk": {"S": "META"}}
         try:
-            self._ddb.put_item(
-                TableName=self._table,
-                Item={
-                    "pk": {"S": f"BODY#{body_sha256}"},
-                    "sk": {"S": "META"},
-                    "delivery_id": {"S": delivery_id},
-                    "expires_at": {"N": str(int(now) + DELIVERY_TTL_S)},
-                },
-                ConditionExpression="attribute_not_exists(pk) OR delivery_id = :d",
-                ExpressionAttributeValues={":d": {"S": delivery_id}},
+            self._ddb.transact_write_items(
+                TransactItems=[
+                    {
+                        "Put": {
+                            "TableName": self._table,
+                            "Item": body | {"delivery_id": {"S": delivery_id}, "expires_at": expires},
+                            "ConditionExpression": "attribute_not_exists(pk) OR delivery_id = :d",
+                            "ExpressionAttributeValues": {":d": {"S": delivery_id}},
+                        }
+                    },
+                    {
+                        "Put": {
+                            "TableName": self._table,
+                            "Item": delivery
+                            | {
+                                "event": {"S": event},
+                                "state": {"S": "received"},
+                                "received_at": {"N": str(num(now))},
+                                "body_sha256": {"S": body_sha256},
+                                "expires_at": expires,
+                            },
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                        }
+                    },
+                ]
             )
         except ClientError as exc:
             if not conditional_failed(exc):
                 raise
-            return Claim.REPLAYED
-        key = {"pk": {"S": f"DLV#{delivery_id}"}, "sk": {"S": "META"}}
-        try:
-            self._ddb.put_item(
-                TableName=self._table,
-                Item=key
-                | {
-                    "event": {"S": event},
-                    "state": {"S": "received"},
-                    "received_at": {"N": str(num(now))},
-                    "expires_at": {"N": str(int(now) + DELIVERY_TTL_S)},
-                },
-                ConditionExpression="attribute_not_exists(pk)",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-        except ClientError as exc:
-            if not conditional_failed(exc):
-                raise
-            old = exc.response.get("Item") or {}
-            return Claim.QUEUED if old.get("state", {}).get("S") == "queued" else Claim.PENDING
+            reasons = exc.response.get("CancellationReasons") or []
+            failed = [r.get("Code") == "ConditionalCheckFailed" for r in reasons] + [False, False]
+            if failed[1]:
+                old = reasons[1].get("Item") or self._delivery_item(delivery)
+                if old.get("body_sha256", {}).get("S", body_sha256) != body_sha256:
+                    return Claim.REUSED
+                return Claim.QUEUED if old.get("state", {}).get("S") == "queued" else Claim.PENDING
+            if failed[0]:
+                return Claim.REPLAYED
+            raise
         return Claim.NEW
+
+    def _delivery_item(self, key: dict[str, Any]) -> dict[str, Any]:
+        """The delivery as stored, for a cancellation that did not bring it along."""
+        item = self._ddb.get_item(TableName=self._table, Key=key, ConsistentRead=True).get("Item")
+        return dict(item or {})
 
     def mark_queued(self, delivery_id: str, now: float) -> None:
         self._ddb.update_item(

@@ -29,6 +29,7 @@ class Claim(Enum):
     QUEUED = "queued"  # seen before and handed to the queue: a redelivery
     PENDING = "pending"  # seen before but never reached the queue: send it again
     REPLAYED = "replayed"  # the same signed body was accepted under another delivery id: a replay
+    REUSED = "reused"  # this delivery id was accepted with another body: this body claims nothing under it
 
 
 class DeliveryStore(Protocol):
