@@ -387,6 +387,7 @@ def build_callback_deps(settings: Settings) -> CallbackDeps:
         clock=clock,
         upstream=settings.upstream_repo,
         commits=UpstreamCommitLookup(_github(settings), settings.upstream_repo) if settings.github_app_id else None,
+        max_jobs_per_dispatch=settings.max_jobs_per_dispatch,
     )
 
 

@@ -6,9 +6,10 @@ import os
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, field_validator
 
 from crcr.domain.ids import is_repo_name
+from crcr.domain.limits import MAX_JOBS_PER_DISPATCH
 from crcr.domain.pacing import parse_rates
 
 _SECRET_FIELDS = (
@@ -95,6 +96,7 @@ class Settings(BaseModel):
     # A request for the comment waits this long for the rest of its burst of callbacks before it renders.
     comment_settle_s: float = 5.0
     callback_rate_per_min: int = 600
+    max_jobs_per_dispatch: int = Field(default=MAX_JOBS_PER_DISPATCH, ge=1)  # distinct jobs recorded for one dispatch
     # A repository page's health figures are recomputed from the results table at most this often.
     health_refresh_s: float = 300.0
     # `crcr health`: JSON thresholds (crcr.domain.health.HealthPolicy), parsed where health is built so a

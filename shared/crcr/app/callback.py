@@ -18,6 +18,7 @@ from crcr.app.ports import (
     Clock,
     GitHubError,
     HudKeys,
+    JobLimitReached,
     JobRecord,
     Ledger,
     LedgerRow,
@@ -47,6 +48,7 @@ from crcr.domain.errors import (
     Conflict,
     CrcrError,
     Forbidden,
+    OverLimit,
     PayloadTooLarge,
     TooManyRequests,
     Unauthorized,
@@ -58,6 +60,7 @@ from crcr.domain.ids import is_repo_name, repo_key
 from crcr.domain.jobs import Current, Decision, JobState, decide
 from crcr.domain.jsondoc import MAX_DEPTH, dumps, loads
 from crcr.domain.levels import Level
+from crcr.domain.limits import MAX_JOBS_PER_DISPATCH, MAX_RUN_ATTEMPT, MAX_STORED_BYTES_PER_JOB
 from crcr.domain.triage import Dropped as TriageDropped
 from crcr.domain.triage import validate as validate_triage
 
@@ -85,6 +88,7 @@ class CallbackDeps:
     commits: UpstreamCommits | None = None
     providers: ProvidersSource | None = None  # Buildkite pipelines -> repositories; None: Buildkite cannot report
     max_body_bytes: int = MAX_CALLBACK_BYTES
+    max_jobs_per_dispatch: int = MAX_JOBS_PER_DISPATCH
 
 
 @dataclass(frozen=True)
@@ -204,15 +208,29 @@ def _dispatch_of(
     return row
 
 
-MAX_STORED_PAYLOAD_BYTES = 300_000  # DynamoDB items stop at 400 KB; leave room for the other attributes
+# Kept in their own form (the triage as validated, the failing tests as capped) or not read at all (the dispatch
+# payload PyTorch's body echoes: the ledger says what was dispatched): not stored a second time.
+_NOT_STORED = frozenset({"ticket", "payload", "triage_verdict", "failed_tests_detail"})
 
 
 def _stored_payload(raw: dict[str, Any]) -> str:
-    """The body as sent, minus the ticket (a credential has no place in the table or on the HUD)."""
-    text = dumps({k: v for k, v in raw.items() if k != "ticket"})
-    if len(text.encode()) > MAX_STORED_PAYLOAD_BYTES:
-        raise PayloadTooLarge("the report is too large to store; shorten its summary", field="summary")
-    return text
+    """The body as sent, minus the ticket (a credential has no place in the table or on the HUD) and what the relay
+    keeps in its own form or drops (an oversize triage verdict is not stored anywhere)."""
+    kept = {k: v for k, v in raw.items() if k not in _NOT_STORED}
+    if isinstance(kept.get("workflow"), dict):  # PyTorch's body: the report is under `workflow`
+        kept["workflow"] = {k: v for k, v in kept["workflow"].items() if k not in _NOT_STORED}
+    return dumps(kept)
+
+
+def _check_stored_size(record: JobRecord) -> None:
+    stored = sum(len(text.encode()) for text in (record.callback_payload, record.triage, record.failed_tests))
+    if stored > MAX_STORED_BYTES_PER_JOB:
+        raise PayloadTooLarge(
+            f"the report would store {stored} bytes; the limit is {MAX_STORED_BYTES_PER_JOB} bytes per job: "
+            "shorten its summary",
+            field="summary",
+            limit="stored_bytes_per_job",
+        )
 
 
 def _fingerprint(raw: dict[str, Any]) -> str:
@@ -335,6 +353,13 @@ def _scheduled(body: ScheduledBody, report: Report, identity: VerifiedToken, cal
 
 
 def _record(row: LedgerRow, report: Report, deps: CallbackDeps) -> Reply:
+    if report.run_attempt > MAX_RUN_ATTEMPT:
+        raise OverLimit(
+            f"run_attempt {report.run_attempt} is past the limit of {MAX_RUN_ATTEMPT} attempts per job "
+            "(GitHub re-runs a run at most 50 times)",
+            field="run_attempt",
+            limit="attempts_per_job",
+        )
     fingerprint = _fingerprint(report.raw)
     triage = _triage(report, deps)
     for _ in range(5):
@@ -347,9 +372,10 @@ def _record(row: LedgerRow, report: Report, deps: CallbackDeps) -> Reply:
             raise Conflict(f"job {report.job_name} already reported {current.state if current else ''} differently")
         if decision in (Decision.DUPLICATE, Decision.STALE):
             return Reply.DUPLICATE
+        record = _next_record(row, report, current, fingerprint, now, triage)
+        _check_stored_size(record)  # before a new job takes one of the dispatch's places
         if current is None:
             _check_hud_key_free(row, report, deps, now)
-        record = _next_record(row, report, current, fingerprint, now, triage)
         if deps.results.put_job(record, current.version if current else None):
             if current is None and row.start_watched:
                 # The dispatch's first job: no start timeout (the row as read says whether one is still set,
@@ -368,7 +394,16 @@ def _check_hud_key_free(row: LedgerRow, report: Report, deps: CallbackDeps, now:
     report a key holds it (one conditional write, whatever the dispatch's size)."""
     check_run_id = report.check_run_id or derived_check_run_id(report.run_id, report.run_attempt)
     hud_key = json.dumps([report.workflow_name, report.job_name, check_run_id])
-    holder = deps.hud_keys.claim(row.dispatch_id, hud_key, f"run {report.run_id} attempt {report.run_attempt}", now)
+    owner = f"run {report.run_id} attempt {report.run_attempt}"
+    try:
+        holder = deps.hud_keys.claim(row.dispatch_id, hud_key, owner, now, deps.max_jobs_per_dispatch)
+    except JobLimitReached:
+        raise OverLimit(
+            f"this dispatch already holds {deps.max_jobs_per_dispatch} jobs, the limit per dispatch; "
+            f"job {report.job_name} was not recorded",
+            field="job_name",
+            limit="jobs_per_dispatch",
+        ) from None
     if holder is not None:
         raise Conflict(
             f"check run {check_run_id} of job {report.job_name} was already reported by {holder}; "

@@ -496,11 +496,23 @@ class ResultsStore(Protocol):
         ...
 
 
+class JobAttempts(Protocol):
+    def attempts_of_job(self, dispatch_id: str, run_id: str, job_name: str, up_to: int) -> list[JobRecord]:
+        """The job's recorded attempts 1..`up_to` of one run, read by key (never the dispatch's other jobs), without
+        `callback_payload` and `fingerprint` (both ""): read them, never write them back."""
+        ...
+
+
+class JobLimitReached(Exception):
+    """The dispatch has as many jobs as it may hold: a new one is not taken."""
+
+
 class HudKeys(Protocol):
-    def claim(self, dispatch_id: str, hud_key: str, owner: str, now: float) -> str | None:
+    def claim(self, dispatch_id: str, hud_key: str, owner: str, now: float, max_jobs: int) -> str | None:
         """Take one HUD row's key among a dispatch's jobs for `owner` (the job's run and attempt; the key names the
-        job): None when the key is the owner's (taken now, or by an earlier report of the same job), else the
-        owner that holds it."""
+        job), counting it among the dispatch's jobs: None when the key is the owner's (taken now, or by an earlier
+        report of the same job, counted once), else the owner that holds it. Raises JobLimitReached when the
+        dispatch holds `max_jobs` keys already (and takes nothing)."""
         ...
 
 
@@ -685,6 +697,14 @@ class JobsByRepo(Protocol):
         """Every job row (every attempt, any state) of one downstream repository dispatched at or after
         `since`, oldest dispatch first; names compare case-insensitively. Rows come from an index without
         `callback_payload` and `fingerprint` (both ""): read them, never write them back."""
+        ...
+
+
+class BaselineJobs(Protocol):
+    def baseline_jobs(self, repo: str, workflow_name: str, job_name: str, since: float) -> list[JobRecord]:
+        """One downstream job's results on the branch (a push or a scheduled run, never a PR's) dispatched at or
+        after `since`; names compare case-insensitively for the repository, exactly for the workflow and job. Rows
+        without `callback_payload` and `fingerprint` (both ""): read them, never write them back."""
         ...
 
 

@@ -12,10 +12,11 @@ class CrcrError(Exception):
 
     reason: str = "error"
 
-    def __init__(self, message: str, *, field: str | None = None) -> None:
+    def __init__(self, message: str, *, field: str | None = None, limit: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.field = field
+        self.limit = limit  # the documented limit a request went past (docs/contracts.md), named in the answer
 
 
 class BadSignature(CrcrError):
@@ -51,6 +52,12 @@ class Forbidden(CrcrError):
     """The caller is known but may not report this."""
 
     reason = "forbidden"
+
+
+class OverLimit(Forbidden):
+    """Past a documented per-dispatch or per-job limit: the same request is refused however often it is sent."""
+
+    reason = "over_limit"
 
 
 class Conflict(CrcrError):
