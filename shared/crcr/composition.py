@@ -362,7 +362,7 @@ def build_callback_deps(settings: Settings) -> CallbackDeps:
     from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
     from crcr.adapters.github import UpstreamCommitLookup  # noqa: PLC0415
     from crcr.adapters.oidc import IssuerRouter, OidcVerifier  # noqa: PLC0415
-    from crcr.adapters.results import DynamoHudKeys, DynamoRateLimiter, DynamoResults  # noqa: PLC0415
+    from crcr.adapters.results import DynamoHudKeys, DynamoRateLimiter, DynamoRefusals, DynamoResults  # noqa: PLC0415
     from crcr.app.callback import CallbackDeps  # noqa: PLC0415
 
     settings.require("state_table", "results_table", "allowlist")
@@ -388,7 +388,37 @@ def build_callback_deps(settings: Settings) -> CallbackDeps:
         upstream=settings.upstream_repo,
         commits=UpstreamCommitLookup(_github(settings), settings.upstream_repo) if settings.github_app_id else None,
         max_jobs_per_dispatch=settings.max_jobs_per_dispatch,
+        known_commits=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
+        lookups=DynamoRateLimiter(
+            aws_client("dynamodb"),
+            str(settings.state_table),
+            settings.commit_lookups_per_hour,
+            window_s=3600,
+            budget="LOOKUP",
+        ),
+        refusals=DynamoRefusals(aws_client("dynamodb"), str(settings.state_table)),
+        pages=_refusal_pages(settings, metrics, clock),
     )
+
+
+class _OnFirstUse:
+    """An AWS client made when first called: the callback writes a HUD page only for a refused downstream, so its
+    cold start does not pay for an S3 client."""
+
+    def __init__(self, service: str) -> None:
+        self._service = service
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(aws_client(self._service), name)
+
+
+def _refusal_pages(settings: Settings, metrics: PowertoolsMetrics, clock: SystemClock) -> SummaryDeps | None:
+    if not settings.hud_bucket:
+        return None
+    from crcr.adapters.s3 import S3HudDocs  # noqa: PLC0415
+    from crcr.app.summaries import SummaryDeps  # noqa: PLC0415
+
+    return SummaryDeps(docs=S3HudDocs(_OnFirstUse("s3"), settings.hud_bucket), metrics=metrics, clock=clock)
 
 
 def _checks_queue(settings: Settings) -> SqsChecksQueue | None:

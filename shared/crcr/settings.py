@@ -97,6 +97,9 @@ class Settings(BaseModel):
     comment_settle_s: float = 5.0
     callback_rate_per_min: int = 600
     max_jobs_per_dispatch: int = Field(default=MAX_JOBS_PER_DISPATCH, ge=1)  # distinct jobs recorded for one dispatch
+    # GitHub lookups of upstream commits the relay has not seen, per downstream repository and hour (its scheduled
+    # reports spend the upstream installation's requests; answers are remembered).
+    commit_lookups_per_hour: int = Field(default=30, ge=0)
     # A repository page's health figures are recomputed from the results table at most this often.
     health_refresh_s: float = 300.0
     # `crcr health`: JSON thresholds (crcr.domain.health.HealthPolicy), parsed where health is built so a

@@ -475,6 +475,51 @@ def test_a_scheduled_run_on_an_upstream_commit_is_recorded(scenario: Scenario) -
     assert len(s.jobs()) == 1
 
 
+def test_scheduled_commits_cost_the_upstream_one_lookup_each_within_the_repositorys_budget(
+    relay_factory: Callable[..., Relay], oidc: OidcIssuer
+) -> None:
+    """Random scheduled SHAs once cost a GitHub request each, with the upstream installation's token: now a commit the
+    relay saw pushed costs none, an answer (found or not) is remembered, and the lookups one downstream may cause an
+    hour are capped; past it, 429 naming the limit, counted, and its HUD repository page names the refusal."""
+    relay = relay_factory(
+        env={"CRCR_OIDC_ISSUER": oidc.url, "CRCR_OIDC_AUDIENCE": "crcr", "CRCR_COMMIT_LOOKUPS_PER_HOUR": "3"}
+    )
+    github = relay.github
+    github.install("pytorch/pytorch", installation_id=1, repo_id=65600975)
+    push = json.loads(event_body("push.main.json"))
+    assert relay.post("push", json.dumps(push).encode())[0] == 202
+    relay.wait_dispatches(dict.fromkeys(LISTED, 1), settle_s=0)
+    s = Scenario(relay, oidc, "", "")
+    nightly = s.token(event_name="schedule")
+
+    def lookups() -> int:
+        return len([r for r in github.requests if r.method == "GET" and "/commits/" in r.path])
+
+    pushed = push["commits"][-1]["id"]  # the planner kept the pushed commits: no lookup at all
+    assert s.post(scheduled_body(pushed, job_name="pushed"), nightly) == (200, {"status": "recorded"})
+    assert lookups() == 0
+    randoms = [f"{i:040x}" for i in range(1, 6)]
+    status, reply = s.post(scheduled_body(randoms[0]), nightly)
+    assert (status, reply["field"], lookups()) == (403, "head_sha", 1)
+    assert s.post(scheduled_body(randoms[0]), nightly)[0] == 403 and lookups() == 1  # remembered: asked once
+    for sha in randoms[1:3]:
+        assert s.post(scheduled_body(sha), nightly)[0] == 403
+    assert lookups() == 3
+    status, reply = s.post(scheduled_body(randoms[3]), nightly)
+    assert (status, reply["error"], reply["limit"], reply["field"]) == (
+        429,
+        "rate_limited",
+        "commit_lookups_per_hour",
+        "head_sha",
+    )
+    assert lookups() == 3  # the budget holds: nothing more asked of GitHub this hour
+    assert relay.metric("DownstreamThrottled") == 1 and relay.metric("CommitLookedUp") == 3
+    status, page = http("GET", f"{relay.url}/hud/data/repo/org-two/l2-repo.json")
+    assert status == 200 and page["refused"]["reason"] == "commit_lookups_per_hour"
+    assert "budget of GitHub lookups" in page["refused"]["message"]
+    assert set(page["refused"]["by_reason"]) == {"unknown_commit", "commit_lookups_per_hour"}
+
+
 def test_hostile_bodies_get_400_or_413_never_500(scenario: Scenario) -> None:
     s = scenario
     nested = b"[" * 100_000 + b"]" * 100_000

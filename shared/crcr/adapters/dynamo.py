@@ -40,6 +40,8 @@ DAY = 86_400
 DELIVERY_TTL_S = 14 * DAY  # GitHub lets a delivery be redelivered for a few days
 LEDGER_TTL_S = 30 * DAY
 BRANCH_TTL_S = 90 * DAY  # a commit's place on the branch, for baselines, as long as results are kept
+# A commit GitHub does not have is remembered that long: a downstream naming random SHAs costs one lookup each, once.
+MISSING_COMMIT_TTL_S = 7 * DAY
 COMMENT_TTL_S = 90 * DAY  # a PR's comment row, as long as results are kept (a lost row finds the comment again)
 
 
@@ -273,6 +275,29 @@ class DynamoState:
                 if not pending:
                     break
         return found
+
+    # -- upstream commits a scheduled report may name (the CommitMemory port) ------------------------------------
+    @staticmethod
+    def _lookup_key(upstream: str, sha: str) -> dict[str, dict[str, str]]:
+        return {"pk": {"S": f"SHA#{repo_key(upstream)}#{sha}"}, "sk": {"S": "LOOKUP"}}
+
+    def commit_seen(self, upstream: str, sha: str) -> bool | None:
+        keys = [{"pk": self._branch_pk(upstream), "sk": {"S": f"C#{sha}"}}, self._lookup_key(upstream, sha)]
+        got = self._ddb.batch_get_item(RequestItems={self._table: {"Keys": keys, "ConsistentRead": True}})
+        items = got.get("Responses", {}).get(self._table, [])
+        if got.get("UnprocessedKeys"):
+            return None  # throttled: look it up as if never seen (the lookup's own budget still holds)
+        if any(item["pk"]["S"].startswith("BRANCH#") for item in items):
+            return True
+        lookups = [item for item in items if item["pk"]["S"].startswith("SHA#")]
+        return bool(lookups[0]["found"]["BOOL"]) if lookups else None
+
+    def remember_commit(self, upstream: str, sha: str, found: bool, now: float) -> None:
+        ttl = BRANCH_TTL_S if found else MISSING_COMMIT_TTL_S
+        self._ddb.put_item(
+            TableName=self._table,
+            Item=self._lookup_key(upstream, sha) | {"found": {"BOOL": found}, "expires_at": {"N": str(int(now) + ttl)}},
+        )
 
     def pr_labels(self, upstream: str, pr: int) -> tuple[str, ...]:
         item = self._ddb.get_item(

@@ -340,22 +340,44 @@ class DynamoHudKeys:
 
 
 class DynamoRateLimiter:
-    """Fixed one-minute windows per key, counted with an atomic ADD in the state table."""
+    """Fixed windows per key (a minute unless told), counted with an atomic ADD in the state table. `budget` names
+    the budget (its rows are `RATE#<key>` for the callbacks, `RATE#<budget>#<key>` for any other)."""
 
-    def __init__(self, client: Any, table: str, per_minute: int) -> None:
+    def __init__(self, client: Any, table: str, per_window: int, window_s: int = 60, budget: str = "") -> None:
         self._ddb = client
         self._table = table
-        self._limit = per_minute
+        self._limit = per_window
+        self._window_s = window_s
+        self._prefix = f"RATE#{budget}#" if budget else "RATE#"
 
     def hit(self, key: str, now: float) -> float:
-        window = int(now // 60)
+        window = int(now // self._window_s)
         got = self._ddb.update_item(
             TableName=self._table,
-            Key={"pk": {"S": f"RATE#{repo_key(key)}"}, "sk": {"S": str(window)}},
+            Key={"pk": {"S": f"{self._prefix}{repo_key(key)}"}, "sk": {"S": str(window)}},
             UpdateExpression="ADD hits :one SET expires_at = :exp",
-            ExpressionAttributeValues={":one": {"N": "1"}, ":exp": {"N": str((window + 2) * 60)}},
+            ExpressionAttributeValues={":one": {"N": "1"}, ":exp": {"N": str((window + 2) * self._window_s)}},
             ReturnValues="UPDATED_NEW",
         )
         if int(got["Attributes"]["hits"]["N"]) > self._limit:
-            return (window + 1) * 60 - now
+            return (window + 1) * self._window_s - now
         return 0.0
+
+
+class DynamoRefusals:
+    """The RefusalLog port: refused reports per repository, reason and hour (one atomic ADD each)."""
+
+    def __init__(self, client: Any, table: str) -> None:
+        self._ddb = client
+        self._table = table
+
+    def count(self, repo: str, reason: str, now: float) -> int:
+        hour = int(now // 3600)
+        got = self._ddb.update_item(
+            TableName=self._table,
+            Key={"pk": {"S": f"REFUSED#{repo_key(repo)}"}, "sk": {"S": f"{hour}#{reason}"}},
+            UpdateExpression="ADD refused :one SET expires_at = :exp",
+            ExpressionAttributeValues={":one": {"N": "1"}, ":exp": {"N": str((hour + 2) * 3600)}},
+            ReturnValues="UPDATED_NEW",
+        )
+        return int(got["Attributes"]["refused"]["N"])

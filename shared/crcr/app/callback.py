@@ -16,6 +16,7 @@ from crcr.app.hud import derived_check_run_id
 from crcr.app.ports import (
     AllowlistProvider,
     Clock,
+    CommitMemory,
     GitHubError,
     HudKeys,
     JobLimitReached,
@@ -26,12 +27,14 @@ from crcr.app.ports import (
     Metrics,
     ProvidersSource,
     RateLimiter,
+    RefusalLog,
     ResultsStore,
     TicketVerifier,
     TokenVerifier,
     UpstreamCommits,
     VerifiedToken,
 )
+from crcr.app.summaries import SummaryDeps, record_refusal
 from crcr.contracts.callback import CallbackBody, FailedTest, PyTorchCallbackBody, ScheduledBody
 from crcr.domain.allowlist import Allowlist
 from crcr.domain.callback_rules import (
@@ -89,6 +92,13 @@ class CallbackDeps:
     providers: ProvidersSource | None = None  # Buildkite pipelines -> repositories; None: Buildkite cannot report
     max_body_bytes: int = MAX_CALLBACK_BYTES
     max_jobs_per_dispatch: int = MAX_JOBS_PER_DISPATCH
+    # Scheduled reports: commits the relay saw pushed or looked up (answers, found or not, remembered), and each
+    # downstream's budget of GitHub lookups for the others (a lookup spends the upstream installation's requests).
+    known_commits: CommitMemory | None = None
+    lookups: RateLimiter | None = None
+    # A downstream over a quota or limit is counted and named on its HUD repository page (`refused`).
+    refusals: RefusalLog | None = None
+    pages: SummaryDeps | None = None
 
 
 @dataclass(frozen=True)
@@ -285,7 +295,12 @@ def _handle(body: bytes, authorization: str | None, deps: CallbackDeps) -> Reply
         return Reply.IGNORED  # L1: dispatch only; results are not recorded
     wait = deps.limiter.hit(row.repo, deps.clock.now())
     if wait > 0:
-        raise TooManyRequests(f"too many callbacks from {row.repo}", retry_after_s=math.ceil(wait))
+        raise _refused(
+            row.repo,
+            "callbacks_per_minute",
+            TooManyRequests(f"too many callbacks from {row.repo}", retry_after_s=math.ceil(wait)),
+            deps,
+        )
     return _record(row, report, deps)
 
 
@@ -327,13 +342,19 @@ def _scheduled(body: ScheduledBody, report: Report, identity: VerifiedToken, cal
         return Reply.IGNORED
     wait = deps.limiter.hit(entry.repo, deps.clock.now())
     if wait > 0:
-        raise TooManyRequests(f"too many callbacks from {entry.repo}", retry_after_s=math.ceil(wait))
-    try:
-        exists = deps.commits is not None and deps.commits.exists(body.head_sha)
-    except GitHubError as exc:
-        raise Unavailable(f"cannot ask GitHub about {body.head_sha} now: {exc}", retry_after_s=30) from exc
-    if not exists:
-        raise Forbidden(f"{body.head_sha} is not a commit of {deps.upstream}", field="head_sha")
+        raise _refused(
+            entry.repo,
+            "callbacks_per_minute",
+            TooManyRequests(f"too many callbacks from {entry.repo}", retry_after_s=math.ceil(wait)),
+            deps,
+        )
+    if not _upstream_commit(body.head_sha, entry.repo, deps):
+        raise _refused(
+            entry.repo,
+            "unknown_commit",
+            Forbidden(f"{body.head_sha} is not a commit of {deps.upstream}", field="head_sha"),
+            deps,
+        )
     digest = hashlib.sha256(f"{entry.key}\n{body.head_sha}".encode()).hexdigest()[:32]
     row = LedgerRow(
         delivery_id="scheduled",
@@ -353,6 +374,13 @@ def _scheduled(body: ScheduledBody, report: Report, identity: VerifiedToken, cal
 
 
 def _record(row: LedgerRow, report: Report, deps: CallbackDeps) -> Reply:
+    try:
+        return _record_within_limits(row, report, deps)
+    except (OverLimit, PayloadTooLarge) as exc:
+        raise _refused(row.repo, exc.limit or exc.reason, exc, deps) from None
+
+
+def _record_within_limits(row: LedgerRow, report: Report, deps: CallbackDeps) -> Reply:
     if report.run_attempt > MAX_RUN_ATTEMPT:
         raise OverLimit(
             f"run_attempt {report.run_attempt} is past the limit of {MAX_RUN_ATTEMPT} attempts per job "
@@ -385,6 +413,60 @@ def _record(row: LedgerRow, report: Report, deps: CallbackDeps) -> Reply:
         # Another callback for the same job won the conditional write: read it and decide again.
     # Not a conflict of content: retrying will settle it, so say so (the action retries 503).
     raise Unavailable(f"job {report.job_name} is being reported concurrently; retry", retry_after_s=1)
+
+
+# A refused downstream's page is rewritten when its count this hour reaches one of these: a flood of refusals costs a
+# handful of document writes an hour, never one each.
+PAGE_AT_COUNTS = frozenset({1, 10, 100, 1_000, 10_000})
+NOT_A_QUOTA = frozenset({"unknown_commit"})
+
+
+def _refused(repo: str, reason: str, exc: CrcrError, deps: CallbackDeps) -> CrcrError:
+    """Count a report refused for a quota or limit (or an unknown commit) of a repository whose identity the token
+    proved, and name the repository on its HUD page; returns the error to raise."""
+    if reason not in NOT_A_QUOTA:
+        deps.metrics.count("DownstreamThrottled")
+    if deps.refusals is None:
+        return exc
+    count = deps.refusals.count(repo, reason, deps.clock.now())
+    if deps.pages is not None and count in PAGE_AT_COUNTS:
+        try:
+            record_refusal(repo, reason, exc.message, count, deps.pages)
+        except Exception:  # the page is a courtesy: the refusal stands, answered as it is
+            deps.metrics.count("RefusalNotShown")
+    return exc
+
+
+def _upstream_commit(sha: str, repo: str, deps: CallbackDeps) -> bool:
+    """Whether a scheduled report's commit is the upstream's: known from a push or an earlier lookup at no cost;
+    otherwise one GitHub lookup from the reporting repository's hourly budget, its answer remembered either way."""
+    known = deps.known_commits.commit_seen(deps.upstream, sha) if deps.known_commits is not None else None
+    if known is not None:
+        deps.metrics.count("CommitLookupSaved")
+        return known
+    if deps.commits is None:
+        return False
+    if deps.lookups is not None and (wait := deps.lookups.hit(repo, deps.clock.now())) > 0:
+        raise _refused(
+            repo,
+            "commit_lookups_per_hour",
+            TooManyRequests(
+                f"{repo} has used its budget of GitHub lookups of unknown upstream commits this hour; "
+                "report on commits pushed upstream, or retry later",
+                retry_after_s=math.ceil(wait),
+                field="head_sha",
+                limit="commit_lookups_per_hour",
+            ),
+            deps,
+        )
+    try:
+        found = deps.commits.exists(sha)
+    except GitHubError as exc:
+        raise Unavailable(f"cannot ask GitHub about {sha} now: {exc}", retry_after_s=30) from exc
+    deps.metrics.count("CommitLookedUp")
+    if deps.known_commits is not None:
+        deps.known_commits.remember_commit(deps.upstream, sha, found, deps.clock.now())
+    return found
 
 
 def _check_hud_key_free(row: LedgerRow, report: Report, deps: CallbackDeps, now: float) -> None:

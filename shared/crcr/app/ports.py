@@ -548,6 +548,22 @@ class DeadLetters(Protocol):
     def send(self, body: dict[str, Any], reason: str) -> None: ...
 
 
+class CommitMemory(Protocol):
+    def commit_seen(self, upstream: str, sha: str) -> bool | None:
+        """What the relay knows of an upstream commit without asking GitHub: True when it saw it pushed to the default
+        branch or GitHub found it before, False when GitHub said it has no such commit (remembered a while), None
+        when it never asked."""
+        ...
+
+    def remember_commit(self, upstream: str, sha: str, found: bool, now: float) -> None: ...
+
+
+class RefusalLog(Protocol):
+    def count(self, repo: str, reason: str, now: float) -> int:
+        """Count one refused report of `repo` for `reason`: how many this hour, this one included."""
+        ...
+
+
 class UpstreamCommits(Protocol):
     def exists(self, sha: str) -> bool: ...
     def repo_id(self, repo: str) -> int:

@@ -190,6 +190,24 @@ def update_summaries(jobs: Sequence[JobRecord], deps: SummaryDeps) -> None:
         _update(deps, repo_doc_key(group[0].repo), partial(_with_history, jobs=group, now=now, deps=deps))
 
 
+def record_refusal(repo: str, reason: str, message: str, count: int, deps: SummaryDeps) -> None:
+    """Name a downstream whose reports the relay refuses on its repository page: `refused` holds the reason, the
+    relay's words, how many this hour (at least `count`) and when; the reporter's merges keep it."""
+    now = round(deps.clock.now(), 3)
+
+    def change(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+        if not doc or doc.get("schema") != SCHEMA:
+            doc = {"schema": SCHEMA, "repo": repo, "history": [], "health": None}
+        refused = doc.get("refused")
+        by_reason = dict(refused.get("by_reason") or {}) if isinstance(refused, dict) else {}
+        by_reason[reason] = {"count_this_hour": count, "hour": int(now // 3600) * 3600, "last_at": now}
+        doc["refused"] = {"reason": reason, "message": message[:500], "at": now, "by_reason": by_reason}
+        doc["updated_at"] = now
+        return doc
+
+    _update(deps, repo_doc_key(repo), change)
+
+
 def _update_commit(jobs: list[JobRecord], deps: SummaryDeps, now: float) -> dict[str, Any]:
     """Merge one commit's changes into its document; returns its overview summary (cells per repository)."""
     entries = [entry(job) for job in jobs]

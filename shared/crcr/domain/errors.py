@@ -67,8 +67,8 @@ class Conflict(CrcrError):
 class RetryLater(CrcrError):
     """Answered with Retry-After: the same request may succeed later."""
 
-    def __init__(self, message: str, *, retry_after_s: int, field: str | None = None) -> None:
-        super().__init__(message, field=field)
+    def __init__(self, message: str, *, retry_after_s: int, field: str | None = None, limit: str | None = None) -> None:
+        super().__init__(message, field=field, limit=limit)
         self.retry_after_s = retry_after_s
 
 
