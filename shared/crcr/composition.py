@@ -448,6 +448,19 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
     # One pacer for every content-creating call: check runs and the PR comment spend the upstream
     # installation's budget, re-runs the downstream's (shared with its dispatches).
     pacer = DynamoPacer(aws_client("dynamodb"), str(settings.state_table), rates=_write_rates(settings))
+    from crcr.domain.pacing import share_of  # noqa: PLC0415
+
+    # Each downstream's part of that budget, for the check runs its jobs cause (a cell per upstream and repository).
+    share = (
+        DynamoPacer(
+            aws_client("dynamodb"),
+            str(settings.state_table),
+            rates=share_of(_write_rates(settings), settings.downstream_write_share),
+            cell="SHARE",
+        )
+        if settings.downstream_write_share < 1
+        else None
+    )
     allowlist = _allowlist(settings, metrics, clock)
     results = _results(settings)
     comment = None
@@ -482,6 +495,8 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
         settle_s=settings.check_settle_s,
         lease_s=settings.github_timeout_s + 15.0,
         gauge=pacer,  # check_runs: auto reads the hourly window the writes above book in
+        share=share,
+        share_gauge=share,
         reruns=RerunDeps(github=GitHubReruns(_github(settings)), store=state, allowlist=allowlist, metrics=metrics),
         retries=RetryDeps(
             results=results,

@@ -100,6 +100,8 @@ class Settings(BaseModel):
     # GitHub lookups of upstream commits the relay has not seen, per downstream repository and hour (its scheduled
     # reports spend the upstream installation's requests; answers are remembered).
     commit_lookups_per_hour: int = Field(default=30, ge=0)
+    # The part of the upstream installation's write budget the check runs of one downstream may take (1: all of it).
+    downstream_write_share: float = Field(default=0.5, gt=0, le=1)
     # A repository page's health figures are recomputed from the results table at most this often.
     health_refresh_s: float = 300.0
     # `crcr health`: JSON thresholds (crcr.domain.health.HealthPolicy), parsed where health is built so a
