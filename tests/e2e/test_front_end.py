@@ -18,7 +18,7 @@ import pytest
 from crcr.domain.signature import sign
 from crcr.local.front import FrontEnd, Limits
 from crcr.local.stack import LocalStack
-from tests.conftest import DEFAULT_ALLOWLIST, ROOT
+from tests.conftest import DEFAULT_ALLOWLIST, ROOT, event_body
 
 pytestmark = pytest.mark.e2e
 LIMIT = 10 * 1024 * 1024
@@ -382,3 +382,26 @@ def test_the_route_gets_the_request_as_before(front: Callable[..., Bare]) -> Non
 def test_a_crashed_route_is_api_gateways_500_not_a_dropped_connection(front: Callable[..., Bare]) -> None:
     answer = exchange(front().server, post("/boom", {"content-length": "0"}))
     assert (answer.status, answer.json, answer.closed) == (500, {"message": "Internal Server Error"}, True)
+
+
+def test_the_status_page_shows_what_was_dispatched_but_no_ticket(stack: LocalStack) -> None:
+    """A ticket lets its holder report for its dispatch: `/_crcr/status` printed every one the sandbox received."""
+    body = event_body("pull_request.opened.json")
+    headers = {
+        "x-github-event": "pull_request",
+        "x-github-delivery": "front-status",
+        "x-hub-signature-256": sign(stack.secrets["webhook_secret"].encode(), body),
+        "content-length": str(len(body)),
+    }
+    assert exchange(stack, post("/webhook", headers, body)).status == 202
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with connect(stack) as sock:
+            sock.sendall(b"GET /_crcr/status HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            answer = read_answer(sock, "GET")
+        shown = [d for d in answer.json["dispatches"] if d["delivery_id"] == "front-status"]
+        if shown:
+            break
+        time.sleep(0.2)
+    assert shown and {"repo", "event_type", "delivery_id", "at"} == set(shown[0])
+    assert b"ticket" not in answer.body and b"eyJ" not in answer.body  # no JWT of any kind

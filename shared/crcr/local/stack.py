@@ -149,6 +149,16 @@ def _unchanged(record: dict[str, Any]) -> bool:
     return record.get("eventName") == "MODIFY" and "OldImage" in data and data.get("OldImage") == data.get("NewImage")
 
 
+def _shown_dispatch(dispatch: dict[str, Any]) -> dict[str, Any]:
+    payload = dispatch.get("client_payload") or {}
+    return {
+        "repo": dispatch.get("repo"),
+        "event_type": dispatch.get("event_type"),
+        "delivery_id": payload.get("delivery_id"),
+        "at": dispatch.get("at"),
+    }
+
+
 @dataclass
 class Context:
     """The bits of the Lambda context object the handlers (and Powertools) read."""
@@ -631,7 +641,8 @@ class LocalStack:
             "metrics": dict(TOTALS),
             "invocations": dict(self.invocations),
             "queues": dict(self.queue_urls),
-            "dispatches": self.sandbox.dispatches if self.sandbox else None,
+            # What was sent, never the credentials in it: a ticket lets its holder report for the dispatch.
+            "dispatches": [_shown_dispatch(d) for d in self.sandbox.dispatches] if self.sandbox else None,
             "sandbox_callbacks": self.workflows.replies if self.workflows else None,
             "sandbox_hud_rows": len(self.sandbox_hud.table) if self.sandbox_hud else None,
             "sandbox_builds": len(self.sandbox_buildkite.builds) if self.sandbox_buildkite else None,
@@ -641,6 +652,10 @@ class LocalStack:
     # -- lifecycle --------------------------------------------------------------------------------------
     def start(self) -> LocalStack:
         self._saved_environ = dict(os.environ)
+        from crcr.adapters.observability import logger  # noqa: PLC0415 - Powertools, loaded with the functions
+        from crcr.local.logs import per_thread_log_keys  # noqa: PLC0415
+
+        per_thread_log_keys(logger)  # the functions run in threads here, each with its own log keys
         self._start_aws()
         if not self.env.get("CRCR_GITHUB_API_URL"):
             keys = generate_keys()
