@@ -208,6 +208,10 @@ class LocalStack:
         self.host = host
         self.port = port or free_port(host)
         self.url = f"http://{host}:{self.port}"
+        # The sandbox GitHub, OIDC issuers, Buildkite and HUD answer on a port of their own: the relay's calls to
+        # them never queue behind requests to the relay's own edge.
+        self.sandbox_port = free_port(host)
+        self.sandbox_url = f"http://{host}:{self.sandbox_port}"
         self.env = dict(os.environ if env is None else env)
         self.pollers_per_queue = pollers_per_queue
         self.visibility_timeout_s = visibility_timeout_s
@@ -229,6 +233,7 @@ class LocalStack:
         self._threads: list[threading.Thread] = []
         self._moto: Any = None
         self._http: FrontEnd | None = None
+        self._sandbox_http: FrontEnd | None = None
         self.invocations: dict[str, int] = {}
         self._saved_environ: dict[str, str] = {}
         self._warm: set[str] = set()
@@ -555,10 +560,18 @@ class LocalStack:
         thread = threading.Thread(target=self._http.serve_forever, name="crcr-http", daemon=True)
         thread.start()
         self._threads.append(thread)
+        if any(
+            (self.sandbox, self.sandbox_oidc, self.sandbox_hud, self.sandbox_buildkite, self.sandbox_buildkite_oidc)
+        ):
+            self._sandbox_http = FrontEnd((self.host, self.sandbox_port), self.sandbox_route)
+            thread = threading.Thread(target=self._sandbox_http.serve_forever, name="crcr-sandbox-http", daemon=True)
+            thread.start()
+            self._threads.append(thread)
 
-    def route(
+    def sandbox_route(
         self, method: str, path: str, query: str, headers: dict[str, str], body: bytes
     ) -> tuple[int, bytes, dict[str, str]]:
+        """The sandbox services, on their own port."""
         if path.startswith(SANDBOX_PREFIX + "/") and self.sandbox is not None:
             doc = json.loads(body) if body else None
             reply = self.sandbox.handle(
@@ -585,6 +598,11 @@ class LocalStack:
         if path == SANDBOX_HUD_PATH and self.sandbox_hud is not None:
             status, answer = self.sandbox_hud.handle(method, headers, body)
             return status, json.dumps(answer).encode(), {"content-type": "application/json"}
+        return 404, b'{"message":"Not Found"}', {"content-type": "application/json"}
+
+    def route(
+        self, method: str, path: str, query: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, bytes, dict[str, str]]:
         if path == "/_crcr/status":
             return 200, json.dumps(self.status()).encode(), {"content-type": "application/json"}
         matched = self._match_route(method, path)
@@ -647,6 +665,8 @@ class LocalStack:
             "sandbox_hud_rows": len(self.sandbox_hud.table) if self.sandbox_hud else None,
             "sandbox_builds": len(self.sandbox_buildkite.builds) if self.sandbox_buildkite else None,
             "http": self._http.stats() if self._http else None,
+            "sandbox_url": self.sandbox_url if self._sandbox_http else None,
+            "sandbox_http": self._sandbox_http.stats() if self._sandbox_http else None,
         }
 
     # -- lifecycle --------------------------------------------------------------------------------------
@@ -661,13 +681,13 @@ class LocalStack:
             keys = generate_keys()
             self.env.setdefault("CRCR_GITHUB_APP_PRIVATE_KEY", keys["github_app_private_key"])
             self.env.setdefault("CRCR_GITHUB_APP_ID", SANDBOX_APP_ID)
-            self.env["CRCR_GITHUB_API_URL"] = self.url + SANDBOX_PREFIX
+            self.env["CRCR_GITHUB_API_URL"] = self.sandbox_url + SANDBOX_PREFIX
             private = serialization.load_pem_private_key(self.env["CRCR_GITHUB_APP_PRIVATE_KEY"].encode(), None)
             assert isinstance(private, rsa.RSAPrivateKey)
             self.sandbox = SandboxGitHub(self.env["CRCR_GITHUB_APP_ID"], private.public_key())
             if not self.env.get("CRCR_OIDC_ISSUER"):
-                # Sandbox downstream runs report with tokens from a sandbox issuer on this port.
-                self.sandbox_oidc = SandboxOidc(self.url + SANDBOX_OIDC_PREFIX)
+                # Sandbox downstream runs report with tokens from a sandbox issuer on the sandbox port.
+                self.sandbox_oidc = SandboxOidc(self.sandbox_url + SANDBOX_OIDC_PREFIX)
                 self.env["CRCR_OIDC_ISSUER"] = self.sandbox_oidc.issuer
                 audience = self.env.get("CRCR_OIDC_AUDIENCE") or "crcr"
                 self.env["CRCR_OIDC_AUDIENCE"] = audience
@@ -678,7 +698,7 @@ class LocalStack:
             if not self.env.get("CRCR_HUD_URL"):
                 # Pushes go to a port of PyTorch's HUD endpoint, which judges them as PyTorch's would.
                 self.sandbox_hud = TorchciHud(self.env.get("CRCR_HUD_TOKEN") or secrets.token_hex(16))
-                self.env["CRCR_HUD_URL"] = self.url + SANDBOX_HUD_PATH
+                self.env["CRCR_HUD_URL"] = self.sandbox_url + SANDBOX_HUD_PATH
                 self.env["CRCR_HUD_TOKEN"] = self.sandbox_hud.token
         resolver = self._create_resources()
         self._configure_functions(resolver)
@@ -689,21 +709,22 @@ class LocalStack:
     def _start_sandbox_buildkite(self) -> None:
         """Buildkite downstreams build on a sandbox Buildkite whose jobs report with sandbox agent tokens."""
         if not self.env.get("CRCR_BUILDKITE_OIDC_ISSUER"):
-            self.sandbox_buildkite_oidc = SandboxOidc(self.url + SANDBOX_BUILDKITE_OIDC_PREFIX)
+            self.sandbox_buildkite_oidc = SandboxOidc(self.sandbox_url + SANDBOX_BUILDKITE_OIDC_PREFIX)
             self.env["CRCR_BUILDKITE_OIDC_ISSUER"] = self.sandbox_buildkite_oidc.issuer
         if self.sandbox_buildkite_oidc is None:
             return  # tokens from another issuer: the sandbox cannot mint them
         token = self.env.get("CRCR_BUILDKITE_API_TOKEN") or new_api_token()
         audience = self.env.get("CRCR_OIDC_AUDIENCE") or "crcr"
         self.sandbox_buildkite = SandboxBuildkite(token, self.sandbox_buildkite_oidc.mint, audience)
-        self.env["CRCR_BUILDKITE_API_URL"] = self.url + SANDBOX_BUILDKITE_PREFIX
+        self.env["CRCR_BUILDKITE_API_URL"] = self.sandbox_url + SANDBOX_BUILDKITE_PREFIX
         self.env["CRCR_BUILDKITE_API_TOKEN"] = token
 
     def stop(self) -> None:
         self._stop.set()
-        if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
+        for server in (self._http, self._sandbox_http):
+            if server is not None:
+                server.shutdown()
+                server.server_close()
         for thread in self._threads:
             thread.join(timeout=5)
         if self._moto is not None:
@@ -805,6 +826,27 @@ def partition_queries() -> None:
     Table.query, Table.all_items = query, all_items  # type: ignore[method-assign]
 
 
+def forget_spent_shard_iterators() -> None:
+    """moto keeps every DynamoDB Streams shard iterator it ever handed out (each GetRecords answers a new one), so a
+    stack polling its streams grew by one iterator per poll for as long as it ran. An iterator read from is
+    forgotten once the next one is handed out: the stream pollers read on from the new one and never come back to
+    an old one. Idempotent."""
+    from moto.dynamodbstreams.models import DynamoDBStreamsBackend  # noqa: PLC0415 - dev dependency, local only
+
+    if getattr(DynamoDBStreamsBackend.get_records, "_crcr_forgets", False):
+        return
+    kept_all = DynamoDBStreamsBackend.get_records
+
+    def get_records(self: Any, iterator_arn: str, limit: int) -> Any:
+        answer = kept_all(self, iterator_arn, limit)
+        if answer.get("NextShardIterator") != iterator_arn:
+            self.shard_iterators.pop(iterator_arn, None)
+        return answer
+
+    get_records._crcr_forgets = True  # type: ignore[attr-defined]
+    DynamoDBStreamsBackend.get_records = get_records  # type: ignore[method-assign]
+
+
 def _atomic_dynamodb_moto(port: int) -> Any:
     """moto in server mode, with each DynamoDB request handled whole before the next (`atomic_dynamodb`)."""
     from moto.moto_server.werkzeug_app import (  # noqa: PLC0415
@@ -818,6 +860,7 @@ def _atomic_dynamodb_moto(port: int) -> Any:
     class Server(ThreadedMotoServer):
         def _server_entry(self) -> None:
             partition_queries()
+            forget_spent_shard_iterators()
             app = atomic_dynamodb(DomainDispatcherApplication(create_backend_app))
             self._server = make_server(self._ip_address, self._port, app, True, request_handler=MotoRequestHandler)
             self._server_ready_event.set()
