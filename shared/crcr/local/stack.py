@@ -144,6 +144,107 @@ class StreamReader:
         return list(got.get("Records", []))
 
 
+class ParallelStream:
+    """Lambda's stream event source with a ParallelizationFactor: up to that many batches of a shard at once, each
+    partition key's records in order (a key waits while a batch holding it is out, or being retried). One table
+    partition, say one dispatch with hundreds of jobs, then holds one batch at a time, never the others' turn."""
+
+    LOOKAHEAD = 1000  # records read ahead of the batches
+
+    def __init__(self, stack: LocalStack, fn: FunctionDecl, source: StreamSource) -> None:
+        self.stack, self.fn, self.source = stack, fn, source
+        self.reader = StreamReader(stack.client("dynamodbstreams"), stack.stream_arns[source.table])
+        self.pending: list[tuple[int, str, dict[str, Any]]] = []  # (sequence number, shard, record), in order
+        self.out: set[str] = set()  # partition keys of the batches out
+        self.running = 0
+        self.cond = threading.Condition()
+
+    @staticmethod
+    def key(record: dict[str, Any]) -> str:
+        keys = (record.get("dynamodb") or {}).get("Keys") or {}
+        return json.dumps(keys.get("pk", keys), sort_keys=True)
+
+    def run(self) -> None:
+        try:
+            self._run()
+        finally:  # the batches out finish before the stack stops moto under them
+            with self.cond:
+                self.cond.wait_for(lambda: self.running == 0, timeout=10)
+
+    def _run(self) -> None:
+        stop = self.stack._stop
+        while not stop.is_set():
+            try:
+                read = self._read()
+            except Exception:  # moto going away while stopping
+                if stop.wait(0.5):
+                    return
+                continue
+            with self.cond:
+                batch = self._take()
+                if batch:
+                    self.running += 1
+            if batch:
+                threading.Thread(target=self._deliver, args=(batch,), daemon=True, name="stream-batch").start()
+            elif not read:
+                with self.cond:
+                    self.cond.wait(0.2)  # an idle shard is polled 4 times a second; a batch coming back wakes it
+
+    def _read(self) -> bool:
+        with self.cond:
+            if len(self.pending) >= self.LOOKAHEAD:
+                return False
+        got: list[tuple[int, str, dict[str, Any]]] = []
+        for sid in self.reader.shards():
+            got += [(int(r["dynamodb"]["SequenceNumber"]), sid, r) for r in self.reader.read(sid, 1000)]
+        kept = [g for g in got if passes(self.source.filters, g[2])]
+        with self.cond:
+            self.pending += kept
+        return bool(got)
+
+    def _take(self) -> list[tuple[int, str, dict[str, Any]]]:
+        """The next batch: the oldest records whose keys no batch out holds, up to the batch size."""
+        if self.running >= self.source.parallelization:
+            return []
+        batch: list[tuple[int, str, dict[str, Any]]] = []
+        shard: str | None = None
+        for item in self.pending:
+            if len(batch) >= self.source.batch_size:
+                break
+            if self.key(item[2]) in self.out or (shard is not None and item[1] != shard):
+                continue
+            shard = item[1]
+            batch.append(item)
+        for item in batch:
+            self.pending.remove(item)
+            self.out.add(self.key(item[2]))
+        return batch
+
+    def _deliver(self, batch: list[tuple[int, str, dict[str, Any]]]) -> None:
+        attempt, held = 0, {self.key(r) for _, _, r in batch}
+        try:
+            while batch and not self.stack._stop.is_set():
+                records = [r for _, _, r in batch]
+                try:
+                    result = self.stack.invoke(self.fn.logical_id, {"Records": records})
+                    failed = [f["itemIdentifier"] for f in (result or {}).get("batchItemFailures") or []]
+                except Exception:
+                    failed = [records[0]["dynamodb"]["SequenceNumber"]]
+                if not failed:
+                    return
+                first = next(i for i, r in enumerate(records) if r["dynamodb"]["SequenceNumber"] in failed)
+                batch, attempt = batch[first:], attempt + 1
+                if self.source.max_retries >= 0 and attempt > self.source.max_retries:
+                    self.stack.stream_failed(self.fn, self.source, batch[0][1], [r for _, _, r in batch])
+                    return
+                self.stack._stop.wait(min(2.0**attempt * 0.1, 5.0))  # its keys stay held while it backs off
+        finally:
+            with self.cond:
+                self.running -= 1
+                self.out -= held
+                self.cond.notify_all()
+
+
 def _unchanged(record: dict[str, Any]) -> bool:
     data = record.get("dynamodb") or {}
     return record.get("eventName") == "MODIFY" and "OldImage" in data and data.get("OldImage") == data.get("NewImage")
@@ -451,6 +552,9 @@ class LocalStack:
 
     def _poll_stream(self, fn: FunctionDecl, source: StreamSource) -> None:
         """Lambda's stream event source: in order per shard, retry from the failed record, then on-failure."""
+        if source.parallelization > 1:
+            ParallelStream(self, fn, source).run()
+            return
         reader = StreamReader(self.client("dynamodbstreams"), self.stream_arns[source.table])
         pending: dict[str, list[dict[str, Any]]] = {}
         retries: dict[str, int] = {}
@@ -471,6 +575,26 @@ class LocalStack:
                     return
             if not busy:  # Lambda polls an idle shard 4 times a second, and one with records waiting at once
                 self._stop.wait(0.2)
+
+    def stream_failed(self, fn: FunctionDecl, source: StreamSource, shard: str, dropped: list[dict[str, Any]]) -> None:
+        """Records given up on after the source's retries: their batch's description to the on-failure queue."""
+        if not source.on_failure_queue:
+            return
+        self.client("sqs").send_message(
+            QueueUrl=self.queue_urls[source.on_failure_queue],
+            MessageBody=json.dumps(
+                {
+                    "requestContext": {"condition": "RetryAttemptsExhausted", "functionArn": fn.logical_id},
+                    "DDBStreamBatchInfo": {
+                        "shardId": shard,
+                        "streamArn": self.stream_arns[source.table],
+                        "startSequenceNumber": dropped[0]["dynamodb"]["SequenceNumber"],
+                        "endSequenceNumber": dropped[-1]["dynamodb"]["SequenceNumber"],
+                        "batchSize": len(dropped),
+                    },
+                }
+            ),
+        )
 
     def _deliver_stream_batch(
         self,
@@ -497,22 +621,7 @@ class LocalStack:
             dropped = pending[shard][: len(batch) - first]
             pending[shard] = pending[shard][len(dropped) :]
             retries[shard] = 0
-            if source.on_failure_queue:
-                self.client("sqs").send_message(
-                    QueueUrl=self.queue_urls[source.on_failure_queue],
-                    MessageBody=json.dumps(
-                        {
-                            "requestContext": {"condition": "RetryAttemptsExhausted", "functionArn": fn.logical_id},
-                            "DDBStreamBatchInfo": {
-                                "shardId": shard,
-                                "streamArn": self.stream_arns[source.table],
-                                "startSequenceNumber": dropped[0]["dynamodb"]["SequenceNumber"],
-                                "endSequenceNumber": dropped[-1]["dynamodb"]["SequenceNumber"],
-                                "batchSize": len(dropped),
-                            },
-                        }
-                    ),
-                )
+            self.stream_failed(fn, source, shard, dropped)
             return
         self._stop.wait(min(2.0 ** retries[shard] * 0.1, 5.0))  # Lambda backs off between stream retries
 
