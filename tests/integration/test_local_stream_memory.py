@@ -14,7 +14,13 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.dynamodbstreams.models import dynamodbstreams_backends
 from moto.server import ThreadedMotoServer
 
-from crcr.local.stack import ParallelStream, StreamReader, forget_spent_shard_iterators, free_port
+from crcr.local.stack import (
+    ParallelStream,
+    StreamReader,
+    forget_spent_shard_iterators,
+    free_port,
+    transactions_without_table_copies,
+)
 from crcr.local.template import FunctionDecl, StreamSource
 
 
@@ -116,3 +122,53 @@ def test_a_partition_with_hundreds_of_records_holds_one_batch_at_a_time_never_th
     poller.join(15)
     flood = [key for batch in fake.batches for key in batch if key.startswith("DSP#flood")]
     assert flood == [f"DSP#flood/JOB#{i:03d}" for i in range(300)]  # every record once, in order
+
+
+def test_a_cancelled_transaction_puts_its_items_back_and_the_stream_goes_on(ddb: tuple[Any, Any]) -> None:
+    """moto copied a transaction's whole tables and, when it was cancelled, swapped the copy in: the pollers'
+    iterators read a stream no write reached again (and every transaction cost the table)."""
+    transactions_without_table_copies()
+    transactions_without_table_copies()  # idempotent
+    client, streams = ddb
+    table = client.create_table(
+        TableName="claims",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+        StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+    )
+    reader = StreamReader(streams, table["TableDescription"]["LatestStreamArn"])
+
+    def claim(body: str, delivery: str) -> None:
+        client.transact_write_items(
+            TransactItems=[
+                {
+                    "Put": {
+                        "TableName": "claims",
+                        "Item": {"pk": {"S": f"BODY#{body}"}, "sk": {"S": "META"}, "d": {"S": delivery}},
+                        "ConditionExpression": "attribute_not_exists(pk) OR d = :d",
+                        "ExpressionAttributeValues": {":d": {"S": delivery}},
+                    }
+                },
+                {
+                    "Put": {
+                        "TableName": "claims",
+                        "Item": {"pk": {"S": f"DLV#{delivery}"}, "sk": {"S": "META"}, "body": {"S": body}},
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                },
+            ]
+        )
+
+    claim("x", "D")
+    assert sorted(r["dynamodb"]["Keys"]["pk"]["S"] for r in reader.read_all()) == ["BODY#x", "DLV#D"]
+    with pytest.raises(client.exceptions.TransactionCanceledException):
+        claim("y", "D")  # the body's put passes, the delivery's fails: neither stays
+    assert "Item" not in client.get_item(TableName="claims", Key={"pk": {"S": "BODY#y"}, "sk": {"S": "META"}})
+    assert reader.read_all() == []  # nothing of it reached the stream
+    client.put_item(TableName="claims", Item={"pk": {"S": "later"}, "sk": {"S": "META"}})
+    claim("y", "E")
+    assert sorted(r["dynamodb"]["Keys"]["pk"]["S"] for r in reader.read_all()) == ["BODY#y", "DLV#E", "later"]

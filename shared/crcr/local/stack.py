@@ -956,6 +956,72 @@ def forget_spent_shard_iterators() -> None:
     DynamoDBStreamsBackend.get_records = get_records  # type: ignore[method-assign]
 
 
+def transactions_without_table_copies() -> None:
+    """moto's TransactWriteItems deep-copies every table it names before it starts, to put the copy back if the
+    transaction is cancelled: each transaction cost the whole table (items and every stream record) in time and
+    memory, and a cancelled one swapped in a new table whose stream the pollers' iterators never saw again. Here a
+    transaction keeps only the items it names, as they were: cancelled, those are put back; written, the stream gets
+    one record per item it changed (none while it runs), as DynamoDB's does. Idempotent."""
+    import copy as stdlib_copy  # noqa: PLC0415
+
+    from moto.dynamodb import models  # noqa: PLC0415 - dev dependency, local stack only
+    from moto.dynamodb.models.dynamo_type import DynamoType  # noqa: PLC0415
+    from moto.dynamodb.models.table import Table  # noqa: PLC0415
+
+    backend = models.DynamoDBBackend
+    if getattr(backend.transact_write_items, "_crcr_items_only", False):
+        return
+
+    class _TablesUncopied:
+        """moto's module sees this as `copy`: a table it copies for a rollback is handed back as it is."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(stdlib_copy, name)
+
+        @staticmethod
+        def deepcopy(value: Any, memo: Any = None) -> Any:
+            return value if isinstance(value, Table) else stdlib_copy.deepcopy(value, memo)
+
+    setattr(models, "copy", _TablesUncopied())  # noqa: B010 - the module-level name moto looks up
+    whole_tables = backend.transact_write_items
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        touched: list[tuple[Any, Any, Any, Any]] = []  # (table, hash, range, the item before)
+        for entry in transact_items:
+            op: Any = next(iter(entry.values()), {})
+            table = self.tables.get(op.get("TableName")) if isinstance(op, dict) else None
+            attrs = (op.get("Key") or op.get("Item") or {}) if table is not None else {}
+            if table is None or table.hash_key_attr not in attrs:
+                continue  # moto refuses it below, before anything is written
+            hash_key = DynamoType(attrs[table.hash_key_attr])
+            range_key = DynamoType(attrs[table.range_key_attr]) if table.range_key_attr in attrs else None
+            if table.range_key_attr and range_key is None:
+                continue
+            before = table.get_item(hash_key, range_key)
+            touched.append((table, hash_key, range_key, stdlib_copy.deepcopy(before)))
+        shards = {id(t): t.stream_shard for t, *_ in touched if t.stream_shard is not None}
+        for shard in shards.values():
+            shard.add = lambda old, new: None  # no record while it runs
+        try:
+            whole_tables(self, transact_items)
+        except Exception:
+            for table, hash_key, range_key, before in reversed(touched):
+                table.delete_item(hash_key, range_key)
+                if before is not None:
+                    table.put_item(before.to_json()["Attributes"])
+            raise
+        finally:
+            for shard in shards.values():
+                del shard.add
+        for table, hash_key, range_key, before in touched:
+            after = table.get_item(hash_key, range_key)
+            if table.stream_shard is not None and (before is not None or after is not None):
+                table.stream_shard.add(before, after)
+
+    transact_write_items._crcr_items_only = True  # type: ignore[attr-defined]
+    backend.transact_write_items = transact_write_items  # type: ignore[method-assign]
+
+
 def _atomic_dynamodb_moto(port: int) -> Any:
     """moto in server mode, with each DynamoDB request handled whole before the next (`atomic_dynamodb`)."""
     from moto.moto_server.werkzeug_app import (  # noqa: PLC0415
@@ -970,6 +1036,7 @@ def _atomic_dynamodb_moto(port: int) -> Any:
         def _server_entry(self) -> None:
             partition_queries()
             forget_spent_shard_iterators()
+            transactions_without_table_copies()
             app = atomic_dynamodb(DomainDispatcherApplication(create_backend_app))
             self._server = make_server(self._ip_address, self._port, app, True, request_handler=MotoRequestHandler)
             self._server_ready_event.set()
