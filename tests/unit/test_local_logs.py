@@ -45,7 +45,7 @@ def run_two_functions(logger: Logger) -> list[dict[str, Any]]:
 
 
 def test_each_thread_logs_with_its_own_functions_keys() -> None:
-    logger = Logger(service="crcr-test-threads", logger_handler=logging.StreamHandler(io.StringIO()))
+    logger = Logger(service="crcr-test-threads", level="INFO", logger_handler=logging.StreamHandler(io.StringIO()))
     per_thread_log_keys(logger)
     per_thread_log_keys(logger)  # idempotent
     lines = {line["message"]: line for line in run_two_functions(logger)}
@@ -58,6 +58,6 @@ def test_each_thread_logs_with_its_own_functions_keys() -> None:
 
 def test_without_it_a_line_names_another_function() -> None:
     """What crcr local printed before: Powertools keeps one set of keys per process, as fits Lambda."""
-    logger = Logger(service="crcr-test-shared", logger_handler=logging.StreamHandler(io.StringIO()))
+    logger = Logger(service="crcr-test-shared", level="INFO", logger_handler=logging.StreamHandler(io.StringIO()))
     lines = {line["message"]: line for line in run_two_functions(logger)}
     assert lines["reporter handled"]["function_name"] == "crcr-local-DispatchFunction"
