@@ -12,6 +12,7 @@ from botocore.exceptions import ClientError
 from crcr.adapters.dynamo import applied, conditional_failed, num, query_all
 from crcr.app.ports import JobLimitReached, JobRecord
 from crcr.domain.ids import repo_key
+from crcr.domain.limits import MAX_RUN_ATTEMPT
 
 RESULTS_TTL_S = 90 * 86_400
 BY_REPO_INDEX = "by_repo"  # (repo_key, dispatched_at): every row, for a repository's history and health
@@ -219,12 +220,10 @@ class DynamoResults:
         )
         return [from_item(item) for item in items]
 
-    def attempts_of_job(self, dispatch_id: str, run_id: str, job_name: str, up_to: int) -> list[JobRecord]:
-        """The JobAttempts port: attempts 1..`up_to` of one job, by key (one BatchGetItem of at most
-        MAX_RUN_ATTEMPT keys), projected without `callback_payload` and `fingerprint`."""
-        keys = [job_key(dispatch_id, run_id, attempt, job_name) for attempt in range(1, min(up_to, 100) + 1)]
-        if not keys:
-            return []
+    def attempts_of_job(self, dispatch_id: str, run_id: str, job_name: str) -> list[JobRecord]:
+        """The JobAttempts port: every attempt of one job, by key (one BatchGetItem of MAX_RUN_ATTEMPT keys: attempts
+        are numbered 1 to 51), projected without `callback_payload` and `fingerprint`."""
+        keys = [job_key(dispatch_id, run_id, attempt, job_name) for attempt in range(1, MAX_RUN_ATTEMPT + 1)]
         names = {f"#a{i}": name for i, name in enumerate(JUDGED_ATTRIBUTES)}
         pending: dict[str, Any] = {
             self._table: {

@@ -497,9 +497,9 @@ class ResultsStore(Protocol):
 
 
 class JobAttempts(Protocol):
-    def attempts_of_job(self, dispatch_id: str, run_id: str, job_name: str, up_to: int) -> list[JobRecord]:
-        """The job's recorded attempts 1..`up_to` of one run, read by key (never the dispatch's other jobs), without
-        `callback_payload` and `fingerprint` (both ""): read them, never write them back."""
+    def attempts_of_job(self, dispatch_id: str, run_id: str, job_name: str) -> list[JobRecord]:
+        """Every recorded attempt of one job of one run (at most MAX_RUN_ATTEMPT), read by key (never the dispatch's
+        other jobs), without `callback_payload` and `fingerprint` (both ""): read them, never write them back."""
         ...
 
 

@@ -38,10 +38,14 @@ def attempt(job: JobRecord) -> Attempt:
 
 
 def _attempts(job: JobRecord, deps: VerdictDeps) -> list[JobRecord]:
-    """The attempts of this job's run up to this one (a re-run is the run's next attempt): read by key, so the work
-    is the job's own, however many other jobs its dispatch has. A later attempt is judged when its change comes."""
-    earlier = deps.results.attempts_of_job(job.dispatch_id, job.run_id, job.job_name, job.run_attempt - 1)
-    found = [j for j in earlier if j.workflow_name == job.workflow_name] + [job]  # this change as it stands now
+    """Every attempt of this job's run (a re-run is the run's next attempt): read by key, so the work is the job's
+    own, however many other jobs its dispatch has."""
+    found = [
+        j
+        for j in deps.results.attempts_of_job(job.dispatch_id, job.run_id, job.job_name)
+        if j.workflow_name == job.workflow_name and j.run_attempt != job.run_attempt
+    ]
+    found.append(job)  # this change as it stands now
     return sorted(found, key=lambda j: j.run_attempt)
 
 
