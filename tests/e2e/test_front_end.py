@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import os
 import socket
 import threading
 import time
@@ -450,3 +451,18 @@ def test_the_status_page_shows_what_was_dispatched_but_no_ticket(stack: LocalSta
         time.sleep(0.2)
     assert shown and {"repo", "event_type", "delivery_id", "at"} == set(shown[0])
     assert b"ticket" not in answer.body and b"eyJ" not in answer.body  # no JWT of any kind
+
+
+def test_a_stack_that_cannot_take_its_port_fails_at_once_and_leaves_the_process_as_it_was(tmp_path: Any) -> None:
+    """Both ports are bound before anything else starts; a start that fails stops what it started and puts the
+    process environment back (a failed start once left another stack's endpoint for the next one)."""
+    allowlist = tmp_path / "allowlist.yaml"
+    allowlist.write_text(DEFAULT_ALLOWLIST)
+    env = {"CRCR_UPSTREAM_REPO": "pytorch/pytorch", "CRCR_ALLOWLIST": str(allowlist), "PATH": "/usr/bin:/bin"}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        before = dict(os.environ)
+        with pytest.raises(OSError):
+            LocalStack(port=taken.getsockname()[1], env=env, root=ROOT).start()
+        assert dict(os.environ) == before

@@ -374,6 +374,7 @@ class FrontEnd(socketserver.TCPServer):
         self._idle: dict[socket.socket, float] = {}  # connections waiting for a request, since when
         self._slots = threading.BoundedSemaphore(self.limits.max_connections)
         self._closing = threading.Event()
+        self._serving = threading.Event()
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
         super().__init__(address, _Handler)
@@ -474,9 +475,14 @@ class FrontEnd(socketserver.TCPServer):
             left -= len(data)
             self.count(discarded=len(data))
 
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        self._serving.set()
+        super().serve_forever(poll_interval)
+
     def shutdown(self) -> None:
         self._closing.set()
-        super().shutdown()
+        if self._serving.is_set():  # a server bound but never served has no loop to wait for
+            super().shutdown()
 
     def server_close(self) -> None:
         super().server_close()

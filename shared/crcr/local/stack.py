@@ -311,10 +311,10 @@ class LocalStack:
         self.host = host
         self.port = port or free_port(host)
         self.url = f"http://{host}:{self.port}"
-        # The sandbox GitHub, OIDC issuers, Buildkite and HUD answer on a port of their own: the relay's calls to
-        # them never queue behind requests to the relay's own edge.
-        self.sandbox_port = free_port(host)
-        self.sandbox_url = f"http://{host}:{self.sandbox_port}"
+        # The sandbox GitHub, OIDC issuers, Buildkite and HUD answer on a port of their own (bound when the stack
+        # starts): the relay's calls to them never queue behind requests to the relay's own edge.
+        self.sandbox_port = 0
+        self.sandbox_url = ""
         self.env = dict(os.environ if env is None else env)
         self.pollers_per_queue = pollers_per_queue
         self.visibility_timeout_s = visibility_timeout_s
@@ -667,17 +667,22 @@ class LocalStack:
     # -- HTTP -------------------------------------------------------------------------------------------
     def _serve(self) -> None:
         # API Gateway's edge in front of the routes: framing, payload and header quotas, bursts (crcr.local.front).
-        self._http = FrontEnd((self.host, self.port), self.route)
-        thread = threading.Thread(target=self._http.serve_forever, name="crcr-http", daemon=True)
-        thread.start()
-        self._threads.append(thread)
-        if any(
-            (self.sandbox, self.sandbox_oidc, self.sandbox_hud, self.sandbox_buildkite, self.sandbox_buildkite_oidc)
-        ):
-            self._sandbox_http = FrontEnd((self.host, self.sandbox_port), self.sandbox_route)
-            thread = threading.Thread(target=self._sandbox_http.serve_forever, name="crcr-sandbox-http", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        assert self._http is not None and self._sandbox_http is not None
+        sandboxed = (
+            self.sandbox,
+            self.sandbox_oidc,
+            self.sandbox_hud,
+            self.sandbox_buildkite,
+            self.sandbox_buildkite_oidc,
+        )
+        if not any(sandboxed):
+            self._sandbox_http.server_close()  # no sandbox service to serve
+            self._sandbox_http = None
+        for name, server in (("crcr-http", self._http), ("crcr-sandbox-http", self._sandbox_http)):
+            if server is not None:
+                thread = threading.Thread(target=server.serve_forever, name=name, daemon=True)
+                thread.start()
+                self._threads.append(thread)
 
     def sandbox_route(
         self, method: str, path: str, query: str, headers: dict[str, str], body: bytes
@@ -783,6 +788,18 @@ class LocalStack:
     # -- lifecycle --------------------------------------------------------------------------------------
     def start(self) -> LocalStack:
         self._saved_environ = dict(os.environ)
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()  # what did start (moto, servers, the process environment) is put back as it was
+            raise
+
+    def _start(self) -> LocalStack:
+        # Both ports are bound first, so nothing the stack starts next (moto on a free port) can take either.
+        self._http = FrontEnd((self.host, self.port), self.route)
+        self._sandbox_http = FrontEnd((self.host, 0), self.sandbox_route)
+        self.sandbox_port = int(self._sandbox_http.server_address[1])
+        self.sandbox_url = f"http://{self.host}:{self.sandbox_port}"
         from crcr.adapters.observability import logger  # noqa: PLC0415 - Powertools, loaded with the functions
         from crcr.local.logs import per_thread_log_keys  # noqa: PLC0415
 
