@@ -837,6 +837,8 @@ def reporter_bench(
         }
         for setting in settings:
             results[setting.name] = report(setting, changes, warmup, s3, ddb)
+        out.say("   a PR dispatch holding 1, 100 and 500 jobs: the reporter's reads per change")
+        results["jobs_per_dispatch"] = dispatch_scaling(stack)
         end_off = out.offset()
     results["relay_log"] = log_summary(out.lines_between(start_off, end_off))
     if wired:
@@ -849,8 +851,9 @@ def reporter_bench(
         }
     results["difference_on_minus_off"] = difference(results["on"], results["off"])
     measured = [s.name for s in settings]
-    results["all_verified"] = all(
-        results[k]["verification"]["ok"] and results[k]["batch_item_failures"] == 0 for k in measured
+    results["all_verified"] = (
+        all(results[k]["verification"]["ok"] and results[k]["batch_item_failures"] == 0 for k in measured)
+        and results["jobs_per_dispatch"]["flat"]
     )
     results["elapsed_s"] = round(time.perf_counter() - started, 1)
     results["method"] = (
@@ -865,6 +868,133 @@ def reporter_bench(
         "time.process_time around each handler call"
     )
     return results
+
+
+class ReadCounter:
+    """The results table's client as the verdicts use it, counting the items and bytes each read brings back."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.calls = self.items = self.bytes = 0
+
+    def _counted(self, got: dict[str, Any]) -> dict[str, Any]:
+        items = got.get("Items") or [i for rows in (got.get("Responses") or {}).values() for i in rows]
+        items = items or ([got["Item"]] if "Item" in got else [])
+        self.calls += 1
+        self.items += len(items)
+        self.bytes += len(json.dumps(items, default=str))
+        return got
+
+    def query(self, **kwargs: Any) -> dict[str, Any]:
+        return self._counted(self.client.query(**kwargs))
+
+    def batch_get_item(self, **kwargs: Any) -> dict[str, Any]:
+        return self._counted(self.client.batch_get_item(**kwargs))
+
+    def get_item(self, **kwargs: Any) -> dict[str, Any]:
+        return self._counted(self.client.get_item(**kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+
+SCALING_PAYLOAD_BYTES = 16 * 1024  # each job's stored report: a summary of a few pages
+
+
+def _flood_job(dispatch: str, i: int, at: float, head: str) -> JobRecord:
+    """One failed job of a flooding L4 downstream's PR dispatch, as the callback function records it."""
+    return JobRecord(
+        dispatch_id=dispatch, run_id="4242", run_attempt=1, job_name=f"shard-{i}", workflow_name="CI",
+        state="completed", conclusion="failure", fingerprint=f"fp-{i}", url="https://github.com/org/flood/actions/runs/4242",
+        repo="org/flood", repo_id=99, level=4, delivery_id=f"dlv-{dispatch}", upstream=UPSTREAM, head_sha=head, pr=4242,
+        device=None, dispatched_at=at, started_at=at + 5, completed_at=at + 60 + i,
+        callback_payload=json.dumps({"summary": "x" * SCALING_PAYLOAD_BYTES}), version=1, event_type="pull_request",
+        check_run_id=f"crcr-{i}",
+    )  # fmt: skip
+
+
+def dispatch_scaling(stack: LocalStack, sizes: tuple[int, ...] = (1, 100, 500), measured: int = 10) -> dict[str, Any]:
+    """The reporter's reads and time for the next failed jobs of a PR dispatch already holding n jobs, n from 1 to
+    500: the verdict of each reads that job's own attempts and its baseline's history, whatever n is (before, every
+    job of the dispatch, bodies included). Summaries, HUD push and check runs off: the verdicts alone."""
+    from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
+    from crcr.adapters.results import DynamoResults  # noqa: PLC0415
+
+    ddb = stack.client("dynamodb")
+    state = DynamoState(ddb, stack.function_env["CRCR_STATE_TABLE"])
+    base, head = "b" * 40, "d" * 40
+    at = time.time() - 3600
+    state.record_commits(UPSTREAM, [(base, at - 600)])
+    state.record_pr_head(UPSTREAM, 4242, head, "2026-12-04T00:00:00Z", base_sha=base)
+    handler = stack.handlers[FUNCTION]
+    rows: dict[str, Any] = {}
+    for n in sizes:
+        setting = build_setting(stack, f"flood{n}", None, health=False)
+        verdicts = setting.deps.verdicts
+        assert verdicts is not None
+        counter = ReadCounter(ddb)
+        results = DynamoResults(counter, setting.table)
+        setting.deps = replace(
+            setting.deps, verdicts=replace(verdicts, results=results, store=results, by_repo=results)
+        )
+        dispatch = f"dsp-flood-{n}"
+        # The dispatch as the flood left it (their own changes were reported before): n jobs, and the first attempts of
+        # the jobs measured, each of which passed on the branch's base commit (its baseline).
+        earlier = [_flood_job(dispatch, i, at, head) for i in range(n + measured)]
+        branch = [
+            replace(job, dispatch_id="dsp-branch", head_sha=base, pr=None, event_type="push", conclusion="success")
+            for job in earlier[n:]
+        ]
+        for job in [*earlier, *branch]:
+            ddb.put_item(TableName=setting.table, Item=to_item(job))
+        setting.reader.read_all()
+        new = [replace(job, run_attempt=2, fingerprint="fp-2") for job in earlier[n:]]
+        for job in new:
+            ddb.put_item(TableName=setting.table, Item=to_item(job))
+        pending = setting.reader.read_all()
+        wall = cpu = 0.0
+        batches = 0
+        while pending:  # the changes, then the verdicts written back, each in turn, as the stream brings them
+            c0, t0 = time.process_time(), time.perf_counter()
+            handler({"Records": pending}, Context(FUNCTION, 60), deps=setting.deps)
+            wall += time.perf_counter() - t0
+            cpu += time.process_time() - c0
+            batches += 1
+            pending = setting.reader.read_all()
+        verdicts_set = [
+            from_item(ddb.get_item(TableName=setting.table, Key=_key(job), ConsistentRead=True)["Item"]).verdict
+            for job in new
+        ]
+        rows[str(n)] = {
+            "jobs_on_dispatch": n,
+            "changes": measured,
+            "reads_per_change": round(counter.calls / measured, 2),
+            "items_read_per_change": round(counter.items / measured, 2),
+            "kib_read_per_change": round(counter.bytes / 1024 / measured, 2),
+            "ms_per_change": round(wall * 1000 / measured, 2),
+            "cpu_ms_per_change": round(cpu * 1000 / measured, 2),
+            "handler_calls": batches,
+            "verdicts": dict(Counter(v or "none" for v in verdicts_set)),
+        }
+    first, last = rows[str(sizes[0])], rows[str(sizes[-1])]
+    return {
+        "sizes": rows,
+        "flat": last["items_read_per_change"] <= first["items_read_per_change"] + 1
+        and last["kib_read_per_change"] <= first["kib_read_per_change"] * 1.5 + 1,
+        "method": (
+            f"for each n, a PR dispatch of an L4 downstream holding n failed jobs ({SCALING_PAYLOAD_BYTES // 1024} KiB "
+            f"stored report each), then the failed second attempts of {measured} more (each with a first attempt and a "
+            "baseline that passed) fed to functions/reporter/handler.py with their verdict write-backs; reads "
+            "counted on the results table's client the verdicts use (items and JSON bytes each read brought back); "
+            "summaries, HUD push and check runs off"
+        ),
+    }
+
+
+def _key(job: JobRecord) -> dict[str, Any]:
+    from crcr.adapters.results import job_key  # noqa: PLC0415
+
+    return job_key(job.dispatch_id, job.run_id, job.run_attempt, job.job_name)
 
 
 def print_section(rep: dict[str, Any] | None) -> None:
@@ -938,6 +1068,18 @@ def print_section(rep: dict[str, Any] | None) -> None:
             f"{add['computations_at_stream_pace']} computations: {add['ms_per_change_at_stream_pace']} ms and "
             f"{add['aws_calls_per_change_at_stream_pace']} AWS calls per change"
         )
+    scaling = rep.get("jobs_per_dispatch")
+    if scaling:
+        print(
+            f"   {'jobs on the dispatch':>20} {'reads':>6} {'items':>6} {'KiB read':>9} {'ms/change':>9} {'CPU ms':>7}"
+        )
+        for row in scaling["sizes"].values():
+            print(
+                f"   {row['jobs_on_dispatch']:>20} {row['reads_per_change']:>6.2f} "
+                f"{row['items_read_per_change']:>6.2f} {row['kib_read_per_change']:>9.2f} "
+                f"{row['ms_per_change']:>9.2f} {row['cpu_ms_per_change']:>7.2f}"
+            )
+        print(f"   reads per change flat in the dispatch's jobs: {scaling['flat']}")
     print(f"   all verified: {rep['all_verified']}; {rep['elapsed_s']} s")
 
 

@@ -42,6 +42,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import boto3
+import flood
 from botocore.config import Config
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
@@ -864,6 +865,12 @@ def main() -> int:
         help=f"CRCR_GITHUB_WRITE_RATES for the relay (SOAK_WRITE_RATES, default {WRITE_RATES})",
     )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "soak.json")
+    parser.add_argument(
+        "--flood-jobs",
+        type=int,
+        default=int(os.environ.get("SOAK_FLOOD_JOBS") or 300),
+        help="the flood phase's failed jobs on one dispatch (SOAK_FLOOD_JOBS, default 300; 0 skips the phase)",
+    )
     args = parser.parse_args()
     if args.events < 1 or args.targets < 1:
         parser.error(f"at least 1 event and 1 target (got {args.events} events x {args.targets} downstreams)")
@@ -962,9 +969,14 @@ def main() -> int:
     report = context | report
     report["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report["duration_s"] = round(time.monotonic() - started, 1)
+    if "error" not in report and args.flood_jobs > 0:
+        say(f"flood phase: one downstream floods its dispatch with {args.flood_jobs} jobs beside a normal one")
+        report["flood"] = flood.flood_phase(jobs=args.flood_jobs, shas=max(1, args.flood_jobs // 3))
     if "error" not in report:
         status = verdict(report)
         print_table(report)
+        if "flood" in report:
+            flood.print_phase(report["flood"])
     args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
     say(f"wrote {args.out} ({report['duration_s']} s); relay logs in {logdir}")
     return status
@@ -1136,6 +1148,8 @@ def verdict(report: dict[str, Any]) -> int:
         problems.append(f"{report['hud_rows']} HUD rows for {report['jobs']} jobs")
     if report["hud_refused"]:
         problems.append(f"PyTorch's HUD refused {report['hud_refused']} pushes (answers: {report['hud_answers']})")
+    if "flood" in report and not report["flood"]["ok"]:
+        problems.append("flood phase: " + "; ".join(report["flood"]["problems"]))
     report["verdict"] = "pass" if not problems else "fail: " + "; ".join(problems)
     return 1 if problems else 0
 

@@ -47,6 +47,8 @@ def error_response(exc: CrcrError) -> dict[str, Any]:
     body: dict[str, Any] = {"error": exc.reason, "message": exc.message}
     if exc.field:
         body["field"] = exc.field
+    if exc.limit:
+        body["limit"] = exc.limit
     headers = {}
     if isinstance(exc, RetryLater):
         headers["retry-after"] = str(exc.retry_after_s)

@@ -360,7 +360,7 @@ def build_callback_deps(settings: Settings) -> CallbackDeps:
     from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
     from crcr.adapters.github import UpstreamCommitLookup  # noqa: PLC0415
     from crcr.adapters.oidc import IssuerRouter, OidcVerifier  # noqa: PLC0415
-    from crcr.adapters.results import DynamoHudKeys, DynamoRateLimiter, DynamoResults  # noqa: PLC0415
+    from crcr.adapters.results import DynamoHudKeys, DynamoRateLimiter, DynamoRefusals, DynamoResults  # noqa: PLC0415
     from crcr.app.callback import CallbackDeps  # noqa: PLC0415
 
     settings.require("state_table", "results_table", "allowlist")
@@ -385,7 +385,38 @@ def build_callback_deps(settings: Settings) -> CallbackDeps:
         clock=clock,
         upstream=settings.upstream_repo,
         commits=UpstreamCommitLookup(_github(settings), settings.upstream_repo) if settings.github_app_id else None,
+        max_jobs_per_dispatch=settings.max_jobs_per_dispatch,
+        known_commits=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
+        lookups=DynamoRateLimiter(
+            aws_client("dynamodb"),
+            str(settings.state_table),
+            settings.commit_lookups_per_hour,
+            window_s=3600,
+            budget="LOOKUP",
+        ),
+        refusals=DynamoRefusals(aws_client("dynamodb"), str(settings.state_table)),
+        pages=_refusal_pages(settings, metrics, clock),
     )
+
+
+class _OnFirstUse:
+    """An AWS client made when first called: the callback writes a HUD page only for a refused downstream, so its
+    cold start does not pay for an S3 client."""
+
+    def __init__(self, service: str) -> None:
+        self._service = service
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(aws_client(self._service), name)
+
+
+def _refusal_pages(settings: Settings, metrics: PowertoolsMetrics, clock: SystemClock) -> SummaryDeps | None:
+    if not settings.hud_bucket:
+        return None
+    from crcr.adapters.s3 import S3HudDocs  # noqa: PLC0415
+    from crcr.app.summaries import SummaryDeps  # noqa: PLC0415
+
+    return SummaryDeps(docs=S3HudDocs(_OnFirstUse("s3"), settings.hud_bucket), metrics=metrics, clock=clock)
 
 
 def _checks_queue(settings: Settings) -> SqsChecksQueue | None:
@@ -415,6 +446,19 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
     # One pacer for every content-creating call: check runs and the PR comment spend the upstream
     # installation's budget, re-runs the downstream's (shared with its dispatches).
     pacer = DynamoPacer(aws_client("dynamodb"), str(settings.state_table), rates=_write_rates(settings))
+    from crcr.domain.pacing import share_of  # noqa: PLC0415
+
+    # Each downstream's part of that budget, for the check runs its jobs cause (a cell per upstream and repository).
+    share = (
+        DynamoPacer(
+            aws_client("dynamodb"),
+            str(settings.state_table),
+            rates=share_of(_write_rates(settings), settings.downstream_write_share),
+            cell="SHARE",
+        )
+        if settings.downstream_write_share < 1
+        else None
+    )
     allowlist = _allowlist(settings, metrics, clock)
     results = _results(settings)
     comment = None
@@ -449,6 +493,8 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
         settle_s=settings.check_settle_s,
         lease_s=settings.github_timeout_s + 15.0,
         gauge=pacer,  # check_runs: auto reads the hourly window the writes above book in
+        share=share,
+        share_gauge=share,
         reruns=RerunDeps(github=GitHubReruns(_github(settings)), store=state, allowlist=allowlist, metrics=metrics),
         retries=RetryDeps(
             results=results,

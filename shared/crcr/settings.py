@@ -8,9 +8,10 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError, field_validator
 
 from crcr.domain.ids import is_repo_name
+from crcr.domain.limits import MAX_JOBS_PER_DISPATCH
 from crcr.domain.pacing import parse_rates
 
 _SECRET_FIELDS = (
@@ -117,6 +118,12 @@ class Settings(BaseModel):
     # A request for the comment waits this long for the rest of its burst of callbacks before it renders.
     comment_settle_s: float = 5.0
     callback_rate_per_min: int = 600
+    max_jobs_per_dispatch: int = Field(default=MAX_JOBS_PER_DISPATCH, ge=1)  # distinct jobs recorded for one dispatch
+    # GitHub lookups of upstream commits the relay has not seen, per downstream repository and hour (its scheduled
+    # reports spend the upstream installation's requests; answers are remembered).
+    commit_lookups_per_hour: int = Field(default=30, ge=0)
+    # The part of the upstream installation's write budget the check runs of one downstream may take (1: all of it).
+    downstream_write_share: float = Field(default=0.5, gt=0, le=1)
     # A repository page's health figures are recomputed from the results table at most this often.
     health_refresh_s: float = 300.0
     # `crcr health`: JSON thresholds (crcr.domain.health.HealthPolicy), parsed where health is built so a

@@ -478,15 +478,104 @@ def test_a_scheduled_run_on_an_upstream_commit_is_recorded(scenario: Scenario) -
     assert len(s.jobs()) == 1
 
 
+def test_scheduled_commits_cost_the_upstream_one_lookup_each_within_the_repositorys_budget(
+    relay_factory: Callable[..., Relay], oidc: OidcIssuer
+) -> None:
+    """Random scheduled SHAs once cost a GitHub request each, with the upstream installation's token: now a commit the
+    relay saw pushed costs none, an answer (found or not) is remembered, and the lookups one downstream may cause an
+    hour are capped; past it, 429 naming the limit, counted, and its HUD repository page names the refusal."""
+    relay = relay_factory(
+        env={"CRCR_OIDC_ISSUER": oidc.url, "CRCR_OIDC_AUDIENCE": "crcr", "CRCR_COMMIT_LOOKUPS_PER_HOUR": "3"}
+    )
+    github = relay.github
+    github.install("pytorch/pytorch", installation_id=1, repo_id=65600975)
+    push = json.loads(event_body("push.main.json"))
+    assert relay.post("push", json.dumps(push).encode())[0] == 202
+    relay.wait_dispatches(dict.fromkeys(LISTED, 1), settle_s=0)
+    s = Scenario(relay, oidc, "", "")
+    nightly = s.token(event_name="schedule")
+
+    def lookups() -> int:
+        return len([r for r in github.requests if r.method == "GET" and "/commits/" in r.path])
+
+    pushed = push["commits"][-1]["id"]  # the planner kept the pushed commits: no lookup at all
+    assert s.post(scheduled_body(pushed, job_name="pushed"), nightly) == (200, {"status": "recorded"})
+    assert lookups() == 0
+    randoms = [f"{i:040x}" for i in range(1, 6)]
+    status, reply = s.post(scheduled_body(randoms[0]), nightly)
+    assert (status, reply["field"], lookups()) == (403, "head_sha", 1)
+    assert s.post(scheduled_body(randoms[0]), nightly)[0] == 403 and lookups() == 1  # remembered: asked once
+    for sha in randoms[1:3]:
+        assert s.post(scheduled_body(sha), nightly)[0] == 403
+    assert lookups() == 3
+    status, reply = s.post(scheduled_body(randoms[3]), nightly)
+    assert (status, reply["error"], reply["limit"], reply["field"]) == (
+        429,
+        "rate_limited",
+        "commit_lookups_per_hour",
+        "head_sha",
+    )
+    assert lookups() == 3  # the budget holds: nothing more asked of GitHub this hour
+    assert relay.metric("DownstreamThrottled") == 1 and relay.metric("CommitLookedUp") == 3
+    status, page = http("GET", f"{relay.url}/hud/data/repo/org-two/l2-repo.json")
+    reasons = page["refused"]["reasons"]
+    assert status == 200 and set(reasons) == {"unknown_commit", "commit_lookups_per_hour"}
+    assert "budget of GitHub lookups" in reasons["commit_lookups_per_hour"]["message"]
+    assert reasons["commit_lookups_per_hour"]["count"] == 1
+
+
 def test_hostile_bodies_get_400_or_413_never_500(scenario: Scenario) -> None:
     s = scenario
     nested = b"[" * 100_000 + b"]" * 100_000
     status, reply = s.post(nested, s.token())
     # Refused where it passes the cap, naming that path (bounded), not after a RecursionError
     assert status == 400 and str(reply["field"]).startswith("0.0.0.") and "nested deeper" in str(reply["message"])
-    # Non-ASCII text under the body limit is stored as UTF-8, not as six-byte escapes.
-    wide = s.body(status="completed", conclusion="success", summary="\U0001f680" * 50_000)  # 200 KB as UTF-8
+    # Non-ASCII text is stored as UTF-8, not as escapes: 100 KB as UTF-8 is within the stored bytes per job, where
+    # the same text as twelve-byte surrogate escapes (300 KB) would not be.
+    wide = s.body(status="completed", conclusion="success", summary="\U0001f680" * 25_000)
     assert s.post(json.dumps(wide, ensure_ascii=False).encode(), s.token()) == (200, {"status": "recorded"})
+
+
+def test_limits_per_dispatch_and_per_job_are_refused_naming_the_limit(
+    relay_factory: Callable[..., Relay], oidc: OidcIssuer
+) -> None:
+    """A downstream reporting on its own dispatch cannot make the relay keep (and the reporter read) without bound:
+    jobs per dispatch, attempts per job and stored bytes per job are capped, and a refusal names its limit."""
+    relay = relay_factory(
+        env={"CRCR_OIDC_ISSUER": oidc.url, "CRCR_OIDC_AUDIENCE": "crcr", "CRCR_MAX_JOBS_PER_DISPATCH": "3"}
+    )
+    relay.post("pull_request", event_body("pull_request.opened.json"))
+    relay.wait_dispatches(dict.fromkeys(LISTED, 1), settle_s=0)
+    s = Scenario(relay, oidc, "", "")
+    assert [s.post(s.body(job_name=f"job-{i}"), s.token())[1]["status"] for i in range(3)] == ["recorded"] * 3
+    status, reply = s.post(s.body(job_name="job-3"), s.token())
+    assert (status, reply["error"], reply["limit"], reply["field"]) == (
+        403,
+        "over_limit",
+        "jobs_per_dispatch",
+        "job_name",
+    )
+    assert "3 jobs" in reply["message"]
+    # The jobs it holds still report (a job counts once, however often it reports).
+    assert s.post(s.body(job_name="job-0", status="completed", conclusion="success"), s.token())[0] == 200
+    status, reply = s.post(s.body(job_name="job-0", run_attempt=52), s.token(run_attempt=52))
+    assert (status, reply["limit"], reply["field"]) == (403, "attempts_per_job", "run_attempt")
+    big = s.body(job_name="job-1", status="completed", conclusion="success", summary="\U0001f680" * 40_000)
+    status, reply = s.post(json.dumps(big, ensure_ascii=False).encode(), s.token())
+    assert (status, reply["error"], reply["limit"]) == (413, "too_large", "stored_bytes_per_job")
+    assert str(128 * 1024) in reply["message"]
+    # What the relay drops is not stored: an oversize triage verdict leaves no trace in the row.
+    oversize_triage = {
+        "category": "infra",
+        "confidence": "high",
+        "summary": "s",
+        "evidence": [{"excerpt": "e" * 40_000}],
+    }
+    failed = s.body(job_name="job-2", status="completed", conclusion="failure", triage_verdict=oversize_triage)
+    assert s.post(failed, s.token()) == (200, {"status": "recorded"})
+    [row] = [job for job in s.jobs() if job["job_name"] == "job-2"]
+    assert row["triage"] is True and "triage_verdict" not in json.loads(str(row["callback_payload"]))
+    assert relay.metric("CallbackRejected") >= 3
 
 
 def test_a_run_reports_even_while_its_dispatch_is_being_retried(

@@ -337,7 +337,9 @@ def test_over_the_installation_budget_writes_wait_and_none_is_lost(
     # however slowly the callbacks arrive (a loaded host once posted them slower than the default budget refilled).
     paced_before = TOTALS["CheckRunPaced"]
     per_job = DEFAULT_ALLOWLIST + "repos:\n  org-four/L4-Repo:\n    check_runs: per_job\n"
-    s = start(relay_factory, oidc, allowlist=per_job, env={"CRCR_GITHUB_WRITE_RATES": "40/60+4"})
+    # The installation's budget alone: one downstream here, its share (CRCR_DOWNSTREAM_WRITE_SHARE) the whole of it.
+    env = {"CRCR_GITHUB_WRITE_RATES": "40/60+4", "CRCR_DOWNSTREAM_WRITE_SHARE": "1"}
+    s = start(relay_factory, oidc, allowlist=per_job, env=env)
     token = s.token(L4)
     jobs = [f"job-{i:02d}" for i in range(12)]
     for job in jobs:  # 12 jobs x 2 states + the repository's run: more than the burst of 4

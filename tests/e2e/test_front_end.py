@@ -3,8 +3,10 @@ HTTP API answers them (docs/local-stack.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import os
 import socket
 import threading
 import time
@@ -18,7 +20,7 @@ import pytest
 from crcr.domain.signature import sign
 from crcr.local.front import FrontEnd, Limits
 from crcr.local.stack import LocalStack
-from tests.conftest import DEFAULT_ALLOWLIST, ROOT
+from tests.conftest import DEFAULT_ALLOWLIST, ROOT, event_body
 
 pytestmark = pytest.mark.e2e
 LIMIT = 10 * 1024 * 1024
@@ -312,17 +314,61 @@ def test_a_burst_of_300_connections_is_answered_without_a_reset(stack: LocalStac
 
 
 def test_connections_past_the_cap_wait_in_the_backlog_not_in_memory(front: Callable[..., Bare]) -> None:
-    server = front(max_connections=2).server
-    held = [connect(server), connect(server)]  # two idle keep-alive connections take both workers
+    bare = front(max_connections=2)
+    server = bare.server
+    held = [connect(server), connect(server)]  # two requests in flight take both workers
+    for sock in held:
+        sock.sendall(post("/hold", {"content-length": "0"}))
+    while len(bare.calls) < 2:
+        time.sleep(0.01)
     with connect(server) as third:  # the kernel completes the handshake: it waits in the listen backlog
         third.sendall(b"GET /x HTTP/1.1\r\nhost: x\r\n\r\n")
-        third.settimeout(0.5)
+        third.settimeout(1.5)
         with pytest.raises(TimeoutError):
-            third.recv(1)  # no thread for it yet
-        held[0].close()  # a worker frees up: the waiting connection is served, not reset
+            third.recv(1)  # no thread for it yet (busy workers are never taken from their requests)
+        bare.gate.set()  # the workers free up: the waiting connection is served, not reset
         third.settimeout(10)
         assert read_answer(third, "GET").status == 200
-    held[1].close()
+    for sock in held:
+        assert read_answer(sock).status == 200
+        sock.close()
+
+
+def test_idle_connections_give_their_workers_up_to_waiting_ones(front: Callable[..., Bare]) -> None:
+    """300 idle sockets once took the 256 workers: a page waited for the idle timeout (30 s and more)."""
+    bare = front(max_connections=4, idle_s=60.0, evict_idle_after_s=0.2)
+    idle = [connect(bare.server) for _ in range(12)]  # connected, never a byte sent
+    with connect(bare.server) as waiting:
+        waiting.sendall(b"GET /hud/ HTTP/1.1\r\nhost: x\r\n\r\n")
+        waiting.settimeout(10)  # far below the idle timeout: only closing idle connections lets it through
+        assert read_answer(waiting, "GET").status == 200
+    assert bare.server.stats()["evicted_idle_connections"] >= 1
+    closed = 0
+    for sock in idle:
+        sock.settimeout(0.2)
+        with contextlib.suppress(TimeoutError):
+            closed += sock.recv(1) == b""  # closed quietly, no 408 for a request never sent
+        sock.close()
+    assert 1 <= closed <= 12
+
+
+def test_slow_uploads_hold_what_they_sent_not_what_they_declared(front: Callable[..., Bare]) -> None:
+    """Six chunked uploads and a slow 4 MiB body once reserved 64 MiB between them (10 MiB per chunked body): every
+    webhook then waited 30 s for a 503. Now each holds the bytes it has sent, and other requests go on."""
+    bare = front(request_s=30.0)
+    slow = [connect(bare.server) for _ in range(7)]
+    for sock in slow[:6]:
+        sock.sendall(post("/webhook", {"transfer-encoding": "chunked"}, b"10\r\n" + b"z" * 16))  # then nothing
+    slow[6].sendall(post("/webhook", {"content-length": str(4 * 1024 * 1024)}, b"z" * 1024))
+    deadline = time.monotonic() + 10
+    while bare.server.stats()["body_bytes_held"] < 6 * 16 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    held = bare.server.stats()["body_bytes_held"]
+    assert held <= 7 * 64 * 1024  # a piece each at most, where 64 MiB were reserved before
+    answer = exchange(bare.server, post("/webhook", {"content-length": "5"}, b"hello"))
+    assert (answer.status, answer.json) == (200, {"bytes": 5})
+    for sock in slow:
+        sock.close()
 
 
 def test_a_client_trickling_its_request_is_cut_off_at_the_deadline(front: Callable[..., Bare]) -> None:
@@ -382,3 +428,41 @@ def test_the_route_gets_the_request_as_before(front: Callable[..., Bare]) -> Non
 def test_a_crashed_route_is_api_gateways_500_not_a_dropped_connection(front: Callable[..., Bare]) -> None:
     answer = exchange(front().server, post("/boom", {"content-length": "0"}))
     assert (answer.status, answer.json, answer.closed) == (500, {"message": "Internal Server Error"}, True)
+
+
+def test_the_status_page_shows_what_was_dispatched_but_no_ticket(stack: LocalStack) -> None:
+    """A ticket lets its holder report for its dispatch: `/_crcr/status` printed every one the sandbox received."""
+    body = event_body("pull_request.opened.json")
+    headers = {
+        "x-github-event": "pull_request",
+        "x-github-delivery": "front-status",
+        "x-hub-signature-256": sign(stack.secrets["webhook_secret"].encode(), body),
+        "content-length": str(len(body)),
+    }
+    assert exchange(stack, post("/webhook", headers, body)).status == 202
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with connect(stack) as sock:
+            sock.sendall(b"GET /_crcr/status HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            answer = read_answer(sock, "GET")
+        shown = [d for d in answer.json["dispatches"] if d["delivery_id"] == "front-status"]
+        if shown:
+            break
+        time.sleep(0.2)
+    assert shown and {"repo", "event_type", "delivery_id", "at"} == set(shown[0])
+    assert b"ticket" not in answer.body and b"eyJ" not in answer.body  # no JWT of any kind
+
+
+def test_a_stack_that_cannot_take_its_port_fails_at_once_and_leaves_the_process_as_it_was(tmp_path: Any) -> None:
+    """Both ports are bound before anything else starts; a start that fails stops what it started and puts the
+    process environment back (a failed start once left another stack's endpoint for the next one)."""
+    allowlist = tmp_path / "allowlist.yaml"
+    allowlist.write_text(DEFAULT_ALLOWLIST)
+    env = {"CRCR_UPSTREAM_REPO": "pytorch/pytorch", "CRCR_ALLOWLIST": str(allowlist), "PATH": "/usr/bin:/bin"}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        before = dict(os.environ)
+        with pytest.raises(OSError):
+            LocalStack(port=taken.getsockname()[1], env=env, root=ROOT).start()
+        assert dict(os.environ) == before

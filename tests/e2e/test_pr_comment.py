@@ -243,7 +243,9 @@ def test_comment_writes_share_the_installations_budget_with_check_runs(
     # A budget of 4 at once and one write every 1.5 s after it: 12 per-job check runs have to wait for it
     # however slowly the callbacks arrive (posting them would have to take 12 s for the budget to refill).
     per_job = ALLOWLIST + "    check_runs: per_job\n"
-    s = start(relay_factory, oidc, env={"CRCR_GITHUB_WRITE_RATES": "40/60+4"}, allowlist=per_job)
+    # The installation's budget alone: one downstream here, its share (CRCR_DOWNSTREAM_WRITE_SHARE) the whole of it.
+    env = {"CRCR_GITHUB_WRITE_RATES": "40/60+4", "CRCR_DOWNSTREAM_WRITE_SHARE": "1"}
+    s = start(relay_factory, oidc, env=env, allowlist=per_job)
     token = s.token(L4)
     jobs = [f"job-{i:02d}" for i in range(12)]
     for job in jobs:  # 12 check runs created, then completed

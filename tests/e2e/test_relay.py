@@ -69,6 +69,25 @@ def test_every_listed_repository_gets_exactly_one_dispatch_per_delivery(relay: R
     only_allowed_endpoints(relay)
 
 
+def test_a_reused_delivery_id_neither_hides_nor_stands_in_for_another_body(relay: Relay) -> None:
+    """Delivery D with body X is accepted; D again with body Y is a duplicate and claims nothing for Y; Y under its
+    own id is then accepted: each body is dispatched once."""
+    x = event_body("pull_request.opened.json")
+    y = event_body("pull_request.opened.json", number=170002, pr_number=170002)
+    first, second = str(uuid.uuid4()), str(uuid.uuid4())
+    assert relay.post("pull_request", x, first) == (202, {"status": "accepted", "delivery_id": first})
+    assert relay.post("pull_request", y, first) == (200, {"status": "duplicate", "delivery_id": first})
+    assert relay.metric("WebhookIdReused") == 1
+    assert relay.post("pull_request", y, second) == (202, {"status": "accepted", "delivery_id": second})
+    relay.wait_dispatches(dict.fromkeys(LISTED, 2))
+    time.sleep(2)
+    assert counts(relay) == dict.fromkeys(LISTED, 2) | {"org-one/installed-not-listed": 0}
+    sent = relay.github.dispatches("org-one/l1-repo")
+    assert sorted(
+        (d["client_payload"]["delivery_id"], d["client_payload"]["payload"]["number"]) for d in sent
+    ) == sorted([(first, 170001), (second, 170002)])
+
+
 def test_dispatch_payload_keeps_pytorch_keys_and_a_ticket_that_verifies(relay: Relay) -> None:
     pr = event_body("pull_request.opened.json")
     delivery = str(uuid.uuid4())
@@ -178,6 +197,7 @@ def test_an_unlisted_or_uninstalled_repository_is_never_dispatched(relay_factory
 def test_an_oversize_body_travels_through_s3_and_is_trimmed_for_github(relay: Relay) -> None:
     doc = json.loads(event_body("pull_request.opened.json"))
     doc["pull_request"]["body"] = "y" * 400_000  # over the SQS message limit
+    doc["pull_request"]["merge_commit_sha"] = "e" * 40
     body = json.dumps(doc).encode()
     assert relay.post("pull_request", body)[0] == 202
     relay.wait_dispatches(dict.fromkeys(LISTED, 1))
@@ -187,6 +207,9 @@ def test_an_oversize_body_travels_through_s3_and_is_trimmed_for_github(relay: Re
     assert len(json.dumps(sent["client_payload"]).encode()) < 65_536
     assert payload["pull_request"]["head"]["sha"] == doc["pull_request"]["head"]["sha"]
     assert payload["pull_request"]["number"] == 170001
+    # Fields outside the documented skeleton are added back while they fit, inside pull_request too.
+    assert payload["pull_request"]["merge_commit_sha"] == "e" * 40
+    assert payload["pull_request"]["body"].startswith("y" * 1000)  # cut, not dropped
 
 
 def test_a_newer_push_supersedes_an_older_commit_not_yet_sent(relay: Relay) -> None:

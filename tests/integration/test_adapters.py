@@ -17,7 +17,7 @@ from crcr.adapters.allowlist_source import CachedAllowlist, fetcher_for
 from crcr.adapters.dynamo import DynamoPacer, DynamoState
 from crcr.adapters.github import GitHubApp, GitHubIssueComments
 from crcr.adapters.results import DynamoHudKeys
-from crcr.app.ports import CommentRow, GitHubRejected, HeadRecord
+from crcr.app.ports import Claim, CommentRow, GitHubRejected, HeadRecord, JobLimitReached
 from crcr.domain.checks import Known
 from crcr.domain.comment import Posted
 from crcr.local.stack import free_port
@@ -94,6 +94,27 @@ def _table(ddb: Any, name: str) -> None:
     )
 
 
+def test_delivery_and_body_are_claimed_together_or_not_at_all(aws: dict[str, Any]) -> None:
+    """One transaction: a repeated id with another body claims neither, so that body is accepted under its own id
+    later; a body seen under another id is a replay and takes no id."""
+    _table(aws["dynamodb"], "deliveries")
+    state = DynamoState(aws["dynamodb"], "deliveries")
+    x, y = "a" * 64, "b" * 64
+    assert state.claim_delivery("D", "push", 100.0, x) is Claim.NEW
+    assert state.claim_delivery("D", "push", 101.0, x) is Claim.PENDING  # not queued yet: send it again
+    state.mark_queued("D", 102.0)
+    assert state.claim_delivery("D", "push", 103.0, x) is Claim.QUEUED
+    assert state.claim_delivery("D", "push", 104.0, y) is Claim.REUSED
+    assert state.claim_delivery("E", "push", 105.0, x) is Claim.REPLAYED
+    body_y = aws["dynamodb"].get_item(TableName="deliveries", Key={"pk": {"S": f"BODY#{y}"}, "sk": {"S": "META"}})
+    assert "Item" not in body_y  # the reused id left no claim on Y's body
+    assert (
+        aws["dynamodb"].get_item(TableName="deliveries", Key={"pk": {"S": "DLV#E"}, "sk": {"S": "META"}}).get("Item")
+        is None
+    )  # nor did the replay take its id
+    assert state.claim_delivery("E", "push", 106.0, y) is Claim.NEW
+
+
 def test_one_writer_per_check_run_and_a_crashed_writer_lapses(aws: dict[str, Any]) -> None:
     _table(aws["dynamodb"], "checks")
     a, b = DynamoState(aws["dynamodb"], "checks"), DynamoState(aws["dynamodb"], "checks")
@@ -120,17 +141,34 @@ def test_a_hud_key_is_held_by_the_first_job_that_reports_it(aws: dict[str, Any])
     keys = DynamoHudKeys(aws["dynamodb"], "hudkeys")
     key = json.dumps(["CI", "build", "7001"])
     first, second = "run 11 attempt 1", "run 11 attempt 2"
-    assert keys.claim("d1", key, first, now=100.0) is None
-    assert keys.claim("d1", key, first, now=101.0) is None  # the same job reporting again
-    assert keys.claim("d1", key, second, now=102.0) == first  # another attempt with the first one's check run
-    assert keys.claim("d2", key, second, now=103.0) is None  # another dispatch has its own rows
-    assert keys.claim("d1", "x" * 5000, second, now=104.0) is None  # any length: stored by its digest
-    [item] = aws["dynamodb"].query(
+    assert keys.claim("d1", key, first, now=100.0, max_jobs=10) is None
+    assert keys.claim("d1", key, first, now=101.0, max_jobs=10) is None  # the same job reporting again
+    assert keys.claim("d1", key, second, now=102.0, max_jobs=10) == first  # another attempt with the first one's run
+    assert keys.claim("d2", key, second, now=103.0, max_jobs=10) is None  # another dispatch has its own rows
+    assert keys.claim("d1", "x" * 5000, second, now=104.0, max_jobs=10) is None  # any length: stored by its digest
+    [count, item] = aws["dynamodb"].query(
         TableName="hudkeys",
         KeyConditionExpression="pk = :p",
         ExpressionAttributeValues={":p": {"S": "HUD#d2"}},
     )["Items"]
     assert item["owner"]["S"] == second and int(item["expires_at"]["N"]) == 103 + 90 * 86_400
+    assert count["sk"]["S"] == "#JOBS" and count["jobs"]["N"] == "1"
+
+
+def test_a_dispatch_holds_at_most_its_limit_of_jobs_each_counted_once(aws: dict[str, Any]) -> None:
+    _table(aws["dynamodb"], "jobcaps")
+    keys = DynamoHudKeys(aws["dynamodb"], "jobcaps")
+    for i in range(3):
+        assert keys.claim("d1", f"job-{i}", f"run 1 attempt {i}", now=100.0, max_jobs=3) is None
+        assert keys.claim("d1", f"job-{i}", f"run 1 attempt {i}", now=101.0, max_jobs=3) is None  # counted once
+    with pytest.raises(JobLimitReached):
+        keys.claim("d1", "job-3", "run 1 attempt 3", now=102.0, max_jobs=3)
+    assert keys.claim("d1", "job-0", "run 2 attempt 1", now=103.0, max_jobs=3) == "run 1 attempt 0"
+    assert keys.claim("d2", "job-3", "run 1 attempt 3", now=104.0, max_jobs=3) is None  # another dispatch
+    held = aws["dynamodb"].query(
+        TableName="jobcaps", KeyConditionExpression="pk = :p", ExpressionAttributeValues={":p": {"S": "HUD#d1"}}
+    )["Items"]
+    assert len(held) == 4 and [i["jobs"]["N"] for i in held if i["sk"]["S"] == "#JOBS"] == ["3"]
 
 
 def test_a_new_pr_head_returns_the_head_it_replaced(aws: dict[str, Any]) -> None:

@@ -113,6 +113,58 @@ def test_a_repositorys_jobs_come_from_by_repo_every_page_without_their_payloads(
         assert got[record.job_name] == replace(record, callback_payload="", fingerprint="")
 
 
+class CountingBatches:
+    """The DynamoDB client, keeping every BatchGetItem request and the items it answered."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.requests: list[dict[str, Any]] = []
+        self.items = 0
+
+    def batch_get_item(self, **kwargs: Any) -> Any:
+        self.requests.append(kwargs)
+        got = self.client.batch_get_item(**kwargs)
+        self.items += sum(len(items) for items in got.get("Responses", {}).values())
+        return got
+
+
+def test_a_jobs_attempts_are_read_by_key_without_the_dispatchs_other_jobs_or_payloads(aws: Aws) -> None:
+    results = DynamoResults(aws.ddb, TABLE)
+    payload = json.dumps({"summary": "x" * 100_000})
+    crowd = [
+        job("org/flood", f"shard-{i}", "failure", NOW, dispatch_id="dsp-flood", callback_payload=payload)
+        for i in range(60)
+    ]
+    attempts = [
+        job("org/flood", "shard-7", "failure" if n < 3 else "success", NOW, dispatch_id="dsp-flood", run_attempt=n)
+        for n in (2, 3, 5)
+    ]
+    for record in [*crowd, *attempts]:
+        assert results.put_job(replace(record, callback_payload=payload), None)
+    counting = CountingBatches(aws.ddb)
+    found = DynamoResults(counting, TABLE).attempts_of_job("dsp-flood", crowd[7].run_id, "shard-7")
+    assert [j.run_attempt for j in found] == [1, 2, 3, 5]  # attempt 4 was never reported
+    assert found[1] == replace(attempts[0], callback_payload="", fingerprint="")
+    [request] = counting.requests  # one request of the 51 keys an attempt may have, whatever the dispatch holds
+    assert len(request["RequestItems"][TABLE]["Keys"]) == 51 and counting.items == 4
+
+
+def test_a_jobs_baseline_history_holds_its_branch_results_only(aws: Aws) -> None:
+    """PR jobs, other jobs and other repositories never carry the by_baseline key: a flood of them costs nothing."""
+    results = DynamoResults(aws.ddb, TABLE)
+    branch = [job("org/base", "test", "failure", NOW - i * DAY, event_type="push", pr=None) for i in range(3)]
+    nightly = job("org/base", "test", "success", NOW - 4 * DAY, event_type="nightly", pr=None)
+    noise = [job("org/base", "test", "failure", NOW, dispatch_id=f"pr-{i}") for i in range(40)]  # PR jobs
+    noise += [job("org/base", "build", "success", NOW, event_type="push", pr=None)]  # another job
+    noise += [job("org/elsewhere", "test", "success", NOW, event_type="push", pr=None)]  # another repository
+    noise += [job("org/base", "test", "success", NOW - 30 * DAY, event_type="push", pr=None)]  # too old
+    for record in [*branch, nightly, *noise]:
+        assert results.put_job(record, None)
+    found = results.baseline_jobs("Org/Base", "CI", "test", NOW - 14 * DAY)
+    assert sorted(j.dispatch_id for j in found) == sorted(j.dispatch_id for j in [*branch, nightly])
+    assert found[-1] == replace(branch[0], callback_payload="", fingerprint="")
+
+
 def test_health_prints_a_table_and_json_for_the_allowlist(aws: Aws, tmp_path: Path) -> None:
     allowlist = tmp_path / "allowlist.yaml"
     allowlist.write_text("L1:\n  - org/dispatch-only\nL3:\n  gpu:\n    Org/Accel: [oncall]\nL4:\n  - org/steady\n")

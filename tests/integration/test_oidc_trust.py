@@ -14,7 +14,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from crcr.adapters.oidc import OidcVerifier, check_issuer_url
-from crcr.domain.errors import Unavailable
+from crcr.domain.errors import Unauthorized, Unavailable
 from tests.doubles.oidc_issuer import JWKS_PATH, OidcIssuer
 
 
@@ -115,3 +115,30 @@ def test_a_failed_refresh_of_an_old_key_set_keeps_the_known_keys() -> None:
         issuer.fail_next(JWKS_PATH, n=5)
         assert verifier.verify(token)["iss"] == issuer.url  # refreshed (and failed) on every call: cached keys serve
         assert issuer.count(JWKS_PATH) >= 2
+
+
+@pytest.mark.parametrize(
+    ("claims", "says"),
+    [
+        ({"lifetime": 100 * 365 * 86_400}, "lives"),  # exp a century ahead, signed by the real issuer
+        ({"exp": "in five minutes"}, "exp is not a number"),  # as digits in a string: PyJWT took int("...")
+        ({"iat": "now"}, "not a number"),
+        ({"exp": True}, "not a number|expired"),  # PyJWT reads True as 1970
+    ],
+    ids=["century", "string-exp", "string-iat", "bool-exp"],
+)
+def test_a_token_with_an_impossible_lifetime_or_a_time_that_is_no_number_is_refused(
+    claims: dict[str, object], says: str
+) -> None:
+    with OidcIssuer() as issuer:
+        verifier = OidcVerifier(issuer.url, "crcr", time.time)
+        assert verifier.verify(issuer.token())["iss"] == issuer.url  # a genuine token passes
+        lifetime = claims.pop("lifetime", None)
+        now = int(time.time())  # at run time: a time fixed at collection would have passed in a long run
+        times = {"in five minutes": str(now + 300), "now": str(now)}
+        claims = {name: times.get(value, value) if isinstance(value, str) else value for name, value in claims.items()}
+        token = issuer.token(**claims) if lifetime is None else issuer.token(lifetime=lifetime)
+        with pytest.raises(Unauthorized, match=says):
+            verifier.verify(token)
+        # A real GitHub token's six hours pass.
+        assert verifier.verify(issuer.token(lifetime=21_600))["iss"] == issuer.url

@@ -16,12 +16,15 @@ def test_the_http_api_is_throttled_before_any_function_runs() -> None:
 
 
 def test_the_callback_function_may_write_only_rate_limit_ledger_and_hud_key_rows_of_the_state_table() -> None:
+    """And the rows its quotas keep: refused reports per hour (REFUSED#), remembered commit lookups (SHA#), and each
+    dispatch's count of jobs beside its HUD keys (HUD#, written in one transaction with the key)."""
     policies = resources_of(TEMPLATE, "AWS::Serverless::Function")["CallbackFunction"]["Policies"]
     statements = [s for p in policies if isinstance(p, dict) for s in p.get("Statement", [])]
     [update] = [s for s in statements if s.get("Action") == "dynamodb:UpdateItem"]
-    assert update["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["RATE#*", "DLV#*"]}}
+    leading = ["RATE#*", "DLV#*", "HUD#*", "REFUSED#*"]
+    assert update["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": leading}}
     [put] = [s for s in statements if s.get("Action") == "dynamodb:PutItem"]
-    assert put["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["HUD#*"]}}
+    assert put["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["HUD#*", "SHA#*"]}}
     assert put["Resource"] == {"Fn::GetAtt": ["StateTable", "Arn"]}
     state_writes = [p for p in policies if isinstance(p, dict) and "DynamoDBCrudPolicy" in p]
     assert all(p["DynamoDBCrudPolicy"]["TableName"] != {"Ref": "StateTable"} for p in state_writes)

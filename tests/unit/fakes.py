@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from crcr.app.ports import (
@@ -59,15 +59,21 @@ class FakeClock:
 class FakeDeliveries:
     rows: dict[str, str] = field(default_factory=dict)
     bodies: dict[str, str] = field(default_factory=dict)
+    digests: dict[str, str] = field(default_factory=dict)  # delivery id -> the body it was claimed with
 
     def claim_delivery(self, delivery_id: str, event: str, now: float, body_sha256: str) -> Claim:
-        if self.bodies.setdefault(body_sha256, delivery_id) != delivery_id:
-            return Claim.REPLAYED
+        """Both claims or neither, as the table's transaction takes them."""
         state = self.rows.get(delivery_id)
-        if state is None:
-            self.rows[delivery_id] = "received"
-            return Claim.NEW
-        return Claim.QUEUED if state == "queued" else Claim.PENDING
+        if state is not None:
+            if self.digests[delivery_id] != body_sha256:
+                return Claim.REUSED
+            return Claim.QUEUED if state == "queued" else Claim.PENDING
+        if self.bodies.get(body_sha256, delivery_id) != delivery_id:
+            return Claim.REPLAYED
+        self.bodies[body_sha256] = delivery_id
+        self.digests[delivery_id] = body_sha256
+        self.rows[delivery_id] = "received"
+        return Claim.NEW
 
     def mark_queued(self, delivery_id: str, now: float) -> None:
         self.rows[delivery_id] = "queued"
@@ -601,6 +607,10 @@ class FakeJobs:
 
     def jobs_of_dispatch(self, dispatch_id: str) -> list[JobRecord]:
         return [self.rows[k] for k in sorted(self.by_dispatch.get(dispatch_id, ()))]
+
+    def attempts_of_job(self, dispatch_id: str, run_id: str, job_name: str) -> list[JobRecord]:
+        found = [self.rows.get((dispatch_id, run_id, attempt, job_name)) for attempt in range(1, 52)]
+        return [replace(j, callback_payload="", fingerprint="") for j in found if j is not None]
 
     def put_job(self, record: JobRecord, expected_version: int | None) -> bool:
         current = self.rows.get((record.dispatch_id, record.run_id, record.run_attempt, record.job_name))

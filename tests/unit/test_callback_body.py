@@ -91,6 +91,9 @@ def test_a_check_run_id_in_the_relays_own_namespace_is_refused() -> None:
         ({"url": "https://github.com/a b"}, "url"),
         ({"url": "https://github.com/\x07"}, "url"),
         ({"url": "https://[::1"}, "url"),
+        ({"url": "https://github.com:99999/o/r/actions/runs/1"}, "url"),  # became the check run's details_url
+        ({"url": "https://github.com:abc/o/r"}, "url"),
+        ({"artifact_url": "http://example.com:-1/a"}, "artifact_url"),
         ({"artifact_url": "file:///etc/passwd"}, "artifact_url"),
         ({"started_at": "0001-01-01T00:00:00+01:00"}, "started_at"),  # OverflowError in UTC: was a 500
         ({"completed_at": "9999-12-31T23:59:59-01:00"}, "completed_at"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -13,6 +13,7 @@ from crcr.app.ports import JobRecord, LedgerRow, LedgerState
 from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain.checks import JobOutcome, Known, check_run_name, rollup, should_write, wants_check_run
 from crcr.domain.failed_tests import cap, to_json
+from crcr.domain.pacing import WindowLevel
 from tests.unit.fakes import FakeClock, FakePacer, FakeState, RecordingMetrics, StaticAllowlist
 
 
@@ -107,11 +108,14 @@ class _Store:
 class _Results:
     def __init__(self, latest: JobRecord) -> None:
         self.latest = latest
+        self.reads: list[str] = []
 
     def get_job(self, dispatch_id: str, run_id: int, run_attempt: int, job_name: str) -> JobRecord | None:
+        self.reads.append("get_job")
         return self.latest
 
     def jobs_of_dispatch(self, dispatch_id: str) -> list[JobRecord]:
+        self.reads.append("jobs_of_dispatch")
         return [self.latest]
 
     def put_job(self, record: JobRecord, expected_version: int | None) -> bool:
@@ -295,3 +299,39 @@ def test_the_summary_names_the_failing_tests() -> None:
     job = replace(_job("completed", "failure"), failed_tests=to_json(failing))
     summary = check_run_fields(job, "crcr/o/r/CI/build")["output"]["summary"]
     assert "Failing tests:\n- `TestOps.test_add` (1.5 s): expected 2 got 3" in summary
+
+
+@dataclass
+class _Shares:
+    """A downstream's share of the installation's budget: the pacer and its gauge, scripted."""
+
+    waits: list[float] = field(default_factory=list)
+    booked: float = 0.0
+    keys: list[int | str] = field(default_factory=list)
+
+    def acquire(self, key: int | str, now: float, reserve: bool = False) -> float:
+        self.keys.append(key)
+        return self.waits.pop(0) if self.waits else 0.0
+
+    def level(self, key: int | str, now: float) -> WindowLevel:
+        return WindowLevel(self.booked, 10)
+
+
+def test_a_downstream_over_its_share_waits_without_spending_the_installations_budget() -> None:
+    installation = FakePacer()
+    deps, api, _ = _deps(_job("in_progress", None), pacer=installation)
+    shares = _Shares(waits=[30.0])
+    deps = replace(deps, share=shares, share_gauge=shares)
+    outcome = sync(job_message(_job("in_progress", None)), deps)  # type: ignore[arg-type]
+    assert (outcome.detail, outcome.delay_s, api.calls, installation.keys) == ("paced", 30.0, [], [])
+    assert shares.keys == ["pytorch/pytorch#o/r"] and deps.metrics.counts["DownstreamThrottled"] == 1  # type: ignore[attr-defined]
+    # Its hour spent: a message is sent back before it reads anything (no job read, nothing asked of the pacer).
+    shares.booked = 11.0
+    reads = len(deps.results.reads)  # type: ignore[attr-defined]
+    outcome = sync(job_message(_job("in_progress", None)), deps)  # type: ignore[arg-type]
+    assert (outcome.detail, outcome.delay_s) == ("paced", 60.0)
+    assert len(deps.results.reads) == reads and installation.keys == []  # type: ignore[attr-defined]
+    # Within its share, the write goes, spending both.
+    shares.booked = 0.0
+    sync(job_message(_job("in_progress", None)), deps)  # type: ignore[arg-type]
+    assert [kind for kind, _ in api.calls][:1] == ["create"] and installation.keys

@@ -131,6 +131,22 @@ def test_large_payloads_are_trimmed_keeping_documented_paths() -> None:
     assert payload == original  # the caller's copy is not modified
 
 
+def test_pull_request_fields_beyond_the_skeleton_come_back_while_they_fit() -> None:
+    """A body over the budget once dropped every pull_request field outside the skeleton, merge_commit_sha too."""
+    payload = json.loads((EVENTS / "pull_request.opened.json").read_text())
+    payload["pull_request"] |= {"body": "x" * 200_000, "merge_commit_sha": "e" * 40, "mergeable": True}
+    fitted, trimmed = fit_payload(payload, 60_000)
+    assert trimmed and encoded_size(fitted) <= 60_000
+    pr = fitted["pull_request"]
+    assert (pr["merge_commit_sha"], pr["mergeable"], pr["commits"]) == (
+        "e" * 40,
+        True,
+        payload["pull_request"]["commits"],
+    )
+    assert pr["body"] == "x" * 1024 + "…"  # slimmed like any added-back text
+    assert "url" not in pr  # API links stay out
+
+
 def test_push_paths_survive_trimming() -> None:
     payload = json.loads((EVENTS / "push.main.json").read_text())
     payload["commits"] = payload["commits"] * 2000

@@ -48,12 +48,19 @@ class World:
     prs: dict[int, PrInfo] = field(default_factory=dict)
     times: dict[str, float] = field(default_factory=dict)
     verdicts: dict[tuple[str, int, str], str] = field(default_factory=dict)
+    reads: list[tuple[str, str, str]] = field(default_factory=list)  # attempts_of_job calls
 
-    def jobs_of_dispatch(self, dispatch_id: str) -> list[JobRecord]:
-        return [r for r in self.rows if r.dispatch_id == dispatch_id]
+    def attempts_of_job(self, dispatch_id: str, run_id: str, job_name: str) -> list[JobRecord]:
+        self.reads.append((dispatch_id, run_id, job_name))
+        return [r for r in self.rows if (r.dispatch_id, r.run_id, r.job_name) == (dispatch_id, run_id, job_name)]
 
-    def jobs_of_repo(self, repo: str, since: float) -> list[JobRecord]:
-        return [r for r in self.rows if r.repo.lower() == repo.lower()]
+    def baseline_jobs(self, repo: str, workflow_name: str, job_name: str, since: float) -> list[JobRecord]:
+        return [
+            r
+            for r in self.rows
+            if r.repo.lower() == repo.lower() and (r.workflow_name, r.job_name) == (workflow_name, job_name)
+            if r.event_type in ("push", "nightly") and r.pr is None
+        ]
 
     def commit_times(self, upstream: str, shas: list[str]) -> dict[str, float]:
         return {s: self.times[s] for s in shas if s in self.times}
@@ -155,3 +162,16 @@ def test_a_passing_retry_marks_the_failed_attempt_flaky(world: World) -> None:
     deps = ReportDeps(hud=None, dead_letters=None, metrics=RecordingMetrics(), verdicts=world.deps())  # type: ignore[arg-type]
     judge(failed, passed, deps)
     assert world.verdicts == {("dsp-pr", 1, "test"): "flaky", ("dsp-pr", 2, "test"): "flaky"}
+
+
+def test_judging_a_job_reads_its_own_attempts_and_nothing_else(world: World) -> None:
+    """Other jobs of the dispatch, however many, are never read: the work per report is the report's own."""
+    others = [record("completed", "failure", job=f"shard-{i}") for i in range(300)]
+    first, second = record("completed", "failure"), record("completed", "success", attempt=2)
+    world.rows = [on_branch(BASE, "success", "p1"), *others, first, second]
+    assert verdict_of(second, world.deps()) == "flaky"
+    assert world.reads == [("dsp-pr", "900", "test")]
+    world.reads.clear()
+    # The first attempt's image, judged again once the retry passed, stays flaky: it sees its run's later attempts.
+    assert verdict_of(first, world.deps()) == "flaky"
+    assert world.reads == [("dsp-pr", "900", "test")]

@@ -4,6 +4,8 @@ body's digest as well as the id; docs/security.md, "Replay")."""
 
 from __future__ import annotations
 
+import hashlib
+
 from crcr.app.ingest import Outcome, ingest
 from crcr.domain.signature import sign
 from tests.unit.fakes import FakeDeliveries, FakeEventQueue
@@ -41,3 +43,23 @@ def test_a_different_body_under_a_new_delivery_id_is_queued() -> None:
         }
         assert ingest(body, headers, deps(queue, deliveries)).outcome is Outcome.ACCEPTED
     assert len(queue.sent) == 2
+
+
+def test_a_reused_delivery_id_claims_nothing_for_its_other_body() -> None:
+    """D with X is accepted; D with Y is a duplicate that leaves Y unclaimed; Y under its own id is accepted."""
+    queue, deliveries = FakeEventQueue(), FakeDeliveries()
+    other = BODY.rstrip() + b"\n"
+
+    def headers(delivery: str, body: bytes) -> dict[str, str]:
+        return {
+            "x-github-event": "pull_request",
+            "x-github-delivery": delivery,
+            "x-hub-signature-256": sign(b"k", body),
+        }
+
+    assert ingest(BODY, headers("d-1", BODY), deps(queue, deliveries)).outcome is Outcome.ACCEPTED
+    reused = ingest(other, headers("d-1", other), deps(queue, deliveries))
+    assert reused.outcome is Outcome.DUPLICATE and "another body" in reused.reason
+    assert ingest(other, headers("d-2", other), deps(queue, deliveries)).outcome is Outcome.ACCEPTED
+    sent = [(m.delivery_id, m.body_sha256) for m in queue.sent]
+    assert sent == [("d-1", hashlib.sha256(BODY).hexdigest()), ("d-2", hashlib.sha256(other).hexdigest())]

@@ -633,7 +633,7 @@ function renderRefused(refused) {
       when(refused.last_at), "."),
     el("table", { class: "figures" }, el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "Reason"),
       el("th", { scope: "col", class: "num" }, "Count"), el("th", { scope: "col" }, "Last"))),
-    el("tbody", {}, reasons.map(([reason, r]) => el("tr", {}, el("td", {}, reason), el("td", { class: "num" }, String(r.count)), el("td", {}, when(r.last_at)))))));
+    el("tbody", {}, reasons.map(([reason, r]) => el("tr", {}, el("td", {}, reason, r.message ? el("div", { class: "muted" }, r.message) : null), el("td", { class: "num" }, String(r.count)), el("td", {}, when(r.last_at)))))));
 }
 
 function historyCount(doc) {

@@ -40,6 +40,8 @@ DAY = 86_400
 DELIVERY_TTL_S = 14 * DAY  # GitHub lets a delivery be redelivered for a few days
 LEDGER_TTL_S = 30 * DAY
 BRANCH_TTL_S = 90 * DAY  # a commit's place on the branch, for baselines, as long as results are kept
+# A commit GitHub does not have is remembered that long: a downstream naming random SHAs costs one lookup each, once.
+MISSING_COMMIT_TTL_S = 7 * DAY
 COMMENT_TTL_S = 90 * DAY  # a PR's comment row, as long as results are kept (a lost row finds the comment again)
 
 
@@ -113,44 +115,60 @@ class DynamoState:
 
     # -- deliveries ---------------------------------------------------------------------------
     def claim_delivery(self, delivery_id: str, event: str, now: float, body_sha256: str) -> Claim:
-        # The body's digest first: GitHub signs the body, not X-GitHub-Delivery, so a captured body sent again
-        # under a fresh id is a replay. The same id passes (GitHub's redelivery, or a retry after a failure here).
+        """The delivery id and the body's digest, claimed together in one transaction: GitHub signs the body, not
+        X-GitHub-Delivery, so a captured body sent again under a fresh id is a replay; and an id seen before with
+        another body takes nothing, so it can neither hide that body when it comes under its own id nor stand in
+        for it. The same id with the same body passes (GitHub's redelivery, or a retry after a failure here)."""
+        expires = {"N": str(int(now) + DELIVERY_TTL_S)}
+        body = {"pk": {"S": f"BODY#{body_sha256}"}, "sk": {"S": "META"}}
+        delivery = {"pk": {"S": f"DLV#{delivery_id}"}, "sk": {"S": "META"}}
         try:
-            self._ddb.put_item(
-                TableName=self._table,
-                Item={
-                    "pk": {"S": f"BODY#{body_sha256}"},
-                    "sk": {"S": "META"},
-                    "delivery_id": {"S": delivery_id},
-                    "expires_at": {"N": str(int(now) + DELIVERY_TTL_S)},
-                },
-                ConditionExpression="attribute_not_exists(pk) OR delivery_id = :d",
-                ExpressionAttributeValues={":d": {"S": delivery_id}},
+            self._ddb.transact_write_items(
+                TransactItems=[
+                    {
+                        "Put": {
+                            "TableName": self._table,
+                            "Item": body | {"delivery_id": {"S": delivery_id}, "expires_at": expires},
+                            "ConditionExpression": "attribute_not_exists(pk) OR delivery_id = :d",
+                            "ExpressionAttributeValues": {":d": {"S": delivery_id}},
+                        }
+                    },
+                    {
+                        "Put": {
+                            "TableName": self._table,
+                            "Item": delivery
+                            | {
+                                "event": {"S": event},
+                                "state": {"S": "received"},
+                                "received_at": {"N": str(num(now))},
+                                "body_sha256": {"S": body_sha256},
+                                "expires_at": expires,
+                            },
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                        }
+                    },
+                ]
             )
         except ClientError as exc:
             if not conditional_failed(exc):
                 raise
-            return Claim.REPLAYED
-        key = {"pk": {"S": f"DLV#{delivery_id}"}, "sk": {"S": "META"}}
-        try:
-            self._ddb.put_item(
-                TableName=self._table,
-                Item=key
-                | {
-                    "event": {"S": event},
-                    "state": {"S": "received"},
-                    "received_at": {"N": str(num(now))},
-                    "expires_at": {"N": str(int(now) + DELIVERY_TTL_S)},
-                },
-                ConditionExpression="attribute_not_exists(pk)",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-        except ClientError as exc:
-            if not conditional_failed(exc):
-                raise
-            old = exc.response.get("Item") or {}
-            return Claim.QUEUED if old.get("state", {}).get("S") == "queued" else Claim.PENDING
+            reasons = exc.response.get("CancellationReasons") or []
+            failed = [r.get("Code") == "ConditionalCheckFailed" for r in reasons] + [False, False]
+            if failed[1]:
+                old = reasons[1].get("Item") or self._delivery_item(delivery)
+                if old.get("body_sha256", {}).get("S", body_sha256) != body_sha256:
+                    return Claim.REUSED
+                return Claim.QUEUED if old.get("state", {}).get("S") == "queued" else Claim.PENDING
+            if failed[0]:
+                return Claim.REPLAYED
+            raise
         return Claim.NEW
+
+    def _delivery_item(self, key: dict[str, Any]) -> dict[str, Any]:
+        """The delivery as stored, for a cancellation that did not bring it along."""
+        item = self._ddb.get_item(TableName=self._table, Key=key, ConsistentRead=True).get("Item")
+        return dict(item or {})
 
     def mark_queued(self, delivery_id: str, now: float) -> None:
         self._ddb.update_item(
@@ -257,6 +275,29 @@ class DynamoState:
                 if not pending:
                     break
         return found
+
+    # -- upstream commits a scheduled report may name (the CommitMemory port) ------------------------------------
+    @staticmethod
+    def _lookup_key(upstream: str, sha: str) -> dict[str, dict[str, str]]:
+        return {"pk": {"S": f"SHA#{repo_key(upstream)}#{sha}"}, "sk": {"S": "LOOKUP"}}
+
+    def commit_seen(self, upstream: str, sha: str) -> bool | None:
+        keys = [{"pk": self._branch_pk(upstream), "sk": {"S": f"C#{sha}"}}, self._lookup_key(upstream, sha)]
+        got = self._ddb.batch_get_item(RequestItems={self._table: {"Keys": keys, "ConsistentRead": True}})
+        items = got.get("Responses", {}).get(self._table, [])
+        if got.get("UnprocessedKeys"):
+            return None  # throttled: look it up as if never seen (the lookup's own budget still holds)
+        if any(item["pk"]["S"].startswith("BRANCH#") for item in items):
+            return True
+        lookups = [item for item in items if item["pk"]["S"].startswith("SHA#")]
+        return bool(lookups[0]["found"]["BOOL"]) if lookups else None
+
+    def remember_commit(self, upstream: str, sha: str, found: bool, now: float) -> None:
+        ttl = BRANCH_TTL_S if found else MISSING_COMMIT_TTL_S
+        self._ddb.put_item(
+            TableName=self._table,
+            Item=self._lookup_key(upstream, sha) | {"found": {"BOOL": found}, "expires_at": {"N": str(int(now) + ttl)}},
+        )
 
     def pr_labels(self, upstream: str, pr: int) -> tuple[str, ...]:
         item = self._ddb.get_item(

@@ -28,6 +28,8 @@ from crcr.app.ports import VerifiedToken
 from crcr.domain.errors import Unauthorized, Unavailable
 
 ALLOWED_ALGORITHMS = ("RS256", "ES256")
+# GitHub's job tokens live 6 hours, Buildkite's about 5 minutes: a longer-lived token is not one of theirs.
+MAX_TOKEN_LIFETIME_S = 86_400
 _KTY_FOR_ALG = {"RS256": "RSA", "ES256": "EC"}
 
 
@@ -178,6 +180,16 @@ class OidcVerifier:
             )
         except jwt.PyJWTError as exc:
             raise Unauthorized(f"token rejected: {exc}", field="Authorization") from exc
+        # PyJWT takes a time that int() accepts: "9999999999" as a string passed, and so did an exp a century away.
+        for name in ("exp", "iat", "nbf"):
+            value = claims.get(name)
+            if name in claims and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise Unauthorized(f"the token's {name} is not a number", field="Authorization")
+        if claims["exp"] - claims["iat"] > MAX_TOKEN_LIFETIME_S:
+            raise Unauthorized(
+                f"the token lives {int(claims['exp'] - claims['iat'])} s (exp - iat); at most {MAX_TOKEN_LIFETIME_S}",
+                field="Authorization",
+            )
         return claims
 
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from crcr.adapters.dynamo import applied, conditional_failed, num, query_all
-from crcr.app.ports import JobRecord
+from crcr.app.ports import JobLimitReached, JobRecord
 from crcr.domain.ids import repo_key
+from crcr.domain.limits import MAX_RUN_ATTEMPT
 
 RESULTS_TTL_S = 90 * 86_400
 BY_REPO_INDEX = "by_repo"  # (repo_key, dispatched_at): every row, for a repository's history and health
@@ -64,10 +66,36 @@ def to_item(record: JobRecord) -> dict[str, Any]:
         "ciflow": _opt_s(record.ciflow),
         "failed_tests": _opt_s(record.failed_tests),
         "head_key": {"S": f"{repo_key(record.upstream)}#{record.head_sha}"},
+        **_baseline_key(record),
         "repo_key": {"S": repo_key(record.repo)},
         "version": _n(record.version),
         "expires_at": _n(int(record.completed_at or record.started_at or record.dispatched_at) + RESULTS_TTL_S),
     }
+
+
+# What judging a job reads of its attempts: every attribute a JobRecord holds but the body as sent (up to the stored
+# cap per job) and its fingerprint.
+JUDGED_ATTRIBUTES = (
+    "dispatch_id", "run_id", "run_attempt", "job_name", "workflow_name", "state", "conclusion", "url", "repo",
+    "repo_id", "level", "delivery_id", "upstream", "head_sha", "pr", "device", "dispatched_at", "started_at",
+    "completed_at", "version", "event_type", "check_run_id", "reported_started_at", "failure_kind", "triage",
+    "verdict", "ciflow", "failed_tests",
+)  # fmt: skip
+
+
+BY_BASELINE_INDEX = "by_baseline"  # (baseline_key, dispatched_at): a job's results on the branch (sparse)
+BASELINE_EVENTS = frozenset({"push", "nightly"})
+
+
+def baseline_key(repo: str, workflow_name: str, job_name: str) -> str:
+    return json.dumps([repo_key(repo), workflow_name, job_name], separators=(",", ":"))
+
+
+def _baseline_key(record: JobRecord) -> dict[str, Any]:
+    """Only a branch result (a push or a scheduled run, no PR) can be a baseline: only those carry the index's key."""
+    if record.event_type not in BASELINE_EVENTS or record.pr is not None:
+        return {}
+    return {"baseline_key": {"S": baseline_key(record.repo, record.workflow_name, record.job_name)}}
 
 
 def is_job_item(item: dict[str, Any]) -> bool:
@@ -157,6 +185,17 @@ class DynamoResults:
         )
         return [from_item(item) for item in items]
 
+    def baseline_jobs(self, repo: str, workflow_name: str, job_name: str, since: float) -> list[JobRecord]:
+        """The BaselineJobs port: one job's branch results dispatched at or after `since` (index by_baseline)."""
+        items = query_all(
+            self._ddb,
+            TableName=self._table,
+            IndexName=BY_BASELINE_INDEX,
+            KeyConditionExpression="baseline_key = :b AND dispatched_at >= :since",
+            ExpressionAttributeValues={":b": {"S": baseline_key(repo, workflow_name, job_name)}, ":since": _n(since)},
+        )
+        return [from_item(item) for item in items]
+
     def first_l2_job(self, repo: str) -> float | None:
         """When the repository's earliest job still kept was dispatched, if it was at L2 or above then."""
         items = self._ddb.query(
@@ -180,6 +219,28 @@ class DynamoResults:
             ConsistentRead=True,
         )
         return [from_item(item) for item in items]
+
+    def attempts_of_job(self, dispatch_id: str, run_id: str, job_name: str) -> list[JobRecord]:
+        """The JobAttempts port: every attempt of one job, by key (one BatchGetItem of MAX_RUN_ATTEMPT keys: attempts
+        are numbered 1 to 51), projected without `callback_payload` and `fingerprint`."""
+        keys = [job_key(dispatch_id, run_id, attempt, job_name) for attempt in range(1, MAX_RUN_ATTEMPT + 1)]
+        names = {f"#a{i}": name for i, name in enumerate(JUDGED_ATTRIBUTES)}
+        pending: dict[str, Any] = {
+            self._table: {
+                "Keys": keys,
+                "ConsistentRead": True,
+                "ProjectionExpression": ", ".join(names),
+                "ExpressionAttributeNames": names,
+            }
+        }
+        found: list[JobRecord] = []
+        for _ in range(5):
+            got = self._ddb.batch_get_item(RequestItems=pending)
+            found += [from_item(item) for item in got.get("Responses", {}).get(self._table, [])]
+            pending = got.get("UnprocessedKeys") or {}
+            if not pending:
+                break
+        return sorted(found, key=lambda j: j.run_attempt)
 
     def all_jobs(self) -> Iterator[JobRecord]:
         """Every job in the table, page by page (a Scan: for operator exports, never on a function's path)."""
@@ -222,54 +283,100 @@ class DynamoResults:
 
 
 class DynamoHudKeys:
-    """The HudKeys port: one state-table item per (dispatch, HUD key), holding the job that took it. One
-    conditional PutItem per new job, whatever the dispatch's size (before, a new job read every job of its
-    dispatch to look for the key)."""
+    """The HudKeys port: one state-table item per (dispatch, HUD key), holding the job that took it, and one count of
+    the keys a dispatch holds, written together in one transaction per new job, whatever the dispatch's size (before,
+    a new job read every job of its dispatch to look for the key)."""
 
     def __init__(self, client: Any, table: str) -> None:
         self._ddb = client
         self._table = table
 
-    def claim(self, dispatch_id: str, hud_key: str, owner: str, now: float) -> str | None:
+    def claim(self, dispatch_id: str, hud_key: str, owner: str, now: float, max_jobs: int) -> str | None:
         digest = hashlib.sha256(hud_key.encode("utf-8", "surrogatepass")).hexdigest()  # a key of any length
+        expires = _n(int(now) + RESULTS_TTL_S)  # as long as the job rows they guard
         try:
-            self._ddb.put_item(
-                TableName=self._table,
-                Item={
-                    "pk": {"S": f"HUD#{dispatch_id}"},
-                    "sk": {"S": digest},
-                    "owner": {"S": owner},
-                    "expires_at": _n(int(now) + RESULTS_TTL_S),  # as long as the job rows it guards
-                },
-                ConditionExpression="attribute_not_exists(pk) OR #o = :o",
-                ExpressionAttributeNames={"#o": "owner"},
-                ExpressionAttributeValues={":o": {"S": owner}},
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            self._ddb.transact_write_items(
+                TransactItems=[
+                    {
+                        "Put": {
+                            "TableName": self._table,
+                            "Item": {
+                                "pk": {"S": f"HUD#{dispatch_id}"},
+                                "sk": {"S": digest},
+                                "owner": {"S": owner},
+                                "expires_at": expires,
+                            },
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": self._table,
+                            "Key": {"pk": {"S": f"HUD#{dispatch_id}"}, "sk": {"S": "#JOBS"}},
+                            "UpdateExpression": "ADD jobs :one SET expires_at = :exp",
+                            "ConditionExpression": "attribute_not_exists(jobs) OR jobs < :cap",
+                            "ExpressionAttributeValues": {":one": _n(1), ":cap": _n(max_jobs), ":exp": expires},
+                        }
+                    },
+                ]
             )
         except ClientError as exc:
             if not conditional_failed(exc):
                 raise
-            return str((exc.response.get("Item") or {}).get("owner", {}).get("S", "another job"))
+            reasons = [*(exc.response.get("CancellationReasons") or []), {}, {}]
+            if reasons[0].get("Code") == "ConditionalCheckFailed":
+                holder = (reasons[0].get("Item") or {}).get("owner", {}).get("S")
+                if holder is None:  # a cancellation that did not bring the item: read it
+                    key = {"pk": {"S": f"HUD#{dispatch_id}"}, "sk": {"S": digest}}
+                    item = self._ddb.get_item(TableName=self._table, Key=key, ConsistentRead=True).get("Item") or {}
+                    holder = item.get("owner", {}).get("S", "another job")
+                return None if holder == owner else str(holder)  # the same job again: counted once already
+            if reasons[1].get("Code") == "ConditionalCheckFailed":
+                raise JobLimitReached(f"dispatch {dispatch_id} holds {max_jobs} jobs") from exc
+            raise
         return None
 
 
 class DynamoRateLimiter:
-    """Fixed one-minute windows per key, counted with an atomic ADD in the state table."""
+    """Fixed windows per key (a minute unless told), counted with an atomic ADD in the state table. `budget` names
+    the budget (its rows are `RATE#<key>` for the callbacks, `RATE#<budget>#<key>` for any other)."""
 
-    def __init__(self, client: Any, table: str, per_minute: int) -> None:
+    def __init__(self, client: Any, table: str, per_window: int, window_s: int = 60, budget: str = "") -> None:
         self._ddb = client
         self._table = table
-        self._limit = per_minute
+        self._limit = per_window
+        self._window_s = window_s
+        self._prefix = f"RATE#{budget}#" if budget else "RATE#"
 
     def hit(self, key: str, now: float) -> float:
-        window = int(now // 60)
+        window = int(now // self._window_s)
         got = self._ddb.update_item(
             TableName=self._table,
-            Key={"pk": {"S": f"RATE#{repo_key(key)}"}, "sk": {"S": str(window)}},
+            Key={"pk": {"S": f"{self._prefix}{repo_key(key)}"}, "sk": {"S": str(window)}},
             UpdateExpression="ADD hits :one SET expires_at = :exp",
-            ExpressionAttributeValues={":one": {"N": "1"}, ":exp": {"N": str((window + 2) * 60)}},
+            ExpressionAttributeValues={":one": {"N": "1"}, ":exp": {"N": str((window + 2) * self._window_s)}},
             ReturnValues="UPDATED_NEW",
         )
         if int(got["Attributes"]["hits"]["N"]) > self._limit:
-            return (window + 1) * 60 - now
+            return (window + 1) * self._window_s - now
         return 0.0
+
+
+class DynamoRefusals:
+    """The RefusalLog port: refused reports per repository, reason and hour (one atomic ADD each)."""
+
+    def __init__(self, client: Any, table: str) -> None:
+        self._ddb = client
+        self._table = table
+
+    def count(self, repo: str, reason: str, now: float) -> int:
+        hour = int(now // 3600)
+        got = self._ddb.update_item(
+            TableName=self._table,
+            Key={"pk": {"S": f"REFUSED#{repo_key(repo)}"}, "sk": {"S": f"{hour}#{reason}"}},
+            UpdateExpression="ADD refused :one SET expires_at = :exp",
+            ExpressionAttributeValues={":one": {"N": "1"}, ":exp": {"N": str((hour + 2) * 3600)}},
+            ReturnValues="UPDATED_NEW",
+        )
+        return int(got["Attributes"]["refused"]["N"])

@@ -17,8 +17,10 @@ from crcr.app.hud import derived_check_run_id
 from crcr.app.ports import (
     AllowlistProvider,
     Clock,
+    CommitMemory,
     GitHubError,
     HudKeys,
+    JobLimitReached,
     JobRecord,
     Ledger,
     LedgerRow,
@@ -26,12 +28,14 @@ from crcr.app.ports import (
     Metrics,
     ProvidersSource,
     RateLimiter,
+    RefusalLog,
     ResultsStore,
     TicketVerifier,
     TokenVerifier,
     UpstreamCommits,
     VerifiedToken,
 )
+from crcr.app.summaries import SummaryDeps, note_refusals
 from crcr.contracts.callback import CallbackBody, FailedTest, PyTorchCallbackBody, ScheduledBody
 from crcr.domain.allowlist import Allowlist
 from crcr.domain.callback_rules import (
@@ -48,6 +52,7 @@ from crcr.domain.errors import (
     Conflict,
     CrcrError,
     Forbidden,
+    OverLimit,
     PayloadTooLarge,
     TooManyRequests,
     Unauthorized,
@@ -59,6 +64,7 @@ from crcr.domain.ids import is_repo_name, repo_key
 from crcr.domain.jobs import Current, Decision, JobState, decide
 from crcr.domain.jsondoc import MAX_DEPTH, dumps, loads
 from crcr.domain.levels import Level
+from crcr.domain.limits import MAX_JOBS_PER_DISPATCH, MAX_RUN_ATTEMPT, MAX_STORED_BYTES_PER_JOB
 from crcr.domain.triage import Dropped as TriageDropped
 from crcr.domain.triage import validate as validate_triage
 
@@ -86,6 +92,14 @@ class CallbackDeps:
     commits: UpstreamCommits | None = None
     providers: ProvidersSource | None = None  # Buildkite pipelines -> repositories; None: Buildkite cannot report
     max_body_bytes: int = MAX_CALLBACK_BYTES
+    max_jobs_per_dispatch: int = MAX_JOBS_PER_DISPATCH
+    # Scheduled reports: commits the relay saw pushed or looked up (answers, found or not, remembered), and each
+    # downstream's budget of GitHub lookups for the others (a lookup spends the upstream installation's requests).
+    known_commits: CommitMemory | None = None
+    lookups: RateLimiter | None = None
+    # A downstream over a quota or limit is counted and named on its HUD repository page (`refused`).
+    refusals: RefusalLog | None = None
+    pages: SummaryDeps | None = None
 
 
 @dataclass(frozen=True)
@@ -246,15 +260,29 @@ def _dispatch_of(
     return row
 
 
-MAX_STORED_PAYLOAD_BYTES = 300_000  # DynamoDB items stop at 400 KB; leave room for the other attributes
+# Kept in their own form (the triage as validated, the failing tests as capped) or not read at all (the dispatch
+# payload PyTorch's body echoes: the ledger says what was dispatched): not stored a second time.
+_NOT_STORED = frozenset({"ticket", "payload", "triage_verdict", "failed_tests_detail"})
 
 
 def _stored_payload(raw: dict[str, Any]) -> str:
-    """The body as sent, minus the ticket (a credential has no place in the table or on the HUD)."""
-    text = dumps({k: v for k, v in raw.items() if k != "ticket"})
-    if len(text.encode()) > MAX_STORED_PAYLOAD_BYTES:
-        raise PayloadTooLarge("the report is too large to store; shorten its summary", field="summary")
-    return text
+    """The body as sent, minus the ticket (a credential has no place in the table or on the HUD) and what the relay
+    keeps in its own form or drops (an oversize triage verdict is not stored anywhere)."""
+    kept = {k: v for k, v in raw.items() if k not in _NOT_STORED}
+    if isinstance(kept.get("workflow"), dict):  # PyTorch's body: the report is under `workflow`
+        kept["workflow"] = {k: v for k, v in kept["workflow"].items() if k not in _NOT_STORED}
+    return dumps(kept)
+
+
+def _check_stored_size(record: JobRecord) -> None:
+    stored = sum(len(text.encode()) for text in (record.callback_payload, record.triage, record.failed_tests))
+    if stored > MAX_STORED_BYTES_PER_JOB:
+        raise PayloadTooLarge(
+            f"the report would store {stored} bytes; the limit is {MAX_STORED_BYTES_PER_JOB} bytes per job: "
+            "shorten its summary",
+            field="summary",
+            limit="stored_bytes_per_job",
+        )
 
 
 def _fingerprint(raw: dict[str, Any]) -> str:
@@ -309,7 +337,12 @@ def _handle(body: bytes, authorization: str | None, deps: CallbackDeps) -> Reply
         return Reply.IGNORED  # L1: dispatch only; results are not recorded
     wait = deps.limiter.hit(row.repo, deps.clock.now())
     if wait > 0:
-        raise TooManyRequests(f"too many callbacks from {row.repo}", retry_after_s=math.ceil(wait))
+        raise _refused(
+            row.repo,
+            "callbacks_per_minute",
+            TooManyRequests(f"too many callbacks from {row.repo}", retry_after_s=math.ceil(wait)),
+            deps,
+        )
     return _record(row, report, deps)
 
 
@@ -351,13 +384,19 @@ def _scheduled(body: ScheduledBody, report: Report, identity: VerifiedToken, cal
         return Reply.IGNORED
     wait = deps.limiter.hit(entry.repo, deps.clock.now())
     if wait > 0:
-        raise TooManyRequests(f"too many callbacks from {entry.repo}", retry_after_s=math.ceil(wait))
-    try:
-        exists = deps.commits is not None and deps.commits.exists(body.head_sha)
-    except GitHubError as exc:
-        raise Unavailable(f"cannot ask GitHub about {body.head_sha} now: {exc}", retry_after_s=30) from exc
-    if not exists:
-        raise Forbidden(f"{body.head_sha} is not a commit of {deps.upstream}", field="head_sha")
+        raise _refused(
+            entry.repo,
+            "callbacks_per_minute",
+            TooManyRequests(f"too many callbacks from {entry.repo}", retry_after_s=math.ceil(wait)),
+            deps,
+        )
+    if not _upstream_commit(body.head_sha, entry.repo, deps):
+        raise _refused(
+            entry.repo,
+            "unknown_commit",
+            Forbidden(f"{body.head_sha} is not a commit of {deps.upstream}", field="head_sha"),
+            deps,
+        )
     digest = hashlib.sha256(f"{entry.key}\n{body.head_sha}".encode()).hexdigest()[:32]
     row = LedgerRow(
         delivery_id="scheduled",
@@ -377,6 +416,20 @@ def _scheduled(body: ScheduledBody, report: Report, identity: VerifiedToken, cal
 
 
 def _record(row: LedgerRow, report: Report, deps: CallbackDeps) -> Reply:
+    try:
+        return _record_within_limits(row, report, deps)
+    except (OverLimit, PayloadTooLarge) as exc:
+        raise _refused(row.repo, exc.limit or exc.reason, exc, deps) from None
+
+
+def _record_within_limits(row: LedgerRow, report: Report, deps: CallbackDeps) -> Reply:
+    if report.run_attempt > MAX_RUN_ATTEMPT:
+        raise OverLimit(
+            f"run_attempt {report.run_attempt} is past the limit of {MAX_RUN_ATTEMPT} attempts per job "
+            "(GitHub re-runs a run at most 50 times)",
+            field="run_attempt",
+            limit="attempts_per_job",
+        )
     fingerprint = _fingerprint(report.raw)
     triage = _triage(report, deps)
     for _ in range(5):
@@ -389,9 +442,10 @@ def _record(row: LedgerRow, report: Report, deps: CallbackDeps) -> Reply:
             raise Conflict(f"job {report.job_name} already reported {current.state if current else ''} differently")
         if decision in (Decision.DUPLICATE, Decision.STALE):
             return Reply.DUPLICATE
+        record = _next_record(row, report, current, fingerprint, now, triage)
+        _check_stored_size(record)  # before a new job takes one of the dispatch's places
         if current is None:
             _check_hud_key_free(row, report, deps, now)
-        record = _next_record(row, report, current, fingerprint, now, triage)
         if deps.results.put_job(record, current.version if current else None):
             if current is None and row.start_watched:
                 # The dispatch's first job: no start timeout (the row as read says whether one is still set,
@@ -401,6 +455,63 @@ def _record(row: LedgerRow, report: Report, deps: CallbackDeps) -> Reply:
         # Another callback for the same job won the conditional write: read it and decide again.
     # Not a conflict of content: retrying will settle it, so say so (the action retries 503).
     raise Unavailable(f"job {report.job_name} is being reported concurrently; retry", retry_after_s=1)
+
+
+# A refused downstream's page is rewritten when its count this hour reaches one of these: a flood of refusals costs a
+# handful of document writes an hour, never one each.
+PAGE_AT_COUNTS = frozenset({1, 10, 100, 1_000, 10_000})
+NOT_A_QUOTA = frozenset({"unknown_commit"})
+
+
+def _refused(repo: str, reason: str, exc: CrcrError, deps: CallbackDeps) -> CrcrError:
+    """Count a report refused for a quota or limit (or an unknown commit) of a repository whose identity the token
+    proved, and name the repository on its HUD page; returns the error to raise."""
+    if reason not in NOT_A_QUOTA:
+        deps.metrics.count("DownstreamThrottled")
+    if deps.refusals is None:
+        return exc
+    now = deps.clock.now()
+    count = deps.refusals.count(repo, reason, now)
+    if deps.pages is not None and count in PAGE_AT_COUNTS:
+        since = max((c for c in PAGE_AT_COUNTS if c < count), default=0)  # counted on the page already
+        hour = int(now // 3600)
+        try:
+            note_refusals(repo, {reason: count - since}, deps.pages, key=f"{reason}:{hour}:{count}", message=exc.message)
+        except Exception:  # the page is a courtesy: the refusal stands, answered as it is
+            deps.metrics.count("RefusalNotShown")
+    return exc
+
+
+def _upstream_commit(sha: str, repo: str, deps: CallbackDeps) -> bool:
+    """Whether a scheduled report's commit is the upstream's: known from a push or an earlier lookup at no cost;
+    otherwise one GitHub lookup from the reporting repository's hourly budget, its answer remembered either way."""
+    known = deps.known_commits.commit_seen(deps.upstream, sha) if deps.known_commits is not None else None
+    if known is not None:
+        deps.metrics.count("CommitLookupSaved")
+        return known
+    if deps.commits is None:
+        return False
+    if deps.lookups is not None and (wait := deps.lookups.hit(repo, deps.clock.now())) > 0:
+        raise _refused(
+            repo,
+            "commit_lookups_per_hour",
+            TooManyRequests(
+                f"{repo} has used its budget of GitHub lookups of unknown upstream commits this hour; "
+                "report on commits pushed upstream, or retry later",
+                retry_after_s=math.ceil(wait),
+                field="head_sha",
+                limit="commit_lookups_per_hour",
+            ),
+            deps,
+        )
+    try:
+        found = deps.commits.exists(sha)
+    except GitHubError as exc:
+        raise Unavailable(f"cannot ask GitHub about {sha} now: {exc}", retry_after_s=30) from exc
+    deps.metrics.count("CommitLookedUp")
+    if deps.known_commits is not None:
+        deps.known_commits.remember_commit(deps.upstream, sha, found, deps.clock.now())
+    return found
 
 
 def _check_hud_key_free(row: LedgerRow, report: Report, deps: CallbackDeps, now: float) -> None:
@@ -414,7 +525,16 @@ def _check_hud_key_free(row: LedgerRow, report: Report, deps: CallbackDeps, now:
         return
     check_run_id = report.check_run_id
     hud_key = json.dumps([report.workflow_name, report.job_name, check_run_id])
-    holder = deps.hud_keys.claim(row.dispatch_id, hud_key, f"run {report.run_id} attempt {report.run_attempt}", now)
+    owner = f"run {report.run_id} attempt {report.run_attempt}"
+    try:
+        holder = deps.hud_keys.claim(row.dispatch_id, hud_key, owner, now, deps.max_jobs_per_dispatch)
+    except JobLimitReached:
+        raise OverLimit(
+            f"this dispatch already holds {deps.max_jobs_per_dispatch} jobs, the limit per dispatch; "
+            f"job {report.job_name} was not recorded",
+            field="job_name",
+            limit="jobs_per_dispatch",
+        ) from None
     if holder is not None:
         raise Conflict(
             f"check run {check_run_id} of job {report.job_name} was already reported by {holder}; "

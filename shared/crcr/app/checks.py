@@ -106,6 +106,10 @@ class CheckDeps:
     gauge: BudgetGauge | None = None  # check_runs: auto reads the installation's hourly window (None: always room)
     demotions: DemotionReader | None = None  # L3 repositories with an open demotion PR get no new check runs
     reactions: Reactions | None = None  # answers to PR comment commands
+    # Each downstream's share of the upstream installation's write budget (CRCR_DOWNSTREAM_WRITE_SHARE): one whose
+    # jobs would take more waits for its own share, never for another's. None: no share (the whole budget).
+    share: Pacer | None = None
+    share_gauge: BudgetGauge | None = None  # the same shares, read without taking a slot
 
 
 class CheckRunRace(Exception):
@@ -300,6 +304,24 @@ def _makes(check: _Check, why: _Why, deps: CheckDeps, budget: Budget) -> bool:
     return False
 
 
+SHARE_RECHECK_S = 60.0
+
+
+def _share_spent(message: CheckSyncMessage, deps: CheckDeps) -> float:
+    """When the downstream has spent its share's longest window (the hour): look again in a minute."""
+    if deps.share_gauge is None or not message.repo:
+        return 0.0
+    level = deps.share_gauge.level(share_key(message.upstream, message.repo), deps.clock.now())
+    if level.booked <= level.burst:
+        return 0.0
+    deps.metrics.count("DownstreamThrottled")
+    return SHARE_RECHECK_S
+
+
+def share_key(upstream: str, repo: str) -> str:
+    return f"{ascii_lower(upstream)}#{ascii_lower(repo)}"
+
+
 def _write(
     check: _Check,
     fields: dict[str, Any],
@@ -308,6 +330,7 @@ def _write(
     deps: CheckDeps,
     budget: Budget,
     why: _Why = _Why(),
+    repo: str = "",
 ) -> bool:
     """Write one check run if it moves forward and the repository's setting makes it (with `auto`, what the
     budget's hourly window allows). Pace first, then lock the row at the version read (one writer per check
@@ -318,6 +341,12 @@ def _write(
         return False
     if not _makes(check, why, deps, budget):
         return False
+    if deps.share is not None and repo:
+        # The downstream's own share first: over it, the write waits (Paced) without touching the installation's.
+        wait = deps.share.acquire(share_key(check.upstream, repo), deps.clock.now())
+        if wait > 0:
+            deps.metrics.count("DownstreamThrottled")
+            raise Paced(wait)
     budget.spend(deps.pacer, lambda: deps.api.installation_for(check.upstream), deps.clock.now())
     key = (check.upstream, check.head_sha, check.name)
     locked = deps.store.lock_check(*key, check.version, deps.clock.now(), deps.lease_s)
@@ -379,7 +408,8 @@ def sync_job(message: CheckSyncMessage, deps: CheckDeps, written: list[str], bud
         return
     fields = check_run_fields(job, check.name)
     need, writes = job_run_need(check.known, fields["status"])
-    if _write(check, fields, job.run_attempt, job.fingerprint != SWEPT, deps, budget, _Why(mode, need, writes)):
+    why = _Why(mode, need, writes)
+    if _write(check, fields, job.run_attempt, job.fingerprint != SWEPT, deps, budget, why, repo=job.repo):
         written.append(check.name)
 
 
@@ -408,7 +438,7 @@ def sync_repo(message: CheckSyncMessage, deps: CheckDeps, written: list[str], bu
     # per_repo (and auto when the budget is tight) spends it on what decides a merge: the result.
     why = _Why(_mode(row.repo, deps), *repo_run_need(known, state.status, state.run_attempt))
     fields = repo_check_fields(row, jobs, state, check.name)
-    if _write(check, fields, state.run_attempt, state.genuine, deps, budget, why):
+    if _write(check, fields, state.run_attempt, state.genuine, deps, budget, why, repo=row.repo):
         written.append(check.name)
     return state.settles_at
 
@@ -505,6 +535,8 @@ def sync(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
             return outcome
         if message.kind == "react":
             return react(message, deps, budget)
+        if message.kind in ("job", "repo") and (wait := _share_spent(message, deps)) > 0:
+            raise Paced(wait)  # before reading the dispatch's jobs: a downstream over its share costs no reads
         if message.kind == "job":
             sync_job(message, deps, outcome.written, budget)
         settles_at = sync_repo(message, deps, outcome.written, budget)

@@ -156,6 +156,9 @@ def _ingest(body: bytes, headers: Mapping[str, str], deps: IngestDeps) -> Ingest
     if claim is Claim.REPLAYED:
         deps.metrics.count("WebhookReplayed")
         return IngestResult(Outcome.DUPLICATE, delivery_id, "this body was already accepted under another delivery id")
+    if claim is Claim.REUSED:
+        deps.metrics.count("WebhookIdReused")
+        return IngestResult(Outcome.DUPLICATE, delivery_id, "this delivery id was already accepted with another body")
     if claim is Claim.PENDING:
         deps.metrics.count("WebhookRequeued")
 

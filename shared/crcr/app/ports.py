@@ -29,6 +29,7 @@ class Claim(Enum):
     QUEUED = "queued"  # seen before and handed to the queue: a redelivery
     PENDING = "pending"  # seen before but never reached the queue: send it again
     REPLAYED = "replayed"  # the same signed body was accepted under another delivery id: a replay
+    REUSED = "reused"  # this delivery id was accepted with another body: this body claims nothing under it
 
 
 class DeliveryStore(Protocol):
@@ -495,11 +496,23 @@ class ResultsStore(Protocol):
         ...
 
 
+class JobAttempts(Protocol):
+    def attempts_of_job(self, dispatch_id: str, run_id: str, job_name: str) -> list[JobRecord]:
+        """Every recorded attempt of one job of one run (at most MAX_RUN_ATTEMPT), read by key (never the dispatch's
+        other jobs), without `callback_payload` and `fingerprint` (both ""): read them, never write them back."""
+        ...
+
+
+class JobLimitReached(Exception):
+    """The dispatch has as many jobs as it may hold: a new one is not taken."""
+
+
 class HudKeys(Protocol):
-    def claim(self, dispatch_id: str, hud_key: str, owner: str, now: float) -> str | None:
+    def claim(self, dispatch_id: str, hud_key: str, owner: str, now: float, max_jobs: int) -> str | None:
         """Take one HUD row's key among a dispatch's jobs for `owner` (the job's run and attempt; the key names the
-        job): None when the key is the owner's (taken now, or by an earlier report of the same job), else the
-        owner that holds it."""
+        job), counting it among the dispatch's jobs: None when the key is the owner's (taken now, or by an earlier
+        report of the same job, counted once), else the owner that holds it. Raises JobLimitReached when the
+        dispatch holds `max_jobs` keys already (and takes nothing)."""
         ...
 
 
@@ -533,6 +546,22 @@ class Hud(Protocol):
 
 class DeadLetters(Protocol):
     def send(self, body: dict[str, Any], reason: str) -> None: ...
+
+
+class CommitMemory(Protocol):
+    def commit_seen(self, upstream: str, sha: str) -> bool | None:
+        """What the relay knows of an upstream commit without asking GitHub: True when it saw it pushed to the default
+        branch or GitHub found it before, False when GitHub said it has no such commit (remembered a while), None
+        when it never asked."""
+        ...
+
+    def remember_commit(self, upstream: str, sha: str, found: bool, now: float) -> None: ...
+
+
+class RefusalLog(Protocol):
+    def count(self, repo: str, reason: str, now: float) -> int:
+        """Count one refused report of `repo` for `reason`: how many this hour, this one included."""
+        ...
 
 
 class UpstreamCommits(Protocol):
@@ -684,6 +713,14 @@ class JobsByRepo(Protocol):
         """Every job row (every attempt, any state) of one downstream repository dispatched at or after
         `since`, oldest dispatch first; names compare case-insensitively. Rows come from an index without
         `callback_payload` and `fingerprint` (both ""): read them, never write them back."""
+        ...
+
+
+class BaselineJobs(Protocol):
+    def baseline_jobs(self, repo: str, workflow_name: str, job_name: str, since: float) -> list[JobRecord]:
+        """One downstream job's results on the branch (a push or a scheduled run, never a PR's) dispatched at or
+        after `since`; names compare case-insensitively for the repository, exactly for the workflow and job. Rows
+        without `callback_payload` and `fingerprint` (both ""): read them, never write them back."""
         ...
 
 

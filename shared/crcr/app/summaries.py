@@ -524,10 +524,13 @@ MAX_REASONS = 20
 OTHER_REASON = "other"
 
 
-def note_refusals(repo: str, reasons: Mapping[str, int], deps: SummaryDeps, key: str | None = None) -> None:
+def note_refusals(
+    repo: str, reasons: Mapping[str, int], deps: SummaryDeps, key: str | None = None, message: str | None = None
+) -> None:
     """Count reports the relay refused for a downstream (a HUD push refused, a report over its quota) on its
     repository page, by reason, and keep the repository on the overview's grid. `key` names one refusal, so a
-    retried record counts once (the newest REFUSAL_KEYS keys are remembered)."""
+    retried record counts once (the newest REFUSAL_KEYS keys are remembered); `message`, what the relay answered,
+    is kept with each reason counted."""
     now = round(deps.clock.now(), 3)
     total: list[int] = []
 
@@ -544,6 +547,8 @@ def note_refusals(repo: str, reasons: Mapping[str, int], deps: SummaryDeps, key:
             slot = refused["reasons"].setdefault(text, {"count": 0})
             slot["count"] += count
             slot["last_at"] = now
+            if message:
+                slot["message"] = message[:300]
             refused["total"] += count
         refused["last_at"] = now
         if key is not None:

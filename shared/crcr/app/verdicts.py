@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from crcr.app.ports import BranchOrder, Clock, JobRecord, JobsByRepo, ResultsStore, VerdictStore
+from crcr.app.ports import BaselineJobs, BranchOrder, Clock, JobAttempts, JobRecord, VerdictStore
 from crcr.domain.ids import run_order
 from crcr.domain.verdicts import FLAKY, Attempt, classify
 
@@ -20,9 +20,9 @@ BASELINE_WINDOW_S = 14 * 86_400
 
 @dataclass(frozen=True)
 class VerdictDeps:
-    results: ResultsStore
+    results: JobAttempts
     store: VerdictStore
-    by_repo: JobsByRepo
+    by_repo: BaselineJobs
     branch: BranchOrder
     clock: Clock
     window_s: float = BASELINE_WINDOW_S
@@ -38,13 +38,14 @@ def attempt(job: JobRecord) -> Attempt:
 
 
 def _attempts(job: JobRecord, deps: VerdictDeps) -> list[JobRecord]:
-    """Every attempt of this job's run (a re-run is the run's next attempt)."""
+    """Every attempt of this job's run (a re-run is the run's next attempt): read by key, so the work is the job's
+    own, however many other jobs its dispatch has."""
     found = [
         j
-        for j in deps.results.jobs_of_dispatch(job.dispatch_id)
-        if j.run_id == job.run_id and j.job_name == job.job_name and j.workflow_name == job.workflow_name
+        for j in deps.results.attempts_of_job(job.dispatch_id, job.run_id, job.job_name)
+        if j.workflow_name == job.workflow_name and j.run_attempt != job.run_attempt
     ]
-    found = [j for j in found if j.run_attempt != job.run_attempt] + [job]  # this change as it stands now
+    found.append(job)  # this change as it stands now
     return sorted(found, key=lambda j: j.run_attempt)
 
 
@@ -57,9 +58,11 @@ def baseline(job: JobRecord, deps: VerdictDeps) -> JobRecord | None:
     base_time = deps.branch.commit_times(job.upstream, [pr.base_sha]).get(pr.base_sha)
     if base_time is None:
         return None
+    # The job's own branch history (an index holding only branch results): never the repository's other jobs.
+    history = deps.by_repo.baseline_jobs(job.repo, job.workflow_name, job.job_name, deps.clock.now() - deps.window_s)
     candidates = [
         j
-        for j in deps.by_repo.jobs_of_repo(job.repo, deps.clock.now() - deps.window_s)
+        for j in history
         if j.event_type in BASELINE_EVENTS
         and j.pr is None  # a ciflow tag push is a PR's CI, not the branch's
         and j.workflow_name == job.workflow_name

@@ -69,6 +69,10 @@ def _url(value: str) -> str:
     parts = urlsplit(value)  # a malformed [IPv6] host raises ValueError, which is a 400 too
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError("must be an http(s) URL")
+    try:
+        parts.port  # noqa: B018 - a port of 99999 or `abc` raises here; it became the check run's details_url
+    except ValueError:
+        raise ValueError("must be an http(s) URL with a port from 0 to 65535") from None
     return value
 
 

@@ -12,10 +12,11 @@ class CrcrError(Exception):
 
     reason: str = "error"
 
-    def __init__(self, message: str, *, field: str | None = None) -> None:
+    def __init__(self, message: str, *, field: str | None = None, limit: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.field = field
+        self.limit = limit  # the documented limit a request went past (docs/contracts.md), named in the answer
 
 
 class BadSignature(CrcrError):
@@ -53,6 +54,12 @@ class Forbidden(CrcrError):
     reason = "forbidden"
 
 
+class OverLimit(Forbidden):
+    """Past a documented per-dispatch or per-job limit: the same request is refused however often it is sent."""
+
+    reason = "over_limit"
+
+
 class Conflict(CrcrError):
     reason = "conflict"
 
@@ -60,8 +67,8 @@ class Conflict(CrcrError):
 class RetryLater(CrcrError):
     """Answered with Retry-After: the same request may succeed later."""
 
-    def __init__(self, message: str, *, retry_after_s: int, field: str | None = None) -> None:
-        super().__init__(message, field=field)
+    def __init__(self, message: str, *, retry_after_s: int, field: str | None = None, limit: str | None = None) -> None:
+        super().__init__(message, field=field, limit=limit)
         self.retry_after_s = retry_after_s
 
 

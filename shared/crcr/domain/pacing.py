@@ -41,6 +41,13 @@ REDELIVERY_RATES: tuple[Rate, ...] = (Rate(30, 60.0, burst=10), Rate(300, 3600.0
 RESERVE_HORIZON_S = 900.0
 
 
+def share_of(rates: tuple[Rate, ...], share: float) -> tuple[Rate, ...]:
+    """A part of a budget, each window scaled (at least one call a window, so a share never stops a caller)."""
+    return tuple(
+        Rate(max(1, round(rate.count * share)), rate.period_s, max(0, round(rate.burst * share))) for rate in rates
+    )
+
+
 def parse_rates(text: str) -> tuple[Rate, ...]:
     """`<count>/<period_s>+<burst>` windows separated by commas, e.g. CONTENT_RATES is `60/60+15,440/3600+50`."""
     rates = []

@@ -106,7 +106,16 @@ def fit_payload(payload: dict[str, Any], budget: int) -> tuple[dict[str, Any], b
             del labels[len(labels) // 2 :]
         if encoded_size(out) <= budget:
             break
-    # Add back the rest, slimmed, field by field, while it fits.
+    # Add back the rest, slimmed, field by field, while it fits: first what the pull request carries beyond the
+    # skeleton (merge_commit_sha, mergeable, …), then the other top-level keys.
+    pr, kept_pr = payload.get("pull_request"), out.get("pull_request")
+    if isinstance(pr, dict) and isinstance(kept_pr, dict):
+        for key, value in _slim(pr).items():
+            if key in kept_pr:
+                continue
+            kept_pr[key] = value
+            if encoded_size(out) > budget:
+                del kept_pr[key]
     for key, value in payload.items():
         if key in out:
             continue

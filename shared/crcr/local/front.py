@@ -3,7 +3,8 @@
 Stdlib only (`socketserver` + `http.server`'s request parsing): the server runs inside the relay process. What it
 adds to `ThreadingHTTPServer` is the edge behaviour docs/local-stack.md describes: strict message framing
 (RFC 9112 §6), chunked request bodies, API Gateway's payload and header quotas, a per-request read deadline,
-a listen backlog, and bounds on connections and on request bytes held in memory.
+a listen backlog, and bounds on connections (an idle one gives its worker up to a waiting one) and on request
+bytes held in memory (each request holds what it has received, never what it declares).
 """
 
 from __future__ import annotations
@@ -57,8 +58,14 @@ class Limits:
     max_head: int = 10240
     backlog: int = 1024  # listen(2) queue: a burst waits for a worker instead of being reset
     max_connections: int = 256  # threads; past this, connections wait in the backlog
-    body_budget: int = 64 * 1024 * 1024  # request bodies held in memory at once, across connections
+    # Request bodies held in memory at once, across connections: each request holds what it has received so far
+    # (never what it declares), and a request that finds no room within `budget_wait_s` is answered 503.
+    body_budget: int = 64 * 1024 * 1024
+    budget_wait_s: float = 1.0
     idle_s: float = 60.0  # a keep-alive connection with no request in flight
+    # With every worker taken, a connection idle this long (no request in flight, or none sent yet since it
+    # connected) is closed for a waiting one: idle sockets cannot hold the workers from requests.
+    evict_idle_after_s: float = 1.0
     request_s: float = 30.0  # the whole request, first byte to last, however slowly it trickles in
     write_s: float = 30.0  # the whole response, to a client that stops reading
     linger_s: float = 2.0  # after a refusal, drain what the client still sends so it reads the answer, not a reset
@@ -86,6 +93,11 @@ class _Budget:
         self._free = total
         self._cond = threading.Condition()
 
+    @property
+    def free(self) -> int:
+        with self._cond:
+            return self._free
+
     def take(self, n: int, deadline: float) -> bool:
         with self._cond:
             if not self._cond.wait_for(lambda: self._free >= n, max(0.0, deadline - time.monotonic())):
@@ -97,6 +109,9 @@ class _Budget:
         with self._cond:
             self._free += n
             self._cond.notify_all()
+
+
+_PIECE = 64 * 1024  # a body is read, and its budget taken, this much at a time
 
 
 class _DeadlineReader(io.RawIOBase):
@@ -145,14 +160,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         self.command, self.requestline, self.request_version = "", "", self.default_request_version
         self.reader.deadline = time.monotonic() + limits.idle_s
+        self.server.idle(self.connection, True)
         try:
             if not self.buffered.peek(1):
-                return  # the client closed its idle connection
+                return  # the client closed its idle connection (or the server did, for a waiting one)
         except OSError:  # an idle keep-alive connection times out (or resets) without a word, as servers do
             return
+        finally:
+            self.server.idle(self.connection, False)
         self.reader.deadline = time.monotonic() + limits.request_s
         self._continue = False
-        taken = 0
+        self.held = 0
         try:
             framing = self._read_head()
             if framing is None:
@@ -160,17 +178,11 @@ class _Handler(BaseHTTPRequestHandler):
             chunked, length = framing
             if length > limits.max_body:
                 raise _Refused(413)  # before reading a byte of it (and before any 100 Continue)
-            taken = limits.max_body if chunked else length
-            if taken and not self.server.budget.take(taken, self.reader.deadline):
-                taken = 0
-                raise _Refused(503)
-            if self._continue and taken:
+            if self._continue and (chunked or length):
                 self.send_response_only(HTTPStatus.CONTINUE)
                 self.end_headers()
                 self.wfile.flush()
-            body = self._read_chunked() if chunked else self.rfile.read(length)
-            if len(body) < length:
-                raise _Gone
+            body = self._read_chunked() if chunked else self._read_exact(length)
             self._answer(body)
         except _Refused as refusal:
             self._refuse(refusal.status)
@@ -179,8 +191,28 @@ class _Handler(BaseHTTPRequestHandler):
         except _Gone:
             self.close_connection = True
         finally:
-            if taken:
-                self.server.budget.give(taken)
+            if self.held:
+                self.server.budget.give(self.held)
+
+    def _hold(self, n: int) -> None:
+        """Room for `n` more body bytes in memory, or 503 once `budget_wait_s` (or the request's deadline) passes."""
+        limits = self.server.limits
+        if not self.server.budget.take(n, min(self.reader.deadline, time.monotonic() + limits.budget_wait_s)):
+            raise _Refused(503)
+        self.held += n
+
+    def _read_exact(self, n: int) -> bytes:
+        """`n` body bytes, a piece at a time, each piece's room taken before it is read."""
+        parts = []
+        while n > 0:
+            piece = min(n, _PIECE)
+            self._hold(piece)
+            data = self.rfile.read(piece)
+            if len(data) < piece:
+                raise _Gone
+            parts.append(data)
+            n -= piece
+        return b"".join(parts)
 
     def _read_head(self) -> tuple[bool, int] | None:
         """Request line and fields within API Gateway's quota, parsed by http.server; then the body's framing."""
@@ -265,10 +297,7 @@ class _Handler(BaseHTTPRequestHandler):
             size = int(size_field, 16)
             if size == 0:
                 break
-            data = self.rfile.read(size)
-            if len(data) < size:
-                raise _Gone
-            body += data
+            body += self._read_exact(size)
             end = self.rfile.read(1)
             if end == b"\r":
                 end = self.rfile.read(1)
@@ -341,8 +370,11 @@ class FrontEnd(socketserver.TCPServer):
         self.budget = _Budget(self.limits.body_budget)
         self.received = 0  # bytes read from clients into requests
         self.discarded = 0  # bytes drained and dropped after a refusal
+        self.evicted = 0  # idle connections closed for a connection waiting for a worker
+        self._idle: dict[socket.socket, float] = {}  # connections waiting for a request, since when
         self._slots = threading.BoundedSemaphore(self.limits.max_connections)
         self._closing = threading.Event()
+        self._serving = threading.Event()
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
         super().__init__(address, _Handler)
@@ -360,15 +392,39 @@ class FrontEnd(socketserver.TCPServer):
         with self._lock:
             return {
                 "open_connections": len(self._open),
+                "idle_connections": len(self._idle),
+                "evicted_idle_connections": self.evicted,
                 "received_bytes": self.received,
                 "discarded_bytes": self.discarded,
+                "body_bytes_held": self.limits.body_budget - self.budget.free,
             }
 
+    def idle(self, sock: socket.socket, waiting: bool) -> None:
+        with self._lock:
+            if waiting:
+                self._idle[sock] = time.monotonic()
+            else:
+                self._idle.pop(sock, None)
+
+    def _evict_idle(self) -> None:
+        """Close the connection idle longest, if it has been idle a while: its worker is free for a waiting one."""
+        with self._lock:
+            oldest = next(iter(self._idle.items()), None)
+            if oldest is None or time.monotonic() - oldest[1] < self.limits.evict_idle_after_s:
+                return
+            sock = oldest[0]
+            del self._idle[sock]
+            self.evicted += 1
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)  # its worker's wait for a request ends now
+
     def get_request(self) -> tuple[Any, Any]:
-        # Every slot busy: accept nothing, so later clients wait in the kernel's backlog (a delay, not a reset).
-        while not self._slots.acquire(timeout=0.25):
+        # Every slot busy: close an idle connection for it, or else accept nothing, so later clients wait in the
+        # kernel's backlog (a delay, not a reset).
+        while not self._slots.acquire(timeout=0.05):
             if self._closing.is_set():
                 raise OSError("stopping")
+            self._evict_idle()
         try:
             return self.socket.accept()
         except OSError:
@@ -419,9 +475,14 @@ class FrontEnd(socketserver.TCPServer):
             left -= len(data)
             self.count(discarded=len(data))
 
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        self._serving.set()
+        super().serve_forever(poll_interval)
+
     def shutdown(self) -> None:
         self._closing.set()
-        super().shutdown()
+        if self._serving.is_set():  # a server bound but never served has no loop to wait for
+            super().shutdown()
 
     def server_close(self) -> None:
         super().server_close()

@@ -145,9 +145,122 @@ class StreamReader:
         return list(got.get("Records", []))
 
 
+class ParallelStream:
+    """Lambda's stream event source with a ParallelizationFactor: up to that many batches of a shard at once, each
+    partition key's records in order (a key waits while a batch holding it is out, or being retried). One table
+    partition, say one dispatch with hundreds of jobs, then holds one batch at a time, never the others' turn."""
+
+    LOOKAHEAD = 1000  # records read ahead of the batches
+
+    def __init__(self, stack: LocalStack, fn: FunctionDecl, source: StreamSource) -> None:
+        self.stack, self.fn, self.source = stack, fn, source
+        self.reader = StreamReader(stack.client("dynamodbstreams"), stack.stream_arns[source.table])
+        self.pending: list[tuple[int, str, dict[str, Any]]] = []  # (sequence number, shard, record), in order
+        self.out: set[str] = set()  # partition keys of the batches out
+        self.running = 0
+        self.cond = threading.Condition()
+
+    @staticmethod
+    def key(record: dict[str, Any]) -> str:
+        keys = (record.get("dynamodb") or {}).get("Keys") or {}
+        return json.dumps(keys.get("pk", keys), sort_keys=True)
+
+    def run(self) -> None:
+        try:
+            self._run()
+        finally:  # the batches out finish before the stack stops moto under them
+            with self.cond:
+                self.cond.wait_for(lambda: self.running == 0, timeout=10)
+
+    def _run(self) -> None:
+        stop = self.stack._stop
+        while not stop.is_set():
+            try:
+                read = self._read()
+            except Exception:  # moto going away while stopping
+                if stop.wait(0.5):
+                    return
+                continue
+            with self.cond:
+                batch = self._take()
+                if batch:
+                    self.running += 1
+            if batch:
+                threading.Thread(target=self._deliver, args=(batch,), daemon=True, name="stream-batch").start()
+            else:
+                with self.cond:
+                    # An idle shard is polled 4 times a second; records whose keys are all out wait for a batch to
+                    # come back (which wakes this at once).
+                    self.cond.wait(0.05 if read else 0.2)
+
+    def _read(self) -> bool:
+        with self.cond:
+            if len(self.pending) >= self.LOOKAHEAD:
+                return False
+        got: list[tuple[int, str, dict[str, Any]]] = []
+        for sid in self.reader.shards():
+            got += [(int(r["dynamodb"]["SequenceNumber"]), sid, r) for r in self.reader.read(sid, 1000)]
+        kept = [g for g in got if passes(self.source.filters, g[2])]
+        with self.cond:
+            self.pending += kept
+        return bool(got)
+
+    def _take(self) -> list[tuple[int, str, dict[str, Any]]]:
+        """The next batch: the oldest records whose keys no batch out holds, up to the batch size."""
+        if self.running >= self.source.parallelization:
+            return []
+        batch: list[tuple[int, str, dict[str, Any]]] = []
+        shard: str | None = None
+        for item in self.pending:
+            if len(batch) >= self.source.batch_size:
+                break
+            if self.key(item[2]) in self.out or (shard is not None and item[1] != shard):
+                continue
+            shard = item[1]
+            batch.append(item)
+        for item in batch:
+            self.pending.remove(item)
+            self.out.add(self.key(item[2]))
+        return batch
+
+    def _deliver(self, batch: list[tuple[int, str, dict[str, Any]]]) -> None:
+        attempt, held = 0, {self.key(r) for _, _, r in batch}
+        try:
+            while batch and not self.stack._stop.is_set():
+                records = [r for _, _, r in batch]
+                try:
+                    result = self.stack.invoke(self.fn.logical_id, {"Records": records})
+                    failed = [f["itemIdentifier"] for f in (result or {}).get("batchItemFailures") or []]
+                except Exception:
+                    failed = [records[0]["dynamodb"]["SequenceNumber"]]
+                if not failed:
+                    return
+                first = next(i for i, r in enumerate(records) if r["dynamodb"]["SequenceNumber"] in failed)
+                batch, attempt = batch[first:], attempt + 1
+                if self.source.max_retries >= 0 and attempt > self.source.max_retries:
+                    self.stack.stream_failed(self.fn, self.source, batch[0][1], [r for _, _, r in batch])
+                    return
+                self.stack._stop.wait(min(2.0**attempt * 0.1, 5.0))  # its keys stay held while it backs off
+        finally:
+            with self.cond:
+                self.running -= 1
+                self.out -= held
+                self.cond.notify_all()
+
+
 def _unchanged(record: dict[str, Any]) -> bool:
     data = record.get("dynamodb") or {}
     return record.get("eventName") == "MODIFY" and "OldImage" in data and data.get("OldImage") == data.get("NewImage")
+
+
+def _shown_dispatch(dispatch: dict[str, Any]) -> dict[str, Any]:
+    payload = dispatch.get("client_payload") or {}
+    return {
+        "repo": dispatch.get("repo"),
+        "event_type": dispatch.get("event_type"),
+        "delivery_id": payload.get("delivery_id"),
+        "at": dispatch.get("at"),
+    }
 
 
 @dataclass
@@ -199,6 +312,10 @@ class LocalStack:
         self.host = host
         self.port = port or free_port(host)
         self.url = f"http://{host}:{self.port}"
+        # The sandbox GitHub, OIDC issuers, Buildkite and HUD answer on a port of their own (bound when the stack
+        # starts): the relay's calls to them never queue behind requests to the relay's own edge.
+        self.sandbox_port = 0
+        self.sandbox_url = ""
         self.env = dict(os.environ if env is None else env)
         self.pollers_per_queue = pollers_per_queue
         self.visibility_timeout_s = visibility_timeout_s
@@ -220,6 +337,7 @@ class LocalStack:
         self._threads: list[threading.Thread] = []
         self._moto: Any = None
         self._http: FrontEnd | None = None
+        self._sandbox_http: FrontEnd | None = None
         self.invocations: dict[str, int] = {}
         self._saved_environ: dict[str, str] = {}
         self._warm: set[str] = set()
@@ -437,6 +555,9 @@ class LocalStack:
 
     def _poll_stream(self, fn: FunctionDecl, source: StreamSource) -> None:
         """Lambda's stream event source: in order per shard, retry from the failed record, then on-failure."""
+        if source.parallelization > 1:
+            ParallelStream(self, fn, source).run()
+            return
         reader = StreamReader(self.client("dynamodbstreams"), self.stream_arns[source.table])
         pending: dict[str, list[dict[str, Any]]] = {}
         retries: dict[str, int] = {}
@@ -457,6 +578,26 @@ class LocalStack:
                     return
             if not busy:  # Lambda polls an idle shard 4 times a second, and one with records waiting at once
                 self._stop.wait(0.2)
+
+    def stream_failed(self, fn: FunctionDecl, source: StreamSource, shard: str, dropped: list[dict[str, Any]]) -> None:
+        """Records given up on after the source's retries: their batch's description to the on-failure queue."""
+        if not source.on_failure_queue:
+            return
+        self.client("sqs").send_message(
+            QueueUrl=self.queue_urls[source.on_failure_queue],
+            MessageBody=json.dumps(
+                {
+                    "requestContext": {"condition": "RetryAttemptsExhausted", "functionArn": fn.logical_id},
+                    "DDBStreamBatchInfo": {
+                        "shardId": shard,
+                        "streamArn": self.stream_arns[source.table],
+                        "startSequenceNumber": dropped[0]["dynamodb"]["SequenceNumber"],
+                        "endSequenceNumber": dropped[-1]["dynamodb"]["SequenceNumber"],
+                        "batchSize": len(dropped),
+                    },
+                }
+            ),
+        )
 
     def _deliver_stream_batch(
         self,
@@ -483,22 +624,7 @@ class LocalStack:
             dropped = pending[shard][: len(batch) - first]
             pending[shard] = pending[shard][len(dropped) :]
             retries[shard] = 0
-            if source.on_failure_queue:
-                self.client("sqs").send_message(
-                    QueueUrl=self.queue_urls[source.on_failure_queue],
-                    MessageBody=json.dumps(
-                        {
-                            "requestContext": {"condition": "RetryAttemptsExhausted", "functionArn": fn.logical_id},
-                            "DDBStreamBatchInfo": {
-                                "shardId": shard,
-                                "streamArn": self.stream_arns[source.table],
-                                "startSequenceNumber": dropped[0]["dynamodb"]["SequenceNumber"],
-                                "endSequenceNumber": dropped[-1]["dynamodb"]["SequenceNumber"],
-                                "batchSize": len(dropped),
-                            },
-                        }
-                    ),
-                )
+            self.stream_failed(fn, source, shard, dropped)
             return
         self._stop.wait(min(2.0 ** retries[shard] * 0.1, 5.0))  # Lambda backs off between stream retries
 
@@ -542,14 +668,27 @@ class LocalStack:
     # -- HTTP -------------------------------------------------------------------------------------------
     def _serve(self) -> None:
         # API Gateway's edge in front of the routes: framing, payload and header quotas, bursts (crcr.local.front).
-        self._http = FrontEnd((self.host, self.port), self.route)
-        thread = threading.Thread(target=self._http.serve_forever, name="crcr-http", daemon=True)
-        thread.start()
-        self._threads.append(thread)
+        assert self._http is not None and self._sandbox_http is not None
+        sandboxed = (
+            self.sandbox,
+            self.sandbox_oidc,
+            self.sandbox_hud,
+            self.sandbox_buildkite,
+            self.sandbox_buildkite_oidc,
+        )
+        if not any(sandboxed):
+            self._sandbox_http.server_close()  # no sandbox service to serve
+            self._sandbox_http = None
+        for name, server in (("crcr-http", self._http), ("crcr-sandbox-http", self._sandbox_http)):
+            if server is not None:
+                thread = threading.Thread(target=server.serve_forever, name=name, daemon=True)
+                thread.start()
+                self._threads.append(thread)
 
-    def route(
+    def sandbox_route(
         self, method: str, path: str, query: str, headers: dict[str, str], body: bytes
     ) -> tuple[int, bytes, dict[str, str]]:
+        """The sandbox services, on their own port."""
         if path.startswith(SANDBOX_PREFIX + "/") and self.sandbox is not None:
             doc = json.loads(body) if body else None
             reply = self.sandbox.handle(
@@ -576,6 +715,11 @@ class LocalStack:
         if path == SANDBOX_HUD_PATH and self.sandbox_hud is not None:
             status, answer = self.sandbox_hud.handle(method, headers, body)
             return status, json.dumps(answer).encode(), {"content-type": "application/json"}
+        return 404, b'{"message":"Not Found"}', {"content-type": "application/json"}
+
+    def route(
+        self, method: str, path: str, query: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, bytes, dict[str, str]]:
         if path == "/_crcr/status":
             return 200, json.dumps(self.status()).encode(), {"content-type": "application/json"}
         matched = self._match_route(method, path)
@@ -632,11 +776,14 @@ class LocalStack:
             "metrics": dict(TOTALS),
             "invocations": dict(self.invocations),
             "queues": dict(self.queue_urls),
-            "dispatches": self.sandbox.dispatches if self.sandbox else None,
+            # What was sent, never the credentials in it: a ticket lets its holder report for the dispatch.
+            "dispatches": [_shown_dispatch(d) for d in self.sandbox.dispatches] if self.sandbox else None,
             "sandbox_callbacks": self.workflows.replies if self.workflows else None,
             "sandbox_hud_rows": len(self.sandbox_hud.table) if self.sandbox_hud else None,
             "sandbox_builds": len(self.sandbox_buildkite.builds) if self.sandbox_buildkite else None,
             "http": self._http.stats() if self._http else None,
+            "sandbox_url": self.sandbox_url if self._sandbox_http else None,
+            "sandbox_http": self._sandbox_http.stats() if self._sandbox_http else None,
         }
 
     # -- lifecycle --------------------------------------------------------------------------------------
@@ -657,12 +804,28 @@ class LocalStack:
     def start(self) -> LocalStack:
         self.preflight()
         self._saved_environ = dict(os.environ)
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()  # what did start (moto, servers, the process environment) is put back as it was
+            raise
+
+    def _start(self) -> LocalStack:
+        # Both ports are bound first, so nothing the stack starts next (moto on a free port) can take either.
+        self._http = FrontEnd((self.host, self.port), self.route)
+        self._sandbox_http = FrontEnd((self.host, 0), self.sandbox_route)
+        self.sandbox_port = int(self._sandbox_http.server_address[1])
+        self.sandbox_url = f"http://{self.host}:{self.sandbox_port}"
+        from crcr.adapters.observability import logger  # noqa: PLC0415 - Powertools, loaded with the functions
+        from crcr.local.logs import per_thread_log_keys  # noqa: PLC0415
+
+        per_thread_log_keys(logger)  # the functions run in threads here, each with its own log keys
         self._start_aws()
         if not self.env.get("CRCR_GITHUB_API_URL"):
             keys = generate_keys()
             self.env.setdefault("CRCR_GITHUB_APP_PRIVATE_KEY", keys["github_app_private_key"])
             self.env.setdefault("CRCR_GITHUB_APP_ID", SANDBOX_APP_ID)
-            self.env["CRCR_GITHUB_API_URL"] = self.url + SANDBOX_PREFIX
+            self.env["CRCR_GITHUB_API_URL"] = self.sandbox_url + SANDBOX_PREFIX
             private = serialization.load_pem_private_key(self.env["CRCR_GITHUB_APP_PRIVATE_KEY"].encode(), None)
             assert isinstance(private, rsa.RSAPrivateKey)
             installs = SandboxInstalls(
@@ -672,8 +835,8 @@ class LocalStack:
             )
             self.sandbox = SandboxGitHub(self.env["CRCR_GITHUB_APP_ID"], private.public_key(), installs)
             if not self.env.get("CRCR_OIDC_ISSUER"):
-                # Sandbox downstream runs report with tokens from a sandbox issuer on this port.
-                self.sandbox_oidc = SandboxOidc(self.url + SANDBOX_OIDC_PREFIX)
+                # Sandbox downstream runs report with tokens from a sandbox issuer on the sandbox port.
+                self.sandbox_oidc = SandboxOidc(self.sandbox_url + SANDBOX_OIDC_PREFIX)
                 self.env["CRCR_OIDC_ISSUER"] = self.sandbox_oidc.issuer
                 audience = self.env.get("CRCR_OIDC_AUDIENCE") or "crcr"
                 self.env["CRCR_OIDC_AUDIENCE"] = audience
@@ -685,7 +848,7 @@ class LocalStack:
             if not self.env.get("CRCR_HUD_URL"):
                 # Pushes go to a port of PyTorch's HUD endpoint, which judges them as PyTorch's would.
                 self.sandbox_hud = TorchciHud(self.env.get("CRCR_HUD_TOKEN") or secrets.token_hex(16))
-                self.env["CRCR_HUD_URL"] = self.url + SANDBOX_HUD_PATH
+                self.env["CRCR_HUD_URL"] = self.sandbox_url + SANDBOX_HUD_PATH
                 self.env["CRCR_HUD_TOKEN"] = self.sandbox_hud.token
         resolver = self._create_resources()
         self._configure_functions(resolver)
@@ -696,21 +859,22 @@ class LocalStack:
     def _start_sandbox_buildkite(self) -> None:
         """Buildkite downstreams build on a sandbox Buildkite whose jobs report with sandbox agent tokens."""
         if not self.env.get("CRCR_BUILDKITE_OIDC_ISSUER"):
-            self.sandbox_buildkite_oidc = SandboxOidc(self.url + SANDBOX_BUILDKITE_OIDC_PREFIX)
+            self.sandbox_buildkite_oidc = SandboxOidc(self.sandbox_url + SANDBOX_BUILDKITE_OIDC_PREFIX)
             self.env["CRCR_BUILDKITE_OIDC_ISSUER"] = self.sandbox_buildkite_oidc.issuer
         if self.sandbox_buildkite_oidc is None:
             return  # tokens from another issuer: the sandbox cannot mint them
         token = self.env.get("CRCR_BUILDKITE_API_TOKEN") or new_api_token()
         audience = self.env.get("CRCR_OIDC_AUDIENCE") or "crcr"
         self.sandbox_buildkite = SandboxBuildkite(token, self.sandbox_buildkite_oidc.mint, audience)
-        self.env["CRCR_BUILDKITE_API_URL"] = self.url + SANDBOX_BUILDKITE_PREFIX
+        self.env["CRCR_BUILDKITE_API_URL"] = self.sandbox_url + SANDBOX_BUILDKITE_PREFIX
         self.env["CRCR_BUILDKITE_API_TOKEN"] = token
 
     def stop(self) -> None:
         self._stop.set()
-        if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
+        for server in (self._http, self._sandbox_http):
+            if server is not None:
+                server.shutdown()
+                server.server_close()
         for thread in self._threads:
             thread.join(timeout=5)
         if self._moto is not None:
@@ -849,6 +1013,93 @@ def partition_queries() -> None:
     Table.query, Table.all_items = query, all_items  # type: ignore[method-assign]
 
 
+def forget_spent_shard_iterators() -> None:
+    """moto keeps every DynamoDB Streams shard iterator it ever handed out (each GetRecords answers a new one), so a
+    stack polling its streams grew by one iterator per poll for as long as it ran. An iterator read from is
+    forgotten once the next one is handed out: the stream pollers read on from the new one and never come back to
+    an old one. Idempotent."""
+    from moto.dynamodbstreams.models import DynamoDBStreamsBackend  # noqa: PLC0415 - dev dependency, local only
+
+    if getattr(DynamoDBStreamsBackend.get_records, "_crcr_forgets", False):
+        return
+    kept_all = DynamoDBStreamsBackend.get_records
+
+    def get_records(self: Any, iterator_arn: str, limit: int) -> Any:
+        answer = kept_all(self, iterator_arn, limit)
+        if answer.get("NextShardIterator") != iterator_arn:
+            self.shard_iterators.pop(iterator_arn, None)
+        return answer
+
+    get_records._crcr_forgets = True  # type: ignore[attr-defined]
+    DynamoDBStreamsBackend.get_records = get_records  # type: ignore[method-assign]
+
+
+def transactions_without_table_copies() -> None:
+    """moto's TransactWriteItems deep-copies every table it names before it starts, to put the copy back if the
+    transaction is cancelled: each transaction cost the whole table (items and every stream record) in time and
+    memory, and a cancelled one swapped in a new table whose stream the pollers' iterators never saw again. Here a
+    transaction keeps only the items it names, as they were: cancelled, those are put back; written, the stream gets
+    one record per item it changed (none while it runs), as DynamoDB's does. Idempotent."""
+    import copy as stdlib_copy  # noqa: PLC0415
+
+    from moto.dynamodb import models  # noqa: PLC0415 - dev dependency, local stack only
+    from moto.dynamodb.models.dynamo_type import DynamoType  # noqa: PLC0415
+    from moto.dynamodb.models.table import Table  # noqa: PLC0415
+
+    backend = models.DynamoDBBackend
+    if getattr(backend.transact_write_items, "_crcr_items_only", False):
+        return
+
+    class _TablesUncopied:
+        """moto's module sees this as `copy`: a table it copies for a rollback is handed back as it is."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(stdlib_copy, name)
+
+        @staticmethod
+        def deepcopy(value: Any, memo: Any = None) -> Any:
+            return value if isinstance(value, Table) else stdlib_copy.deepcopy(value, memo)
+
+    setattr(models, "copy", _TablesUncopied())  # noqa: B010 - the module-level name moto looks up
+    whole_tables = backend.transact_write_items
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        touched: list[tuple[Any, Any, Any, Any]] = []  # (table, hash, range, the item before)
+        for entry in transact_items:
+            op: Any = next(iter(entry.values()), {})
+            table = self.tables.get(op.get("TableName")) if isinstance(op, dict) else None
+            attrs = (op.get("Key") or op.get("Item") or {}) if table is not None else {}
+            if table is None or table.hash_key_attr not in attrs:
+                continue  # moto refuses it below, before anything is written
+            hash_key = DynamoType(attrs[table.hash_key_attr])
+            range_key = DynamoType(attrs[table.range_key_attr]) if table.range_key_attr in attrs else None
+            if table.range_key_attr and range_key is None:
+                continue
+            before = table.get_item(hash_key, range_key)
+            touched.append((table, hash_key, range_key, stdlib_copy.deepcopy(before)))
+        shards = {id(t): t.stream_shard for t, *_ in touched if t.stream_shard is not None}
+        for shard in shards.values():
+            shard.add = lambda old, new: None  # no record while it runs
+        try:
+            whole_tables(self, transact_items)
+        except Exception:
+            for table, hash_key, range_key, before in reversed(touched):
+                table.delete_item(hash_key, range_key)
+                if before is not None:
+                    table.put_item(before.to_json()["Attributes"])
+            raise
+        finally:
+            for shard in shards.values():
+                del shard.add
+        for table, hash_key, range_key, before in touched:
+            after = table.get_item(hash_key, range_key)
+            if table.stream_shard is not None and (before is not None or after is not None):
+                table.stream_shard.add(before, after)
+
+    transact_write_items._crcr_items_only = True  # type: ignore[attr-defined]
+    backend.transact_write_items = transact_write_items  # type: ignore[method-assign]
+
+
 def _atomic_dynamodb_moto(port: int) -> Any:
     """moto in server mode, with each DynamoDB request handled whole before the next (`atomic_dynamodb`)."""
     from moto.moto_server.werkzeug_app import (  # noqa: PLC0415
@@ -862,6 +1113,8 @@ def _atomic_dynamodb_moto(port: int) -> Any:
     class Server(ThreadedMotoServer):
         def _server_entry(self) -> None:
             partition_queries()
+            forget_spent_shard_iterators()
+            transactions_without_table_copies()
             app = atomic_dynamodb(DomainDispatcherApplication(create_backend_app))
             self._server = make_server(self._ip_address, self._port, app, True, request_handler=MotoRequestHandler)
             self._server_ready_event.set()

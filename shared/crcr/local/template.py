@@ -63,6 +63,7 @@ class StreamSource:
     report_failures: bool = False
     on_failure_queue: str | None = None  # logical id of the SQS on-failure destination
     filters: list[Filter] = field(default_factory=list)  # FilterCriteria: only matching records are delivered
+    parallelization: int = 1  # ParallelizationFactor: batches of one shard handled at once, in order per key
 
 
 @dataclass
@@ -194,6 +195,7 @@ def functions_of(template: dict[str, Any]) -> list[FunctionDecl]:
                         max_retries=int(ev.get("MaximumRetryAttempts", -1)),
                         report_failures="ReportBatchItemFailures" in (ev.get("FunctionResponseTypes") or []),
                         on_failure_queue=on_failure["Fn::GetAtt"][0] if isinstance(on_failure, dict) else None,
+                        parallelization=int(ev.get("ParallelizationFactor", 1)),
                         filters=[
                             Filter(str(f["Pattern"]), STREAM_KEYS)
                             for f in (ev.get("FilterCriteria") or {}).get("Filters") or []
