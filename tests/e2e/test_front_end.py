@@ -20,6 +20,7 @@ import pytest
 from crcr.domain.signature import sign
 from crcr.local.front import FrontEnd, Limits
 from crcr.local.stack import LocalStack
+from crcr.settings import ConfigError
 from tests.conftest import DEFAULT_ALLOWLIST, ROOT, event_body
 
 pytestmark = pytest.mark.e2e
@@ -453,8 +454,11 @@ def test_the_status_page_shows_what_was_dispatched_but_no_ticket(stack: LocalSta
     assert b"ticket" not in answer.body and b"eyJ" not in answer.body  # no JWT of any kind
 
 
-def test_a_stack_that_cannot_take_its_port_fails_at_once_and_leaves_the_process_as_it_was(tmp_path: Any) -> None:
-    """Both ports are bound before anything else starts; a start that fails stops what it started and puts the
+def test_a_stack_that_cannot_take_its_port_fails_at_once_and_leaves_the_process_as_it_was(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A port in use is named before anything starts; and when it is taken between that check and the bind (another
+    process was quicker), the start fails at the bind, before anything else, stops what it started and puts the
     process environment back (a failed start once left another stack's endpoint for the next one)."""
     allowlist = tmp_path / "allowlist.yaml"
     allowlist.write_text(DEFAULT_ALLOWLIST)
@@ -462,7 +466,12 @@ def test_a_stack_that_cannot_take_its_port_fails_at_once_and_leaves_the_process_
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
+        port = taken.getsockname()[1]
         before = dict(os.environ)
+        with pytest.raises(ConfigError, match=f"--port {port}: 127.0.0.1:{port} is in use"):
+            LocalStack(port=port, env=env, root=ROOT).start()
+        assert dict(os.environ) == before
+        monkeypatch.setattr("crcr.local.stack.port_problem", lambda host, port: None)  # the check saw it free
         with pytest.raises(OSError):
-            LocalStack(port=taken.getsockname()[1], env=env, root=ROOT).start()
+            LocalStack(port=port, env=env, root=ROOT).start()
         assert dict(os.environ) == before

@@ -148,7 +148,8 @@ def seed(docs: MemoryDocs) -> None:
                           delivery_id="scheduled", dispatch_id="dsp-nightly", job_name="nightly")], deps)  # fmt: skip
     # The refused downstream: its reports over its quota, and one its HUD push was refused.
     clock.t = NOW
-    note_refusals(REFUSED, {"over its report quota (100 reports an hour)": 7}, deps)
+    lookups = "org/refused has used its budget of GitHub lookups of unknown upstream commits this hour"
+    note_refusals(REFUSED, {"commit_lookups_per_hour": 7}, deps, message=lookups)
     note_refusals(REFUSED, {"HUD push refused (HTTP 400)": 1}, deps, key="hud:x:1")
     # The level check's document: FAIL's workflow does not carry the dispatch id in its run-name.
     status = status_of(FAIL, Level.L4, [sample(j) for j in history], NOW)
@@ -304,11 +305,14 @@ def test_the_repository_page_agrees_with_itself(seeded: Seeded, browser: Browser
     page = open_page(browser, f"{seeded.served.url}/hud/repo/{REFUSED}", "repo-refused")
     refused = page.locator("section#refused")
     assert refused.locator("h2").inner_text() == "⚠ 8 reports refused"
-    rows = refused.locator("tbody tr").all_inner_texts()
-    assert [r.split("\t")[:2] for r in rows] == [
-        ["over its report quota (100 reports an hour)", "7"],
-        ["HUD push refused (HTTP 400)", "1"],
+    reasons = refused.locator("tbody tr td:first-child")
+    counts = refused.locator("tbody tr td.num")
+    assert reasons.first.inner_text().splitlines() == [
+        "commit_lookups_per_hour",
+        "org/refused has used its budget of GitHub lookups of unknown upstream commits this hour",
     ]
+    assert reasons.nth(1).inner_text() == "HUD push refused (HTTP 400)"
+    assert counts.all_inner_texts() == ["7", "1"]
 
 
 @pytest.mark.parametrize(

@@ -169,6 +169,15 @@ def test_a_dispatch_holds_at_most_its_limit_of_jobs_each_counted_once(aws: dict[
         TableName="jobcaps", KeyConditionExpression="pk = :p", ExpressionAttributeValues={":p": {"S": "HUD#d1"}}
     )["Items"]
     assert len(held) == 4 and [i["jobs"]["N"] for i in held if i["sk"]["S"] == "#JOBS"] == ["3"]
+    # A job that names no check-run id holds no key: it only counts, against the same limit.
+    assert keys.claim("d3", None, "run 1 attempt 1", now=105.0, max_jobs=2) is None
+    assert keys.claim("d3", "job-1", "run 2 attempt 1", now=105.0, max_jobs=2) is None
+    with pytest.raises(JobLimitReached):
+        keys.claim("d3", None, "run 3 attempt 1", now=106.0, max_jobs=2)
+    held = aws["dynamodb"].query(
+        TableName="jobcaps", KeyConditionExpression="pk = :p", ExpressionAttributeValues={":p": {"S": "HUD#d3"}}
+    )["Items"]
+    assert sorted(i["sk"]["S"] for i in held)[0] == "#JOBS" and len(held) == 2  # the count and job-1's key
 
 
 def test_a_new_pr_head_returns_the_head_it_replaced(aws: dict[str, Any]) -> None:

@@ -284,16 +284,33 @@ class DynamoResults:
 
 class DynamoHudKeys:
     """The HudKeys port: one state-table item per (dispatch, HUD key), holding the job that took it, and one count of
-    the keys a dispatch holds, written together in one transaction per new job, whatever the dispatch's size (before,
-    a new job read every job of its dispatch to look for the key)."""
+    the keys a dispatch holds, written together in one transaction per new job that names a check-run id, whatever
+    the dispatch's size (before, a new job read every job of its dispatch to look for the key). A job that names none
+    holds no key and only counts."""
 
     def __init__(self, client: Any, table: str) -> None:
         self._ddb = client
         self._table = table
 
-    def claim(self, dispatch_id: str, hud_key: str, owner: str, now: float, max_jobs: int) -> str | None:
-        digest = hashlib.sha256(hud_key.encode("utf-8", "surrogatepass")).hexdigest()  # a key of any length
+    def claim(self, dispatch_id: str, hud_key: str | None, owner: str, now: float, max_jobs: int) -> str | None:
         expires = _n(int(now) + RESULTS_TTL_S)  # as long as the job rows they guard
+        count = {
+            "TableName": self._table,
+            "Key": {"pk": {"S": f"HUD#{dispatch_id}"}, "sk": {"S": "#JOBS"}},
+            "UpdateExpression": "ADD jobs :one SET expires_at = :exp",
+            "ConditionExpression": "attribute_not_exists(jobs) OR jobs < :cap",
+            "ExpressionAttributeValues": {":one": _n(1), ":cap": _n(max_jobs), ":exp": expires},
+        }
+        if hud_key is None:
+            # No key to hold (the job's own run and attempt name its row): the count alone, one write, no transaction.
+            try:
+                self._ddb.update_item(**count)
+            except ClientError as exc:
+                if not conditional_failed(exc):
+                    raise
+                raise JobLimitReached(f"dispatch {dispatch_id} holds {max_jobs} jobs") from exc
+            return None
+        digest = hashlib.sha256(hud_key.encode("utf-8", "surrogatepass")).hexdigest()  # a key of any length
         try:
             self._ddb.transact_write_items(
                 TransactItems=[
@@ -310,15 +327,7 @@ class DynamoHudKeys:
                             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                         }
                     },
-                    {
-                        "Update": {
-                            "TableName": self._table,
-                            "Key": {"pk": {"S": f"HUD#{dispatch_id}"}, "sk": {"S": "#JOBS"}},
-                            "UpdateExpression": "ADD jobs :one SET expires_at = :exp",
-                            "ConditionExpression": "attribute_not_exists(jobs) OR jobs < :cap",
-                            "ExpressionAttributeValues": {":one": _n(1), ":cap": _n(max_jobs), ":exp": expires},
-                        }
-                    },
+                    {"Update": count},
                 ]
             )
         except ClientError as exc:

@@ -476,7 +476,9 @@ def _refused(repo: str, reason: str, exc: CrcrError, deps: CallbackDeps) -> Crcr
         since = max((c for c in PAGE_AT_COUNTS if c < count), default=0)  # counted on the page already
         hour = int(now // 3600)
         try:
-            note_refusals(repo, {reason: count - since}, deps.pages, key=f"{reason}:{hour}:{count}", message=exc.message)
+            note_refusals(
+                repo, {reason: count - since}, deps.pages, key=f"{reason}:{hour}:{count}", message=exc.message
+            )
         except Exception:  # the page is a courtesy: the refusal stands, answered as it is
             deps.metrics.count("RefusalNotShown")
     return exc
@@ -515,16 +517,14 @@ def _upstream_commit(sha: str, repo: str, deps: CallbackDeps) -> bool:
 
 
 def _check_hud_key_free(row: LedgerRow, report: Report, deps: CallbackDeps, now: float) -> None:
-    """A new job must not take the HUD row of another job of the same dispatch. PyTorch's HUD keys a row by
-    workflow name, job name and check-run id (not by run or attempt): a check-run id the downstream reuses for
-    another run or attempt would make two jobs overwrite one row, and lose one of them. The first job to
-    report a key holds it (one conditional write, whatever the dispatch's size). A job that sent no check-run id
-    gets one derived from its own run and attempt, in a namespace callers may not use: no other job can hold that
-    key, so none is written."""
-    if not report.check_run_id:
-        return
+    """A new job must not take the HUD row of another job of the same dispatch, nor a place beyond the dispatch's
+    limit of jobs. PyTorch's HUD keys a row by workflow name, job name and check-run id (not by run or attempt): a
+    check-run id the downstream reuses for another run or attempt would make two jobs overwrite one row, and lose
+    one of them. The first job to report a key holds it (one transaction with the dispatch's count of jobs,
+    whatever the dispatch's size). A job that sent no check-run id gets one derived from its own run and attempt,
+    in a namespace callers may not use: no other job can hold that key, so only the count is written."""
     check_run_id = report.check_run_id
-    hud_key = json.dumps([report.workflow_name, report.job_name, check_run_id])
+    hud_key = json.dumps([report.workflow_name, report.job_name, check_run_id]) if check_run_id else None
     owner = f"run {report.run_id} attempt {report.run_attempt}"
     try:
         holder = deps.hud_keys.claim(row.dispatch_id, hud_key, owner, now, deps.max_jobs_per_dispatch)

@@ -508,11 +508,12 @@ class JobLimitReached(Exception):
 
 
 class HudKeys(Protocol):
-    def claim(self, dispatch_id: str, hud_key: str, owner: str, now: float, max_jobs: int) -> str | None:
+    def claim(self, dispatch_id: str, hud_key: str | None, owner: str, now: float, max_jobs: int) -> str | None:
         """Take one HUD row's key among a dispatch's jobs for `owner` (the job's run and attempt; the key names the
         job), counting it among the dispatch's jobs: None when the key is the owner's (taken now, or by an earlier
-        report of the same job, counted once), else the owner that holds it. Raises JobLimitReached when the
-        dispatch holds `max_jobs` keys already (and takes nothing)."""
+        report of the same job, counted once), else the owner that holds it. With no key (a job whose row its own
+        run and attempt name) it only counts. Raises JobLimitReached when the dispatch holds `max_jobs` jobs
+        already (and takes nothing)."""
         ...
 
 
