@@ -123,8 +123,8 @@ def seed(docs: MemoryDocs) -> None:
     triage = json.dumps({"category": "upstream", "confidence": "high", "summary": "linear's backward changed"})
     update_summaries(
         [
-            job(FAIL, "completed", "failure", verdict="new", failure_kind="test", failed_tests=json.dumps(TESTS),
-                triage=triage),
+            job(FAIL, "completed", "failure", verdict="new", verdict_baseline=TRUNK, failure_kind="test",
+                failed_tests=json.dumps(TESTS), triage=triage),
             job(PRE, "completed", "failure", verdict="pre-existing", level=3),
             job(RUN, "in_progress"),
             replace(job(TIMEOUT, "timed_out", run_id="0", run_attempt=0, job_name="", workflow_name="", url="",
@@ -245,7 +245,15 @@ def test_the_commit_page_explains_each_failure_and_each_state(seeded: Seeded, br
     failed = page.locator(f'section[data-repo="{FAIL}"]')
     details = failed.locator("tr.details").first.inner_text()
     assert "Verdict: NEW it passed on the base commit: this change broke it" in " ".join(details.split())
-    assert failed.locator("tr.details").first.locator(f'a[href="/hud/commit/{BASE}"]').count() == 1
+    # The commit the verdict compared, linked: a push before the PR's base, named beside it.
+    assert f"judged against this job's result on {TRUNK[:10]} (the latest at or before the PR's base {BASE[:10]})" in (
+        " ".join(details.split())
+    )
+    assert failed.locator("tr.details").first.locator(f'a[href="/hud/commit/{TRUNK}"]').count() == 1
+    # A verdict recorded before its baseline was stored points at the PR's base, as it says.
+    pre = page.locator(f'section[data-repo="{PRE}"] tr.details').first
+    assert "at or before the PR's base" in pre.inner_text()
+    assert pre.locator(f'a[href="/hud/commit/{BASE}"]').count() == 1
     assert "TestNN.test_linear_backward" in details and "AssertionError: tensors differ" in details
     assert "Failing tests (2)" in details and "(2.5 s)" in details and "(0.25 s)" in details
     assert (

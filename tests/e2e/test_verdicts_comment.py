@@ -172,3 +172,9 @@ def test_one_comment_tells_an_author_which_downstream_failures_are_theirs(
     assert set(mentions) == {"oncall-four"}
     assert all(b.count("@oncall-four") <= 1 for _, _, b in writes)
     assert github.reruns(L4B) == [lint_run]  # retried once, never again
+    # The pages name the commit each verdict compared: the push's result for new and pre-existing, none otherwise.
+    head = pr["pull_request"]["head"]["sha"]
+    status, doc = http("GET", f"{relay.url}/hud/data/commit/{head}.json")
+    compared = {(j["repo"], j["job"]): j.get("verdict_baseline") for j in doc["jobs"].values() if j.get("verdict")}
+    assert status == 200 and compared[(L4, "build")] == compared[(L4, "test")] == BASE
+    assert compared[(L3, "gpu-test")] is None

@@ -71,6 +71,17 @@ def test_the_reporters_verdict_write_back_comes_back_as_the_next_image_and_a_rew
     [item] = ddb.scan(TableName=TABLE)["Items"]
     assert from_item(item).verdict == "flaky"
 
+    # A verdict that compared a baseline names its commit, which comes with the image; one that compared none drops it.
+    assert results.set_verdict(job, "new", "b" * 40)
+    [compared] = reader.read_all()
+    assert [(i.verdict, i.verdict_baseline) if i else None for i in images(compared)] == [
+        ("flaky", None),
+        ("new", "b" * 40),
+    ]
+    assert results.set_verdict(job, "flaky")
+    [item] = ddb.scan(TableName=TABLE)["Items"]
+    assert (from_item(item).verdict, from_item(item).verdict_baseline) == ("flaky", None)
+
 
 def test_the_local_stacks_reader_hands_out_at_most_a_batch_and_resumes_where_it_stopped(aws: dict[str, Any]) -> None:
     ddb, reader = aws["dynamodb"], aws["reader"]

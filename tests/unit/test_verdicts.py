@@ -10,7 +10,7 @@ import pytest
 
 from crcr.app.ports import JobRecord, PrInfo
 from crcr.app.report import ReportDeps, judge
-from crcr.app.verdicts import VerdictDeps, baseline, verdict_of
+from crcr.app.verdicts import Judgement, VerdictDeps, baseline, judgement, verdict_of
 from crcr.domain.verdicts import Attempt, classify
 from tests.unit.fakes import FakeClock, RecordingMetrics
 
@@ -68,7 +68,7 @@ class World:
     def pr_info(self, upstream: str, pr: int) -> PrInfo | None:
         return self.prs.get(pr)
 
-    def set_verdict(self, job: JobRecord, verdict: str) -> bool:
+    def set_verdict(self, job: JobRecord, verdict: str, baseline_sha: str | None = None) -> bool:
         self.verdicts[(job.dispatch_id, job.run_attempt, job.job_name)] = verdict
         return True
 
@@ -110,6 +110,16 @@ def test_a_failure_is_judged_against_the_latest_result_at_or_before_the_base(
     failed = record()
     world.rows = [*history, failed]
     assert verdict_of(failed, world.deps()) == expected
+
+
+def test_a_verdict_names_the_commit_of_the_result_it_compared(world: World) -> None:
+    failed = record()
+    world.rows = [on_branch(OLDER, "failure", "p1"), on_branch(BASE, "success", "p2"), failed]
+    assert judgement(failed, world.deps()) == Judgement("new", BASE)
+    world.rows = [on_branch(OLDER, "failure", "p1"), failed]  # the base itself has no result: the latest before it
+    assert judgement(failed, world.deps()) == Judgement("pre-existing", OLDER)
+    world.rows = [failed]
+    assert judgement(failed, world.deps()) == Judgement("no baseline", None)
 
 
 def test_a_base_the_relay_never_saw_pushed_has_no_baseline(world: World) -> None:

@@ -316,11 +316,16 @@ function failureDetails(e, context) {
   const parts = [];
   if (e.verdict) {
     const base = context && context.base_sha;
+    const compared = ["new", "pre-existing"].includes(e.verdict);
     parts.push(el("p", { class: "why" }, el("strong", {}, "Verdict: "), verdictTag(e.verdict), " ", VERDICT_MEANING[e.verdict] || "",
-      base && ["new", "pre-existing"].includes(e.verdict)
-        ? [" — judged against this job's latest push or nightly result at or before the PR's base ",
-          el("a", { class: "mono", href: `/hud/commit/${base}` }, shortSha(base)), "."]
-        : null));
+      compared && e.verdict_baseline
+        ? [" — judged against this job's result on ",
+          el("a", { class: "mono baseline", href: `/hud/commit/${e.verdict_baseline}` }, shortSha(e.verdict_baseline)),
+          base && base !== e.verdict_baseline ? [" (the latest at or before the PR's base ", shortSha(base), ")"] : null, "."]
+        : compared && base
+          ? [" — judged against this job's latest push or nightly result at or before the PR's base ",
+            el("a", { class: "mono", href: `/hud/commit/${base}` }, shortSha(base)), "."]
+          : null));
   }
   if (e.failure_kind) parts.push(el("p", { class: "why" }, el("strong", {}, "The downstream says: "), `${e.failure_kind} failure`));
   if (e.triage) {

@@ -63,6 +63,7 @@ def to_item(record: JobRecord) -> dict[str, Any]:
         "failure_kind": _opt_s(record.failure_kind),
         "triage": _opt_s(record.triage),
         "verdict": _opt_s(record.verdict),
+        "verdict_baseline": _opt_s(record.verdict_baseline),
         "ciflow": _opt_s(record.ciflow),
         "failed_tests": _opt_s(record.failed_tests),
         "head_key": {"S": f"{repo_key(record.upstream)}#{record.head_sha}"},
@@ -79,7 +80,7 @@ JUDGED_ATTRIBUTES = (
     "dispatch_id", "run_id", "run_attempt", "job_name", "workflow_name", "state", "conclusion", "url", "repo",
     "repo_id", "level", "delivery_id", "upstream", "head_sha", "pr", "device", "dispatched_at", "started_at",
     "completed_at", "version", "event_type", "check_run_id", "reported_started_at", "failure_kind", "triage",
-    "verdict", "ciflow", "failed_tests",
+    "verdict", "verdict_baseline", "ciflow", "failed_tests",
 )  # fmt: skip
 
 
@@ -139,6 +140,7 @@ def from_item(item: dict[str, Any]) -> JobRecord:
         failure_kind=text("failure_kind"),
         triage=text("triage") or "",
         verdict=text("verdict"),
+        verdict_baseline=text("verdict_baseline"),
         ciflow=text("ciflow"),
         failed_tests=text("failed_tests") or "",
     )
@@ -150,16 +152,22 @@ class DynamoResults:
         self._table = table
         self._run_timeout_s = run_timeout_s
 
-    def set_verdict(self, record: JobRecord, verdict: str) -> bool:
+    def set_verdict(self, record: JobRecord, verdict: str, baseline_sha: str | None = None) -> bool:
         """The VerdictStore port: a verdict on the row as recorded (the same version), never on a newer state; False
-        when the row already carries it (a redelivered stream record), so a verdict is counted once."""
+        when the row already carries it (a redelivered stream record), so a verdict is counted once. The baseline's
+        commit goes with it, or is removed (a verdict that compared nothing)."""
+        values: dict[str, Any] = {":v": {"S": verdict}, ":ver": _n(record.version)}
+        update = "SET verdict = :v REMOVE verdict_baseline"
+        if baseline_sha:
+            update = "SET verdict = :v, verdict_baseline = :b"
+            values[":b"] = {"S": baseline_sha}
         return applied(
             self._ddb.update_item,
             TableName=self._table,
             Key=job_key(record.dispatch_id, record.run_id, record.run_attempt, record.job_name),
-            UpdateExpression="SET verdict = :v",
+            UpdateExpression=update,
             ConditionExpression="version = :ver AND (attribute_not_exists(verdict) OR verdict <> :v)",
-            ExpressionAttributeValues={":v": {"S": verdict}, ":ver": _n(record.version)},
+            ExpressionAttributeValues=values,
         )
 
     def jobs_for_head(self, upstream: str, head_sha: str) -> list[JobRecord]:

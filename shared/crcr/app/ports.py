@@ -465,6 +465,7 @@ class JobRecord:
     failure_kind: str | None = None  # infra, build or test: the downstream's word on a completed failure
     triage: str = ""  # the downstream's triage verdict, validated and capped (JSON), advice only
     verdict: str | None = None  # new, pre-existing, infra, flaky, no baseline (crcr.domain.verdicts)
+    verdict_baseline: str | None = None  # the upstream commit whose result a new or pre-existing verdict compared
     ciflow: str | None = None  # dispatched for a ciflow/<name>/<pr> tag push (from the ledger)
     failed_tests: str = ""  # failed_tests_detail as PyTorch's HUD keeps it (JSON, crcr.domain.failed_tests)
 
@@ -518,8 +519,9 @@ class HudKeys(Protocol):
 
 
 class VerdictStore(Protocol):
-    def set_verdict(self, record: JobRecord, verdict: str) -> bool:
-        """Put a verdict on the job's row if it is still at the record's version; False when it has moved on."""
+    def set_verdict(self, record: JobRecord, verdict: str, baseline_sha: str | None = None) -> bool:
+        """Put a verdict (and the commit of the baseline it compared, if any) on the job's row if it is still at the
+        record's version; False when it has moved on."""
         ...
 
 

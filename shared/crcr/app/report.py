@@ -18,7 +18,7 @@ from crcr.app.checks import job_message
 from crcr.app.hud import envelope
 from crcr.app.ports import ChecksQueue, DeadLetters, Hud, HudRejected, HudUnavailable, JobRecord, Metrics
 from crcr.app.summaries import SummaryConflict, SummaryDeps, job_key, note_refusals, update_summaries
-from crcr.app.verdicts import VerdictDeps, attempt, flaky_predecessors, judged, verdict_of
+from crcr.app.verdicts import VerdictDeps, attempt, flaky_predecessors, judged, judgement
 from crcr.contracts.messages import CheckSyncMessage
 
 FINISHED = ("completed", "timed_out")
@@ -55,10 +55,11 @@ def judge(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> bool:
     for earlier in flaky_predecessors(new, deps.verdicts):
         if deps.verdicts.store.set_verdict(earlier, earlier.verdict or ""):
             deps.metrics.count("VerdictRecorded", verdict=earlier.verdict or "")
-    verdict = verdict_of(new, deps.verdicts)
+    judged_now = judgement(new, deps.verdicts)
+    verdict = judged_now.verdict
     if verdict is None or verdict == new.verdict:
         return True
-    if deps.verdicts.store.set_verdict(new, verdict):
+    if deps.verdicts.store.set_verdict(new, verdict, judged_now.baseline_sha):
         deps.metrics.count("VerdictRecorded", verdict=verdict)
     return False
 

@@ -112,9 +112,12 @@ def entry(job: JobRecord) -> dict[str, Any]:
 
 
 def _failure(job: JobRecord) -> dict[str, Any]:
-    """A failed attempt's explanation as the pages show it: its failing tests (the first few, messages cut), the
-    downstream's own word on the kind of failure and its triage verdict (advice), and a ciflow run's name."""
+    """A failed attempt's explanation as the pages show it: the commit its verdict compared, its failing tests (the
+    first few, messages cut), the downstream's own word on the kind of failure and its triage verdict (advice), and a
+    ciflow run's name."""
     out: dict[str, Any] = {}
+    if job.verdict_baseline:
+        out["verdict_baseline"] = job.verdict_baseline
     if job.ciflow:
         out["ciflow"] = job.ciflow
     if job.failure_kind:

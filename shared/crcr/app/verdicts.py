@@ -76,14 +76,26 @@ def baseline(job: JobRecord, deps: VerdictDeps) -> JobRecord | None:
     return max(eligible, key=lambda j: (times[j.head_sha], j.completed_at or 0.0, run_order(j.run_id), j.run_attempt))
 
 
-def verdict_of(job: JobRecord, deps: VerdictDeps) -> str | None:
-    """The verdict of the job as this change leaves it; None when none of its attempts failed."""
+@dataclass(frozen=True)
+class Judgement:
+    verdict: str | None  # None when none of the job's attempts failed
+    baseline_sha: str | None = None  # the upstream commit of the baseline result it compared, if one was found
+
+
+def judgement(job: JobRecord, deps: VerdictDeps) -> Judgement:
+    """The verdict of the job as this change leaves it, with the commit of the baseline it was judged against."""
     attempts = _attempts(job, deps)
     mine = [attempt(j) for j in attempts]
     latest = mine[-1]
     needs_baseline = latest.failed and not latest.infra
     base = baseline(job, deps) if needs_baseline else None
-    return classify(mine, attempt(base) if base else None)
+    verdict = classify(mine, attempt(base) if base else None)
+    return Judgement(verdict, base.head_sha if base is not None and verdict is not None else None)
+
+
+def verdict_of(job: JobRecord, deps: VerdictDeps) -> str | None:
+    """The verdict of the job as this change leaves it; None when none of its attempts failed."""
+    return judgement(job, deps).verdict
 
 
 def flaky_predecessors(job: JobRecord, deps: VerdictDeps) -> list[JobRecord]:
