@@ -20,6 +20,7 @@ import json
 import random
 import statistics
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -208,9 +209,13 @@ def _shown(job: JobRecord) -> str:
     return job.conclusion or "failure"
 
 
-def expected_cells(changes: list[Change]) -> dict[str, dict[str, dict[str, Any]]]:
+def expected_cells(
+    changes: list[Change], verdicts: dict[str, str | None] | None = None
+) -> dict[str, dict[str, dict[str, Any]]]:
     """Per commit, per repository: the cell the final fed states call for (newest attempt of each job;
-    a dispatch's no-job row only while none of its jobs reported)."""
+    a dispatch's no-job row only while none of its jobs reported), with the verdicts (`expected_verdicts`) of its
+    failed newest attempts."""
+    verdicts = verdicts if verdicts is not None else expected_verdicts(changes)
     final: dict[tuple[str, int, int, str], JobRecord] = {}
     for ch in changes:
         final[_item_key(ch.new)] = ch.new
@@ -224,8 +229,10 @@ def expected_cells(changes: list[Change]) -> dict[str, dict[str, dict[str, Any]]
     for job in newest.values():
         if not job.job_name and (job.head_sha, job.repo, job.delivery_id) in started:
             continue
-        cell = out.setdefault(job.head_sha, {}).setdefault(job.repo, {"states": [], "level": job.level})
+        cell = out.setdefault(job.head_sha, {}).setdefault(job.repo, {"states": [], "level": job.level, "v": set()})
         cell["states"].append(_shown(job))
+        if _shown(job) in FAILED and verdicts.get(job_key(job)):
+            cell["v"].add(verdicts[job_key(job)])
     for repos in out.values():
         for repo, cell in repos.items():
             states = cell.pop("states")
@@ -236,7 +243,7 @@ def expected_cells(changes: list[Change]) -> dict[str, dict[str, dict[str, Any]]
                 "passed": sum(s in PASSED for s in states),
                 "failed": sum(s in FAILED for s in states),
                 "running": states.count("running"),
-            }
+            } | ({"verdicts": sorted(cell["v"])} if cell["v"] else {})
     return out
 
 
@@ -295,8 +302,8 @@ def verify_verdicts(ddb: Any, table: str, expected: dict[str, str | None]) -> di
 def verify_documents(docs: S3HudDocs, changes: list[Change]) -> dict[str, Any]:
     """The index lists every commit with the cells the fed states call for; each commit document holds every
     job attempt at its final version, with the verdict its row ends with; each PR document lists its commits."""
-    expected = expected_cells(changes)
     verdicts = expected_verdicts(changes)
+    expected = expected_cells(changes, verdicts)
     index, _ = docs.get("index.json")
     listed = {c.get("sha"): c for c in (index or {}).get("commits", [])}
     problems: list[str] = []
@@ -377,11 +384,18 @@ class HandlerOnlyStack(LocalStack):
         return None
 
 
+# The repositories the bench reports for, listed at L4 as the stack's settings check requires an allowlist.
+BENCH_ALLOWLIST = "L4:\n" + "".join(f"  - bench-org/repo-{r}\n" for r in range(100)) + "  - org/flood\n"
+
+
 @contextmanager
 def handler_stack() -> Iterator[tuple[LocalStack, MotoProcess]]:
-    with MotoProcess() as moto:
+    with tempfile.TemporaryDirectory(prefix="crcr-bench-reporter-") as tmp, MotoProcess() as moto:
+        allowlist = Path(tmp) / "allowlist.yaml"
+        allowlist.write_text(BENCH_ALLOWLIST)
         env = clean_env() | {
             "CRCR_UPSTREAM_REPO": UPSTREAM,
+            "CRCR_ALLOWLIST": str(allowlist),
             # Any URL: it only keeps the stack from starting its sandbox GitHub and sandbox HUD. The
             # reporter never calls GitHub, and without an App id the check-run queue stays off.
             "CRCR_GITHUB_API_URL": "http://127.0.0.1:9",
