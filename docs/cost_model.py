@@ -64,6 +64,11 @@ GITHUB_CALL_MS = 300.0  # a GitHub REST round trip (the bench's GitHub is an in-
 RRU_PER_READ = 1.0  # a strongly consistent read of an item up to 4 KB (a Query of a few small items alike)
 WRU_PER_WRITE = 2.0  # a write the bench has no units for (the reporter's verdicts): an item up to 1 KB plus one
 # index entry; the dispatch, callback and check-run flows' units are measured from the tables' streams
+# A TransactWriteItems call: the relay's (the webhook's delivery and body claims; a job's HUD-row key and its
+# dispatch's count of jobs) write two items up to 1 KB, each billed twice in a transaction: 4 units, of which the
+# tables' streams count the first 2 (one per item written), so each call adds 2 to the measured units.
+TRANSACT_WRU_EXTRA = 2.0
+TRANSACT_WRU = 4.0  # the same call where the bench has no units for the flow
 FULL_CPU_MB = 1769  # Lambda gives a function one vCPU at 1,769 MB, and CPU in proportion to memory below it
 RUNTIME_MB = 30  # what Lambda's Python runtime itself holds beyond the bench's interpreter (assumed)
 MEMORY_HEADROOM = 2.0  # a function's memory: at least twice its measured peak RSS plus the runtime's
@@ -316,6 +321,8 @@ def calls_usage(calls: dict[str, float], units: float, write_units: float | None
             usage.rru += n * RRU_PER_READ
         elif service == "dynamodb" and name in DYNAMODB_WRITES:
             usage.wru += 0.0 if write_units is not None else n * WRU_PER_WRITE
+        elif op == "dynamodb.TransactWriteItems":
+            usage.wru += n * (TRANSACT_WRU_EXTRA if write_units is not None else TRANSACT_WRU)
         elif service == "s3" and name in S3_GETS:
             usage.s3_get += n
         elif service == "s3" and name in S3_PUTS:
@@ -635,6 +642,8 @@ def assumptions_section(f: Figures) -> list[str]:
         ("read request units per read", RRU_PER_READ, "items up to 4 KB read strongly consistent; sizes not measured"),
         ("write request units per write the bench has no units for", WRU_PER_WRITE,
          "the reporter's verdicts: an item up to 1 KB plus one index entry"),
+        ("write request units a transaction adds to the streams' count", TRANSACT_WRU_EXTRA,
+         "two items up to 1 KB, each billed twice in a transaction (4 units; the streams count 2)"),
         ("memory that buys one vCPU", f"{FULL_CPU_MB} MB", "Lambda's documentation; below it CPU time stretches"),
         ("Lambda runtime beyond the bench's interpreter", f"{RUNTIME_MB} MB", "not measured: the bench has no Lambda"),
         ("SQS receives per SQS-triggered invocation", RECEIVES_PER_SQS_INVOCATION,

@@ -175,8 +175,15 @@ def test_costs_follow_the_measured_calls_and_the_repositories() -> None:
 
 
 def test_an_unknown_call_is_shown_not_dropped() -> None:
-    usage = cost.calls_usage({"dynamodb.TransactWriteItems": 1.0, "secretsmanager.GetSecretValue": 1.0}, 5)
-    assert usage.other_calls == {"dynamodb.TransactWriteItems": 5.0}
+    usage = cost.calls_usage({"dynamodb.TransactGetItems": 1.0, "secretsmanager.GetSecretValue": 1.0}, 5)
+    assert usage.other_calls == {"dynamodb.TransactGetItems": 5.0}
+
+
+def test_a_transaction_bills_its_two_items_twice() -> None:
+    # Measured flows count each item once from the streams: a transaction adds the second unit of each.
+    measured = cost.calls_usage({"dynamodb.TransactWriteItems": 1.0}, 5, write_units=3.0)
+    assert (measured.wru, measured.other_calls) == (5 * 3.0 + 5 * 2.0, {})
+    assert cost.calls_usage({"dynamodb.TransactWriteItems": 1.0}, 5).wru == 5 * 4.0
 
 
 def test_arm64_and_a_smaller_memory_are_priced_as_lambda_bills_them() -> None:
