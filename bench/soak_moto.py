@@ -24,7 +24,12 @@ from urllib.parse import unquote
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
 from crcr.local.front import FrontEnd, Limits, Route
-from crcr.local.stack import atomic_dynamodb, partition_queries
+from crcr.local.stack import (
+    atomic_dynamodb,
+    forget_spent_shard_iterators,
+    partition_queries,
+    transactions_without_table_copies,
+)
 
 SOAK_AGENT = "crcr-soak"
 COUNTS_PATH = "/_soak/aws-calls"
@@ -152,6 +157,11 @@ def main() -> None:
     port = int(sys.argv[1])
     fast_clock()
     partition_queries()
+    # As `crcr local` runs moto: a transaction keeps only the items it names (moto's own copies every table it names,
+    # items and stream records, per transaction: with one per webhook the soak's moto grew past 20 GB), and a stream
+    # shard iterator is forgotten once the next one is handed out.
+    transactions_without_table_copies()
+    forget_spent_shard_iterators()
     # Each DynamoDB request whole before the next, as in `crcr local` and as DynamoDB makes a conditional write one
     # step: otherwise two racing claims of one dispatch could both pass here, and the soak would count a duplicate
     # that DynamoDB never lets happen.
