@@ -274,8 +274,18 @@ def run_once(workdir: Path, *, flood: bool, jobs: int, shas: int, bound_s: float
 
 def flood_phase(jobs: int = 300, shas: int = 100, bound_s: float = 300.0) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="crcr-flood-"))
-    quiet = run_once(workdir, flood=False, jobs=jobs, shas=shas, bound_s=bound_s)
-    flooded = run_once(workdir, flood=True, jobs=jobs, shas=shas, bound_s=bound_s)
+    # The relay runs in this process: its log lines (hundreds of refused floods among them) go to a file, as the
+    # soak's relay logs do, so the soak's summary stays on one screen.
+    from crcr.adapters.observability import logger  # noqa: PLC0415 - the functions' logger, loaded with them
+
+    log_path = workdir / "relay.log"
+    with log_path.open("a", encoding="utf-8") as log:
+        previous = logger.registered_handler.setStream(log)
+        try:
+            quiet = run_once(workdir, flood=False, jobs=jobs, shas=shas, bound_s=bound_s)
+            flooded = run_once(workdir, flood=True, jobs=jobs, shas=shas, bound_s=bound_s)
+        finally:
+            logger.registered_handler.setStream(previous)
     problems = []
     if not quiet["second_downstream"]["all_arrived"] or not flooded["second_downstream"]["all_arrived"]:
         problems.append("the second downstream's HUD push, check run or comment did not arrive")
@@ -296,6 +306,7 @@ def flood_phase(jobs: int = 300, shas: int = 100, bound_s: float = 300.0) -> dic
         "with_flood": flooded,
         "ok": not problems,
         "problems": problems,
+        "relay_log": str(log_path),
         "method": (
             "two runs of one scenario, each on its own crcr local (in this process) with the GitHub, OIDC issuer and "
             "HUD doubles: a PR dispatched to two L4 downstreams; with the flood, one of them reports "
@@ -325,7 +336,10 @@ def print_phase(rep: dict[str, Any]) -> None:
         f"   flood: {flooded['flood_jobs_accepted']} jobs accepted, {flooded['flood_jobs_recorded']} recorded; answers "
         f"{flooded['flood_answers']}; its writes in any minute {flooded['flood_writes_in_any_minute']}"
     )
-    print(f"   ok: {rep['ok']}{'' if rep['ok'] else ' -- ' + '; '.join(rep['problems'])}")
+    print(
+        f"   ok: {rep['ok']}{'' if rep['ok'] else ' -- ' + '; '.join(rep['problems'])}; "
+        f"relay log {rep.get('relay_log')}"
+    )
 
 
 def main() -> int:
