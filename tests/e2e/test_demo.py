@@ -31,6 +31,7 @@ def test_the_demo_shows_live_transitions_failures_their_verdicts_a_dead_letter_a
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
     assert out.rstrip().endswith("Demo passed.")
+    assert [line for line in out.splitlines() if line.startswith("{")] == []  # words, not the functions' JSON logs
     # Live: each job's dispatched -> in_progress and in_progress -> completed, with its times, as it happens.
     assert re.search(r"riscv/pytorch-riscv-ci +L4 +build-and-test +dispatched -> in_progress +\(queued \d", out)
     assert re.search(r"riscv/pytorch-riscv-ci +L4 +build-and-test +in_progress -> completed success +\(ran ", out)

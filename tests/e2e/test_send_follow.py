@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -177,3 +178,40 @@ def send_raw(args: list[str], secret: str | None) -> subprocess.CompletedProcess
         timeout=60,
         check=False,
     )
+
+
+def test_without_follow_the_terminal_stays_quiet_after_the_ready_line(tmp_path: object) -> None:
+    """The functions log at WARNING in `crcr local` unless told otherwise: a PR dispatched to every downstream
+    prints nothing after the ready line (the raw JSON lines are for --follow or POWERTOOLS_LOG_LEVEL=INFO)."""
+    env = base_env() | {
+        "CRCR_WEBHOOK_SECRET": SECRET,
+        "CRCR_ALLOWLIST": "examples/allowlist.yaml",
+        "CRCR_CI_PROVIDERS": "examples/ci_providers.yml",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "crcr.ops.cli", "local", "--port", "0"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    try:
+        ready = json.loads(proc.stdout.readline())
+        assert ready["event"] == "ready", ready
+        sent = send(ready["url"], "pull_request.synchronize", "--sha", SHA, "--pr", "4243")
+        assert sent.returncode == 0 and "accepted" in sent.stdout, sent.stdout + sent.stderr
+        deadline = time.time() + 60
+        while time.time() < deadline:  # until the sandbox has the dispatches (the status page lists them)
+            with urllib.request.urlopen(f"{ready['url']}/_crcr/status", timeout=5) as answer:
+                status = json.loads(answer.read())
+            if status["dispatches"] and status["sandbox_callbacks"]:
+                break  # dispatched, and the sandbox's runs have reported
+            time.sleep(0.5)
+        assert status["dispatches"] and status["sandbox_callbacks"], status
+        time.sleep(2)  # the rest of the runs' reports and the reporter's work
+    finally:
+        proc.terminate()
+        rest, _ = proc.communicate(timeout=60)
+    assert [line for line in rest.splitlines() if line.strip()] == []

@@ -507,6 +507,9 @@ class LocalStack:
         merged.update({k: v for k, v in self.env.items() if k.startswith("CRCR_") and k != "CRCR_SECRETS_ARN"})
         self.function_env = merged
         os.environ.update(merged)
+        from crcr.adapters.observability import logger  # noqa: PLC0415 - loaded before this environment was set
+
+        logger.setLevel(merged["POWERTOOLS_LOG_LEVEL"])  # as a function's cold start reads it
         for fn in self.functions:
             self.handlers[fn.logical_id] = self._load_handler(fn)
             for route in fn.http_routes:
