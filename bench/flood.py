@@ -73,7 +73,8 @@ def _rss_mb() -> float:
     return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) / 1024
 
 
-def _in_any_minute(times: list[float]) -> int:
+def in_any_minute(times: list[float]) -> int:
+    """The most of `times` (seconds) that fall in any 60 s."""
     times = sorted(times)
     return max((sum(1 for u in times[i:] if u < t + 60) for i, t in enumerate(times)), default=0)
 
@@ -259,8 +260,8 @@ def run_once(workdir: Path, *, flood: bool, jobs: int, shas: int, bound_s: float
             "flood_check_runs_when_the_second_was_done": flood_check_runs,
             "upstream_commit_lookups": len([r for r in upstream if r.method == "GET" and "/commits/" in r.path]),
             "upstream_writes": len(content),
-            "upstream_writes_in_any_minute": _in_any_minute([r.time for r in content]),
-            "flood_writes_in_any_minute": _in_any_minute(flood_writes),
+            "upstream_writes_in_any_minute": in_any_minute([r.time for r in content]),
+            "flood_writes_in_any_minute": in_any_minute(flood_writes),
             "relay_metrics": {
                 k: v
                 for k, v in s.stack.status()["metrics"].items()

@@ -9,17 +9,20 @@ How long the second waits with and without the flood, side by side, is measured 
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from types import ModuleType
 from typing import Any
 
 import pytest
 
-from tests.conftest import Relay, event_body, http
+from tests.conftest import ROOT, Relay, event_body, http
 from tests.doubles.hud import HudDouble
 from tests.doubles.oidc_issuer import OidcIssuer
 from tests.e2e.test_callback import oidc, scheduled_body  # noqa: F401 - oidc is a fixture
@@ -60,23 +63,19 @@ def callback(relay: Relay, body: dict[str, Any], bearer: str) -> tuple[int, dict
     return http("POST", f"{relay.url}/callback", json.dumps(body).encode(), headers)
 
 
-def report(ticket: str, repo: str, job: str, run_id: int, status: str, conclusion: str | None) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "schema_version": 1,
-        "ticket": ticket,
-        "status": status,
-        "workflow_name": "CI",
-        "job_name": job,
-        "run_id": run_id,
-        "run_attempt": 1,
-        "url": f"https://github.com/{repo}/actions/runs/{run_id}",
-    }
-    return body | ({"conclusion": conclusion} if conclusion else {})
+def load_flood() -> ModuleType:
+    """bench/flood.py, whose report body and per-minute count this test shares with the soak's flood phase."""
+    if "bench_flood" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("bench_flood", ROOT / "bench" / "flood.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["bench_flood"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["bench_flood"]
 
 
-def writes_in_any_minute(times: list[float]) -> int:
-    times = sorted(times)
-    return max((sum(1 for u in times[i:] if u < t + 60) for i, t in enumerate(times)), default=0)
+report = load_flood().report_body
+writes_in_any_minute = load_flood().in_any_minute
 
 
 def test_a_flooding_downstream_slows_only_itself(
