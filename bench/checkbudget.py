@@ -40,10 +40,11 @@ from harness import APP_ID, UPSTREAM, AppKey, OutputCapture, percentile
 from moto import mock_aws
 
 from crcr.adapters.allowlist_source import parse_allowlist
-from crcr.adapters.dynamo import DynamoPacer
 from crcr.adapters.github import GitHubApp, GitHubCheckRuns
+from crcr.adapters.pacer import DynamoPacer
 from crcr.app.checks import CheckDeps, job_message, sync
-from crcr.app.ports import JobRecord, LedgerRow, LedgerState
+from crcr.app.ports.jobs import JobRecord
+from crcr.app.ports.ledger import LedgerRow, LedgerState
 from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain.pacing import CONTENT_RATES
 from tests.doubles.github_double import GitHubDouble
@@ -225,6 +226,7 @@ def _setting(key: AppKey, mode: str, load: int, *, drain_hours: float, budget_s:
             store=FakeCheckStore(),
             results=jobs,
             ledger=ledger,
+            prs=ledger,
             queue=sim,
             pacer=pacer,
             allowlist=StaticAllowlist(parse_allowlist(allowlist)),

@@ -26,7 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from crcr.app.ports import JobRecord  # noqa: E402
+from crcr.app.ports.jobs import JobRecord  # noqa: E402
 from crcr.app.summaries import (  # noqa: E402
     PR_COMMITS,
     PlanNote,

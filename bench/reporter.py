@@ -45,12 +45,12 @@ from harness import (
     summary_ms,
 )
 
+from crcr.adapters.job_items import from_item, to_item
 from crcr.adapters.observability import TOTALS
-from crcr.adapters.results import from_item, to_item
 from crcr.adapters.s3 import S3HudDocs
 from crcr.app.checks import SWEPT
 from crcr.app.dispatch import dispatch_id
-from crcr.app.ports import JobRecord
+from crcr.app.ports.jobs import JobRecord
 from crcr.app.report import ReportDeps
 from crcr.app.summaries import job_key
 from crcr.composition import build_report_deps, load_settings
@@ -931,15 +931,16 @@ def dispatch_scaling(stack: LocalStack, sizes: tuple[int, ...] = (1, 100, 500), 
     """The reporter's reads and time for the next failed jobs of a PR dispatch already holding n jobs, n from 1 to
     500: the verdict of each reads that job's own attempts and its baseline's history, whatever n is (before, every
     job of the dispatch, bodies included). Summaries, HUD push and check runs off: the verdicts alone."""
-    from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
+    from crcr.adapters.branch import DynamoBranch  # noqa: PLC0415
+    from crcr.adapters.pulls import DynamoPullRequests  # noqa: PLC0415
     from crcr.adapters.results import DynamoResults  # noqa: PLC0415
 
     ddb = stack.client("dynamodb")
-    state = DynamoState(ddb, stack.function_env["CRCR_STATE_TABLE"])
+    table = stack.function_env["CRCR_STATE_TABLE"]
     base, head = "b" * 40, "d" * 40
     at = time.time() - 3600
-    state.record_commits(UPSTREAM, [(base, at - 600)])
-    state.record_pr_head(UPSTREAM, 4242, head, "2026-12-04T00:00:00Z", base_sha=base)
+    DynamoBranch(ddb, table).record_commits(UPSTREAM, [(base, at - 600)])
+    DynamoPullRequests(ddb, table).record_pr_head(UPSTREAM, 4242, head, "2026-12-04T00:00:00Z", base_sha=base)
     handler = stack.handlers[FUNCTION]
     rows: dict[str, Any] = {}
     for n in sizes:
@@ -1006,7 +1007,7 @@ def dispatch_scaling(stack: LocalStack, sizes: tuple[int, ...] = (1, 100, 500), 
 
 
 def _key(job: JobRecord) -> dict[str, Any]:
-    from crcr.adapters.results import job_key  # noqa: PLC0415
+    from crcr.adapters.table import job_key  # noqa: PLC0415
 
     return job_key(job.dispatch_id, job.run_id, job.run_attempt, job.job_name)
 

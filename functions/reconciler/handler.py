@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from crcr.adapters.observability import PowertoolsMetrics, logger, metrics
-from crcr.app.ports import GitHubError
+from crcr.app.ports.github import GitHubError
 from crcr.app.reconcile import ReconcileDeps, reconcile
 from crcr.composition import build_reconcile_deps, kept, load_settings
 

@@ -29,8 +29,9 @@ if TYPE_CHECKING:
     from crcr.app.health import HealthDeps
     from crcr.app.ingest import IngestDeps
     from crcr.app.levels import LevelDeps
+    from crcr.app.onboard import RepoLookup
     from crcr.app.plan import PlannerDeps
-    from crcr.app.ports import JobRecord, RepoLookup
+    from crcr.app.ports.jobs import JobRecord
     from crcr.app.reconcile import ReconcileDeps
     from crcr.app.report import ReportDeps
     from crcr.app.rerun import RerunDeps
@@ -217,7 +218,7 @@ def _write_rates(settings: Settings) -> tuple[Rate, ...]:
 
 
 def build_ingest_deps(settings: Settings) -> IngestDeps:
-    from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
+    from crcr.adapters.deliveries import DynamoDeliveries  # noqa: PLC0415
     from crcr.adapters.s3 import S3Blobs  # noqa: PLC0415
     from crcr.adapters.sqs import SqsEventQueue  # noqa: PLC0415
     from crcr.app.ingest import IngestDeps  # noqa: PLC0415
@@ -232,7 +233,7 @@ def build_ingest_deps(settings: Settings) -> IngestDeps:
         ),
         secret_source=_webhook_secret_source(settings),
         upstream=settings.upstream_repo,
-        deliveries=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
+        deliveries=DynamoDeliveries(aws_client("dynamodb"), str(settings.state_table)),
         events=SqsEventQueue(aws_client("sqs"), str(settings.events_queue_url)),
         blobs=S3Blobs(aws_client("s3"), str(settings.bodies_bucket)),
         metrics=PowertoolsMetrics(),
@@ -264,7 +265,8 @@ def _providers(settings: Settings, metrics: PowertoolsMetrics, clock: SystemCloc
 
 
 def build_planner_deps(settings: Settings) -> PlannerDeps:
-    from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
+    from crcr.adapters.branch import DynamoBranch  # noqa: PLC0415
+    from crcr.adapters.pulls import DynamoPullRequests  # noqa: PLC0415
     from crcr.adapters.s3 import S3Blobs  # noqa: PLC0415
     from crcr.adapters.sqs import SqsDispatchQueue  # noqa: PLC0415
     from crcr.app.plan import PlannerDeps  # noqa: PLC0415
@@ -291,7 +293,8 @@ def build_planner_deps(settings: Settings) -> PlannerDeps:
         upstream=settings.upstream_repo,
         allowlist=allowlist,
         blobs=S3Blobs(aws_client("s3"), str(settings.bodies_bucket)),
-        state=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
+        prs=DynamoPullRequests(aws_client("dynamodb"), str(settings.state_table)),
+        branch=DynamoBranch(aws_client("dynamodb"), str(settings.state_table)),
         dispatches=SqsDispatchQueue(
             aws_client("sqs"), str(settings.dispatch_queue_url), str(settings.dispatch_dlq_url)
         ),
@@ -302,8 +305,11 @@ def build_planner_deps(settings: Settings) -> PlannerDeps:
 
 def build_dispatch_deps(settings: Settings) -> DispatchDeps:
     from crcr.adapters.dispatch_runs import GitHubDispatchRuns  # noqa: PLC0415
-    from crcr.adapters.dynamo import LEDGER_TTL_S, DynamoPacer, DynamoState  # noqa: PLC0415
+    from crcr.adapters.ledger import DynamoLedger  # noqa: PLC0415
+    from crcr.adapters.pacer import DynamoPacer  # noqa: PLC0415
+    from crcr.adapters.pulls import DynamoPullRequests  # noqa: PLC0415
     from crcr.adapters.sqs import SqsDispatchQueue  # noqa: PLC0415
+    from crcr.adapters.table import LEDGER_TTL_S  # noqa: PLC0415
     from crcr.app.dispatch import DispatchDeps  # noqa: PLC0415
     from crcr.domain.retry import RetryPolicy  # noqa: PLC0415
 
@@ -313,7 +319,8 @@ def build_dispatch_deps(settings: Settings) -> DispatchDeps:
         github=_github(settings),
         runs=GitHubDispatchRuns(_github(settings)),
         run_settle_s=settings.run_settle_s,
-        ledger=DynamoState(aws_client("dynamodb"), table, start_timeout_s=settings.start_timeout_s),
+        ledger=DynamoLedger(aws_client("dynamodb"), table, start_timeout_s=settings.start_timeout_s),
+        prs=DynamoPullRequests(aws_client("dynamodb"), table),
         queue=SqsDispatchQueue(aws_client("sqs"), str(settings.dispatch_queue_url), str(settings.dispatch_dlq_url)),
         pacer=DynamoPacer(aws_client("dynamodb"), table, rates=_write_rates(settings)),
         signer=_tickets(settings),
@@ -337,7 +344,7 @@ def _buildkite_dispatch(settings: Settings) -> BuildkiteDeps | None:
     if settings.buildkite_api_token is None:
         return None
     from crcr.adapters.buildkite import BuildkiteClient  # noqa: PLC0415
-    from crcr.adapters.dynamo import DynamoPacer  # noqa: PLC0415
+    from crcr.adapters.pacer import DynamoPacer  # noqa: PLC0415
     from crcr.app.dispatch import BuildkiteDeps  # noqa: PLC0415
     from crcr.domain.pacing import BUILDKITE_RATES  # noqa: PLC0415
 
@@ -357,10 +364,14 @@ def _buildkite_dispatch(settings: Settings) -> BuildkiteDeps | None:
 
 
 def build_callback_deps(settings: Settings) -> CallbackDeps:
-    from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
+    from crcr.adapters.branch import DynamoBranch  # noqa: PLC0415
     from crcr.adapters.github import UpstreamCommitLookup  # noqa: PLC0415
+    from crcr.adapters.hud_keys import DynamoHudKeys  # noqa: PLC0415
+    from crcr.adapters.ledger import DynamoLedger  # noqa: PLC0415
     from crcr.adapters.oidc import IssuerRouter, OidcVerifier  # noqa: PLC0415
-    from crcr.adapters.results import DynamoHudKeys, DynamoRateLimiter, DynamoRefusals, DynamoResults  # noqa: PLC0415
+    from crcr.adapters.rate_limits import DynamoRateLimiter  # noqa: PLC0415
+    from crcr.adapters.refusals import DynamoRefusals  # noqa: PLC0415
+    from crcr.adapters.results import DynamoResults  # noqa: PLC0415
     from crcr.app.callback import CallbackDeps  # noqa: PLC0415
 
     settings.require("state_table", "results_table", "allowlist")
@@ -376,7 +387,7 @@ def build_callback_deps(settings: Settings) -> CallbackDeps:
         ),
         providers=_providers(settings, metrics, clock),
         tickets=_tickets(settings),
-        ledger=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
+        ledger=DynamoLedger(aws_client("dynamodb"), str(settings.state_table)),
         allowlist=_allowlist(settings, metrics, clock),
         results=DynamoResults(aws_client("dynamodb"), str(settings.results_table), settings.run_timeout_s),
         hud_keys=DynamoHudKeys(aws_client("dynamodb"), str(settings.state_table)),
@@ -386,7 +397,7 @@ def build_callback_deps(settings: Settings) -> CallbackDeps:
         upstream=settings.upstream_repo,
         commits=UpstreamCommitLookup(_github(settings), settings.upstream_repo) if settings.github_app_id else None,
         max_jobs_per_dispatch=settings.max_jobs_per_dispatch,
-        known_commits=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
+        known_commits=DynamoBranch(aws_client("dynamodb"), str(settings.state_table)),
         lookups=DynamoRateLimiter(
             aws_client("dynamodb"),
             str(settings.state_table),
@@ -429,10 +440,15 @@ def _checks_queue(settings: Settings) -> SqsChecksQueue | None:
 
 
 def build_checks_deps(settings: Settings) -> CheckDeps:
+    from crcr.adapters.check_runs import DynamoCheckRuns  # noqa: PLC0415
     from crcr.adapters.commands import GitHubCommands  # noqa: PLC0415
-    from crcr.adapters.dynamo import DynamoPacer, DynamoState  # noqa: PLC0415
     from crcr.adapters.github import GitHubCheckRuns, GitHubIssueComments, GitHubReruns  # noqa: PLC0415
+    from crcr.adapters.ledger import DynamoLedger  # noqa: PLC0415
     from crcr.adapters.levels import CachedDemotions, DynamoLevels  # noqa: PLC0415
+    from crcr.adapters.pacer import DynamoPacer  # noqa: PLC0415
+    from crcr.adapters.pr_comment import DynamoPrComment  # noqa: PLC0415
+    from crcr.adapters.pulls import DynamoPullRequests  # noqa: PLC0415
+    from crcr.adapters.reruns import DynamoReruns  # noqa: PLC0415
     from crcr.app.checks import CheckDeps  # noqa: PLC0415
     from crcr.app.comment import CommentDeps  # noqa: PLC0415
     from crcr.app.rerun import RerunDeps, RetryDeps  # noqa: PLC0415
@@ -442,7 +458,10 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
     assert queue is not None
     metrics = PowertoolsMetrics()
     clock = SystemClock()
-    state = DynamoState(aws_client("dynamodb"), str(settings.state_table))
+    table = str(settings.state_table)
+    checks = DynamoCheckRuns(aws_client("dynamodb"), table)
+    prs = DynamoPullRequests(aws_client("dynamodb"), table)
+    reruns = DynamoReruns(aws_client("dynamodb"), table)
     # One pacer for every content-creating call: check runs and the PR comment spend the upstream
     # installation's budget, re-runs the downstream's (shared with its dispatches).
     pacer = DynamoPacer(aws_client("dynamodb"), str(settings.state_table), rates=_write_rates(settings))
@@ -466,9 +485,10 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
         # The same queue, pacer (one budget per installation), allowlist and metrics as the check runs.
         comment = CommentDeps(
             api=GitHubIssueComments(_github(settings)),
-            store=state,
+            store=DynamoPrComment(aws_client("dynamodb"), table),
+            prs=prs,
             jobs=results,
-            reruns=state,
+            reruns=reruns,
             queue=queue,
             pacer=pacer,
             allowlist=allowlist,
@@ -482,9 +502,10 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
         )
     return CheckDeps(
         api=GitHubCheckRuns(_github(settings)),
-        store=state,
+        store=checks,
         results=results,
-        ledger=state,
+        ledger=DynamoLedger(aws_client("dynamodb"), table),
+        prs=prs,
         queue=queue,
         pacer=pacer,
         allowlist=allowlist,
@@ -495,10 +516,10 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
         gauge=pacer,  # check_runs: auto reads the hourly window the writes above book in
         share=share,
         share_gauge=share,
-        reruns=RerunDeps(github=GitHubReruns(_github(settings)), store=state, allowlist=allowlist, metrics=metrics),
+        reruns=RerunDeps(github=GitHubReruns(_github(settings)), store=checks, allowlist=allowlist, metrics=metrics),
         retries=RetryDeps(
             results=results,
-            marks=state,
+            marks=reruns,
             clock=clock,
             # A claim covers a token, the run's GET and the POST, each up to connect + read timeout.
             lease_s=3 * (settings.github_timeout_s + 3.05) + 15.0,
@@ -514,13 +535,13 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
 def _rerun_deps(settings: Settings, allowlist: CachedAllowlist, metrics: PowertoolsMetrics) -> RerunDeps | None:
     if not (settings.github_app_id and settings.state_table):
         return None
-    from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
+    from crcr.adapters.check_runs import DynamoCheckRuns  # noqa: PLC0415
     from crcr.adapters.github import GitHubReruns  # noqa: PLC0415
     from crcr.app.rerun import RerunDeps  # noqa: PLC0415
 
     return RerunDeps(
         github=GitHubReruns(_github(settings)),
-        store=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
+        store=DynamoCheckRuns(aws_client("dynamodb"), str(settings.state_table)),
         allowlist=allowlist,
         metrics=metrics,
     )
@@ -554,7 +575,8 @@ def _verdicts(settings: Settings) -> VerdictDeps | None:
     """Failure verdicts need the results (attempts, baselines) and the state table (PR bases, branch order)."""
     if not (settings.results_table and settings.state_table):
         return None
-    from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
+    from crcr.adapters.branch import DynamoBranch  # noqa: PLC0415
+    from crcr.adapters.pulls import DynamoPullRequests  # noqa: PLC0415
     from crcr.app.verdicts import VerdictDeps  # noqa: PLC0415
 
     results = _results(settings)
@@ -562,7 +584,8 @@ def _verdicts(settings: Settings) -> VerdictDeps | None:
         results=results,
         store=results,
         by_repo=results,
-        branch=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
+        branch=DynamoBranch(aws_client("dynamodb"), str(settings.state_table)),
+        prs=DynamoPullRequests(aws_client("dynamodb"), str(settings.state_table)),
         clock=SystemClock(),
     )
 
@@ -627,13 +650,13 @@ def build_hud_reader(settings: Settings) -> S3HudDocs | None:
 
 
 def build_sweep_deps(settings: Settings) -> SweepDeps:
-    from crcr.adapters.dynamo import DynamoState  # noqa: PLC0415
+    from crcr.adapters.ledger import DynamoLedger  # noqa: PLC0415
     from crcr.adapters.results import DynamoResults  # noqa: PLC0415
     from crcr.app.sweep import SweepDeps  # noqa: PLC0415
 
     settings.require("state_table", "results_table")
     return SweepDeps(
-        starts=DynamoState(aws_client("dynamodb"), str(settings.state_table)),
+        starts=DynamoLedger(aws_client("dynamodb"), str(settings.state_table)),
         runs=DynamoResults(aws_client("dynamodb"), str(settings.results_table), settings.run_timeout_s),
         metrics=PowertoolsMetrics(),
         clock=SystemClock(),
@@ -645,8 +668,8 @@ def build_reconcile_deps(settings: Settings) -> ReconcileDeps:
     the reconciler's rows in the state table, and a pacing cell of its own for the App's writes."""
     import time  # noqa: PLC0415
 
-    from crcr.adapters.dynamo import DynamoPacer  # noqa: PLC0415
     from crcr.adapters.github import GitHubHookDeliveries  # noqa: PLC0415
+    from crcr.adapters.pacer import DynamoPacer  # noqa: PLC0415
     from crcr.adapters.redeliveries import DynamoRedeliveries  # noqa: PLC0415
     from crcr.app.reconcile import ReconcileDeps  # noqa: PLC0415
     from crcr.domain.pacing import REDELIVERY_RATES  # noqa: PLC0415

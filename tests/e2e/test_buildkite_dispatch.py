@@ -13,8 +13,8 @@ from typing import Any
 import jwt
 import pytest
 
-from crcr.adapters.dynamo import DynamoState
-from crcr.app.ports import LedgerRow, LedgerState
+from crcr.adapters.ledger import DynamoLedger
+from crcr.app.ports.ledger import LedgerRow, LedgerState
 from crcr.domain.signature import sign
 from crcr.local.stack import LocalStack
 from tests.conftest import DEFAULT_ALLOWLIST, LISTED, ROOT, Relay, event_body, http
@@ -80,7 +80,7 @@ def wait_for(check: Callable[[], Any], timeout_s: float = 40.0) -> Any:
 
 
 def ledger_row(relay: Relay, delivery: str) -> LedgerRow | None:
-    return DynamoState(relay.stack.client("dynamodb"), "crcr-local-StateTable").get(delivery, BK_REPO)
+    return DynamoLedger(relay.stack.client("dynamodb"), "crcr-local-StateTable").get(delivery, BK_REPO)
 
 
 def creates(buildkite: BuildkiteDouble) -> list[Any]:
@@ -244,5 +244,5 @@ def test_on_the_sandbox_buildkite_the_build_reports_back_and_is_recorded(tmp_pat
             ("completed", 200, "recorded"),
         ], replies
         [build] = sandbox.builds
-        row = DynamoState(stack.client("dynamodb"), "crcr-local-StateTable").get(delivery, BK_REPO)
+        row = DynamoLedger(stack.client("dynamodb"), "crcr-local-StateTable").get(delivery, BK_REPO)
         assert row is not None and (row.build_id, row.build_number) == (build["id"], build["number"])

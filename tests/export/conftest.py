@@ -16,7 +16,7 @@ from moto.server import ThreadedMotoServer
 
 from crcr.adapters.results import DynamoResults
 from crcr.app.hud import COLUMNS
-from crcr.app.ports import JobRecord
+from crcr.app.ports.jobs import JobRecord
 from crcr.local.stack import free_port
 from crcr.local.template import load_template
 from crcr.ops.export import FORMATS

@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from crcr.app.ports import JobRecord
+from crcr.app.ports.jobs import JobRecord
 from crcr.domain.failed_tests import cap, to_json
 
 UPSTREAM = "pytorch/pytorch"

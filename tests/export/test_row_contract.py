@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from crcr.app.hud import envelope
-from crcr.app.ports import JobRecord
+from crcr.app.ports.jobs import JobRecord
 from crcr.local.torchci import TorchciHud
 from crcr.ops.export import select_rows, write
 from tests.export.conftest import ClickHouse

@@ -14,10 +14,19 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from crcr.adapters.allowlist_source import CachedAllowlist, fetcher_for
-from crcr.adapters.dynamo import DynamoPacer, DynamoState
+from crcr.adapters.check_runs import DynamoCheckRuns
+from crcr.adapters.deliveries import DynamoDeliveries
 from crcr.adapters.github import GitHubApp, GitHubIssueComments
-from crcr.adapters.results import DynamoHudKeys
-from crcr.app.ports import Claim, CommentRow, GitHubRejected, HeadRecord, JobLimitReached
+from crcr.adapters.hud_keys import DynamoHudKeys
+from crcr.adapters.pacer import DynamoPacer
+from crcr.adapters.pr_comment import DynamoPrComment
+from crcr.adapters.pulls import DynamoPullRequests
+from crcr.adapters.reruns import DynamoReruns
+from crcr.app.ports.comment import CommentRow
+from crcr.app.ports.deliveries import Claim
+from crcr.app.ports.github import GitHubRejected
+from crcr.app.ports.jobs import JobLimitReached
+from crcr.app.ports.pulls import HeadRecord
 from crcr.domain.checks import Known
 from crcr.domain.comment import Posted
 from crcr.local.stack import free_port
@@ -98,7 +107,7 @@ def test_delivery_and_body_are_claimed_together_or_not_at_all(aws: dict[str, Any
     """One transaction: a repeated id with another body claims neither, so that body is accepted under its own id
     later; a body seen under another id is a replay and takes no id."""
     _table(aws["dynamodb"], "deliveries")
-    state = DynamoState(aws["dynamodb"], "deliveries")
+    state = DynamoDeliveries(aws["dynamodb"], "deliveries")
     x, y = "a" * 64, "b" * 64
     assert state.claim_delivery("D", "push", 100.0, x) is Claim.NEW
     assert state.claim_delivery("D", "push", 101.0, x) is Claim.PENDING  # not queued yet: send it again
@@ -117,7 +126,7 @@ def test_delivery_and_body_are_claimed_together_or_not_at_all(aws: dict[str, Any
 
 def test_one_writer_per_check_run_and_a_crashed_writer_lapses(aws: dict[str, Any]) -> None:
     _table(aws["dynamodb"], "checks")
-    a, b = DynamoState(aws["dynamodb"], "checks"), DynamoState(aws["dynamodb"], "checks")
+    a, b = DynamoCheckRuns(aws["dynamodb"], "checks"), DynamoCheckRuns(aws["dynamodb"], "checks")
     args = ("pytorch/pytorch", "a" * 40, "crcr/o/r")
     assert a.lock_check(*args, version=0, now=100.0, lease_s=25.0) == 1
     assert b.lock_check(*args, version=0, now=100.0, lease_s=25.0) is None  # the creator holds it
@@ -182,19 +191,20 @@ def test_a_dispatch_holds_at_most_its_limit_of_jobs_each_counted_once(aws: dict[
 
 def test_a_new_pr_head_returns_the_head_it_replaced(aws: dict[str, Any]) -> None:
     _table(aws["dynamodb"], "heads")
-    state = DynamoState(aws["dynamodb"], "heads")
+    state = DynamoPullRequests(aws["dynamodb"], "heads")
     assert state.record_pr_head("pytorch/pytorch", 5, "a" * 40, "2026-11-29T10:00:00Z") == HeadRecord(True)
     # the same head again
     assert state.record_pr_head("pytorch/pytorch", 5, "a" * 40, "2026-11-29T10:01:00Z") == HeadRecord(True)
     assert state.record_pr_head("pytorch/pytorch", 5, "b" * 40, "2026-11-29T10:02:00Z") == HeadRecord(True, "a" * 40)
     # an older event delivered late stores nothing
     assert state.record_pr_head("pytorch/pytorch", 5, "c" * 40, "2026-11-29T09:00:00Z") == HeadRecord(False)
-    assert state.pr_head("pytorch/pytorch", 5) == "b" * 40
+    info = state.pr_info("pytorch/pytorch", 5)
+    assert info is not None and info.head_sha == "b" * 40
 
 
 def test_the_pr_comment_row_books_one_render_locks_it_and_keeps_what_was_posted(aws: dict[str, Any]) -> None:
     _table(aws["dynamodb"], "comments")
-    a, b = DynamoState(aws["dynamodb"], "comments"), DynamoState(aws["dynamodb"], "comments")
+    a, b = DynamoPrComment(aws["dynamodb"], "comments"), DynamoPrComment(aws["dynamodb"], "comments")
     up, pr = "pytorch/pytorch", 5
     assert a.get_comment(up, pr) == CommentRow()
     # The first request books its render; later ones join it and push its due time on.
@@ -222,12 +232,14 @@ def test_the_pr_comment_row_books_one_render_locks_it_and_keeps_what_was_posted(
     assert b.book_render(up, pr, "t5", now=2000.0, due_at=2005.0, stale_before=1500.0) == "t5"  # lock lapsed
     a.drop_render(up, pr, "t5")
     assert a.get_comment(up, pr).pending is None
-    assert a.rerun_state("d1", "77") is None
+    # What the comment reads of the relay's automatic re-runs: the marker the re-run handler writes.
+    marks = DynamoReruns(aws["dynamodb"], "comments")
+    assert marks.rerun_state("d1", "77") is None
     aws["dynamodb"].put_item(
         TableName="comments",
         Item={"pk": {"S": "RERUN#d1"}, "sk": {"S": "RUN#77"}, "status": {"S": "requested"}},
     )
-    assert a.rerun_state("d1", "77") == "requested"
+    assert marks.rerun_state("d1", "77") == "requested"
 
 
 def test_issue_comments_through_the_app_token_find_only_the_apps_own(github: GitHubDouble, app_key_pem: str) -> None:

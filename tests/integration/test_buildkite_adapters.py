@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 
 from crcr.adapters.buildkite import BuildkiteClient
-from crcr.adapters.dynamo import DynamoPacer, DynamoState
+from crcr.adapters.ledger import DynamoLedger
+from crcr.adapters.pacer import DynamoPacer
 from crcr.app.dispatch import new_build
-from crcr.app.ports import BuildkiteRateLimited, BuildkiteRejected, BuildkiteUnavailable, LedgerState
+from crcr.app.ports.buildkite import BuildkiteRateLimited, BuildkiteRejected, BuildkiteUnavailable
+from crcr.app.ports.ledger import LedgerState
 from crcr.contracts.messages import BuildkiteTarget, DispatchMessage
 from crcr.domain.levels import Level
 from crcr.domain.pacing import BUILDKITE_RATES
@@ -169,7 +171,7 @@ def ddb() -> Iterator[Any]:
 
 
 def test_the_ledger_keeps_attempts_that_may_have_sent_until_they_settle(ddb: Any) -> None:
-    state, t = DynamoState(ddb, "state"), time.time()
+    state, t = DynamoLedger(ddb, "state"), time.time()
     message = MESSAGE.model_copy(update={"delivery_id": f"d-{t}"})
     assert state.claim(message, "did", t, 30, "first", 0, "vllm-project/vllm")
     state.mark(message, LedgerState.RETRYING, "unavailable: ReadTimeoutError", t + 1, "first")  # unknown

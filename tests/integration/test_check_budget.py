@@ -18,11 +18,14 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from crcr.adapters.allowlist_source import parse_allowlist
-from crcr.adapters.dynamo import DynamoPacer, DynamoState
+from crcr.adapters.check_runs import DynamoCheckRuns
 from crcr.adapters.github import GitHubApp, GitHubCheckRuns
+from crcr.adapters.ledger import DynamoLedger
+from crcr.adapters.pacer import DynamoPacer
+from crcr.adapters.pulls import DynamoPullRequests
 from crcr.adapters.results import DynamoResults
 from crcr.app.checks import CheckDeps, job_message
-from crcr.app.ports import JobRecord
+from crcr.app.ports.jobs import JobRecord
 from crcr.contracts.messages import CheckSyncMessage, DispatchMessage
 from crcr.domain.levels import Level
 from crcr.domain.pacing import parse_rates
@@ -95,7 +98,7 @@ class World:
     github: GitHubDouble
     checks: Checks
     results: DynamoResults
-    state: DynamoState
+    ledger: DynamoLedger
     metrics: RecordingMetrics
     clock: FakeClock
     stream: StreamReader
@@ -117,8 +120,8 @@ class World:
             iat=int(self.clock.t), exp=int(self.clock.t) + 3600, jti=f"dsp-{pr}",
         )  # fmt: skip
         # As the dispatcher records it: the claim writes the dispatch's identity, the mark what the send changed.
-        assert self.state.claim(message, f"dsp-{pr}", self.clock.t, 30.0, "bench", 5004, REPO).taken
-        self.state.mark_dispatched(message, claims, self.clock.t)
+        assert self.ledger.claim(message, f"dsp-{pr}", self.clock.t, 30.0, "bench", 5004, REPO).taken
+        self.ledger.mark_dispatched(message, claims, self.clock.t)
         assert self.checks.take_stream(self.stream, self.source) == 1  # the mark, and no other write of the table
         self.checks.run_until(self.clock.t)
         return sha, f"dsp-{pr}"
@@ -166,15 +169,16 @@ def world(aws: tuple[Any, Any], app_key: rsa.RSAPrivateKey, app_key_pem: str) ->
     with GitHubDouble(APP_ID, public, clock=clock.now, content_writes_per_hour=HOURLY_LIMIT) as github:
         github.install(UPSTREAM, installation_id=1, repo_id=65600975)
         metrics = RecordingMetrics()
-        state, results = DynamoState(ddb, "state"), DynamoResults(ddb, "results")
+        ledger, results = DynamoLedger(ddb, "state"), DynamoResults(ddb, "results")
         pacer = DynamoPacer(ddb, "state", rates=parse_rates(RATES))
         checks = Checks(checks_handler("crcr_fn_checks_budget"), clock)
         checks.deps = CheckDeps(
-            api=GitHubCheckRuns(GitHubApp(github.url, APP_ID, app_key_pem, clock.now)), store=state,
-            results=results, ledger=state, queue=checks, pacer=pacer, allowlist=StaticAllowlist(
+            api=GitHubCheckRuns(GitHubApp(github.url, APP_ID, app_key_pem, clock.now)),
+            store=DynamoCheckRuns(ddb, "state"), results=results, ledger=ledger, prs=DynamoPullRequests(ddb, "state"),
+            queue=checks, pacer=pacer, allowlist=StaticAllowlist(
                 parse_allowlist(f"L4:\n  - {REPO}\n")), metrics=metrics, clock=clock, settle_s=60.0, gauge=pacer,
         )  # fmt: skip
-        yield World(ddb, github, checks, results, state, metrics, clock, reader)
+        yield World(ddb, github, checks, results, ledger, metrics, clock, reader)
         assert github.internal_errors == []
 
 

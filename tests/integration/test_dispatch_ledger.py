@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from crcr.adapters.dynamo import DynamoPacer, DynamoState
-from crcr.app.ports import LedgerState
+from crcr.adapters.ledger import DynamoLedger
+from crcr.adapters.pacer import DynamoPacer
+from crcr.app.ports.ledger import LedgerState
 from crcr.contracts.messages import DispatchMessage
 from crcr.domain.levels import Level
 from crcr.domain.pacing import CONTENT_RATES, RESERVE_HORIZON_S, Rate
@@ -171,7 +172,7 @@ def ticket_claims(delivery: str, dispatch_id: str) -> TicketClaims:
 
 
 def test_the_claim_refused_brings_the_row_and_the_mark_keeps_what_the_claim_wrote(ddb: Any) -> None:
-    state = DynamoState(ddb, TABLE, start_timeout_s=3600)
+    state = DynamoLedger(ddb, TABLE, start_timeout_s=3600)
     calls = Calls(ddb)
     first = message("d-claim")
     claim = state.claim(first, "did-1", 100.0, 30.0, "owner-a", 5001, "Org/Backend", row=True)
@@ -201,7 +202,7 @@ def test_the_claim_refused_brings_the_row_and_the_mark_keeps_what_the_claim_wrot
 def test_a_row_says_whether_the_sweeper_still_waits_for_its_first_job(ddb: Any) -> None:
     # A callback clears the start watch only when the row it read carries one: the first job of a dispatch
     # writes the ledger, the rest of its jobs do not.
-    state = DynamoState(ddb, TABLE, start_timeout_s=3600)
+    state = DynamoLedger(ddb, TABLE, start_timeout_s=3600)
     first = message("d-watch")
     assert state.claim(first, "did-w", 100.0, 30.0, "owner-a", 5001, "Org/Backend").taken
     claims = ticket_claims("d-watch", "did-w")

@@ -12,9 +12,10 @@ from typing import Any
 import boto3
 import pytest
 
-from crcr.adapters.dynamo import DynamoPacer, DynamoState
+from crcr.adapters.ledger import DynamoLedger
+from crcr.adapters.pacer import DynamoPacer
 from crcr.adapters.stream import dispatched_check
-from crcr.app.ports import LedgerState
+from crcr.app.ports.ledger import LedgerState
 from crcr.contracts.messages import CheckSyncMessage, DispatchMessage
 from crcr.domain.levels import Level
 from crcr.domain.ticket import TicketClaims
@@ -30,10 +31,10 @@ UPSTREAM = "pytorch/pytorch"
 
 
 @pytest.fixture
-def aws() -> Iterator[tuple[DynamoState, StreamReader, Any]]:
+def aws() -> Iterator[tuple[DynamoLedger, StreamReader, Any]]:
     with dynamodb_and_streams(StateTable=TABLE) as (ddb, streams):
         [stream] = streams.list_streams(TableName=TABLE)["Streams"]
-        yield DynamoState(ddb, TABLE, start_timeout_s=600.0), StreamReader(streams, stream["StreamArn"]), ddb
+        yield DynamoLedger(ddb, TABLE, start_timeout_s=600.0), StreamReader(streams, stream["StreamArn"]), ddb
 
 
 def message(delivery: str, repo: str, level: Level) -> DispatchMessage:
@@ -43,7 +44,7 @@ def message(delivery: str, repo: str, level: Level) -> DispatchMessage:
     )  # fmt: skip
 
 
-def send(state: DynamoState, m: DispatchMessage, now: float) -> None:
+def send(state: DynamoLedger, m: DispatchMessage, now: float) -> None:
     """As the dispatcher records a send: the claim, then the mark."""
     assert state.claim(m, f"dsp-{m.target_repo}", now, 30.0, "worker", 7, m.target_repo).taken
     claims = TicketClaims(
@@ -54,7 +55,7 @@ def send(state: DynamoState, m: DispatchMessage, now: float) -> None:
 
 
 def test_only_an_l3_or_l4_dispatch_marked_sent_reaches_the_check_run_writer_and_only_once(
-    aws: tuple[DynamoState, StreamReader, Any],
+    aws: tuple[DynamoLedger, StreamReader, Any],
 ) -> None:
     state, reader, ddb = aws
     source = checks_stream_source()

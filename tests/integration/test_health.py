@@ -18,7 +18,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from crcr.adapters.results import DynamoResults
-from crcr.app.ports import JobRecord
+from crcr.app.ports.jobs import JobRecord
 from crcr.local.stack import free_port
 from crcr.local.template import load_template, resources_of
 from tests.conftest import ROOT, http

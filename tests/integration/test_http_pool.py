@@ -16,7 +16,8 @@ import pytest
 
 from crcr.adapters.buildkite import BuildkiteClient
 from crcr.adapters.github import GitHubApp
-from crcr.app.ports import BuildkiteUnavailable, GitHubUnavailable, NewBuild
+from crcr.app.ports.buildkite import BuildkiteUnavailable, NewBuild
+from crcr.app.ports.github import GitHubUnavailable
 from tests.conftest import APP_ID
 from tests.doubles.aws_proxy import AwsProxy, make_tls
 from tests.doubles.buildkite_double import BuildkiteDouble

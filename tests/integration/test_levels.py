@@ -15,15 +15,19 @@ import pytest
 
 from crcr.adapters.allowlist_pulls import GitHubAllowlistPulls
 from crcr.adapters.allowlist_source import CachedAllowlist, GitHubFetcher, parse_allowlist
-from crcr.adapters.dynamo import DynamoPacer, DynamoState
+from crcr.adapters.check_runs import DynamoCheckRuns
 from crcr.adapters.github import GitHubApp, GitHubCheckRuns
+from crcr.adapters.ledger import DynamoLedger
 from crcr.adapters.levels import CachedDemotions, DynamoLevels
+from crcr.adapters.pacer import DynamoPacer
+from crcr.adapters.pulls import DynamoPullRequests
 from crcr.adapters.results import DynamoResults
 from crcr.adapters.s3 import S3HudDocs
 from crcr.app.checks import CheckDeps, job_message, sync
 from crcr.app.levels import LevelDeps, check_levels
 from crcr.app.pages import serve
-from crcr.app.ports import JobRecord, LedgerRow, LedgerState
+from crcr.app.ports.jobs import JobRecord
+from crcr.app.ports.ledger import LedgerRow, LedgerState
 from tests.conftest import APP_ID
 from tests.doubles.github_double import GitHubDouble
 from tests.integration.aws import create_tables, moto_server
@@ -44,7 +48,8 @@ L3:
 class World:
     github: GitHubDouble
     results: DynamoResults
-    state: DynamoState
+    prs: DynamoPullRequests
+    ledger: DynamoLedger
     deps: LevelDeps
     checks: CheckDeps
     clock: FakeClock
@@ -84,7 +89,8 @@ def world(app_key_pem: str, app_key: Any) -> Iterator[World]:
         github.add_commit(UPSTREAM, MAIN, branch="main")
         github.put_file(UPSTREAM, ".github/allowlist.yml", MAIN, ALLOWLIST)
         app = GitHubApp(github.url, APP_ID, app_key_pem, clock.now)
-        results, state, metrics = DynamoResults(ddb, "results"), DynamoState(ddb, "state"), RecordingMetrics()
+        results, metrics = DynamoResults(ddb, "results"), RecordingMetrics()
+        prs, ledger = DynamoPullRequests(ddb, "state"), DynamoLedger(ddb, "state")
         allowlist = CachedAllowlist(GitHubFetcher(app, UPSTREAM, ".github/allowlist.yml", "main"), metrics, clock.now)
         levels = DynamoLevels(ddb, "state", results.first_l2_job)
         deps = LevelDeps(
@@ -93,11 +99,12 @@ def world(app_key_pem: str, app_key: Any) -> Iterator[World]:
             pulls=GitHubAllowlistPulls(app, UPSTREAM, ".github/allowlist.yml", "main"),
         )  # fmt: skip
         checks = CheckDeps(
-            api=GitHubCheckRuns(app), store=state, results=results, ledger=state, queue=_NoQueue(),
+            api=GitHubCheckRuns(app), store=DynamoCheckRuns(ddb, "state"), results=results, ledger=ledger, prs=prs,
+            queue=_NoQueue(),
             pacer=DynamoPacer(ddb, "state"), allowlist=allowlist, metrics=metrics, clock=clock,
             demotions=CachedDemotions(DynamoLevels(ddb, "state"), clock.now, ttl_s=0.0),
         )  # fmt: skip
-        yield World(github, results, state, deps, checks, clock, s3, metrics, ddb)
+        yield World(github, results, prs, ledger, deps, checks, clock, s3, metrics, ddb)
         assert github.internal_errors == [] and github.unexpected == []
 
 
@@ -140,7 +147,7 @@ def test_the_demotion_pr_is_opened_once_then_closed_and_check_runs_stop_and_resu
 
     # While it is open: a new job's check runs are not created.
     fresh = world.report(20, "failure", at=now + 10)
-    world.state.record_pr_head(UPSTREAM, fresh.pr or 0, fresh.head_sha, "2026-12-01T00:00:00Z", ("ciflow/crcr/npu",))
+    world.prs.record_pr_head(UPSTREAM, fresh.pr or 0, fresh.head_sha, "2026-12-01T00:00:00Z", ("ciflow/crcr/npu",))
     _mark_sent(world, fresh)
     sync(job_message(fresh), world.checks)  # type: ignore[arg-type]
     assert _check_runs(world, fresh.head_sha) == [] and world.metrics.counts["CheckRunSuppressed"] >= 1
@@ -159,7 +166,7 @@ def test_the_demotion_pr_is_opened_once_then_closed_and_check_runs_stop_and_resu
     comments = world.github.comments(UPSTREAM, closed["number"])
     assert any("back within its L3 targets" in c["body"] for c in comments)
     later = world.report(95, "success", at=now + 200)
-    world.state.record_pr_head(UPSTREAM, later.pr or 0, later.head_sha, "2026-12-01T00:00:00Z", ("ciflow/crcr/npu",))
+    world.prs.record_pr_head(UPSTREAM, later.pr or 0, later.head_sha, "2026-12-01T00:00:00Z", ("ciflow/crcr/npu",))
     _mark_sent(world, later)
     sync(job_message(later), world.checks)  # type: ignore[arg-type]
     assert _check_runs(world, later.head_sha) == ["crcr/org/npu-ci", "crcr/org/npu-ci/CI/test"]
@@ -182,4 +189,4 @@ def _mark_sent(world: World, job: JobRecord) -> None:
             "level": {"N": "3"}, "device": {"S": "npu"}, "event_type": {"S": "pull_request"},
         },
     )  # fmt: skip
-    assert world.state.get(row.delivery_id, row.repo) is not None
+    assert world.ledger.get(row.delivery_id, row.repo) is not None

@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 
-from crcr.adapters.dynamo import DynamoPacer, DynamoState
+from crcr.adapters.deliveries import DynamoDeliveries
 from crcr.adapters.github import GitHubApp, GitHubHookDeliveries
+from crcr.adapters.pacer import DynamoPacer
 from crcr.adapters.redeliveries import DynamoRedeliveries
-from crcr.app.ports import GitHubRejected, GitHubUnavailable, RedeliveryClaim
+from crcr.app.ports.deliveries import RedeliveryClaim
+from crcr.app.ports.github import GitHubRejected, GitHubUnavailable
 from crcr.app.reconcile import ReconcileDeps, reconcile
 from crcr.domain.pacing import REDELIVERY_RATES
 from crcr.local.stack import free_port
@@ -55,7 +57,7 @@ def test_each_failed_attempt_is_claimed_once_at_most_three_per_event(ddb: Any) -
 
 
 def test_the_webhooks_own_record_and_the_cursor(ddb: Any) -> None:
-    store, webhook = DynamoRedeliveries(ddb, TABLE), DynamoState(ddb, TABLE)
+    store, webhook = DynamoRedeliveries(ddb, TABLE), DynamoDeliveries(ddb, TABLE)
     assert store.delivery_state("g2") is None
     webhook.claim_delivery("g2", "push", 100.0, "b" * 64)
     assert store.delivery_state("g2") == "received"  # the enqueue has not happened (or failed)

@@ -10,9 +10,11 @@ from typing import Any
 import boto3
 import pytest
 
-from crcr.adapters.results import DynamoResults, from_item, job_key, to_item
+from crcr.adapters.job_items import from_item, to_item
+from crcr.adapters.results import DynamoResults
 from crcr.adapters.stream import images
-from crcr.app.ports import JobRecord
+from crcr.adapters.table import job_key
+from crcr.app.ports.jobs import JobRecord
 from crcr.local.stack import StreamReader
 from tests.integration.aws import create_tables, moto_server
 

@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
-from crcr.adapters.dynamo import LEDGER_TTL_S, DynamoState
 from crcr.adapters.github import GitHubApp, GitHubReruns
-from crcr.app.ports import GitHubRejected, RerunClaim, WorkflowRun
+from crcr.adapters.reruns import DynamoReruns
+from crcr.adapters.table import LEDGER_TTL_S
+from crcr.app.ports.github import GitHubRejected
+from crcr.app.ports.reruns import RerunClaim, WorkflowRun
 from tests.conftest import APP_ID
 from tests.doubles.github_double import GitHubDouble, Reply
 from tests.integration.aws import dynamodb
@@ -26,7 +28,7 @@ def ddb() -> Iterator[Any]:
 
 
 def test_one_message_at_a_time_decides_a_runs_retry_and_the_marker_is_put_once(ddb: Any) -> None:
-    a, b = DynamoState(ddb, TABLE), DynamoState(ddb, TABLE)
+    a, b = DynamoReruns(ddb, TABLE), DynamoReruns(ddb, TABLE)
     assert a.claim_rerun("disp-1", "777", "a", now=100.0, lease_s=30.0) is RerunClaim.CLAIMED
     assert b.claim_rerun("disp-1", "777", "b", now=101.0, lease_s=30.0) is RerunClaim.BUSY
     assert b.claim_rerun("disp-1", "778", "b", now=101.0, lease_s=30.0) is RerunClaim.CLAIMED  # another run

@@ -7,27 +7,13 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from crcr.app.ports import (
-    DISPATCH_META_KEY,
-    BuildkiteError,
-    BuildRef,
-    Claim,
-    CommentRow,
-    DeliveryListing,
-    GitHubError,
-    GitHubRejected,
-    HeadRecord,
-    IssueComment,
-    JobRecord,
-    LedgerClaim,
-    LedgerRow,
-    LedgerState,
-    NewBuild,
-    NotInstalled,
-    PrInfo,
-    RedeliveryClaim,
-    RepoToken,
-)
+from crcr.app.ports.buildkite import DISPATCH_META_KEY, BuildkiteError, NewBuild
+from crcr.app.ports.comment import CommentRow, IssueComment
+from crcr.app.ports.deliveries import Claim, DeliveryListing, RedeliveryClaim
+from crcr.app.ports.github import GitHubError, GitHubRejected, NotInstalled, RepoToken
+from crcr.app.ports.jobs import JobRecord
+from crcr.app.ports.ledger import BuildRef, LedgerClaim, LedgerRow, LedgerState
+from crcr.app.ports.pulls import HeadRecord, PrInfo
 from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage
 from crcr.domain.allowlist import Allowlist
 from crcr.domain.checks import Known
@@ -162,7 +148,11 @@ class FakeState:
         return {sha: self.commits[sha] for sha in shas if sha in self.commits}
 
     def pr_info(self, upstream: str, pr: int) -> PrInfo | None:
-        return self.prs.get((upstream, pr))
+        self.head_reads += 1
+        head, info = self.heads.get((upstream, pr)), self.prs.get((upstream, pr))
+        if head is None:
+            return info
+        return dataclasses.replace(info, head_sha=head) if info is not None else PrInfo(head)
 
     def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> bool:
         key = (pr, head_sha, repo.lower())
@@ -179,7 +169,7 @@ class FakeState:
     # Attempts that claimed and may have sent, as the table's string set.
     unsettled: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     claims: int = 0  # claims taken
-    head_reads: int = 0  # pr_head calls (each a read of the table)
+    head_reads: int = 0  # pr_info calls (each a read of the PR's row)
 
     def claim(
         self,
@@ -235,10 +225,6 @@ class FakeState:
             self.unsettled.get(key, set()).discard(owner)
         did = row.dispatch_id if row else ""
         self.ledger[key] = LedgerRow(message.delivery_id, message.target_repo, state, did, 0.0, None, reason)
-
-    def pr_head(self, upstream: str, pr: int) -> str | None:
-        self.head_reads += 1
-        return self.heads.get((upstream, pr))
 
     def clear_start_watch(self, delivery_id: str, repo: str) -> None:
         return
@@ -558,7 +544,6 @@ class FakeCheckStore:
 
     rows: dict[tuple[str, str, str], tuple[Known | None, int]] = field(default_factory=dict)
     locks: dict[tuple[str, str, str], float] = field(default_factory=dict)  # key -> lease end
-    labels: dict[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)
 
     def get_check(self, upstream: str, head_sha: str, name: str) -> tuple[Known | None, int]:
         return self.rows.get((upstream, head_sha, name), (None, 0))
@@ -583,9 +568,6 @@ class FakeCheckStore:
         self.rows[key] = (known, locked + 1)
         self.locks.pop(key, None)
         return True
-
-    def pr_labels(self, upstream: str, pr: int) -> tuple[str, ...]:
-        return self.labels.get((upstream, pr), ())
 
     def checks_of_head(self, upstream: str, head_sha: str) -> list[tuple[str, Known, int]]:
         return [

@@ -12,12 +12,8 @@ import pytest
 from crcr.adapters.allowlist_source import parse_allowlist
 from crcr.app.dispatch import BuildkiteDeps, DispatchDeps, Result, dispatch, dispatch_id, new_build
 from crcr.app.plan import PlannerDeps, plan_event
-from crcr.app.ports import (
-    BuildkiteRateLimited,
-    BuildkiteRejected,
-    BuildkiteUnavailable,
-    LedgerState,
-)
+from crcr.app.ports.buildkite import BuildkiteRateLimited, BuildkiteRejected, BuildkiteUnavailable
+from crcr.app.ports.ledger import LedgerState
 from crcr.contracts.messages import BuildkiteTarget, DispatchMessage, EventMessage
 from crcr.domain.levels import Level
 from crcr.domain.pacing import BUILDKITE_RATES, pace
@@ -66,9 +62,11 @@ def builds() -> FakeBuilds:
 
 @pytest.fixture
 def deps(builds: FakeBuilds) -> DispatchDeps:
+    state = FakeState()  # the ledger and the PR heads, as one table holds both
     return DispatchDeps(
         github=FakeGitHub(),  # installed nowhere: a Buildkite dispatch must not need GitHub
-        ledger=FakeState(),
+        ledger=state,
+        prs=state,
         queue=FakeDispatchQueue(),
         pacer=FakePacer(),
         signer=FakeSigner(),
@@ -325,7 +323,8 @@ def planned(action: str) -> tuple[list[DispatchMessage], dict[str, str]]:
         upstream="pytorch/pytorch",
         allowlist=StaticAllowlist(ALLOWLIST),
         blobs=FakeBlobs(),
-        state=FakeState(),
+        prs=FakeState(),
+        branch=FakeState(),
         dispatches=out,
         metrics=RecordingMetrics(),
         clock=FakeClock(),

@@ -9,7 +9,8 @@ import pytest
 
 from crcr.adapters.allowlist_source import parse_allowlist
 from crcr.app.checks import CheckDeps, job_message, sync
-from crcr.app.ports import JobRecord, LedgerRow, LedgerState
+from crcr.app.ports.jobs import JobRecord
+from crcr.app.ports.ledger import LedgerRow, LedgerState
 from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain.checks import Known, Need, job_run_need, makes, repo_run_need
 from crcr.domain.pacing import CONTENT_RATES, Rate, WindowLevel, pace, window_level
@@ -137,7 +138,8 @@ class World:
     @property
     def deps(self) -> CheckDeps:
         return CheckDeps(
-            api=self.api, store=self.store, results=self.jobs, ledger=self.state, queue=self.queue, pacer=FakePacer(),
+            api=self.api, store=self.store, results=self.jobs, ledger=self.state, prs=self.state, queue=self.queue,
+            pacer=FakePacer(),
             allowlist=StaticAllowlist(parse_allowlist(self.allowlist)), metrics=self.metrics, clock=self.clock,
             settle_s=60.0, gauge=self.gauge,
         )  # fmt: skip

@@ -9,7 +9,9 @@ import pytest
 
 from crcr.adapters.allowlist_source import parse_allowlist
 from crcr.app.checks import CheckDeps, check_run_fields, job_message, sync
-from crcr.app.ports import JobRecord, LedgerRow, LedgerState
+from crcr.app.ports.jobs import JobRecord
+from crcr.app.ports.ledger import LedgerRow, LedgerState
+from crcr.app.ports.pulls import PrInfo
 from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain.checks import JobOutcome, Known, check_run_name, rollup, should_write, wants_check_run
 from crcr.domain.failed_tests import cap, to_json
@@ -101,9 +103,6 @@ class _Store:
         self.rows[name] = (known, locked + 1)
         return True
 
-    def pr_labels(self, upstream: str, pr: int) -> tuple[str, ...]:
-        return ()
-
 
 class _Results:
     def __init__(self, latest: JobRecord) -> None:
@@ -138,7 +137,8 @@ def _deps(latest: JobRecord, pacer: FakePacer | None = None, now: float = 1000.0
     state.ledger[("x", "o/r")] = LedgerRow("x", "o/r", LedgerState.DISPATCHED, "d", level=4, head_sha="a" * 40,
                                            upstream="pytorch/pytorch", pr=5)  # fmt: skip
     deps = CheckDeps(
-        api=api, store=_Store(), results=_Results(latest), ledger=state, queue=queue, pacer=pacer or FakePacer(),
+        api=api, store=_Store(), results=_Results(latest), ledger=state, prs=state, queue=queue,
+        pacer=pacer or FakePacer(),
         allowlist=StaticAllowlist(parse_allowlist("L4:\n  - o/r\n")), metrics=RecordingMetrics(),
         clock=FakeClock(now), settle_s=60.0,
     )  # fmt: skip
@@ -261,7 +261,7 @@ def test_an_open_demotion_stops_new_check_runs_and_lets_running_ones_finish() ->
         dispatched_at=100.0,
     )
     l3 = StaticAllowlist(parse_allowlist("L3:\n  npu: {o/r: x}\n"))
-    labelled = replace(deps, store=_LabelledStore(), allowlist=l3)
+    labelled = replace(deps, prs=_LabelledPr(), allowlist=l3)
     # Demoted at 95, before the dispatch (100) and its job (110): no new check run for either.
     demoted = replace(labelled, demotions=_Demotions({"o/r": 95.0}))
     sync(job_message(started_before), demoted)  # type: ignore[arg-type]
@@ -279,9 +279,9 @@ def _demoted_nothing(deps: CheckDeps) -> bool:
     return not _demoted("o/r", 3, 110.0, replace(deps, demotions=_Demotions({})))
 
 
-class _LabelledStore(_Store):
-    def pr_labels(self, upstream: str, pr: int) -> tuple[str, ...]:
-        return ("ciflow/crcr/npu",)
+class _LabelledPr:
+    def pr_info(self, upstream: str, pr: int) -> PrInfo:
+        return PrInfo("a" * 40, labels=("ciflow/crcr/npu",))
 
 
 def test_a_ciflow_push_has_check_runs_of_its_own_beside_the_prs() -> None:

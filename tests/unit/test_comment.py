@@ -13,7 +13,10 @@ import pytest
 from crcr.adapters.allowlist_source import parse_allowlist
 from crcr.app.checks import CheckDeps, sync
 from crcr.app.comment import CommentDeps, sync_comment
-from crcr.app.ports import GitHubRateLimited, GitHubRejected, GitHubUnavailable, IssueComment, JobRecord, PrInfo
+from crcr.app.ports.comment import IssueComment
+from crcr.app.ports.github import GitHubRateLimited, GitHubRejected, GitHubUnavailable
+from crcr.app.ports.jobs import JobRecord
+from crcr.app.ports.pulls import PrInfo
 from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain.comment import (
     BODY_BUDGET,
@@ -327,7 +330,8 @@ class World:
         self.pacer = FakePacer(waits=list(waits or []))
         tickets = iter(range(1, 1000))
         self.deps = CommentDeps(
-            api=self.api, store=self.store, jobs=self.jobs, reruns=self.marks, queue=self.queue, pacer=self.pacer,
+            api=self.api, store=self.store, prs=self.store, jobs=self.jobs, reruns=self.marks, queue=self.queue,
+            pacer=self.pacer,
             allowlist=StaticAllowlist(parse_allowlist(ALLOWLIST)), metrics=self.metrics, clock=self.clock,
             settle_s=5.0, max_wait_s=60.0, rand=lambda: 0.5, new_ticket=lambda: f"t{next(tickets)}",
         )  # fmt: skip
@@ -507,7 +511,7 @@ def test_a_redelivered_render_that_already_ran_is_dropped() -> None:
 
 def test_the_setting_that_turns_the_comment_off() -> None:
     deps: Any = CheckDeps(
-        api=None, store=None, results=None, ledger=None, queue=FakeChecksQueue(), pacer=FakePacer(),  # type: ignore[arg-type]
+        api=None, store=None, results=None, ledger=None, prs=None, queue=FakeChecksQueue(), pacer=FakePacer(),  # type: ignore[arg-type]
         allowlist=StaticAllowlist(parse_allowlist(ALLOWLIST)), metrics=RecordingMetrics(), clock=FakeClock(),
     )  # fmt: skip
     assert sync(request(), deps).detail == "comment off"

@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from crcr.app.dispatch import DispatchBatch, DispatchDeps, PrHeads, Result, dispatch, dispatch_id
-from crcr.app.ports import GitHubRateLimited, GitHubRejected, GitHubUnavailable, LedgerState
+from crcr.app.ports.github import GitHubRateLimited, GitHubRejected, GitHubUnavailable
+from crcr.app.ports.ledger import LedgerState
 from crcr.contracts.messages import DispatchMessage
 from crcr.domain.levels import Level
 from crcr.domain.retry import RetryPolicy
@@ -42,9 +43,11 @@ def message(**changes: object) -> DispatchMessage:
 
 @pytest.fixture
 def deps() -> DispatchDeps:
+    state = FakeState()  # the ledger and the PR heads, as one table holds both
     return DispatchDeps(
         github=FakeGitHub(installed={REPO.lower()}),
-        ledger=FakeState(),
+        ledger=state,
+        prs=state,
         queue=FakeDispatchQueue(),
         pacer=FakePacer(),
         signer=FakeSigner(),

@@ -220,7 +220,8 @@ def test_ingest_refuses_with_a_field_or_accepts_what_the_planner_and_dispatcher_
         upstream="pytorch/pytorch",
         allowlist=StaticAllowlist(ALLOWLIST),
         blobs=blobs,
-        state=state,
+        prs=state,
+        branch=state,
         dispatches=dispatches,
         metrics=RecordingMetrics(),
         clock=FakeClock(),
@@ -243,9 +244,11 @@ def test_ingest_refuses_with_a_field_or_accepts_what_the_planner_and_dispatcher_
         if carried.buildkite is not None:
             continue
         github = FakeGitHub(installed={carried.target_repo})
+        state = FakeState()
         deps = DispatchDeps(
             github=github,
-            ledger=FakeState(),
+            ledger=state,
+            prs=state,
             queue=FakeDispatchQueue(),
             pacer=FakePacer(),
             signer=FakeSigner(),

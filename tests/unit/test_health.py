@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from crcr.app.health import HealthDeps, NotListed, health_of, health_report, page_health
-from crcr.app.ports import JobRecord
+from crcr.app.ports.jobs import JobRecord
 from crcr.domain.allowlist import build_allowlist
 from crcr.domain.health import (
     DAY_S,

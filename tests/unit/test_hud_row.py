@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from crcr.app.hud import EPOCH, envelope, row
-from crcr.app.ports import JobRecord
+from crcr.app.ports.jobs import JobRecord
 from crcr.local.torchci import extract_dynamo_record
 
 NEVER_STARTED = JobRecord(  # what the sweeper records for a dispatch no job reported on
@@ -53,7 +53,7 @@ def test_times_are_those_datetime64_9_can_hold(reported: str, expected: datetime
 
 
 def test_rows_written_before_run_ids_became_text_still_read() -> None:
-    from crcr.adapters.results import from_item, to_item  # noqa: PLC0415
+    from crcr.adapters.job_items import from_item, to_item  # noqa: PLC0415
 
     item = to_item(NEVER_STARTED) | {"run_id": {"N": "0"}}
     assert from_item(item).run_id == "0"

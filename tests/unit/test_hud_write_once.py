@@ -10,7 +10,9 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from crcr.app.ports import HudRejected, HudUnavailable, JobRecord, PrInfo
+from crcr.app.ports.hud import HudRejected, HudUnavailable
+from crcr.app.ports.jobs import JobRecord
+from crcr.app.ports.pulls import PrInfo
 from crcr.app.report import ReportDeps, judge, report_change
 from crcr.app.summaries import SummaryDeps
 from crcr.domain.failed_tests import cap, to_json

@@ -11,7 +11,8 @@ import pytest
 
 from crcr.adapters.allowlist_source import parse_allowlist
 from crcr.app.levels import LevelDeps, check_levels
-from crcr.app.ports import Demotion, JobRecord, PullRef
+from crcr.app.ports.jobs import JobRecord
+from crcr.app.ports.levels import Demotion, PullRef
 from crcr.domain.ids import repo_key
 from crcr.domain.level_status import duration_display, js_round, to_fixed
 from tests.unit.fakes import FakeClock, RecordingMetrics, StaticAllowlist

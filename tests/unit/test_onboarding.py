@@ -12,7 +12,7 @@ import yaml
 
 from crcr.adapters.allowlist_source import parse_allowlist
 from crcr.app.onboard import onboard
-from crcr.app.ports import NotInstalled, RepoToken
+from crcr.app.ports.github import NotInstalled, RepoToken
 from crcr.domain.allowlist import BuildkitePipeline, build_allowlist
 from crcr.domain.levels import Level
 from crcr.domain.onboarding import (

@@ -101,7 +101,8 @@ def run(
     queue, checks, metrics = FakeDispatchQueue(), FakeChecksQueue(), RecordingMetrics()
     deps = PlannerDeps(
         upstream="pytorch/pytorch", allowlist=StaticAllowlist(parse_allowlist(ALLOWLIST)), blobs=FakeBlobs(),
-        state=FakeState(), dispatches=queue, metrics=metrics, clock=FakeClock(), checks=checks, files=files,
+        prs=FakeState(), branch=FakeState(), dispatches=queue, metrics=metrics, clock=FakeClock(), checks=checks,
+        files=files,
     )  # fmt: skip
     text = json.dumps(doc)
     message = EventMessage(

@@ -57,7 +57,8 @@ def test_a_release_whose_send_failed_is_released_again_on_retry() -> None:
         upstream="pytorch/pytorch",
         allowlist=StaticAllowlist(ALLOWLIST),
         blobs=FakeBlobs(),
-        state=state,
+        prs=state,
+        branch=state,
         dispatches=queue,
         metrics=RecordingMetrics(),
         clock=FakeClock(),
@@ -82,7 +83,8 @@ def test_a_new_head_cancels_the_old_heads_queued_runs_and_asks_for_the_prs_comme
     checks = FakeChecksQueue()
     deps = PlannerDeps(
         upstream="pytorch/pytorch", allowlist=StaticAllowlist(parse_allowlist("L4:\n  - org/repo\n")),
-        blobs=FakeBlobs(), state=FakeState(), dispatches=FakeDispatchQueue(), metrics=RecordingMetrics(),
+        blobs=FakeBlobs(), prs=FakeState(), branch=FakeState(), dispatches=FakeDispatchQueue(),
+        metrics=RecordingMetrics(),
         clock=FakeClock(), checks=checks,
     )  # fmt: skip
     plan_event(_event(BODY, "d-1"), deps)
@@ -104,8 +106,10 @@ def test_a_new_head_cancels_the_old_heads_queued_runs_and_asks_for_the_prs_comme
 def test_a_dispatch_carries_when_its_commit_was_stored_as_the_prs_head_and_a_late_older_event_does_not() -> None:
     queue, clock = FakeDispatchQueue(), FakeClock()
     deps = PlannerDeps(
-        upstream="pytorch/pytorch", allowlist=StaticAllowlist(parse_allowlist("L4:\n  - org/repo\n")),
-        blobs=FakeBlobs(), state=FakeState(), dispatches=queue, metrics=RecordingMetrics(), clock=clock,
+        upstream="pytorch/pytorch",
+        allowlist=StaticAllowlist(parse_allowlist("L4:\n  - org/repo\n")),
+        blobs=FakeBlobs(), prs=FakeState(), branch=FakeState(), dispatches=queue, metrics=RecordingMetrics(),
+        clock=clock,
     )  # fmt: skip
     newer = json.loads(json.dumps(BODY))
     newer["action"] = "synchronize"
@@ -128,7 +132,8 @@ def test_a_ciflow_trunk_tag_push_is_dispatched_as_its_prs_ci_at_the_tags_commit(
         upstream="pytorch/pytorch",
         allowlist=StaticAllowlist(parse_allowlist("L4:\n  - org/l4\n  - org/nightly:\n      events: [nightly]\n")),
         blobs=FakeBlobs(),
-        state=state,
+        prs=state,
+        branch=state,
         dispatches=queue,
         metrics=RecordingMetrics(),
         clock=FakeClock(),
@@ -166,7 +171,8 @@ def test_the_hud_pages_hear_what_was_planned_for_each_downstream() -> None:
             return ("torch/nn/linear.py",)
 
     deps = PlannerDeps(
-        upstream="pytorch/pytorch", allowlist=StaticAllowlist(allowlist), blobs=FakeBlobs(), state=FakeState(),
+        upstream="pytorch/pytorch", allowlist=StaticAllowlist(allowlist), blobs=FakeBlobs(), prs=FakeState(),
+        branch=FakeState(),
         dispatches=FakeDispatchQueue(), metrics=metrics, clock=FakeClock(), files=Files(),
         pages=SummaryDeps(docs=docs, metrics=metrics, clock=FakeClock()),
     )  # fmt: skip

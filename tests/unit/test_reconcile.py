@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from crcr.app.ports import GitHubRateLimited, GitHubRejected, GitHubUnavailable
+from crcr.app.ports.github import GitHubRateLimited, GitHubRejected, GitHubUnavailable
 from crcr.app.reconcile import PACER_KEY, ReconcileDeps, reconcile, relay_acts_on
 from crcr.domain.redelivery import MAX_ASKS_PER_EVENT, OVERLAP_S, Attempt, edge_failing, missed, window_start
 from tests.unit.fakes import FakeClock, FakeHookDeliveries, FakePacer, FakeRedeliveries, RecordingMetrics

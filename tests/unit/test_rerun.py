@@ -14,15 +14,9 @@ import pytest
 from crcr.adapters.allowlist_source import parse_allowlist
 from crcr.app.checks import CheckDeps, sync
 from crcr.app.plan import PlannerDeps, plan_event
-from crcr.app.ports import (
-    GitHubError,
-    GitHubRateLimited,
-    GitHubRejected,
-    GitHubUnavailable,
-    JobRecord,
-    RerunClaim,
-    WorkflowRun,
-)
+from crcr.app.ports.github import GitHubError, GitHubRateLimited, GitHubRejected, GitHubUnavailable
+from crcr.app.ports.jobs import JobRecord
+from crcr.app.ports.reruns import RerunClaim, WorkflowRun
 from crcr.app.rerun import RerunDeps, RetryDeps
 from crcr.contracts.messages import CheckSyncMessage, EventMessage
 from crcr.domain.checks import Known
@@ -201,9 +195,6 @@ class FakeCheckStore:
     def save_check(self, *args: Any) -> bool:
         raise AssertionError("no check-run writes")
 
-    def pr_labels(self, upstream: str, pr: int) -> tuple[str, ...]:
-        return ()
-
     def checks_of_head(self, upstream: str, head_sha: str) -> list[tuple[str, Known, int]]:
         return []
 
@@ -227,7 +218,8 @@ class World:
     @property
     def deps(self) -> CheckDeps:
         return CheckDeps(
-            api=NoCheckRuns(), store=self.store, results=self.results, ledger=FakeState(), queue=self.queue,
+            api=NoCheckRuns(), store=self.store, results=self.results, ledger=FakeState(), prs=FakeState(),
+            queue=self.queue,
             pacer=self.pacer, allowlist=StaticAllowlist(ALLOWLIST), metrics=self.metrics, clock=self.clock,
             reruns=self.reruns,
             retries=RetryDeps(results=self.results, marks=self.marks, clock=self.clock, lease_s=30.0, give_up_s=3600.0),
@@ -468,7 +460,7 @@ def rerequested(event: str, doc: dict[str, Any]) -> EventMessage:
 
 def planner(w: World) -> PlannerDeps:
     return PlannerDeps(
-        upstream=UPSTREAM, allowlist=StaticAllowlist(ALLOWLIST), blobs=FakeBlobs(), state=FakeState(),
+        upstream=UPSTREAM, allowlist=StaticAllowlist(ALLOWLIST), blobs=FakeBlobs(), prs=FakeState(), branch=FakeState(),
         dispatches=FakeDispatchQueue(), metrics=w.metrics, clock=w.clock, checks=w.queue, reruns=w.reruns,
     )  # fmt: skip
 

@@ -12,7 +12,7 @@ import pytest
 
 from crcr.app.hud import NO_JOB_NAME, envelope, row
 from crcr.app.pages import serve
-from crcr.app.ports import JobRecord
+from crcr.app.ports.jobs import JobRecord
 from crcr.app.summaries import (
     INDEX_COMMITS,
     PlanNote,

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from crcr.app.ports import JobRecord, PrInfo
+from crcr.app.ports.jobs import JobRecord
+from crcr.app.ports.pulls import PrInfo
 from crcr.app.report import ReportDeps, judge
 from crcr.app.verdicts import Judgement, VerdictDeps, baseline, judgement, verdict_of
 from crcr.domain.verdicts import Attempt, classify
@@ -79,7 +80,7 @@ class World:
         return True
 
     def deps(self) -> VerdictDeps:
-        return VerdictDeps(results=self, store=self, by_repo=self, branch=self, clock=FakeClock(1000.0))
+        return VerdictDeps(results=self, store=self, by_repo=self, branch=self, prs=self, clock=FakeClock(1000.0))
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ import base64
 from urllib.parse import quote
 
 from crcr.adapters.github import GitHubApp
-from crcr.app.ports import GitHubRejected, PullRef
+from crcr.app.ports.github import GitHubRejected
+from crcr.app.ports.levels import PullRef
 
 PULL_PERMISSIONS = {"contents": "write", "pull_requests": "write"}
 

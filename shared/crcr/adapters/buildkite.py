@@ -16,14 +16,14 @@ from urllib.parse import quote, urlencode, urlsplit
 import urllib3
 
 from crcr.adapters.http_pool import pool_for
-from crcr.app.ports import (
+from crcr.app.ports.buildkite import (
     DISPATCH_META_KEY,
     BuildkiteRateLimited,
     BuildkiteRejected,
     BuildkiteUnavailable,
-    BuildRef,
     NewBuild,
 )
+from crcr.app.ports.ledger import BuildRef
 from crcr.domain.retry import buildkite_rate_limit_wait
 
 USER_AGENT = "crcr-relay/0.1"

@@ -11,7 +11,7 @@ from collections import OrderedDict
 from urllib.parse import quote
 
 from crcr.adapters.github import GitHubApp
-from crcr.app.ports import GitHubError
+from crcr.app.ports.github import GitHubError
 
 PER_PAGE = 100
 MAX_FILES = 3000

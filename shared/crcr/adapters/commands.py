@@ -6,7 +6,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 from crcr.adapters.github import COMMENT_PERMISSIONS, GitHubApp
-from crcr.app.ports import GitHubRejected
+from crcr.app.ports.github import GitHubRejected
 
 
 class GitHubCommands:

@@ -23,17 +23,17 @@ from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from crcr.adapters.http_pool import pool_for
-from crcr.app.ports import (
-    DeliveryListing,
+from crcr.app.ports.comment import IssueComment
+from crcr.app.ports.deliveries import DeliveryListing
+from crcr.app.ports.github import (
     GitHubError,
     GitHubRateLimited,
     GitHubRejected,
     GitHubUnavailable,
-    IssueComment,
     NotInstalled,
     RepoToken,
-    WorkflowRun,
 )
+from crcr.app.ports.reruns import WorkflowRun
 from crcr.contracts.github import HookDeliveryItem
 from crcr.domain.ids import repo_key
 from crcr.domain.redelivery import Attempt

@@ -8,7 +8,7 @@ from typing import Any
 import urllib3
 
 from crcr.adapters.http_pool import pool_for
-from crcr.app.ports import HudRejected, HudUnavailable
+from crcr.app.ports.hud import HudRejected, HudUnavailable
 
 
 class HudClient:

@@ -10,8 +10,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from crcr.adapters.dynamo import num, query_all
-from crcr.app.ports import Demotion
+from crcr.adapters.table import num, query_all
+from crcr.app.ports.levels import Demotion
 from crcr.domain.ids import repo_key
 
 PK = "LEVELS"

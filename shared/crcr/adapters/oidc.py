@@ -24,7 +24,7 @@ import jwt
 import urllib3
 
 from crcr.adapters.http_pool import pool_for
-from crcr.app.ports import VerifiedToken
+from crcr.app.ports.identity import VerifiedToken
 from crcr.domain.errors import Unauthorized, Unavailable
 
 ALLOWED_ALGORITHMS = ("RS256", "ES256")

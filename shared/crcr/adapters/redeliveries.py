@@ -7,8 +7,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from crcr.adapters.dynamo import DELIVERY_TTL_S, applied, conditional_failed, num
-from crcr.app.ports import RedeliveryClaim
+from crcr.adapters.table import DELIVERY_TTL_S, applied, conditional_failed, delivery_key, num
+from crcr.app.ports.deliveries import RedeliveryClaim
 
 CURSOR_KEY = {"pk": {"S": "RECONCILE#app-hook"}, "sk": {"S": "CURSOR"}}
 FINAL = ("requested", "refused")
@@ -30,7 +30,7 @@ class DynamoRedeliveries:
     def delivery_state(self, guid: str) -> str | None:
         item = self._ddb.get_item(
             TableName=self._table,
-            Key={"pk": {"S": f"DLV#{guid}"}, "sk": {"S": "META"}},
+            Key=delivery_key(guid),
             ConsistentRead=True,
             ProjectionExpression="#s",
             ExpressionAttributeNames={"#s": "state"},

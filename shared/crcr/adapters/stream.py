@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from crcr.adapters.results import from_item
-from crcr.app.ports import JobRecord, LedgerState
+from crcr.adapters.job_items import from_item
+from crcr.app.ports.jobs import JobRecord
+from crcr.app.ports.ledger import LedgerState
 from crcr.contracts.messages import CheckSyncMessage
 
 

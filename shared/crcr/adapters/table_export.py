@@ -15,8 +15,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from crcr.adapters.results import from_item, is_job_item
-from crcr.app.ports import JobRecord
+from crcr.adapters.job_items import from_item, is_job_item
+from crcr.app.ports.jobs import JobRecord
 
 EXPORT_FOLDER = "AWSDynamoDB/"
 FILES_MANIFEST = "manifest-files.json"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from crcr.app.ports import Pacer
+from crcr.app.ports.pacing import Pacer
 from crcr.domain.pacing import RESERVE_HORIZON_S
 
 STALE_SLOT_S = 5.0  # a booked slot is spent within this long of its moment, else dropped

@@ -9,32 +9,16 @@ import math
 import re
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
 from crcr.app.hud import derived_check_run_id
-from crcr.app.ports import (
-    AllowlistProvider,
-    Clock,
-    CommitMemory,
-    GitHubError,
-    HudKeys,
-    JobLimitReached,
-    JobRecord,
-    Ledger,
-    LedgerRow,
-    LedgerState,
-    Metrics,
-    ProvidersSource,
-    RateLimiter,
-    RefusalLog,
-    ResultsStore,
-    TicketVerifier,
-    TokenVerifier,
-    UpstreamCommits,
-    VerifiedToken,
-)
+from crcr.app.ports import AllowlistProvider, Clock, Metrics
+from crcr.app.ports.github import GitHubError
+from crcr.app.ports.identity import TicketVerifier, TokenVerifier, VerifiedToken
+from crcr.app.ports.jobs import JobLimitReached, JobRecord, ResultsStore
+from crcr.app.ports.ledger import LedgerRow, LedgerState
 from crcr.app.summaries import SummaryDeps, note_refusals
 from crcr.contracts.callback import CallbackBody, FailedTest, PyTorchCallbackBody, ScheduledBody
 from crcr.domain.allowlist import Allowlist
@@ -65,8 +49,62 @@ from crcr.domain.jobs import Current, Decision, JobState, decide
 from crcr.domain.jsondoc import MAX_DEPTH, dumps, loads
 from crcr.domain.levels import Level
 from crcr.domain.limits import MAX_JOBS_PER_DISPATCH, MAX_RUN_ATTEMPT, MAX_STORED_BYTES_PER_JOB
+from crcr.domain.providers import Providers
 from crcr.domain.triage import Dropped as TriageDropped
 from crcr.domain.triage import validate as validate_triage
+
+
+class CallbackLedger(Protocol):
+    """What a callback reads of the dispatch it reports on, and the start watch its first job ends."""
+
+    def get(self, delivery_id: str, repo: str) -> LedgerRow | None: ...
+    def clear_start_watch(self, delivery_id: str, repo: str) -> None: ...
+
+
+class HudKeys(Protocol):
+    def claim(self, dispatch_id: str, hud_key: str | None, owner: str, now: float, max_jobs: int) -> str | None:
+        """Take one HUD row's key among a dispatch's jobs for `owner` (the job's run and attempt; the key names the
+        job), counting it among the dispatch's jobs: None when the key is the owner's (taken now, or by an earlier
+        report of the same job, counted once), else the owner that holds it. With no key (a job whose row its own
+        run and attempt name) it only counts. Raises JobLimitReached when the dispatch holds `max_jobs` jobs
+        already (and takes nothing)."""
+        ...
+
+
+class RateLimiter(Protocol):
+    def hit(self, key: str, now: float) -> float:
+        """0 when under the limit; otherwise seconds until the window frees up."""
+        ...
+
+
+class RefusalLog(Protocol):
+    def count(self, repo: str, reason: str, now: float) -> int:
+        """Count one refused report of `repo` for `reason`: how many this hour, this one included."""
+        ...
+
+
+class CommitMemory(Protocol):
+    def commit_seen(self, upstream: str, sha: str) -> bool | None:
+        """What the relay knows of an upstream commit without asking GitHub: True when it saw it pushed to the default
+        branch or GitHub found it before, False when GitHub said it has no such commit (remembered a while), None
+        when it never asked."""
+        ...
+
+    def remember_commit(self, upstream: str, sha: str, found: bool, now: float) -> None: ...
+
+
+class UpstreamCommits(Protocol):
+    def exists(self, sha: str) -> bool: ...
+    def repo_id(self, repo: str) -> int:
+        """GitHub's numeric id of a repository the App is installed on."""
+        ...
+
+
+class ProvidersSource(Protocol):
+    """PyTorch's ci_providers.yml: which Buildkite pipeline reports as which repository (last good version)."""
+
+    def current(self) -> Providers: ...
+
 
 MAX_CALLBACK_BYTES = 256 * 1024
 
@@ -81,7 +119,7 @@ class Reply(Enum):
 class CallbackDeps:
     tokens: TokenVerifier
     tickets: TicketVerifier
-    ledger: Ledger
+    ledger: CallbackLedger
     allowlist: AllowlistProvider
     results: ResultsStore
     hud_keys: HudKeys

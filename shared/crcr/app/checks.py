@@ -30,31 +30,19 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from crcr.app.budget import Budget, Paced
 from crcr.app.comment import CommentDeps, sync_comment
-from crcr.app.ports import (
-    AllowlistProvider,
-    BudgetGauge,
-    CheckReads,
-    CheckRunApi,
-    CheckRunStore,
-    ChecksQueue,
-    Clock,
-    DemotionReader,
-    GitHubRateLimited,
-    GitHubRejected,
-    GitHubUnavailable,
-    JobRecord,
-    LedgerRow,
-    LedgerState,
-    Metrics,
-    NotInstalled,
-    Pacer,
-    Reactions,
-    ResultsStore,
-)
+from crcr.app.ports import AllowlistProvider, Clock, Metrics
+from crcr.app.ports.checkruns import CheckRunStore
+from crcr.app.ports.github import GitHubRateLimited, GitHubRejected, GitHubUnavailable, NotInstalled
+from crcr.app.ports.jobs import JobRecord, ResultsStore
+from crcr.app.ports.ledger import LedgerReader, LedgerRow, LedgerState
+from crcr.app.ports.levels import DemotionReader
+from crcr.app.ports.pacing import BudgetGauge, Pacer
+from crcr.app.ports.pulls import PrInfos
+from crcr.app.ports.queues import ChecksQueue
 from crcr.app.rerun import RerunBusy, RerunDeps, RetryDeps, rerun_requested, retry_infra
 from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain import failed_tests
@@ -80,6 +68,23 @@ from crcr.domain.retry import RetryPolicy
 from crcr.domain.text import shown
 from crcr.domain.verdicts import VERDICT_MEANING
 
+
+class CheckRunApi(Protocol):
+    def installation_for(self, upstream: str) -> int:
+        """The installation whose budget the writes spend (paced per installation, like dispatches)."""
+        ...
+
+    def create_check_run(self, upstream: str, fields: dict[str, Any]) -> int: ...
+    def update_check_run(self, upstream: str, check_run_id: int, fields: dict[str, Any]) -> None: ...
+
+
+class Reactions(Protocol):
+    def installation_for(self, upstream: str) -> int: ...
+    def react(self, upstream: str, comment_id: int, content: str) -> None:
+        """A reaction on an issue comment (`+1`, `rocket`, `confused`, …)."""
+        ...
+
+
 MAX_SUMMARY = 65_535  # GitHub's limit on output.summary
 SWEPT = "swept"  # fingerprint of a sweeper write: any genuine report differs from it
 SCHEDULED = "scheduled"  # delivery id of scheduled runs: they report on a commit, not on a PR's checks
@@ -90,7 +95,8 @@ class CheckDeps:
     api: CheckRunApi
     store: CheckRunStore
     results: ResultsStore
-    ledger: CheckReads
+    ledger: LedgerReader
+    prs: PrInfos  # a PR's labels (an L3 run needs its label) and head (a superseded commit shows no queued run)
     queue: ChecksQueue
     pacer: Pacer
     allowlist: AllowlistProvider
@@ -374,7 +380,8 @@ def _mode(repo: str, deps: CheckDeps) -> str:
 
 
 def _wanted(level: int, device: str | None, pr: int | None, upstream: str, deps: CheckDeps) -> bool:
-    labels = deps.store.pr_labels(upstream, pr) if pr is not None and level == 3 else ()
+    info = deps.prs.pr_info(upstream, pr) if pr is not None and level == 3 else None
+    labels = info.labels if info is not None else ()
     return wants_check_run(level, device, labels)
 
 
@@ -447,7 +454,8 @@ def _not_to_show(row: LedgerRow, deps: CheckDeps) -> bool:
     """A queued run is shown only for a dispatch that was sent, on a commit still the PR's head."""
     if row.state is not LedgerState.DISPATCHED:
         return True  # not sent (yet, or ever)
-    head = deps.ledger.pr_head(row.upstream or "", row.pr) if row.pr is not None else None
+    info = deps.prs.pr_info(row.upstream or "", row.pr) if row.pr is not None else None
+    head = info.head_sha if info is not None else None
     return head is not None and head != row.head_sha  # superseded before it was shown
 
 

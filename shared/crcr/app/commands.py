@@ -11,12 +11,16 @@ again; anyone else's command is ignored and counted, without a reaction.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from crcr.app.ports import Collaborators, GitHubRejected, JobRecord, NotInstalled
+from crcr.app.ports import AllowlistProvider, Clock, Metrics
+from crcr.app.ports.github import GitHubRejected, NotInstalled
+from crcr.app.ports.jobs import JobRecord, JobsByHead
+from crcr.app.ports.pulls import PrInfos
+from crcr.app.ports.queues import ChecksQueue, DispatchQueue
 from crcr.contracts.github import IssueCommentEvent
 from crcr.contracts.messages import BuildkiteTarget, CheckSyncMessage, DispatchMessage, EventMessage
 from crcr.domain.allowlist import Entry
@@ -27,14 +31,39 @@ from crcr.domain.ids import is_github_run, repo_key
 from crcr.domain.levels import Level
 from crcr.domain.verdicts import Attempt
 
-if TYPE_CHECKING:
-    from crcr.app.plan import PlannerDeps, PlanSummary
+
+class Collaborators(Protocol):
+    def role(self, upstream: str, login: str) -> str | None:
+        """The person's role on the upstream as GitHub gives it (admin, maintain, write, triage, read), or None."""
+        ...
 
 
 @dataclass(frozen=True)
 class CommandDeps:
     slug: str  # the App's slug: commands are addressed to @<slug>
     collaborators: Collaborators
+
+
+@dataclass(frozen=True)
+class CommandContext:
+    """What a command reaches through the planner: the PR as the relay knows it, its jobs, and the two queues."""
+
+    upstream: str
+    allowlist: AllowlistProvider
+    prs: PrInfos
+    jobs: JobsByHead
+    checks: ChecksQueue
+    dispatches: DispatchQueue
+    metrics: Metrics
+    clock: Clock
+
+
+@dataclass
+class CommandOutcome:
+    """What the planner reports of a command: the repositories dispatched again, and what was skipped and why."""
+
+    dispatched: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
 
 
 def _failed_runs(jobs: Iterable[JobRecord]) -> list[tuple[str, str]]:
@@ -46,28 +75,31 @@ def _failed_runs(jobs: Iterable[JobRecord]) -> list[tuple[str, str]]:
     return list(runs)
 
 
-def plan_command(message: EventMessage, doc: dict[str, Any], deps: PlannerDeps, summary: PlanSummary) -> PlanSummary:
-    if deps.commands is None or deps.checks is None or deps.jobs is None:
+def plan_command(
+    message: EventMessage, doc: dict[str, Any], commands: CommandDeps | None, deps: CommandContext | None
+) -> CommandOutcome:
+    summary = CommandOutcome()
+    if commands is None or deps is None:
         summary.skipped["*"] = "commands_off"
         return summary
     try:
         event = IssueCommentEvent.model_validate(doc)
     except ValidationError as exc:
         raise BadRequest("issue_comment payload is malformed", field="body") from exc
-    command = parse_command(event.comment.body, deps.commands.slug)
+    command = parse_command(event.comment.body, commands.slug)
     login = event.comment.user.login if event.comment.user else ""
     if command is None or event.issue.pull_request is None:
         return _ignored(summary, deps, "not_a_command")
     if event.comment.user is None or (event.comment.user.type or "").lower() == "bot":
         return _ignored(summary, deps, "bot")
     try:
-        role = deps.commands.collaborators.role(deps.upstream, login)
+        role = commands.collaborators.role(deps.upstream, login)
     except (GitHubRejected, NotInstalled):
         role = None  # GitHub does not know the person as a collaborator: no access
     if not may_rerun(role):
         return _ignored(summary, deps, "not_allowed")  # never answered: an outsider's comment changes nothing
     pr = event.issue.number
-    info = deps.state.pr_info(deps.upstream, pr)
+    info = deps.prs.pr_info(deps.upstream, pr)
     react = CheckSyncMessage(kind="react", upstream=deps.upstream, head_sha=info.head_sha if info else "", pr=pr,
                              comment_id=event.comment.id, delivery_id=message.delivery_id)  # fmt: skip
     allowlist = deps.allowlist.current()
@@ -105,7 +137,7 @@ def plan_command(message: EventMessage, doc: dict[str, Any], deps: PlannerDeps, 
     return summary
 
 
-def _ignored(summary: PlanSummary, deps: PlannerDeps, reason: str) -> PlanSummary:
+def _ignored(summary: CommandOutcome, deps: CommandContext, reason: str) -> CommandOutcome:
     deps.metrics.count("CommandIgnored", reason=reason)
     summary.skipped["*"] = reason
     return summary
@@ -128,7 +160,7 @@ def _targets(named: tuple[str, ...] | None, entries: Iterable[Entry], labels: tu
 
 def _again(
     message: EventMessage, entry: Entry, event: IssueCommentEvent, head: str, base: str, labels: tuple[str, ...],
-    deps: PlannerDeps,
+    deps: CommandContext,
 ) -> DispatchMessage:  # fmt: skip
     """A new dispatch of the PR's current head (nothing ran there): the PR as the relay knows it, in the shape of
     a `synchronize` webhook's payload, with who asked."""

@@ -17,27 +17,69 @@ import random
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from crcr.app.budget import Budget, Paced
-from crcr.app.ports import (
-    AllowlistProvider,
-    ChecksQueue,
-    Clock,
-    CommentRow,
-    CommentStore,
-    GitHubRateLimited,
-    GitHubRejected,
-    GitHubUnavailable,
-    IssueComments,
-    JobsByHead,
-    Metrics,
-    NotInstalled,
-    Pacer,
-    RerunMarks,
-)
+from crcr.app.ports import AllowlistProvider, Clock, Metrics
+from crcr.app.ports.comment import CommentRow, IssueComment
+from crcr.app.ports.github import GitHubRateLimited, GitHubRejected, GitHubUnavailable, NotInstalled
+from crcr.app.ports.jobs import JobsByHead
+from crcr.app.ports.pacing import Pacer
+from crcr.app.ports.pulls import PrInfos
+from crcr.app.ports.queues import ChecksQueue
+from crcr.app.ports.reruns import RerunMarks
 from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain.comment import Posted, marker, recover, render, select
 from crcr.domain.retry import RetryPolicy
+
+
+class IssueComments(Protocol):
+    """The upstream PR's conversation, written with the App's installation token for the upstream alone
+    (issues: write, pull_requests: write). Writes spend the installation's budget, like check runs."""
+
+    def installation_for(self, upstream: str) -> int: ...
+    def create_comment(self, upstream: str, pr: int, body: str) -> int:
+        """POST /repos/{o}/{r}/issues/{n}/comments; the new comment's id."""
+        ...
+
+    def update_comment(self, upstream: str, comment_id: int, body: str) -> None:
+        """PATCH /repos/{o}/{r}/issues/comments/{id}."""
+        ...
+
+    def list_comments(self, upstream: str, pr: int) -> list[IssueComment]:
+        """GET /repos/{o}/{r}/issues/{n}/comments, every page, oldest first."""
+        ...
+
+
+class CommentStore(Protocol):
+    def get_comment(self, upstream: str, pr: int) -> CommentRow: ...
+
+    def book_render(self, upstream: str, pr: int, ticket: str, now: float, due_at: float, stale_before: float) -> str:
+        """Ask for a render of the PR's comment no earlier than `due_at`. Returns the ticket of the render
+        that will do it: `ticket` when none was pending (or the pending one was booked before `stale_before`
+        and is presumed lost), else the pending render's, whose due time moves to `due_at`."""
+        ...
+
+    def lock_comment(self, upstream: str, pr: int, ticket: str, version: int, now: float, lease_s: float) -> int | None:
+        """Take the comment for one render, if `ticket` is the render booked, the row still at `version` and no
+        live lock holds it; what was asked for so far is now being rendered (`due_at` cleared). The locked
+        version, or None."""
+        ...
+
+    def release_comment(self, upstream: str, pr: int, locked: int, now: float, posted: Posted | None = None) -> bool:
+        """Release the lock, recording what was written (`posted`; any `posted` also marks the conversation
+        searched). False: the lock had lapsed and another render took the row."""
+        ...
+
+    def end_render(self, upstream: str, pr: int, ticket: str, now: float, keep: bool = False) -> float | None:
+        """After a render: None when the booking is over (nothing asked for meanwhile), else when the same
+        render must run again (a change asked for meanwhile, or `keep`: it could not write yet)."""
+        ...
+
+    def drop_render(self, upstream: str, pr: int, ticket: str) -> None:
+        """End the booking whatever was asked for meanwhile (the render was dead-lettered)."""
+        ...
+
 
 BUSY_RETRY_S = 1.0
 
@@ -54,6 +96,7 @@ class CommentGone(Exception):
 class CommentDeps:
     api: IssueComments
     store: CommentStore
+    prs: PrInfos
     jobs: JobsByHead
     reruns: RerunMarks
     queue: ChecksQueue
@@ -98,7 +141,7 @@ def sync_comment(message: CheckSyncMessage, deps: CommentDeps) -> CommentOutcome
 
 def _request(message: CheckSyncMessage, pr: int, deps: CommentDeps) -> CommentOutcome:
     now = deps.clock.now()
-    info = deps.store.pr_info(message.upstream, pr)
+    info = deps.prs.pr_info(message.upstream, pr)
     if info is None:
         return _skip(deps, "unknown_pr")
     if info.closed:
@@ -174,7 +217,7 @@ def _write(
 ) -> CommentOutcome:
     """Under the lock: render from the latest recorded state and write it if it differs from the last body."""
     upstream, now = message.upstream, deps.clock.now()
-    info = deps.store.pr_info(upstream, pr)
+    info = deps.prs.pr_info(upstream, pr)
     if info is None or info.closed:
         deps.store.release_comment(upstream, pr, locked, now)
         return _skip(deps, "closed" if info is not None else "unknown_pr")

@@ -14,38 +14,98 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 from crcr.app.budget import STALE_SLOT_S
-from crcr.app.ports import (
+from crcr.app.ports import Clock, Metrics
+from crcr.app.ports.buildkite import (
     DELIVERY_META_KEY,
     DISPATCH_META_KEY,
     BuildkiteRateLimited,
     BuildkiteRejected,
     BuildkiteUnavailable,
-    BuildRef,
-    Builds,
-    Clock,
-    DispatchQueue,
+    NewBuild,
+)
+from crcr.app.ports.github import (
     DispatchRuns,
-    GitHub,
     GitHubRateLimited,
     GitHubRejected,
     GitHubUnavailable,
-    Ledger,
-    LedgerRow,
-    LedgerState,
-    Metrics,
-    NewBuild,
     NotInstalled,
-    Pacer,
-    TicketSigner,
+    RepoToken,
 )
+from crcr.app.ports.ledger import BuildRef, LedgerClaim, LedgerRow, LedgerState
+from crcr.app.ports.pacing import Pacer
+from crcr.app.ports.pulls import PrInfos
+from crcr.app.ports.queues import DispatchQueue
 from crcr.contracts.messages import DispatchMessage
 from crcr.domain.ids import repo_key
 from crcr.domain.pacing import RESERVE_HORIZON_S
 from crcr.domain.retry import RetryPolicy
 from crcr.domain.ticket import TicketClaims
+
+
+class GitHub(Protocol):
+    def installation_for(self, repo: str) -> int: ...
+    def repo_token(self, installation_id: int, repo: str) -> RepoToken: ...
+    def forget_token(self, repo: str) -> None: ...
+    def dispatch(self, repo: str, token: RepoToken, event_type: str, client_payload: dict[str, Any]) -> None: ...
+
+
+class Ledger(Protocol):
+    def get(self, delivery_id: str, repo: str) -> LedgerRow | None: ...
+    def claim(
+        self,
+        message: DispatchMessage,
+        dispatch_id: str,
+        now: float,
+        lease_s: float,
+        owner: str,
+        repo_id: int,
+        full_name: str,
+        *,
+        row: bool = False,
+    ) -> LedgerClaim:
+        """Take the send for one attempt: no row yet, or not final and no live claim by another attempt.
+        Refused, the claim carries the row that refused it; taken with `row`, the row as claimed."""
+        ...
+
+    def mark_dispatched(
+        self, message: DispatchMessage, claims: TicketClaims, now: float, build: BuildRef | None = None
+    ) -> None:
+        """DISPATCHED, with the ticket's identity (and `ci`) and, for Buildkite, the build that was created."""
+        ...
+
+    def mark(
+        self,
+        message: DispatchMessage,
+        state: LedgerState,
+        reason: str,
+        now: float,
+        owner: str = "",
+        settled: bool = False,
+    ) -> None:
+        """Record a state that is not DISPATCHED; never undoes a sent dispatch or another attempt's live claim.
+
+        A claim counts its attempt as unsettled (it may send); `settled` says this attempt's send is known
+        not to have happened (refused, rate-limited, never connected), so it is no longer."""
+        ...
+
+    def clear_start_watch(self, delivery_id: str, repo: str) -> None: ...
+
+
+class Builds(Protocol):
+    """Buildkite's REST API, as far as dispatching goes: create a build, and find one by dispatch id."""
+
+    def create(self, organization: str, pipeline: str, build: NewBuild) -> BuildRef: ...
+
+    def find(self, organization: str, pipeline: str, dispatch_id: str) -> list[BuildRef]:
+        """Builds of the pipeline whose meta_data crcr_dispatch_id is this dispatch id, oldest first."""
+        ...
+
+
+class TicketSigner(Protocol):
+    def sign(self, claims: TicketClaims) -> str: ...
 
 
 class Result(Enum):
@@ -82,6 +142,7 @@ class BuildkiteDeps:
 class DispatchDeps:
     github: GitHub
     ledger: Ledger
+    prs: PrInfos  # the PR's head: a dispatch of an older commit is superseded
     queue: DispatchQueue
     pacer: Pacer
     signer: TicketSigner
@@ -212,8 +273,8 @@ class PrHeads:
     a read made for each would answer the same, a few milliseconds apart. A message the planner sent within
     `max_age_s` of storing its commit as the PR's head needs no read at all: that write was the read."""
 
-    def __init__(self, ledger: Ledger, clock: Clock, max_age_s: float = 1.0) -> None:
-        self._ledger = ledger
+    def __init__(self, prs: PrInfos, clock: Clock, max_age_s: float = 1.0) -> None:
+        self._prs = prs
         self._clock = clock
         self._max_age_s = max_age_s
         self._lock = threading.Lock()
@@ -234,7 +295,8 @@ class PrHeads:
             if known is not None and self._clock.now() - known[1] <= self._max_age_s:
                 return known[0]
             asked = self._clock.now()
-            head = self._ledger.pr_head(upstream, pr)
+            info = self._prs.pr_info(upstream, pr)
+            head = info.head_sha if info is not None else None
             self._heads[key] = (head, asked)
             return head
 
@@ -304,7 +366,7 @@ class DispatchBatch:
     sent is a change on the state table's stream, which feeds the check-run writer (nothing to send here)."""
 
     def __init__(self, deps: DispatchDeps) -> None:
-        self.heads = PrHeads(deps.ledger, deps.clock)
+        self.heads = PrHeads(deps.prs, deps.clock)
         self._tally = _Tally(deps.metrics)
         self.deps = replace(deps, metrics=self._tally)
 
@@ -329,7 +391,7 @@ def dispatch(message: DispatchMessage, deps: DispatchDeps, heads: PrHeads | None
         deps.ledger.mark(message, LedgerState.SKIPPED, message.skip, now, settled=True)
         deps.metrics.count("DispatchSkipped", reason=message.skip)
         return DispatchOutcome(Result.SKIPPED, message.skip)
-    heads = heads or PrHeads(deps.ledger, deps.clock)
+    heads = heads or PrHeads(deps.prs, deps.clock)
     did = dispatch_id(message.delivery_id, message.target_repo)
     owner = uuid.uuid4().hex  # this attempt's claim: only it may release the claim early
     if message.buildkite is not None:

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from crcr.app.ports import AllowlistProvider, Clock, JobRecord, JobsByRepo, LevelHistory
+from crcr.app.ports import AllowlistProvider, Clock
+from crcr.app.ports.jobs import JobRecord, JobsByRepo
+from crcr.app.ports.levels import LevelHistory
 from crcr.domain.allowlist import Entry
 from crcr.domain.health import DAY_S, HealthPolicy, RepoHealth, Sample, assess, counted, spread
 from crcr.domain.level_status import status_of

@@ -13,7 +13,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from crcr.app.ports import JobRecord
+from crcr.app.ports.jobs import JobRecord
 from crcr.domain import failed_tests
 
 NO_JOB_NAME = "(no job started)"  # the sweeper's row for a dispatch no job ever reported on

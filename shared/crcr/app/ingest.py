@@ -6,10 +6,13 @@ import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
 from pydantic import ValidationError
 
-from crcr.app.ports import BlobStore, Claim, Clock, DeliveryStore, EventQueue, Metrics
+from crcr.app.ports import Clock, Metrics
+from crcr.app.ports.deliveries import Claim
+from crcr.app.ports.queues import BlobStore
 from crcr.contracts.github import (
     AnyEvent,
     CheckRunEvent,
@@ -25,6 +28,19 @@ from crcr.domain.ids import is_delivery_id, repo_key
 from crcr.domain.jsondoc import loads
 from crcr.domain.planning import PR_ACTIONS_READ
 from crcr.domain.signature import verify_signature
+
+
+class DeliveryStore(Protocol):
+    def claim_delivery(self, delivery_id: str, event: str, now: float, body_sha256: str) -> Claim:
+        """Claim the delivery id and the body's digest (GitHub's signature covers the body, not the id)."""
+        ...
+
+    def mark_queued(self, delivery_id: str, now: float) -> None: ...
+
+
+class EventQueue(Protocol):
+    def send_event(self, message: EventMessage) -> None: ...
+
 
 ACTED_ON: dict[str, type[PullRequestEvent | PushEvent | CheckRunEvent | CheckSuiteEvent | IssueCommentEvent]] = {
     "pull_request": PullRequestEvent,

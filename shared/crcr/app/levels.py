@@ -12,28 +12,51 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from crcr.app.health import sample
-from crcr.app.ports import (
-    AllowlistProvider,
-    AllowlistPulls,
-    Clock,
-    Demotions,
-    DispatchRuns,
-    GitHubError,
-    HudDocs,
-    JobRecord,
-    JobsByRepo,
-    LevelHistory,
-    Metrics,
-    PullRef,
-)
+from crcr.app.ports import AllowlistProvider, Clock, Metrics
+from crcr.app.ports.github import DispatchRuns, GitHubError
+from crcr.app.ports.hud import HudDocs
+from crcr.app.ports.jobs import JobRecord, JobsByRepo
+from crcr.app.ports.levels import Demotions, LevelHistory, PullRef
 from crcr.domain.allowlist import Allowlist, Entry
 from crcr.domain.allowlist_edit import EditError, demote_to_l2
 from crcr.domain.errors import AllowlistError
 from crcr.domain.ids import is_github_run, repo_key
 from crcr.domain.level_status import RepoStatus, document, plan_demotions, pr_body, pr_title, status_of, tenure
 from crcr.domain.levels import Level
+
+
+class AllowlistPulls(Protocol):
+    """The repository holding the allowlist (its `github:owner/repo/path@base` source), as a demotion PR needs it."""
+
+    @property
+    def repo(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def base(self) -> str: ...
+
+    def installation_for(self, repo: str) -> int: ...
+    def find_open(self, branch: str) -> PullRef | None:
+        """The open PR from `branch` (in the same repository) to the base, if any."""
+        ...
+
+    def base_sha(self) -> str: ...
+    def read_file(self, ref: str) -> tuple[str, str]:
+        """The allowlist's text and blob sha at `ref` (a branch or commit)."""
+        ...
+
+    def prepare_branch(self, branch: str, sha: str) -> None:
+        """Create `branch` at `sha`, or move it there when it is left over from an earlier PR."""
+        ...
+
+    def write_file(self, branch: str, text: str, blob_sha: str, message: str) -> None: ...
+    def open_pull(self, branch: str, title: str, body: str, labels: list[str]) -> int: ...
+    def update_pull(self, number: int, title: str, body: str) -> None: ...
+    def close_pull(self, number: int, comment: str) -> None: ...
+
 
 BRANCH_PREFIX = "crcr-demotion/"
 DEMOTION_LABEL = "crcr-auto-demotion"

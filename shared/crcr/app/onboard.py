@@ -4,9 +4,19 @@ ci_providers.yml entries that admit it (rules in crcr.domain.onboarding)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
-from crcr.app.ports import RepoLookup
+from crcr.app.ports.github import RepoToken
 from crcr.domain.onboarding import OnboardRequest, allowlist_entry, ci_providers_entry
+
+
+class RepoLookup(Protocol):
+    """What the App can learn about a repository: its installation, and (through a token down-scoped to it)
+    its numeric id and name as GitHub spells them."""
+
+    def installation_for(self, repo: str) -> int: ...
+    def repo_token(self, installation_id: int, repo: str, permissions: dict[str, str] | None = None) -> RepoToken: ...
+
 
 # The token that reads the repository's id needs no permission beyond what every installation has.
 LOOKUP_PERMISSIONS = {"metadata": "read"}

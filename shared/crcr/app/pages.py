@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from crcr.app.ports import HudDocReader
+
+class HudDocReader(Protocol):
+    def read(self, key: str) -> bytes | None:
+        """A document's bytes as stored, or None when there is none."""
+        ...
+
 
 # Pages are one HTML shell; its script reads the path and fetches the documents it needs. A commit is named by
 # its full or short SHA in any case (the script finds the full one); any other path under /hud/ gets the shell

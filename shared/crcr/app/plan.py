@@ -5,25 +5,17 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
 from crcr.app.checks import backfill
-from crcr.app.commands import CommandDeps, plan_command
-from crcr.app.ports import (
-    AllowlistProvider,
-    BlobStore,
-    ChangedFiles,
-    ChecksQueue,
-    Clock,
-    DispatchQueue,
-    GitHubRejected,
-    JobsByHead,
-    Metrics,
-    NotInstalled,
-    PlannerState,
-)
+from crcr.app.commands import CommandContext, CommandDeps, plan_command
+from crcr.app.ports import AllowlistProvider, Clock, Metrics
+from crcr.app.ports.github import GitHubRejected, NotInstalled
+from crcr.app.ports.jobs import JobsByHead
+from crcr.app.ports.pulls import HeadRecord, PrInfo
+from crcr.app.ports.queues import BlobStore, ChecksQueue, DispatchQueue
 from crcr.app.rerun import RerunDeps, check_run_target, check_suite_targets
 from crcr.app.summaries import PlanNote, SummaryDeps, note_plan
 from crcr.contracts.github import CheckRunEvent, CheckSuiteEvent, PullRequestEvent, PushEvent
@@ -46,6 +38,42 @@ from crcr.domain.planning import (
     plan,
 )
 
+
+class PullRequestLog(Protocol):
+    def record_pr_head(
+        self,
+        upstream: str,
+        pr: int,
+        head_sha: str,
+        updated_at: str,
+        labels: tuple[str, ...] = (),
+        base_sha: str = "",
+        closed: bool = False,
+    ) -> HeadRecord:
+        """Store the head of the newest event (GitHub's updated_at): an older event, delivered late, stores
+        nothing."""
+        ...
+
+    def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> bool:
+        """True for the first release of this head to this repository, and for retries of that same delivery."""
+        ...
+
+    def pr_info(self, upstream: str, pr: int) -> PrInfo | None: ...
+
+
+class BranchLog(Protocol):
+    def record_commits(self, upstream: str, commits: list[tuple[str, float]]) -> None:
+        """Commits pushed to the upstream's default branch with their order (the commit time)."""
+        ...
+
+
+class ChangedFiles(Protocol):
+    def pull_files(self, upstream: str, pr: int, head_sha: str) -> tuple[str, ...] | None:
+        """The files a PR changes at this head (renamed ones under both names); None when GitHub cannot list them
+        all (over its 3,000-file limit) or the list cannot be read now."""
+        ...
+
+
 # client_payload must stay under 64 KB; the ticket, URL and ids need ~2 KB of it.
 PAYLOAD_BUDGET_BYTES = 60_000
 
@@ -55,7 +83,8 @@ class PlannerDeps:
     upstream: str
     allowlist: AllowlistProvider
     blobs: BlobStore
-    state: PlannerState
+    prs: PullRequestLog
+    branch: BranchLog
     dispatches: DispatchQueue
     metrics: Metrics
     clock: Clock
@@ -236,7 +265,7 @@ def _record_head(event: UpstreamEvent, deps: PlannerDeps, now: float) -> tuple[f
     replaced."""
     if event.pr_number is None or event.kind != "pull_request":
         return None, None  # a ciflow tag push names its PR but says nothing of the PR's head
-    recorded = deps.state.record_pr_head(
+    recorded = deps.prs.record_pr_head(
         deps.upstream, event.pr_number, event.head_sha, event.updated_at, event.labels, event.base_sha, event.closed
     )
     if recorded.replaced is not None and deps.checks is not None:
@@ -256,7 +285,7 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
     if message.event in ("check_run", "check_suite"):
         return plan_rerun(message, doc, deps)
     if message.event == "issue_comment":
-        return plan_command(message, doc, deps, PlanSummary())
+        return _command(message, doc, deps)
     event = to_upstream_event(message.event, doc)
     decisions = plan(event, deps.allowlist.current())
     if needs_files(decisions, event):
@@ -268,7 +297,7 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
 
     if event.kind == "push" and event.commits and event.ref == f"refs/heads/{event.default_branch}":
         # The default branch's commit order: each commit's baseline results are compared in this order.
-        deps.state.record_commits(deps.upstream, list(event.commits))
+        deps.branch.record_commits(deps.upstream, list(event.commits))
 
     label = event.added_label or ""
     if event.action == "labeled" and ascii_lower(label).startswith(CIFLOW_DEVICE_PREFIX) and deps.checks and deps.jobs:
@@ -292,7 +321,7 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
             continue
         if verdict is Verdict.RELEASE:
             assert event.pr_number is not None
-            if not deps.state.mark_released(
+            if not deps.prs.mark_released(
                 deps.upstream, event.pr_number, event.head_sha, repo, message.delivery_id, now
             ):
                 verdict, summary.skipped[repo] = Verdict.SKIP, "already_released"
@@ -430,3 +459,13 @@ def _skip_checks(messages: list[DispatchMessage], deps: PlannerDeps) -> None:
             for m in messages
         ]
     )
+
+
+def _command(message: EventMessage, doc: dict[str, Any], deps: PlannerDeps) -> PlanSummary:
+    context = None
+    if deps.checks is not None and deps.jobs is not None:
+        context = CommandContext(upstream=deps.upstream, allowlist=deps.allowlist, prs=deps.prs, jobs=deps.jobs,
+                                 checks=deps.checks, dispatches=deps.dispatches, metrics=deps.metrics,
+                                 clock=deps.clock)  # fmt: skip
+    outcome = plan_command(message, doc, deps.commands, context)
+    return PlanSummary(dispatched=outcome.dispatched, skipped=outcome.skipped)

@@ -13,19 +13,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Protocol
 
 from crcr.app.ingest import ACTED_ON, ACTIONS_READ
-from crcr.app.ports import (
-    Clock,
-    GitHubRateLimited,
-    GitHubRejected,
-    GitHubUnavailable,
-    HookDeliveries,
-    Metrics,
-    Pacer,
-    RedeliveryClaim,
-    RedeliveryStore,
-)
+from crcr.app.ports import Clock, Metrics
+from crcr.app.ports.deliveries import DeliveryListing, RedeliveryClaim
+from crcr.app.ports.github import GitHubRateLimited, GitHubRejected, GitHubUnavailable
+from crcr.app.ports.pacing import Pacer
 from crcr.domain.redelivery import (
     EDGE_SETTLE_S,
     MAX_ASKS_PER_EVENT,
@@ -36,6 +30,50 @@ from crcr.domain.redelivery import (
     missed,
     window_start,
 )
+
+
+class HookDeliveries(Protocol):
+    """GitHub's record of the App's webhook deliveries, read and redelivered with the App's JWT."""
+
+    def list_deliveries(self, since: float, max_pages: int) -> DeliveryListing:
+        """GET /app/hook/deliveries, following `cursor` pages back to `since` (at most `max_pages` pages)."""
+        ...
+
+    def redeliver(self, delivery_id: int) -> None:
+        """POST /app/hook/deliveries/{id}/attempts (202: GitHub will deliver the event again, same guid)."""
+        ...
+
+    def upstream_id(self) -> int | None:
+        """The upstream repository's numeric id (its deliveries are the relay's), None when it cannot be read."""
+        ...
+
+
+class RedeliveryStore(Protocol):
+    """What the relay knows of a delivery (the webhook's `DLV#<guid>`/`META` row) and of the reconciler's asks
+    (`DLV#<guid>`/`REDELIVERY`: conditional writes, so each failed attempt is asked for once)."""
+
+    def delivery_state(self, guid: str) -> str | None:
+        """The webhook's record of the event: `queued` (handed to the planner), `received` (the enqueue failed),
+        None (never reached the relay)."""
+        ...
+
+    def claim_redelivery(
+        self, guid: str, attempt_id: int, owner: str, now: float, lease_s: float, max_asks: int
+    ) -> RedeliveryClaim: ...
+    def finish_redelivery(self, guid: str, attempt_id: int, owner: str, status: str, now: float) -> None:
+        """`requested` (GitHub's 202) or `refused` (a 4xx): this attempt is never asked for again."""
+        ...
+
+    def release_redelivery(self, guid: str, attempt_id: int, owner: str) -> None:
+        """GitHub could not be asked now (5xx, timeout, rate limit, pacing): the next run asks again."""
+        ...
+
+    def reconcile_cursor(self) -> float | None:
+        """Up to when the last run handled every delivery (None: no run yet)."""
+        ...
+
+    def save_reconcile_cursor(self, at: float) -> None: ...
+
 
 PACER_KEY = "app"  # one budget for the App's own (JWT) writes, apart from every installation's
 

@@ -13,13 +13,26 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from crcr.app.checks import job_message
 from crcr.app.hud import envelope
-from crcr.app.ports import ChecksQueue, DeadLetters, Hud, HudRejected, HudUnavailable, JobRecord, Metrics
+from crcr.app.ports import Metrics
+from crcr.app.ports.hud import HudRejected, HudUnavailable
+from crcr.app.ports.jobs import JobRecord
+from crcr.app.ports.queues import ChecksQueue
 from crcr.app.summaries import SummaryConflict, SummaryDeps, job_key, note_refusals, update_summaries
 from crcr.app.verdicts import VerdictDeps, attempt, flaky_predecessors, judged, judgement
 from crcr.contracts.messages import CheckSyncMessage
+
+
+class Hud(Protocol):
+    def push(self, envelope: dict[str, Any]) -> None: ...
+
+
+class DeadLetters(Protocol):
+    def send(self, body: dict[str, Any], reason: str) -> None: ...
+
 
 FINISHED = ("completed", "timed_out")
 HUD_DUPLICATE = 409  # torchci: the row is completed already

@@ -17,25 +17,49 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from crcr.app.ports import (
-    AllowlistProvider,
-    CheckRunStore,
-    Clock,
-    GitHubRejected,
-    JobRecord,
-    Metrics,
-    NotInstalled,
-    RerunClaim,
-    RerunMarker,
-    Reruns,
-    ResultsStore,
-)
+from crcr.app.ports import AllowlistProvider, Clock, Metrics
+from crcr.app.ports.checkruns import CheckRunStore
+from crcr.app.ports.github import GitHubRejected, NotInstalled
+from crcr.app.ports.jobs import JobRecord, ResultsStore
+from crcr.app.ports.reruns import RerunClaim, WorkflowRun
 from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain.checks import parse_external_id
 from crcr.domain.ids import NO_RUN, is_github_run
 from crcr.domain.levels import Level
 from crcr.domain.verdicts import Attempt
+
+
+class Reruns(Protocol):
+    def installation_for(self, repo: str) -> int:
+        """The downstream's installation: a re-run spends its content-creating budget (paced like dispatches)."""
+        ...
+
+    def workflow_run(self, repo: str, run_id: str) -> WorkflowRun: ...
+    def rerun_failed_jobs(self, repo: str, run_id: str) -> bool:
+        """True when GitHub started a new attempt; False when GitHub says the run is already running.
+        Any other refusal raises GitHubRejected."""
+        ...
+
+    def suite_check_runs(self, upstream: str, suite_id: int) -> list[tuple[int, str, str | None]]:
+        """(check run id, name, external_id) of every check run in an upstream check suite."""
+        ...
+
+
+class RerunMarker(Protocol):
+    """The relay's automatic re-run of a downstream run, once per (dispatch, run) ever.
+
+    The marker (pk `RERUN#<dispatch_id>`, sk `RUN#<run_id>`, `status` in RERUN_STATUSES) is the outcome, which
+    the PR comment reads; a short lease on a separate row (sk `CLAIM#<run_id>`) lets one message at a time
+    decide, so two jobs of one run failing together never re-run it twice or mark it wrong."""
+
+    def claim_rerun(self, dispatch_id: str, run_id: str, owner: str, now: float, lease_s: float) -> RerunClaim: ...
+    def release_rerun(self, dispatch_id: str, run_id: str, owner: str) -> None: ...
+    def mark_rerun(self, dispatch_id: str, run_id: str, status: str, now: float) -> bool:
+        """Write the marker if there is none (a conditional put): True when this call wrote it."""
+        ...
+
 
 # Spends a slot of an installation's content-creating budget, or raises to bring the message back later.
 Pace = Callable[[int], None]

@@ -26,7 +26,9 @@ from functools import partial
 from typing import Any
 
 from crcr.app.hud import NO_JOB_NAME, reported
-from crcr.app.ports import Clock, HudDocs, JobRecord, Metrics
+from crcr.app.ports import Clock, Metrics
+from crcr.app.ports.hud import HudDocs
+from crcr.app.ports.jobs import JobRecord
 from crcr.domain import failed_tests
 from crcr.domain.ids import repo_key, run_order
 

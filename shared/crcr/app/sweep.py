@@ -7,10 +7,23 @@ the change to the HUD and the check run like any other; a later genuine completi
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from crcr.app.checks import SWEPT
-from crcr.app.ports import Clock, JobRecord, Metrics, RunWatch, StartWatch
+from crcr.app.ports import Clock, Metrics
+from crcr.app.ports.jobs import JobRecord
+from crcr.app.ports.ledger import LedgerRow
 from crcr.domain.ids import NO_RUN
+
+
+class StartWatch(Protocol):
+    def due_starts(self, now: float, limit: int = 100) -> list[LedgerRow]: ...
+    def clear_start_watch(self, delivery_id: str, repo: str) -> None: ...
+
+
+class RunWatch(Protocol):
+    def due_runs(self, now: float, limit: int = 100) -> list[JobRecord]: ...
+    def put_job(self, record: JobRecord, expected_version: int | None) -> bool: ...
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,42 @@ saw pushed has no baseline.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Protocol
 
-from crcr.app.ports import BaselineJobs, BranchOrder, Clock, JobAttempts, JobRecord, VerdictStore
+from crcr.app.ports import Clock
+from crcr.app.ports.jobs import JobRecord
+from crcr.app.ports.pulls import PrInfos
 from crcr.domain.ids import run_order
 from crcr.domain.verdicts import FLAKY, Attempt, classify
+
+
+class BranchOrder(Protocol):
+    def commit_times(self, upstream: str, shas: list[str]) -> dict[str, float]:
+        """The order of each commit the relay saw pushed to the default branch (absent: never seen)."""
+        ...
+
+
+class JobAttempts(Protocol):
+    def attempts_of_job(self, dispatch_id: str, run_id: str, job_name: str) -> list[JobRecord]:
+        """Every recorded attempt of one job of one run (at most MAX_RUN_ATTEMPT), read by key (never the dispatch's
+        other jobs), without `callback_payload` and `fingerprint` (both ""): read them, never write them back."""
+        ...
+
+
+class BaselineJobs(Protocol):
+    def baseline_jobs(self, repo: str, workflow_name: str, job_name: str, since: float) -> list[JobRecord]:
+        """One downstream job's results on the branch (a push or a scheduled run, never a PR's) dispatched at or
+        after `since`; names compare case-insensitively for the repository, exactly for the workflow and job. Rows
+        without `callback_payload` and `fingerprint` (both ""): read them, never write them back."""
+        ...
+
+
+class VerdictStore(Protocol):
+    def set_verdict(self, record: JobRecord, verdict: str, baseline_sha: str | None = None) -> bool:
+        """Put a verdict (and the commit of the baseline it compared, if any) on the job's row if it is still at the
+        record's version; False when it has moved on."""
+        ...
+
 
 BASELINE_EVENTS = frozenset({"push", "nightly"})
 BASELINE_WINDOW_S = 14 * 86_400
@@ -24,6 +56,7 @@ class VerdictDeps:
     store: VerdictStore
     by_repo: BaselineJobs
     branch: BranchOrder
+    prs: PrInfos
     clock: Clock
     window_s: float = BASELINE_WINDOW_S
 
@@ -52,7 +85,7 @@ def _attempts(job: JobRecord, deps: VerdictDeps) -> list[JobRecord]:
 def baseline(job: JobRecord, deps: VerdictDeps) -> JobRecord | None:
     """The job's latest push or scheduled result on the newest commit at or before the PR's base commit."""
     assert job.pr is not None
-    pr = deps.branch.pr_info(job.upstream, job.pr)
+    pr = deps.prs.pr_info(job.upstream, job.pr)
     if pr is None or not pr.base_sha:
         return None
     base_time = deps.branch.commit_times(job.upstream, [pr.base_sha]).get(pr.base_sha)

@@ -91,7 +91,7 @@ def _health(args: argparse.Namespace) -> int:
     from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
 
     from crcr.app.health import health_report  # noqa: PLC0415
-    from crcr.app.ports import GitHubError  # noqa: PLC0415
+    from crcr.app.ports.github import GitHubError  # noqa: PLC0415
     from crcr.composition import build_health_deps, load_settings  # noqa: PLC0415
     from crcr.domain.errors import CrcrError  # noqa: PLC0415
     from crcr.settings import ConfigError  # noqa: PLC0415

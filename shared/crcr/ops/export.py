@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from crcr.app.hud import COLUMNS, EPOCH, row
-from crcr.app.ports import JobRecord
+from crcr.app.ports.jobs import JobRecord
 
 TABLE = "crcr_workflow_job"
 # Our format name → ClickHouse's name for it (`FORMAT …` in the INSERT that loads the file).

@@ -22,7 +22,7 @@ from crcr.adapters.tickets import kid_of, load_ed25519, load_ed25519_public, pri
 USAGE = 2
 FAILED = 1
 
-# A ticket lives as long as its ledger row (crcr.adapters.dynamo.LEDGER_TTL_S), so re-runs days later report.
+# A ticket lives as long as its ledger row (crcr.adapters.table.LEDGER_TTL_S), so re-runs days later report.
 TICKET_TTL_S = 30 * 24 * 3600
 
 

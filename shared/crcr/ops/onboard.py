@@ -54,7 +54,7 @@ def onboard_from_env(
     from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
 
     from crcr.app.onboard import onboard  # noqa: PLC0415
-    from crcr.app.ports import GitHubError, GitHubUnavailable, NotInstalled  # noqa: PLC0415
+    from crcr.app.ports.github import GitHubError, GitHubUnavailable, NotInstalled  # noqa: PLC0415
     from crcr.domain.errors import CrcrError  # noqa: PLC0415
     from crcr.domain.onboarding import ACTION_PLACEHOLDER, check_action_ref, parse_request  # noqa: PLC0415
     from crcr.settings import ConfigError, Settings  # noqa: PLC0415
@@ -170,7 +170,7 @@ def _only_change(before: Any, after: Any, result: Onboarding) -> bool:
 def _not_installed_or_wrong_api(github: Any, api_url: str, exc: Exception) -> str:
     """GitHub answers 404 where the App is not installed, and so does any server at a wrong URL: the App's own
     endpoint (its webhook deliveries, with the App's JWT) tells the two apart."""
-    from crcr.app.ports import GitHubError  # noqa: PLC0415
+    from crcr.app.ports.github import GitHubError  # noqa: PLC0415
 
     try:
         github.request("GET", "/app/hook/deliveries?per_page=1", f"Bearer {github.app_jwt()}", kind="hook_deliveries")

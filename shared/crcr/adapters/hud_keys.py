@@ -1,0 +1,76 @@
+"""The HUD row keys a dispatch's jobs hold, and the count of its jobs, in the state table."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from crcr.adapters.table import RESULTS_TTL_S, attr_n, conditional_failed
+from crcr.app.ports.jobs import JobLimitReached
+
+
+class DynamoHudKeys:
+    """The HudKeys port: one state-table item per (dispatch, HUD key), holding the job that took it, and one count of
+    the keys a dispatch holds, written together in one transaction per new job that names a check-run id, whatever
+    the dispatch's size (before, a new job read every job of its dispatch to look for the key). A job that names none
+    holds no key and only counts."""
+
+    def __init__(self, client: Any, table: str) -> None:
+        self._ddb = client
+        self._table = table
+
+    def claim(self, dispatch_id: str, hud_key: str | None, owner: str, now: float, max_jobs: int) -> str | None:
+        expires = attr_n(int(now) + RESULTS_TTL_S)  # as long as the job rows they guard
+        count = {
+            "TableName": self._table,
+            "Key": {"pk": {"S": f"HUD#{dispatch_id}"}, "sk": {"S": "#JOBS"}},
+            "UpdateExpression": "ADD jobs :one SET expires_at = :exp",
+            "ConditionExpression": "attribute_not_exists(jobs) OR jobs < :cap",
+            "ExpressionAttributeValues": {":one": attr_n(1), ":cap": attr_n(max_jobs), ":exp": expires},
+        }
+        if hud_key is None:
+            # No key to hold (the job's own run and attempt name its row): the count alone, one write, no transaction.
+            try:
+                self._ddb.update_item(**count)
+            except ClientError as exc:
+                if not conditional_failed(exc):
+                    raise
+                raise JobLimitReached(f"dispatch {dispatch_id} holds {max_jobs} jobs") from exc
+            return None
+        digest = hashlib.sha256(hud_key.encode("utf-8", "surrogatepass")).hexdigest()  # a key of any length
+        try:
+            self._ddb.transact_write_items(
+                TransactItems=[
+                    {
+                        "Put": {
+                            "TableName": self._table,
+                            "Item": {
+                                "pk": {"S": f"HUD#{dispatch_id}"},
+                                "sk": {"S": digest},
+                                "owner": {"S": owner},
+                                "expires_at": expires,
+                            },
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                        }
+                    },
+                    {"Update": count},
+                ]
+            )
+        except ClientError as exc:
+            if not conditional_failed(exc):
+                raise
+            reasons = [*(exc.response.get("CancellationReasons") or []), {}, {}]
+            if reasons[0].get("Code") == "ConditionalCheckFailed":
+                holder = (reasons[0].get("Item") or {}).get("owner", {}).get("S")
+                if holder is None:  # a cancellation that did not bring the item: read it
+                    key = {"pk": {"S": f"HUD#{dispatch_id}"}, "sk": {"S": digest}}
+                    item = self._ddb.get_item(TableName=self._table, Key=key, ConsistentRead=True).get("Item") or {}
+                    holder = item.get("owner", {}).get("S", "another job")
+                return None if holder == owner else str(holder)  # the same job again: counted once already
+            if reasons[1].get("Code") == "ConditionalCheckFailed":
+                raise JobLimitReached(f"dispatch {dispatch_id} holds {max_jobs} jobs") from exc
+            raise
+        return None

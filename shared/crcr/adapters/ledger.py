@@ -1,0 +1,215 @@
+"""The dispatch ledger in the state table: one row per delivery and downstream repository, claimed by one attempt at a
+time, and the sweeper's watch on dispatches no job has reported on yet."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from crcr.adapters.table import LEDGER_TTL_S, SWEEP_INDEX, applied, conditional_failed, ledger_key, num
+from crcr.app.ports.ledger import BuildRef, LedgerClaim, LedgerRow, LedgerState
+from crcr.contracts.messages import DispatchMessage
+from crcr.domain.ticket import TicketClaims
+
+
+def _ledger_row(delivery_id: str, item: dict[str, Any]) -> LedgerRow:
+    return LedgerRow(
+        delivery_id=delivery_id,
+        repo=item.get("repo_full_name", item.get("repo", {"S": ""}))["S"],
+        state=LedgerState(item["state"]["S"]),
+        dispatch_id=item.get("dispatch_id", {}).get("S", ""),
+        lease_until=float(item.get("lease_until", {}).get("N", "0")),
+        dispatched_at=float(item["dispatched_at"]["N"]) if "dispatched_at" in item else None,
+        reason=item.get("reason", {}).get("S"),
+        repo_id=int(item["repo_id"]["N"]) if "repo_id" in item else None,
+        upstream=item.get("upstream", {}).get("S"),
+        head_sha=item.get("head_sha", {}).get("S"),
+        pr=int(item["pr"]["N"]) if "N" in item.get("pr", {}) else None,
+        level=int(item["level"]["N"]) if "level" in item else None,
+        device=item.get("device", {}).get("S"),
+        event_type=item.get("event_type", {}).get("S"),
+        ciflow=item.get("ciflow", {}).get("S"),
+        ci=item.get("ci", {}).get("S", "github"),
+        build_id=item.get("build_id", {}).get("S"),
+        build_number=int(item["build_number"]["N"]) if "N" in item.get("build_number", {}) else None,
+        build_url=item.get("build_url", {}).get("S"),
+        unsettled=frozenset(item.get("unsettled", {}).get("SS", [])),
+        start_watched=item.get("sweep_pk", {}).get("S") == "START",
+    )
+
+
+class DynamoLedger:
+    """The Ledger, LedgerReader, CallbackLedger and StartWatch ports."""
+
+    def __init__(self, client: Any, table: str, start_timeout_s: float | None = None) -> None:
+        self._ddb = client
+        self._table = table
+        self._start_timeout_s = start_timeout_s  # None: dispatches are not watched for a first job
+
+    def get(self, delivery_id: str, repo: str) -> LedgerRow | None:
+        item = self._ddb.get_item(TableName=self._table, Key=ledger_key(delivery_id, repo), ConsistentRead=True).get(
+            "Item"
+        )
+        return _ledger_row(delivery_id, item) if item else None
+
+    def _base_values(self, message: DispatchMessage, now: float) -> dict[str, Any]:
+        values: dict[str, Any] = {
+            ":repo": {"S": message.target_repo},
+            ":level": {"N": str(int(message.level))},
+            ":upstream": {"S": message.upstream},
+            ":sha": {"S": message.head_sha},
+            ":event": {"S": message.event_type},
+            ":now": {"N": str(num(now))},
+            ":exp": {"N": str(int(now) + LEDGER_TTL_S)},
+        }
+        values[":pr"] = {"N": str(message.pr_number)} if message.pr_number is not None else {"NULL": True}
+        values[":ciflow"] = {"S": message.ciflow} if message.ciflow is not None else {"NULL": True}
+        return values
+
+    _BASE_SET = (
+        "repo = :repo, #lvl = :level, upstream = :upstream, head_sha = :sha, event_type = :event, "
+        "pr = :pr, ciflow = :ciflow, updated_at = :now, expires_at = :exp"
+    )
+
+    def claim(
+        self,
+        message: DispatchMessage,
+        dispatch_id: str,
+        now: float,
+        lease_s: float,
+        owner: str,
+        repo_id: int,
+        full_name: str,
+        *,
+        row: bool = False,
+    ) -> LedgerClaim:
+        values = self._base_values(message, now) | {
+            ":sending": {"S": LedgerState.SENDING.value},
+            ":lease": {"N": str(num(now + lease_s))},
+            ":owner": {"S": owner},
+            ":repo_id": {"N": str(repo_id)},
+            ":full": {"S": full_name},
+            ":did": {"S": dispatch_id},
+            ":done": {"S": LedgerState.DISPATCHED.value},
+            ":superseded": {"S": LedgerState.SUPERSEDED.value},
+            ":mine": {"SS": [owner]},
+        }
+        try:
+            written = self._ddb.update_item(
+                TableName=self._table,
+                Key=ledger_key(message.delivery_id, message.target_repo),
+                # The attempt counts as unsettled from here until it records what happened to its send.
+                UpdateExpression=(
+                    "SET #s = :sending, lease_until = :lease, lease_owner = :owner, dispatch_id = :did, "
+                    f"repo_id = :repo_id, repo_full_name = :full, {self._BASE_SET} ADD unsettled :mine"
+                ),
+                ConditionExpression=(
+                    "attribute_not_exists(pk) OR (NOT (#s IN (:done, :superseded)) AND lease_until < :now)"
+                ),
+                ExpressionAttributeNames={"#s": "state", "#lvl": "level"},
+                ExpressionAttributeValues=values,
+                # The row that refused the claim comes back with the refusal: no read before the write.
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                ReturnValues="ALL_NEW" if row else "NONE",
+            )
+        except ClientError as exc:
+            if not conditional_failed(exc):
+                raise
+            old = exc.response.get("Item")
+            return LedgerClaim(False, _ledger_row(message.delivery_id, old) if old else None)
+        new = written.get("Attributes")
+        return LedgerClaim(True, _ledger_row(message.delivery_id, new) if new else None)
+
+    def mark_dispatched(
+        self, message: DispatchMessage, claims: TicketClaims, now: float, build: BuildRef | None = None
+    ) -> None:
+        """After this attempt's claim, which wrote the dispatch's identity (repository, commit, PR, level,
+        dispatch id): only what the send changed is written here."""
+        values: dict[str, Any] = {
+            ":s": {"S": LedgerState.DISPATCHED.value},
+            ":now": {"N": str(num(now))},
+            ":device": {"S": message.device} if message.device else {"NULL": True},
+            ":ci": {"S": claims.ci},
+            ":zero": {"N": "0"},
+        }
+        built = ""
+        if build is not None:
+            built = ", build_id = :bid, build_number = :bnum, build_url = :burl"
+            values |= {":bid": {"S": build.id}, ":bnum": {"N": str(build.number)}, ":burl": {"S": build.url}}
+        watch = ""
+        if self._start_timeout_s is not None and message.level >= 2:
+            # Until a job reports, the sweeper watches this dispatch through the sparse index.
+            watch = ", sweep_pk = :watch, sweep_at = :due"
+            values |= {":watch": {"S": "START"}, ":due": {"N": str(num(now + self._start_timeout_s))}}
+        self._ddb.update_item(
+            TableName=self._table,
+            Key=ledger_key(message.delivery_id, message.target_repo),
+            UpdateExpression=(
+                "SET #s = :s, dispatched_at = :now, updated_at = :now, device = :device, ci = :ci, "
+                f"lease_until = :zero{built}{watch} REMOVE reason"
+            ),
+            ExpressionAttributeNames={"#s": "state"},
+            ExpressionAttributeValues=values,
+        )
+
+    def mark(
+        self,
+        message: DispatchMessage,
+        state: LedgerState,
+        reason: str,
+        now: float,
+        owner: str = "",
+        settled: bool = False,
+    ) -> None:
+        """Record a non-dispatched state and release the claim, never overwriting a sent dispatch or
+        another attempt's live claim; `settled` takes this attempt off the unsettled sends."""
+        values = self._base_values(message, now) | {
+            ":s": {"S": state.value},
+            ":reason": {"S": reason[:1000]},
+            ":zero": {"N": "0"},
+            ":done": {"S": LedgerState.DISPATCHED.value},
+            ":owner": {"S": owner or "-"},
+        }
+        forget = ""
+        if settled and owner:
+            forget = " DELETE unsettled :mine"
+            values[":mine"] = {"SS": [owner]}
+        applied(
+            self._ddb.update_item,
+            TableName=self._table,
+            Key=ledger_key(message.delivery_id, message.target_repo),
+            UpdateExpression=f"SET #s = :s, reason = :reason, lease_until = :zero, {self._BASE_SET}{forget}",
+            ConditionExpression=(
+                "attribute_not_exists(pk) OR "
+                "(#s <> :done AND (attribute_not_exists(lease_until) OR lease_until < :now "
+                "OR lease_owner = :owner))"
+            ),
+            ExpressionAttributeNames={"#s": "state", "#lvl": "level"},
+            ExpressionAttributeValues=values,
+        )
+
+    def clear_start_watch(self, delivery_id: str, repo: str) -> None:
+        self._ddb.update_item(
+            TableName=self._table,
+            Key=ledger_key(delivery_id, repo),
+            UpdateExpression="REMOVE sweep_pk, sweep_at",
+            ConditionExpression="attribute_exists(pk)",
+        )
+
+    def due_starts(self, now: float, limit: int = 100) -> list[LedgerRow]:
+        """Dispatches no job has reported on by their start deadline."""
+        items = self._ddb.query(
+            TableName=self._table,
+            IndexName=SWEEP_INDEX,
+            KeyConditionExpression="sweep_pk = :w AND sweep_at <= :now",
+            ExpressionAttributeValues={":w": {"S": "START"}, ":now": {"N": str(num(now))}},
+            Limit=limit,
+        ).get("Items", [])
+        rows = []
+        for item in items:
+            delivery_id = item["pk"]["S"].removeprefix("DLV#")
+            row = self.get(delivery_id, item["repo"]["S"])
+            if row is not None:
+                rows.append(row)
+        return rows

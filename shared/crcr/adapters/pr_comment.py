@@ -1,0 +1,166 @@
+"""The PR comment's row in the state table: what was posted, and the render booked to write it next."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crcr.adapters.table import COMMENT_TTL_S, applied, comment_key, num
+from crcr.app.ports.comment import CommentRow
+from crcr.domain.comment import Posted
+
+
+class DynamoPrComment:
+    """The CommentStore port."""
+
+    def __init__(self, client: Any, table: str) -> None:
+        self._ddb = client
+        self._table = table
+
+    def get_comment(self, upstream: str, pr: int) -> CommentRow:
+        item = self._ddb.get_item(TableName=self._table, Key=comment_key(upstream, pr), ConsistentRead=True).get("Item")
+        if not item:
+            return CommentRow()
+
+        def number(name: str) -> float | None:
+            return float(item[name]["N"]) if "N" in item.get(name, {}) else None
+
+        comment_id = number("comment_id")
+        posted = Posted(
+            comment_id=int(comment_id) if comment_id is not None else None,
+            body_hash=item.get("body_hash", {}).get("S", ""),
+            mentioned=frozenset(item.get("mentioned", {}).get("SS", [])),
+            live=frozenset(item.get("live", {}).get("SS", [])),
+            history=tuple(v["S"] for v in item.get("history", {}).get("L", [])),
+        )
+        return CommentRow(
+            posted=posted,
+            searched=bool(item.get("searched", {}).get("BOOL", False)),
+            pending=item.get("pending", {}).get("S"),
+            pending_since=number("pending_since"),
+            due_at=number("due_at"),
+            lock_until=number("lock_until") or 0.0,
+            version=int(item.get("version", {}).get("N", "0")),
+        )
+
+    def book_render(self, upstream: str, pr: int, ticket: str, now: float, due_at: float, stale_before: float) -> str:
+        key = comment_key(upstream, pr)
+        # One write whether or not a render is pending: the first request's ticket stays, every request moves
+        # the due time on (the render debounces on it).
+        got = self._ddb.update_item(
+            TableName=self._table,
+            Key=key,
+            UpdateExpression=(
+                "SET due_at = :due, pending = if_not_exists(pending, :t), "
+                "pending_since = if_not_exists(pending_since, :now), version = if_not_exists(version, :zero), "
+                "expires_at = :exp"
+            ),
+            ExpressionAttributeValues={
+                ":due": {"N": str(num(due_at))},
+                ":t": {"S": ticket},
+                ":now": {"N": str(num(now))},
+                ":zero": {"N": "0"},
+                ":exp": {"N": str(int(now) + COMMENT_TTL_S)},
+            },
+            ReturnValues="ALL_NEW",
+        )["Attributes"]
+        pending: str = got["pending"]["S"]
+        live = "N" in got.get("lock_until", {}) and float(got["lock_until"]["N"]) >= now
+        if pending == ticket or float(got["pending_since"]["N"]) >= stale_before or live:
+            return pending
+        # The pending render was booked long ago and never ran: its message was lost. Take over.
+        took = applied(
+            self._ddb.update_item,
+            TableName=self._table,
+            Key=key,
+            UpdateExpression="SET pending = :t, pending_since = :now",
+            ConditionExpression="pending = :old AND pending_since < :stale",
+            ExpressionAttributeValues={
+                ":t": {"S": ticket},
+                ":now": {"N": str(num(now))},
+                ":old": {"S": pending},
+                ":stale": {"N": str(num(stale_before))},
+            },
+        )
+        return ticket if took else self.get_comment(upstream, pr).pending or ticket
+
+    def lock_comment(self, upstream: str, pr: int, ticket: str, version: int, now: float, lease_s: float) -> int | None:
+        ok = applied(
+            self._ddb.update_item,
+            TableName=self._table,
+            Key=comment_key(upstream, pr),
+            UpdateExpression="SET version = :n, lock_until = :l, pending_since = :now REMOVE due_at",
+            ConditionExpression=(
+                "version = :v AND pending = :t AND (attribute_not_exists(lock_until) OR lock_until < :now)"
+            ),
+            ExpressionAttributeValues={
+                ":n": {"N": str(version + 1)},
+                ":v": {"N": str(version)},
+                ":t": {"S": ticket},
+                ":l": {"N": str(num(now + lease_s))},
+                ":now": {"N": str(num(now))},
+            },
+        )
+        return version + 1 if ok else None
+
+    def release_comment(self, upstream: str, pr: int, locked: int, now: float, posted: Posted | None = None) -> bool:
+        values: dict[str, Any] = {":v": {"N": str(locked)}, ":n": {"N": str(locked + 1)}}
+        sets = ["version = :n"]
+        removes = ["lock_until"]
+        if posted is not None:
+            sets += ["searched = :yes", "body_hash = :h", "history = :hist", "expires_at = :exp"]
+            values |= {
+                ":yes": {"BOOL": True},
+                ":h": {"S": posted.body_hash},
+                ":hist": {"L": [{"S": h} for h in posted.history]},
+                ":exp": {"N": str(int(now) + COMMENT_TTL_S)},
+            }
+            if posted.comment_id is not None:
+                sets.append("comment_id = :id")
+                values[":id"] = {"N": str(posted.comment_id)}
+            else:
+                removes.append("comment_id")
+            for name, names in (("mentioned", posted.mentioned), ("live", posted.live)):
+                if names:  # a string set cannot be empty
+                    sets.append(f"{name} = :{name}")
+                    values[f":{name}"] = {"SS": sorted(names)}
+                else:
+                    removes.append(name)
+        return applied(
+            self._ddb.update_item,
+            TableName=self._table,
+            Key=comment_key(upstream, pr),
+            UpdateExpression=f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
+            ConditionExpression="version = :v",
+            ExpressionAttributeValues=values,
+        )
+
+    def end_render(self, upstream: str, pr: int, ticket: str, now: float, keep: bool = False) -> float | None:
+        key = comment_key(upstream, pr)
+        for _ in range(3):
+            if not keep and applied(
+                self._ddb.update_item,
+                TableName=self._table,
+                Key=key,
+                UpdateExpression="REMOVE pending, pending_since",
+                ConditionExpression="pending = :t AND attribute_not_exists(due_at)",
+                ExpressionAttributeValues={":t": {"S": ticket}},
+            ):
+                return None
+            row = self.get_comment(upstream, pr)
+            if row.pending != ticket:
+                return None  # another render took the booking over
+            if row.due_at is not None:
+                return row.due_at  # asked for again meanwhile: the same render runs once more
+            if keep:
+                return now
+        return now  # contended: run again rather than leave a change unshown
+
+    def drop_render(self, upstream: str, pr: int, ticket: str) -> None:
+        applied(
+            self._ddb.update_item,
+            TableName=self._table,
+            Key=comment_key(upstream, pr),
+            UpdateExpression="REMOVE pending, pending_since, due_at",
+            ConditionExpression="pending = :t",
+            ExpressionAttributeValues={":t": {"S": ticket}},
+        )

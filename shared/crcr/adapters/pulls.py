@@ -1,0 +1,85 @@
+"""Upstream pull requests in the state table: the newest head, base and labels of each, and the heads released to each
+downstream."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from crcr.adapters.table import LEDGER_TTL_S, applied, conditional_failed, num, pr_pk
+from crcr.app.ports.pulls import HeadRecord, PrInfo
+from crcr.domain.ids import repo_key
+
+
+class DynamoPullRequests:
+    """The PullRequestLog and PrInfos ports."""
+
+    def __init__(self, client: Any, table: str) -> None:
+        self._ddb = client
+        self._table = table
+
+    def record_pr_head(
+        self,
+        upstream: str,
+        pr: int,
+        head_sha: str,
+        updated_at: str,
+        labels: tuple[str, ...] = (),
+        base_sha: str = "",
+        closed: bool = False,
+    ) -> HeadRecord:
+        """Keep the newest head and labels; webhooks can arrive out of order, so compare GitHub's updated_at."""
+        try:
+            old = self._ddb.put_item(
+                TableName=self._table,
+                Item={
+                    "pk": pr_pk(upstream, pr),
+                    "sk": {"S": "HEAD"},
+                    "head_sha": {"S": head_sha},
+                    "updated_at": {"S": updated_at},
+                    "labels": {"L": [{"S": label} for label in labels]},
+                    "base_sha": {"S": base_sha},
+                    "closed": {"BOOL": closed},
+                },
+                ConditionExpression="attribute_not_exists(pk) OR updated_at <= :u",
+                ExpressionAttributeValues={":u": {"S": updated_at}},
+                ReturnValues="ALL_OLD",
+            ).get("Attributes")
+        except ClientError as exc:
+            if not conditional_failed(exc):
+                raise
+            return HeadRecord(newest=False)
+        previous = old["head_sha"]["S"] if old else None
+        return HeadRecord(newest=True, replaced=previous if previous != head_sha else None)
+
+    def pr_info(self, upstream: str, pr: int) -> PrInfo | None:
+        item = self._ddb.get_item(
+            TableName=self._table,
+            Key={"pk": pr_pk(upstream, pr), "sk": {"S": "HEAD"}},
+            ConsistentRead=True,
+        ).get("Item")
+        if not item:
+            return None
+        return PrInfo(
+            head_sha=item["head_sha"]["S"],
+            base_sha=item.get("base_sha", {}).get("S", ""),
+            labels=tuple(v["S"] for v in item.get("labels", {}).get("L", [])),
+            closed=bool(item.get("closed", {}).get("BOOL", False)),
+        )
+
+    def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> bool:
+        return applied(
+            self._ddb.put_item,
+            TableName=self._table,
+            Item={
+                "pk": pr_pk(upstream, pr),
+                "sk": {"S": f"RELEASED#{head_sha}#{repo_key(repo)}"},
+                "delivery_id": {"S": delivery_id},
+                "released_at": {"N": str(num(now))},
+                "expires_at": {"N": str(int(now) + LEDGER_TTL_S)},
+            },
+            # A retried planner run of the same delivery must release again (its send may have failed).
+            ConditionExpression="attribute_not_exists(pk) OR delivery_id = :d",
+            ExpressionAttributeValues={":d": {"S": delivery_id}},
+        )

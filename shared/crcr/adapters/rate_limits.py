@@ -1,0 +1,32 @@
+"""Fixed-window rate limits in the state table (the callbacks per repository, and other budgets by name)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crcr.domain.ids import repo_key
+
+
+class DynamoRateLimiter:
+    """Fixed windows per key (a minute unless told), counted with an atomic ADD in the state table. `budget` names
+    the budget (its rows are `RATE#<key>` for the callbacks, `RATE#<budget>#<key>` for any other)."""
+
+    def __init__(self, client: Any, table: str, per_window: int, window_s: int = 60, budget: str = "") -> None:
+        self._ddb = client
+        self._table = table
+        self._limit = per_window
+        self._window_s = window_s
+        self._prefix = f"RATE#{budget}#" if budget else "RATE#"
+
+    def hit(self, key: str, now: float) -> float:
+        window = int(now // self._window_s)
+        got = self._ddb.update_item(
+            TableName=self._table,
+            Key={"pk": {"S": f"{self._prefix}{repo_key(key)}"}, "sk": {"S": str(window)}},
+            UpdateExpression="ADD hits :one SET expires_at = :exp",
+            ExpressionAttributeValues={":one": {"N": "1"}, ":exp": {"N": str((window + 2) * self._window_s)}},
+            ReturnValues="UPDATED_NEW",
+        )
+        if int(got["Attributes"]["hits"]["N"]) > self._limit:
+            return (window + 1) * self._window_s - now
+        return 0.0

@@ -1,0 +1,114 @@
+"""What every data-access class shares of the relay's two DynamoDB tables (keys `pk`/`sk`, TTL on `expires_at`):
+conditional writes, paging, numbers, times to live, and the keys of the items more than one class reads or writes.
+A key only one class uses lives with that class."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from crcr.domain.ids import repo_key
+
+DAY = 86_400
+DELIVERY_TTL_S = 14 * DAY  # GitHub lets a delivery be redelivered for a few days
+LEDGER_TTL_S = 30 * DAY
+BRANCH_TTL_S = 90 * DAY  # a commit's place on the branch, for baselines, as long as results are kept
+# A commit GitHub does not have is remembered that long: a downstream naming random SHAs costs one lookup each, once.
+MISSING_COMMIT_TTL_S = 7 * DAY
+COMMENT_TTL_S = 90 * DAY  # a PR's comment row, as long as results are kept (a lost row finds the comment again)
+RESULTS_TTL_S = 90 * DAY
+SWEEP_INDEX = "sweep"  # sparse GSI (sweep_pk, sweep_at): only rows the sweeper must look at carry it
+
+
+def conditional_failed(exc: ClientError) -> bool:
+    return exc.response.get("Error", {}).get("Code") in {
+        "ConditionalCheckFailedException",
+        "TransactionCanceledException",
+    }
+
+
+def applied(write: Callable[..., Any], **request: Any) -> bool:
+    """Run one conditional DynamoDB write: False when its condition failed (another writer got there first)."""
+    try:
+        write(**request)
+    except ClientError as exc:
+        if conditional_failed(exc):
+            return False
+        raise
+    return True
+
+
+def query_all(client: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    """Every item a Query matches, following LastEvaluatedKey across pages."""
+    items: list[dict[str, Any]] = []
+    while True:
+        page = client.query(**kwargs)
+        items.extend(page.get("Items", []))
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def num(value: float) -> Decimal:
+    return Decimal(str(round(value, 6)))
+
+
+def attr_n(value: float | int) -> dict[str, str]:
+    """A number attribute at the table's precision."""
+    return {"N": str(num(value))}
+
+
+def delivery_key(delivery_id: str) -> dict[str, dict[str, str]]:
+    """The webhook's record of a delivery."""
+    return {"pk": {"S": f"DLV#{delivery_id}"}, "sk": {"S": "META"}}
+
+
+def body_key(body_sha256: str) -> dict[str, dict[str, str]]:
+    """A webhook body's digest, claimed by the first delivery id that brought it."""
+    return {"pk": {"S": f"BODY#{body_sha256}"}, "sk": {"S": "META"}}
+
+
+def ledger_key(delivery_id: str, repo: str) -> dict[str, dict[str, str]]:
+    """A dispatch: one per delivery and downstream repository, beside the delivery's record."""
+    return {"pk": {"S": f"DLV#{delivery_id}"}, "sk": {"S": f"DSP#{repo_key(repo)}"}}
+
+
+def pr_pk(upstream: str, pr: int) -> dict[str, str]:
+    """An upstream PR's items: its head (`HEAD`), releases (`RELEASED#…`) and comment (`COMMENT`)."""
+    return {"S": f"PR#{repo_key(upstream)}#{pr}"}
+
+
+def branch_pk(upstream: str) -> dict[str, str]:
+    """The upstream default branch's commits (`C#<sha>`), in the order they were pushed."""
+    return {"S": f"BRANCH#{repo_key(upstream)}"}
+
+
+def lookup_key(upstream: str, sha: str) -> dict[str, dict[str, str]]:
+    """What GitHub answered about an upstream commit a scheduled report named."""
+    return {"pk": {"S": f"SHA#{repo_key(upstream)}#{sha}"}, "sk": {"S": "LOOKUP"}}
+
+
+def check_key(upstream: str, head_sha: str, name: str) -> dict[str, dict[str, str]]:
+    return {"pk": {"S": f"CHECK#{repo_key(upstream)}#{head_sha}"}, "sk": {"S": f"NAME#{name}"}}
+
+
+def comment_key(upstream: str, pr: int) -> dict[str, dict[str, str]]:
+    return {"pk": pr_pk(upstream, pr), "sk": {"S": "COMMENT"}}
+
+
+def rerun_pk(dispatch_id: str) -> dict[str, str]:
+    """A dispatch's automatic re-runs: the marker (`RUN#<run>`) and the claim that decides it (`CLAIM#<run>`)."""
+    return {"S": f"RERUN#{dispatch_id}"}
+
+
+def pace_key(key: int | str, cell: str) -> dict[str, dict[str, str]]:
+    """A pacing cell: one budget (`cell`) of one key (an installation, an organization)."""
+    return {"pk": {"S": f"PACE#{key}"}, "sk": {"S": cell}}
+
+
+def job_key(dispatch_id: str, run_id: str, run_attempt: int, job_name: str) -> dict[str, dict[str, str]]:
+    """A job attempt in the results table."""
+    return {"pk": {"S": f"DSP#{dispatch_id}"}, "sk": {"S": f"JOB#{run_id}#{run_attempt}#{job_name}"}}

@@ -1,0 +1,52 @@
+"""Buildkite builds as a dispatch asks for them, and the errors of its REST API."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Buildkite meta_data keys of a relay-created build; the dispatch id finds the build again
+# (GET .../builds?meta_data[crcr_dispatch_id]=<id>).
+DISPATCH_META_KEY = "crcr_dispatch_id"
+
+
+DELIVERY_META_KEY = "crcr_delivery_id"
+
+
+@dataclass(frozen=True)
+class NewBuild:
+    """What a Buildkite dispatch asks for: the downstream's branch at HEAD, with the relay's word in env."""
+
+    branch: str
+    message: str
+    env: dict[str, str]  # CRCR_TICKET, CRCR_CALLBACK_URL, ... (the build's only input from the relay)
+    meta_data: dict[str, str]  # crcr_dispatch_id, crcr_delivery_id: what finds the build again
+    commit: str = "HEAD"
+
+
+class BuildkiteError(Exception):
+    """Base of errors the Buildkite adapter raises; each tells the use case how to react."""
+
+
+class BuildkiteUnavailable(BuildkiteError):
+    """5xx, timeout or connection failure: retry with backoff. `maybe_sent`: the request may have reached
+    Buildkite (so a build may exist); False only when it certainly never left (no connection)."""
+
+    def __init__(self, message: str, maybe_sent: bool = True) -> None:
+        super().__init__(message)
+        self.maybe_sent = maybe_sent
+
+
+class BuildkiteRateLimited(BuildkiteError):
+    """429: nothing was done; wait `wait_s` (Buildkite's reset) and spend no attempt."""
+
+    def __init__(self, wait_s: float, message: str) -> None:
+        super().__init__(message)
+        self.wait_s = wait_s
+
+
+class BuildkiteRejected(BuildkiteError):
+    """401/403/404/422 and other 4xx: Buildkite refused, with its `message`; retrying will not fix it."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
