@@ -1,52 +1,40 @@
-"""Upstream check-run writes an hour against GitHub's budget under PyTorch's load, `check_runs: per_job` against
-`auto`, on a simulated day (see bench/README.md, section 9).
-
-The writes go through the relay's own check-run writer (`crcr.app.checks.sync`, the use case ChecksFunction
-runs), its real pacer (`DynamoPacer`, its cell in a DynamoDB table on moto in process, `mock_aws`: about 2.5
-times faster here than a `moto_server` process, which decides how much of the day fits in the wall-time
-budget), the GitHub App adapter and the GitHub double, which enforces GitHub's secondary limits (80
-content-creating requests a minute, 500 an hour) and records every write. Everything runs on one simulated
-clock (the use case's Clock port, the App's JWT and token clock and the double's clock), so a day takes
-minutes. ChecksQueue is simulated as SQS delays it (at most 15 minutes a hop); the ledger, the results table
-and the check-run rows are the unit tests' in-memory fakes (they decide nothing about the budget). Nothing here
-re-implements the rule: the bench only feeds dispatches and job changes in, as the dispatcher and the reporter
-would, and counts what reached the double.
-
-Load: 1,000 pull-request events a day (PyTorch's order of magnitude), times 1, 3 and 10; each dispatched to 3
-L4 repositories running 2 jobs. Arrivals follow a day's shape (busiest at 18:00 UTC, 1.6 times the mean;
-quietest at 06:00, 0.4 times), spread at random within each hour with a fixed seed, so every setting gets the
-same events at the same moments.
-"""
+"""Section 9: upstream check-run writes an hour under PyTorch's load on a simulated day, `per_job` against `auto`."""
 
 from __future__ import annotations
 
+import argparse
 import heapq
 import itertools
 import math
 import random
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import boto3
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # run alone, as bench/run.py runs it
-
-from harness import APP_ID, UPSTREAM, AppKey, OutputCapture, percentile
+from harness import (
+    APP_ID,
+    CONTENT_RATES,
+    UPSTREAM,
+    UPSTREAM_ID,
+    AppKey,
+    Bench,
+    CheckSyncMessage,
+    DynamoPacer,
+    GitHubApp,
+    GitHubCheckRuns,
+    GitHubDouble,
+    JobRecord,
+    LedgerRow,
+    LedgerState,
+    checks,
+    parse_allowlist,
+    percentile,
+)
 from moto import mock_aws
 
-from crcr.adapters.allowlist_source import parse_allowlist
-from crcr.adapters.dynamo import DynamoPacer
-from crcr.adapters.github import GitHubApp, GitHubCheckRuns
-from crcr.app.checks import CheckDeps, job_message, sync
-from crcr.app.ports import JobRecord, LedgerRow, LedgerState
-from crcr.contracts.messages import CheckSyncMessage
-from crcr.domain.pacing import CONTENT_RATES
-from tests.doubles.github_double import GitHubDouble
 from tests.unit.fakes import (
     FakeCheckStore,
     FakeClock,
@@ -128,7 +116,7 @@ class Sim:
     clock: FakeClock
     agenda: list[_Due] = field(default_factory=list)
     seq: itertools.count[int] = field(default_factory=itertools.count)
-    deps: CheckDeps | None = None
+    deps: Any = None
     handled: int = 0
     waiting: int = 0  # messages on ChecksQueue (delayed or due)
     dead: list[str] = field(default_factory=list)
@@ -152,7 +140,7 @@ class Sim:
         self.waiting -= 1
         self.handled += 1
         assert self.deps is not None
-        self.outcomes[sync(message, self.deps).detail.split(":")[0]] += 1
+        self.outcomes[checks.sync(message, self.deps).detail.split(":")[0]] += 1
 
     def run(self, until: float, budget_s: float) -> str:
         """Run the agenda up to `until` (simulated) or until `budget_s` of wall time has gone."""
@@ -203,7 +191,7 @@ def _setting(key: AppKey, mode: str, load: int, *, drain_hours: float, budget_s:
             primary_rate_limit=1_000_000,  # the primary limit counts reads too; only writes are measured here
         ) as double,
     ):
-        double.install(UPSTREAM, installation_id=1, repo_id=65600975)
+        double.install(UPSTREAM, installation_id=1, repo_id=UPSTREAM_ID)
         ddb = boto3.client("dynamodb", region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t")
         ddb.create_table(
             TableName="state",
@@ -220,7 +208,7 @@ def _setting(key: AppKey, mode: str, load: int, *, drain_hours: float, budget_s:
         ledger, jobs, metrics = FakeState(), FakeJobs(), RecordingMetrics()
         allowlist = "L4:\n" + "".join(f"  - {r}\n" for r in REPOS)
         allowlist += "repos:\n" + "".join(f"  {r}:\n    check_runs: {mode}\n" for r in REPOS)
-        sim.deps = CheckDeps(
+        sim.deps = checks.CheckDeps(
             api=GitHubCheckRuns(GitHubApp(double.url, APP_ID, key.private_pem, clock.now)),
             store=FakeCheckStore(),
             results=jobs,
@@ -267,7 +255,7 @@ def _setting(key: AppKey, mode: str, load: int, *, drain_hours: float, budget_s:
         def report(row: JobRecord, expected: int | None) -> None:
             """The reporter: the callback's row is recorded, then the writer is asked to look (about 1 s later)."""
             assert jobs.put_job(row, expected)
-            message = job_message(row)
+            message = checks.job_message(row)
             assert message is not None
             sim.at(clock.t + 1.0, lambda: sim.send_checks([message]))
 
@@ -361,26 +349,28 @@ def _measure(double: GitHubDouble, finished: dict[tuple[str, str], float], now: 
     }
 
 
-def checkbudget_bench(
-    key: AppKey,
-    out: OutputCapture,
-    *,
-    loads: tuple[int, ...] = (1, 3, 10),
-    modes: tuple[str, ...] = ("per_job", "auto"),
-    drain_hours: float = 72.0,
-    budget_s: float = 300.0,
-    seed: int = 12,
-) -> dict[str, Any]:
-    results: dict[str, Any] = {"settings": []}
-    for load in loads:
-        for mode in modes:
-            out.say(f"   {mode:8} {load:>2}x: {PYTORCH_PR_EVENTS_PER_DAY * load} PR events over a simulated day")
-            # per_job falls behind at every load: a sixth of the budget shows it, and its growing backlog costs
-            # the most wall time (every waiting message asks the pacer again every 15 minutes). auto gets time in
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkbudget-loads", default="1,3,10", help="multiples of 1,000 PR events a day (--full)")
+    parser.add_argument("--checkbudget-modes", default="per_job,auto", help="check_runs settings, side by side")
+    parser.add_argument(
+        "--checkbudget-budget-s", type=float, default=300.0, help="wall time per auto setting and 1x (per_job: a sixth)"
+    )
+    parser.add_argument("--checkbudget-drain-hours", type=float, default=72.0, help="simulated hours after the day")
+
+
+def checkbudget_section(bench: Bench, args: argparse.Namespace, seed: int = 12) -> dict[str, Any]:
+    results: dict[str, Any] = {"seed": seed, "settings": []}
+    budget_s = args.checkbudget_budget_s
+    for load in (int(x) for x in args.checkbudget_loads.split(",")):
+        for mode in args.checkbudget_modes.split(","):
+            bench.say(f"   {mode:8} {load:>2}x: {PYTORCH_PR_EVENTS_PER_DAY * load} PR events over a simulated day")
+            # per_job falls behind at every load: a sixth of the budget shows it, and its growing backlog costs the
+            # most wall time (every waiting message asks the pacer again every 15 minutes). auto gets time in
             # proportion to the load, enough to write every run of the day with room for a host in a slow phase
             # (1x: 100 to 170 s here, 10x: about 800 s; it stops as soon as it has drained).
             allowed = budget_s * load if mode != "per_job" else budget_s / 6
-            row = _setting(key, mode, load, drain_hours=drain_hours, budget_s=allowed, seed=seed)
+            drain_hours = args.checkbudget_drain_hours
+            row = _setting(bench.key, mode, load, drain_hours=drain_hours, budget_s=allowed, seed=seed)
             results["settings"].append(row)
     results["hourly_shape"] = [round(s * 24, 2) for s in hourly_shape()]
     results["method"] = (
@@ -389,59 +379,7 @@ def checkbudget_bench(
         f"{len(JOBS)} jobs (queued 1-15 min, running 20-90 min, 10 % failing); the reporter's messages 1 s after "
         "each job change; crcr.app.checks.sync with DynamoPacer on moto in process (CONTENT_RATES) and GitHubCheckRuns "
         f"on the GitHub double ({MINUTE_BUDGET}/min and {HOURLY_BUDGET}/h enforced), one simulated clock; "
-        f"after the day, up to {drain_hours:g} more simulated hours to drain; an auto setting stops after "
-        f"{budget_s:g} s of wall time per 1x of load, per_job after {budget_s / 6:g} s."
+        f"after the day, up to {args.checkbudget_drain_hours:g} more simulated hours to drain; an auto setting stops "
+        f"after {budget_s:g} s of wall time per 1x of load, per_job after {budget_s / 6:g} s."
     )
-    return results
-
-
-def print_rows(results: dict[str, Any]) -> None:
-    print("9. check-run writes against GitHub's hourly budget (500 an hour), one simulated day")
-    print(
-        f"   {'load':>4} {'setting':8} {'writes':>6} {'max/h':>5} {'max/3600s':>9} {'refused':>7} "
-        f"{'repo runs done':>15} {'job runs':>8} {'open':>5} {'all done':>8} {'lag p50/p95/max min':>20} "
-        f"{'AWS/write':>9}  stopped (simulated h)"
-    )
-    for row in results["settings"]:
-        lag = row["minutes_from_last_job_to_repository_result"]
-        runs = row["check_runs"]
-        done = f"{row['repository_runs_completed']}/{row['repository_runs_dispatched']}"
-        lags = f"{lag['p50']}/{lag['p95']}/{lag['max']}"
-        print(
-            f"   {row['load']:>4} {row['setting']:8} {row['writes']['total']:>6} "
-            f"{row['max_writes_in_a_clock_hour']:>5} {row['max_writes_in_any_3600_s']:>9} "
-            f"{row['writes']['refused']:>7} {done:>15} {runs['per_job']:>8} {runs['not_completed']:>5} "
-            f"{row['all_completed']!s:>8} {lags:>20} "
-            f"{row['pacer_aws_calls_per_write']!s:>9}  {row['stopped']} ({row['simulated_hours']})"
-        )
-
-
-def main() -> int:
-    import argparse  # noqa: PLC0415
-    import json  # noqa: PLC0415
-
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--loads", default="1,3,10", help="multiples of 1,000 PR events a day")
-    parser.add_argument("--modes", default="per_job,auto", help="check_runs settings, side by side")
-    parser.add_argument("--drain-hours", type=float, default=72.0, help="simulated hours after the day")
-    parser.add_argument("--budget-s", type=float, default=300.0, help="wall-time budget per auto setting and 1x load")
-    parser.add_argument("--out", default="", help="write the JSON here too")
-    args = parser.parse_args()
-    with OutputCapture() as out:
-        results = checkbudget_bench(
-            AppKey.generate(),
-            out,
-            loads=tuple(int(x) for x in args.loads.split(",")),
-            modes=tuple(args.modes.split(",")),
-            drain_hours=args.drain_hours,
-            budget_s=args.budget_s,
-        )
-    print_rows(results)
-    print(f"   {results['method']}")
-    if args.out:
-        Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return {"check_run_budget": results}

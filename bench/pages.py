@@ -1,15 +1,4 @@
-"""Section 11: the HUD pages at PyTorch's scale. Headless Chromium loads the overview and a PR page over documents
-seeded for N days of 1,000 PR events a day (x the load) x 10 downstreams x 5 jobs, served by HudFunction's handler;
-it reports the bytes fetched and the time to a rendered page, for 1 and 30 days held, at 1x and 10x.
-
-The documents are the relay's own: each commit's summary comes from `summary_of` over a commit document the reporter's
-code built (`update_summaries` of its 50 jobs, and `note_plan` for its title and author), and every commit of every
-day is merged into the overview with `_with_index` and into its PR's page with `_with_commits`, in batches like the
-reporter's. Only the measured PR's head keeps its commit document (the page fetches it); the others are summarised and
-dropped, since holding 300,000 commit documents in memory measures nothing the pages read.
-
-    .venv/bin/python bench/pages.py [--days 1,30] [--loads 1,10] [--loads-per-run 5]
-"""
+"""Section 11: the HUD pages at PyTorch's scale in headless Chromium, bytes fetched and time to render by days held."""
 
 from __future__ import annotations
 
@@ -17,31 +6,16 @@ import argparse
 import json
 import random
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import UPSTREAM, Bench, JobRecord, summaries
 
-from crcr.app.ports import JobRecord  # noqa: E402
-from crcr.app.summaries import (  # noqa: E402
-    PR_COMMITS,
-    PlanNote,
-    SummaryDeps,
-    _with_commits,
-    _with_index,
-    note_plan,
-    summary_of,
-    update_summaries,
-)
-from tests.e2e.browser import headless  # noqa: E402
-from tests.e2e.hud_server import MemoryDocs, serve_docs  # noqa: E402
-from tests.unit.fakes import RecordingMetrics  # noqa: E402
+from tests.e2e.browser import headless
+from tests.e2e.hud_server import MemoryDocs, serve_docs
+from tests.unit.fakes import RecordingMetrics
 
-UPSTREAM = "pytorch/pytorch"
 PR_EVENTS_PER_DAY = 1000
 PUSHES_PER_DAY = 60  # trunk commits a day
 COMMITS_PER_PR = 3
@@ -119,18 +93,18 @@ def commit_summary(sha: str, pr: int | None, at: float, rng: random.Random, keep
     """A commit's overview summary from the relay's code: its planner note and its jobs merged into its document."""
     docs = keep or MemoryDocs()
     clock = Clock(at)
-    deps = SummaryDeps(docs=docs, metrics=RecordingMetrics(), clock=clock)
+    deps = summaries.SummaryDeps(docs=docs, metrics=RecordingMetrics(), clock=clock)
     meta = {"title": f"[inductor] Fix a thing in change {sha[:8]}", "author": f"dev{rng.randrange(500)}", "at": at}
     if pr:
         meta |= {"pr_state": "open", "base_sha": "0" * 40}
-    note_plan(
-        PlanNote(UPSTREAM, sha, "pull_request" if pr else "push", pr, meta=meta,
+    summaries.note_plan(
+        summaries.PlanNote(UPSTREAM, sha, "pull_request" if pr else "push", pr, meta=meta,
                  planned={repo: {"state": "pending", "level": 4} for repo in REPOS}), deps)  # fmt: skip
     clock.t = at + 3000
-    update_summaries(jobs_of(sha, pr, at, rng), deps)
+    summaries.update_summaries(jobs_of(sha, pr, at, rng), deps)
     doc, _ = docs.get(f"commit/{sha}.json")
     assert doc is not None
-    return summary_of(doc)
+    return summaries.summary_of(doc)
 
 
 def seed(days: int, load: int, say: Callable[[str], None]) -> tuple[MemoryDocs, int, float]:
@@ -163,22 +137,24 @@ def seed(days: int, load: int, say: Callable[[str], None]) -> tuple[MemoryDocs, 
         batch.append(summary)
         if pr is not None:
             # A PR page holds its own few commits; only recent PRs are kept here (older ones are never fetched).
-            prs[pr] = _with_commits(prs.get(pr), [summary], keep=PR_COMMITS, now=at, pr=pr) or prs.get(pr)
+            prs[pr] = summaries._with_commits(
+                prs.get(pr), [summary], keep=summaries.PR_COMMITS, now=at, pr=pr
+            ) or prs.get(pr)
             if len(prs) > 2000:
                 prs.pop(next(iter(prs)))
         if len(batch) == BATCH:
-            index = _with_index(index, batch, now=at) or index
+            index = summaries._with_index(index, batch, now=at) or index
             batch = []
     if batch:
-        index = _with_index(index, batch, now=end) or index
+        index = summaries._with_index(index, batch, now=end) or index
     # The measured PR: the newest one, whose head gets a full commit document through the reporter's code.
     pr = max(p for p in prs)
     head = f"{total + 1:040x}"
     own = MemoryDocs()
     real = commit_summary(head, pr, end, random.Random(22), own)
     docs.put(f"commit/{head}.json", own.docs[f"commit/{head}.json"], None)
-    prs[pr] = _with_commits(prs[pr], [real], keep=PR_COMMITS, now=end, pr=pr)
-    index = _with_index(index, [real], now=end) or index
+    prs[pr] = summaries._with_commits(prs[pr], [real], keep=summaries.PR_COMMITS, now=end, pr=pr)
+    index = summaries._with_index(index, [real], now=end) or index
     assert index is not None and prs[pr] is not None
     docs.put("index.json", index, None)
     docs.put(f"pr/{pr}.json", prs[pr], None)  # type: ignore[arg-type]
@@ -219,8 +195,18 @@ def measure(browser: Any, served: Any, path: str, runs: int) -> dict[str, Any]:
     }
 
 
-def run_section(days: list[int], loads: list[int], runs: int, say: Callable[[str], None]) -> dict[str, Any]:
-    out: dict[str, Any] = {"days_held": days, "loads": loads, "method": __doc__.split("\n\n")[0] if __doc__ else ""}
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pages-days", default="1,30", help="days held, comma-separated")
+    parser.add_argument("--pages-loads", default="1,10", help="multiples of 1,000 PR events a day, comma-separated")
+    parser.add_argument("--pages-runs", type=int, default=5, help="timed page loads per page")
+
+
+def pages_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+    """Documents seeded for N days of 1,000 PR events a day (x the load) x 10 downstreams x 5 jobs by the relay's own
+    code, served by HudFunction's handler; the overview and a PR page loaded in headless Chromium."""
+    days, loads = [int(d) for d in args.pages_days.split(",")], [int(x) for x in args.pages_loads.split(",")]
+    runs, say = args.pages_runs, bench.say
+    out: dict[str, Any] = {"days_held": days, "loads": loads, "method": pages_section.__doc__}
     with headless() as browser:
         for load in loads:
             for held in days:
@@ -247,23 +233,4 @@ def run_section(days: list[int], loads: list[int], runs: int, say: Callable[[str
         }
         for load in loads
     }
-    return out
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--days", default="1,30", help="days held, comma-separated")
-    parser.add_argument("--loads", default="1,10", help="multiples of 1,000 PR events a day, comma-separated")
-    parser.add_argument("--loads-per-run", type=int, default=5, dest="runs", help="timed page loads per page")
-    parser.add_argument("--out", type=Path, help="write the figures here as JSON")
-    args = parser.parse_args()
-    result = run_section(
-        [int(d) for d in args.days.split(",")], [int(x) for x in args.loads.split(",")], args.runs, print
-    )
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return {"hud_pages": out}

@@ -1,17 +1,6 @@
-"""`make soak`: the relay under a day's worth of trouble, on loopback, bounded in count and time.
+"""`make soak`: the relay under faults, kills and a dead webhook window on loopback, every event and result accounted.
 
-SOAK_EVENTS (400: about 10 minutes on 2 cores; the long run is SOAK_EVENTS=2000, about 45 minutes) upstream
-pull-request and push events x SOAK_TARGETS (10) downstream repositories through
-`crcr local` run as a subprocess on a moto_server process, while the GitHub double (the App's webhook sender too)
-injects 5 % 502, 2 % 429 with Retry-After, 1 % secondary-limit 403 and 1 % timeouts after GitHub accepted the
-request; the webhook fails for a window (its events queue refuses messages) and the reconciler recovers it; the
-relay is killed mid-batch twice (SIGKILL) and restarted on the same AWS. Then every downstream reports
-`in_progress` and `completed` (5 % of callbacks sent twice, 5 % out of order) with real tokens from the OIDC
-issuer double, and PyTorch's HUD (its port) takes the pushes. Writes bench/soak.json, prints a short table, and
-exits non-zero when an event is lost, a result is not recorded, or a duplicate dispatch has no ambiguous answer
-to explain it. See bench/README.md ("Soak").
-
-    .venv/bin/python bench/soak.py [--events N] [--targets N] [--out bench/soak.json]
+.venv/bin/python bench/soak.py [--events N] [--targets N] [--seed N] [--out bench/soak.json]
 """
 
 from __future__ import annotations
@@ -21,7 +10,6 @@ import contextlib
 import http.client
 import json
 import os
-import platform
 import random
 import re
 import signal
@@ -46,20 +34,35 @@ import flood
 from botocore.config import Config
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
-from harness import ROOT, AppKey, MotoProcess, cpu_seconds, log_summary
-from soak_moto import COUNTS_PATH, SOAK_AGENT
+from harness import (
+    APP_ID,
+    AUDIENCE,
+    ROOT,
+    UPSTREAM,
+    UPSTREAM_ID,
+    AppKey,
+    GitHubDouble,
+    MotoProcess,
+    RecordedRequest,
+    cpu_seconds,
+    free_port,
+    git_info,
+    job_token,
+    list_dead_letters,
+    log_summary,
+    machine,
+    relay_env,
+    report_body,
+)
+from soak_moto import SOAK_AGENT
 
-from tests.doubles.github_double import GitHubDouble, RecordedRequest, Reply
+from tests.doubles.github_double import Reply
 from tests.doubles.hud import HudDouble
 from tests.doubles.oidc_issuer import OidcIssuer
 
-APP_ID = "424242"
-UPSTREAM, UPSTREAM_ID = "pytorch/pytorch", 65600975
 HUD_TOKEN = "soak-hud-token"
 WEBHOOK_SECRET = "soak-webhook-secret"
-AUDIENCE = "crcr"
 REGION = "us-east-1"
-EVENTS_DIR = ROOT / "examples" / "events"
 
 # The GitHub double's faults on every request the relay makes (dispatches, tokens, installations, the App's
 # delivery list and redeliveries), drawn at random from a fixed seed; timeouts only where something is created.
@@ -97,14 +100,6 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
-def free_port() -> int:
-    import socket  # noqa: PLC0415
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def aws(service: str, endpoint: str) -> Any:
     config = Config(user_agent_extra=SOAK_AGENT, retries={"mode": "standard", "max_attempts": 5})
     return boto3.client(
@@ -118,19 +113,6 @@ def aws(service: str, endpoint: str) -> Any:
 
 
 # ------------------------------------------------------------------------------------------------ processes
-
-
-class Moto(MotoProcess):
-    """bench/soak_moto.py in its own process (the bench's MotoProcess, started at once): the AWS every relay process
-    shares, counting their calls."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.__enter__()
-
-    def calls(self) -> dict[str, Counter[str]]:
-        with urllib.request.urlopen(self.url + COUNTS_PATH, timeout=10) as resp:
-            return {who: Counter(c) for who, c in json.load(resp).items()}
 
 
 @dataclass
@@ -250,8 +232,8 @@ class Event:
 
 
 def make_events(n: int) -> list[Event]:
-    pr_doc = json.loads((EVENTS_DIR / "pull_request.opened.json").read_text())
-    push_doc = json.loads((EVENTS_DIR / "push.main.json").read_text())
+    pr_doc = json.loads((ROOT / "examples" / "events" / "pull_request.opened.json").read_text())
+    push_doc = json.loads((ROOT / "examples" / "events" / "push.main.json").read_text())
     events = []
     for i in range(n):
         sha = uuid.uuid5(uuid.NAMESPACE_OID, f"soak-{i}").hex + f"{i:08x}"
@@ -323,7 +305,7 @@ class Soak:
     repos: list[tuple[str, int, int]]
     gh: GitHubDouble
     relay: Relay
-    moto: Moto
+    moto: MotoProcess
     deadline: float
     sqs: Any = None
     ddb: Any = None
@@ -537,15 +519,7 @@ class Soak:
             conn = getattr(local, "conn", None)
             if conn is None:
                 conn = local.conn = http.client.HTTPConnection("127.0.0.1", self.relay.port, timeout=30)
-            token = issuer.token(
-                audience=AUDIENCE,
-                repository=job.repo,
-                repository_id=job.repo_id,
-                run_id=job.run_id,
-                run_attempt=1,
-                job_workflow_ref=f"{job.repo}/.github/workflows/ci.yml@refs/heads/main",
-                lifetime=3600,
-            )
+            token = job_token(issuer, job.repo, job.repo_id, job.run_id)
             for status, again in zip(job.order, job.twice, strict=True):
                 body = job.body(status)
                 for _ in range(2 if again else 1):
@@ -590,19 +564,8 @@ class Job:
     answers: list[tuple[str, str]] = field(default_factory=list)
 
     def body(self, status: str) -> bytes:
-        doc: dict[str, Any] = {
-            "schema_version": 1,
-            "ticket": self.ticket,
-            "status": status,
-            "workflow_name": "CI",
-            "job_name": "build",
-            "run_id": self.run_id,
-            "run_attempt": 1,
-            "url": f"https://github.com/{self.repo}/actions/runs/{self.run_id}",
-        }
-        if status == "completed":
-            doc["conclusion"] = self.conclusion
-        return json.dumps(doc).encode()
+        conclusion = self.conclusion if status == "completed" else None
+        return json.dumps(report_body(self.ticket, self.repo, "build", self.run_id, status, conclusion)).encode()
 
 
 def _post_callback(
@@ -738,8 +701,6 @@ def results_recorded(soak: Soak, jobs: list[Job]) -> tuple[int, list[str]]:
 
 
 def dead_letters(soak: Soak) -> list[dict[str, Any]]:
-    from crcr.ops.dlq import list_dead_letters  # noqa: PLC0415
-
     out = []
     for logical in ("EventsDLQ", "DispatchDLQ", "ChecksDLQ", "ReporterDLQ"):
         for letter in list_dead_letters(soak.sqs, soak.queue_url(logical), limit=1000):
@@ -813,29 +774,6 @@ def window_report(soak: Soak) -> list[dict[str, Any]]:
     return out
 
 
-def machine() -> dict[str, Any]:
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
-    return {
-        "cores": os.cpu_count(),
-        "cpu_model": model or platform.processor() or None,
-        "python": platform.python_version(),
-        "os": f"{platform.system()} {platform.release()}",
-        "platform": platform.platform(),
-        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
-    }
-
-
-def git_info() -> dict[str, Any]:
-    def git(*args: str) -> str:
-        proc = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
-        return proc.stdout.strip()
-
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": git("rev-parse", "HEAD") or None, "dirty": bool(status), "modified": status.splitlines()[:20]}
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=int(os.environ.get("SOAK_EVENTS") or 400))
@@ -893,24 +831,19 @@ def main() -> int:
         .private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
         .decode()
     )
-    moto = Moto()
+    moto = MotoProcess().__enter__()
     gh = github_double(key, repos, args.seed, args.timeouts)
     issuer = OidcIssuer()
     hud = HudDouble(HUD_TOKEN)
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CRCR_", "AWS_"))} | {
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CRCR_", "AWS_"))}
+    env |= relay_env(key, gh.url, allowlist, WEBHOOK_SECRET) | {
         "AWS_ENDPOINT_URL": moto.url,
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": REGION,
-        "CRCR_UPSTREAM_REPO": UPSTREAM,
-        "CRCR_GITHUB_API_URL": gh.url,
-        "CRCR_GITHUB_APP_ID": APP_ID,
-        "CRCR_GITHUB_APP_PRIVATE_KEY": key.private_pem,
-        "CRCR_WEBHOOK_SECRET": WEBHOOK_SECRET,
         # Fixed across restarts: a ticket signed by one relay process must verify in the next.
         "CRCR_TICKET_SIGNING_KEY": ticket_key,
-        "CRCR_ALLOWLIST": str(allowlist),
         "CRCR_OIDC_ISSUER": issuer.url,
         "CRCR_OIDC_AUDIENCE": AUDIENCE,
         "CRCR_HUD_URL": hud.url,
@@ -1197,8 +1130,8 @@ def print_table(r: dict[str, Any]) -> None:
         ("wall time s", r["duration_s"]),
         (
             "machine",
-            f"{m['cores']} cores ({m['cpu_model']}), load {m['load_average_at_start'][0]} -> "
-            f"{m['load_average_at_end'][0]}, Python {m['python']}, {m['os']}",
+            f"{m['cpu_count']} cores ({m['cpu_model']}), load {m['load_average_at_start'][0]} -> "
+            f"{m['load_average_at_end'][0]}, Python {m['python']}, {m['platform']}",
         ),
         ("verdict", r["verdict"]),
     ]

@@ -1,5 +1,4 @@
-"""The one-screen summary `make bench` prints at the end; every figure is in the JSON (`--verbose` prints each
-section's own table)."""
+"""The one-screen summary `make bench` prints at the end: each section's key figures; every figure is in the JSON."""
 
 from __future__ import annotations
 
@@ -26,11 +25,9 @@ def print_summary(results: dict[str, Any]) -> None:
     if git.get("commit_changed_during_run"):
         print(f"   WARNING: HEAD moved to {git['commit_at_end'][:12]} during the run: sections measured different code")
     iso = _get(results, "ingest_latency.isolated", {})
-    sizes = sorted((k for k in iso if k.isdigit()), key=int)
-    print(
-        " 1 webhook ack p50/p99 ms by allowlist size: "
-        + ", ".join(f"N={n} {iso[n]['p50_ms']:.1f}/{iso[n]['p99_ms']:.1f}" for n in sizes)
-    )
+    if sizes := sorted((k for k in iso if k.isdigit()), key=int):
+        shown = ", ".join(f"N={n} {iso[n]['p50_ms']:.1f}/{iso[n]['p99_ms']:.1f}" for n in sizes)
+        print(f" 1 webhook ack p50/p99 ms by allowlist size: {shown}")
     gh = results.get("github_requests")
     if gh:
         print(
@@ -71,13 +68,18 @@ def print_summary(results: dict[str, Any]) -> None:
             f"ChecksFunction per L4 dispatch: {cf.get('records_per_dispatch')} records, {calls:.2f} AWS calls and "
             f"{cf.get('cpu_ms_per_record')} CPU ms per record, {cf.get('write_units_per_dispatch')} write units"
         )
+    for name, run in _get(results, "pr_comment.bursts", {}).items():
+        shown = ", ".join(
+            f"{b['comment_writes']} writes {b['s_from_last_callback_to_write']} s after" for b in run["bursts"]
+        )
+        print(f"   comment bursts {name}: {shown}")
     cbud = results.get("check_run_budget")
     if cbud:
         rows = [r for r in cbud.get("settings", []) if r.get("setting") == "auto"]
         print(
             " 9 check-run budget, auto: "
             + ", ".join(
-                f"{r['load']}x {r['repository_runs_completed']}/{r['repository_runs_dispatched']} repository runs, "
+                f"{r['load']} {r['repository_runs_completed']}/{r['repository_runs_dispatched']} repository runs, "
                 f"at most {r['max_writes_in_any_3600_s']} writes in any hour"
                 for r in rows
             )
@@ -123,6 +125,13 @@ def _dispatcher(section: dict[str, Any] | None) -> None:
             )
     if isinstance(base, dict) and base.get("skipped"):
         print(f"   baseline skipped: {base.get('reason')}")
+    for name, run in runs:
+        if b := run.get("backlog"):
+            print(
+                f"   {name:19} backlog: {b['dispatches']}/{b['dispatches_expected']} dispatches, {b['duplicates']} "
+                f"duplicates, {b['requeues_per_paced_dispatch']} re-queues per paced dispatch, budget "
+                f"{'kept' if b['budget']['within'] else 'EXCEEDED'}, drained in {b['drain_s']} s"
+            )
 
 
 def _cold(cold: dict[str, Any]) -> None:
@@ -145,6 +154,3 @@ def _cold(cold: dict[str, Any]) -> None:
         cells.append(cell)
     for i in range(0, len(cells), 3):
         print("   " + "; ".join(cells[i : i + 3]))
-    built = cold.get("built") or {}
-    if built.get("skipped"):
-        print(f"   built: {built.get('reason')}")
