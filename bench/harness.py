@@ -45,41 +45,32 @@ from crcr.local.template import resources_of  # noqa: E402
 from tests.doubles.github_double import GitHubDouble, RecordedRequest  # noqa: E402
 from tests.doubles.oidc_issuer import OidcIssuer  # noqa: E402
 
-# Product internals the sections use beyond the stack, each as "module:name" (or a whole module), looked up when first
-# used: their modules move as the product is reorganised, and a `--baseline` run imports only what its section touches.
+# Product internals the sections use beyond the stack, by module, looked up when first used: their modules move as the
+# product is reorganised, and a baseline run imports only what its section touches.
 INTERNALS = {
-    "JobRecord": "crcr.app.ports:JobRecord",
-    "LedgerRow": "crcr.app.ports:LedgerRow",
-    "LedgerState": "crcr.app.ports:LedgerState",
-    "DynamoState": "crcr.adapters.dynamo:DynamoState",
-    "DynamoPacer": "crcr.adapters.dynamo:DynamoPacer",
-    "DynamoResults": "crcr.adapters.results:DynamoResults",
-    "from_item": "crcr.adapters.results:from_item",
-    "to_item": "crcr.adapters.results:to_item",
-    "item_key": "crcr.adapters.results:job_key",
-    "S3HudDocs": "crcr.adapters.s3:S3HudDocs",
-    "OidcVerifier": "crcr.adapters.oidc:OidcVerifier",
-    "GitHubApp": "crcr.adapters.github:GitHubApp",
-    "GitHubCheckRuns": "crcr.adapters.github:GitHubCheckRuns",
-    "parse_allowlist": "crcr.adapters.allowlist_source:parse_allowlist",
-    "build_report_deps": "crcr.composition:build_report_deps",
-    "load_settings": "crcr.composition:load_settings",
-    "aws_client": "crcr.composition:aws_client",
-    "checks": "crcr.app.checks",
-    "dispatch_id": "crcr.app.dispatch:dispatch_id",
-    "summaries": "crcr.app.summaries",
-    "CheckSyncMessage": "crcr.contracts.messages:CheckSyncMessage",
-    "CONTENT_RATES": "crcr.domain.pacing:CONTENT_RATES",
-    "list_dead_letters": "crcr.ops.dlq:list_dead_letters",
+    "crcr.app.ports": "JobRecord LedgerRow LedgerState",
+    "crcr.adapters.dynamo": "DynamoState DynamoPacer",
+    "crcr.adapters.results": "DynamoResults from_item to_item",
+    "crcr.adapters.s3": "S3HudDocs",
+    "crcr.adapters.oidc": "OidcVerifier",
+    "crcr.adapters.github": "GitHubApp GitHubCheckRuns",
+    "crcr.adapters.allowlist_source": "parse_allowlist",
+    "crcr.composition": "build_report_deps load_settings aws_client",
+    "crcr.app.dispatch": "dispatch_id",
+    "crcr.contracts.messages": "CheckSyncMessage",
+    "crcr.domain.pacing": "CONTENT_RATES",
+    "crcr.ops.dlq": "list_dead_letters",
 }
+MODULES = {"checks": "crcr.app.checks", "summaries": "crcr.app.summaries"}
 
 
 def __getattr__(name: str) -> Any:
-    if name not in INTERNALS:
+    if name in MODULES:
+        return importlib.import_module(MODULES[name])
+    module = next((m for m, names in INTERNALS.items() if name in names.split()), None)
+    if module is None:
         raise AttributeError(name)
-    module, _, attr = INTERNALS[name].partition(":")
-    found = importlib.import_module(module)
-    return getattr(found, attr) if attr else found
+    return getattr(importlib.import_module(module), name)
 
 
 APP_ID = "271828"
