@@ -1,39 +1,19 @@
-"""Section 4: callback latency and AWS calls on the local stack, the OIDC verifier's cost and its key-set fetches."""
+"""Section 4: callback latency, AWS calls, write units and CPU on the local stack, and the OIDC key-set fetches."""
 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import time
-import uuid
 from collections import Counter
 from typing import Any
 
-import jwt
-from harness import (
-    AUDIENCE,
-    REPO_ID_BASE,
-    TOTALS,
-    Bench,
-    OidcVerifier,
-    calls_per,
-    cpu_seconds,
-    event_body,
-    job_token,
-    log_summary,
-    metrics_delta,
-    percentile,
-    relay,
-    report_body,
-    summary_ms,
-)
+import harness as h
 
 from tests.doubles.oidc_issuer import DISCOVERY_PATH, JWKS_PATH, OidcIssuer
 
 RUN_ID = 424242
 RATE_PER_MIN = 100_000  # CRCR_CALLBACK_RATE_PER_MIN: far above what the bench sends, so the limiter never answers
-REFETCH_INTERVAL_S = 2.0  # OidcVerifier's default: at most one unknown-kid refetch per interval per instance
 CACHE_S = 300.0  # OidcVerifier's default key-set cache lifetime
 CALLBACK_FUNCTION = "CallbackFunction"
 
@@ -42,16 +22,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--callbacks", type=int, default=300, help="timed callbacks that record a new job")
     parser.add_argument("--callback-duplicates", type=int, default=300, help="timed identical repeats (duplicate)")
     parser.add_argument("--callback-window", type=int, default=1000, help="warm callbacks to count issuer requests")
-    parser.add_argument("--callback-hostile", type=int, default=200, help="unknown-kid callbacks, interleaved")
-    parser.add_argument("--verify-tokens", type=int, default=2000, help="tokens for the in-process verify timing")
-
-
-def summary_us(values_ns: list[int]) -> dict[str, Any]:
-    us = [v / 1000.0 for v in values_ns]
-    if not us:
-        return {"samples": 0}
-    stats = {"p50": percentile(us, 50), "p99": percentile(us, 99), "mean": sum(us) / len(us), "min": min(us)}
-    return {"samples": len(us)} | {f"{k}_us": round(v, 1) for k, v in (stats | {"max": max(us)}).items()}
 
 
 def _issuer_paths(issuer: OidcIssuer, since: int) -> dict[str, int]:
@@ -59,58 +29,13 @@ def _issuer_paths(issuer: OidcIssuer, since: int) -> dict[str, int]:
     return {"jwks": counts.pop(JWKS_PATH, 0), "discovery": counts.pop(DISCOVERY_PATH, 0), "other": sum(counts.values())}
 
 
-def verify_cost(tokens: int, warmup: int = 50) -> dict[str, Any]:
-    """OidcVerifier.verify over `tokens` distinct genuine tokens, after a cold first call and a warm-up; PyJWT's own
-    jwt.decode of the same tokens with the same key is the floor (the RSA check and the claims)."""
-    repo = "bench-org-0/repo-0"
-    with OidcIssuer() as issuer:
-        minted = [job_token(issuer, repo, REPO_ID_BASE, RUN_ID) for _ in range(tokens + warmup)]
-        verifier = OidcVerifier(issuer.url, AUDIENCE, time.time)
-        start = time.perf_counter()
-        verifier.verify(minted[0])
-        cold_ms = (time.perf_counter() - start) * 1000
-        cold_requests = _issuer_paths(issuer, 0)
-        for token in minted[1:warmup]:
-            verifier.verify(token)
-        mark = len(issuer.requests)
-        timed = minted[warmup:]
-        key = jwt.PyJWK(issuer.jwks()["keys"][0]).key
-        options: Any = {"require": ["exp", "iat", "iss", "aud"]}
-        gc.collect()
-        verify_ns, decode_ns = [], []
-        for token in timed:  # interleaved, so drift (CPU clock, other threads) hits both alike
-            t = time.perf_counter_ns()
-            verifier.verify(token)
-            verify_ns.append(time.perf_counter_ns() - t)
-            t = time.perf_counter_ns()
-            jwt.decode(
-                token, key, algorithms=["RS256"], audience=AUDIENCE, issuer=issuer.url, leeway=60, options=options
-            )
-            decode_ns.append(time.perf_counter_ns() - t)
-        warm_requests = _issuer_paths(issuer, mark)
-    verify, decode = summary_us(verify_ns), summary_us(decode_ns)
-    return {
-        "tokens": len(timed),
-        "alg": "RS256 (2048-bit key, as GitHub's)",
-        "warm": verify,
-        "pyjwt_decode_only": decode,
-        "verifier_overhead_p50_us": round(verify["p50_us"] - decode["p50_us"], 1),
-        "cold_first_verify_ms": round(cold_ms, 2),
-        "cold_issuer_requests": cold_requests,
-        "warm_issuer_requests": warm_requests,
-        "verifier_fetches": verifier.fetches,
-    }
-
-
 class _Tally:
     def __init__(self) -> None:
         self.timings: list[float] = []
-        self.by_status: dict[int, list[float]] = {}
         self.outcomes: Counter[str] = Counter()
 
     def add(self, status: int, elapsed: float, reply: bytes) -> None:
         self.timings.append(elapsed)
-        self.by_status.setdefault(status, []).append(elapsed)
         try:
             doc = json.loads(reply)
             word = str(doc.get("status") or doc.get("error") or "?")
@@ -119,7 +44,7 @@ class _Tally:
         self.outcomes[f"{status} {word}"] += 1
 
     def summary(self) -> dict[str, Any]:
-        return {**summary_ms(self.timings), "outcomes": dict(self.outcomes)}
+        return {**h.summary_ms(self.timings), "outcomes": dict(self.outcomes)}
 
 
 def _write_units(taken: dict[str, dict[str, Any]], n: int) -> dict[str, Any]:
@@ -137,19 +62,18 @@ def _write_units(taken: dict[str, dict[str, Any]], n: int) -> dict[str, Any]:
     }
 
 
-def callbacks_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+def callbacks_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
     """One stack with one L2 target dispatched once; its job reports with fresh tokens, one connection each."""
-    recorded, duplicates, hostile = args.callbacks, args.callback_duplicates, args.callback_hostile
+    recorded, duplicates = args.callbacks, args.callback_duplicates
     extra = max(0, args.callback_window - recorded - duplicates)
     aws, out = bench.aws, bench.out
-    verify = verify_cost(args.verify_tokens)
     start_off = out.offset()
-    before_metrics = Counter(TOTALS)
+    before_metrics = Counter(h.TOTALS)
     env = {"CRCR_CALLBACK_RATE_PER_MIN": str(RATE_PER_MIN)}
-    with relay(bench.key, 1, installations=1, level="L2", oidc=True, env=env) as r:
+    with h.relay(bench.key, 1, installations=1, level="L2", oidc=True, env=env) as r:
         issuer, repo = r.issuer, r.repos[0]
         assert issuer is not None
-        status, _, _ = r.post(event_body())
+        status, _, _ = r.post(h.event_body())
         dispatched = r.wait_for_dispatches(1, args.timeout, settle_s=0.0)
         sent = r.github.dispatches(repo)
         if status != 202 or not dispatched or not sent:
@@ -157,10 +81,10 @@ def callbacks_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         ticket = sent[0]["client_payload"]["ticket"]
 
         def body(job: str, status: str = "in_progress", conclusion: str | None = None) -> bytes:
-            return json.dumps(report_body(ticket, repo, job, RUN_ID, status, conclusion)).encode()
+            return json.dumps(h.report_body(ticket, repo, job, RUN_ID, status, conclusion)).encode()
 
         def token() -> str:
-            return job_token(issuer, repo, REPO_ID_BASE, RUN_ID)
+            return h.job_token(issuer, repo, h.REPO_ID_BASE, RUN_ID)
 
         def post(tally: _Tally, sent_body: bytes, bearer: str) -> None:
             tally.add(*r.callback(sent_body, bearer))
@@ -184,7 +108,7 @@ def callbacks_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         invocations_before = dict(r.stack.invocations)
         issuer_mark = len(issuer.requests)
         aws_0, all_0 = aws.snapshot(CALLBACK_FUNCTION), aws.snapshot()
-        cpu_0 = (cpu_seconds(), cpu_seconds(r.moto.pid))
+        cpu_0 = (h.cpu_seconds(), h.cpu_seconds(r.moto.pid))
         t0 = time.perf_counter()
         for i in range(recorded):
             post(rec, body(f"job-{i}"), tokens[i])
@@ -196,7 +120,7 @@ def callbacks_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         for i in range(recorded, recorded + extra):
             post(more, body(f"job-{i}"), tokens[i])
         window_s = time.perf_counter() - t0
-        cpu_1 = (cpu_seconds(), cpu_seconds(r.moto.pid))
+        cpu_1 = (h.cpu_seconds(), h.cpu_seconds(r.moto.pid))
         warm_requests = _issuer_paths(issuer, issuer_mark)
         invocations_window = {
             k: v - invocations_before.get(k, 0)
@@ -204,30 +128,6 @@ def callbacks_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
             if v - invocations_before.get(k, 0)
         }
         sent_warm = recorded + duplicates + extra
-
-        # -- hostile: tokens under key ids the issuer never served, each after a genuine callback
-        forged = [
-            issuer.forge(
-                "unknown_kid",
-                headers={"kid": uuid.uuid4().hex},
-                lifetime=3600,
-                repository=repo,
-                repository_id=REPO_ID_BASE,
-                run_id=RUN_ID,
-                run_attempt=1,
-                job_workflow_ref=f"{repo}/.github/workflows/ci.yml@refs/heads/main",
-            )
-            for _ in range(hostile)
-        ]
-        genuine_tokens = [token() for _ in range(hostile)]
-        bad, good = _Tally(), _Tally()
-        issuer_mark = len(issuer.requests)
-        t1 = time.perf_counter()
-        for i in range(hostile):
-            post(good, body(f"hostile-window-{i}"), genuine_tokens[i])
-            post(bad, body(f"hostile-window-{i}"), forged[i])
-        hostile_s = time.perf_counter() - t1
-        hostile_requests = _issuer_paths(issuer, issuer_mark)
 
         # -- completing: jobs that reported in_progress above now report completed (not timed)
         completing = min(recorded, 100)
@@ -253,19 +153,19 @@ def callbacks_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         "cold_first_callback": cold.summary(),
         "recorded": rec.summary()
         | {
-            "aws_calls": calls_per(aws_0, aws_1, recorded, "callback"),
-            "aws_calls_all_functions": calls_per(all_0, all_1, recorded, "callback"),
+            "aws_calls": h.calls_per(aws_0, aws_1, recorded, "callback"),
+            "aws_calls_all_functions": h.calls_per(all_0, all_1, recorded, "callback"),
         },
         "duplicate": dup.summary()
         | {
-            "aws_calls": calls_per(aws_1, aws_2, duplicates, "callback"),
-            "aws_calls_all_functions": calls_per(all_1, all_2, duplicates, "callback"),
+            "aws_calls": h.calls_per(aws_1, aws_2, duplicates, "callback"),
+            "aws_calls_all_functions": h.calls_per(all_1, all_2, duplicates, "callback"),
         },
         "recorded_after_duplicates": more.summary(),
         "completed": {
             "callbacks": completing,
             "outcomes": dict(fin.outcomes),
-            "aws_calls": calls_per(aws_3, aws_4, completing, "callback"),
+            "aws_calls": h.calls_per(aws_3, aws_4, completing, "callback"),
         },
         # Per callback: a job's first report (`in_progress`, a new job), its `completed`, and `both`, the two.
         "write_units": {"in_progress": first, "completed": last, "both": round(first["total"] + last["total"], 3)},
@@ -282,10 +182,10 @@ def callbacks_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
             },
         },
         "results_table_rows": rows,
-        "results_table_rows_expected": 1 + recorded + extra + hostile,
+        "results_table_rows_expected": 1 + recorded + extra,
         "github_requests_during_callbacks": github_during,
-        "relay_metrics": metrics_delta(before_metrics),
-        "relay_log": log_summary(out.lines_between(start_off, end_off)),
+        "relay_metrics": h.metrics_delta(before_metrics),
+        "relay_log": h.log_summary(out.lines_between(start_off, end_off)),
     }
     requests = {
         "cold_first_callback": cold_requests,
@@ -295,22 +195,8 @@ def callbacks_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
             "jwks_fetches_per_1000_callbacks": round(warm_requests["jwks"] * 1000 / max(1, sent_warm), 2),
             "cache_s": CACHE_S,
         },
-        "unknown_kid": {
-            "forged_callbacks": hostile,
-            "genuine_callbacks_interleaved": hostile,
-            "distinct_kids": hostile,
-            "seconds": round(hostile_s, 2),
-            "requests": hostile_requests,
-            "jwks_fetches": hostile_requests["jwks"],
-            "bound_one_per_interval": int(hostile_s // REFETCH_INTERVAL_S) + 1,
-            "refetch_interval_s": REFETCH_INTERVAL_S,
-            "forged_outcomes": dict(bad.outcomes),
-            "forged_latency_by_status": {str(s): summary_ms(v) for s, v in sorted(bad.by_status.items())},
-            "genuine_outcomes": dict(good.outcomes),
-            "genuine_latency": summary_ms(good.timings),
-        },
     }
-    return {"oidc_verify": verify, "callback_latency": latency, "oidc_issuer_requests": requests}
+    return {"callback_latency": latency, "oidc_issuer_requests": requests}
 
 
 def _count_rows(ddb: Any, table: str) -> int:

@@ -14,25 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
-from harness import (
-    APP_ID,
-    CONTENT_RATES,
-    UPSTREAM,
-    UPSTREAM_ID,
-    AppKey,
-    Bench,
-    CheckSyncMessage,
-    DynamoPacer,
-    GitHubApp,
-    GitHubCheckRuns,
-    GitHubDouble,
-    JobRecord,
-    LedgerRow,
-    LedgerState,
-    checks,
-    parse_allowlist,
-    percentile,
-)
+import harness as h
 from moto import mock_aws
 
 from tests.unit.fakes import (
@@ -59,7 +41,9 @@ PEAK_HOUR = 18  # UTC
 def hourly_shape() -> list[float]:
     """Share of a day's events in each hour of the simulated day, which starts at noon UTC (so the busiest hours
     come first, before any wall-time budget can stop a setting): 1 + 0.6 cos(2 pi (utc - 18) / 24), normalised."""
-    weights = [1 + 0.6 * math.cos(2 * math.pi * ((h + START_UTC_HOUR) % 24 + 0.5 - PEAK_HOUR) / 24) for h in range(24)]
+    weights = [
+        1 + 0.6 * math.cos(2 * math.pi * ((hour + START_UTC_HOUR) % 24 + 0.5 - PEAK_HOUR) / 24) for hour in range(24)
+    ]
     total = sum(weights)
     return [w / total for w in weights]
 
@@ -71,10 +55,10 @@ def arrivals(events_per_day: int, seed: int = 12) -> list[float]:
     shares = hourly_shape()
     exact = [events_per_day * s for s in shares]
     counts = [int(x) for x in exact]
-    for h in sorted(range(24), key=lambda h: exact[h] - counts[h], reverse=True)[: events_per_day - sum(counts)]:
-        counts[h] += 1
-    for h, n in enumerate(counts):
-        times += [START + 3600 * h + rng.uniform(0, 3600) for _ in range(n)]
+    for hour in sorted(range(24), key=lambda i: exact[i] - counts[i], reverse=True)[: events_per_day - sum(counts)]:
+        counts[hour] += 1
+    for hour, n in enumerate(counts):
+        times += [START + 3600 * hour + rng.uniform(0, 3600) for _ in range(n)]
     return sorted(times)
 
 
@@ -127,20 +111,20 @@ class Sim:
         heapq.heappush(self.agenda, _Due(t, next(self.seq), act))
 
     # -- the ChecksQueue port, as SQS delays messages
-    def send_checks(self, messages: list[CheckSyncMessage], delay_s: float = 0.0) -> None:
+    def send_checks(self, messages: list[h.CheckSyncMessage], delay_s: float = 0.0) -> None:
         delay = max(0.0, min(SQS_MAX_DELAY_S, math.ceil(delay_s)))
         for message in messages:
             self.waiting += 1
             self.at(self.clock.t + delay, lambda m=message: self._deliver(m))  # type: ignore[misc]
 
-    def dead_letter(self, message: CheckSyncMessage, reason: str) -> None:
+    def dead_letter(self, message: h.CheckSyncMessage, reason: str) -> None:
         self.dead.append(reason)
 
-    def _deliver(self, message: CheckSyncMessage) -> None:
+    def _deliver(self, message: h.CheckSyncMessage) -> None:
         self.waiting -= 1
         self.handled += 1
         assert self.deps is not None
-        self.outcomes[checks.sync(message, self.deps).detail.split(":")[0]] += 1
+        self.outcomes[h.checks.sync(message, self.deps).detail.split(":")[0]] += 1
 
     def run(self, until: float, budget_s: float) -> str:
         """Run the agenda up to `until` (simulated) or until `budget_s` of wall time has gone."""
@@ -166,24 +150,15 @@ def _count_calls(client: Any) -> Counter[str]:
     return counts
 
 
-def _rolling_max(times: list[float], window: float) -> int:
-    best, lo = 0, 0
-    for hi, t in enumerate(times):
-        while times[lo] <= t - window:
-            lo += 1
-        best = max(best, hi - lo + 1)
-    return best
-
-
-def _setting(key: AppKey, mode: str, load: int, *, drain_hours: float, budget_s: float, seed: int) -> dict[str, Any]:
+def _setting(key: h.AppKey, mode: str, load: int, *, drain_hours: float, budget_s: float, seed: int) -> dict[str, Any]:
     clock = FakeClock(START)
     events = arrivals(PYTORCH_PR_EVENTS_PER_DAY * load, seed)
     plans = plan_jobs(len(events), seed + 1)
     started = time.perf_counter()
     with (
         mock_aws(),
-        GitHubDouble(
-            app_id=APP_ID,
+        h.GitHubDouble(
+            app_id=h.APP_ID,
             app_public_key_pem=key.public_pem,
             clock=clock.now,
             content_writes_per_minute=MINUTE_BUDGET,
@@ -191,7 +166,7 @@ def _setting(key: AppKey, mode: str, load: int, *, drain_hours: float, budget_s:
             primary_rate_limit=1_000_000,  # the primary limit counts reads too; only writes are measured here
         ) as double,
     ):
-        double.install(UPSTREAM, installation_id=1, repo_id=UPSTREAM_ID)
+        double.install(h.UPSTREAM, installation_id=1, repo_id=h.UPSTREAM_ID)
         ddb = boto3.client("dynamodb", region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t")
         ddb.create_table(
             TableName="state",
@@ -203,19 +178,19 @@ def _setting(key: AppKey, mode: str, load: int, *, drain_hours: float, budget_s:
             BillingMode="PAY_PER_REQUEST",
         )
         calls = _count_calls(ddb)
-        pacer = DynamoPacer(ddb, "state", rates=CONTENT_RATES)
+        pacer = h.DynamoPacer(ddb, "state", rates=h.CONTENT_RATES)
         sim = Sim(clock)
         ledger, jobs, metrics = FakeState(), FakeJobs(), RecordingMetrics()
         allowlist = "L4:\n" + "".join(f"  - {r}\n" for r in REPOS)
         allowlist += "repos:\n" + "".join(f"  {r}:\n    check_runs: {mode}\n" for r in REPOS)
-        sim.deps = checks.CheckDeps(
-            api=GitHubCheckRuns(GitHubApp(double.url, APP_ID, key.private_pem, clock.now)),
+        sim.deps = h.checks.CheckDeps(
+            api=h.GitHubCheckRuns(h.GitHubApp(double.url, h.APP_ID, key.private_pem, clock.now)),
             store=FakeCheckStore(),
             results=jobs,
             ledger=ledger,
             queue=sim,
             pacer=pacer,
-            allowlist=StaticAllowlist(parse_allowlist(allowlist)),
+            allowlist=StaticAllowlist(h.parse_allowlist(allowlist)),
             metrics=metrics,
             clock=clock,
             settle_s=60.0,
@@ -225,37 +200,37 @@ def _setting(key: AppKey, mode: str, load: int, *, drain_hours: float, budget_s:
 
         def dispatch(n: int) -> None:
             head, pr = f"{n + 1:040x}", 100_000 + n
-            double.add_commit(UPSTREAM, head)
-            ledger.heads[(UPSTREAM, pr)] = head
+            double.add_commit(h.UPSTREAM, head)
+            ledger.heads[(h.UPSTREAM, pr)] = head
             for r, repo in enumerate(REPOS):
                 delivery, dispatch_id = f"dlv-{n}", f"dsp-{n}-{r}"
-                ledger.ledger[(delivery, repo)] = LedgerRow(
-                    delivery, repo, LedgerState.DISPATCHED, dispatch_id, dispatched_at=clock.t, upstream=UPSTREAM,
+                ledger.ledger[(delivery, repo)] = h.LedgerRow(
+                    delivery, repo, h.LedgerState.DISPATCHED, dispatch_id, dispatched_at=clock.t, upstream=h.UPSTREAM,
                     head_sha=head, pr=pr, level=4, event_type="pull_request",
                 )  # fmt: skip
-                sim.send_checks([CheckSyncMessage(kind="repo", upstream=UPSTREAM, head_sha=head,
+                sim.send_checks([h.CheckSyncMessage(kind="repo", upstream=h.UPSTREAM, head_sha=head,
                                                   delivery_id=delivery, repo=repo)])  # fmt: skip
                 for j, name in enumerate(JOBS):
                     job = plans[n][r][j]
-                    row = JobRecord(
+                    row = h.JobRecord(
                         dispatch_id=dispatch_id, run_id=str(1000 + n), run_attempt=1, job_name=name,
                         workflow_name="CI", state="in_progress", conclusion=None, fingerprint="started",
                         url=f"https://github.com/{repo}/actions/runs/{1000 + n}", repo=repo, repo_id=50_000 + r,
-                        level=4, delivery_id=delivery, upstream=UPSTREAM, head_sha=head, pr=pr, device=None,
+                        level=4, delivery_id=delivery, upstream=h.UPSTREAM, head_sha=head, pr=pr, device=None,
                         dispatched_at=clock.t, started_at=clock.t + job.queue_s, completed_at=None,
                         callback_payload="{}", version=1, event_type="pull_request",
                     )  # fmt: skip
                     begin, end = clock.t + job.queue_s, clock.t + job.queue_s + job.run_s
                     sim.at(begin, lambda row=row: report(row, None))  # type: ignore[misc]
-                    done = JobRecord(**{**row.__dict__, "state": "completed", "conclusion": job.conclusion,
+                    done = h.JobRecord(**{**row.__dict__, "state": "completed", "conclusion": job.conclusion,
                                         "fingerprint": "done", "completed_at": end, "version": 2})  # fmt: skip
                     sim.at(end, lambda done=done: report(done, 1))  # type: ignore[misc]
                     finished[(head, repo)] = max(finished.get((head, repo), 0.0), end)
 
-        def report(row: JobRecord, expected: int | None) -> None:
+        def report(row: h.JobRecord, expected: int | None) -> None:
             """The reporter: the callback's row is recorded, then the writer is asked to look (about 1 s later)."""
             assert jobs.put_job(row, expected)
-            message = checks.job_message(row)
+            message = h.checks.job_message(row)
             assert message is not None
             sim.at(clock.t + 1.0, lambda: sim.send_checks([message]))
 
@@ -291,18 +266,18 @@ def _setting(key: AppKey, mode: str, load: int, *, drain_hours: float, budget_s:
     return result
 
 
-def _results(double: GitHubDouble) -> int:
+def _results(double: h.GitHubDouble) -> int:
     """Repository runs completed at the double."""
-    return sum(1 for r in double.check_runs(UPSTREAM) if r["name"].count("/") == 2 and r["status"] == "completed")
+    return sum(1 for r in double.check_runs(h.UPSTREAM) if r["name"].count("/") == 2 and r["status"] == "completed")
 
 
-def _measure(double: GitHubDouble, finished: dict[tuple[str, str], float], now: float) -> dict[str, Any]:
-    runs = double.check_runs(UPSTREAM)
+def _measure(double: h.GitHubDouble, finished: dict[tuple[str, str], float], now: float) -> dict[str, Any]:
+    runs = double.check_runs(h.UPSTREAM)
     ids = {r["id"]: (r["head_sha"], r["name"]) for r in runs}
     writes = [
         q
         for q in double.requests
-        if q.method in ("POST", "PATCH") and q.path.startswith(f"/repos/{UPSTREAM}/check-runs")
+        if q.method in ("POST", "PATCH") and q.path.startswith(f"/repos/{h.UPSTREAM}/check-runs")
     ]
     ok = sorted(q.time for q in writes if (q.status or 0) < 400)
     per_hour = Counter(int((t - START) // 3600) for t in ok)
@@ -328,10 +303,10 @@ def _measure(double: GitHubDouble, finished: dict[tuple[str, str], float], now: 
             "refused": len(writes) - len(ok),
             "create": sum(1 for q in writes if q.method == "POST"),
         },
-        "writes_per_hour": [per_hour.get(h, 0) for h in range(max(per_hour) + 1 if per_hour else 0)],
+        "writes_per_hour": [per_hour.get(hour, 0) for hour in range(max(per_hour) + 1 if per_hour else 0)],
         "max_writes_in_a_clock_hour": max(per_hour.values(), default=0),
-        "max_writes_in_any_3600_s": _rolling_max(ok, 3600.0),
-        "max_writes_in_any_60_s": _rolling_max(ok, 60.0),
+        "max_writes_in_any_3600_s": h.most_in_any(ok, 3600.0),
+        "max_writes_in_any_60_s": h.most_in_any(ok, 60.0),
         "check_runs": {
             "repository": len(repo_runs),
             "per_job": len(job_runs),
@@ -340,8 +315,8 @@ def _measure(double: GitHubDouble, finished: dict[tuple[str, str], float], now: 
         },
         "repository_runs_completed": sum(1 for r in repo_runs if r["status"] == "completed"),
         "minutes_from_last_job_to_repository_result": {
-            "p50": round(percentile(lags, 50), 1) if lags else None,
-            "p95": round(percentile(lags, 95), 1) if lags else None,
+            "p50": round(h.percentile(lags, 50), 1) if lags else None,
+            "p95": round(h.percentile(lags, 95), 1) if lags else None,
             "max": round(max(lags), 1) if lags else None,
         },
         "all_completed": bool(runs) and done == len(runs) and len(lags) == len(finished),
@@ -358,7 +333,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkbudget-drain-hours", type=float, default=72.0, help="simulated hours after the day")
 
 
-def checkbudget_section(bench: Bench, args: argparse.Namespace, seed: int = 12) -> dict[str, Any]:
+def checkbudget_section(bench: h.Bench, args: argparse.Namespace, seed: int = 12) -> dict[str, Any]:
     results: dict[str, Any] = {"seed": seed, "settings": []}
     budget_s = args.checkbudget_budget_s
     for load in (int(x) for x in args.checkbudget_loads.split(",")):

@@ -7,18 +7,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from harness import (
-    TOTALS,
-    UPSTREAM,
-    UPSTREAM_ID,
-    Bench,
-    FunctionWork,
-    Relay,
-    metrics_delta,
-    pr_event,
-    relay,
-    upstream_writes,
-)
+import harness as h
 
 PYTORCH_PR_EVENTS_PER_DAY = 1000  # the order of magnitude in the issue
 HOURLY_BUDGET = 500  # GitHub: content-creating requests per hour for one identity
@@ -40,21 +29,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--comment-spreads", default="2,10", help="seconds each burst is spread over (--full)")
 
 
-def _env(**settings: str) -> dict[str, str]:
-    return {"CRCR_CALLBACK_RATE_PER_MIN": "100000", "CRCR_CHECK_SETTLE_S": "2"} | settings
+def _env() -> dict[str, str]:
+    return {"CRCR_CALLBACK_RATE_PER_MIN": "100000", "CRCR_CHECK_SETTLE_S": "2", "CRCR_PR_COMMENT": "on"}
 
 
-def _open_prs(r: Relay, events: int, timeout_s: float, *, comments: bool) -> list[int]:
+def _open_prs(r: h.Relay, events: int, timeout_s: float, *, comments: bool) -> list[int]:
     """`events` pull requests, one commit each, dispatched to every target; the upstream installed (with the
     comment's permissions and the PRs known, for `comments`)."""
     permissions = {"permissions": COMMENT_PERMISSIONS} if comments else {}
-    r.github.install(UPSTREAM, installation_id=UPSTREAM_INSTALLATION, repo_id=UPSTREAM_ID, **permissions)
+    r.github.install(h.UPSTREAM, installation_id=UPSTREAM_INSTALLATION, repo_id=h.UPSTREAM_ID, **permissions)
     prs = []
     for n in range(events):
-        body, pr, head = pr_event(n)
-        r.github.add_commit(UPSTREAM, head)
+        body, pr, head = h.pr_event(n)
+        r.github.add_commit(h.UPSTREAM, head)
         if comments:
-            r.github.add_issue(UPSTREAM, pr)
+            r.github.add_issue(h.UPSTREAM, pr)
         status, _, _ = r.post(body)
         if status != 202:
             raise RuntimeError(f"webhook answered {status}")
@@ -64,7 +53,7 @@ def _open_prs(r: Relay, events: int, timeout_s: float, *, comments: bool) -> lis
     return prs
 
 
-def _jobs_report(r: Relay, jobs: int, timeout_s: float, conclusion: Any) -> int:
+def _jobs_report(r: h.Relay, jobs: int, timeout_s: float, conclusion: Any) -> int:
     """Every dispatched repository's jobs report `in_progress`, then, once ChecksQueue is empty (those writes have
     landed, as they would while a real job runs), `completed` with `conclusion(job)`."""
     reports = [(i, ticket, f"job-{j}", 100 + k) for i, k, ticket in r.tickets() for j in range(jobs)]
@@ -80,25 +69,25 @@ def _jobs_report(r: Relay, jobs: int, timeout_s: float, conclusion: Any) -> int:
     return 2 * len(reports)
 
 
-def checkruns_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+def checkruns_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
     """Section 6: `check_runs: per_job` against `per_repo`, each on a fresh stack, every job passing."""
     events, targets, jobs, timeout_s = args.check_events, args.check_targets, args.check_jobs, max(args.timeout, 240)
     results: dict[str, Any] = {}
     for mode in ("per_job", "per_repo"):
         bench.say(f"   {mode}: {events} events x {targets} L4 repositories x {jobs} jobs")
-        before = Counter(TOTALS)
+        before = Counter(h.TOTALS)
         settings = f"check_runs: {mode}"
-        with relay(
+        with h.relay(
             bench.key, targets, installations=targets, level="L4", repo_settings=settings, oidc=True, env=_env()
         ) as r:
             t0 = time.perf_counter()
             _open_prs(r, events, timeout_s, comments=False)
             _jobs_report(r, jobs, timeout_s, lambda job: "success")
-            runs = [c for c in r.github.check_runs(UPSTREAM) if c["name"].count("/") == 2]
+            runs = [c for c in r.github.check_runs(h.UPSTREAM) if c["name"].count("/") == 2]
             finished = len(runs) == events * targets and all(c["status"] == "completed" for c in runs)
             elapsed = time.perf_counter() - t0
-            writes = upstream_writes(r.github, "check-runs")
-            runs = r.github.check_runs(UPSTREAM)
+            writes = h.upstream_writes(r.github, "check-runs")
+            runs = r.github.check_runs(h.UPSTREAM)
         kinds = Counter(q.method for q in writes)
         per_repo_commit = len(writes) / (events * targets)
         results[mode] = {
@@ -116,13 +105,13 @@ def checkruns_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
             "repositories_within_hourly_budget": int(
                 HOURLY_BUDGET / (per_repo_commit * PYTORCH_PR_EVENTS_PER_DAY / 24)
             ),
-            "relay_metrics": metrics_delta(before, ("CheckRun",)),
+            "relay_metrics": h.metrics_delta(before, ("CheckRun",)),
             "elapsed_s": round(elapsed, 1),
         }
     results["method"] = (
         f"{events} pull_request events (one commit each) x {targets} L4 repositories x {jobs} jobs; each job reports "
         "in_progress, then completed once the check-run writer's queue is empty (those writes landed); settle period "
-        f"2 s; writes = POST/PATCH on /repos/{UPSTREAM}/check-runs at the GitHub double. Hourly figure: "
+        f"2 s; writes = POST/PATCH on /repos/{h.UPSTREAM}/check-runs at the GitHub double. Hourly figure: "
         f"{PYTORCH_PR_EVENTS_PER_DAY} PR events a day; budget {HOURLY_BUDGET} writes an hour."
     )
     return {"check_run_writes": results}
@@ -141,7 +130,7 @@ def _checks_row(image: dict[str, Any]) -> str:
     return "other." + pk.split("#", 1)[0]
 
 
-def _checks_function(work: FunctionWork, taken: dict[str, Any], dispatches: int) -> dict[str, Any]:
+def _checks_function(work: h.FunctionWork, taken: dict[str, Any], dispatches: int) -> dict[str, Any]:
     """ChecksFunction's own work per L4 dispatch, and the write units of the flow's rows, whoever wrote them."""
     calls = work.calls
     mine = {row: n for row, n in taken["by_row"].items() if not row.startswith("other.")}
@@ -170,88 +159,78 @@ def _checks_function(work: FunctionWork, taken: dict[str, Any], dispatches: int)
     }
 
 
-def comment_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
-    """Section 8: the upstream's writes per PR event with the comment off against on (job 0 of every repository
-    fails, so every PR gets a comment), ChecksFunction's own cost, and (--full) the comment's writes per burst."""
-    events, targets, jobs, timeout_s = (
-        args.comment_events,
-        args.comment_targets,
-        args.comment_jobs,
-        max(args.timeout, 120),
-    )
-    results: dict[str, Any] = {"per_event": {}, "bursts": {}}
-    for setting in ("off", "on"):
-        bench.say(f"   comment {setting}: {events} events x {targets} L4 repositories x {jobs} jobs, one failing")
-        before = Counter(TOTALS)
-        with relay(
-            bench.key, targets, installations=targets, level="L4", oidc=True, env=_env(CRCR_PR_COMMENT=setting)
-        ) as r:
-            work = FunctionWork(r.stack, "ChecksFunction", bench.aws)
-            units = r.units("StateTable", row_of=_checks_row)["StateTable"]
-            units.take()
-            t0 = time.perf_counter()
-            prs = _open_prs(r, events, timeout_s, comments=True)
-            callbacks = _jobs_report(r, jobs, timeout_s, lambda job: "failure" if job == "job-0" else "success")
-            kinds = Counter(
-                f"{'check_run' if '/check-runs' in q.path else 'comment'}_{q.method}"
-                for q in upstream_writes(r.github)
-                if "/check-runs" in q.path or "/comments" in q.path
-            )
-            comments = {
-                pr: len([c for c in r.github.comments(UPSTREAM, pr) if c["performed_via_github_app"]]) for pr in prs
-            }
-            elapsed = time.perf_counter() - t0
-            flow = _checks_function(work, units.take(), events * targets)
-        results["per_event"][setting] = {
-            "setting": setting,
-            "events": events,
-            "repositories_per_event": targets,
-            "jobs_per_repository": jobs,
-            "callbacks": callbacks,
-            "writes": dict(sorted(kinds.items())),
-            "writes_per_event": round(sum(kinds.values()) / events, 2),
-            "comment_writes_per_event": round((kinds["comment_POST"] + kinds["comment_PATCH"]) / events, 2),
-            "comments_per_pr": sorted(set(comments.values())),
-            "relay_metrics": metrics_delta(before, ("PrComment", "CheckRunPaced")),
-            "elapsed_s": round(elapsed, 1),
-            "checks_function": flow,
-        }
-    for spread in [float(x) for x in args.comment_spreads.split(",")] if args.full else []:
-        bench.say(f"   bursts: {args.comment_callbacks} failing callbacks in {spread:.0f} s, twice")
-        results["bursts"][f"{args.comment_callbacks}_in_{spread:.0f}s"] = _bursts(
-            bench, args.comment_callbacks, spread, timeout_s
+def comment_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
+    """Section 8: the upstream's writes per PR event with the PR comment on (job 0 of every repository fails, so every
+    PR gets a comment), ChecksFunction's own cost per L4 dispatch, and (--full) the comment's writes per burst. With
+    the comment off, the writes are section 6's `per_job` (`auto` makes every write while the budget has room)."""
+    events, targets, jobs = args.comment_events, args.comment_targets, args.comment_jobs
+    timeout_s = max(args.timeout, 120)
+    bench.say(f"   {events} events x {targets} L4 repositories x {jobs} jobs, one failing")
+    before = Counter(h.TOTALS)
+    with h.relay(bench.key, targets, installations=targets, level="L4", oidc=True, env=_env()) as r:
+        work = h.FunctionWork(r.stack, "ChecksFunction", bench.aws)
+        units = r.units("StateTable", row_of=_checks_row)["StateTable"]
+        units.take()
+        t0 = time.perf_counter()
+        prs = _open_prs(r, events, timeout_s, comments=True)
+        callbacks = _jobs_report(r, jobs, timeout_s, lambda job: "failure" if job == "job-0" else "success")
+        kinds = Counter(
+            f"{'check_run' if '/check-runs' in q.path else 'comment'}_{q.method}"
+            for q in h.upstream_writes(r.github)
+            if "/check-runs" in q.path or "/comments" in q.path
         )
-    results["method"] = (
+        comments = [len([c for c in r.github.comments(h.UPSTREAM, pr) if c["performed_via_github_app"]]) for pr in prs]
+        elapsed = time.perf_counter() - t0
+        flow = _checks_function(work, units.take(), events * targets)
+    on = {
+        "setting": "on",
+        "events": events,
+        "repositories_per_event": targets,
+        "jobs_per_repository": jobs,
+        "callbacks": callbacks,
+        "writes": dict(sorted(kinds.items())),
+        "writes_per_event": round(sum(kinds.values()) / events, 2),
+        "comment_writes_per_event": round((kinds["comment_POST"] + kinds["comment_PATCH"]) / events, 2),
+        "comments_per_pr": sorted(set(comments)),
+        "relay_metrics": h.metrics_delta(before, ("PrComment", "CheckRunPaced")),
+        "elapsed_s": round(elapsed, 1),
+        "checks_function": flow,
+    }
+    bursts = {}
+    for spread in [float(x) for x in args.comment_spreads.split(",")] if args.full else []:
+        bench.say(f"   bursts: {args.comment_callbacks} failing callbacks in {spread:g} s, twice")
+        bursts[f"{args.comment_callbacks}_in_{spread:.0f}s"] = _bursts(bench, args.comment_callbacks, spread, timeout_s)
+    method = (
         f"per_event: {events} pull_request events x {targets} L4 repositories x {jobs} jobs, each job in_progress "
         "then completed (job-0 failure, the rest success) once ChecksQueue is empty; writes = POST/PATCH on the "
-        f"upstream's check-runs and issue comments at the GitHub double; comment setting off against on. bursts: "
-        f"one PR, {args.comment_callbacks} failing jobs completed evenly over {args.comment_spreads} s (default settle "
-        "5 s, cap 60 s), twice; the reporter asks for the comment after each recorded change."
+        f"upstream's check-runs and issue comments at the GitHub double. bursts: one PR, {args.comment_callbacks} "
+        f"failing jobs completed evenly over {args.comment_spreads} s (default settle 5 s, cap 60 s), twice; the "
+        "reporter asks for the comment after each recorded change."
     )
-    return {"pr_comment": results}
+    return {"pr_comment": {"per_event": {"on": on}, "bursts": bursts, "method": method}}
 
 
-def _bursts(bench: Bench, callbacks: int, spread_s: float, timeout_s: float, bursts: int = 2) -> dict[str, Any]:
+def _bursts(bench: h.Bench, callbacks: int, spread_s: float, timeout_s: float, bursts: int = 2) -> dict[str, Any]:
     """One PR, one L4 repository: `callbacks` failing jobs complete evenly over `spread_s`, then the same again with
     other jobs once the comment is written: the comment's writes per burst, and when they come."""
-    before = Counter(TOTALS)
+    before = Counter(h.TOTALS)
     rows = []
-    with relay(bench.key, 1, installations=1, level="L4", oidc=True, env=_env(CRCR_PR_COMMENT="on")) as r:
+    with h.relay(bench.key, 1, installations=1, level="L4", oidc=True, env=_env()) as r:
         _open_prs(r, 1, timeout_s, comments=True)
         ticket = r.tickets()[0][2]
         for b in range(bursts):
-            seen = len(r.github.comment_writes(UPSTREAM))
+            seen = len(r.github.comment_writes(h.UPSTREAM))
             names = [f"burst-{b}-job-{n:02d}" for n in range(callbacks)]
             t0 = time.perf_counter()
             for n, name in enumerate(names):
                 r.report(0, ticket, name, 100, "completed", "failure")
                 time.sleep(max(0.0, t0 + (n + 1) * spread_s / callbacks - time.perf_counter()))
             last = time.perf_counter()
-            while len(r.github.comment_writes(UPSTREAM)) == seen and time.perf_counter() < last + timeout_s:
+            while len(r.github.comment_writes(h.UPSTREAM)) == seen and time.perf_counter() < last + timeout_s:
                 time.sleep(0.05)
             wrote = time.perf_counter()
             r.wait_idle(timeout_s)
-            made = r.github.comment_writes(UPSTREAM)[seen:]
+            made = r.github.comment_writes(h.UPSTREAM)[seen:]
             rows.append({
                 "burst": b + 1,
                 "callbacks": callbacks,
@@ -261,4 +240,4 @@ def _bursts(bench: Bench, callbacks: int, spread_s: float, timeout_s: float, bur
                 "s_from_last_callback_to_write": round(wrote - last, 2),
                 "shows_every_job": bool(made) and all(name in made[-1][2] for name in names),
             })  # fmt: skip
-    return {"bursts": rows, "relay_metrics": metrics_delta(before, ("PrComment",))}
+    return {"bursts": rows, "relay_metrics": h.metrics_delta(before, ("PrComment",))}

@@ -14,14 +14,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import ROOT, Bench, exported
+import harness as h
 
-PYCACHE = ROOT / "bench" / ".pycache"
+PYCACHE = h.ROOT / "bench" / ".pycache"
 FIRST = ("webhook", "planner", "dispatch", "jwks")  # then every other functions/<role>/handler.py, by name
 ROLES = [
     role
-    for role in [*FIRST, *sorted(d.name for d in (ROOT / "functions").iterdir() if d.name not in FIRST)]
-    if (ROOT / "functions" / role / "handler.py").is_file()
+    for role in [*FIRST, *sorted(d.name for d in (h.ROOT / "functions").iterdir() if d.name not in FIRST)]
+    if (h.ROOT / "functions" / role / "handler.py").is_file()
 ]
 
 SOURCE_PROBE = """
@@ -66,51 +66,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--coldstart-runs", type=int, default=5, help="timed interpreters per function (median)")
 
 
-def coldstart_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+def coldstart_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
     """This checkout's functions, and (with a baseline) the same at that ref."""
     cold: dict[str, Any] = {"source": measure_source(bench.say, args.coldstart_runs)}
     if ref := args.dispatch_baseline:
-        with exported(ref) as code:
+        with h.exported(ref) as code:
             if code is None:
                 cold["baseline"] = {"skipped": True, "reason": f"{ref} is not a commit here"}
             else:
-                then = measure_source(bench.say, args.coldstart_runs, code[1], f"baseline {ref}", importtime=False)
+                then = measure_source(bench.say, args.coldstart_runs, code[1], f"baseline {ref}")
                 cold["baseline"] = {"ref": ref, "commit": code[0]} | then | {"code": f"git archive {code[0][:12]}"}
     return {"cold_start": cold}
 
 
-def _run(argv: list[str], env: dict[str, str]) -> tuple[dict[str, Any], float, str]:
+def _run(argv: list[str], env: dict[str, str]) -> tuple[dict[str, Any], float]:
     start = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False, timeout=120)
     wall = (time.perf_counter() - start) * 1000
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[:2])} failed: {proc.stderr.strip()[-1500:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1]), wall, proc.stderr
-
-
-def _top_imports(importtime_stderr: str, top: int = 8) -> list[dict[str, Any]]:
-    """Import time by top-level package (sum of each module's own time in -X importtime), largest first."""
-    self_us: dict[str, int] = {}
-    for line in importtime_stderr.splitlines():
-        m = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|\s*(\S+)", line)
-        if m:
-            package = m.group(3).split(".")[0]
-            self_us[package] = self_us.get(package, 0) + int(m.group(1))
-    rows = sorted(self_us.items(), key=lambda kv: -kv[1])[:top]
-    return [{"package": name, "self_ms": round(us / 1000, 1)} for name, us in rows]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), wall
 
 
 def init_env(folder: Path) -> dict[str, str]:
     """Every setting any function's builder asks for, with keys made here; AWS on a port nothing listens on."""
-    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
-    from cryptography.hazmat.primitives.asymmetric import ed25519, rsa  # noqa: PLC0415
-
-    app_key = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
-    )
-    ticket_key = ed25519.Ed25519PrivateKey.generate().private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
     allowlist = folder / "allowlist.yaml"
     allowlist.write_text("L1:\n  - org/repo\n")
     queue = "http://127.0.0.1:9/000000000000/crcr-"
@@ -120,8 +99,8 @@ def init_env(folder: Path) -> dict[str, str]:
         "AWS_SECRET_ACCESS_KEY": "cold",
         "CRCR_UPSTREAM_REPO": "pytorch/pytorch",
         "CRCR_GITHUB_APP_ID": "1",
-        "CRCR_GITHUB_APP_PRIVATE_KEY": app_key.decode(),
-        "CRCR_TICKET_SIGNING_KEY": ticket_key.decode(),
+        "CRCR_GITHUB_APP_PRIVATE_KEY": h.AppKey.generate().private_pem,
+        "CRCR_TICKET_SIGNING_KEY": h.ticket_key(),
         "CRCR_WEBHOOK_SECRET": "cold-start",
         "CRCR_ALLOWLIST": str(allowlist),
         "CRCR_OIDC_AUDIENCE": "crcr",
@@ -139,9 +118,7 @@ def init_env(folder: Path) -> dict[str, str]:
     }
 
 
-def measure_source(
-    say: Any, runs: int, code_root: Path = ROOT, label: str = "source", importtime: bool = True
-) -> dict[str, Any]:
+def measure_source(say: Any, runs: int, code_root: Path = h.ROOT, label: str = "source") -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE" and not k.startswith("CRCR_")}
     env |= LAMBDA_ENV
     env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
@@ -149,8 +126,8 @@ def measure_source(
     out: dict[str, Any] = {
         "python": sys.version.split()[0],
         "interpreter": python,
-        "code": str(code_root) if code_root != ROOT else "this checkout",
-        "bytecode": f"written and reused (PYTHONPYCACHEPREFIX={PYCACHE.relative_to(ROOT)}) after a warm-up run",
+        "code": str(code_root) if code_root != h.ROOT else "this checkout",
+        "bytecode": f"written and reused (PYTHONPYCACHEPREFIX={PYCACHE.relative_to(h.ROOT)}) after a warm-up run",
         "functions": {},
     }
     with tempfile.TemporaryDirectory(prefix="crcr-bench-cold-") as tmp:
@@ -162,7 +139,7 @@ def measure_source(
             found = BUILDER.search(path.read_text())
             argv = [python, "-c", SOURCE_PROBE, str(path), str(code_root / "shared"), found.group(1) if found else ""]
             try:
-                row = out["functions"][role] = _measure(argv, env, runs, importtime=importtime)
+                row = out["functions"][role] = _measure(argv, env, runs)
             except RuntimeError as exc:  # a handler that does not import is a result, not a reason to stop
                 out["functions"][role] = {"error": str(exc)[-600:]}
                 say(f"  cold start ({label}) {role:10} FAILED")
@@ -172,12 +149,12 @@ def measure_source(
     return out
 
 
-def _measure(argv: list[str], env: dict[str, str], runs: int, importtime: bool = True) -> dict[str, Any]:
-    """One warm-up run, `runs` timed runs (their medians), one -X importtime run."""
+def _measure(argv: list[str], env: dict[str, str], runs: int) -> dict[str, Any]:
+    """One warm-up run, then `runs` timed runs: their medians."""
     _run(argv, env)
     rows, walls = [], []
     for _ in range(runs):
-        row, wall, _ = _run(argv, env)
+        row, wall = _run(argv, env)
         rows.append(row)
         walls.append(wall)
     samples = [row["ms"] for row in rows]
@@ -194,6 +171,4 @@ def _measure(argv: list[str], env: dict[str, str], runs: int, importtime: bool =
         if values := [row[key] for row in rows if key in row]:
             name, unit = key.rsplit("_", 1)
             out[f"{name}_median_{unit}"] = round(statistics.median(values), 1)
-    if importtime:
-        out["top_imports"] = _top_imports(_run([argv[0], "-X", "importtime", *argv[1:]], env)[2])
     return out

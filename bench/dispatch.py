@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -20,24 +18,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import (
-    TOTALS,
-    AppKey,
-    AwsCalls,
-    Bench,
-    OutputCapture,
-    Relay,
-    StreamUnits,
-    aws_client,
-    cpu_seconds,
-    errors_in,
-    event_body,
-    exported,
-    metrics_delta,
-    observe_dynamodb,
-    on_every_call,
-    relay,
-)
+import harness as h
 
 DISPATCH = "DispatchFunction"
 # GitHub.com's budget (60/60+15,440/3600+50) with every period divided by 4: the same shape, four times faster. The
@@ -63,12 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class Window:
     """AWS calls, CPU, wall time and state-table write units of this process during the handler calls only."""
 
-    def __init__(self, aws: AwsCalls) -> None:
+    def __init__(self, aws: h.AwsCalls) -> None:
         self._aws = aws
         self.calls: Counter[str] = Counter()
-        self.cpu_s = self.sys_s = self.gc_s = self.wall_s = 0.0
-        self.collections = 0
-        self._gc_started: float | None = None
+        self.cpu_s = self.wall_s = 0.0
         self.batch_sizes: list[int] = []
         self.writes: Counter[str] = Counter()
         self.units: Counter[str] = Counter()
@@ -85,28 +64,16 @@ class Window:
     @contextmanager
     def measure(self, size: int) -> Iterator[None]:
         before = self._aws.snapshot()
-        cpu, wall, kernel = time.process_time(), time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_stime
-        gc.callbacks.append(self._collection)
+        cpu, wall = time.process_time(), time.perf_counter()
         try:
             yield
         finally:
-            gc.callbacks.remove(self._collection)
             self.cpu_s += time.process_time() - cpu
-            self.sys_s += resource.getrusage(resource.RUSAGE_SELF).ru_stime - kernel
             self.wall_s += time.perf_counter() - wall
             after = self._aws.snapshot()
             after.subtract(before)
             self.calls.update({k: v for k, v in after.items() if v})
             self.batch_sizes.append(size)
-
-    def _collection(self, phase: str, info: dict[str, Any]) -> None:
-        """The garbage collector's CPU in the window (it runs in the thread that triggered it)."""
-        if phase == "start":
-            self._gc_started = time.thread_time()
-        elif self._gc_started is not None:
-            self.gc_s += time.thread_time() - self._gc_started
-            self.collections += 1
-            self._gc_started = None
 
     def report(self, dispatches: int) -> dict[str, Any]:
         n = max(1, dispatches)
@@ -122,9 +89,6 @@ class Window:
             "aws_calls_per_dispatch": per(self.calls),
             "aws_calls_per_dispatch_total": round(sum(self.calls.values()) / n, 3),
             "relay_cpu_ms_per_dispatch": round(self.cpu_s * 1000 / n, 3),
-            "relay_cpu_kernel_ms_per_dispatch": round(self.sys_s * 1000 / n, 3),  # of which in the kernel
-            "relay_cpu_gc_ms_per_dispatch": round(self.gc_s * 1000 / n, 3),  # and in the garbage collector
-            "gc_collections": self.collections,
             "handler_wall_ms_per_dispatch": round(self.wall_s * 1000 / n, 3),
             "state_writes_per_dispatch": per(self.writes),
             "write_units_per_dispatch": round(sum(self.units.values()) / n, 3),
@@ -134,7 +98,7 @@ class Window:
         }
 
 
-def _drain(r: Relay, window: Window, expected: int, timeout_s: float, units: StreamUnits) -> int:
+def _drain(r: h.Relay, window: Window, expected: int, timeout_s: float, units: h.StreamUnits) -> int:
     """Hand the dispatch queue to the handler in batches of up to 10 until `expected` have been handled; the state
     table's write units of those calls go to `window`."""
     units.take()  # what the webhook and the planner wrote before
@@ -154,13 +118,13 @@ def _drain(r: Relay, window: Window, expected: int, timeout_s: float, units: Str
     return handled
 
 
-def warm_cost(bench: Bench, args: argparse.Namespace, level: str) -> dict[str, Any]:
+def warm_cost(bench: h.Bench, args: argparse.Namespace, level: str) -> dict[str, Any]:
     """One cold event, then `events` warm ones, each to `targets` repositories (at `level`) over min(targets, 10)
     installations, each planned and its dispatches handed over before the next, as in steady state."""
-    body, events, targets, timeout_s = event_body(), args.dispatch_events, args.dispatch_targets, 120.0
-    before = Counter(TOTALS)
+    body, events, targets, timeout_s = h.event_body(), args.dispatch_events, args.dispatch_targets, 120.0
+    before = Counter(h.TOTALS)
     start_off = bench.out.offset()
-    with relay(bench.key, targets, level=level, pollers=None, github="process", as_lambda=True) as r:
+    with h.relay(bench.key, targets, level=level, pollers=None, github="process", as_lambda=True) as r:
         assert r.moto is not None
         r.post(body)
         r.plan_all(1)
@@ -172,10 +136,10 @@ def warm_cost(bench: Bench, args: argparse.Namespace, level: str) -> dict[str, A
         for _ in range(events):
             r.post(body)
             r.plan_all(1)
-            moto_before, github_before = cpu_seconds(r.moto.pid), cpu_seconds(r.github.pid)
+            moto_before, github_before = h.cpu_seconds(r.moto.pid), h.cpu_seconds(r.github.pid)
             warm_handled += _drain(r, warm, targets, timeout_s, units)
-            moto_cpu += cpu_seconds(r.moto.pid) - moto_before
-            github_cpu += cpu_seconds(r.github.pid) - github_before
+            moto_cpu += h.cpu_seconds(r.moto.pid) - moto_before
+            github_cpu += h.cpu_seconds(r.github.pid) - github_before
         call_cpu_ms = _one_call_cpu_ms(r)
         time.sleep(1.0)  # a duplicate, if any, would land now
         seen = r.github.ask()
@@ -198,13 +162,13 @@ def warm_cost(bench: Bench, args: argparse.Namespace, level: str) -> dict[str, A
         "duplicates": seen["duplicates"],
         "github_requests": seen["requests"],
         "refused": seen["refused"],
-        "relay_metrics": metrics_delta(before, ("Dispatch",)),
-        "relay_errors": errors_in(bench.out.lines_between(start_off)),
+        "relay_metrics": h.metrics_delta(before, ("Dispatch",)),
+        "relay_errors": h.errors_in(bench.out.lines_between(start_off)),
     }
 
 
-def _one_call_cpu_ms(r: Relay, calls: int = 200) -> float:
-    ddb = aws_client("dynamodb")
+def _one_call_cpu_ms(r: h.Relay, calls: int = 200) -> float:
+    ddb = h.aws_client("dynamodb")
     table = r.stack.function_env["CRCR_STATE_TABLE"]
     key = {"pk": {"S": "BENCH#calibration"}, "sk": {"S": "none"}}
     for _ in range(20):
@@ -256,35 +220,29 @@ def _within_budget(times_by_repo: dict[str, list[float]], rates: str) -> dict[st
     for part in rates.split(","):
         count, _, rest = part.partition("/")
         period_s, _, burst = rest.partition("+")
-        most = 0
-        for times in times_by_repo.values():
-            ordered = sorted(times)
-            lo = 0
-            for hi, t in enumerate(ordered):
-                while t - ordered[lo] >= float(period_s):
-                    lo += 1
-                most = max(most, hi - lo + 1)
-        windows.append(
-            {"period_s": float(period_s), "allowed": int(count) + int(burst or 0), "most_in_any_window": most}
-        )
+        most = max((h.most_in_any(times, float(period_s)) for times in times_by_repo.values()), default=0)
+        allowed = int(count) + int(burst or 0)
+        windows.append({"period_s": float(period_s), "allowed": allowed, "most_in_any_window": most})
     return {"windows": windows, "within": all(w["most_in_any_window"] <= w["allowed"] for w in windows)}
 
 
-def backlog(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+def backlog(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
     """Events to repositories of one installation each, all planned before the dispatch queue's pollers start (as
     after an outage or a burst of pushes); then the pollers drain it under the per-installation budget."""
     events, repos, rates = args.dispatch_backlog_events, args.dispatch_backlog_repos, args.dispatch_backlog_rates
-    before = Counter(TOTALS)
+    before = Counter(h.TOTALS)
     start_off = bench.out.offset()
     outcomes = Outcomes()
-    unhook = on_every_call(lambda model, **_: outcomes.count(f"{model.service_model.service_name}.{model.name}"))
-    observe_dynamodb(outcomes.count)
+    unhook = h.on_every_call(lambda model, **_: outcomes.count(f"{model.service_model.service_name}.{model.name}"))
+    h.observe_dynamodb(outcomes.count)
     try:
         env = {"CRCR_GITHUB_WRITE_RATES": rates}
-        with relay(bench.key, repos, installations=repos, pollers=None, github="process", as_lambda=True, env=env) as r:
+        with h.relay(
+            bench.key, repos, installations=repos, pollers=None, github="process", as_lambda=True, env=env
+        ) as r:
             outcomes.wrap(sys.modules[f"crcr_fn_{DISPATCH}"])
             for _ in range(events):
-                r.post(event_body())
+                r.post(h.event_body())
             r.plan_all(events)
             t0 = time.time()
             r.stack.start_pollers(DISPATCH)
@@ -323,12 +281,12 @@ def backlog(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         "aws_calls_by_operation": dict(sorted(outcomes.calls.items())),
         "budget": _within_budget(seen.get("times_by_repo") or {}, rates),
         "drain_s": round(drained_s, 1),
-        "relay_metrics": metrics_delta(before, ("Dispatch",)),
-        "relay_errors": errors_in(bench.out.lines_between(start_off)),
+        "relay_metrics": h.metrics_delta(before, ("Dispatch",)),
+        "relay_errors": h.errors_in(bench.out.lines_between(start_off)),
     }
 
 
-def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+def measure(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
     """Both runs in this process; the first level's warm run is `warm`, the others `warm_<level>`."""
     levels = [level.strip() for level in args.dispatch_levels.split(",") if level.strip()]
     result: dict[str, Any] = {}
@@ -368,7 +326,7 @@ def fresh(argv: list[str], code_root: Path | None = None) -> dict[str, Any]:
         return dict(json.loads(out_file.read_text()))
 
 
-def dispatch_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+def dispatch_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
     """This checkout, then the baseline if asked, each in a process of its own."""
     passed = {k: v for k, v in vars(args).items() if k.startswith("dispatch_") and k != "dispatch_baseline"}
     argv = [f"--{k.replace('_', '-')}={v}" for k, v in passed.items()]
@@ -377,7 +335,7 @@ def dispatch_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     if result.get("skipped"):
         raise RuntimeError(f"section 10: {result['reason']}")
     if args.dispatch_baseline:
-        with exported(args.dispatch_baseline) as code:
+        with h.exported(args.dispatch_baseline) as code:
             if code is None:
                 result["baseline"] = {"skipped": True, "reason": f"{args.dispatch_baseline} is not a commit here"}
             else:
@@ -396,8 +354,8 @@ def main() -> int:
     parser.add_argument("--full", action="store_true")
     add_arguments(parser)
     args = parser.parse_args()
-    with OutputCapture() as out:
-        result = measure(Bench(AppKey.generate(), AwsCalls().install(), out), args)
+    with h.OutputCapture() as out:
+        result = measure(h.Bench(h.AppKey.generate(), h.AwsCalls().install(), out), args)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     return 0
 

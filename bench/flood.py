@@ -20,7 +20,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import UPSTREAM, UPSTREAM_ID, AppKey, Relay, event_body, job_token, logger, relay, report_body
+import harness as h
 
 from tests.doubles.hud import HudDouble
 
@@ -50,9 +50,7 @@ def _rss_mb() -> float:
 
 
 def in_any_minute(times: list[float]) -> int:
-    """The most of `times` (seconds) that fall in any 60 s."""
-    times = sorted(times)
-    return max((sum(1 for u in times[i:] if u < t + 60) for i, t in enumerate(times)), default=0)
+    return h.most_in_any(times, 60.0)
 
 
 def scheduled_body(sha: str, job: str, run_id: int, repo: str) -> dict[str, Any]:
@@ -62,12 +60,12 @@ def scheduled_body(sha: str, job: str, run_id: int, repo: str) -> dict[str, Any]
             "workflow_name": "nightly", "job_name": job, "run_id": run_id, "run_attempt": 1, "url": url}  # fmt: skip
 
 
-def _callback(r: Relay, body: dict[str, Any], bearer: str) -> tuple[int, dict[str, Any]]:
+def _callback(r: h.Relay, body: dict[str, Any], bearer: str) -> tuple[int, dict[str, Any]]:
     status, _, reply = r.callback(json.dumps(body).encode(), bearer)
     return status, json.loads(reply) if reply else {}
 
 
-def run_once(key: AppKey, *, flood: bool, jobs: int, shas: int, bound_s: float) -> dict[str, Any]:
+def run_once(key: h.AppKey, *, flood: bool, jobs: int, shas: int, bound_s: float) -> dict[str, Any]:
     """A PR dispatched to two L4 downstreams on a fresh `crcr local` in this process; with the flood, one reports
     `jobs` failed jobs on its dispatch and `shas` scheduled runs on random commits from 6 threads, and once 40 of those
     are answered the other reports two jobs: when its HUD pushes, check run and PR comment arrive."""
@@ -81,14 +79,14 @@ def run_once(key: AppKey, *, flood: bool, jobs: int, shas: int, bound_s: float) 
         "CRCR_COMMIT_LOOKUPS_PER_HOUR": str(LOOKUPS_PER_HOUR),
     }
     try:
-        with relay(key, allowlist=ALLOWLIST, oidc=True, own_moto=False, env=env) as s:
+        with h.relay(key, allowlist=ALLOWLIST, oidc=True, own_moto=False, env=env) as s:
             github, issuer = s.github, s.issuer
             github.install(NORMAL, installation_id=301, repo_id=NORMAL_ID)
             github.install(FLOOD, installation_id=302, repo_id=FLOOD_ID)
-            github.install(UPSTREAM, installation_id=1, repo_id=UPSTREAM_ID, permissions=PERMISSIONS)
-            github.add_issue(UPSTREAM, PR)
-            github.add_commit(UPSTREAM, json.loads(event_body())["pull_request"]["head"]["sha"])
-            if s.post(event_body())[0] != 202:
+            github.install(h.UPSTREAM, installation_id=1, repo_id=h.UPSTREAM_ID, permissions=PERMISSIONS)
+            github.add_issue(h.UPSTREAM, PR)
+            github.add_commit(h.UPSTREAM, json.loads(h.event_body())["pull_request"]["head"]["sha"])
+            if s.post(h.event_body())[0] != 202:
                 raise RuntimeError("the webhook was not accepted")
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and not (github.dispatches(NORMAL) and github.dispatches(FLOOD)):
@@ -101,8 +99,8 @@ def run_once(key: AppKey, *, flood: bool, jobs: int, shas: int, bound_s: float) 
 
             def flood_job(i: int) -> None:
                 run_id = 90_000 + i // 50
-                body = report_body(flood_ticket, FLOOD, f"shard-{i}", run_id, "completed", "failure")
-                status, reply = _callback(s, body, job_token(issuer, FLOOD, FLOOD_ID, run_id))
+                body = h.report_body(flood_ticket, FLOOD, f"shard-{i}", run_id, "completed", "failure")
+                status, reply = _callback(s, body, h.job_token(issuer, FLOOD, FLOOD_ID, run_id))
                 with lock:
                     answers.append(
                         ("job", status, str(reply.get("limit") or reply.get("status") or reply.get("error")))
@@ -110,7 +108,7 @@ def run_once(key: AppKey, *, flood: bool, jobs: int, shas: int, bound_s: float) 
 
             def flood_nightly(i: int) -> None:
                 sha = uuid.uuid4().hex + uuid.uuid4().hex[:8]
-                bearer = job_token(issuer, FLOOD, FLOOD_ID, 80_000 + i, event_name="schedule")
+                bearer = h.job_token(issuer, FLOOD, FLOOD_ID, 80_000 + i, event_name="schedule")
                 status, reply = _callback(s, scheduled_body(sha, f"nightly-{i}", 80_000 + i, FLOOD), bearer)
                 with lock:
                     answers.append(
@@ -125,26 +123,26 @@ def run_once(key: AppKey, *, flood: bool, jobs: int, shas: int, bound_s: float) 
                 time.sleep(0.05)
             reported = time.time()
             for job, conclusion in (("build", "success"), ("test", "failure")):
-                bearer = job_token(issuer, NORMAL, NORMAL_ID, 777)
-                _callback(s, report_body(normal_ticket, NORMAL, job, 777, "in_progress", None), bearer)
-                _callback(s, report_body(normal_ticket, NORMAL, job, 777, "completed", conclusion), bearer)
+                bearer = h.job_token(issuer, NORMAL, NORMAL_ID, 777)
+                _callback(s, h.report_body(normal_ticket, NORMAL, job, 777, "in_progress", None), bearer)
+                _callback(s, h.report_body(normal_ticket, NORMAL, job, 777, "completed", conclusion), bearer)
             arrived: dict[str, float] = {}
             while time.time() < reported + bound_s and len(arrived) < 3:
                 rows = hud.rows.values()
                 pushed = {r["job_name"] for r in rows if r["downstream_repo"] == NORMAL and r["status"] == "completed"}
                 if pushed == {"build", "test"}:
                     arrived.setdefault("hud_push_s", round(time.time() - reported, 2))
-                run = next((r for r in github.check_runs(UPSTREAM) if r["name"] == f"crcr/{NORMAL}"), {})
+                run = next((r for r in github.check_runs(h.UPSTREAM) if r["name"] == f"crcr/{NORMAL}"), {})
                 if run.get("status") == "completed":
                     arrived.setdefault("check_run_s", round(time.time() - reported, 2))
-                if any(NORMAL in c["body"] for c in github.comments(UPSTREAM, PR) if c["performed_via_github_app"]):
+                if any(NORMAL in c["body"] for c in github.comments(h.UPSTREAM, PR) if c["performed_via_github_app"]):
                     arrived.setdefault("comment_s", round(time.time() - reported, 2))
                 time.sleep(0.1)
-            flood_check_runs = len([r for r in github.check_runs(UPSTREAM) if r["name"].startswith(f"crcr/{FLOOD}/")])
+            flood_check_runs = len([r for r in github.check_runs(h.UPSTREAM) if r["name"].startswith(f"crcr/{FLOOD}/")])
             for future in futures:
                 future.result(timeout=bound_s)
             pool.shutdown()
-            upstream = [r for r in github.requests if r.time >= started and f"/repos/{UPSTREAM}/" in r.path]
+            upstream = [r for r in github.requests if r.time >= started and f"/repos/{h.UPSTREAM}/" in r.path]
             content = [r for r in upstream if r.method in ("POST", "PATCH")]
             items = s.stack.client("dynamodb").scan(
                 TableName=s.stack.function_env["CRCR_RESULTS_TABLE"],
@@ -175,17 +173,17 @@ def run_once(key: AppKey, *, flood: bool, jobs: int, shas: int, bound_s: float) 
 
 def flood_phase(jobs: int = 300, shas: int = 100, bound_s: float = 300.0) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="crcr-flood-"))
-    key = AppKey.generate()
+    key = h.AppKey.generate()
     # The relay runs in this process: its log lines (hundreds of refused floods among them) go to a file, as the
     # soak's relay logs do, so the soak's summary stays on one screen.
     log_path = workdir / "relay.log"
     with log_path.open("a", encoding="utf-8") as log:
-        previous = logger.registered_handler.setStream(log)
+        previous = h.logger.registered_handler.setStream(log)
         try:
             quiet = run_once(key, flood=False, jobs=jobs, shas=shas, bound_s=bound_s)
             flooded = run_once(key, flood=True, jobs=jobs, shas=shas, bound_s=bound_s)
         finally:
-            logger.registered_handler.setStream(previous)
+            h.logger.registered_handler.setStream(previous)
     problems = []
     if not quiet["second_downstream"]["all_arrived"] or not flooded["second_downstream"]["all_arrived"]:
         problems.append("the second downstream's HUD push, check run or comment did not arrive")

@@ -35,7 +35,7 @@ if CODE_ROOT != ROOT or str(ROOT / "shared") not in sys.path:
     sys.path.insert(0, str(CODE_ROOT / "shared"))
 
 from cryptography.hazmat.primitives import serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import ed25519, rsa  # noqa: E402
 from write_units import StreamUnits, table_shapes  # noqa: E402
 
 from crcr.adapters.observability import TOTALS, logger  # noqa: E402
@@ -49,10 +49,9 @@ from tests.doubles.oidc_issuer import OidcIssuer  # noqa: E402
 # product is reorganised, and a baseline run imports only what its section touches.
 INTERNALS = {
     "crcr.app.ports": "JobRecord LedgerRow LedgerState",
-    "crcr.adapters.dynamo": "DynamoState DynamoPacer",
-    "crcr.adapters.results": "DynamoResults from_item to_item",
+    "crcr.adapters.dynamo": "DynamoPacer",
+    "crcr.adapters.results": "from_item to_item",
     "crcr.adapters.s3": "S3HudDocs",
-    "crcr.adapters.oidc": "OidcVerifier",
     "crcr.adapters.github": "GitHubApp GitHubCheckRuns",
     "crcr.adapters.allowlist_source": "parse_allowlist",
     "crcr.composition": "build_report_deps load_settings aws_client",
@@ -187,6 +186,16 @@ def github_tally(double: GitHubDouble, *, times: bool = False) -> dict[str, Any]
             by_repo.setdefault("/".join(r.path.split("/")[2:4]).lower(), []).append(r.time)
         tally["times_by_repo"] = by_repo
     return tally
+
+
+def most_in_any(times: list[float], window_s: float) -> int:
+    """The most of `times` (seconds) that fall in any `window_s`."""
+    ordered, best, lo = sorted(times), 0, 0
+    for hi, t in enumerate(ordered):
+        while ordered[lo] <= t - window_s:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best
 
 
 def upstream_writes(double: GitHubDouble, path: str = "") -> list[RecordedRequest]:
@@ -411,6 +420,14 @@ class AppKey:
         return cls(private, public)
 
 
+def ticket_key() -> str:
+    """A fresh Ed25519 ticket signing key, PEM (PKCS#8)."""
+    key = ed25519.Ed25519PrivateKey.generate()
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -455,13 +472,19 @@ class MotoProcess:
             return {who: Counter(c) for who, c in json.load(resp).items()}
 
     def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        if self._proc is not None:
+            end(self._proc, self._proc.terminate)
+
+
+def end(proc: subprocess.Popen[Any], ask: Callable[[], None]) -> None:
+    """Ask a child process to end, and kill it if it has not within 10 s."""
+    if proc.poll() is None:
+        try:
+            ask()
+            proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
 
 
 class GitHubProcess:
@@ -495,13 +518,8 @@ class GitHubProcess:
             return self._send({"times": times})
 
     def stop(self) -> None:
-        if self._proc.poll() is None and self._proc.stdin is not None:
-            try:
-                self._proc.stdin.close()
-                self._proc.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
-                self._proc.kill()
-                self._proc.wait()
+        assert self._proc.stdin is not None
+        end(self._proc, self._proc.stdin.close)
 
 
 def serve_github_double() -> None:
@@ -666,12 +684,6 @@ class Relay:
             for k, sent in enumerate(self.github.dispatches(repo))
         ]
 
-    def github_calls(self) -> dict[str, int] | None:
-        """The relay's own tally of GitHub calls (GitHubApp.calls) in the dispatch function, if reachable."""
-        deps = getattr(sys.modules.get("crcr_fn_DispatchFunction"), "_deps", None)
-        counts = getattr(getattr(getattr(deps, "github", None), "calls", None), "counts", None)
-        return dict(counts) if isinstance(counts, dict) else None
-
     def queue_depth(self, logical: str) -> int:
         """Messages waiting, delayed or in flight on one of the stack's queues."""
         attrs = self.stack.client("sqs").get_queue_attributes(
@@ -769,10 +781,6 @@ def wait_for_pollers_to_exit(timeout_s: float = 60.0) -> bool:
     return False
 
 
-def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("CRCR_", "AWS_ENDPOINT"))}
-
-
 def relay_env(key: AppKey, github_url: str, allowlist: Path, secret: str) -> dict[str, str]:
     """The relay's configuration on a GitHub double."""
     return {
@@ -801,14 +809,10 @@ def relay(
     as_lambda: bool = False,
     env: dict[str, str] | None = None,
 ) -> Iterator[Relay]:
-    """A fresh local stack, moto process and GitHub double: nothing is shared with any other run.
-
-    `targets` repositories are installed and allowlisted at `level` (each with `repo_settings`), unless `allowlist`
-    gives the file's text. `pollers`: per queue, or None for none at all (QuietStack). `github`: the double "here"
-    (this process), in a "process" of its own, or None (no GitHub: nothing to dispatch to). `oidc`: an issuer double
-    as the relay's. `as_lambda`: metrics on (EMF lines) and INFO logs, as in Lambda; both go to the capture file.
-    `own_moto` False leaves AWS to the stack's own moto (in its process). `env` adds to the configuration.
-    """
+    """A fresh local stack, moto process and GitHub double, `targets` repositories installed and allowlisted at
+    `level` (or the `allowlist` file's text). `pollers` per queue, or None for none at all; the GitHub double "here",
+    in a "process" of its own, or None; `oidc`: an issuer double as the relay's; `as_lambda`: metrics (EMF lines) and
+    INFO logs as in Lambda, into the capture file; `own_moto` False: the stack's own moto, in its process."""
     with contextlib.ExitStack() as hold:
         workdir = Path(hold.enter_context(tempfile.TemporaryDirectory(prefix="crcr-bench-")))
         moto = hold.enter_context(MotoProcess()) if own_moto else None
@@ -828,7 +832,8 @@ def relay(
         if repo_settings:  # the same per-repository settings for every target, e.g. "check_runs: per_repo"
             text += "repos:\n" + "".join(f"  {r}:\n    {repo_settings}\n" for r, _ in repos)
         (workdir / "allowlist.yaml").write_text(text)
-        config = clean_env() | {"POWERTOOLS_LOG_LEVEL": "WARNING"}
+        config = {k: v for k, v in os.environ.items() if not k.startswith(("CRCR_", "AWS_ENDPOINT"))}
+        config["POWERTOOLS_LOG_LEVEL"] = "WARNING"
         if double is not None:
             assert key is not None
             config |= relay_env(key, double.url, workdir / "allowlist.yaml", uuid.uuid4().hex)

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from harness import UPSTREAM, Bench, JobRecord, summaries
+import harness as h
 
 from tests.e2e.browser import headless
 from tests.e2e.hud_server import MemoryDocs, serve_docs
@@ -33,59 +33,27 @@ class Clock:
         return self.t
 
 
-def jobs_of(sha: str, pr: int | None, at: float, rng: random.Random) -> list[JobRecord]:
+def jobs_of(sha: str, pr: int | None, at: float, rng: random.Random) -> list[h.JobRecord]:
     """One commit's 10 x 5 jobs: mostly green, some failures with tests and verdicts, a few running."""
+    test = {"name": "test_{}", "classname": "TestOps", "message": "AssertionError: " + "x" * 200, "duration": 1.5}
     out = []
     for r, repo in enumerate(REPOS):
         for name in JOBS:
             roll = rng.random()
-            state, conclusion = ("completed", "success")
-            if roll < 0.06:
-                state, conclusion = ("completed", "failure")
-            elif roll < 0.08:
-                state, conclusion = ("in_progress", None)
-            tests = [
-                {
-                    "name": f"test_{i}",
-                    "classname": "TestOps",
-                    "message": "AssertionError: " + "x" * 200,
-                    "duration": 1.5,
-                }
-                for i in range(8)
-            ]
-            failed = json.dumps(tests) if conclusion == "failure" else ""
+            state, conclusion = ("completed", "failure") if roll < 0.06 else ("completed", "success")
+            state, conclusion = ("in_progress", None) if 0.06 <= roll < 0.08 else (state, conclusion)
+            failed = json.dumps([test | {"name": f"test_{i}"} for i in range(8)]) if conclusion == "failure" else ""
             counts = {"passed": 2000, "failed": 8 if failed else 0, "skipped": 40}
             verdict = ("new" if rng.random() < 0.5 else "pre-existing") if failed and pr else None
             run = 10_000 + r
-            out.append(
-                JobRecord(
-                    dispatch_id=f"{sha[:12]}-{r}",
-                    run_id=str(run),
-                    run_attempt=1,
-                    job_name=name,
-                    workflow_name="CI",
-                    state=state,
-                    conclusion=conclusion,
-                    fingerprint=state,
-                    url=f"https://github.com/{repo}/actions/runs/{run}",
-                    repo=repo,
-                    repo_id=r + 1,
-                    level=4 if r < 3 else 2,
-                    delivery_id=f"d-{sha[:12]}",
-                    upstream=UPSTREAM,
-                    head_sha=sha,
-                    pr=pr,
-                    device=None,
-                    dispatched_at=at,
-                    started_at=at + 120,
-                    completed_at=at + 3000 if conclusion else None,
-                    callback_payload=json.dumps({"test_results": counts}),
-                    version=2,
-                    event_type="pull_request" if pr else "push",
-                    failed_tests=failed,
-                    verdict=verdict,
-                )
-            )
+            out.append(h.JobRecord(
+                dispatch_id=f"{sha[:12]}-{r}", run_id=str(run), run_attempt=1, job_name=name, workflow_name="CI",
+                state=state, conclusion=conclusion, fingerprint=state, url=f"https://github.com/{repo}/actions/runs/{run}",
+                repo=repo, repo_id=r + 1, level=4 if r < 3 else 2, delivery_id=f"d-{sha[:12]}", upstream=h.UPSTREAM,
+                head_sha=sha, pr=pr, device=None, dispatched_at=at, started_at=at + 120,
+                completed_at=at + 3000 if conclusion else None, callback_payload=json.dumps({"test_results": counts}),
+                version=2, event_type="pull_request" if pr else "push", failed_tests=failed, verdict=verdict,
+            ))  # fmt: skip
     return out
 
 
@@ -93,18 +61,18 @@ def commit_summary(sha: str, pr: int | None, at: float, rng: random.Random, keep
     """A commit's overview summary from the relay's code: its planner note and its jobs merged into its document."""
     docs = keep or MemoryDocs()
     clock = Clock(at)
-    deps = summaries.SummaryDeps(docs=docs, metrics=RecordingMetrics(), clock=clock)
+    deps = h.summaries.SummaryDeps(docs=docs, metrics=RecordingMetrics(), clock=clock)
     meta = {"title": f"[inductor] Fix a thing in change {sha[:8]}", "author": f"dev{rng.randrange(500)}", "at": at}
     if pr:
         meta |= {"pr_state": "open", "base_sha": "0" * 40}
-    summaries.note_plan(
-        summaries.PlanNote(UPSTREAM, sha, "pull_request" if pr else "push", pr, meta=meta,
+    h.summaries.note_plan(
+        h.summaries.PlanNote(h.UPSTREAM, sha, "pull_request" if pr else "push", pr, meta=meta,
                  planned={repo: {"state": "pending", "level": 4} for repo in REPOS}), deps)  # fmt: skip
     clock.t = at + 3000
-    summaries.update_summaries(jobs_of(sha, pr, at, rng), deps)
+    h.summaries.update_summaries(jobs_of(sha, pr, at, rng), deps)
     doc, _ = docs.get(f"commit/{sha}.json")
     assert doc is not None
-    return summaries.summary_of(doc)
+    return h.summaries.summary_of(doc)
 
 
 def seed(days: int, load: int, say: Callable[[str], None]) -> tuple[MemoryDocs, int, float]:
@@ -137,24 +105,24 @@ def seed(days: int, load: int, say: Callable[[str], None]) -> tuple[MemoryDocs, 
         batch.append(summary)
         if pr is not None:
             # A PR page holds its own few commits; only recent PRs are kept here (older ones are never fetched).
-            prs[pr] = summaries._with_commits(
-                prs.get(pr), [summary], keep=summaries.PR_COMMITS, now=at, pr=pr
+            prs[pr] = h.summaries._with_commits(
+                prs.get(pr), [summary], keep=h.summaries.PR_COMMITS, now=at, pr=pr
             ) or prs.get(pr)
             if len(prs) > 2000:
                 prs.pop(next(iter(prs)))
         if len(batch) == BATCH:
-            index = summaries._with_index(index, batch, now=at) or index
+            index = h.summaries._with_index(index, batch, now=at) or index
             batch = []
     if batch:
-        index = summaries._with_index(index, batch, now=end) or index
+        index = h.summaries._with_index(index, batch, now=end) or index
     # The measured PR: the newest one, whose head gets a full commit document through the reporter's code.
     pr = max(p for p in prs)
     head = f"{total + 1:040x}"
     own = MemoryDocs()
     real = commit_summary(head, pr, end, random.Random(22), own)
     docs.put(f"commit/{head}.json", own.docs[f"commit/{head}.json"], None)
-    prs[pr] = summaries._with_commits(prs[pr], [real], keep=summaries.PR_COMMITS, now=end, pr=pr)
-    index = summaries._with_index(index, [real], now=end) or index
+    prs[pr] = h.summaries._with_commits(prs[pr], [real], keep=h.summaries.PR_COMMITS, now=end, pr=pr)
+    index = h.summaries._with_index(index, [real], now=end) or index
     assert index is not None and prs[pr] is not None
     docs.put("index.json", index, None)
     docs.put(f"pr/{pr}.json", prs[pr], None)  # type: ignore[arg-type]
@@ -201,7 +169,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pages-runs", type=int, default=5, help="timed page loads per page")
 
 
-def pages_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+def pages_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
     """Documents seeded for N days of 1,000 PR events a day (x the load) x 10 downstreams x 5 jobs by the relay's own
     code, served by HudFunction's handler; the overview and a PR page loaded in headless Chromium."""
     days, loads = [int(d) for d in args.pages_days.split(",")], [int(x) for x in args.pages_loads.split(",")]

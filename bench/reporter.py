@@ -8,37 +8,13 @@ import itertools
 import json
 import random
 import statistics
-import threading
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from harness import (
-    TOTALS,
-    UPSTREAM,
-    Bench,
-    Context,
-    DynamoResults,
-    DynamoState,
-    JobRecord,
-    Relay,
-    S3HudDocs,
-    StreamReader,
-    build_report_deps,
-    checks,
-    cpu_seconds,
-    dispatch_id,
-    from_item,
-    load_settings,
-    log_summary,
-    on_every_call,
-    relay,
-    summaries,
-    summary_ms,
-    to_item,
-)
+import harness as h
 
 FUNCTION = "ReporterFunction"
 SEED, RETRY_SEED = 7, 11
@@ -56,14 +32,12 @@ FAILED = ("failure", "timed_out", "cancelled", "action_required")
 OFF_IN_BOTH = ("CRCR_HUD_URL", "CRCR_CHECKS_QUEUE_URL", "CRCR_GITHUB_APP_ID")
 # The repositories the bench reports for, listed as the stack's settings check requires an allowlist.
 ALLOWLIST = "L4:\n" + "".join(f"  - bench-org/repo-{r}\n" for r in range(100)) + "  - org/flood\n"
-SCALING_PAYLOAD_BYTES = 16 * 1024  # each job's stored report in the jobs-per-dispatch run: a few pages' summary
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reporter-commits", type=int, default=40, help="upstream commits in the reporter run")
     parser.add_argument("--reporter-repos", type=int, default=4, help="downstream repositories per commit there")
     parser.add_argument("--reporter-redelivered", type=float, default=0.1, help="share of records delivered twice")
-    parser.add_argument("--reporter-dispatch-jobs", default="1,100,500", help="jobs on one dispatch, side by side")
 
 
 @dataclass(frozen=True)
@@ -116,10 +90,10 @@ def job_changes(commits: int, repos: int, *, seed: int = SEED, start: float | No
         dispatched = t0 + c * COMMIT_SPACING_S
         for r in range(repos):
             repo = f"bench-org/repo-{r}"
-            base = JobRecord(
-                dispatch_id=dispatch_id(delivery, repo), run_id="0", run_attempt=0, job_name="", workflow_name="",
-                state="timed_out", conclusion="timed_out", fingerprint=checks.SWEPT, url="", repo=repo,
-                repo_id=50_000 + r, level=LEVELS[r % len(LEVELS)], delivery_id=delivery, upstream=UPSTREAM,
+            base = h.JobRecord(
+                dispatch_id=h.dispatch_id(delivery, repo), run_id="0", run_attempt=0, job_name="", workflow_name="",
+                state="timed_out", conclusion="timed_out", fingerprint=h.checks.SWEPT, url="", repo=repo,
+                repo_id=50_000 + r, level=LEVELS[r % len(LEVELS)], delivery_id=delivery, upstream=h.UPSTREAM,
                 head_sha=sha, pr=pr, device=None, dispatched_at=dispatched, started_at=None,
                 completed_at=None, callback_payload="{}", version=1,
                 event_type="push" if is_push else "pull_request",
@@ -161,7 +135,7 @@ def _one_job(
     if never_finishes:
         at = started + RUN_TIMEOUT_S
         swept = replace(
-            running, state="timed_out", conclusion="timed_out", fingerprint=checks.SWEPT, completed_at=at, version=2
+            running, state="timed_out", conclusion="timed_out", fingerprint=h.checks.SWEPT, completed_at=at, version=2
         )
         return [*out, Change(swept, running, at, "timed_out")]
     conclusion = "success" if passes or rng.random() >= FAILURE_RATE else "failure"
@@ -217,8 +191,8 @@ def expected_cells(changes: list[Change], verdicts: dict[str, str | None]) -> di
             continue
         cell = out.setdefault(job.head_sha, {}).setdefault(job.repo, {"states": [], "level": job.level, "v": set()})
         cell["states"].append(_shown(job))
-        if _shown(job) in FAILED and verdicts.get(summaries.job_key(job)):
-            cell["v"].add(verdicts[summaries.job_key(job)])
+        if _shown(job) in FAILED and verdicts.get(h.summaries.job_key(job)):
+            cell["v"].add(verdicts[h.summaries.job_key(job)])
     for repos in out.values():
         for repo, cell in repos.items():
             states = cell.pop("states")
@@ -257,16 +231,16 @@ def expected_verdicts(changes: list[Change]) -> dict[str, str | None]:
                     verdict = "flaky" if job is latest or _failed(job) else None
                 elif _failed(job):
                     verdict = "infra" if job.state == "timed_out" else "no baseline"
-            out[summaries.job_key(job)] = verdict
+            out[h.summaries.job_key(job)] = verdict
     return out
 
 
 def verify_verdicts(ddb: Any, table: str, expected: dict[str, str | None]) -> dict[str, Any]:
     """The setting's results table ends with the verdicts the fed changes call for, on every row."""
     rows = {
-        summaries.job_key(job): job.verdict
+        h.summaries.job_key(job): job.verdict
         for page in ddb.get_paginator("scan").paginate(TableName=table)
-        for job in map(from_item, page.get("Items") or [])
+        for job in map(h.from_item, page.get("Items") or [])
     }
     problems = [f"{k}: verdict {rows.get(k)!r} != {want!r}" for k, want in expected.items() if rows.get(k) != want]
     if extra := set(rows) - set(expected):
@@ -294,7 +268,7 @@ def verify_documents(docs: Any, changes: list[Change]) -> dict[str, Any]:
     versions: dict[str, dict[str, int]] = {}
     prs: dict[int, set[str]] = {}
     for job in _final(changes).values():
-        versions.setdefault(job.head_sha, {})[summaries.job_key(job)] = job.version
+        versions.setdefault(job.head_sha, {})[h.summaries.job_key(job)] = job.version
         if job.pr is not None:
             prs.setdefault(job.pr, set()).add(job.head_sha)
     verdicts_matching = 0
@@ -328,67 +302,27 @@ def _kind(path: str) -> str | None:
     return ("index" if rest.startswith("index.json") else rest.split("/", 1)[0]) if found else None
 
 
-class DocTraffic:
-    """S3 traffic of the HUD documents by kind (commit, pr, index, repo): reads found or missing, writes done or
-    refused (412/409), and bytes each way, from botocore hooks on boto3's default session."""
-
-    def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
-        self._lock = threading.Lock()
-        for op in ("GetObject", "PutObject"):
-            on_every_call(self._before, f"before-call.s3.{op}")
-            on_every_call(self._after, f"after-call.s3.{op}")
-
-    def _before(self, model: Any, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
-        kind = context["bench_doc_kind"] = _kind(str(params.get("url_path", "")))
-        if kind is not None and model.name == "PutObject":
-            body = params.get("body")
-            size = (
-                len(body)
-                if isinstance(body, bytes | bytearray)
-                else body.getbuffer().nbytes
-                if hasattr(body, "getbuffer")
-                else 0
-            )
-            with self._lock:
-                self.counts.update({"bytes_put": size, f"bytes_put.{kind}": size})
-
-    def _after(self, model: Any, http_response: Any, parsed: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
-        if (kind := context.get("bench_doc_kind")) is None:
-            return
-        ok = http_response.status_code < 300
-        got = model.name == "GetObject"
-        name = f"get.{kind}" + ("" if ok else ".missing") if got else f"put.{kind}" + ("" if ok else ".refused")
-        with self._lock:
-            self.counts[name] += 1
-            if ok and got:
-                size = int(parsed.get("ContentLength") or 0)
-                self.counts.update({"bytes_got": size, f"bytes_got.{kind}": size})
-
-    def snapshot(self) -> Counter[str]:
-        with self._lock:
-            return Counter(self.counts)
-
-
-_TRAFFIC: list[DocTraffic] = []  # one set of hooks per process, however many times the section runs
-
-
+@dataclass
 class Setting:
     """One reporter configuration, its own results table and that table's stream, and what it cost call by call."""
 
-    def __init__(self, name: str, deps: Any, bucket: str | None, table: str, reader: StreamReader) -> None:
-        self.name, self.deps, self.bucket, self.table, self.reader = name, deps, bucket, table, reader
-        self.stream: list[dict[str, Any]] = []  # every record of its table's stream read so far, in order
-        self.health = False
-        self.health_ms: list[float] = []  # each health computation, when the refresh is on
-        self.batch_ms: list[float] = []  # each handler call, the AWS calls it made and the records it was given
-        self.batch_calls: list[int] = []
-        self.batch_records: list[int] = []
-        self.wall = self.cpu = self.moto_cpu = 0.0
-        self.failures = 0
-        self.calls: Counter[str] = Counter()
-        self.metrics: Counter[str] = Counter()
-        self.traffic: Counter[str] = Counter()
+    name: str
+    deps: Any
+    bucket: str | None
+    table: str
+    reader: h.StreamReader
+    stream: list[dict[str, Any]] = field(default_factory=list)  # its table's stream read so far, in order
+    health: bool = False
+    health_ms: list[float] = field(default_factory=list)  # each health computation, when the refresh is on
+    batch_ms: list[float] = field(default_factory=list)  # each handler call, its AWS calls and records given
+    batch_calls: list[int] = field(default_factory=list)
+    batch_records: list[int] = field(default_factory=list)
+    wall: float = 0.0
+    cpu: float = 0.0
+    moto_cpu: float = 0.0
+    failures: int = 0
+    calls: Counter[str] = field(default_factory=Counter)
+    metrics: Counter[str] = field(default_factory=Counter)
 
 
 def _delta(after: Counter[str], before: Counter[str]) -> Counter[str]:
@@ -396,35 +330,29 @@ def _delta(after: Counter[str], before: Counter[str]) -> Counter[str]:
     return Counter({k: v for k, v in after.items() if v})
 
 
-def deliver(setting: Setting, r: Relay, batch: list[dict[str, Any]], bench: Bench) -> None:
+def deliver(setting: Setting, r: h.Relay, batch: list[dict[str, Any]], bench: h.Bench) -> None:
     """One stream batch to the real handler with this setting's dependencies; the tallies' snapshots stay outside
     the timed window."""
-    handler, event, context, traffic = (
-        r.stack.handlers[FUNCTION],
-        {"Records": batch},
-        Context(FUNCTION, 60),
-        _TRAFFIC[0],
-    )
-    calls, docs, metrics = bench.aws.snapshot(), traffic.snapshot(), Counter(TOTALS)
-    moto_before = cpu_seconds(r.moto.pid)
+    handler, event, context = r.stack.handlers[FUNCTION], {"Records": batch}, h.Context(FUNCTION, 60)
+    calls, metrics = bench.aws.snapshot(), Counter(h.TOTALS)
+    moto_before = h.cpu_seconds(r.moto.pid)
     c0 = time.process_time()
     t0 = time.perf_counter()
     result = handler(event, context, deps=setting.deps)
     elapsed = time.perf_counter() - t0
     setting.cpu += time.process_time() - c0
-    setting.moto_cpu += cpu_seconds(r.moto.pid) - moto_before
+    setting.moto_cpu += h.cpu_seconds(r.moto.pid) - moto_before
     setting.wall += elapsed
     made = _delta(bench.aws.snapshot(), calls)
     setting.batch_ms.append(elapsed * 1000.0)
     setting.batch_calls.append(sum(made.values()))
     setting.batch_records.append(len(batch))
     setting.calls.update(made)
-    setting.traffic.update(_delta(traffic.snapshot(), docs))
-    setting.metrics.update(_delta(Counter(TOTALS), metrics))
+    setting.metrics.update(_delta(Counter(h.TOTALS), metrics))
     setting.failures += len((result or {}).get("batchItemFailures") or [])
 
 
-def build_setting(r: Relay, name: str, bucket: str | None, *, health: bool = False) -> Setting:
+def build_setting(r: h.Relay, name: str, bucket: str | None, *, health: bool = False) -> Setting:
     """The reporter's dependencies as its composition root builds them from the function's environment, with its own
     results table and the HUD bucket given (summaries on) or left out (off); HUD push and check runs off in every
     setting. `health`: keep the repository pages' health refresh (SummaryDeps.health), timed; otherwise it is taken
@@ -434,7 +362,7 @@ def build_setting(r: Relay, name: str, bucket: str | None, *, health: bool = Fal
     env["CRCR_RESULTS_TABLE"] = table
     if bucket is not None:
         env["CRCR_HUD_BUCKET"] = bucket
-    deps = build_report_deps(load_settings(env))
+    deps = h.build_report_deps(h.load_settings(env))
     if deps.hud is not None or deps.checks is not None or (deps.summaries is None) != (bucket is None):
         raise RuntimeError(f"{name}: the reporter is not configured as this setting needs")
     setting = Setting(name, deps, bucket, table, reader)
@@ -464,7 +392,7 @@ def _report(setting: Setting, changes: list[Change], fed: list[Change], s3: Any,
     verdicts = verify_verdicts(ddb, setting.table, expected_verdicts(fed))
     if setting.bucket is not None:
         documents = bucket_documents(s3, setting.bucket)
-        verification = verify_documents(S3HudDocs(s3, setting.bucket), fed)
+        verification = verify_documents(h.S3HudDocs(s3, setting.bucket), fed)
         verification["problems"] = (verification["problems"] + verdicts["problems"])[:5]
     else:
         documents = None
@@ -500,8 +428,8 @@ def _report(setting: Setting, changes: list[Change], fed: list[Change], s3: Any,
         },
         "ms_per_change": round(setting.wall * 1000.0 / n, 3),
         # Each handler call over its records: the summaries take a batch at once, so no record has a cost of its own.
-        "ms_per_record": summary_ms([ms / 1000.0 for ms in per_record]),
-        "ms_per_batch": summary_ms([ms / 1000.0 for ms in setting.batch_ms]),
+        "ms_per_record": h.summary_ms([ms / 1000.0 for ms in per_record]),
+        "ms_per_batch": h.summary_ms([ms / 1000.0 for ms in setting.batch_ms]),
         # The documents grow as the sequence goes on (up to their caps): the cost grows with them.
         "ms_per_record_mean_by_quarter": [round(statistics.fmean(q), 2) if q else None for q in quarters],
         "handler_wall_s": round(setting.wall, 3),
@@ -512,7 +440,6 @@ def _report(setting: Setting, changes: list[Change], fed: list[Change], s3: Any,
             "HudSummaryConflict": round(conflicts / n, 3),
         },
         "relay_metrics": dict(sorted(setting.metrics.items())),
-        "document_traffic_per_change": {k: round(v / n, 3) for k, v in sorted(setting.traffic.items())},
         "documents": documents,
         "verification": verification,
     }
@@ -604,7 +531,7 @@ class Feed:
         before = self.length
         for ch in changes:
             for setting in self._settings:
-                self._ddb.put_item(TableName=setting.table, Item=to_item(ch.new))
+                self._ddb.put_item(TableName=setting.table, Item=h.to_item(ch.new))
         self._take()
         if self.length - before != len(changes):
             raise RuntimeError(f"{len(changes)} changes written, {self.length - before} stream records")
@@ -632,17 +559,15 @@ class Feed:
         return self._settings[0].stream[start:]
 
 
-def reporter_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+def reporter_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
     """One stack holding template.yaml's resources with no poller; each setting its own copy of the results table,
     fed the same stream batches in turn (the settings take turns going first)."""
     started = time.perf_counter()
     changes = job_changes(args.reporter_commits, args.reporter_repos)
     # One change of another commit, before the sequence: opens connections and loads what botocore loads lazily.
     warmup = job_changes(1, 1, seed=99, start=changes[0].at - 600)[:1]
-    if not _TRAFFIC:
-        _TRAFFIC.append(DocTraffic())
     start_off = bench.out.offset()
-    with relay(None, allowlist=ALLOWLIST, pollers=None, github=None) as r:
+    with h.relay(None, allowlist=ALLOWLIST, pollers=None, github=None) as r:
         s3, ddb = r.stack.client("s3"), r.stack.client("dynamodb")
         batch_size = next(f for f in r.stack.functions if f.logical_id == FUNCTION).stream_sources[0].batch_size
         bucket = r.stack.function_env["CRCR_HUD_BUCKET"]
@@ -662,7 +587,7 @@ def reporter_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         while feed.read < feed.length:  # the warm-up change, and whatever the reporter writes back for it
             start, feed.read = feed.read, feed.length
             for setting in settings:
-                handler({"Records": setting.stream[start : feed.read]}, Context(FUNCTION, 60), deps=setting.deps)
+                handler({"Records": setting.stream[start : feed.read]}, h.Context(FUNCTION, 60), deps=setting.deps)
             feed.collect()
         for setting in settings:
             setting.health_ms.clear()  # the warm-up's repository has its health from here on
@@ -705,17 +630,12 @@ def reporter_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         }
         for setting in settings:
             results[setting.name] = _report(setting, changes, [*warmup, *changes], s3, ddb)
-        bench.say(f"   a PR dispatch holding {args.reporter_dispatch_jobs} jobs: the reporter's reads per change")
-        results["jobs_per_dispatch"] = dispatch_scaling(
-            r, tuple(int(n) for n in args.reporter_dispatch_jobs.split(","))
-        )
         end_off = bench.out.offset()
-    results["relay_log"] = log_summary(bench.out.lines_between(start_off, end_off))
+    results["relay_log"] = h.log_summary(bench.out.lines_between(start_off, end_off))
     results["health_adds"] = health_adds(results["on_health"], results["on"], changes)
     results["difference_on_minus_off"] = difference(results["on"], results["off"])
-    results["all_verified"] = (
-        all(results[s.name]["verification"]["ok"] and results[s.name]["batch_item_failures"] == 0 for s in settings)
-        and results["jobs_per_dispatch"]["flat"]
+    results["all_verified"] = all(
+        results[s.name]["verification"]["ok"] and not results[s.name]["batch_item_failures"] for s in settings
     )
     results["elapsed_s"] = round(time.perf_counter() - started, 1)
     results["method"] = (
@@ -730,114 +650,3 @@ def reporter_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         "around each handler call"
     )
     return {"reporter": results}
-
-
-# ------------------------------------------------------------------------------------------------ jobs per dispatch
-class ReadCounter:
-    """The results table's client as the verdicts use it, counting the items and bytes each read brings back."""
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-        self.calls = self.items = self.bytes = 0
-
-    def _counted(self, got: dict[str, Any]) -> dict[str, Any]:
-        items = got.get("Items") or [i for rows in (got.get("Responses") or {}).values() for i in rows]
-        items = items or ([got["Item"]] if "Item" in got else [])
-        self.calls += 1
-        self.items += len(items)
-        self.bytes += len(json.dumps(items, default=str))
-        return got
-
-    def query(self, **kwargs: Any) -> dict[str, Any]:
-        return self._counted(self.client.query(**kwargs))
-
-    def batch_get_item(self, **kwargs: Any) -> dict[str, Any]:
-        return self._counted(self.client.batch_get_item(**kwargs))
-
-    def get_item(self, **kwargs: Any) -> dict[str, Any]:
-        return self._counted(self.client.get_item(**kwargs))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.client, name)
-
-
-def _flood_job(dispatch: str, i: int, at: float, head: str) -> Any:
-    """One failed job of a flooding L4 downstream's PR dispatch, as the callback function records it."""
-    return JobRecord(
-        dispatch_id=dispatch, run_id="4242", run_attempt=1, job_name=f"shard-{i}", workflow_name="CI",
-        state="completed", conclusion="failure", fingerprint=f"fp-{i}", url="https://github.com/org/flood/actions/runs/4242",
-        repo="org/flood", repo_id=99, level=4, delivery_id=f"dlv-{dispatch}", upstream=UPSTREAM, head_sha=head, pr=4242,
-        device=None, dispatched_at=at, started_at=at + 5, completed_at=at + 60 + i,
-        callback_payload=json.dumps({"summary": "x" * SCALING_PAYLOAD_BYTES}), version=1, event_type="pull_request",
-        check_run_id=f"crcr-{i}",
-    )  # fmt: skip
-
-
-def dispatch_scaling(r: Relay, sizes: tuple[int, ...], measured: int = 10) -> dict[str, Any]:
-    """The reporter's reads and time for the next failed jobs of a PR dispatch already holding n jobs: each verdict
-    reads that job's own attempts and its baseline's history, whatever n is. Summaries, HUD push and check runs off."""
-    ddb = r.stack.client("dynamodb")
-    state = DynamoState(ddb, r.stack.function_env["CRCR_STATE_TABLE"])
-    base, head = "b" * 40, "d" * 40
-    at = time.time() - 3600
-    state.record_commits(UPSTREAM, [(base, at - 600)])
-    state.record_pr_head(UPSTREAM, 4242, head, "2026-12-04T00:00:00Z", base_sha=base)
-    handler = r.stack.handlers[FUNCTION]
-    rows: dict[str, Any] = {}
-    for n in sizes:
-        setting = build_setting(r, f"flood{n}", None)
-        counter = ReadCounter(ddb)
-        results = DynamoResults(counter, setting.table)
-        setting.deps = replace(
-            setting.deps, verdicts=replace(setting.deps.verdicts, results=results, store=results, by_repo=results)
-        )
-        dispatch = f"dsp-flood-{n}"
-        # The dispatch as the flood left it: n jobs, and the first attempts of the jobs measured, each of which
-        # passed on the branch's base commit (its baseline).
-        earlier = [_flood_job(dispatch, i, at, head) for i in range(n + measured)]
-        branch = [
-            replace(job, dispatch_id="dsp-branch", head_sha=base, pr=None, event_type="push", conclusion="success")
-            for job in earlier[n:]
-        ]
-        for job in [*earlier, *branch]:
-            ddb.put_item(TableName=setting.table, Item=to_item(job))
-        setting.reader.read_all()
-        new = [replace(job, run_attempt=2, fingerprint="fp-2") for job in earlier[n:]]
-        for job in new:
-            ddb.put_item(TableName=setting.table, Item=to_item(job))
-        pending = setting.reader.read_all()
-        wall = cpu = 0.0
-        batches = 0
-        while pending:  # the changes, then the verdicts written back, each in turn, as the stream brings them
-            c0, t0 = time.process_time(), time.perf_counter()
-            handler({"Records": pending}, Context(FUNCTION, 60), deps=setting.deps)
-            wall += time.perf_counter() - t0
-            cpu += time.process_time() - c0
-            batches += 1
-            pending = setting.reader.read_all()
-        table = DynamoResults(ddb, setting.table)  # not counted: read after the measured calls
-        verdicts = [table.get_job(j.dispatch_id, j.run_id, j.run_attempt, j.job_name).verdict for j in new]
-        rows[str(n)] = {
-            "jobs_on_dispatch": n,
-            "changes": measured,
-            "reads_per_change": round(counter.calls / measured, 2),
-            "items_read_per_change": round(counter.items / measured, 2),
-            "kib_read_per_change": round(counter.bytes / 1024 / measured, 2),
-            "ms_per_change": round(wall * 1000 / measured, 2),
-            "cpu_ms_per_change": round(cpu * 1000 / measured, 2),
-            "handler_calls": batches,
-            "verdicts": dict(Counter(v or "none" for v in verdicts)),
-        }
-    first, last = rows[str(sizes[0])], rows[str(sizes[-1])]
-    return {
-        "sizes": rows,
-        "flat": last["items_read_per_change"] <= first["items_read_per_change"] + 1
-        and last["kib_read_per_change"] <= first["kib_read_per_change"] * 1.5 + 1,
-        "method": (
-            f"for each n, a PR dispatch of an L4 downstream holding n failed jobs ({SCALING_PAYLOAD_BYTES // 1024} KiB "
-            f"stored report each), then the failed second attempts of {measured} more (each with a first attempt and a "
-            "baseline that passed) fed to functions/reporter/handler.py with their verdict write-backs; reads "
-            "counted on the results table's client the verdicts use (items and JSON bytes each read brought back); "
-            "summaries, HUD push and check runs off"
-        ),
-    }

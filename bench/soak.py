@@ -31,28 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import boto3
 import flood
+import harness as h
 from botocore.config import Config
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519
-from harness import (
-    APP_ID,
-    ROOT,
-    UPSTREAM,
-    UPSTREAM_ID,
-    AppKey,
-    GitHubDouble,
-    MotoProcess,
-    RecordedRequest,
-    cpu_seconds,
-    free_port,
-    git_info,
-    job_token,
-    list_dead_letters,
-    log_summary,
-    machine,
-    relay_env,
-    report_body,
-)
 from soak_moto import SOAK_AGENT
 
 from tests.doubles.github_double import Reply
@@ -128,7 +108,7 @@ class Relay:
             started = time.monotonic()
             with log.open("wb") as out:
                 command = [sys.executable, "-m", "crcr.ops.cli", "local", "--port", str(self.port)]
-                self.proc = subprocess.Popen(command, env=self.env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+                self.proc = subprocess.Popen(command, env=self.env, cwd=h.ROOT, stdout=out, stderr=subprocess.STDOUT)
             while time.monotonic() < started + 120:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"crcr local exited with {self.proc.returncode}; see {log}")
@@ -162,7 +142,7 @@ class Relay:
             assert self.proc is not None
             run = self.runs[-1]
             self.read_metrics()
-            run.cpu_s = cpu_seconds(self.proc.pid)  # read before the process is gone
+            run.cpu_s = h.cpu_seconds(self.proc.pid)  # read before the process is gone
             self.proc.send_signal(sig)
             try:
                 self.proc.wait(timeout=30)
@@ -194,8 +174,8 @@ class Event:
 
 
 def make_events(n: int) -> list[Event]:
-    pr_doc = json.loads((ROOT / "examples" / "events" / "pull_request.opened.json").read_text())
-    push_doc = json.loads((ROOT / "examples" / "events" / "push.main.json").read_text())
+    pr_doc = json.loads((h.ROOT / "examples" / "events" / "pull_request.opened.json").read_text())
+    push_doc = json.loads((h.ROOT / "examples" / "events" / "push.main.json").read_text())
     events = []
     for i in range(n):
         sha = uuid.uuid5(uuid.NAMESPACE_OID, f"soak-{i}").hex + f"{i:08x}"
@@ -224,8 +204,8 @@ def carries_id(repo: str) -> bool:
     return int(repo.rsplit("-", 1)[1]) % 2 == 0
 
 
-def github_double(key: AppKey, repos: list[tuple[str, int, int]], seed: int, timeouts: float) -> GitHubDouble:
-    gh = GitHubDouble(app_id=APP_ID, app_public_key_pem=key.public_pem)
+def github_double(key: h.AppKey, repos: list[tuple[str, int, int]], seed: int, timeouts: float) -> h.GitHubDouble:
+    gh = h.GitHubDouble(app_id=h.APP_ID, app_public_key_pem=key.public_pem)
     for repo, installation, repo_id in repos:
         gh.install(repo, installation_id=installation, repo_id=repo_id)
         if carries_id(repo):
@@ -234,7 +214,7 @@ def github_double(key: AppKey, repos: list[tuple[str, int, int]], seed: int, tim
             )
         else:
             gh.set_dispatch_workflow(repo, lambda body: "CI")
-    gh.install(UPSTREAM, installation_id=7999, repo_id=UPSTREAM_ID)
+    gh.install(h.UPSTREAM, installation_id=7999, repo_id=h.UPSTREAM_ID)
     faults = [
         (FAULT_502, Reply(502)),
         (FAULT_429, Reply.too_many_requests(retry_after=RETRY_AFTER_S)),
@@ -250,11 +230,11 @@ def github_double(key: AppKey, repos: list[tuple[str, int, int]], seed: int, tim
     return gh
 
 
-def _delivery(rec: RecordedRequest) -> str:
+def _delivery(rec: h.RecordedRequest) -> str:
     return str(rec.json["client_payload"]["delivery_id"])
 
 
-def _repo(rec: RecordedRequest) -> str:
+def _repo(rec: h.RecordedRequest) -> str:
     return "/".join(rec.path.split("/")[2:4]).lower()
 
 
@@ -273,16 +253,16 @@ class Job:
 
     def body(self, status: str) -> bytes:
         conclusion = self.conclusion if status == "completed" else None
-        return json.dumps(report_body(self.ticket, self.repo, "build", self.run_id, status, conclusion)).encode()
+        return json.dumps(h.report_body(self.ticket, self.repo, "build", self.run_id, status, conclusion)).encode()
 
 
 @dataclass
 class Soak:
     events: list[Event]
     repos: list[tuple[str, int, int]]
-    gh: GitHubDouble
+    gh: h.GitHubDouble
     relay: Relay
-    moto: MotoProcess
+    moto: h.MotoProcess
     deadline: float
     sqs: Any = None
     ddb: Any = None
@@ -309,9 +289,9 @@ class Soak:
         self.phases[name] = time.monotonic()
         self.aws_marks[name] = self.moto.calls()
         proc = self.relay.proc
-        running = cpu_seconds(proc.pid) if proc is not None and proc.poll() is None else 0.0
+        running = h.cpu_seconds(proc.pid) if proc is not None and proc.poll() is None else 0.0
         relay_cpu = sum(r.cpu_s or 0.0 for r in self.relay.runs[:-1]) + running
-        self.cpu_marks[name] = {"relay": relay_cpu, "moto": cpu_seconds(self.moto.pid), "soak": cpu_seconds()}
+        self.cpu_marks[name] = {"relay": relay_cpu, "moto": h.cpu_seconds(self.moto.pid), "soak": h.cpu_seconds()}
 
     def queue_url(self, logical: str) -> str:
         if logical not in self.queue_urls:
@@ -416,7 +396,7 @@ class Soak:
     def last_accept(self) -> float:
         return next((r.time for r in reversed(self.gh.requests) if r.accepted and r.path.endswith("/dispatches")), 0.0)
 
-    def dispatch_requests(self) -> list[RecordedRequest]:
+    def dispatch_requests(self) -> list[h.RecordedRequest]:
         return [r for r in self.gh.requests if r.method == "POST" and r.path.endswith("/dispatches")]
 
     def accepted(self) -> int:
@@ -464,7 +444,7 @@ class Soak:
         local = threading.local()
 
         def run(job: Job) -> None:
-            token = job_token(issuer, job.repo, job.repo_id, job.run_id)
+            token = h.job_token(issuer, job.repo, job.repo_id, job.run_id)
             for status, again in zip(job.order, job.twice, strict=True):
                 for _ in range(2 if again else 1):
                     answer = self.post_callback(local, job.body(status), token)
@@ -526,7 +506,7 @@ def duplicates(soak: Soak) -> list[dict[str, Any]]:
     """Every (delivery, repository) GitHub accepted more than once, each repeat with the ambiguous answer that caused
     it: the earlier accepted request timed out (answered after the relay's timeout), or the relay was killed after it
     was sent and before its ledger row said dispatched."""
-    by_pair: dict[tuple[str, str], list[RecordedRequest]] = {}
+    by_pair: dict[tuple[str, str], list[h.RecordedRequest]] = {}
     for rec in soak.dispatch_requests():
         if rec.accepted:
             by_pair.setdefault((_delivery(rec), _repo(rec)), []).append(rec)
@@ -553,7 +533,7 @@ def duplicates(soak: Soak) -> list[dict[str, Any]]:
     return out
 
 
-def _cause(soak: Soak, pair: tuple[str, str], earlier: RecordedRequest) -> str:
+def _cause(soak: Soak, pair: tuple[str, str], earlier: h.RecordedRequest) -> str:
     if earlier.fault == "timeout":
         return "timeout after GitHub accepted (answered after the relay's read timeout)"
     if earlier.answered_at is None:
@@ -652,7 +632,7 @@ def build_report(soak: Soak, args: argparse.Namespace, cb: dict[str, Any], hud: 
     letters = [
         {"queue": dlq, **{k: letter[k] for k in ("delivery_id", "target_repo", "reason")}}
         for dlq in ("EventsDLQ", "DispatchDLQ", "ChecksDLQ", "ReporterDLQ")
-        for letter in list_dead_letters(soak.sqs, soak.queue_url(dlq), limit=1000)
+        for letter in h.list_dead_letters(soak.sqs, soak.queue_url(dlq), limit=1000)
     ]
     return {
         "config": {k: v for k, v in vars(args).items() if k != "out"}
@@ -712,7 +692,7 @@ def build_report(soak: Soak, args: argparse.Namespace, cb: dict[str, Any], hud: 
             "dispatch_phase_per_dispatch": per(dispatch_calls, delivered),
             "callback_phase_per_report": per(callback_calls, posts),
         },
-        "moto_cpu_s": round(cpu_seconds(soak.moto.pid), 1),
+        "moto_cpu_s": round(h.cpu_seconds(soak.moto.pid), 1),
         "aws_calls_per_dispatch": per(dispatch_calls, delivered)["per_unit"],
         "relay_cpu_ms_per_dispatch": round(1000 * (cpu["settled"]["relay"] - cpu["start"]["relay"]) / len(expected), 2),
         "cpu_s_by_phase": {
@@ -732,7 +712,7 @@ def build_report(soak: Soak, args: argparse.Namespace, cb: dict[str, Any], hud: 
                 ("reporter_drain", "reported", "drained"),
             )
         },
-        "relay_log": log_summary(soak.relay.log_lines()),
+        "relay_log": h.log_summary(soak.relay.log_lines()),
     }
 
 
@@ -821,7 +801,7 @@ def main() -> int:
     parser.add_argument("--visibility-s", type=int, default=VISIBILITY_S, help="CRCR_LOCAL_VISIBILITY_TIMEOUT_S")
     parser.add_argument("--reconcile-s", type=float, default=RECONCILE_INTERVAL_S, help="CRCR_RECONCILE_INTERVAL_S")
     parser.add_argument("--write-rates", default=env("SOAK_WRITE_RATES") or WRITE_RATES, help="SOAK_WRITE_RATES")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "soak.json")
+    parser.add_argument("--out", type=Path, default=h.ROOT / "bench" / "soak.json")
     parser.add_argument(
         "--flood-jobs", type=int, default=int(env("SOAK_FLOOD_JOBS") or 300), help="SOAK_FLOOD_JOBS (0: no flood)"
     )
@@ -829,29 +809,30 @@ def main() -> int:
     if args.events < 1 or args.targets < 1:
         parser.error(f"at least 1 event and 1 target (got {args.events} events x {args.targets} downstreams)")
     started = time.monotonic()
-    context = {"timestamp": datetime.now(UTC).isoformat(timespec="seconds"), "git": git_info(), "machine": machine()}
+    context = {
+        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
+        "git": h.git_info(),
+        "machine": h.machine(),
+    }
     say(f"soak: {args.events} events x {args.targets} downstreams, bound {args.timeout_s:.0f} s, seed {args.seed}")
-    key = AppKey.generate()
+    key = h.AppKey.generate()
     # One organization, so one installation, per downstream: (repository, installation id, repository id).
     repos = [(f"soak-org-{i}/repo-{i}", 8000 + i, 60_000 + i) for i in range(args.targets)]
     events = make_events(args.events)
     logdir = Path(tempfile.mkdtemp(prefix="crcr-soak-"))
     allowlist = logdir / "allowlist.yaml"
     allowlist.write_text("L2:\n" + "".join(f"  - {repo}\n" for repo, _, _ in repos))
-    ticket_key = ed25519.Ed25519PrivateKey.generate().private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    moto = MotoProcess().__enter__()
+    moto = h.MotoProcess().__enter__()
     gh = github_double(key, repos, args.seed, args.timeouts)
     issuer, hud = OidcIssuer(), HudDouble(HUD_TOKEN)
     env_vars = {k: v for k, v in os.environ.items() if not k.startswith(("CRCR_", "AWS_"))}
-    env_vars |= relay_env(key, gh.url, allowlist, WEBHOOK_SECRET) | {
+    env_vars |= h.relay_env(key, gh.url, allowlist, WEBHOOK_SECRET) | {
         "AWS_ENDPOINT_URL": moto.url,
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",
         # Fixed across restarts: a ticket signed by one relay process must verify in the next.
-        "CRCR_TICKET_SIGNING_KEY": ticket_key.decode(),
+        "CRCR_TICKET_SIGNING_KEY": h.ticket_key(),
         "CRCR_OIDC_ISSUER": issuer.url,
         "CRCR_OIDC_AUDIENCE": "crcr",
         "CRCR_HUD_URL": hud.url,
@@ -864,7 +845,7 @@ def main() -> int:
         "CRCR_RECONCILE_INTERVAL_S": str(args.reconcile_s),
         "POWERTOOLS_LOG_LEVEL": "WARNING",
     }
-    relay = Relay(env_vars, free_port(), logdir)
+    relay = Relay(env_vars, h.free_port(), logdir)
     soak = Soak(events, repos, gh, relay, moto, deadline=started + args.timeout_s)
     gh.set_webhook(f"{relay.url}/webhook", WEBHOOK_SECRET)
     status, report = 0, {}
@@ -887,7 +868,7 @@ def main() -> int:
         report = build_report(soak, args, cb, hud) | {"logs": str(logdir)}
     except Exception as exc:
         say(f"soak failed: {type(exc).__name__}: {exc}")
-        report = {"error": f"{type(exc).__name__}: {exc}", "relay_log": log_summary(relay.log_lines())}
+        report = {"error": f"{type(exc).__name__}: {exc}", "relay_log": h.log_summary(relay.log_lines())}
         status = 2
     finally:
         soak.stop_monitor.set()

@@ -1,13 +1,4 @@
-"""moto in server mode for `make soak` and `make bench`, counting every AWS call it serves by caller and operation.
-
-    .venv/bin/python bench/soak_moto.py PORT
-
-The same app as `moto_server`, wrapped in a WSGI counter and served by crcr local's HTTP/1.1 front end, which keeps
-connections open as AWS does (`wsgi_route`): the relay runs in processes the soak kills and restarts, so the calls
-are counted where they arrive. `GET /_soak/aws-calls` answers
-`{"relay": {"DynamoDB.PutItem": n, ...}, "soak": {...}}`; a call whose User-Agent carries `crcr-soak` is the
-soak's own (queue depths, the fault, the ledger snapshots), every other one the relay's.
-"""
+"""moto's server for the bench's and the soak's stacks, as `crcr local` runs it, counting every call by caller."""
 
 from __future__ import annotations
 
@@ -36,6 +27,9 @@ COUNTS_PATH = "/_soak/aws-calls"
 
 
 class Counting:
+    """`GET /_soak/aws-calls` answers `{"relay": {"DynamoDB.PutItem": n, ...}, "soak": {...}}`: a call whose
+    User-Agent carries `crcr-soak` is the soak's own (queue depths, the fault, ledger snapshots)."""
+
     def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
         self.app = app
         self.counts: dict[str, Counter[str]] = {"relay": Counter(), "soak": Counter()}

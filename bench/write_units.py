@@ -1,20 +1,4 @@
-"""DynamoDB write request units of what the relay wrote, worked out from the tables' streams as DynamoDB bills them.
-
-moto answers `ConsumedCapacity` with fixed numbers, so the bench counts the units itself, from each write's old and
-new image (the tables' streams are NEW_AND_OLD_IMAGES) and the table's indexes in template.yaml, by the rules AWS
-documents for on-demand tables:
-
-- a write costs one unit per started KB of the larger of the item before and after it (a write that changes nothing
-  costs the same; moto writes a stream record for it, DynamoDB would not, so every record is counted);
-- each global secondary index the write touches costs one more write of the index entry (its keys, the table's keys
-  and the projected attributes), per started KB: a put when the item enters the index or a projected attribute
-  changes, a delete when it leaves, both when the index key changes;
-- an item's size is the sum of its attributes' names and values (a string its UTF-8 bytes, a number about one byte
-  per two digits plus one, a binary its bytes, a boolean or null one byte, a list or map 3 bytes plus its elements
-  and one byte each).
-
-Writes refused by their condition cost units too but leave no stream record: they are not counted here.
-"""
+"""DynamoDB write request units of what the relay wrote, from the tables' streams, as AWS bills on-demand tables."""
 
 from __future__ import annotations
 

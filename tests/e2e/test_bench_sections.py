@@ -25,11 +25,11 @@ pytestmark = pytest.mark.e2e
 SMALL = {
     "ingest": "--samples 5 --warmup 1",
     "throughput": "--events 2 --targets 2",
-    "callbacks": "--callbacks 5 --callback-duplicates 5 --callback-window 12 --callback-hostile 3 --verify-tokens 20",
+    "callbacks": "--callbacks 5 --callback-duplicates 5 --callback-window 12",
     "checkruns": "--check-events 1 --check-targets 1 --check-jobs 1",
     "comment": "--comment-events 1 --comment-targets 1 --comment-jobs 1 --full --comment-callbacks 2 "
     "--comment-spreads 0.5",
-    "reporter": "--reporter-commits 6 --reporter-repos 2 --reporter-dispatch-jobs 1,20",
+    "reporter": "--reporter-commits 6 --reporter-repos 2",
     "checkbudget": "--full --checkbudget-loads 1 --checkbudget-budget-s 3 --checkbudget-drain-hours 1",
     "dispatch": "--dispatch-events 2 --dispatch-targets 2 --dispatch-repeats 1 --dispatch-levels L1,L4 --full "
     "--dispatch-baseline HEAD --dispatch-backlog-events 3 --dispatch-backlog-repos 2",
@@ -65,12 +65,11 @@ def check_throughput(r: dict[str, Any]) -> None:
 
 
 def check_callbacks(r: dict[str, Any]) -> None:
-    cb, kid = r["callback_latency"], r["oidc_issuer_requests"]["unknown_kid"]
+    cb, issuer = r["callback_latency"], r["oidc_issuer_requests"]
     assert cb["recorded"]["outcomes"] == {"200 recorded": 5} and cb["duplicate"]["outcomes"] == {"200 duplicate": 5}
     assert cb["results_table_rows"] == cb["results_table_rows_expected"]
     assert cb["github_requests_during_callbacks"] == 0 and cb["write_units"]["both"] > 0
-    assert kid["jwks_fetches"] <= kid["bound_one_per_interval"] and "200 recorded" not in kid["forged_outcomes"]
-    assert r["oidc_verify"]["warm"]["samples"] == 20
+    assert issuer["cold_first_callback"]["jwks"] == 1 and issuer["warm"]["requests"]["jwks"] == 0
 
 
 def check_checkruns(r: dict[str, Any]) -> None:
@@ -80,8 +79,8 @@ def check_checkruns(r: dict[str, Any]) -> None:
 
 
 def check_comment(r: dict[str, Any]) -> None:
-    off, on = r["pr_comment"]["per_event"]["off"], r["pr_comment"]["per_event"]["on"]
-    assert off["comment_writes_per_event"] == 0 and on["comments_per_pr"] == [1]
+    on = r["pr_comment"]["per_event"]["on"]
+    assert on["comments_per_pr"] == [1] and on["comment_writes_per_event"] == 1
     assert on["checks_function"]["records_per_dispatch"] > 0 and on["checks_function"]["write_units_per_dispatch"] > 0
     bursts = [b for run in r["pr_comment"]["bursts"].values() for b in run["bursts"]]
     assert len(bursts) == 2 and all(b["comment_writes"] == 1 and b["shows_every_job"] for b in bursts), bursts
@@ -90,7 +89,7 @@ def check_comment(r: dict[str, Any]) -> None:
 def check_reporter(r: dict[str, Any]) -> None:
     rep = r["reporter"]
     problems = {k: rep[k]["verification"]["problems"] for k in ("off", "on", "on_health")}
-    assert rep["all_verified"], (problems, rep["jobs_per_dispatch"])
+    assert rep["all_verified"], problems
     assert rep["health_adds"]["computations"] > 0
 
 
