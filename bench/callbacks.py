@@ -89,7 +89,8 @@ def callbacks_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any
         def post(tally: _Tally, sent_body: bytes, bearer: str) -> None:
             tally.add(*r.callback(sent_body, bearer))
 
-        aws.attribute(r.stack)  # the callback function's calls apart from the reporter's, which the stream runs
+        # The callback function's calls apart from the reporter's, which the results stream runs meanwhile.
+        work = h.FunctionWork(r.stack, CALLBACK_FUNCTION, aws)
         github_mark = len(r.github.requests)
         issuer_mark = len(issuer.requests)
         cold = _Tally()
@@ -107,16 +108,16 @@ def callbacks_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any
         rec, dup, more = _Tally(), _Tally(), _Tally()
         invocations_before = dict(r.stack.invocations)
         issuer_mark = len(issuer.requests)
-        aws_0, all_0 = aws.snapshot(CALLBACK_FUNCTION), aws.snapshot()
+        aws_0, all_0 = Counter(work.calls), aws.snapshot()
         cpu_0 = (h.cpu_seconds(), h.cpu_seconds(r.moto.pid))
         t0 = time.perf_counter()
         for i in range(recorded):
             post(rec, body(f"job-{i}"), tokens[i])
-        aws_1, all_1 = aws.snapshot(CALLBACK_FUNCTION), aws.snapshot()
+        aws_1, all_1 = Counter(work.calls), aws.snapshot()
         units_recorded = {name: table.take() for name, table in units.items()}
         for _ in range(duplicates):
             post(dup, repeat, tokens[0])
-        aws_2, all_2 = aws.snapshot(CALLBACK_FUNCTION), aws.snapshot()
+        aws_2, all_2 = Counter(work.calls), aws.snapshot()
         for i in range(recorded, recorded + extra):
             post(more, body(f"job-{i}"), tokens[i])
         window_s = time.perf_counter() - t0
@@ -134,11 +135,11 @@ def callbacks_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any
         done_tokens = [token() for _ in range(completing)]
         for table in units.values():
             table.take()
-        aws_3 = aws.snapshot(CALLBACK_FUNCTION)
+        aws_3 = Counter(work.calls)
         fin = _Tally()
         for i in range(completing):
             post(fin, body(f"job-{i}", "completed", "success"), done_tokens[i])
-        aws_4 = aws.snapshot(CALLBACK_FUNCTION)
+        aws_4 = Counter(work.calls)
         units_completed = {name: table.take() for name, table in units.items()}
         github_during = len(r.github.requests) - github_mark
         rows = _count_rows(r.stack.client("dynamodb"), r.stack.function_env["CRCR_RESULTS_TABLE"])

@@ -25,8 +25,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--comment-events", type=int, default=2, help="pull requests in the PR comment run")
     parser.add_argument("--comment-targets", type=int, default=3, help="L4 repositories in that run")
     parser.add_argument("--comment-jobs", type=int, default=2, help="jobs per repository in that run")
-    parser.add_argument("--comment-callbacks", type=int, default=20, help="failing callbacks per burst (--full)")
-    parser.add_argument("--comment-spreads", default="2,10", help="seconds each burst is spread over (--full)")
 
 
 def _env() -> dict[str, str]:
@@ -161,8 +159,8 @@ def _checks_function(work: h.FunctionWork, taken: dict[str, Any], dispatches: in
 
 def comment_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
     """Section 8: the upstream's writes per PR event with the PR comment on (job 0 of every repository fails, so every
-    PR gets a comment), ChecksFunction's own cost per L4 dispatch, and (--full) the comment's writes per burst. With
-    the comment off, the writes are section 6's `per_job` (`auto` makes every write while the budget has room)."""
+    PR gets a comment), and ChecksFunction's own cost per L4 dispatch. With the comment off, the writes are section
+    6's `per_job` (`auto` makes every write while the budget has room)."""
     events, targets, jobs = args.comment_events, args.comment_targets, args.comment_jobs
     timeout_s = max(args.timeout, 120)
     bench.say(f"   {events} events x {targets} L4 repositories x {jobs} jobs, one failing")
@@ -196,48 +194,9 @@ def comment_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
         "elapsed_s": round(elapsed, 1),
         "checks_function": flow,
     }
-    bursts = {}
-    for spread in [float(x) for x in args.comment_spreads.split(",")] if args.full else []:
-        bench.say(f"   bursts: {args.comment_callbacks} failing callbacks in {spread:g} s, twice")
-        bursts[f"{args.comment_callbacks}_in_{spread:.0f}s"] = _bursts(bench, args.comment_callbacks, spread, timeout_s)
     method = (
-        f"per_event: {events} pull_request events x {targets} L4 repositories x {jobs} jobs, each job in_progress "
-        "then completed (job-0 failure, the rest success) once ChecksQueue is empty; writes = POST/PATCH on the "
-        f"upstream's check-runs and issue comments at the GitHub double. bursts: one PR, {args.comment_callbacks} "
-        f"failing jobs completed evenly over {args.comment_spreads} s (default settle 5 s, cap 60 s), twice; the "
-        "reporter asks for the comment after each recorded change."
+        f"{events} pull_request events x {targets} L4 repositories x {jobs} jobs, each job in_progress then completed "
+        "(job-0 failure, the rest success) once ChecksQueue is empty; writes = POST/PATCH on the upstream's check-runs "
+        "and issue comments at the GitHub double; the reporter asks for the comment after each recorded change."
     )
-    return {"pr_comment": {"per_event": {"on": on}, "bursts": bursts, "method": method}}
-
-
-def _bursts(bench: h.Bench, callbacks: int, spread_s: float, timeout_s: float, bursts: int = 2) -> dict[str, Any]:
-    """One PR, one L4 repository: `callbacks` failing jobs complete evenly over `spread_s`, then the same again with
-    other jobs once the comment is written: the comment's writes per burst, and when they come."""
-    before = Counter(h.TOTALS)
-    rows = []
-    with h.relay(bench.key, 1, installations=1, level="L4", oidc=True, env=_env()) as r:
-        _open_prs(r, 1, timeout_s, comments=True)
-        ticket = r.tickets()[0][2]
-        for b in range(bursts):
-            seen = len(r.github.comment_writes(h.UPSTREAM))
-            names = [f"burst-{b}-job-{n:02d}" for n in range(callbacks)]
-            t0 = time.perf_counter()
-            for n, name in enumerate(names):
-                r.report(0, ticket, name, 100, "completed", "failure")
-                time.sleep(max(0.0, t0 + (n + 1) * spread_s / callbacks - time.perf_counter()))
-            last = time.perf_counter()
-            while len(r.github.comment_writes(h.UPSTREAM)) == seen and time.perf_counter() < last + timeout_s:
-                time.sleep(0.05)
-            wrote = time.perf_counter()
-            r.wait_idle(timeout_s)
-            made = r.github.comment_writes(h.UPSTREAM)[seen:]
-            rows.append({
-                "burst": b + 1,
-                "callbacks": callbacks,
-                "spread_s": round(last - t0, 2),
-                "comment_writes": len(made),
-                "kinds": [m for m, _, _ in made],
-                "s_from_last_callback_to_write": round(wrote - last, 2),
-                "shows_every_job": bool(made) and all(name in made[-1][2] for name in names),
-            })  # fmt: skip
-    return {"bursts": rows, "relay_metrics": h.metrics_delta(before, ("PrComment",))}
+    return {"pr_comment": {"per_event": {"on": on}, "method": method}}

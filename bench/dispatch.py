@@ -234,7 +234,6 @@ def backlog(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
     start_off = bench.out.offset()
     outcomes = Outcomes()
     unhook = h.on_every_call(lambda model, **_: outcomes.count(f"{model.service_model.service_name}.{model.name}"))
-    h.observe_dynamodb(outcomes.count)
     try:
         env = {"CRCR_GITHUB_WRITE_RATES": rates}
         with h.relay(

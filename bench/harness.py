@@ -223,41 +223,20 @@ class AwsCalls:
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
-        self.by_function: dict[str, Counter[str]] = {}  # the calls made inside each function's invocations
         # Keyed by the thread itself: a thread id is reused once its thread ends (the front end starts one per
         # connection), a Thread object kept here is not.
         self.by_thread: dict[threading.Thread, Counter[str]] = {}
         self._lock = threading.Lock()
-        self._invoking = threading.local()
 
     def install(self) -> AwsCalls:
         on_every_call(lambda model, **_: self._count(f"{model.service_model.service_name}.{model.name}"))
-        observe_dynamodb(self._count)
         return self
 
-    def attribute(self, stack: LocalStack) -> None:
-        """Count the calls each function of `stack` makes apart: its invocations (in whichever thread the front end
-        or a poller runs them) are marked with the function's logical id."""
-        invoke = stack.invoke
-
-        def marked(logical_id: str, event: dict[str, Any]) -> Any:
-            outer = getattr(self._invoking, "function", None)
-            self._invoking.function = logical_id
-            try:
-                return invoke(logical_id, event)
-            finally:
-                self._invoking.function = outer
-
-        stack.invoke = marked  # type: ignore[method-assign]
-
     def _count(self, name: str) -> None:
-        function = getattr(self._invoking, "function", None)
         thread = threading.current_thread()
         with self._lock:
             self.counts[name] += 1
             self.by_thread.setdefault(thread, Counter())[name] += 1
-            if function is not None:
-                self.by_function.setdefault(function, Counter())[name] += 1
 
     def of_threads(self, threads: list[threading.Thread]) -> Counter[str]:
         with self._lock:
@@ -266,10 +245,9 @@ class AwsCalls:
                 out.update(self.by_thread.get(thread, Counter()))
             return out
 
-    def snapshot(self, function: str | None = None) -> Counter[str]:
-        """Calls so far: all of them, or those made inside one function's invocations."""
+    def snapshot(self) -> Counter[str]:
         with self._lock:
-            return Counter(self.counts if function is None else self.by_function.get(function, Counter()))
+            return Counter(self.counts)
 
 
 def on_every_call(hook: Callable[..., None], event: str = "before-call") -> Callable[[], None]:
@@ -282,16 +260,6 @@ def on_every_call(hook: Callable[..., None], event: str = "before-call") -> Call
     events = boto3.DEFAULT_SESSION.events
     events.register(event, hook)
     return lambda: events.unregister(event, hook)
-
-
-def observe_dynamodb(observer: Callable[[str], None]) -> None:
-    """For a `--baseline` run of code from 2026-12-02 to 2026-12-03 (up to b05e48f), whose DynamoDB calls and SQS
-    sends went through its own client and so skipped botocore's hooks: counted through that client's observers."""
-    try:
-        from crcr.adapters.dynamodb_client import call_observers  # type: ignore[import-not-found]  # noqa: PLC0415
-    except ImportError:
-        return
-    call_observers.append(observer)
 
 
 class FunctionWork:

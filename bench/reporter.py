@@ -7,7 +7,6 @@ import hashlib
 import itertools
 import json
 import random
-import statistics
 import time
 import uuid
 from collections import Counter
@@ -31,7 +30,7 @@ FAILED = ("failure", "timed_out", "cancelled", "action_required")
 # Relay configuration each setting leaves out, so that only the HUD summaries differ between them.
 OFF_IN_BOTH = ("CRCR_HUD_URL", "CRCR_CHECKS_QUEUE_URL", "CRCR_GITHUB_APP_ID")
 # The repositories the bench reports for, listed as the stack's settings check requires an allowlist.
-ALLOWLIST = "L4:\n" + "".join(f"  - bench-org/repo-{r}\n" for r in range(100)) + "  - org/flood\n"
+ALLOWLIST = "L4:\n" + "".join(f"  - bench-org/repo-{r}\n" for r in range(100))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -297,11 +296,6 @@ def verify_documents(docs: Any, changes: list[Change]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------ measuring
-def _kind(path: str) -> str | None:
-    _, found, rest = path.partition("data/")
-    return ("index" if rest.startswith("index.json") else rest.split("/", 1)[0]) if found else None
-
-
 @dataclass
 class Setting:
     """One reporter configuration, its own results table and that table's stream, and what it cost call by call."""
@@ -315,7 +309,6 @@ class Setting:
     health: bool = False
     health_ms: list[float] = field(default_factory=list)  # each health computation, when the refresh is on
     batch_ms: list[float] = field(default_factory=list)  # each handler call, its AWS calls and records given
-    batch_calls: list[int] = field(default_factory=list)
     batch_records: list[int] = field(default_factory=list)
     wall: float = 0.0
     cpu: float = 0.0
@@ -345,7 +338,6 @@ def deliver(setting: Setting, r: h.Relay, batch: list[dict[str, Any]], bench: h.
     setting.wall += elapsed
     made = _delta(bench.aws.snapshot(), calls)
     setting.batch_ms.append(elapsed * 1000.0)
-    setting.batch_calls.append(sum(made.values()))
     setting.batch_records.append(len(batch))
     setting.calls.update(made)
     setting.metrics.update(_delta(Counter(h.TOTALS), metrics))
@@ -391,23 +383,17 @@ def _report(setting: Setting, changes: list[Change], fed: list[Change], s3: Any,
     conflicts = setting.metrics.get("HudSummaryConflict", 0)
     verdicts = verify_verdicts(ddb, setting.table, expected_verdicts(fed))
     if setting.bucket is not None:
-        documents = bucket_documents(s3, setting.bucket)
         verification = verify_documents(h.S3HudDocs(s3, setting.bucket), fed)
         verification["problems"] = (verification["problems"] + verdicts["problems"])[:5]
     else:
-        documents = None
         s3_calls = sum(v for k, v in setting.calls.items() if k.startswith("s3."))
         verification = {"ok": not s3_calls and not written, "s3_calls": s3_calls, "problems": verdicts["problems"]}
     verification["ok"] = verification["ok"] and verdicts["ok"]
     verification["verdicts"] = verdicts
     deps_summaries = setting.deps.summaries
-    per_record = [ms / k for ms, k in zip(setting.batch_ms, setting.batch_records, strict=True)]
-    quarters = [per_record[len(per_record) * i // 4 : len(per_record) * (i + 1) // 4] for i in range(4)]
-    calls = setting.batch_calls
     return {
         "setting": setting.name,
         "summaries": deps_summaries is not None,
-        "hud_bucket": setting.bucket,
         "health_refresh": {
             "on": setting.health,
             "refresh_s": deps_summaries.health_refresh_s if deps_summaries is not None else None,
@@ -415,24 +401,12 @@ def _report(setting: Setting, changes: list[Change], fed: list[Change], s3: Any,
             "ms_total": round(sum(setting.health_ms), 2),
         },
         "changes": n,
-        "results_table": setting.table,
         "records_delivered": sum(setting.batch_records),
         "batches": len(setting.batch_ms),
         "batch_item_failures": setting.failures,
         "aws_calls": dict(sorted(setting.calls.items())),
         "aws_calls_per_change": _per(setting.calls, n),
-        "aws_calls_per_batch": {
-            "mean": round(sum(calls) / len(calls), 3) if calls else None,
-            "min": min(calls, default=None),
-            "max": max(calls, default=None),
-        },
         "ms_per_change": round(setting.wall * 1000.0 / n, 3),
-        # Each handler call over its records: the summaries take a batch at once, so no record has a cost of its own.
-        "ms_per_record": h.summary_ms([ms / 1000.0 for ms in per_record]),
-        "ms_per_batch": h.summary_ms([ms / 1000.0 for ms in setting.batch_ms]),
-        # The documents grow as the sequence goes on (up to their caps): the cost grows with them.
-        "ms_per_record_mean_by_quarter": [round(statistics.fmean(q), 2) if q else None for q in quarters],
-        "handler_wall_s": round(setting.wall, 3),
         "cpu_ms_per_change": round(setting.cpu * 1000.0 / n, 3),
         "moto_cpu_ms_per_change": round(setting.moto_cpu * 1000.0 / n, 3),
         "writes_per_change": {
@@ -440,31 +414,7 @@ def _report(setting: Setting, changes: list[Change], fed: list[Change], s3: Any,
             "HudSummaryConflict": round(conflicts / n, 3),
         },
         "relay_metrics": dict(sorted(setting.metrics.items())),
-        "documents": documents,
         "verification": verification,
-    }
-
-
-def bucket_documents(s3: Any, bucket: str) -> dict[str, Any]:
-    sizes = {
-        obj["Key"]: int(obj["Size"])
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
-        for obj in page.get("Contents") or []
-    }
-    kinds: Counter[str] = Counter()
-    kind_bytes: Counter[str] = Counter()
-    largest: dict[str, int] = {}
-    for key, size in sizes.items():
-        kind = _kind(key) or "other"
-        kinds[kind] += 1
-        kind_bytes[kind] += size
-        largest[kind] = max(largest.get(kind, 0), size)
-    return {
-        "count": len(sizes),
-        "by_kind": dict(sorted(kinds.items())),
-        "bytes_by_kind": dict(sorted(kind_bytes.items())),
-        "largest_bytes_by_kind": dict(sorted(largest.items())),
-        "total_bytes": sum(sizes.values()),
     }
 
 
@@ -476,9 +426,6 @@ def difference(on: dict[str, Any], off: dict[str, Any]) -> dict[str, Any]:
     }
     for key in ("ms_per_change", "cpu_ms_per_change", "moto_cpu_ms_per_change"):
         diff[key] = round(on[key] - off[key], 3)
-    for q in ("p50_ms", "p99_ms", "mean_ms"):
-        a, b = on["ms_per_record"].get(q), off["ms_per_record"].get(q)
-        diff[f"record_{q}"] = round(a - b, 2) if a is not None and b is not None else None
     for name in ("HudSummaryWritten", "HudSummaryConflict"):
         diff[name + "_per_change"] = round(on["writes_per_change"][name] - off["writes_per_change"][name], 3)
     return diff

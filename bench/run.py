@@ -57,12 +57,7 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
     parser.add_argument("--only", default=",".join(NAMES), help=f"sections to run, of {','.join(NAMES)}")
     parser.add_argument("--skip", default="", help="sections to leave out")
-    parser.add_argument(
-        "--full",
-        action="store_true",
-        help="also the long runs (make bench-full): the check-run budget's simulated days (9), ingest latency with "
-        "the fan-out alongside (1), the dispatcher's backlog (10) and the PR comment's bursts (8)",
-    )
+    parser.add_argument("--full", action="store_true", help="also section 9 and section 10's backlog (make bench-full)")
     parser.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for dispatches to land")
     for module in (ingest, callbacks, checks, reporter, checkbudget, dispatch, pages, coldstart):
         module.add_arguments(parser)

@@ -30,7 +30,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import boto3
-import flood
 import harness as h
 from botocore.config import Config
 from soak_moto import SOAK_AGENT
@@ -737,7 +736,6 @@ def verdict(report: dict[str, Any]) -> int:
         (len(r["kills"]) != kills, f"{len(r['kills'])} relay kills of {kills}"),
         (r["hud_rows"] != r["jobs"], f"{r['hud_rows']} HUD rows for {r['jobs']} jobs"),
         (r["hud_refused"], f"PyTorch's HUD refused {r['hud_refused']} pushes (answers: {r['hud_answers']})"),
-        ("flood" in r and not r["flood"]["ok"], "flood phase: " + "; ".join(r.get("flood", {}).get("problems", []))),
     ]
     problems = [text for failed, text in checks if failed]
     r["verdict"] = "pass" if not problems else "fail: " + "; ".join(problems)
@@ -802,9 +800,6 @@ def main() -> int:
     parser.add_argument("--reconcile-s", type=float, default=RECONCILE_INTERVAL_S, help="CRCR_RECONCILE_INTERVAL_S")
     parser.add_argument("--write-rates", default=env("SOAK_WRITE_RATES") or WRITE_RATES, help="SOAK_WRITE_RATES")
     parser.add_argument("--out", type=Path, default=h.ROOT / "bench" / "soak.json")
-    parser.add_argument(
-        "--flood-jobs", type=int, default=int(env("SOAK_FLOOD_JOBS") or 300), help="SOAK_FLOOD_JOBS (0: no flood)"
-    )
     args = parser.parse_args()
     if args.events < 1 or args.targets < 1:
         parser.error(f"at least 1 event and 1 target (got {args.events} events x {args.targets} downstreams)")
@@ -895,14 +890,9 @@ def main() -> int:
     report = context | report
     report["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report["duration_s"] = round(time.monotonic() - started, 1)
-    if "error" not in report and args.flood_jobs > 0:
-        say(f"flood phase: one downstream floods its dispatch with {args.flood_jobs} jobs beside a normal one")
-        report["flood"] = flood.flood_phase(jobs=args.flood_jobs, shas=max(1, args.flood_jobs // 3))
     if "error" not in report:
         status = verdict(report)
         print_table(report)
-        if "flood" in report:
-            flood.print_phase(report["flood"])
     args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
     say(f"wrote {args.out} ({report['duration_s']} s); relay logs in {logdir}")
     return status

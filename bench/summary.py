@@ -68,11 +68,6 @@ def print_summary(results: dict[str, Any]) -> None:
             f"ChecksFunction per L4 dispatch: {cf.get('records_per_dispatch')} records, {calls:.2f} AWS calls and "
             f"{cf.get('cpu_ms_per_record')} CPU ms per record, {cf.get('write_units_per_dispatch')} write units"
         )
-    for name, run in _get(results, "pr_comment.bursts", {}).items():
-        shown = ", ".join(
-            f"{b['comment_writes']} writes {b['s_from_last_callback_to_write']} s after" for b in run["bursts"]
-        )
-        print(f"   comment bursts {name}: {shown}")
     cbud = results.get("check_run_budget")
     if cbud:
         rows = [r for r in cbud.get("settings", []) if r.get("setting") == "auto"]
