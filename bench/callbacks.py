@@ -56,9 +56,6 @@ def _write_units(taken: dict[str, dict[str, Any]], n: int) -> dict[str, Any]:
             f"{name}.{where}": round(v / n, 3) for name, t in taken.items() for where, v in t["by_destination"].items()
         },
         "writes": {f"{name}.{row}": round(v / n, 3) for name, t in taken.items() for row, v in t["writes"].items()},
-        "largest_item_bytes": {
-            f"{name}.{row}": v for name, t in taken.items() for row, v in t["largest_item_bytes_by_row"].items()
-        },
     }
 
 
@@ -108,16 +105,16 @@ def callbacks_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any
         rec, dup, more = _Tally(), _Tally(), _Tally()
         invocations_before = dict(r.stack.invocations)
         issuer_mark = len(issuer.requests)
-        aws_0, all_0 = Counter(work.calls), aws.snapshot()
+        aws_0 = Counter(work.calls)
         cpu_0 = (h.cpu_seconds(), h.cpu_seconds(r.moto.pid))
         t0 = time.perf_counter()
         for i in range(recorded):
             post(rec, body(f"job-{i}"), tokens[i])
-        aws_1, all_1 = Counter(work.calls), aws.snapshot()
+        aws_1 = Counter(work.calls)
         units_recorded = {name: table.take() for name, table in units.items()}
         for _ in range(duplicates):
             post(dup, repeat, tokens[0])
-        aws_2, all_2 = Counter(work.calls), aws.snapshot()
+        aws_2 = Counter(work.calls)
         for i in range(recorded, recorded + extra):
             post(more, body(f"job-{i}"), tokens[i])
         window_s = time.perf_counter() - t0
@@ -142,26 +139,18 @@ def callbacks_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any
         aws_4 = Counter(work.calls)
         units_completed = {name: table.take() for name, table in units.items()}
         github_during = len(r.github.requests) - github_mark
-        rows = _count_rows(r.stack.client("dynamodb"), r.stack.function_env["CRCR_RESULTS_TABLE"])
+        rows = len(
+            h.scan(
+                r.stack.client("dynamodb"), TableName=r.stack.function_env["CRCR_RESULTS_TABLE"], ConsistentRead=True
+            )
+        )
         end_off = out.offset()
 
     first, last = _write_units(units_recorded, recorded), _write_units(units_completed, completing)
     latency = {
-        "targets": 1,
-        "level": "L2",
-        "rate_limit_per_min": RATE_PER_MIN,
-        "connection": "a new TCP connection per POST",
         "cold_first_callback": cold.summary(),
-        "recorded": rec.summary()
-        | {
-            "aws_calls": h.calls_per(aws_0, aws_1, recorded, "callback"),
-            "aws_calls_all_functions": h.calls_per(all_0, all_1, recorded, "callback"),
-        },
-        "duplicate": dup.summary()
-        | {
-            "aws_calls": h.calls_per(aws_1, aws_2, duplicates, "callback"),
-            "aws_calls_all_functions": h.calls_per(all_1, all_2, duplicates, "callback"),
-        },
+        "recorded": rec.summary() | {"aws_calls": h.calls_per(aws_0, aws_1, recorded, "callback")},
+        "duplicate": dup.summary() | {"aws_calls": h.calls_per(aws_1, aws_2, duplicates, "callback")},
         "recorded_after_duplicates": more.summary(),
         "completed": {
             "callbacks": completing,
@@ -198,13 +187,3 @@ def callbacks_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any
         },
     }
     return {"callback_latency": latency, "oidc_issuer_requests": requests}
-
-
-def _count_rows(ddb: Any, table: str) -> int:
-    count, kwargs = 0, {"TableName": table, "Select": "COUNT", "ConsistentRead": True}
-    while True:
-        page = ddb.scan(**kwargs)
-        count += int(page["Count"])
-        if "LastEvaluatedKey" not in page:
-            return count
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]

@@ -68,13 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def coldstart_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
     """This checkout's functions, and (with a baseline) the same at that ref."""
-    cold: dict[str, Any] = {"source": measure_source(bench.say, args.coldstart_runs)}
+    cold: dict[str, Any] = {"source": measure_source(bench.out.say, args.coldstart_runs)}
     if ref := args.dispatch_baseline:
         with h.exported(ref) as code:
             if code is None:
                 cold["baseline"] = {"skipped": True, "reason": f"{ref} is not a commit here"}
             else:
-                then = measure_source(bench.say, args.coldstart_runs, code[1], f"baseline {ref}")
+                then = measure_source(bench.out.say, args.coldstart_runs, code[1], f"baseline {ref}")
                 cold["baseline"] = {"ref": ref, "commit": code[0]} | then | {"code": f"git archive {code[0][:12]}"}
     return {"cold_start": cold}
 

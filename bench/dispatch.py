@@ -52,14 +52,11 @@ class Window:
         self.writes: Counter[str] = Counter()
         self.units: Counter[str] = Counter()
         self.units_by_row: Counter[str] = Counter()
-        self.largest_item: dict[str, int] = {}
 
     def add_units(self, taken: dict[str, Any]) -> None:
         self.writes.update(taken["writes"])
         self.units.update(taken["by_destination"])
         self.units_by_row.update(taken["by_row"])
-        for row, size in taken["largest_item_bytes_by_row"].items():
-            self.largest_item[row] = max(self.largest_item.get(row, 0), size)
 
     @contextmanager
     def measure(self, size: int) -> Iterator[None]:
@@ -94,7 +91,6 @@ class Window:
             "write_units_per_dispatch": round(sum(self.units.values()) / n, 3),
             "write_units_per_dispatch_by_destination": per(self.units),
             "write_units_per_dispatch_by_row": per(self.units_by_row),
-            "largest_item_bytes_by_row": dict(sorted(self.largest_item.items())),
         }
 
 
@@ -119,28 +115,22 @@ def _drain(r: h.Relay, window: Window, expected: int, timeout_s: float, units: h
 
 
 def warm_cost(bench: h.Bench, args: argparse.Namespace, level: str) -> dict[str, Any]:
-    """One cold event, then `events` warm ones, each to `targets` repositories (at `level`) over min(targets, 10)
-    installations, each planned and its dispatches handed over before the next, as in steady state."""
+    """One cold event, then warm ones, each planned and its dispatches handed over before the next (steady state)."""
     body, events, targets, timeout_s = h.event_body(), args.dispatch_events, args.dispatch_targets, 120.0
     before = Counter(h.TOTALS)
     start_off = bench.out.offset()
     with h.relay(bench.key, targets, level=level, pollers=None, github="process", as_lambda=True) as r:
-        assert r.moto is not None
         r.post(body)
         r.plan_all(1)
         units = r.units("StateTable")["StateTable"]
         cold = Window(bench.aws)
         cold_handled = _drain(r, cold, targets, timeout_s, units)
         warm = Window(bench.aws)
-        warm_handled, moto_cpu, github_cpu = 0, 0.0, 0.0
+        warm_handled = 0
         for _ in range(events):
             r.post(body)
             r.plan_all(1)
-            moto_before, github_before = h.cpu_seconds(r.moto.pid), h.cpu_seconds(r.github.pid)
             warm_handled += _drain(r, warm, targets, timeout_s, units)
-            moto_cpu += h.cpu_seconds(r.moto.pid) - moto_before
-            github_cpu += h.cpu_seconds(r.github.pid) - github_before
-        call_cpu_ms = _one_call_cpu_ms(r)
         time.sleep(1.0)  # a duplicate, if any, would land now
         seen = r.github.ask()
     return {
@@ -149,14 +139,7 @@ def warm_cost(bench: h.Bench, args: argparse.Namespace, level: str) -> dict[str,
         "installations": min(targets, 10),
         "level": level,
         "cold": cold.report(cold_handled),
-        "warm": warm.report(warm_handled)
-        | {
-            "moto_cpu_ms_per_dispatch": round(moto_cpu * 1000 / max(1, warm_handled), 2),
-            "github_double_cpu_ms_per_dispatch": round(github_cpu * 1000 / max(1, warm_handled), 2),
-        },
-        # What one DynamoDB call costs this process here and now, after the run: the CPU figure above is about that
-        # times the calls, plus the rest of the dispatch.
-        "one_aws_call_cpu_ms": call_cpu_ms,
+        "warm": warm.report(warm_handled),
         "dispatches_landed": seen["dispatches"],
         "dispatches_expected": (1 + events) * targets,
         "duplicates": seen["duplicates"],
@@ -165,18 +148,6 @@ def warm_cost(bench: h.Bench, args: argparse.Namespace, level: str) -> dict[str,
         "relay_metrics": h.metrics_delta(before, ("Dispatch",)),
         "relay_errors": h.errors_in(bench.out.lines_between(start_off)),
     }
-
-
-def _one_call_cpu_ms(r: h.Relay, calls: int = 200) -> float:
-    ddb = h.aws_client("dynamodb")
-    table = r.stack.function_env["CRCR_STATE_TABLE"]
-    key = {"pk": {"S": "BENCH#calibration"}, "sk": {"S": "none"}}
-    for _ in range(20):
-        ddb.get_item(TableName=table, Key=key, ConsistentRead=True)
-    start = time.process_time()
-    for _ in range(calls):
-        ddb.get_item(TableName=table, Key=key, ConsistentRead=True)
-    return round((time.process_time() - start) * 1000 / calls, 3)
 
 
 class Outcomes:
@@ -227,8 +198,7 @@ def _within_budget(times_by_repo: dict[str, list[float]], rates: str) -> dict[st
 
 
 def backlog(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
-    """Events to repositories of one installation each, all planned before the dispatch queue's pollers start (as
-    after an outage or a burst of pushes); then the pollers drain it under the per-installation budget."""
+    """Events all planned before the dispatch queue's pollers start (as after an outage), then drained by them."""
     events, repos, rates = args.dispatch_backlog_events, args.dispatch_backlog_repos, args.dispatch_backlog_rates
     before = Counter(h.TOTALS)
     start_off = bench.out.offset()
@@ -260,7 +230,6 @@ def backlog(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "events": events,
         "repositories": repos,
-        "installations": repos,
         "rates": rates,
         "dispatches_expected": events * repos,
         "dispatches": seen["dispatches"],
@@ -270,8 +239,6 @@ def backlog(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
         "paced_dispatches": len(paced),
         "requeues_per_paced_dispatch": round(reasons.get("paced", 0) / len(paced), 3) if paced else 0.0,
         "requeues_by_reason": dict(reasons),
-        "handler_calls": len(outcomes.rows),
-        "dispatch_invocations": invocations,
         "dispatch_invocations_per_dispatch": round(invocations / landed, 2),
         "sqs_sends_per_dispatch": round(
             sum(v for k, v in outcomes.calls.items() if k.startswith("sqs.Send")) / landed, 2
@@ -290,7 +257,7 @@ def measure(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
     levels = [level.strip() for level in args.dispatch_levels.split(",") if level.strip()]
     result: dict[str, Any] = {}
     for level in levels:
-        bench.say(
+        bench.out.say(
             f"   warm: {args.dispatch_events} events x {args.dispatch_targets} {level} repositories, "
             f"{args.dispatch_repeats} times"
         )
@@ -302,18 +269,16 @@ def measure(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
         )
         run = runs[len(runs) // 2]
         run["repeats_relay_cpu_ms_per_dispatch"] = [r["warm"]["relay_cpu_ms_per_dispatch"] for r in runs]
-        run["repeats_one_aws_call_cpu_ms"] = [r["one_aws_call_cpu_ms"] for r in runs]
         result["warm" if level == levels[0] else f"warm_{level}"] = run
     if args.full:
-        bench.say(f"   backlog: {args.dispatch_backlog_events} events x {args.dispatch_backlog_repos} repositories")
+        bench.out.say(f"   backlog: {args.dispatch_backlog_events} events x {args.dispatch_backlog_repos} repositories")
         result["backlog"] = backlog(bench, args)
     return result
 
 
 def fresh(argv: list[str], code_root: Path | None = None) -> dict[str, Any]:
-    """This section in a process of its own, as a dispatcher runs in a Lambda execution environment of its own (the
-    bench's heap, every earlier section's objects, makes each garbage collection in the window dearer); on another
-    commit's relay code with `code_root`."""
+    """This section in a process of its own, as a dispatcher runs in its own execution environment (the bench's heap
+    makes each garbage collection in the window dearer); on another commit's relay code with `code_root`."""
     with tempfile.TemporaryDirectory(prefix="crcr-bench-dispatch-") as tmp:
         out_file = Path(tmp) / "result.json"
         env = {k: v for k, v in os.environ.items() if k != "CRCR_BENCH_CODE_ROOT"}
@@ -338,7 +303,7 @@ def dispatch_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]
             if code is None:
                 result["baseline"] = {"skipped": True, "reason": f"{args.dispatch_baseline} is not a commit here"}
             else:
-                bench.say(f"   baseline {args.dispatch_baseline} ({code[0][:12]}), in a process of its own")
+                bench.out.say(f"   baseline {args.dispatch_baseline} ({code[0][:12]}), in a process of its own")
                 then = fresh(argv, code[1])
                 result["baseline"] = (
                     then if then.get("skipped") else {"ref": args.dispatch_baseline, "commit": code[0]} | then

@@ -100,16 +100,9 @@ def percentile(values: list[float], q: float) -> float:
 
 def summary_ms(values_s: list[float]) -> dict[str, Any]:
     ms = [v * 1000.0 for v in values_s]
-    if not ms:
-        return {"samples": 0}
-    return {
-        "samples": len(ms),
-        "p50_ms": round(percentile(ms, 50), 2),
-        "p99_ms": round(percentile(ms, 99), 2),
-        "mean_ms": round(statistics.fmean(ms), 2),
-        "min_ms": round(min(ms), 2),
-        "max_ms": round(max(ms), 2),
-    }
+    stats = {"p50": percentile(ms, 50), "p99": percentile(ms, 99), "mean": statistics.fmean(ms)} if ms else {}
+    stats |= {"min": min(ms), "max": max(ms)} if ms else {}
+    return {"samples": len(ms)} | {f"{k}_ms": round(v, 2) for k, v in stats.items()}
 
 
 def metrics_delta(before: Counter[str], prefixes: tuple[str, ...] = ("",)) -> dict[str, int]:
@@ -198,6 +191,21 @@ def most_in_any(times: list[float], window_s: float) -> int:
     return best
 
 
+def scan(ddb: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    """Every item a Scan returns, page after page."""
+    return [item for page in ddb.get_paginator("scan").paginate(**kwargs) for item in page["Items"]]
+
+
+def queue_depth(sqs: Any, url: str) -> int:
+    """Messages waiting, delayed or in flight on a queue."""
+    names = [
+        "ApproximateNumberOfMessages",
+        "ApproximateNumberOfMessagesNotVisible",
+        "ApproximateNumberOfMessagesDelayed",
+    ]
+    return sum(int(v) for v in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"].values())
+
+
 def upstream_writes(double: GitHubDouble, path: str = "") -> list[RecordedRequest]:
     """Content-creating requests (POST, PATCH) on the upstream repository, under `path` if given."""
     prefix = f"/repos/{UPSTREAM}/{path}"
@@ -240,10 +248,7 @@ class AwsCalls:
 
     def of_threads(self, threads: list[threading.Thread]) -> Counter[str]:
         with self._lock:
-            out: Counter[str] = Counter()
-            for thread in threads:
-                out.update(self.by_thread.get(thread, Counter()))
-            return out
+            return sum((self.by_thread.get(thread, Counter()) for thread in threads), Counter())
 
     def snapshot(self) -> Counter[str]:
         with self._lock:
@@ -264,8 +269,7 @@ def on_every_call(hook: Callable[..., None], event: str = "before-call") -> Call
 
 class FunctionWork:
     """One function's invocations on a stack, the records they were handed, and the CPU and AWS calls of the threads
-    that ran them: the invoking thread and the batch's worker threads it keeps (`crcr.sqs_batch`: each invoking
-    thread has its own pool). Read per thread, so what the stack's other functions do meanwhile is not counted."""
+    that ran them (the invoking thread and its `crcr.sqs_batch` workers), not what other functions do meanwhile."""
 
     def __init__(self, stack: LocalStack, function: str, aws: AwsCalls) -> None:
         self.invocations = self.records = 0
@@ -365,10 +369,6 @@ class Bench:
     aws: AwsCalls
     out: OutputCapture
 
-    @property
-    def say(self) -> Callable[[str], None]:
-        return self.out.say
-
 
 # ------------------------------------------------------------------------------------------------ processes
 @dataclass(frozen=True)
@@ -403,9 +403,8 @@ def free_port() -> int:
 
 
 class MotoProcess:
-    """bench/soak_moto.py in a process of its own, one per stack: moto's CPU stays out of the relay's GIL, each stack
-    starts with empty tables and queues, and its own queue URLs (the port is in them), so a poller left over from an
-    earlier stack can never reach a later one. It counts every call it serves by caller (`calls`)."""
+    """bench/soak_moto.py in a process of its own, one per stack: moto's CPU stays out of the relay's GIL, and a stack's
+    queue URLs (the port is in them) are its own, so a poller left over can never reach the next stack."""
 
     def __init__(self) -> None:
         self.port = free_port()
@@ -524,12 +523,6 @@ class QuietStack(LocalStack):
                 self._threads.append(thread)
 
 
-def target_repos(n: int, installations: int) -> list[tuple[str, int]]:
-    """n repositories spread round-robin over `installations` orgs (one App installation per org)."""
-    k = max(1, min(n, installations))
-    return [(f"bench-org-{i % k}/repo-{i}", 7000 + i % k) for i in range(n)]
-
-
 def report_body(ticket: str, repo: str, job: str, run_id: int, status: str, conclusion: str | None) -> dict[str, Any]:
     """A downstream job's report (POST /callback), as the report action sends it."""
     body: dict[str, Any] = {
@@ -574,8 +567,7 @@ class Relay:
 
     # -- requests ---------------------------------------------------------------------------------------
     def post(self, body: bytes, event: str = "pull_request", *, keep_alive: bool = False) -> tuple[int, float, str]:
-        """One signed webhook, over a new connection unless `keep_alive` (as GitHub delivers them):
-        (status, round trip seconds, delivery id)."""
+        """One signed webhook, as GitHub delivers it: (status, round trip seconds, delivery id)."""
         delivery = str(uuid.uuid4())
         body = distinct(body, delivery)
         headers = {
@@ -653,16 +645,7 @@ class Relay:
         ]
 
     def queue_depth(self, logical: str) -> int:
-        """Messages waiting, delayed or in flight on one of the stack's queues."""
-        attrs = self.stack.client("sqs").get_queue_attributes(
-            QueueUrl=self.stack.queue_urls[logical],
-            AttributeNames=[
-                "ApproximateNumberOfMessages",
-                "ApproximateNumberOfMessagesNotVisible",
-                "ApproximateNumberOfMessagesDelayed",
-            ],
-        )["Attributes"]
-        return sum(int(v) for v in attrs.values())
+        return queue_depth(self.stack.client("sqs"), self.stack.queue_urls[logical])
 
     def wait_idle(self, timeout_s: float, queue: str = "ChecksQueue") -> bool:
         """Until the queue's function has nothing left: the queue empty twice in a row, a second apart."""
@@ -724,8 +707,7 @@ class Relay:
                 done += len(messages)
 
     def close(self) -> None:
-        """Stop the stack, then its moto, so a poller still inside an invocation (LocalStack.stop joins each for 5 s)
-        fails fast instead of reaching the next run; wait for it to be gone."""
+        """Stop the stack, then its moto, so a poller still inside an invocation fails fast; wait for it to be gone."""
         if self._conn is not None:
             self._conn.close()
         start = time.perf_counter()
@@ -777,14 +759,14 @@ def relay(
     as_lambda: bool = False,
     env: dict[str, str] | None = None,
 ) -> Iterator[Relay]:
-    """A fresh local stack, moto process and GitHub double, `targets` repositories installed and allowlisted at
-    `level` (or the `allowlist` file's text). `pollers` per queue, or None for none at all; the GitHub double "here",
-    in a "process" of its own, or None; `oidc`: an issuer double as the relay's; `as_lambda`: metrics (EMF lines) and
-    INFO logs as in Lambda, into the capture file; `own_moto` False: the stack's own moto, in its process."""
+    """A fresh stack, moto process and GitHub double ("here", in a "process" of its own, or None), `targets` repos
+    allowlisted at `level` (or the `allowlist` text); `pollers` per queue, or None for none at all; `as_lambda`:
+    metrics (EMF lines) and INFO logs, into the capture file; `own_moto` False: the stack's own moto, in-process."""
     with contextlib.ExitStack() as hold:
         workdir = Path(hold.enter_context(tempfile.TemporaryDirectory(prefix="crcr-bench-")))
         moto = hold.enter_context(MotoProcess()) if own_moto else None
-        repos = target_repos(targets, installations)
+        k = max(1, min(targets, installations))  # round-robin over k installations, one org each
+        repos = [(f"bench-org-{i % k}/repo-{i}", 7000 + i % k) for i in range(targets)]
         installs = [(repo, inst, REPO_ID_BASE + i) for i, (repo, inst) in enumerate(repos)]
         double: Any = None
         if github == "process":
@@ -811,8 +793,7 @@ def relay(
                 "CRCR_ALLOWLIST": str(workdir / "allowlist.yaml"),
                 "CRCR_GITHUB_API_URL": "http://127.0.0.1:9",
             }
-        if moto is not None:
-            config["AWS_ENDPOINT_URL"] = moto.url
+        config |= {"AWS_ENDPOINT_URL": moto.url} if moto is not None else {}
         issuer = hold.enter_context(OidcIssuer()) if oidc else None
         if issuer is not None:
             config |= {"CRCR_OIDC_ISSUER": issuer.url, "CRCR_OIDC_AUDIENCE": AUDIENCE}
@@ -820,13 +801,7 @@ def relay(
             config |= {"POWERTOOLS_METRICS_DISABLED": "false", "POWERTOOLS_LOG_LEVEL": "INFO"}
         config |= env or {}
         kind = QuietStack if pollers is None else LocalStack
-        stack = kind(port=0, env=config, pollers_per_queue=pollers or 0, root=CODE_ROOT)
-        try:
-            stack.start()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                stack.stop()
-            raise
+        stack = kind(port=0, env=config, pollers_per_queue=pollers or 0, root=CODE_ROOT).start()  # stops if it fails
         the_relay = Relay(stack, double, moto, [r for r, _ in repos], issuer)
         level_before = logger.log_level
         if as_lambda:

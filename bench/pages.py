@@ -132,8 +132,7 @@ def seed(days: int, load: int, say: Callable[[str], None]) -> tuple[MemoryDocs, 
 
 
 def measure(browser: Any, served: Any, path: str, runs: int) -> dict[str, Any]:
-    """Bytes fetched (bodies as served, first visit with an empty cache and again warm) and the time from navigation
-    to the rendered page (`body[data-ready]`), median of `runs` fresh pages."""
+    """Bytes fetched (first visit, then warm) and the time to a rendered page (`body[data-ready]`), median of `runs`."""
     times: list[float] = []
     cold_bytes = warm_bytes = 0
     docs_bytes = 0
@@ -173,7 +172,7 @@ def pages_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
     """Documents seeded for N days of 1,000 PR events a day (x the load) x 10 downstreams x 5 jobs by the relay's own
     code, served by HudFunction's handler; the overview and a PR page loaded in headless Chromium."""
     days, loads = [int(d) for d in args.pages_days.split(",")], [int(x) for x in args.pages_loads.split(",")]
-    runs, say = args.pages_runs, bench.say
+    runs, say = args.pages_runs, bench.out.say
     out: dict[str, Any] = {"days_held": days, "loads": loads, "method": pages_section.__doc__}
     with headless() as browser:
         for load in loads:
@@ -189,16 +188,4 @@ def pages_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
                     f"PR page {pr_page['bytes_documents']:,} B ({pr_page['bytes_first_visit']:,} B), "
                     f"ready in {pr_page['ready_ms_p50']} ms"
                 )
-    # Flat in the days held: the documents fetched are the same size whatever the days (bytes exactly; times within
-    # noise), at each load.
-    out["flat_in_days"] = {
-        f"{load}x": {
-            page: {
-                "bytes_documents": [out[f"{load}x_{d}d"][page]["bytes_documents"] for d in days],
-                "ready_ms_p50": [out[f"{load}x_{d}d"][page]["ready_ms_p50"] for d in days],
-            }
-            for page in ("overview", "pr")
-        }
-        for load in loads
-    }
     return {"hud_pages": out}

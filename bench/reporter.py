@@ -22,11 +22,6 @@ JOB_NAMES = ("build", "test")
 FAILURE_RATE = 0.15
 START_TIMEOUT_S, RUN_TIMEOUT_S = 3600, 43_200  # template defaults: when the sweeper steps in
 COMMIT_SPACING_S = 90.0
-# What a repository's cell shows when its jobs disagree, worst first: written out here, not imported, so the check
-# below is independent of the code it checks.
-WORST_FIRST = ("failure", "timed_out", "cancelled", "action_required", "running", "success", "neutral", "skipped")
-PASSED = ("success", "neutral", "skipped")
-FAILED = ("failure", "timed_out", "cancelled", "action_required")
 # Relay configuration each setting leaves out, so that only the HUD summaries differ between them.
 OFF_IN_BOTH = ("CRCR_HUD_URL", "CRCR_CHECKS_QUEUE_URL", "CRCR_GITHUB_APP_ID")
 # The repositories the bench reports for, listed as the stack's settings check requires an allowlist.
@@ -71,11 +66,9 @@ def _payload(status: str, conclusion: str | None, job: str, run_id: int, rng: ra
 
 
 def job_changes(commits: int, repos: int, *, seed: int = SEED, start: float | None = None) -> list[Change]:
-    """`commits` upstream commits (three in four from pull requests, two commits per PR; the rest pushes) x `repos`
-    repositories x 1 or 2 jobs, each `in_progress` then `completed` (about one in seven fails). A failed job on every
-    third commit is re-run (attempt 2, which passes); on every eleventh the first repository's first job never
-    finishes (the sweeper times it out); on every thirteenth the last repository never starts a job (the sweeper
-    writes the dispatch's timed_out row). Ordered by when each would be written, so the commits' jobs interleave."""
+    """`commits` commits (three in four of PRs, two commits per PR) x `repos` repositories x 1 or 2 jobs, each
+    `in_progress` then `completed` (about one in seven fails); re-runs, sweeps and dispatches with no job on every
+    third, eleventh and thirteenth commit; ordered by when each would be written, so the commits interleave."""
     rng = random.Random(seed)
     t0 = float(int(start if start is not None else time.time() - 2 * 86_400))
     changes: list[Change] = []
@@ -148,9 +141,8 @@ def _one_job(
 
 
 class Retries:
-    """Lambda's stream retries, drawn: after a batch, the stream may deliver it again from one of its records on (a
-    batch item failure, or a time-out), at the head of the next batch, so that about `redelivered` of the records
-    arrive twice."""
+    """Lambda's stream retries, drawn: a batch delivered again from one of its records on, at the head of the next
+    batch (after a batch item failure or a time-out), so that about `redelivered` of the records arrive twice."""
 
     def __init__(self, redelivered: float, *, seed: int = RETRY_SEED) -> None:
         self._rng = random.Random(seed)
@@ -167,43 +159,6 @@ class Retries:
 # ------------------------------------------------------------------------------------------------ the checks
 def _final(changes: list[Change]) -> dict[tuple[str, int, int, str], Any]:
     return {_item_key(ch.new): ch.new for ch in changes}
-
-
-def _shown(job: Any) -> str:
-    if job.state in ("in_progress", "timed_out"):
-        return "running" if job.state == "in_progress" else "timed_out"
-    return job.conclusion or "failure"
-
-
-def expected_cells(changes: list[Change], verdicts: dict[str, str | None]) -> dict[str, dict[str, dict[str, Any]]]:
-    """Per commit, per repository: the cell the final fed states call for (newest attempt of each job; a dispatch's
-    no-job row only while none of its jobs reported), with the verdicts of its failed newest attempts."""
-    newest: dict[tuple[str, str, str, str], Any] = {}
-    for job in _final(changes).values():
-        group = (job.head_sha, job.repo, job.delivery_id, job.job_name)
-        if group not in newest or job.run_attempt > newest[group].run_attempt:
-            newest[group] = job
-    started = {(j.head_sha, j.repo, j.delivery_id) for j in newest.values() if j.job_name}
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for job in newest.values():
-        if not job.job_name and (job.head_sha, job.repo, job.delivery_id) in started:
-            continue
-        cell = out.setdefault(job.head_sha, {}).setdefault(job.repo, {"states": [], "level": job.level, "v": set()})
-        cell["states"].append(_shown(job))
-        if _shown(job) in FAILED and verdicts.get(h.summaries.job_key(job)):
-            cell["v"].add(verdicts[h.summaries.job_key(job)])
-    for repos in out.values():
-        for repo, cell in repos.items():
-            states = cell.pop("states")
-            repos[repo] = {
-                "state": min(states, key=WORST_FIRST.index),
-                "level": cell["level"],
-                "jobs": len(states),
-                "passed": sum(s in PASSED for s in states),
-                "failed": sum(s in FAILED for s in states),
-                "running": states.count("running"),
-            } | ({"verdicts": sorted(cell["v"])} if cell["v"] else {})
-    return out
 
 
 def _failed(job: Any) -> bool:
@@ -236,11 +191,7 @@ def expected_verdicts(changes: list[Change]) -> dict[str, str | None]:
 
 def verify_verdicts(ddb: Any, table: str, expected: dict[str, str | None]) -> dict[str, Any]:
     """The setting's results table ends with the verdicts the fed changes call for, on every row."""
-    rows = {
-        h.summaries.job_key(job): job.verdict
-        for page in ddb.get_paginator("scan").paginate(TableName=table)
-        for job in map(h.from_item, page.get("Items") or [])
-    }
+    rows = {h.summaries.job_key(job): job.verdict for job in map(h.from_item, h.scan(ddb, TableName=table))}
     problems = [f"{k}: verdict {rows.get(k)!r} != {want!r}" for k, want in expected.items() if rows.get(k) != want]
     if extra := set(rows) - set(expected):
         problems.append(f"{len(extra)} rows never fed")
@@ -249,50 +200,24 @@ def verify_verdicts(ddb: Any, table: str, expected: dict[str, str | None]) -> di
 
 
 def verify_documents(docs: Any, changes: list[Change]) -> dict[str, Any]:
-    """The index lists every commit with the cells the fed states call for; each commit document holds every job
-    attempt at its final version, with the verdict its row ends with; each PR document lists its commits."""
+    """The index lists every commit fed and no other; each commit document holds every job attempt at its final
+    version, with the verdict its row ends with (the cells those make are the summaries' own, unit-tested)."""
     verdicts = expected_verdicts(changes)
-    expected = expected_cells(changes, verdicts)
-    index, _ = docs.get("index.json")
-    listed = {c.get("sha"): c for c in (index or {}).get("commits", [])}
-    problems: list[str] = []
-    for sha, cells in expected.items():
-        got = listed.get(sha)
-        if got is None or got.get("repos") != cells:
-            problems.append(
-                f"index: commit {sha[:8]} " + ("missing" if got is None else f"{got.get('repos')} != {cells}")
-            )
-    if extra := set(listed) - set(expected):
-        problems.append(f"index: {len(extra)} commits never fed")
     versions: dict[str, dict[str, int]] = {}
-    prs: dict[int, set[str]] = {}
     for job in _final(changes).values():
         versions.setdefault(job.head_sha, {})[h.summaries.job_key(job)] = job.version
-        if job.pr is not None:
-            prs.setdefault(job.pr, set()).add(job.head_sha)
-    verdicts_matching = 0
+    index, _ = docs.get("index.json")
+    listed = {c.get("sha") for c in (index or {}).get("commits", [])}
+    problems = [f"index lists {len(listed)} commits, {len(versions)} fed"] if listed != set(versions) else []
+    matching = 0
     for sha, want in versions.items():
-        doc, _ = docs.get(f"commit/{sha}.json")
-        jobs = (doc or {}).get("jobs") or {}
-        if (got := {k: e.get("version") for k, e in jobs.items()}) != want:
-            problems.append(f"commit/{sha[:8]}: job versions {got} != fed {want}")
-        got_verdicts, want_verdicts = {k: e.get("verdict") for k, e in jobs.items()}, {k: verdicts[k] for k in want}
-        verdicts_matching += got_verdicts == want_verdicts
-        if got_verdicts != want_verdicts:
-            problems.append(f"commit/{sha[:8]}: verdicts {got_verdicts} != recorded {want_verdicts}")
-    for pr, shas in prs.items():
-        doc, _ = docs.get(f"pr/{pr}.json")
-        if (got_shas := {c.get("sha") for c in (doc or {}).get("commits", [])}) != shas:
-            problems.append(f"pr/{pr}: commits {sorted(got_shas)} != fed {sorted(shas)}")
-    return {
-        "ok": not problems,
-        "commits_expected": len(expected),
-        "commits_matching": sum(1 for sha, cells in expected.items() if (listed.get(sha) or {}).get("repos") == cells),
-        "commit_documents": len(versions),
-        "commit_documents_with_the_verdicts": verdicts_matching,
-        "pr_documents": len(prs),
-        "problems": problems[:5],
-    }
+        jobs = (docs.get(f"commit/{sha}.json")[0] or {}).get("jobs") or {}
+        got = {k: (e.get("version"), e.get("verdict")) for k, e in jobs.items()}
+        if got == {k: (version, verdicts[k]) for k, version in want.items()}:
+            matching += 1
+        else:
+            problems.append(f"commit/{sha[:8]}: jobs (version, verdict) {got}, fed {want}")
+    return {"ok": not problems, "commit_documents": len(versions), "matching": matching, "problems": problems[:5]}
 
 
 # ------------------------------------------------------------------------------------------------ measuring
@@ -324,8 +249,7 @@ def _delta(after: Counter[str], before: Counter[str]) -> Counter[str]:
 
 
 def deliver(setting: Setting, r: h.Relay, batch: list[dict[str, Any]], bench: h.Bench) -> None:
-    """One stream batch to the real handler with this setting's dependencies; the tallies' snapshots stay outside
-    the timed window."""
+    """One stream batch to the real handler with this setting's dependencies; the tallies stay outside the window."""
     handler, event, context = r.stack.handlers[FUNCTION], {"Records": batch}, h.Context(FUNCTION, 60)
     calls, metrics = bench.aws.snapshot(), Counter(h.TOTALS)
     moto_before = h.cpu_seconds(r.moto.pid)
@@ -345,10 +269,8 @@ def deliver(setting: Setting, r: h.Relay, batch: list[dict[str, Any]], bench: h.
 
 
 def build_setting(r: h.Relay, name: str, bucket: str | None, *, health: bool = False) -> Setting:
-    """The reporter's dependencies as its composition root builds them from the function's environment, with its own
-    results table and the HUD bucket given (summaries on) or left out (off); HUD push and check runs off in every
-    setting. `health`: keep the repository pages' health refresh (SummaryDeps.health), timed; otherwise it is taken
-    out, so `on` measures the documents alone."""
+    """The reporter's dependencies as its composition root builds them, with its own results table, the HUD bucket
+    or none, HUD push and check runs off; the health refresh timed with `health`, else taken out."""
     table, reader = r.results_copy(name)
     env = {k: v for k, v in r.stack.function_env.items() if k not in (*OFF_IN_BOTH, "CRCR_HUD_BUCKET")}
     env["CRCR_RESULTS_TABLE"] = table
@@ -458,17 +380,15 @@ def health_adds(with_health: dict[str, Any], without: dict[str, Any], changes: l
 
 
 class Feed:
-    """The settings' streams side by side. The bench writes each change to every setting's table (as the callback
-    function would, unmeasured) just before the reporter reads it; what the reporter writes back (the verdicts) lands
-    in its stream after the records it was handling, as in DynamoDB. The settings differ only in the summaries, never
-    in the verdicts, so their streams hold the same records in the same order, and one `read` serves them all."""
+    """The settings' streams side by side: each change written to every setting's table (unmeasured) just before the
+    reporter reads it, the verdicts it writes back coming after; the settings differ only in the summaries, never in
+    the verdicts, so their streams hold the same records in the same order, and one `read` serves them all."""
 
     def __init__(self, ddb: Any, settings: list[Setting]) -> None:
         self._ddb = ddb
         self._settings = settings
         self.read = 0
         self.write_backs = 0
-        self.write_backs_by_verdict: Counter[str] = Counter()
 
     @property
     def length(self) -> int:
@@ -485,10 +405,7 @@ class Feed:
 
     def collect(self) -> None:
         """The records the handler calls just made (the reporter's own writes)."""
-        for record in self._take():
-            self.write_backs += 1
-            verdict = (record["dynamodb"].get("NewImage") or {}).get("verdict", {}).get("S")
-            self.write_backs_by_verdict[verdict or "none"] += 1
+        self.write_backs += len(self._take())
 
     def _take(self) -> list[dict[str, Any]]:
         start = self.length
@@ -524,7 +441,7 @@ def reporter_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]
             build_setting(r, "on", bucket),
             build_setting(r, "on_health", f"{bucket}-health", health=True),
         ]
-        bench.say(
+        bench.out.say(
             f"   {len(changes)} changes ({args.reporter_redelivered:.0%} of the stream's records delivered twice) in "
             f"batches of {batch_size}, each batch to: {', '.join(s.name for s in settings)}"
         )
@@ -558,19 +475,12 @@ def reporter_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]
                 "seed": SEED,
                 "retry_seed": RETRY_SEED,
                 "commits": args.reporter_commits,
-                "pull_request_commits": len({c.new.head_sha for c in changes if c.new.pr is not None}),
-                "pull_requests": len({c.new.pr for c in changes if c.new.pr is not None}),
                 "repositories": args.reporter_repos,
-                "job_attempts": len({_item_key(c.new) for c in changes}),
-                "reruns": len({_item_key(c.new) for c in changes if c.new.run_attempt > 1}),
                 "changes": len(changes),
                 "changes_by_kind": dict(sorted(Counter(c.kind for c in changes).items())),
                 "batch_size": batch_size,
-                "warmup_changes": len(warmup),
                 "stream_records": feed.length - measured_from,
                 "verdict_write_backs": feed.write_backs,
-                "write_backs_by_verdict": dict(sorted(feed.write_backs_by_verdict.items())),
-                "deliveries": delivered,
                 "redelivered": delivered - (feed.length - measured_from),
                 "batches": len(settings[0].batch_ms),
             }

@@ -1,7 +1,4 @@
-"""`make bench`: runs the sections on the harness, writes their figures as JSON and prints a one-screen summary.
-
-.venv/bin/python bench/run.py --out bench/results.json [--full] [--only SECTION,...] [--skip SECTION,...]
-"""
+"""`make bench`: runs the sections on the harness, writes their figures as JSON and prints a one-screen summary."""
 
 from __future__ import annotations
 
@@ -30,24 +27,14 @@ from harness import ROOT, AppKey, AwsCalls, Bench, OutputCapture, git_info, log_
 SECTIONS = [
     ("ingest", "1. ingest acknowledgement latency", ingest.ingest_section, False),
     ("throughput", "2+3. GitHub requests per dispatch and throughput", ingest.throughput_section, False),
-    ("callbacks", "4. callbacks and OIDC verification", callbacks.callbacks_section, False),
+    ("callbacks", "4. callbacks and the issuer's key set", callbacks.callbacks_section, False),
     ("checkruns", "6. upstream check-run writes per event, per_job against per_repo", checks.checkruns_section, False),
     ("checkbudget", "9. check-run writes an hour on a simulated day", checkbudget.checkbudget_section, True),
-    ("comment", "8. the PR comment: upstream writes per event, off against on", checks.comment_section, False),
-    (
-        "reporter",
-        "7. reporter cost per recorded change, HUD summaries off against on",
-        reporter.reporter_section,
-        False,
-    ),
-    (
-        "dispatch",
-        "10. the dispatcher: AWS calls, CPU and write units per warm dispatch",
-        dispatch.dispatch_section,
-        False,
-    ),
+    ("comment", "8. the PR comment's and ChecksFunction's cost", checks.comment_section, False),
+    ("reporter", "7. reporter cost per recorded change", reporter.reporter_section, False),
+    ("dispatch", "10. the dispatcher's cost per warm dispatch", dispatch.dispatch_section, False),
     ("pages", "11. HUD pages at PyTorch's scale", pages.pages_section, False),
-    ("coldstart", "5. cold starts: import and first build of each function", coldstart.coldstart_section, False),
+    ("coldstart", "5. cold starts of each function", coldstart.coldstart_section, False),
 ]
 NAMES = [name for name, _, _, _ in SECTIONS]
 

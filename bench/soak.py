@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
+import itertools
 import json
 import os
 import random
@@ -56,9 +57,11 @@ WINDOW_AT, WINDOW_MAX, WINDOW_RATE = 0.2, 40, 4.0
 KILL_AT = (0.4, 0.7)
 CALLBACK_WORKERS = 8
 DUPLICATE_SHARE, OUT_OF_ORDER_SHARE, FAILURE_SHARE = 0.05, 0.05, 0.10
+MARKS = ("start", "fed", "settled", "reported", "drained")  # the phases between them: PHASES
+PHASES = ("feed", "settle", "callbacks", "reporter_drain")
 POLL_S = 1.0  # how often the soak looks whether the relay has settled or the reporter drained
-POLLING = {"SQS.ReceiveMessage", "DynamoDBStreams.GetRecords", "DynamoDBStreams.DescribeStream"} | {
-    "DynamoDBStreams.GetShardIterator"
+POLLING = {"SQS.ReceiveMessage"} | {
+    f"DynamoDBStreams.{op}" for op in ("GetRecords", "DescribeStream", "GetShardIterator")
 }
 
 
@@ -73,10 +76,6 @@ def aws(service: str, endpoint: str) -> Any:
         service, endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
         aws_secret_access_key="testing", config=config,
     )  # fmt: skip
-
-
-def scan(ddb: Any, **kwargs: Any) -> list[dict[str, Any]]:
-    return [item for page in ddb.get_paginator("scan").paginate(**kwargs) for item in page["Items"]]
 
 
 # ------------------------------------------------------------------------------------------------ the relay
@@ -298,15 +297,7 @@ class Soak:
         return self.queue_urls[logical]
 
     def depth(self, *logicals: str) -> int:
-        names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
-        names.append("ApproximateNumberOfMessagesDelayed")
-        return sum(
-            int(v)
-            for logical in logicals
-            for v in self.sqs.get_queue_attributes(QueueUrl=self.queue_url(logical), AttributeNames=names)[
-                "Attributes"
-            ].values()
-        )
+        return sum(h.queue_depth(self.sqs, self.queue_url(logical)) for logical in logicals)
 
     def monitor(self) -> None:
         ticks = 0
@@ -372,7 +363,7 @@ class Soak:
         # The (delivery, repository) rows the killed process had claimed: a 204 GitHub gave it may be unrecorded.
         sending = {
             (i["pk"]["S"].removeprefix("DLV#"), i["sk"]["S"].removeprefix("DSP#"))
-            for i in scan(
+            for i in h.scan(
                 self.ddb,
                 TableName="crcr-local-StateTable",
                 FilterExpression="begins_with(sk, :dsp) AND #s = :sending",
@@ -509,7 +500,6 @@ def duplicates(soak: Soak) -> list[dict[str, Any]]:
     for rec in soak.dispatch_requests():
         if rec.accepted:
             by_pair.setdefault((_delivery(rec), _repo(rec)), []).append(rec)
-    start = soak.phases.get("start_wall", 0.0)
     out = []
     for pair, recs in sorted(by_pair.items()):
         causes = [_cause(soak, pair, earlier) for earlier in recs[:-1]]
@@ -519,12 +509,6 @@ def duplicates(soak: Soak) -> list[dict[str, Any]]:
             "delivery_id": pair[0],
             "repo": pair[1],
             "accepted": len(recs),
-            # Each accepted request: when it came (s into the run), what GitHub answered and how long it took.
-            "requests": [
-                {"at_s": round(r.time - start, 3), "status": r.status, "fault": r.fault,
-                 "answered_after_s": round(r.answered_at - r.time, 3) if r.answered_at else None}
-                for r in recs
-            ],
             "causes": causes,
             "explained": not any(c.startswith("unexplained") for c in causes),
             "run_name_carries_id": carries_id(pair[1]),
@@ -550,7 +534,7 @@ def results_recorded(soak: Soak, jobs: list[Job]) -> tuple[int, list[str]]:
     job's row; an in_progress one as the row's start, or (sent after the completion) as a no-op by the contract."""
     rows = {
         (item["delivery_id"]["S"], item["repo"]["S"].lower()): item
-        for item in scan(soak.ddb, TableName="crcr-local-ResultsTable", ConsistentRead=True)
+        for item in h.scan(soak.ddb, TableName="crcr-local-ResultsTable", ConsistentRead=True)
         if item.get("job_name", {}).get("S") == "build"
     }
     recorded, problems = 0, []
@@ -582,11 +566,9 @@ def per(calls: Counter[str], n: int) -> dict[str, Any]:
 
 
 def window_report(soak: Soak) -> list[dict[str, Any]]:
-    """Every event with a failed delivery, the dead window's and any other (a redelivery that reached a relay being
+    """Every event with a failed delivery (the dead window's, and any other: a redelivery that reached a relay being
     restarted, an answer later than GitHub's 10 s): its attempts, the reconciler's asks, and whether every target was
-    first dispatched after the first redelivery the reconciler asked for, one of which was answered 2xx. An attempt
-    that failed only at GitHub's end may have been queued all the same, and be dispatched without a redelivery: the
-    others are held to being dispatched, the window's to the reconciler."""
+    first dispatched after a redelivery the reconciler asked for (the window's must be; the others, dispatched)."""
     failed = {d.guid for d in soak.gh.hook_deliveries if not d.ok}
     asked = Counter(r.path.split("/")[4] for r in soak.gh.requests if r.path.endswith("/attempts") and r.accepted)
     first_dispatch: dict[tuple[str, str], float] = {}
@@ -634,16 +616,7 @@ def build_report(soak: Soak, args: argparse.Namespace, cb: dict[str, Any], hud: 
         for letter in h.list_dead_letters(soak.sqs, soak.queue_url(dlq), limit=1000)
     ]
     return {
-        "config": {k: v for k, v in vars(args).items() if k != "out"}
-        | {
-            "level": "L2",
-            "pushes_every": PUSH_EVERY,
-            "kills": len(KILL_AT),
-            "kills_at": list(KILL_AT),
-            "window": {"events": window_size(args.events), "per_s": WINDOW_RATE, "at": WINDOW_AT},
-            "faults": {"502": FAULT_502, "429": FAULT_429, "secondary_403": FAULT_403, "hang_s": HANG_S},
-            "callbacks": {"twice": DUPLICATE_SHARE, "out_of_order": OUT_OF_ORDER_SHARE, "failures": FAILURE_SHARE},
-        },
+        "config": {k: v for k, v in vars(args).items() if k != "out"} | {"level": "L2", "kills": len(KILL_AT)},
         "expected": len(expected),
         "delivered": delivered,
         "duplicates": dups,
@@ -667,17 +640,14 @@ def build_report(soak: Soak, args: argparse.Namespace, cb: dict[str, Any], hud: 
         "results_problems": problems,
         "callbacks": {"posts": posts, "answers": dict(cb["answers"].most_common())},
         "hud_rows": len(hud.rows),
-        "hud_pushes": len(hud.pushes),
         "hud_refused": len(hud.refused),
         # Every push as PyTorch's HUD (the port, write-once after completion) answered it: 409 is a duplicate.
         "hud_answers": dict(sorted(Counter(str(status) for status, _ in hud.attempts).items())),
-        "hud_duplicates": len(hud.duplicates),
         "window": window_report(soak),
         "webhook_window_events": len(soak.window),
         "reconciler": {
             "redeliveries_asked": sum(1 for r in requests if r.path.endswith("/attempts")),
             "redeliveries_accepted": sum(1 for r in requests if r.path.endswith("/attempts") and r.accepted),
-            "delivery_list_pages": sum(1 for r in requests if r.path == "/app/hook/deliveries"),
         },
         "kills": [{k: v for k, v in kill.items() if k not in ("sending", "killed_at")} for kill in soak.kills],
         "github": {
@@ -692,24 +662,10 @@ def build_report(soak: Soak, args: argparse.Namespace, cb: dict[str, Any], hud: 
             "callback_phase_per_report": per(callback_calls, posts),
         },
         "moto_cpu_s": round(h.cpu_seconds(soak.moto.pid), 1),
-        "aws_calls_per_dispatch": per(dispatch_calls, delivered)["per_unit"],
         "relay_cpu_ms_per_dispatch": round(1000 * (cpu["settled"]["relay"] - cpu["start"]["relay"]) / len(expected), 2),
-        "cpu_s_by_phase": {
-            phase: {who: round(cpu[end][who] - cpu[begin][who], 1) for who in ("relay", "moto", "soak")}
-            for phase, begin, end in (
-                ("feed_and_settle", "start", "settled"),
-                ("callbacks", "settled", "reported"),
-                ("reporter_drain", "reported", "drained"),
-            )
-        },
         "phases_s": {
             name: round(marks[end] - marks[begin], 1)
-            for name, begin, end in (
-                ("feed", "start", "fed"),
-                ("settle", "fed", "settled"),
-                ("callbacks", "settled", "reported"),
-                ("reporter_drain", "reported", "drained"),
-            )
+            for name, (begin, end) in zip(PHASES, itertools.pairwise(MARKS), strict=True)
         },
         "relay_log": h.log_summary(soak.relay.log_lines()),
     }
@@ -750,7 +706,7 @@ def print_table(r: dict[str, Any]) -> None:
     pairs, unexplained = len(r["duplicates"]), r["unexplained_duplicates"]
     window = [w for w in r["window"] if w["cause"] == "webhook window"]
     others = [w for w in r["window"] if w["cause"] != "webhook window"]
-    kinds, m = r["duplicates_by_kind"], r["machine"]
+    kinds = r["duplicates_by_kind"]
     rows = [
         ("expected dispatches", r["expected"]),
         ("delivered", r["delivered"]),
@@ -777,8 +733,6 @@ def print_table(r: dict[str, Any]) -> None:
         ],
         ("phases s (feed, settle, callbacks, drain)", ", ".join(str(v) for v in r["phases_s"].values())),
         ("wall time s", r["duration_s"]),
-        ("machine", f"{m['cpu_count']} cores ({m['cpu_model']}), load {m['load_average_at_start'][0]} -> "
-                    f"{m['load_average_at_end'][0]}, Python {m['python']}, {m['platform']}"),
         ("verdict", r["verdict"]),
     ]  # fmt: skip
     width = max(len(k) for k, _ in rows)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,15 +26,9 @@ def shape_of(props: dict[str, Any]) -> TableShape:
     """A table's keys and global secondary indexes, from its template.yaml resource's properties."""
     indexes = []
     for gsi in props.get("GlobalSecondaryIndexes") or []:
-        projection = gsi.get("Projection") or {}
-        indexes.append(
-            Index(
-                gsi["IndexName"],
-                tuple(k["AttributeName"] for k in gsi["KeySchema"]),
-                projection.get("ProjectionType", "ALL"),
-                tuple(projection.get("NonKeyAttributes") or ()),
-            )
-        )
+        keys, projection = tuple(k["AttributeName"] for k in gsi["KeySchema"]), gsi.get("Projection") or {}
+        include = tuple(projection.get("NonKeyAttributes") or ())
+        indexes.append(Index(gsi["IndexName"], keys, projection.get("ProjectionType", "ALL"), include))
     return TableShape(tuple(k["AttributeName"] for k in props["KeySchema"]), tuple(indexes))
 
 
@@ -101,17 +94,9 @@ def record_units(record: dict[str, Any], shape: TableShape) -> dict[str, int]:
 
 
 class StreamUnits:
-    """A table's stream read from its start; `take()` returns the write units of the records since the last take,
-    by the kind of row written (the partition key's prefix, such as `DSP`) and by where they went."""
+    """A table's stream from its start; `take()`: the write units since the last take, by kind of row and by where."""
 
-    def __init__(
-        self,
-        ddb: Any,
-        streams: Any,
-        table: str,
-        shape: TableShape,
-        row_of: Callable[[dict[str, Any]], str] | None = None,
-    ) -> None:
+    def __init__(self, ddb: Any, streams: Any, table: str, shape: TableShape, row_of: Any = None) -> None:
         self._streams = streams
         self._shape = shape
         self._row_of = row_of or _prefix
@@ -139,7 +124,6 @@ class StreamUnits:
         writes: Counter[str] = Counter()
         spent: Counter[str] = Counter()
         by_row: Counter[str] = Counter()
-        sizes: dict[str, int] = {}
         for record in _writes(self._records(), self._shape):
             data = record.get("dynamodb") or {}
             row = self._row_of(data.get("NewImage") or data.get("OldImage") or {})
@@ -148,13 +132,11 @@ class StreamUnits:
             for where, n in got.items():
                 spent[where] += n
                 by_row[row] += n
-            sizes[row] = max(sizes.get(row, 0), item_size(data.get("NewImage")), item_size(data.get("OldImage")))
         return {
             "writes": dict(writes),
             "write_units": sum(spent.values()),
             "by_destination": dict(spent),
             "by_row": dict(by_row),
-            "largest_item_bytes_by_row": sizes,
         }
 
 
