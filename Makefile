@@ -44,7 +44,7 @@ demo: venv
 
 # About 10 minutes on 2 cores, with the dispatcher's figures and the cold starts measured again on BENCH_BASELINE (the
 # commit before this one, unless told: `make bench BENCH_BASELINE=<ref>`) in the same run. bench-full adds the long
-# runs: the check-run budget's simulated days, the dispatcher's backlog, the comment's bursts, the fan-out latency.
+# runs: the check-run budget's simulated days and the dispatcher's backlog.
 BENCH_BASELINE ?= HEAD~1
 bench: venv
 	$(PY) bench/run.py --out bench/results.json --dispatch-levels L1,L4 --dispatch-baseline $(BENCH_BASELINE)

@@ -1,61 +1,23 @@
-"""Upstream check-run writes an hour against GitHub's budget under PyTorch's load, `check_runs: per_job` against
-`auto`, on a simulated day (see bench/README.md, section 9).
-
-The writes go through the relay's own check-run writer (`crcr.app.checks.sync`, the use case ChecksFunction
-runs), its real pacer (`DynamoPacer`, its cell in a DynamoDB table on moto in process, `mock_aws`: about 2.5
-times faster here than a `moto_server` process, which decides how much of the day fits in the wall-time
-budget), the GitHub App adapter and the GitHub double, which enforces GitHub's secondary limits (80
-content-creating requests a minute, 500 an hour) and records every write. Everything runs on one simulated
-clock (the use case's Clock port, the App's JWT and token clock and the double's clock), so a day takes
-minutes. ChecksQueue is simulated as SQS delays it (at most 15 minutes a hop); the ledger, the results table
-and the check-run rows are the unit tests' in-memory fakes (they decide nothing about the budget). Nothing here
-re-implements the rule: the bench only feeds dispatches and job changes in, as the dispatcher and the reporter
-would, and counts what reached the double.
-
-Load: 1,000 pull-request events a day (PyTorch's order of magnitude), times 1, 3 and 10; each dispatched to 3
-L4 repositories running 2 jobs. Arrivals follow a day's shape (busiest at 18:00 UTC, 1.6 times the mean;
-quietest at 06:00, 0.4 times), spread at random within each hour with a fixed seed, so every setting gets the
-same events at the same moments.
-"""
+"""Section 9: upstream check-run writes an hour under PyTorch's load on a simulated day, `per_job` against `auto`."""
 
 from __future__ import annotations
 
+import argparse
 import heapq
 import itertools
 import math
 import random
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import boto3
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # run alone, as bench/run.py runs it
-
-from harness import APP_ID, UPSTREAM, AppKey, OutputCapture, percentile
+import harness as h
 from moto import mock_aws
 
-from crcr.adapters.allowlist_source import parse_allowlist
-from crcr.adapters.github import GitHubApp, GitHubCheckRuns
-from crcr.adapters.pacer import DynamoPacer
-from crcr.app.checks import CheckDeps, job_message, sync
-from crcr.app.ports.jobs import JobRecord
-from crcr.app.ports.ledger import LedgerRow, LedgerState
-from crcr.contracts.messages import CheckSyncMessage
-from crcr.domain.pacing import CONTENT_RATES
-from tests.doubles.github_double import GitHubDouble
-from tests.unit.fakes import (
-    FakeCheckStore,
-    FakeClock,
-    FakeJobs,
-    FakeState,
-    RecordingMetrics,
-    StaticAllowlist,
-)
+from tests.unit import fakes
 
 PYTORCH_PR_EVENTS_PER_DAY = 1000
 REPOS = ("l4-org-a/ci", "l4-org-b/ci", "l4-org-c/ci")
@@ -72,7 +34,9 @@ PEAK_HOUR = 18  # UTC
 def hourly_shape() -> list[float]:
     """Share of a day's events in each hour of the simulated day, which starts at noon UTC (so the busiest hours
     come first, before any wall-time budget can stop a setting): 1 + 0.6 cos(2 pi (utc - 18) / 24), normalised."""
-    weights = [1 + 0.6 * math.cos(2 * math.pi * ((h + START_UTC_HOUR) % 24 + 0.5 - PEAK_HOUR) / 24) for h in range(24)]
+    weights = [
+        1 + 0.6 * math.cos(2 * math.pi * ((hour + START_UTC_HOUR) % 24 + 0.5 - PEAK_HOUR) / 24) for hour in range(24)
+    ]
     total = sum(weights)
     return [w / total for w in weights]
 
@@ -84,10 +48,10 @@ def arrivals(events_per_day: int, seed: int = 12) -> list[float]:
     shares = hourly_shape()
     exact = [events_per_day * s for s in shares]
     counts = [int(x) for x in exact]
-    for h in sorted(range(24), key=lambda h: exact[h] - counts[h], reverse=True)[: events_per_day - sum(counts)]:
-        counts[h] += 1
-    for h, n in enumerate(counts):
-        times += [START + 3600 * h + rng.uniform(0, 3600) for _ in range(n)]
+    for hour in sorted(range(24), key=lambda i: exact[i] - counts[i], reverse=True)[: events_per_day - sum(counts)]:
+        counts[hour] += 1
+    for hour, n in enumerate(counts):
+        times += [START + 3600 * hour + rng.uniform(0, 3600) for _ in range(n)]
     return sorted(times)
 
 
@@ -103,16 +67,11 @@ class Job:
 def plan_jobs(n_events: int, seed: int = 34) -> list[list[list[Job]]]:
     """[event][repository][job]: queue time 1 to 15 minutes, run time 20 to 90 minutes, 1 in 10 fails."""
     rng = random.Random(seed)
-    return [
-        [
-            [
-                Job(rng.uniform(60, 900), rng.uniform(1200, 5400), "failure" if rng.random() < 0.1 else "success")
-                for _ in JOBS
-            ]
-            for _ in REPOS
-        ]
-        for _ in range(n_events)
-    ]
+
+    def job() -> Job:
+        return Job(rng.uniform(60, 900), rng.uniform(1200, 5400), "failure" if rng.random() < 0.1 else "success")
+
+    return [[[job() for _ in JOBS] for _ in REPOS] for _ in range(n_events)]
 
 
 @dataclass(order=True)
@@ -126,42 +85,39 @@ class _Due:
 class Sim:
     """One clock, one agenda: arrivals, job changes and ChecksQueue's messages, each run at its moment."""
 
-    clock: FakeClock
+    clock: fakes.FakeClock
     agenda: list[_Due] = field(default_factory=list)
     seq: itertools.count[int] = field(default_factory=itertools.count)
-    deps: CheckDeps | None = None
+    deps: Any = None
     handled: int = 0
     waiting: int = 0  # messages on ChecksQueue (delayed or due)
     dead: list[str] = field(default_factory=list)
     outcomes: Counter[str] = field(default_factory=Counter)
-    backlog: list[int] = field(default_factory=list)  # messages on ChecksQueue at each simulated hour's end
 
     def at(self, t: float, act: Callable[[], None]) -> None:
         heapq.heappush(self.agenda, _Due(t, next(self.seq), act))
 
     # -- the ChecksQueue port, as SQS delays messages
-    def send_checks(self, messages: list[CheckSyncMessage], delay_s: float = 0.0) -> None:
+    def send_checks(self, messages: list[h.CheckSyncMessage], delay_s: float = 0.0) -> None:
         delay = max(0.0, min(SQS_MAX_DELAY_S, math.ceil(delay_s)))
         for message in messages:
             self.waiting += 1
             self.at(self.clock.t + delay, lambda m=message: self._deliver(m))  # type: ignore[misc]
 
-    def dead_letter(self, message: CheckSyncMessage, reason: str) -> None:
+    def dead_letter(self, message: h.CheckSyncMessage, reason: str) -> None:
         self.dead.append(reason)
 
-    def _deliver(self, message: CheckSyncMessage) -> None:
+    def _deliver(self, message: h.CheckSyncMessage) -> None:
         self.waiting -= 1
         self.handled += 1
         assert self.deps is not None
-        self.outcomes[sync(message, self.deps).detail.split(":")[0]] += 1
+        self.outcomes[h.checks.sync(message, self.deps).detail.split(":")[0]] += 1
 
     def run(self, until: float, budget_s: float) -> str:
         """Run the agenda up to `until` (simulated) or until `budget_s` of wall time has gone."""
         deadline = time.monotonic() + budget_s
         while self.agenda and self.agenda[0].at <= until:
             due = heapq.heappop(self.agenda)
-            while due.at >= START + 3600 * (len(self.backlog) + 1):
-                self.backlog.append(self.waiting)
             self.clock.t = max(self.clock.t, due.at)
             due.act()
             if self.handled % 200 == 0 and time.monotonic() > deadline:
@@ -179,24 +135,15 @@ def _count_calls(client: Any) -> Counter[str]:
     return counts
 
 
-def _rolling_max(times: list[float], window: float) -> int:
-    best, lo = 0, 0
-    for hi, t in enumerate(times):
-        while times[lo] <= t - window:
-            lo += 1
-        best = max(best, hi - lo + 1)
-    return best
-
-
-def _setting(key: AppKey, mode: str, load: int, *, drain_hours: float, budget_s: float, seed: int) -> dict[str, Any]:
-    clock = FakeClock(START)
+def _setting(key: h.AppKey, mode: str, load: int, *, drain_hours: float, budget_s: float, seed: int) -> dict[str, Any]:
+    clock = fakes.FakeClock(START)
     events = arrivals(PYTORCH_PR_EVENTS_PER_DAY * load, seed)
     plans = plan_jobs(len(events), seed + 1)
     started = time.perf_counter()
     with (
         mock_aws(),
-        GitHubDouble(
-            app_id=APP_ID,
+        h.GitHubDouble(
+            app_id=h.APP_ID,
             app_public_key_pem=key.public_pem,
             clock=clock.now,
             content_writes_per_minute=MINUTE_BUDGET,
@@ -204,7 +151,7 @@ def _setting(key: AppKey, mode: str, load: int, *, drain_hours: float, budget_s:
             primary_rate_limit=1_000_000,  # the primary limit counts reads too; only writes are measured here
         ) as double,
     ):
-        double.install(UPSTREAM, installation_id=1, repo_id=65600975)
+        double.install(h.UPSTREAM, installation_id=1, repo_id=h.UPSTREAM_ID)
         ddb = boto3.client("dynamodb", region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t")
         ddb.create_table(
             TableName="state",
@@ -216,20 +163,20 @@ def _setting(key: AppKey, mode: str, load: int, *, drain_hours: float, budget_s:
             BillingMode="PAY_PER_REQUEST",
         )
         calls = _count_calls(ddb)
-        pacer = DynamoPacer(ddb, "state", rates=CONTENT_RATES)
+        pacer = h.DynamoPacer(ddb, "state", rates=h.CONTENT_RATES)
         sim = Sim(clock)
-        ledger, jobs, metrics = FakeState(), FakeJobs(), RecordingMetrics()
+        ledger, jobs, metrics = fakes.FakeState(), fakes.FakeJobs(), fakes.RecordingMetrics()
         allowlist = "L4:\n" + "".join(f"  - {r}\n" for r in REPOS)
         allowlist += "repos:\n" + "".join(f"  {r}:\n    check_runs: {mode}\n" for r in REPOS)
-        sim.deps = CheckDeps(
-            api=GitHubCheckRuns(GitHubApp(double.url, APP_ID, key.private_pem, clock.now)),
-            store=FakeCheckStore(),
+        sim.deps = h.checks.CheckDeps(
+            api=h.GitHubCheckRuns(h.GitHubApp(double.url, h.APP_ID, key.private_pem, clock.now)),
+            store=fakes.FakeCheckStore(),
             results=jobs,
             ledger=ledger,
             prs=ledger,
             queue=sim,
             pacer=pacer,
-            allowlist=StaticAllowlist(parse_allowlist(allowlist)),
+            allowlist=fakes.StaticAllowlist(h.parse_allowlist(allowlist)),
             metrics=metrics,
             clock=clock,
             settle_s=60.0,
@@ -239,37 +186,37 @@ def _setting(key: AppKey, mode: str, load: int, *, drain_hours: float, budget_s:
 
         def dispatch(n: int) -> None:
             head, pr = f"{n + 1:040x}", 100_000 + n
-            double.add_commit(UPSTREAM, head)
-            ledger.heads[(UPSTREAM, pr)] = head
+            double.add_commit(h.UPSTREAM, head)
+            ledger.heads[(h.UPSTREAM, pr)] = head
             for r, repo in enumerate(REPOS):
                 delivery, dispatch_id = f"dlv-{n}", f"dsp-{n}-{r}"
-                ledger.ledger[(delivery, repo)] = LedgerRow(
-                    delivery, repo, LedgerState.DISPATCHED, dispatch_id, dispatched_at=clock.t, upstream=UPSTREAM,
+                ledger.ledger[(delivery, repo)] = h.LedgerRow(
+                    delivery, repo, h.LedgerState.DISPATCHED, dispatch_id, dispatched_at=clock.t, upstream=h.UPSTREAM,
                     head_sha=head, pr=pr, level=4, event_type="pull_request",
                 )  # fmt: skip
-                sim.send_checks([CheckSyncMessage(kind="repo", upstream=UPSTREAM, head_sha=head,
+                sim.send_checks([h.CheckSyncMessage(kind="repo", upstream=h.UPSTREAM, head_sha=head,
                                                   delivery_id=delivery, repo=repo)])  # fmt: skip
                 for j, name in enumerate(JOBS):
                     job = plans[n][r][j]
-                    row = JobRecord(
+                    row = h.JobRecord(
                         dispatch_id=dispatch_id, run_id=str(1000 + n), run_attempt=1, job_name=name,
                         workflow_name="CI", state="in_progress", conclusion=None, fingerprint="started",
                         url=f"https://github.com/{repo}/actions/runs/{1000 + n}", repo=repo, repo_id=50_000 + r,
-                        level=4, delivery_id=delivery, upstream=UPSTREAM, head_sha=head, pr=pr, device=None,
+                        level=4, delivery_id=delivery, upstream=h.UPSTREAM, head_sha=head, pr=pr, device=None,
                         dispatched_at=clock.t, started_at=clock.t + job.queue_s, completed_at=None,
                         callback_payload="{}", version=1, event_type="pull_request",
                     )  # fmt: skip
                     begin, end = clock.t + job.queue_s, clock.t + job.queue_s + job.run_s
                     sim.at(begin, lambda row=row: report(row, None))  # type: ignore[misc]
-                    done = JobRecord(**{**row.__dict__, "state": "completed", "conclusion": job.conclusion,
+                    done = h.JobRecord(**{**row.__dict__, "state": "completed", "conclusion": job.conclusion,
                                         "fingerprint": "done", "completed_at": end, "version": 2})  # fmt: skip
                     sim.at(end, lambda done=done: report(done, 1))  # type: ignore[misc]
                     finished[(head, repo)] = max(finished.get((head, repo), 0.0), end)
 
-        def report(row: JobRecord, expected: int | None) -> None:
+        def report(row: h.JobRecord, expected: int | None) -> None:
             """The reporter: the callback's row is recorded, then the writer is asked to look (about 1 s later)."""
             assert jobs.put_job(row, expected)
-            message = job_message(row)
+            message = h.checks.job_message(row)
             assert message is not None
             sim.at(clock.t + 1.0, lambda: sim.send_checks([message]))
 
@@ -291,7 +238,6 @@ def _setting(key: AppKey, mode: str, load: int, *, drain_hours: float, budget_s:
             simulated_hours=round((clock.t - START) / 3600, 1),
             at_end_of_day=at_day_end,
             waiting_messages_at_stop=sim.waiting,
-            waiting_messages_by_hour=sim.backlog,
             dead_lettered=len(sim.dead),
             messages_handled=sim.handled,
             outcomes=dict(sim.outcomes),
@@ -305,21 +251,20 @@ def _setting(key: AppKey, mode: str, load: int, *, drain_hours: float, budget_s:
     return result
 
 
-def _results(double: GitHubDouble) -> int:
+def _results(double: h.GitHubDouble) -> int:
     """Repository runs completed at the double."""
-    return sum(1 for r in double.check_runs(UPSTREAM) if r["name"].count("/") == 2 and r["status"] == "completed")
+    return sum(1 for r in double.check_runs(h.UPSTREAM) if r["name"].count("/") == 2 and r["status"] == "completed")
 
 
-def _measure(double: GitHubDouble, finished: dict[tuple[str, str], float], now: float) -> dict[str, Any]:
-    runs = double.check_runs(UPSTREAM)
+def _measure(double: h.GitHubDouble, finished: dict[tuple[str, str], float], now: float) -> dict[str, Any]:
+    runs = double.check_runs(h.UPSTREAM)
     ids = {r["id"]: (r["head_sha"], r["name"]) for r in runs}
     writes = [
         q
         for q in double.requests
-        if q.method in ("POST", "PATCH") and q.path.startswith(f"/repos/{UPSTREAM}/check-runs")
+        if q.method in ("POST", "PATCH") and q.path.startswith(f"/repos/{h.UPSTREAM}/check-runs")
     ]
     ok = sorted(q.time for q in writes if (q.status or 0) < 400)
-    per_hour = Counter(int((t - START) // 3600) for t in ok)
     completed_at: dict[tuple[str, str], float] = {}
     for q in writes:
         body = q.json or {}
@@ -342,10 +287,8 @@ def _measure(double: GitHubDouble, finished: dict[tuple[str, str], float], now: 
             "refused": len(writes) - len(ok),
             "create": sum(1 for q in writes if q.method == "POST"),
         },
-        "writes_per_hour": [per_hour.get(h, 0) for h in range(max(per_hour) + 1 if per_hour else 0)],
-        "max_writes_in_a_clock_hour": max(per_hour.values(), default=0),
-        "max_writes_in_any_3600_s": _rolling_max(ok, 3600.0),
-        "max_writes_in_any_60_s": _rolling_max(ok, 60.0),
+        "max_writes_in_any_3600_s": h.most_in_any(ok, 3600.0),
+        "max_writes_in_any_60_s": h.most_in_any(ok, 60.0),
         "check_runs": {
             "repository": len(repo_runs),
             "per_job": len(job_runs),
@@ -354,96 +297,44 @@ def _measure(double: GitHubDouble, finished: dict[tuple[str, str], float], now: 
         },
         "repository_runs_completed": sum(1 for r in repo_runs if r["status"] == "completed"),
         "minutes_from_last_job_to_repository_result": {
-            "p50": round(percentile(lags, 50), 1) if lags else None,
-            "p95": round(percentile(lags, 95), 1) if lags else None,
+            "p50": round(h.percentile(lags, 50), 1) if lags else None,
+            "p95": round(h.percentile(lags, 95), 1) if lags else None,
             "max": round(max(lags), 1) if lags else None,
         },
         "all_completed": bool(runs) and done == len(runs) and len(lags) == len(finished),
-        "last_write_hours": round((ok[-1] - START) / 3600, 2) if ok else None,
     }
 
 
-def checkbudget_bench(
-    key: AppKey,
-    out: OutputCapture,
-    *,
-    loads: tuple[int, ...] = (1, 3, 10),
-    modes: tuple[str, ...] = ("per_job", "auto"),
-    drain_hours: float = 72.0,
-    budget_s: float = 300.0,
-    seed: int = 12,
-) -> dict[str, Any]:
-    results: dict[str, Any] = {"settings": []}
-    for load in loads:
-        for mode in modes:
-            out.say(f"   {mode:8} {load:>2}x: {PYTORCH_PR_EVENTS_PER_DAY * load} PR events over a simulated day")
-            # per_job falls behind at every load: a sixth of the budget shows it, and its growing backlog costs
-            # the most wall time (every waiting message asks the pacer again every 15 minutes). auto gets time in
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkbudget-loads", default="1,3,10", help="multiples of 1,000 PR events a day (--full)")
+    parser.add_argument("--checkbudget-modes", default="per_job,auto", help="check_runs settings, side by side")
+    parser.add_argument(
+        "--checkbudget-budget-s", type=float, default=300.0, help="wall time per auto setting and 1x (per_job: a sixth)"
+    )
+    parser.add_argument("--checkbudget-drain-hours", type=float, default=72.0, help="simulated hours after the day")
+
+
+def checkbudget_section(bench: h.Bench, args: argparse.Namespace, seed: int = 12) -> dict[str, Any]:
+    results: dict[str, Any] = {"seed": seed, "settings": []}
+    budget_s = args.checkbudget_budget_s
+    for load in (int(x) for x in args.checkbudget_loads.split(",")):
+        for mode in args.checkbudget_modes.split(","):
+            bench.out.say(f"   {mode:8} {load:>2}x: {PYTORCH_PR_EVENTS_PER_DAY * load} PR events over a simulated day")
+            # per_job falls behind at every load: a sixth of the budget shows it, and its growing backlog costs the
+            # most wall time (every waiting message asks the pacer again every 15 minutes). auto gets time in
             # proportion to the load, enough to write every run of the day with room for a host in a slow phase
             # (1x: 100 to 170 s here, 10x: about 800 s; it stops as soon as it has drained).
             allowed = budget_s * load if mode != "per_job" else budget_s / 6
-            row = _setting(key, mode, load, drain_hours=drain_hours, budget_s=allowed, seed=seed)
+            drain_hours = args.checkbudget_drain_hours
+            row = _setting(bench.key, mode, load, drain_hours=drain_hours, budget_s=allowed, seed=seed)
             results["settings"].append(row)
-    results["hourly_shape"] = [round(s * 24, 2) for s in hourly_shape()]
     results["method"] = (
         f"{PYTORCH_PR_EVENTS_PER_DAY} x load pull_request events over one simulated UTC day (hourly shape "
         f"1 + 0.6 cos(2 pi (h - {PEAK_HOUR}) / 24)), each dispatched to {len(REPOS)} L4 repositories with "
         f"{len(JOBS)} jobs (queued 1-15 min, running 20-90 min, 10 % failing); the reporter's messages 1 s after "
         "each job change; crcr.app.checks.sync with DynamoPacer on moto in process (CONTENT_RATES) and GitHubCheckRuns "
         f"on the GitHub double ({MINUTE_BUDGET}/min and {HOURLY_BUDGET}/h enforced), one simulated clock; "
-        f"after the day, up to {drain_hours:g} more simulated hours to drain; an auto setting stops after "
-        f"{budget_s:g} s of wall time per 1x of load, per_job after {budget_s / 6:g} s."
+        f"after the day, up to {args.checkbudget_drain_hours:g} more simulated hours to drain; an auto setting stops "
+        f"after {budget_s:g} s of wall time per 1x of load, per_job after {budget_s / 6:g} s."
     )
-    return results
-
-
-def print_rows(results: dict[str, Any]) -> None:
-    print("9. check-run writes against GitHub's hourly budget (500 an hour), one simulated day")
-    print(
-        f"   {'load':>4} {'setting':8} {'writes':>6} {'max/h':>5} {'max/3600s':>9} {'refused':>7} "
-        f"{'repo runs done':>15} {'job runs':>8} {'open':>5} {'all done':>8} {'lag p50/p95/max min':>20} "
-        f"{'AWS/write':>9}  stopped (simulated h)"
-    )
-    for row in results["settings"]:
-        lag = row["minutes_from_last_job_to_repository_result"]
-        runs = row["check_runs"]
-        done = f"{row['repository_runs_completed']}/{row['repository_runs_dispatched']}"
-        lags = f"{lag['p50']}/{lag['p95']}/{lag['max']}"
-        print(
-            f"   {row['load']:>4} {row['setting']:8} {row['writes']['total']:>6} "
-            f"{row['max_writes_in_a_clock_hour']:>5} {row['max_writes_in_any_3600_s']:>9} "
-            f"{row['writes']['refused']:>7} {done:>15} {runs['per_job']:>8} {runs['not_completed']:>5} "
-            f"{row['all_completed']!s:>8} {lags:>20} "
-            f"{row['pacer_aws_calls_per_write']!s:>9}  {row['stopped']} ({row['simulated_hours']})"
-        )
-
-
-def main() -> int:
-    import argparse  # noqa: PLC0415
-    import json  # noqa: PLC0415
-
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--loads", default="1,3,10", help="multiples of 1,000 PR events a day")
-    parser.add_argument("--modes", default="per_job,auto", help="check_runs settings, side by side")
-    parser.add_argument("--drain-hours", type=float, default=72.0, help="simulated hours after the day")
-    parser.add_argument("--budget-s", type=float, default=300.0, help="wall-time budget per auto setting and 1x load")
-    parser.add_argument("--out", default="", help="write the JSON here too")
-    args = parser.parse_args()
-    with OutputCapture() as out:
-        results = checkbudget_bench(
-            AppKey.generate(),
-            out,
-            loads=tuple(int(x) for x in args.loads.split(",")),
-            modes=tuple(args.modes.split(",")),
-            drain_hours=args.drain_hours,
-            budget_s=args.budget_s,
-        )
-    print_rows(results)
-    print(f"   {results['method']}")
-    if args.out:
-        Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return {"check_run_budget": results}

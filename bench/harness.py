@@ -1,14 +1,13 @@
-"""Bench plumbing: an App key, a GitHub double with the targets installed, a local stack, signed webhooks.
-
-Everything here is started and stopped by the benchmark itself; nothing outside bench/ is written.
-"""
+"""The bench's one harness: the stacks and doubles every section runs the relay on, and the counters it reads."""
 
 from __future__ import annotations
 
 import contextlib
 import http.client
+import importlib
 import json
 import os
+import platform
 import re
 import socket
 import statistics
@@ -26,27 +25,61 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+# A `--baseline` run measures the relay code of another commit, exported there; the bench's own code stays this one.
+CODE_ROOT = Path(os.environ.get("CRCR_BENCH_CODE_ROOT") or ROOT)
 # Powertools reads the level when crcr's logger is created (first import): keep the relay quiet.
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
 if str(ROOT) not in sys.path:  # tests.doubles lives at the project root, next to bench/
     sys.path.insert(0, str(ROOT))
-if str(ROOT / "shared") not in sys.path:
-    sys.path.insert(0, str(ROOT / "shared"))
+if CODE_ROOT != ROOT or str(ROOT / "shared") not in sys.path:
+    sys.path.insert(0, str(CODE_ROOT / "shared"))
 
 from cryptography.hazmat.primitives import serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import ed25519, rsa  # noqa: E402
+from write_units import StreamUnits, table_shapes  # noqa: E402
 
-from crcr.adapters.observability import TOTALS  # noqa: E402
+from crcr.adapters.observability import TOTALS, logger  # noqa: E402
 from crcr.domain.signature import sign  # noqa: E402
-from crcr.local.stack import LocalStack  # noqa: E402
+from crcr.local.stack import Context, LocalStack, StreamReader, _sqs_record, table_spec  # noqa: E402
+from crcr.local.template import resources_of  # noqa: E402
 from tests.doubles.github_double import GitHubDouble, RecordedRequest  # noqa: E402
+from tests.doubles.oidc_issuer import OidcIssuer  # noqa: E402
+
+# Product internals the sections use beyond the stack, by module, looked up when first used: their modules move as the
+# product is reorganised, and a baseline run imports only what its section touches.
+INTERNALS = {
+    "crcr.app.ports.jobs": "JobRecord",
+    "crcr.app.ports.ledger": "LedgerRow LedgerState",
+    "crcr.adapters.pacer": "DynamoPacer",
+    "crcr.adapters.job_items": "from_item to_item",
+    "crcr.adapters.s3": "S3HudDocs",
+    "crcr.adapters.github": "GitHubApp GitHubCheckRuns",
+    "crcr.adapters.allowlist_source": "parse_allowlist",
+    "crcr.composition": "build_report_deps load_settings aws_client",
+    "crcr.app.dispatch": "dispatch_id",
+    "crcr.contracts.messages": "CheckSyncMessage",
+    "crcr.domain.pacing": "CONTENT_RATES",
+    "crcr.ops.dlq": "list_dead_letters",
+}
+MODULES = {"checks": "crcr.app.checks", "summaries": "crcr.app.summaries"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in MODULES:
+        return importlib.import_module(MODULES[name])
+    module = next((m for m, names in INTERNALS.items() if name in names.split()), None)
+    if module is None:
+        raise AttributeError(name)
+    return getattr(importlib.import_module(module), name)
+
 
 APP_ID = "271828"
-UPSTREAM = "pytorch/pytorch"
+UPSTREAM, UPSTREAM_ID = "pytorch/pytorch", 65600975
 EVENT_FILE = ROOT / "examples" / "events" / "pull_request.opened.json"
-DISPATCH_FUNCTION = "DispatchFunction"
-REPO_ID_BASE = 50_000  # the double gives target i the repository id REPO_ID_BASE + i
-
+REPO_ID_BASE = 50_000  # target i has the repository id REPO_ID_BASE + i
+MAX_INSTALLATIONS = 10  # targets spread round-robin over at most this many App installations (orgs)
+AUDIENCE = "crcr"
+POLLING = ("ReceiveMessage", "dynamodbstreams.")  # calls the pollers make whether or not there is work
 _KINDS = (
     ("access_tokens", re.compile(r"/app/installations/\d+/access_tokens")),
     ("installation", re.compile(r"/repos/[^/]+/[^/]+/installation")),
@@ -54,20 +87,9 @@ _KINDS = (
 )
 
 
-def request_kind(rec: RecordedRequest) -> str:
-    for kind, pattern in _KINDS:
-        if pattern.fullmatch(rec.path):
-            return kind
-    return "other"
-
-
-def breakdown(requests: list[RecordedRequest]) -> dict[str, int]:
-    counts = Counter(request_kind(r) for r in requests)
-    return {kind: counts.get(kind, 0) for kind in ("access_tokens", "installation", "dispatches", "other")}
-
-
+# ------------------------------------------------------------------------------------------------ figures
 def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank-free linear interpolation (numpy's default), q in [0, 100]."""
+    """Linear interpolation between the nearest ranks (numpy's default), q in [0, 100]."""
     if not values:
         return float("nan")
     ordered = sorted(values)
@@ -79,22 +101,29 @@ def percentile(values: list[float], q: float) -> float:
 
 def summary_ms(values_s: list[float]) -> dict[str, Any]:
     ms = [v * 1000.0 for v in values_s]
-    if not ms:
-        return {"samples": 0}
-    return {
-        "samples": len(ms),
-        "p50_ms": round(percentile(ms, 50), 2),
-        "p99_ms": round(percentile(ms, 99), 2),
-        "mean_ms": round(statistics.fmean(ms), 2),
-        "min_ms": round(min(ms), 2),
-        "max_ms": round(max(ms), 2),
-    }
+    stats = {"p50": percentile(ms, 50), "p99": percentile(ms, 99), "mean": statistics.fmean(ms)} if ms else {}
+    stats |= {"min": min(ms), "max": max(ms)} if ms else {}
+    return {"samples": len(ms)} | {f"{k}_ms": round(v, 2) for k, v in stats.items()}
 
 
-def metrics_delta(before: Counter[str]) -> dict[str, int]:
+def metrics_delta(before: Counter[str], prefixes: tuple[str, ...] = ("",)) -> dict[str, int]:
+    """The relay's metric tally since `before`, the names starting with one of `prefixes`."""
     now = Counter(TOTALS)
     now.subtract(before)
-    return {k: v for k, v in sorted(now.items()) if v}
+    return {k: v for k, v in sorted(now.items()) if v and k.startswith(prefixes)}
+
+
+def is_polling(operation: str) -> bool:
+    return operation.endswith(POLLING[0]) or operation.startswith(POLLING[1])
+
+
+def calls_per(before: Counter[str], after: Counter[str], n: int, unit: str) -> dict[str, Any]:
+    """AWS calls per `unit` between two snapshots, leaving out polling."""
+    diff = Counter(after)
+    diff.subtract(before)
+    ops = {k: v for k, v in sorted(diff.items()) if v and not is_polling(k)}
+    per = {k: round(v / max(1, n), 2) for k, v in ops.items()}
+    return {f"per_{unit}": per, f"total_per_{unit}": round(sum(ops.values()) / max(1, n), 2)}
 
 
 def log_summary(lines: list[str]) -> dict[str, Any]:
@@ -114,286 +143,74 @@ def log_summary(lines: list[str]) -> dict[str, Any]:
     return {"lines": len(lines), "by_level": dict(levels), "samples": samples}
 
 
-@dataclass(frozen=True)
-class AppKey:
-    private_pem: str  # PKCS#1, as GitHub issues App keys
-    public_pem: bytes
-
-    @classmethod
-    def generate(cls) -> AppKey:
-        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        private = key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
-        ).decode()
-        public = key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-        return cls(private, public)
+def errors_in(lines: list[str]) -> int:
+    return sum(1 for line in lines if '"level":"ERROR"' in line.replace(" ", ""))
 
 
-def target_repos(n: int, installations: int) -> list[tuple[str, int]]:
-    """n repositories spread round-robin over `installations` orgs (one App installation per org)."""
-    k = max(1, min(n, installations))
-    return [(f"bench-org-{i % k}/repo-{i}", 7000 + i % k) for i in range(n)]
+def request_kind(rec: RecordedRequest) -> str:
+    for kind, pattern in _KINDS:
+        if pattern.fullmatch(rec.path):
+            return kind
+    return "other"
 
 
-@dataclass
-class Relay:
-    """A GitHub double with the targets installed and a local stack pointed at it."""
-
-    double: GitHubDouble
-    stack: LocalStack
-    repos: list[str]
-    workdir: Path
-    secret: bytes
-    moto: MotoProcess
-    _conn: http.client.HTTPConnection | None = None
-    posted: dict[str, float] = field(default_factory=dict)  # delivery id -> wall time the POST started
-    pollers_exited: bool | None = None
-    stop_s: float | None = None
-
-    # -- webhooks ----------------------------------------------------------------------------------
-    def _connection(self) -> http.client.HTTPConnection:
-        if self._conn is None:
-            self._conn = http.client.HTTPConnection(self.stack.host, self.stack.port, timeout=30)
-        return self._conn
-
-    def post(self, body: bytes, event: str = "pull_request", *, keep_alive: bool = False) -> tuple[int, float, str]:
-        """One signed webhook: (status, round trip seconds, delivery id).
-
-        By default each POST opens its own connection (the timing includes the TCP connect), as GitHub's
-        deliveries do; keep_alive=True reuses one connection.
-        """
-        delivery = str(uuid.uuid4())
-        body = distinct(body, delivery)
-        headers = {
-            "content-type": "application/json",
-            "x-github-event": event,
-            "x-github-delivery": delivery,
-            "x-hub-signature-256": sign(self.secret, body),
-            "user-agent": "GitHub-Hookshot/crcr-bench",
-        }
-        self.posted[delivery] = time.time()
-        status, elapsed, _ = self._send("/webhook", body, headers, keep_alive=keep_alive)
-        return status, elapsed, delivery
-
-    def callback(self, body: bytes, token: str | None, *, keep_alive: bool = False) -> tuple[int, float, bytes]:
-        """One POST /callback with `Authorization: Bearer <token>`: (status, round trip seconds, reply body).
-
-        A new connection per POST by default: each downstream job reports from its own runner process.
-        """
-        headers = {"content-type": "application/json", "user-agent": "crcr-bench-downstream"}
-        if token is not None:
-            headers["authorization"] = f"Bearer {token}"
-        return self._send("/callback", body, headers, keep_alive=keep_alive)
-
-    def _send(self, path: str, body: bytes, headers: dict[str, str], *, keep_alive: bool) -> tuple[int, float, bytes]:
-        if not keep_alive and self._conn is not None:
-            self._conn.close()
-            self._conn = None
-        for attempt in range(2):
-            conn = self._connection()
-            start = time.perf_counter()
-            try:
-                conn.request("POST", path, body=body, headers=headers)
-                resp = conn.getresponse()
-                data = resp.read()
-            except (ConnectionError, http.client.HTTPException):
-                conn.close()
-                self._conn = None
-                if attempt:
-                    raise
-                continue
-            elapsed = time.perf_counter() - start
-            if not keep_alive:
-                conn.close()
-                self._conn = None
-            return resp.status, elapsed, data
-        raise AssertionError("unreachable")
-
-    # -- observation -------------------------------------------------------------------------------
-    def accepted_dispatch_count(self) -> int:
-        """Cheap to poll: counts 204s on /dispatches without copying payloads."""
-        return sum(1 for r in self.double.requests if r.status == 204 and request_kind(r) == "dispatches")
-
-    def wait_for_dispatches(self, expected: int, timeout_s: float, settle_s: float = 1.5) -> bool:
-        """Poll until `expected` dispatches were accepted, then wait `settle_s` for any extra (duplicates)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.accepted_dispatch_count() >= expected:
-                time.sleep(settle_s)
-                return True
-            time.sleep(0.05)
-        return False
-
-    def github_calls(self) -> dict[str, int] | None:
-        """The relay's own tally of GitHub calls (GitHubApp.calls) in the dispatch function, if reachable."""
-        module = sys.modules.get(f"crcr_fn_{DISPATCH_FUNCTION}")
-        deps = getattr(module, "_deps", None)
-        calls = getattr(getattr(deps, "github", None), "calls", None)
-        counts = getattr(calls, "counts", None)
-        return dict(counts) if isinstance(counts, dict) else None
-
-    def close(self) -> None:
-        """Stop the stack, then its moto: a poller still inside an invocation (LocalStack.stop joins each for
-        5 s) then fails fast instead of reaching the next run. Wait for it to be gone."""
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-        start = time.perf_counter()
-        try:
-            self.stack.stop()
-            self.moto.stop()
-            self.pollers_exited = wait_for_pollers_to_exit()
-        finally:
-            self.double.stop()
-            self.stop_s = round(time.perf_counter() - start, 2)
+def breakdown(requests: list[RecordedRequest]) -> dict[str, int]:
+    counts = Counter(request_kind(r) for r in requests)
+    return {kind: counts.get(kind, 0) for kind in ("access_tokens", "installation", "dispatches", "other")}
 
 
-def wait_for_pollers_to_exit(timeout_s: float = 60.0) -> bool:
-    """LocalStack.stop() joins its pollers for 5 s each; one still inside a slow invocation runs on. Wait for it,
-    so nothing of this stack touches the next one's queues, tally or GitHub double."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not [t for t in threading.enumerate() if t.name.startswith("poll-") and t.is_alive()]:
-            return True
-        time.sleep(0.05)
-    return False
+def github_tally(double: GitHubDouble, *, times: bool = False) -> dict[str, Any]:
+    """What the relay asked of the GitHub double: requests by kind, dispatches accepted, repeated and refused."""
+    requests = double.requests
+    accepted = [r for r in requests if r.status == 204]
+    landed = Counter(
+        (r.path.lower(), str(((r.json or {}).get("client_payload") or {}).get("delivery_id"))) for r in accepted
+    )
+    tally: dict[str, Any] = {
+        "requests": {k: v for k, v in breakdown(requests).items() if v},
+        "dispatches": len(accepted),
+        "duplicates": sum(c - 1 for c in landed.values() if c > 1),
+        "refused": sum(1 for r in requests if (r.status or 0) >= 400),
+        "unexpected": len(double.unexpected),
+        "internal_errors": len(double.internal_errors),
+    }
+    if times:
+        by_repo: dict[str, list[float]] = {}
+        for r in accepted:
+            by_repo.setdefault("/".join(r.path.split("/")[2:4]).lower(), []).append(r.time)
+        tally["times_by_repo"] = by_repo
+    return tally
 
 
-class AwsCalls:
-    """Counts AWS API calls by service.Operation through a botocore hook on boto3's default session.
-
-    Every client the relay and the stack create afterwards (boto3.client) copies the session's hooks.
-    """
-
-    def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
-        self.by_function: dict[str, Counter[str]] = {}  # the calls made inside each function's invocations
-        # Every call by the thread that made it, keyed by the thread itself: a thread id is reused once its thread
-        # ends (the front end starts one per connection), a Thread object kept here is not.
-        self.by_thread: dict[threading.Thread, Counter[str]] = {}
-        self._lock = threading.Lock()
-        self._invoking = threading.local()
-
-    def install(self) -> AwsCalls:
-        import boto3  # noqa: PLC0415
-
-        if boto3.DEFAULT_SESSION is None:
-            boto3.setup_default_session()
-        assert boto3.DEFAULT_SESSION is not None
-        boto3.DEFAULT_SESSION.events.register("before-call", self._on_call)
-        observe_dynamodb(self._count)
-        return self
-
-    def attribute(self, stack: Any) -> None:
-        """Count the calls each function of `stack` makes apart: its invocations (`LocalStack.invoke`, in
-        whichever thread the front end or a poller runs them) are marked with the function's logical id."""
-        invoke = stack.invoke
-
-        def marked(logical_id: str, event: dict[str, Any]) -> Any:
-            outer = getattr(self._invoking, "function", None)
-            self._invoking.function = logical_id
-            try:
-                return invoke(logical_id, event)
-            finally:
-                self._invoking.function = outer
-
-        stack.invoke = marked
-
-    def _on_call(self, model: Any, **_: Any) -> None:
-        self._count(f"{model.service_model.service_name}.{model.name}")
-
-    def _count(self, name: str) -> None:
-        function = getattr(self._invoking, "function", None)
-        thread = threading.current_thread()
-        with self._lock:
-            self.counts[name] += 1
-            self.by_thread.setdefault(thread, Counter())[name] += 1
-            if function is not None:
-                self.by_function.setdefault(function, Counter())[name] += 1
-
-    def of_threads(self, threads: list[threading.Thread]) -> Counter[str]:
-        """The calls the given threads have made so far."""
-        with self._lock:
-            out: Counter[str] = Counter()
-            for thread in threads:
-                out.update(self.by_thread.get(thread, Counter()))
-            return out
-
-    def snapshot(self, function: str | None = None) -> Counter[str]:
-        """Calls so far: all of them, or those made inside one function's invocations."""
-        with self._lock:
-            return Counter(self.counts if function is None else self.by_function.get(function, Counter()))
+def most_in_any(times: list[float], window_s: float) -> int:
+    """The most of `times` (seconds) that fall in any `window_s`."""
+    ordered, best, lo = sorted(times), 0, 0
+    for hi, t in enumerate(ordered):
+        while ordered[lo] <= t - window_s:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best
 
 
-class FunctionWork:
-    """One function's invocations on a stack, the records they were handed, and the CPU and AWS calls of the threads
-    that ran them: the invoking thread and the batch's worker threads it keeps (`crcr.sqs_batch`: each invoking
-    thread has its own pool, so those threads work for this function alone). Read per thread (the thread's CPU clock,
-    `AwsCalls.by_thread`), so what the stack's other functions do meanwhile is not counted."""
-
-    def __init__(self, stack: Any, function: str, aws: AwsCalls) -> None:
-        self.function = function
-        self.invocations = 0
-        self.records = 0
-        self.records_by_source: Counter[str] = Counter()  # aws:sqs (ChecksQueue), aws:dynamodb (a table's stream)
-        self.cpu_s = 0.0
-        self.wall_s = 0.0
-        self.calls: Counter[str] = Counter()
-        self._aws = aws
-        self._lock = threading.Lock()
-        invoke = stack.invoke
-
-        def counted(logical_id: str, event: dict[str, Any]) -> Any:
-            if logical_id != function:
-                return invoke(logical_id, event)
-            cpu, calls, wall = self._cpu(), self._calls(), time.perf_counter()
-            try:
-                return invoke(logical_id, event)
-            finally:
-                spent_cpu, spent_calls = self._cpu(), self._calls()
-                spent_calls.subtract(calls)
-                records = (event or {}).get("Records") or []
-                with self._lock:
-                    self.invocations += 1
-                    self.records += len(records)
-                    self.records_by_source.update(str(r.get("eventSource", "?")) for r in records)
-                    self.cpu_s += sum(v - cpu.get(t, 0.0) for t, v in spent_cpu.items())  # a new worker from 0
-                    self.wall_s += time.perf_counter() - wall
-                    self.calls.update({k: v for k, v in spent_calls.items() if v})
-
-        stack.invoke = counted
-
-    @staticmethod
-    def _threads() -> list[threading.Thread]:
-        """The calling (invoking) thread and its batch workers."""
-        from crcr import sqs_batch  # noqa: PLC0415
-
-        pools = sqs_batch._pools.__dict__.get("by_size", {})
-        return [threading.current_thread(), *(t for pool in pools.values() for t in list(pool._threads))]
-
-    def _cpu(self) -> dict[threading.Thread, float]:
-        out = {}
-        for thread in self._threads():
-            if thread.ident is not None and thread.is_alive():
-                out[thread] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
-        return out
-
-    def _calls(self) -> Counter[str]:
-        return self._aws.of_threads(self._threads())
+def scan(ddb: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    """Every item a Scan returns, page after page."""
+    return [item for page in ddb.get_paginator("scan").paginate(**kwargs) for item in page["Items"]]
 
 
-def observe_dynamodb(observer: Callable[[str], None]) -> None:
-    """For a `--baseline` run of code from 2026-12-02 to 2026-12-03 (up to b05e48f), whose DynamoDB calls and SQS
-    sends went through its own JSON-API client and so skipped botocore's hooks: they are counted through that
-    client's observers, with the same `dynamodb.<Operation>` and `sqs.<Operation>` names. The relay's calls go
-    through botocore before and since, and its `before-call` hook counts them."""
-    try:
-        from crcr.adapters.dynamodb_client import call_observers  # noqa: PLC0415
-    except ImportError:
-        return
-    call_observers.append(observer)
+def queue_depth(sqs: Any, url: str) -> int:
+    """Messages waiting, delayed or in flight on a queue."""
+    names = [
+        "ApproximateNumberOfMessages",
+        "ApproximateNumberOfMessagesNotVisible",
+        "ApproximateNumberOfMessagesDelayed",
+    ]
+    return sum(int(v) for v in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"].values())
+
+
+def upstream_writes(double: GitHubDouble, path: str = "") -> list[RecordedRequest]:
+    """Content-creating requests (POST, PATCH) on the upstream repository, under `path` if given."""
+    prefix = f"/repos/{UPSTREAM}/{path}"
+    return [q for q in double.requests if q.method in ("POST", "PATCH") and q.path.startswith(prefix)]
 
 
 def cpu_seconds(pid: int | None = None) -> float:
@@ -405,142 +222,98 @@ def cpu_seconds(pid: int | None = None) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return float("nan")
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class MotoProcess:
-    """moto in server mode in its own process, one per stack.
-
-    LocalStack starts moto in its own process by default, where every moto server shares moto's global
-    backends and competes with the handlers for the GIL. LocalStack uses an AWS_ENDPOINT_URL it is given
-    instead; a process per stack also gives each stack its own queue URLs (the port is in them), so a
-    poller left over from an earlier stack can never reach a later stack's queues.
-    """
+# ------------------------------------------------------------------------------------------------ counters
+class AwsCalls:
+    """Counts AWS API calls by service.Operation through a botocore hook on boto3's default session: every client
+    the relay and the stack create afterwards (boto3.client) copies the session's hooks."""
 
     def __init__(self) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._proc: subprocess.Popen[bytes] | None = None
+        self.counts: Counter[str] = Counter()
+        # Keyed by the thread itself: a thread id is reused once its thread ends (the front end starts one per
+        # connection), a Thread object kept here is not.
+        self.by_thread: dict[threading.Thread, Counter[str]] = {}
+        self._lock = threading.Lock()
 
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+    def install(self) -> AwsCalls:
+        on_every_call(lambda model, **_: self._count(f"{model.service_model.service_name}.{model.name}"))
+        return self
 
-    def __enter__(self) -> MotoProcess:
-        # bench/soak_moto.py: moto's server with each DynamoDB request whole before the next and a key Query read
-        # from its partition, as DynamoDB does both (and as `crcr local` runs moto).
-        self._proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("soak_moto.py")), str(self.port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+    def _count(self, name: str) -> None:
+        thread = threading.current_thread()
+        with self._lock:
+            self.counts[name] += 1
+            self.by_thread.setdefault(thread, Counter())[name] += 1
+
+    def of_threads(self, threads: list[threading.Thread]) -> Counter[str]:
+        with self._lock:
+            return sum((self.by_thread.get(thread, Counter()) for thread in threads), Counter())
+
+    def snapshot(self) -> Counter[str]:
+        with self._lock:
+            return Counter(self.counts)
+
+
+def on_every_call(hook: Callable[..., None], event: str = "before-call") -> Callable[[], None]:
+    """A botocore hook on boto3's default session (so on every client made after it); returns its removal."""
+    import boto3  # noqa: PLC0415
+
+    if boto3.DEFAULT_SESSION is None:
+        boto3.setup_default_session()
+    assert boto3.DEFAULT_SESSION is not None
+    events = boto3.DEFAULT_SESSION.events
+    events.register(event, hook)
+    return lambda: events.unregister(event, hook)
+
+
+class FunctionWork:
+    """One function's invocations on a stack, the records they were handed, and the CPU and AWS calls of the threads
+    that ran them (the invoking thread and its `crcr.sqs_batch` workers), not what other functions do meanwhile."""
+
+    def __init__(self, stack: LocalStack, function: str, aws: AwsCalls) -> None:
+        self.invocations = self.records = 0
+        self.records_by_source: Counter[str] = Counter()  # aws:sqs (a queue), aws:dynamodb (a table's stream)
+        self.cpu_s = self.wall_s = 0.0
+        self.calls: Counter[str] = Counter()
+        self._aws = aws
+        self._lock = threading.Lock()
+        invoke = stack.invoke
+
+        def counted(logical_id: str, event: dict[str, Any]) -> Any:
+            if logical_id != function:
+                return invoke(logical_id, event)
+            cpu, calls, wall = self._cpu(), self._aws.of_threads(self._threads()), time.perf_counter()
             try:
-                with urllib.request.urlopen(f"{self.url}/moto-api/data.json", timeout=2):
-                    return self
-            except OSError:
-                if self._proc.poll() is not None:
-                    raise RuntimeError("moto_server exited at start") from None
-                time.sleep(0.1)
-        raise RuntimeError("moto_server did not answer within 30 s")
+                return invoke(logical_id, event)
+            finally:
+                spent_cpu, spent_calls = self._cpu(), self._aws.of_threads(self._threads())
+                spent_calls.subtract(calls)
+                records = (event or {}).get("Records") or []
+                with self._lock:
+                    self.invocations += 1
+                    self.records += len(records)
+                    self.records_by_source.update(str(r.get("eventSource", "?")) for r in records)
+                    self.cpu_s += sum(v - cpu.get(t, 0.0) for t, v in spent_cpu.items())  # a new worker from 0
+                    self.wall_s += time.perf_counter() - wall
+                    self.calls.update({k: v for k, v in spent_calls.items() if v})
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        stack.invoke = counted  # type: ignore[method-assign]
 
-    def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+    @staticmethod
+    def _threads() -> list[threading.Thread]:
+        from crcr import sqs_batch  # noqa: PLC0415
 
+        pools = sqs_batch._pools.__dict__.get("by_size", {})
+        return [threading.current_thread(), *(t for pool in pools.values() for t in list(pool._threads))]
 
-def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("CRCR_", "AWS_ENDPOINT"))}
-
-
-@contextlib.contextmanager
-def relay(
-    key: AppKey,
-    n_targets: int,
-    *,
-    installations: int,
-    pollers_per_queue: int = 2,
-    level: str = "L1",
-    extra_env: dict[str, str] | None = None,
-    repo_settings: str = "",
-) -> Iterator[Relay]:
-    """A fresh GitHub double, moto process and local stack: nothing is shared with any other run.
-
-    Every target is allowlisted at `level` (with `repo_settings` under `repos:`, if given); `extra_env` adds to
-    (or overrides) the stack's configuration.
-    """
-    with tempfile.TemporaryDirectory(prefix="crcr-bench-") as tmp, MotoProcess() as moto:
-        workdir = Path(tmp)
-        double = GitHubDouble(app_id=APP_ID, app_public_key_pem=key.public_pem)
-        repos: list[str] = []
-        try:
-            for i, (repo, installation_id) in enumerate(target_repos(n_targets, installations)):
-                double.install(repo, installation_id=installation_id, repo_id=REPO_ID_BASE + i)
-                repos.append(repo)
-            allowlist = workdir / "allowlist.yaml"
-            text = f"{level}:\n" + "".join(f"  - {r}\n" for r in repos)
-            if repo_settings:  # the same per-repository settings for every target, e.g. "check_runs: per_repo"
-                text += "repos:\n" + "".join(f"  {r}:\n    {repo_settings}\n" for r in repos)
-            allowlist.write_text(text)
-            secret = uuid.uuid4().hex
-            env = (
-                clean_env()
-                | {
-                    "CRCR_UPSTREAM_REPO": UPSTREAM,
-                    "CRCR_GITHUB_API_URL": double.url,
-                    "CRCR_GITHUB_APP_ID": APP_ID,
-                    "CRCR_GITHUB_APP_PRIVATE_KEY": key.private_pem,
-                    "CRCR_ALLOWLIST": str(allowlist),
-                    "CRCR_WEBHOOK_SECRET": secret,
-                    "POWERTOOLS_LOG_LEVEL": "WARNING",
-                    "AWS_ENDPOINT_URL": moto.url,
-                }
-                | (extra_env or {})
-            )
-            stack = LocalStack(port=0, env=env, pollers_per_queue=pollers_per_queue)
-        except BaseException:
-            double.stop()
-            raise
-        try:
-            stack.start()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                stack.stop()
-            double.stop()
-            raise
-        the_relay = Relay(double, stack, repos, workdir, stack.secrets.get("webhook_secret", secret).encode(), moto)
-        try:
-            yield the_relay
-        finally:
-            the_relay.close()
-
-
-def event_body() -> bytes:
-    return EVENT_FILE.read_bytes()
-
-
-def distinct(body: bytes, delivery: str) -> bytes:
-    """The body as an event of its own: GitHub never sends two events alike to the byte, and the relay takes the
-    same signed bytes under a new delivery id for a replay. A field the relay does not read, put in front."""
-    if not body.startswith(b"{") or body[1:].lstrip().startswith(b"}"):
-        return body
-    return b'{"crcr_bench_delivery": "' + delivery.encode() + b'", ' + body[1:]
+    def _cpu(self) -> dict[threading.Thread, float]:
+        return {
+            t: time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+            for t in self._threads()
+            if t.ident is not None and t.is_alive()
+        }
 
 
 class OutputCapture:
@@ -587,3 +360,518 @@ class OutputCapture:
             fh.seek(start)
             data = fh.read() if end is None else fh.read(max(0, end - start))
         return [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
+
+
+@dataclass
+class Bench:
+    """What every section is handed: the App's key, the AWS call counter and the captured output."""
+
+    key: AppKey
+    aws: AwsCalls
+    out: OutputCapture
+
+
+# ------------------------------------------------------------------------------------------------ processes
+@dataclass(frozen=True)
+class AppKey:
+    private_pem: str  # PKCS#1, as GitHub issues App keys
+    public_pem: bytes
+
+    @classmethod
+    def generate(cls) -> AppKey:
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        private = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+        ).decode()
+        public = key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        return cls(private, public)
+
+
+def ticket_key() -> str:
+    """A fresh Ed25519 ticket signing key, PEM (PKCS#8)."""
+    key = ed25519.Ed25519PrivateKey.generate()
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class MotoProcess:
+    """bench/soak_moto.py in a process of its own, one per stack: moto's CPU stays out of the relay's GIL, and a stack's
+    queue URLs (the port is in them) are its own, so a poller left over can never reach the next stack."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def __enter__(self) -> MotoProcess:
+        script = Path(__file__).with_name("soak_moto.py")
+        self._proc = subprocess.Popen(
+            [sys.executable, str(script), str(self.port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.url}/moto-api/data.json", timeout=2):
+                    return self
+            except OSError:
+                if self._proc.poll() is not None:
+                    raise RuntimeError("moto_server exited at start") from None
+                time.sleep(0.1)
+        raise RuntimeError("moto_server did not answer within 30 s")
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def calls(self) -> dict[str, Counter[str]]:
+        with urllib.request.urlopen(self.url + "/_soak/aws-calls", timeout=10) as resp:
+            return {who: Counter(c) for who, c in json.load(resp).items()}
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            end(self._proc, self._proc.terminate)
+
+
+def end(proc: subprocess.Popen[Any], ask: Callable[[], None]) -> None:
+    """Ask a child process to end, and kill it if it has not within 10 s."""
+    if proc.poll() is None:
+        try:
+            ask()
+            proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+
+
+class GitHubProcess:
+    """The GitHub double in a process of its own (this file run as a script), so that the bench process's CPU is the
+    relay's alone; `ask` returns its `github_tally`."""
+
+    def __init__(self, key: AppKey, installs: list[tuple[str, int, int]]) -> None:
+        self._proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "github-double"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={k: v for k, v in os.environ.items() if k != "CRCR_BENCH_CODE_ROOT"},
+        )
+        setup = {"public_key_pem": key.public_pem.decode(), "installs": installs}
+        self.url: str = self._send(setup)["url"]
+        self._lock = threading.Lock()
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def _send(self, doc: dict[str, Any]) -> dict[str, Any]:
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.write(json.dumps(doc) + "\n")
+        self._proc.stdin.flush()
+        return dict(json.loads(self._proc.stdout.readline()))
+
+    def ask(self, *, times: bool = False) -> dict[str, Any]:
+        with self._lock:
+            return self._send({"times": times})
+
+    def stop(self) -> None:
+        assert self._proc.stdin is not None
+        end(self._proc, self._proc.stdin.close)
+
+
+def serve_github_double() -> None:
+    """GitHubProcess's child: the set-up on the first line of stdin, then one tally per line asked."""
+    setup = json.loads(sys.stdin.readline())
+    double = GitHubDouble(app_id=APP_ID, app_public_key_pem=setup["public_key_pem"].encode())
+    for repo, installation, repo_id in setup["installs"]:
+        double.install(repo, installation_id=installation, repo_id=repo_id)
+    print(json.dumps({"url": double.url}), flush=True)
+    for line in sys.stdin:
+        print(json.dumps(github_tally(double, times=json.loads(line)["times"])), flush=True)
+    double.stop()
+
+
+# ------------------------------------------------------------------------------------------------ the stack
+class QuietStack(LocalStack):
+    """No poller at all, not even the streams' and the schedules' (which run with pollers_per_queue=0): the bench
+    alone invokes the functions, until it starts a queue's pollers itself."""
+
+    def _start_pollers(self) -> None:
+        return None
+
+    def start_pollers(self, function: str, pollers: int = 2) -> None:
+        fn = next(f for f in self.functions if f.logical_id == function)
+        for source in fn.sqs_sources:
+            for i in range(pollers):
+                thread = threading.Thread(
+                    target=self._poll,
+                    args=(fn, source.queue, source.batch_size, source.report_failures),
+                    name=f"poll-{fn.logical_id}-{i}",
+                    daemon=True,
+                )
+                thread.start()
+                self._threads.append(thread)
+
+
+def report_body(ticket: str, repo: str, job: str, run_id: int, status: str, conclusion: str | None) -> dict[str, Any]:
+    """A downstream job's report (POST /callback), as the report action sends it."""
+    body: dict[str, Any] = {
+        "schema_version": 1,
+        "ticket": ticket,
+        "status": status,
+        "workflow_name": "CI",
+        "job_name": job,
+        "run_id": run_id,
+        "run_attempt": 1,
+        "url": f"https://github.com/{repo}/actions/runs/{run_id}",
+    }
+    return body | ({"conclusion": conclusion} if conclusion else {})
+
+
+def job_token(issuer: OidcIssuer, repo: str, repo_id: int, run_id: int, **claims: Any) -> str:
+    """The job's OIDC token, with the claims the relay checks against the dispatch."""
+    return issuer.token(
+        repository=repo,
+        repository_id=repo_id,
+        run_id=run_id,
+        run_attempt=1,
+        job_workflow_ref=f"{repo}/.github/workflows/ci.yml@refs/heads/main",
+        lifetime=3600,
+        **claims,
+    )
+
+
+@dataclass
+class Relay:
+    """A local stack on its own moto process and GitHub double, and the repositories it relays to."""
+
+    stack: LocalStack
+    github: Any  # a GitHubDouble in this process, a GitHubProcess, or None
+    moto: MotoProcess | None
+    repos: list[str]
+    issuer: OidcIssuer | None = None
+    posted: dict[str, float] = field(default_factory=dict)  # delivery id -> wall time the POST started
+    pollers_exited: bool | None = None
+    stop_s: float | None = None
+    _conn: http.client.HTTPConnection | None = None
+
+    # -- requests ---------------------------------------------------------------------------------------
+    def post(self, body: bytes, event: str = "pull_request", *, keep_alive: bool = False) -> tuple[int, float, str]:
+        """One signed webhook, as GitHub delivers it: (status, round trip seconds, delivery id)."""
+        delivery = str(uuid.uuid4())
+        body = distinct(body, delivery)
+        headers = {
+            "content-type": "application/json",
+            "x-github-event": event,
+            "x-github-delivery": delivery,
+            "x-hub-signature-256": sign(self.stack.secrets["webhook_secret"].encode(), body),
+            "user-agent": "GitHub-Hookshot/crcr-bench",
+        }
+        self.posted[delivery] = time.time()
+        status, elapsed, _ = self._send("/webhook", body, headers, keep_alive=keep_alive)
+        return status, elapsed, delivery
+
+    def callback(self, body: bytes, token: str | None, *, keep_alive: bool = False) -> tuple[int, float, bytes]:
+        """One POST /callback, by default over a new connection (each job reports from its own runner)."""
+        headers = {"content-type": "application/json", "user-agent": "crcr-bench-downstream"}
+        if token is not None:
+            headers["authorization"] = f"Bearer {token}"
+        return self._send("/callback", body, headers, keep_alive=keep_alive)
+
+    def report(self, i: int, ticket: str, job: str, run_id: int, status: str, conclusion: str | None = None) -> None:
+        """Target i's job reports, with a fresh token from the issuer; anything but 200 stops the section."""
+        body = json.dumps(report_body(ticket, self.repos[i], job, run_id, status, conclusion)).encode()
+        assert self.issuer is not None
+        code, _, reply = self.callback(body, job_token(self.issuer, self.repos[i], REPO_ID_BASE + i, run_id))
+        if code != 200:
+            raise RuntimeError(f"callback answered {code}: {reply[:200]!r}")
+
+    def _send(self, path: str, body: bytes, headers: dict[str, str], *, keep_alive: bool) -> tuple[int, float, bytes]:
+        """One POST; a new connection each unless `keep_alive`, so threads may send side by side."""
+        for attempt in range(2):
+            conn = (keep_alive and self._conn) or http.client.HTTPConnection(
+                self.stack.host, self.stack.port, timeout=30
+            )
+            start = time.perf_counter()
+            try:
+                conn.request("POST", path, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+            except (ConnectionError, http.client.HTTPException):
+                conn.close()
+                self._conn = None if keep_alive else self._conn
+                if attempt:
+                    raise
+                continue
+            elapsed = time.perf_counter() - start
+            if keep_alive:
+                self._conn = conn
+            else:
+                conn.close()
+            return resp.status, elapsed, data
+        raise AssertionError("unreachable")
+
+    # -- observation -----------------------------------------------------------------------------------
+    def accepted_dispatch_count(self) -> int:
+        """Cheap to poll: counts 204s on /dispatches without copying payloads."""
+        return sum(1 for r in self.github.requests if r.status == 204 and request_kind(r) == "dispatches")
+
+    def wait_for_dispatches(self, expected: int, timeout_s: float, settle_s: float = 1.5) -> bool:
+        """Poll until `expected` dispatches were accepted, then wait `settle_s` for any extra (duplicates)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.accepted_dispatch_count() >= expected:
+                time.sleep(settle_s)
+                return True
+            time.sleep(0.05)
+        return False
+
+    def tickets(self) -> list[tuple[int, int, str]]:
+        """(target, its k-th dispatch, ticket) of every dispatch each target received."""
+        return [
+            (i, k, sent["client_payload"]["ticket"])
+            for i, repo in enumerate(self.repos)
+            for k, sent in enumerate(self.github.dispatches(repo))
+        ]
+
+    def queue_depth(self, logical: str) -> int:
+        return queue_depth(self.stack.client("sqs"), self.stack.queue_urls[logical])
+
+    def wait_idle(self, timeout_s: float, queue: str = "ChecksQueue") -> bool:
+        """Until the queue's function has nothing left: the queue empty twice in a row, a second apart."""
+        deadline = time.monotonic() + timeout_s
+        empty = 0
+        while time.monotonic() < deadline:
+            empty = empty + 1 if self.queue_depth(queue) == 0 else 0
+            if empty >= 2:
+                return True
+            time.sleep(1.0)
+        return False
+
+    def units(self, *tables: str, row_of: Callable[[dict[str, Any]], str] | None = None) -> dict[str, StreamUnits]:
+        """The write units of each named table (template.yaml's logical id), from its stream (bench/write_units.py)."""
+        shapes = table_shapes(CODE_ROOT / "template.yaml")
+        ddb, streams = self.stack.client("dynamodb"), self.stack.client("dynamodbstreams")
+        env = {"StateTable": "CRCR_STATE_TABLE", "ResultsTable": "CRCR_RESULTS_TABLE"}
+        return {t: StreamUnits(ddb, streams, self.stack.function_env[env[t]], shapes[t], row_of=row_of) for t in tables}
+
+    def results_copy(self, name: str) -> tuple[str, StreamReader]:
+        """A copy of the results table (indexes and stream as in template.yaml), and a reader at its stream's start."""
+        ddb = self.stack.client("dynamodb")
+        copy = f"{self.stack.function_env['CRCR_RESULTS_TABLE']}-{name}"
+        ddb.create_table(**table_spec(copy, resources_of(self.stack.template, "AWS::DynamoDB::Table")["ResultsTable"]))
+        arn = ddb.describe_table(TableName=copy)["Table"]["LatestStreamArn"]
+        return copy, StreamReader(self.stack.client("dynamodbstreams"), arn)
+
+    # -- the bench invoking functions itself -------------------------------------------------------------
+    def receive(self, queue: str, wait_s: int = 0) -> list[dict[str, Any]]:
+        got = self.stack.client("sqs").receive_message(
+            QueueUrl=self.stack.queue_urls[queue],
+            MaxNumberOfMessages=10,
+            WaitTimeSeconds=wait_s,
+            AttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        )
+        return list(got.get("Messages") or [])
+
+    def delete(self, queue: str, messages: list[dict[str, Any]]) -> None:
+        self.stack.client("sqs").delete_message_batch(
+            QueueUrl=self.stack.queue_urls[queue],
+            Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)],
+        )
+
+    def invoke(self, function: str, queue: str, messages: list[dict[str, Any]]) -> Any:
+        """The function's handler called with `messages` as its queue's event source mapping would hand them."""
+        arn = f"arn:aws:sqs:us-east-1:000000000000:crcr-local-{queue}"
+        event = {"Records": [_sqs_record(m, arn) for m in messages]}
+        return self.stack.handlers[function](event, Context(f"crcr-local-{function}", 60))
+
+    def plan_all(self, expected: int) -> None:
+        """Run the planner on every event waiting (not measured)."""
+        done = 0
+        while done < expected:
+            messages = self.receive("EventsQueue", wait_s=1)
+            if messages:
+                self.invoke("PlannerFunction", "EventsQueue", messages)
+                self.delete("EventsQueue", messages)
+                done += len(messages)
+
+    def close(self) -> None:
+        """Stop the stack, then its moto, so a poller still inside an invocation fails fast; wait for it to be gone."""
+        if self._conn is not None:
+            self._conn.close()
+        start = time.perf_counter()
+        try:
+            self.stack.stop()
+            if self.moto is not None:
+                self.moto.stop()
+            self.pollers_exited = wait_for_pollers_to_exit()
+        finally:
+            if self.github is not None:
+                self.github.stop()
+            self.stop_s = round(time.perf_counter() - start, 2)
+
+
+def wait_for_pollers_to_exit(timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not [t for t in threading.enumerate() if t.name.startswith("poll-") and t.is_alive()]:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def relay_env(key: AppKey, github_url: str, allowlist: Path, secret: str) -> dict[str, str]:
+    """The relay's configuration on a GitHub double."""
+    return {
+        "CRCR_UPSTREAM_REPO": UPSTREAM,
+        "CRCR_GITHUB_API_URL": github_url,
+        "CRCR_GITHUB_APP_ID": APP_ID,
+        "CRCR_GITHUB_APP_PRIVATE_KEY": key.private_pem,
+        "CRCR_ALLOWLIST": str(allowlist),
+        "CRCR_WEBHOOK_SECRET": secret,
+    }
+
+
+@contextlib.contextmanager
+def relay(
+    key: AppKey | None,
+    targets: int = 0,
+    *,
+    installations: int = MAX_INSTALLATIONS,
+    level: str = "L1",
+    repo_settings: str = "",
+    allowlist: str | None = None,
+    pollers: int | None = 2,
+    github: str | None = "here",
+    oidc: bool = False,
+    own_moto: bool = True,
+    as_lambda: bool = False,
+    env: dict[str, str] | None = None,
+) -> Iterator[Relay]:
+    """A fresh stack, moto process and GitHub double ("here", in a "process" of its own, or None), `targets` repos
+    allowlisted at `level` (or the `allowlist` text); `pollers` per queue, or None for none at all; `as_lambda`:
+    metrics (EMF lines) and INFO logs, into the capture file; `own_moto` False: the stack's own moto, in-process."""
+    with contextlib.ExitStack() as hold:
+        workdir = Path(hold.enter_context(tempfile.TemporaryDirectory(prefix="crcr-bench-")))
+        moto = hold.enter_context(MotoProcess()) if own_moto else None
+        k = max(1, min(targets, installations))  # round-robin over k installations, one org each
+        repos = [(f"bench-org-{i % k}/repo-{i}", 7000 + i % k) for i in range(targets)]
+        installs = [(repo, inst, REPO_ID_BASE + i) for i, (repo, inst) in enumerate(repos)]
+        double: Any = None
+        if github == "process":
+            assert key is not None
+            double = GitHubProcess(key, installs)
+            hold.callback(double.stop)
+        elif github == "here":
+            assert key is not None
+            double = hold.enter_context(GitHubDouble(app_id=APP_ID, app_public_key_pem=key.public_pem))
+            for repo, inst, repo_id in installs:
+                double.install(repo, installation_id=inst, repo_id=repo_id)
+        text = allowlist or f"{level}:\n" + "".join(f"  - {r}\n" for r, _ in repos)
+        if repo_settings:  # the same per-repository settings for every target, e.g. "check_runs: per_repo"
+            text += "repos:\n" + "".join(f"  {r}:\n    {repo_settings}\n" for r, _ in repos)
+        (workdir / "allowlist.yaml").write_text(text)
+        config = {k: v for k, v in os.environ.items() if not k.startswith(("CRCR_", "AWS_ENDPOINT"))}
+        config["POWERTOOLS_LOG_LEVEL"] = "WARNING"
+        if double is not None:
+            assert key is not None
+            config |= relay_env(key, double.url, workdir / "allowlist.yaml", uuid.uuid4().hex)
+        else:  # any URL: it keeps the stack from starting its sandbox GitHub and HUD; no App id, no check runs
+            config |= {
+                "CRCR_UPSTREAM_REPO": UPSTREAM,
+                "CRCR_ALLOWLIST": str(workdir / "allowlist.yaml"),
+                "CRCR_GITHUB_API_URL": "http://127.0.0.1:9",
+            }
+        config |= {"AWS_ENDPOINT_URL": moto.url} if moto is not None else {}
+        issuer = hold.enter_context(OidcIssuer()) if oidc else None
+        if issuer is not None:
+            config |= {"CRCR_OIDC_ISSUER": issuer.url, "CRCR_OIDC_AUDIENCE": AUDIENCE}
+        if as_lambda:
+            config |= {"POWERTOOLS_METRICS_DISABLED": "false", "POWERTOOLS_LOG_LEVEL": "INFO"}
+        config |= env or {}
+        kind = QuietStack if pollers is None else LocalStack
+        stack = kind(port=0, env=config, pollers_per_queue=pollers or 0, root=CODE_ROOT).start()  # stops if it fails
+        the_relay = Relay(stack, double, moto, [r for r, _ in repos], issuer)
+        level_before = logger.log_level
+        if as_lambda:
+            logger.setLevel("INFO")  # the logger was created at WARNING when crcr was first imported
+        try:
+            yield the_relay
+        finally:
+            logger.setLevel(level_before)
+            the_relay.close()
+
+
+def event_body() -> bytes:
+    return EVENT_FILE.read_bytes()
+
+
+def pr_event(n: int) -> tuple[bytes, int, str]:
+    """The n-th pull request of a run: (body, number, head SHA), each PR its own."""
+    doc = json.loads(event_body())
+    pr, head = 9000 + n, f"{n + 1:040x}"
+    doc["number"] = doc["pull_request"]["number"] = pr
+    doc["pull_request"]["head"]["sha"] = head
+    return json.dumps(doc).encode(), pr, head
+
+
+def distinct(body: bytes, delivery: str) -> bytes:
+    """The body as an event of its own: GitHub never sends two events alike to the byte, and the relay takes the
+    same signed bytes under a new delivery id for a replay. A field the relay does not read, put in front."""
+    if not body.startswith(b"{") or body[1:].lstrip().startswith(b"}"):
+        return body
+    return b'{"crcr_bench_delivery": "' + delivery.encode() + b'", ' + body[1:]
+
+
+# ------------------------------------------------------------------------------------------------ the run
+def machine() -> dict[str, Any]:
+    model = None
+    with contextlib.suppress(OSError):
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "cpu_model": model or platform.processor() or None,
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def git_info() -> dict[str, Any]:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
+
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": git("rev-parse", "HEAD") or None, "dirty": bool(status), "modified": status.splitlines()[:20]}
+
+
+@contextlib.contextmanager
+def exported(ref: str) -> Iterator[tuple[str, Path] | None]:
+    """The code at a git ref in a temporary directory, (its commit, the directory), or None when `ref` names none."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=ROOT, capture_output=True, text=True, check=False
+    ).stdout.strip()
+    if not commit:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="crcr-bench-baseline-") as tmp:
+        archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        yield commit, Path(tmp)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["github-double"]:
+    serve_github_double()

@@ -1,15 +1,4 @@
-"""Section 11: the HUD pages at PyTorch's scale. Headless Chromium loads the overview and a PR page over documents
-seeded for N days of 1,000 PR events a day (x the load) x 10 downstreams x 5 jobs, served by HudFunction's handler;
-it reports the bytes fetched and the time to a rendered page, for 1 and 30 days held, at 1x and 10x.
-
-The documents are the relay's own: each commit's summary comes from `summary_of` over a commit document the reporter's
-code built (`update_summaries` of its 50 jobs, and `note_plan` for its title and author), and every commit of every
-day is merged into the overview with `_with_index` and into its PR's page with `_with_commits`, in batches like the
-reporter's. Only the measured PR's head keeps its commit document (the page fetches it); the others are summarised and
-dropped, since holding 300,000 commit documents in memory measures nothing the pages read.
-
-    .venv/bin/python bench/pages.py [--days 1,30] [--loads 1,10] [--loads-per-run 5]
-"""
+"""Section 11: the HUD pages at PyTorch's scale in headless Chromium, bytes fetched and time to render by days held."""
 
 from __future__ import annotations
 
@@ -17,31 +6,16 @@ import argparse
 import json
 import random
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import harness as h
 
-from crcr.app.ports.jobs import JobRecord  # noqa: E402
-from crcr.app.summaries import (  # noqa: E402
-    PR_COMMITS,
-    PlanNote,
-    SummaryDeps,
-    _with_commits,
-    _with_index,
-    note_plan,
-    summary_of,
-    update_summaries,
-)
-from tests.e2e.browser import headless  # noqa: E402
-from tests.e2e.hud_server import MemoryDocs, serve_docs  # noqa: E402
-from tests.unit.fakes import RecordingMetrics  # noqa: E402
+from tests.e2e.browser import headless
+from tests.e2e.hud_server import MemoryDocs, serve_docs
+from tests.unit.fakes import RecordingMetrics
 
-UPSTREAM = "pytorch/pytorch"
 PR_EVENTS_PER_DAY = 1000
 PUSHES_PER_DAY = 60  # trunk commits a day
 COMMITS_PER_PR = 3
@@ -59,59 +33,27 @@ class Clock:
         return self.t
 
 
-def jobs_of(sha: str, pr: int | None, at: float, rng: random.Random) -> list[JobRecord]:
+def jobs_of(sha: str, pr: int | None, at: float, rng: random.Random) -> list[h.JobRecord]:
     """One commit's 10 x 5 jobs: mostly green, some failures with tests and verdicts, a few running."""
+    test = {"name": "test_{}", "classname": "TestOps", "message": "AssertionError: " + "x" * 200, "duration": 1.5}
     out = []
     for r, repo in enumerate(REPOS):
         for name in JOBS:
             roll = rng.random()
-            state, conclusion = ("completed", "success")
-            if roll < 0.06:
-                state, conclusion = ("completed", "failure")
-            elif roll < 0.08:
-                state, conclusion = ("in_progress", None)
-            tests = [
-                {
-                    "name": f"test_{i}",
-                    "classname": "TestOps",
-                    "message": "AssertionError: " + "x" * 200,
-                    "duration": 1.5,
-                }
-                for i in range(8)
-            ]
-            failed = json.dumps(tests) if conclusion == "failure" else ""
+            state, conclusion = ("completed", "failure") if roll < 0.06 else ("completed", "success")
+            state, conclusion = ("in_progress", None) if 0.06 <= roll < 0.08 else (state, conclusion)
+            failed = json.dumps([test | {"name": f"test_{i}"} for i in range(8)]) if conclusion == "failure" else ""
             counts = {"passed": 2000, "failed": 8 if failed else 0, "skipped": 40}
             verdict = ("new" if rng.random() < 0.5 else "pre-existing") if failed and pr else None
             run = 10_000 + r
-            out.append(
-                JobRecord(
-                    dispatch_id=f"{sha[:12]}-{r}",
-                    run_id=str(run),
-                    run_attempt=1,
-                    job_name=name,
-                    workflow_name="CI",
-                    state=state,
-                    conclusion=conclusion,
-                    fingerprint=state,
-                    url=f"https://github.com/{repo}/actions/runs/{run}",
-                    repo=repo,
-                    repo_id=r + 1,
-                    level=4 if r < 3 else 2,
-                    delivery_id=f"d-{sha[:12]}",
-                    upstream=UPSTREAM,
-                    head_sha=sha,
-                    pr=pr,
-                    device=None,
-                    dispatched_at=at,
-                    started_at=at + 120,
-                    completed_at=at + 3000 if conclusion else None,
-                    callback_payload=json.dumps({"test_results": counts}),
-                    version=2,
-                    event_type="pull_request" if pr else "push",
-                    failed_tests=failed,
-                    verdict=verdict,
-                )
-            )
+            out.append(h.JobRecord(
+                dispatch_id=f"{sha[:12]}-{r}", run_id=str(run), run_attempt=1, job_name=name, workflow_name="CI",
+                state=state, conclusion=conclusion, fingerprint=state, url=f"https://github.com/{repo}/actions/runs/{run}",
+                repo=repo, repo_id=r + 1, level=4 if r < 3 else 2, delivery_id=f"d-{sha[:12]}", upstream=h.UPSTREAM,
+                head_sha=sha, pr=pr, device=None, dispatched_at=at, started_at=at + 120,
+                completed_at=at + 3000 if conclusion else None, callback_payload=json.dumps({"test_results": counts}),
+                version=2, event_type="pull_request" if pr else "push", failed_tests=failed, verdict=verdict,
+            ))  # fmt: skip
     return out
 
 
@@ -119,18 +61,18 @@ def commit_summary(sha: str, pr: int | None, at: float, rng: random.Random, keep
     """A commit's overview summary from the relay's code: its planner note and its jobs merged into its document."""
     docs = keep or MemoryDocs()
     clock = Clock(at)
-    deps = SummaryDeps(docs=docs, metrics=RecordingMetrics(), clock=clock)
+    deps = h.summaries.SummaryDeps(docs=docs, metrics=RecordingMetrics(), clock=clock)
     meta = {"title": f"[inductor] Fix a thing in change {sha[:8]}", "author": f"dev{rng.randrange(500)}", "at": at}
     if pr:
         meta |= {"pr_state": "open", "base_sha": "0" * 40}
-    note_plan(
-        PlanNote(UPSTREAM, sha, "pull_request" if pr else "push", pr, meta=meta,
+    h.summaries.note_plan(
+        h.summaries.PlanNote(h.UPSTREAM, sha, "pull_request" if pr else "push", pr, meta=meta,
                  planned={repo: {"state": "pending", "level": 4} for repo in REPOS}), deps)  # fmt: skip
     clock.t = at + 3000
-    update_summaries(jobs_of(sha, pr, at, rng), deps)
+    h.summaries.update_summaries(jobs_of(sha, pr, at, rng), deps)
     doc, _ = docs.get(f"commit/{sha}.json")
     assert doc is not None
-    return summary_of(doc)
+    return h.summaries.summary_of(doc)
 
 
 def seed(days: int, load: int, say: Callable[[str], None]) -> tuple[MemoryDocs, int, float]:
@@ -163,22 +105,24 @@ def seed(days: int, load: int, say: Callable[[str], None]) -> tuple[MemoryDocs, 
         batch.append(summary)
         if pr is not None:
             # A PR page holds its own few commits; only recent PRs are kept here (older ones are never fetched).
-            prs[pr] = _with_commits(prs.get(pr), [summary], keep=PR_COMMITS, now=at, pr=pr) or prs.get(pr)
+            prs[pr] = h.summaries._with_commits(
+                prs.get(pr), [summary], keep=h.summaries.PR_COMMITS, now=at, pr=pr
+            ) or prs.get(pr)
             if len(prs) > 2000:
                 prs.pop(next(iter(prs)))
         if len(batch) == BATCH:
-            index = _with_index(index, batch, now=at) or index
+            index = h.summaries._with_index(index, batch, now=at) or index
             batch = []
     if batch:
-        index = _with_index(index, batch, now=end) or index
+        index = h.summaries._with_index(index, batch, now=end) or index
     # The measured PR: the newest one, whose head gets a full commit document through the reporter's code.
     pr = max(p for p in prs)
     head = f"{total + 1:040x}"
     own = MemoryDocs()
     real = commit_summary(head, pr, end, random.Random(22), own)
     docs.put(f"commit/{head}.json", own.docs[f"commit/{head}.json"], None)
-    prs[pr] = _with_commits(prs[pr], [real], keep=PR_COMMITS, now=end, pr=pr)
-    index = _with_index(index, [real], now=end) or index
+    prs[pr] = h.summaries._with_commits(prs[pr], [real], keep=h.summaries.PR_COMMITS, now=end, pr=pr)
+    index = h.summaries._with_index(index, [real], now=end) or index
     assert index is not None and prs[pr] is not None
     docs.put("index.json", index, None)
     docs.put(f"pr/{pr}.json", prs[pr], None)  # type: ignore[arg-type]
@@ -188,8 +132,7 @@ def seed(days: int, load: int, say: Callable[[str], None]) -> tuple[MemoryDocs, 
 
 
 def measure(browser: Any, served: Any, path: str, runs: int) -> dict[str, Any]:
-    """Bytes fetched (bodies as served, first visit with an empty cache and again warm) and the time from navigation
-    to the rendered page (`body[data-ready]`), median of `runs` fresh pages."""
+    """Bytes fetched (first visit, then warm) and the time to a rendered page (`body[data-ready]`), median of `runs`."""
     times: list[float] = []
     cold_bytes = warm_bytes = 0
     docs_bytes = 0
@@ -219,8 +162,18 @@ def measure(browser: Any, served: Any, path: str, runs: int) -> dict[str, Any]:
     }
 
 
-def run_section(days: list[int], loads: list[int], runs: int, say: Callable[[str], None]) -> dict[str, Any]:
-    out: dict[str, Any] = {"days_held": days, "loads": loads, "method": __doc__.split("\n\n")[0] if __doc__ else ""}
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pages-days", default="1,30", help="days held, comma-separated")
+    parser.add_argument("--pages-loads", default="1,10", help="multiples of 1,000 PR events a day, comma-separated")
+    parser.add_argument("--pages-runs", type=int, default=5, help="timed page loads per page")
+
+
+def pages_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
+    """Documents seeded for N days of 1,000 PR events a day (x the load) x 10 downstreams x 5 jobs by the relay's own
+    code, served by HudFunction's handler; the overview and a PR page loaded in headless Chromium."""
+    days, loads = [int(d) for d in args.pages_days.split(",")], [int(x) for x in args.pages_loads.split(",")]
+    runs, say = args.pages_runs, bench.out.say
+    out: dict[str, Any] = {"days_held": days, "loads": loads, "method": pages_section.__doc__}
     with headless() as browser:
         for load in loads:
             for held in days:
@@ -235,35 +188,4 @@ def run_section(days: list[int], loads: list[int], runs: int, say: Callable[[str
                     f"PR page {pr_page['bytes_documents']:,} B ({pr_page['bytes_first_visit']:,} B), "
                     f"ready in {pr_page['ready_ms_p50']} ms"
                 )
-    # Flat in the days held: the documents fetched are the same size whatever the days (bytes exactly; times within
-    # noise), at each load.
-    out["flat_in_days"] = {
-        f"{load}x": {
-            page: {
-                "bytes_documents": [out[f"{load}x_{d}d"][page]["bytes_documents"] for d in days],
-                "ready_ms_p50": [out[f"{load}x_{d}d"][page]["ready_ms_p50"] for d in days],
-            }
-            for page in ("overview", "pr")
-        }
-        for load in loads
-    }
-    return out
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--days", default="1,30", help="days held, comma-separated")
-    parser.add_argument("--loads", default="1,10", help="multiples of 1,000 PR events a day, comma-separated")
-    parser.add_argument("--loads-per-run", type=int, default=5, dest="runs", help="timed page loads per page")
-    parser.add_argument("--out", type=Path, help="write the figures here as JSON")
-    args = parser.parse_args()
-    result = run_section(
-        [int(d) for d in args.days.split(",")], [int(x) for x in args.loads.split(",")], args.runs, print
-    )
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return {"hud_pages": out}

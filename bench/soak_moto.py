@@ -1,13 +1,4 @@
-"""moto in server mode for `make soak` and `make bench`, counting every AWS call it serves by caller and operation.
-
-    .venv/bin/python bench/soak_moto.py PORT
-
-The same app as `moto_server`, wrapped in a WSGI counter and served by crcr local's HTTP/1.1 front end, which keeps
-connections open as AWS does (`wsgi_route`): the relay runs in processes the soak kills and restarts, so the calls
-are counted where they arrive. `GET /_soak/aws-calls` answers
-`{"relay": {"DynamoDB.PutItem": n, ...}, "soak": {...}}`; a call whose User-Agent carries `crcr-soak` is the
-soak's own (queue depths, the fault, the ledger snapshots), every other one the relay's.
-"""
+"""moto's server for the bench's and the soak's stacks, as `crcr local` runs it, counting every call by caller."""
 
 from __future__ import annotations
 
@@ -36,6 +27,9 @@ COUNTS_PATH = "/_soak/aws-calls"
 
 
 class Counting:
+    """`GET /_soak/aws-calls` answers `{"relay": {"DynamoDB.PutItem": n, ...}, "soak": {...}}`: a call whose
+    User-Agent carries `crcr-soak` is the soak's own (queue depths, the fault, ledger snapshots)."""
+
     def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
         self.app = app
         self.counts: dict[str, Counter[str]] = {"relay": Counter(), "soak": Counter()}
@@ -82,9 +76,8 @@ class Dispatcher(DomainDispatcherApplication):
 
 
 def fast_clock() -> None:
-    """moto asks for "now" as `unix_time()` by building two datetimes (now, and the epoch with a time-zone import):
-    SQS does it for every message in a queue on every send, receive and attribute read, which made an SQS send
-    cost 5 ms of CPU with a few hundred messages queued. The same number, from `time.time()`."""
+    """moto's `unix_time()` for "now" builds two datetimes, for every queued message on every SQS call (5 ms of CPU per
+    send with a few hundred messages queued): the same number, from `time.time()`."""
     import moto.core.utils as core_utils  # noqa: PLC0415
     import moto.dynamodb.models  # noqa: PLC0415 - loaded now so their imported names are patched too
     import moto.s3.models  # noqa: PLC0415
@@ -105,10 +98,8 @@ def fast_clock() -> None:
 
 
 def wsgi_route(app: Callable[..., Iterable[bytes]], port: int) -> Route:
-    """A WSGI application (moto's) behind crcr local's HTTP/1.1 front end, which keeps connections open between
-    requests as AWS's endpoints do. moto's own server (werkzeug) closes every connection after one answer, so each
-    AWS call of the relay paid a new TCP connection it does not pay against AWS: in the bench's CPU figures, a
-    connect and a close per call."""
+    """A WSGI application (moto's) behind crcr local's HTTP/1.1 front end, which keeps connections open as AWS does:
+    moto's own server closes each after one answer, which put a connect and a close in every call's CPU."""
 
     def route(method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes, Any]:
         environ: dict[str, Any] = {

@@ -1,26 +1,9 @@
-"""DynamoDB write request units of what the relay wrote, worked out from the tables' streams as DynamoDB bills them.
-
-moto answers `ConsumedCapacity` with fixed numbers, so the bench counts the units itself, from each write's old and
-new image (the tables' streams are NEW_AND_OLD_IMAGES) and the table's indexes in template.yaml, by the rules AWS
-documents for on-demand tables:
-
-- a write costs one unit per started KB of the larger of the item before and after it (a write that changes nothing
-  costs the same; moto writes a stream record for it, DynamoDB would not, so every record is counted);
-- each global secondary index the write touches costs one more write of the index entry (its keys, the table's keys
-  and the projected attributes), per started KB: a put when the item enters the index or a projected attribute
-  changes, a delete when it leaves, both when the index key changes;
-- an item's size is the sum of its attributes' names and values (a string its UTF-8 bytes, a number about one byte
-  per two digits plus one, a binary its bytes, a boolean or null one byte, a list or map 3 bytes plus its elements
-  and one byte each).
-
-Writes refused by their condition cost units too but leave no stream record: they are not counted here.
-"""
+"""DynamoDB write request units of what the relay wrote, from the tables' streams, as AWS bills on-demand tables."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,15 +26,9 @@ def shape_of(props: dict[str, Any]) -> TableShape:
     """A table's keys and global secondary indexes, from its template.yaml resource's properties."""
     indexes = []
     for gsi in props.get("GlobalSecondaryIndexes") or []:
-        projection = gsi.get("Projection") or {}
-        indexes.append(
-            Index(
-                gsi["IndexName"],
-                tuple(k["AttributeName"] for k in gsi["KeySchema"]),
-                projection.get("ProjectionType", "ALL"),
-                tuple(projection.get("NonKeyAttributes") or ()),
-            )
-        )
+        keys, projection = tuple(k["AttributeName"] for k in gsi["KeySchema"]), gsi.get("Projection") or {}
+        include = tuple(projection.get("NonKeyAttributes") or ())
+        indexes.append(Index(gsi["IndexName"], keys, projection.get("ProjectionType", "ALL"), include))
     return TableShape(tuple(k["AttributeName"] for k in props["KeySchema"]), tuple(indexes))
 
 
@@ -117,17 +94,9 @@ def record_units(record: dict[str, Any], shape: TableShape) -> dict[str, int]:
 
 
 class StreamUnits:
-    """A table's stream read from its start; `take()` returns the write units of the records since the last take,
-    by the kind of row written (the partition key's prefix, such as `DSP`) and by where they went."""
+    """A table's stream from its start; `take()`: the write units since the last take, by kind of row and by where."""
 
-    def __init__(
-        self,
-        ddb: Any,
-        streams: Any,
-        table: str,
-        shape: TableShape,
-        row_of: Callable[[dict[str, Any]], str] | None = None,
-    ) -> None:
+    def __init__(self, ddb: Any, streams: Any, table: str, shape: TableShape, row_of: Any = None) -> None:
         self._streams = streams
         self._shape = shape
         self._row_of = row_of or _prefix
@@ -155,7 +124,6 @@ class StreamUnits:
         writes: Counter[str] = Counter()
         spent: Counter[str] = Counter()
         by_row: Counter[str] = Counter()
-        sizes: dict[str, int] = {}
         for record in _writes(self._records(), self._shape):
             data = record.get("dynamodb") or {}
             row = self._row_of(data.get("NewImage") or data.get("OldImage") or {})
@@ -164,13 +132,11 @@ class StreamUnits:
             for where, n in got.items():
                 spent[where] += n
                 by_row[row] += n
-            sizes[row] = max(sizes.get(row, 0), item_size(data.get("NewImage")), item_size(data.get("OldImage")))
         return {
             "writes": dict(writes),
             "write_units": sum(spent.values()),
             "by_destination": dict(spent),
             "by_row": dict(by_row),
-            "largest_item_bytes_by_row": sizes,
         }
 
 

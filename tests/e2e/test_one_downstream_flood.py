@@ -2,9 +2,6 @@
 failed jobs and names random commits in scheduled reports, while a second downstream reports normally on the same
 PR. The second's HUD pushes, check runs and PR comment arrive while the flood's own work is still paced; every
 report the relay accepted is recorded; and the upstream installation's GitHub requests stay within its budget.
-
-How long the second waits with and without the flood, side by side, is measured by `make soak`'s flood phase
-(bench/soak.py), not asserted here.
 """
 
 from __future__ import annotations
@@ -63,19 +60,23 @@ def callback(relay: Relay, body: dict[str, Any], bearer: str) -> tuple[int, dict
     return http("POST", f"{relay.url}/callback", json.dumps(body).encode(), headers)
 
 
-def load_flood() -> ModuleType:
-    """bench/flood.py, whose report body and per-minute count this test shares with the soak's flood phase."""
-    if "bench_flood" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("bench_flood", ROOT / "bench" / "flood.py")
+def load_harness() -> ModuleType:
+    """bench/harness.py, whose downstream report body and windowed count this test shares with the bench."""
+    if "harness" not in sys.modules:
+        sys.path.append(str(ROOT / "bench"))  # its write_units
+        spec = importlib.util.spec_from_file_location("harness", ROOT / "bench" / "harness.py")
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
-        sys.modules["bench_flood"] = module
+        sys.modules["harness"] = module
         spec.loader.exec_module(module)
-    return sys.modules["bench_flood"]
+    return sys.modules["harness"]
 
 
-report = load_flood().report_body
-writes_in_any_minute = load_flood().in_any_minute
+report = load_harness().report_body
+
+
+def writes_in_any_minute(times: list[float]) -> int:
+    return int(load_harness().most_in_any(times, 60.0))
 
 
 def test_a_flooding_downstream_slows_only_itself(

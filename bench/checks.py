@@ -1,0 +1,190 @@
+"""Sections 6 and 8: the upstream installation's check-run and PR comment writes, setting against setting."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import Counter
+from typing import Any
+
+import harness as h
+
+UPSTREAM_INSTALLATION = 1
+COMMENT_PERMISSIONS = {
+    "actions": "write", "checks": "write", "contents": "write", "issues": "write", "pull_requests": "write",
+    "metadata": "read",
+}  # fmt: skip
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--check-events", type=int, default=2, help="pull requests in the check-run write run")
+    parser.add_argument("--check-targets", type=int, default=3, help="L4 repositories in that run")
+    parser.add_argument("--check-jobs", type=int, default=2, help="jobs per repository in that run")
+    parser.add_argument("--comment-events", type=int, default=2, help="pull requests in the PR comment run")
+    parser.add_argument("--comment-targets", type=int, default=3, help="L4 repositories in that run")
+    parser.add_argument("--comment-jobs", type=int, default=2, help="jobs per repository in that run")
+
+
+def _env() -> dict[str, str]:
+    return {"CRCR_CALLBACK_RATE_PER_MIN": "100000", "CRCR_CHECK_SETTLE_S": "2", "CRCR_PR_COMMENT": "on"}
+
+
+def _open_prs(r: h.Relay, events: int, timeout_s: float, *, comments: bool) -> list[int]:
+    """`events` PRs, one commit each, dispatched to every target (the comment's permissions for `comments`)."""
+    permissions = {"permissions": COMMENT_PERMISSIONS} if comments else {}
+    r.github.install(h.UPSTREAM, installation_id=UPSTREAM_INSTALLATION, repo_id=h.UPSTREAM_ID, **permissions)
+    prs = []
+    for n in range(events):
+        body, pr, head = h.pr_event(n)
+        r.github.add_commit(h.UPSTREAM, head)
+        if comments:
+            r.github.add_issue(h.UPSTREAM, pr)
+        status, _, _ = r.post(body)
+        if status != 202:
+            raise RuntimeError(f"webhook answered {status}")
+        prs.append(pr)
+    if not r.wait_for_dispatches(events * len(r.repos), timeout_s, settle_s=0.0):
+        raise RuntimeError("dispatches did not all land")
+    return prs
+
+
+def _jobs_report(r: h.Relay, jobs: int, timeout_s: float, conclusion: Any) -> int:
+    """Every dispatched repository's jobs report `in_progress`, then, once ChecksQueue is empty (those writes have
+    landed, as they would while a real job runs), `completed` with `conclusion(job)`."""
+    reports = [(i, ticket, f"job-{j}", 100 + k) for i, k, ticket in r.tickets() for j in range(jobs)]
+    time.sleep(1.0)  # the dispatcher's requests for the repositories' queued runs reach the queue
+    for i, ticket, job, run_id in reports:
+        r.report(i, ticket, job, run_id, "in_progress")
+    time.sleep(1.0)  # the results stream hands the changes to the reporter, which asks the writer
+    r.wait_idle(timeout_s)
+    for i, ticket, job, run_id in reports:
+        r.report(i, ticket, job, run_id, "completed", conclusion(job))
+    time.sleep(1.0)
+    r.wait_idle(timeout_s)
+    return 2 * len(reports)
+
+
+def checkruns_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
+    """Section 6: `check_runs: per_job` against `per_repo`, each on a fresh stack, every job passing."""
+    events, targets, jobs, timeout_s = args.check_events, args.check_targets, args.check_jobs, max(args.timeout, 240)
+    results: dict[str, Any] = {}
+    for mode in ("per_job", "per_repo"):
+        bench.out.say(f"   {mode}: {events} events x {targets} L4 repositories x {jobs} jobs")
+        before = Counter(h.TOTALS)
+        settings = f"check_runs: {mode}"
+        with h.relay(
+            bench.key, targets, installations=targets, level="L4", repo_settings=settings, oidc=True, env=_env()
+        ) as r:
+            t0 = time.perf_counter()
+            _open_prs(r, events, timeout_s, comments=False)
+            _jobs_report(r, jobs, timeout_s, lambda job: "success")
+            runs = [c for c in r.github.check_runs(h.UPSTREAM) if c["name"].count("/") == 2]
+            finished = len(runs) == events * targets and all(c["status"] == "completed" for c in runs)
+            elapsed = time.perf_counter() - t0
+            writes = h.upstream_writes(r.github, "check-runs")
+            runs = r.github.check_runs(h.UPSTREAM)
+        kinds = Counter(q.method for q in writes)
+        per_repo_commit = len(writes) / (events * targets)
+        results[mode] = {
+            "setting": mode,
+            "events": events,
+            "repositories_per_event": targets,
+            "jobs_per_repository": jobs,
+            "all_completed": finished,
+            "check_runs": len(runs),
+            "writes": {"total": len(writes), "create": kinds["POST"], "update": kinds["PATCH"]},
+            "refused_writes": sum(1 for q in writes if (q.status or 0) >= 400),
+            "writes_per_event": round(len(writes) / events, 2),
+            "writes_per_repository_per_commit": round(per_repo_commit, 2),
+            "relay_metrics": h.metrics_delta(before, ("CheckRun",)),
+            "elapsed_s": round(elapsed, 1),
+        }
+    results["method"] = (
+        f"{events} pull_request events (one commit each) x {targets} L4 repositories x {jobs} jobs; each job reports "
+        "in_progress, then completed once the check-run writer's queue is empty (those writes landed); settle period "
+        f"2 s; writes = POST/PATCH on /repos/{h.UPSTREAM}/check-runs at the GitHub double"
+    )
+    return {"check_run_writes": results}
+
+
+def _checks_row(image: dict[str, Any]) -> str:
+    """Whose row a write was: the check-run flow's (a check run, the comment, the upstream's pacing) or another's."""
+    pk, sk = str((image.get("pk") or {}).get("S", "")), str((image.get("sk") or {}).get("S", ""))
+    if pk.startswith("CHECK#"):
+        return "check_run"
+    if pk.startswith("PR#") and sk == "COMMENT":
+        return "comment"
+    if pk == f"PACE#{UPSTREAM_INSTALLATION}":
+        return "upstream_pacing"
+    return "other." + pk.split("#", 1)[0]
+
+
+def _checks_function(work: h.FunctionWork, taken: dict[str, Any], dispatches: int) -> dict[str, Any]:
+    """ChecksFunction's own work per L4 dispatch, and the write units of the flow's rows, whoever wrote them."""
+    calls = work.calls
+    mine = {row: n for row, n in taken["by_row"].items() if not row.startswith("other.")}
+    written = sum(v for row, v in taken["writes"].items() if not row.startswith("other."))
+    records, n = max(1, work.records), max(1, dispatches)
+    # Every write ChecksFunction asks for bills its units, those its condition refuses too (which leave no stream
+    # record): the flow's units are at least its write calls at the units a write of these rows costs.
+    write_calls = sum(v for op, v in calls.items() if op.split(".")[-1] in ("PutItem", "UpdateItem", "DeleteItem"))
+    units = max(sum(mine.values()), write_calls * sum(mine.values()) / max(1, written))
+    return {
+        "invocations": work.invocations,
+        "records": work.records,
+        "records_per_dispatch": round(work.records / n, 3),
+        "records_by_source_per_dispatch": {k: round(v / n, 3) for k, v in sorted(work.records_by_source.items())},
+        "invocations_per_dispatch": round(work.invocations / n, 3),
+        "aws_calls": dict(sorted((k, v) for k, v in calls.items() if v)),
+        "aws_calls_per_record": {k: round(v / records, 3) for k, v in sorted(calls.items()) if v},
+        "cpu_ms_per_record": round(work.cpu_s * 1000 / records, 2),
+        "wall_ms_per_invocation": round(work.wall_s * 1000 / max(1, work.invocations), 1),
+        "write_units_in_stream": mine,
+        "write_calls_per_dispatch": round(write_calls / n, 3),
+        "write_units_per_dispatch": round(units / n, 3),
+    }
+
+
+def comment_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
+    """Section 8: the upstream's writes per PR event with the PR comment on (job 0 of every repository fails, so every
+    PR gets a comment), and ChecksFunction's own cost per L4 dispatch. With the comment off, the writes are section
+    6's `per_job` (`auto` makes every write while the budget has room)."""
+    events, targets, jobs = args.comment_events, args.comment_targets, args.comment_jobs
+    timeout_s = max(args.timeout, 120)
+    bench.out.say(f"   {events} events x {targets} L4 repositories x {jobs} jobs, one failing")
+    before = Counter(h.TOTALS)
+    with h.relay(bench.key, targets, installations=targets, level="L4", oidc=True, env=_env()) as r:
+        work = h.FunctionWork(r.stack, "ChecksFunction", bench.aws)
+        units = r.units("StateTable", row_of=_checks_row)["StateTable"]
+        units.take()
+        t0 = time.perf_counter()
+        prs = _open_prs(r, events, timeout_s, comments=True)
+        callbacks = _jobs_report(r, jobs, timeout_s, lambda job: "failure" if job == "job-0" else "success")
+        kinds = Counter(
+            f"{'check_run' if '/check-runs' in q.path else 'comment'}_{q.method}"
+            for q in h.upstream_writes(r.github)
+            if "/check-runs" in q.path or "/comments" in q.path
+        )
+        comments = [len([c for c in r.github.comments(h.UPSTREAM, pr) if c["performed_via_github_app"]]) for pr in prs]
+        elapsed = time.perf_counter() - t0
+        flow = _checks_function(work, units.take(), events * targets)
+    on = {
+        "setting": "on",
+        "events": events,
+        "repositories_per_event": targets,
+        "jobs_per_repository": jobs,
+        "callbacks": callbacks,
+        "writes": dict(sorted(kinds.items())),
+        "writes_per_event": round(sum(kinds.values()) / events, 2),
+        "comment_writes_per_event": round((kinds["comment_POST"] + kinds["comment_PATCH"]) / events, 2),
+        "comments_per_pr": sorted(set(comments)),
+        "relay_metrics": h.metrics_delta(before, ("PrComment", "CheckRunPaced")),
+        "elapsed_s": round(elapsed, 1),
+        "checks_function": flow,
+    }
+    method = (
+        f"{events} pull_request events x {targets} L4 repositories x {jobs} jobs, each job in_progress then completed "
+        "(job-0 failure, the rest success) once ChecksQueue is empty; writes = POST/PATCH on the upstream's check-runs "
+        "and issue comments at the GitHub double; the reporter asks for the comment after each recorded change."
+    )
+    return {"pr_comment": {"per_event": {"on": on}, "method": method}}
