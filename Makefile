@@ -22,11 +22,12 @@ $(STAMP): pyproject.toml shared/requirements.txt
 	@rm -f $(VENV)/.installed-* && touch $@
 	@echo "  $(VENV) ready"
 
-# The loop a developer runs many times an hour (about 2 minutes on 2 cores): lint, types, import contracts, and the
-# tests that need no `crcr local` stack, browser or subprocess-heavy run.
+# The loop a developer runs many times an hour (about 1.5 minutes on 2 cores): lint, types, import contracts, and
+# the tests that start no `crcr local` stack (docs/testing.md).
 check: lint typecheck imports pytest-check
 
-# Everything CI runs (`.ci/run`), about 8 minutes on 2 cores: check's steps, the template, every test, the workflows.
+# Everything CI runs (`.ci/run`), about 8 minutes on 2 cores (more on a busy machine): check's steps, the template,
+# every test, the workflows.
 test: lint typecheck imports template-lint pytest workflow-lint
 
 lint: venv
@@ -41,14 +42,14 @@ imports: venv
 
 # Tests run side by side in PYTEST_WORKERS processes (pytest-xdist): most e2e tests wait on their stack's pollers,
 # so more workers than cores pay. `--dist loadfile` keeps a module's tests in one worker, so its module-scoped
-# fixtures (a stack, a soak run) are built once; `--no-loadscope-reorder` keeps tests/conftest.py's order, the
-# longest modules first. PYTHONHASHSEED is fixed so that a run repeats: the report's header
-# and every failure name it with CRCR_TEST_SEED (tests/conftest.py). The 20 slowest tests close the report.
+# fixtures (a stack, a soak run) are built once; `--no-loadscope-reorder` keeps the order tests/conftest.py gives,
+# the longest modules first. PYTHONHASHSEED is fixed so that a run repeats: the report's header and every failure
+# name it with CRCR_TEST_SEED (tests/conftest.py). The 20 slowest tests close the report.
 # `make pytest PYTEST_WORKERS=0` runs them in one process.
 PYTEST_WORKERS ?= 4
 PYTEST := PYTHONHASHSEED=$${PYTHONHASHSEED:-0} $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
 # What `make check` tests: everything but the stacks (tests/e2e), the fuzzing of one (tests/fuzz) and the export's
-# readers (tests/export).
+# moto tables and readers (tests/export).
 CHECK_TESTS := tests/unit tests/integration tests/action tests/doubles $(wildcard tests/test_*.py)
 
 pytest: venv
