@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml shared/requirements.txt | cksum | cut -d' ' -f1)
 
-.PHONY: venv test lint typecheck imports template-lint pytest demo bench bench-full cost soak build clean
+.PHONY: venv check test lint typecheck imports template-lint pytest pytest-check demo bench bench-full cost soak build clean
 
 venv: $(STAMP)
 
@@ -22,6 +22,12 @@ $(STAMP): pyproject.toml shared/requirements.txt
 	@rm -f $(VENV)/.installed-* && touch $@
 	@echo "  $(VENV) ready"
 
+# The loop a developer runs many times an hour (about 1.5 minutes on 2 cores): lint, types, import contracts, and
+# the tests that start no `crcr local` stack (docs/testing.md).
+check: lint typecheck imports pytest-check
+
+# Everything CI runs (`.ci/run`), about 8 minutes on 2 cores (more on a busy machine): check's steps, the template,
+# every test, the workflows.
 test: lint typecheck imports template-lint pytest workflow-lint
 
 lint: venv
@@ -34,8 +40,23 @@ typecheck: venv
 imports: venv
 	$(VENV)/bin/lint-imports
 
+# Tests run side by side in PYTEST_WORKERS processes (pytest-xdist): most e2e tests wait on their stack's pollers,
+# so more workers than cores pay. `--dist loadfile` keeps a module's tests in one worker, so its module-scoped
+# fixtures (a stack, a soak run) are built once; `--no-loadscope-reorder` keeps the order tests/conftest.py gives,
+# the longest modules first. PYTHONHASHSEED is fixed so that a run repeats: the report's header and every failure
+# name it with CRCR_TEST_SEED (tests/conftest.py). The 20 slowest tests close the report.
+# `make pytest PYTEST_WORKERS=0` runs them in one process.
+PYTEST_WORKERS ?= 4
+PYTEST := PYTHONHASHSEED=$${PYTHONHASHSEED:-0} $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
+# What `make check` tests: everything but the stacks (tests/e2e), the fuzzing of one (tests/fuzz) and the export's
+# moto tables and readers (tests/export).
+CHECK_TESTS := tests/unit tests/integration tests/action tests/doubles $(wildcard tests/test_*.py)
+
 pytest: venv
-	$(PY) -m pytest
+	$(PYTEST)
+
+pytest-check: venv
+	$(PYTEST) $(CHECK_TESTS)
 
 # The HUD pages stay browsable for DEMO_KEEP seconds after the scenario (0: exit at once).
 DEMO_KEEP ?= 60

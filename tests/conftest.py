@@ -1,13 +1,28 @@
-"""Shared fixtures: real keys, an independent GitHub double, and `crcr local` stacks on moto server."""
+"""Shared fixtures: real keys, an independent GitHub double, and `crcr local` stacks on moto server.
+
+Also how a run stays repeatable and runs side by side (docs/testing.md, "Repeatable and side by side"):
+
+* Every test starts with Python's `random` seeded from the run's seed (CRCR_TEST_SEED, default 0) and its own id, so
+  the relay's jitter and anything else drawn from `random` is drawn the same way each run; the seed is in the
+  report's header, and a failing test's report says how to repeat it with that seed.
+* hypothesis runs derandomized with its example database off (profile "crcr"): the same examples every run,
+  whatever a previous run left in `.hypothesis/`.
+* Under pytest-xdist (`--dist loadfile`), a module's tests run in one worker, so a module-scoped fixture (one stack,
+  one moto, one soak run) is built once. Each worker is its own process: its own moto backends, free ports, tables,
+  temporary folders and process environment.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import random
 import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+import zlib
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +30,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from hypothesis import settings
 
 from crcr.domain.signature import sign
 from crcr.local.stack import LocalStack
@@ -25,6 +41,74 @@ ROOT = Path(__file__).resolve().parents[1]
 EVENTS = ROOT / "examples" / "events"
 APP_ID = "31337"
 WEBHOOK_SECRET = "it's-a-secret-to-everybody"
+
+# The same examples every run, and nothing carried over from an earlier run's database; a test's own settings
+# (tests/fuzz/settings.py: CRCR_FUZZ_SEED for an exploratory run) say otherwise where they must.
+settings.register_profile("crcr", derandomize=True, database=None, print_blob=True)
+settings.load_profile("crcr")
+
+SEED = int(os.environ.get("CRCR_TEST_SEED") or 0)
+
+
+def seed_of(nodeid: str) -> int:
+    """The seed a test's `random` starts from: the run's seed and the test's id (stable across runs and workers)."""
+    return SEED ^ zlib.crc32(nodeid.encode())
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    hashseed = os.environ.get("PYTHONHASHSEED", "random")
+    return [
+        f"random: CRCR_TEST_SEED={SEED} (each test seeds `random` with it and its id), PYTHONHASHSEED={hashseed}",
+        "hypothesis: derandomized, no example database (profile crcr)",
+    ]
+
+
+@pytest.fixture(autouse=True)
+def _seeded_random(request: pytest.FixtureRequest) -> None:
+    random.seed(seed_of(request.node.nodeid))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.failed:
+        hashseed = os.environ.get("PYTHONHASHSEED")
+        again = f"PYTHONHASHSEED={hashseed} " if hashseed else ""
+        report.sections.append(
+            (
+                "seed",
+                f"random seeded with {seed_of(item.nodeid)}; repeat with "
+                f"{again}CRCR_TEST_SEED={SEED} .venv/bin/python -m pytest '{item.nodeid}'",
+            )
+        )
+    return report
+
+
+# The modules that take longest (a minute or more on 2 busy cores: a stack per test, or one long run), longest first.
+# Side by side, each worker takes the next module when it is free: these go first so that none is left running alone
+# at the end. Only the order changes; a module missing here runs in its place.
+LONGEST_FIRST = (
+    "tests/e2e/test_callback.py",
+    "tests/e2e/test_pr_comment.py",
+    "tests/e2e/test_relay.py",
+    "tests/e2e/test_soak_small.py",
+    "tests/e2e/test_check_runs.py",
+    "tests/e2e/test_buildkite_dispatch.py",
+    "tests/fuzz/test_http.py",
+    "tests/e2e/test_bench_reporter.py",
+    "tests/e2e/test_one_downstream_flood.py",
+    "tests/e2e/test_hud_injection.py",
+    "tests/e2e/test_demo.py",
+    "tests/e2e/test_webhook_edge.py",
+    "tests/e2e/test_send_follow.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -24,12 +25,20 @@ ARGS = [
 
 
 def chromium() -> str:
-    """The Chromium binary; `apt-get install -y chromium` first when it is not there (CI starts without it)."""
+    """The Chromium binary; `apt-get install -y chromium` first when it is not there (CI starts without it).
+
+    Test workers side by side (pytest-xdist) install it one at a time: the first installs, the others find it."""
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found:
         return found
     if os.geteuid() != 0:
         pytest.fail("the HUD browser test needs Chromium: run `sudo apt-get install -y chromium`")
+    with open("/tmp/crcr-tests-chromium.lock", "w") as lock:  # machine-wide: dpkg takes one install at a time
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return shutil.which("chromium") or _install()
+
+
+def _install() -> str:
     env = os.environ | {"DEBIAN_FRONTEND": "noninteractive"}
     install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium"]
     for step in (install, ["apt-get", "update", "-q"], install):

@@ -11,6 +11,7 @@ job passing on it (`baseline`).
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import uuid
@@ -157,15 +158,18 @@ def test_a_burst_of_callbacks_costs_one_write(
     # about when it is done), which is a burst as the relay defines it only with the default.
     s = start(relay_factory, oidc, settle_s=5)
     token = s.token(L4)
-    started = time.time()
+    answered = [time.time()]
     for i in range(20):  # 20 jobs failing within about 2 s; the reporter asks for the comment after each
         assert s.post(s.body(L4, job_name=f"job-{i:02d}", status="completed", conclusion="failure"), token)[0] == 200
-    burst_s = time.time() - started
+        answered.append(time.time())
+    # A burst: no pause between two reports as long as the settle time (a busy host stretches the whole burst, to
+    # more than 10 s at a load of 9 on 2 cores, not the pauses within it).
+    longest_pause_s = max(later - earlier for earlier, later in itertools.pairwise(answered))
     wait(lambda: len(writes(s)) >= 1, timeout_s=60)
     time.sleep(5)  # room for a stray second write
     [(method, _, body)] = writes(s)
     assert method == "POST" and all(f"| CI / job-{i:02d} | 1 |" in body for i in range(20))
-    assert "no baseline" in body and burst_s < 10
+    assert "no baseline" in body and longest_pause_s < 5
     # How many asks were coalesced depends on how the stream batched the 20 records; none became a second write.
     assert s.relay.metric("PrCommentCreated") == 1 and s.relay.metric("PrCommentUpdated") == 0
     assert s.relay.metric("PrCommentSkipped.reason=coalesced") >= 1

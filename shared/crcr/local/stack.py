@@ -873,11 +873,14 @@ class LocalStack:
         self.env["CRCR_BUILDKITE_API_TOKEN"] = token
 
     def stop(self) -> None:
+        """The relay's edge stops taking requests, the pollers finish what they are running, and only then do the
+        sandbox services stop: a reporter still pushing to the sandbox HUD is not refused by a stopped sandbox."""
         self._stop.set()
-        for server in (self._http, self._sandbox_http):
-            if server is not None:
-                server.shutdown()
-                server.server_close()
+        _close(self._http)
+        for thread in self._threads:
+            if thread.name != "crcr-sandbox-http":
+                thread.join(timeout=5)
+        _close(self._sandbox_http)
         for thread in self._threads:
             thread.join(timeout=5)
         if self._moto is not None:
@@ -928,6 +931,12 @@ class SandboxInstalls:
             except (OSError, AllowlistError):
                 pass  # the last good list stays, as the relay keeps its last good allowlist
             return self._listed
+
+
+def _close(server: FrontEnd | None) -> None:
+    if server is not None:
+        server.shutdown()
+        server.server_close()
 
 
 def _header(headers: dict[str, str], name: str) -> str:

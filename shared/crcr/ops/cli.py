@@ -390,7 +390,10 @@ def _local(port: int, host: str, follow: bool = False) -> int:
         handler = logger.registered_handler
         if isinstance(handler, logging.StreamHandler):
             handler.setStream(HumanStream(sys.stdout))
-    done.wait()
+    # Woken twice a second: Python runs a signal's handler in the main thread only, and a SIGTERM the kernel hands
+    # to one of the stack's threads would never wake a wait without a timeout (crcr local then never stopped).
+    while not done.wait(0.5):
+        pass
     stack.stop()
     return 0
 

@@ -137,7 +137,8 @@ def run_demo(keep_s: float | None = 0.0) -> int:
             and not bk_refused
             and len(_jobs(stack)) == expected - 4 + 2  # less the two L1 repositories, for both events; plus builds
             and len(runs) == 2
-            and all((r["status"], r["conclusion"], r["writes"]) == ("completed", "success", 2) for r in runs)
+            # Queued at dispatch, then completed: two writes; one when its jobs finished before the first was made.
+            and all((r["status"], r["conclusion"]) == ("completed", "success") and r["writes"] <= 2 for r in runs)
             and not hud_refused
             and accepted >= len(_jobs(stack))
             and hud_rows == len(_jobs(stack))
@@ -165,6 +166,8 @@ BASELINE = "ba5e" * 10  # the failing PR's base: a push to main that sets each j
 FAILING_HEAD = "fa11" * 10
 REFUSED = "intel/torch-xpu-ops"
 LABELS = ("ciflow/crcr/rocm", "ciflow/crcr/mps")  # the two L3 repositories take part in this PR
+# The repositories with an upstream check run of their own on the failing PR's head: both L3 ones and the L4 one.
+REPO_RUNS = ("rocm/pytorch-rocm-ci", "apple/pytorch-mps-ci", "riscv/pytorch-riscv-ci")
 
 
 def script(repo: str, payload: dict[str, Any]) -> list[tuple[str, list[SandboxJob], list[SandboxJob]]] | None:
@@ -240,8 +243,15 @@ def failing_pr(stack: LocalStack, secret: str, live: Transitions) -> bool:
             else []
         )
 
-    # A repository's check run completes once its jobs finished and nothing changed for CRCR_CHECK_SETTLE_S.
-    _until(lambda: all(r["status"] == "completed" for r in runs_of_head()), 30)
+    # A repository's check run completes once its jobs finished and nothing changed for CRCR_CHECK_SETTLE_S. Each
+    # L3/L4 repository's own run is waited for by name: on a busy machine one may not be written yet (check runs and
+    # the comment share one budget) while the others are already completed.
+    def settled() -> bool:
+        runs = runs_of_head()
+        names = {r["name"] for r in runs}
+        return names >= {f"crcr/{repo}" for repo in REPO_RUNS} and all(r["status"] == "completed" for r in runs)
+
+    _until(settled, 60)
     runs = runs_of_head()
     print(f"\n{'check run on ' + FAILING_HEAD[:12]:52} {'status':10} {'conclusion':10} writes")
     for run in sorted(runs, key=lambda r: r["name"]):
