@@ -90,6 +90,7 @@ def pytest_runtest_makereport(
 # Side by side, each worker takes the next module when it is free: these go first so that none is left running alone
 # at the end. Only the order changes; a module missing here runs in its place.
 LONGEST_FIRST = (
+    "tests/e2e/test_bench_sections.py",
     "tests/e2e/test_callback.py",
     "tests/e2e/test_pr_comment.py",
     "tests/e2e/test_relay.py",
@@ -97,7 +98,6 @@ LONGEST_FIRST = (
     "tests/e2e/test_check_runs.py",
     "tests/e2e/test_buildkite_dispatch.py",
     "tests/fuzz/test_http.py",
-    "tests/e2e/test_bench_reporter.py",
     "tests/e2e/test_one_downstream_flood.py",
     "tests/e2e/test_hud_injection.py",
     "tests/e2e/test_demo.py",
