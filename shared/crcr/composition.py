@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from crcr.app.reconcile import ReconcileDeps
     from crcr.app.report import ReportDeps
     from crcr.app.rerun import RerunDeps
+    from crcr.app.runs import RunsDeps
     from crcr.app.summaries import SummaryDeps
     from crcr.app.sweep import SweepDeps
     from crcr.app.verdicts import VerdictDeps
@@ -219,8 +220,9 @@ def _write_rates(settings: Settings) -> tuple[Rate, ...]:
 
 def build_ingest_deps(settings: Settings) -> IngestDeps:
     from crcr.adapters.deliveries import DynamoDeliveries  # noqa: PLC0415
+    from crcr.adapters.runs import DynamoRuns  # noqa: PLC0415
     from crcr.adapters.s3 import S3Blobs  # noqa: PLC0415
-    from crcr.adapters.sqs import SqsEventQueue  # noqa: PLC0415
+    from crcr.adapters.sqs import SqsEventQueue, SqsRunQueue  # noqa: PLC0415
     from crcr.app.ingest import IngestDeps  # noqa: PLC0415
 
     settings.require("state_table", "events_queue_url", "bodies_bucket")
@@ -240,6 +242,9 @@ def build_ingest_deps(settings: Settings) -> IngestDeps:
         clock=SystemClock(),
         max_body_bytes=MAX_WEBHOOK_BYTES,
         inline_body_bytes=INLINE_BODY_BYTES,
+        runs=SqsRunQueue(aws_client("sqs"), settings.runs_queue_url) if settings.runs_queue_url else None,
+        run_settle_s=settings.run_report_settle_s,
+        bound_runs=DynamoRuns(aws_client("dynamodb"), str(settings.state_table)) if settings.runs_queue_url else None,
     )
 
 
@@ -319,7 +324,12 @@ def build_dispatch_deps(settings: Settings) -> DispatchDeps:
         github=_github(settings),
         runs=GitHubDispatchRuns(_github(settings)),
         run_settle_s=settings.run_settle_s,
-        ledger=DynamoLedger(aws_client("dynamodb"), table, start_timeout_s=settings.start_timeout_s),
+        ledger=DynamoLedger(
+            aws_client("dynamodb"),
+            table,
+            start_timeout_s=settings.start_timeout_s,
+            run_create_timeout_s=settings.run_create_timeout_s if settings.runs_queue_url else None,
+        ),
         prs=DynamoPullRequests(aws_client("dynamodb"), table),
         queue=SqsDispatchQueue(aws_client("sqs"), str(settings.dispatch_queue_url), str(settings.dispatch_dlq_url)),
         pacer=DynamoPacer(aws_client("dynamodb"), table, rates=_write_rates(settings)),
@@ -649,17 +659,54 @@ def build_hud_reader(settings: Settings) -> S3HudDocs | None:
     return S3HudDocs(aws_client("s3"), settings.hud_bucket)
 
 
+def build_runs_deps(settings: Settings) -> RunsDeps:
+    """The runs worker: the ledger's index by dispatch id, the bound runs, the results table and the HUD keys, and
+    GitHub's Actions API with each downstream's own installation (actions: read)."""
+    from crcr.adapters.dispatch_runs import GitHubDispatchRuns  # noqa: PLC0415
+    from crcr.adapters.hud_keys import DynamoHudKeys  # noqa: PLC0415
+    from crcr.adapters.ledger import DynamoLedger  # noqa: PLC0415
+    from crcr.adapters.results import DynamoResults  # noqa: PLC0415
+    from crcr.adapters.runs import DynamoRuns  # noqa: PLC0415
+    from crcr.app.runs import RunsDeps  # noqa: PLC0415
+
+    settings.require("state_table", "results_table", "github_app_id")
+    ddb = aws_client("dynamodb")
+    return RunsDeps(
+        ledger=DynamoLedger(ddb, str(settings.state_table)),
+        runs=DynamoRuns(ddb, str(settings.state_table)),
+        github=GitHubDispatchRuns(_github(settings)),
+        results=DynamoResults(ddb, str(settings.results_table), settings.run_timeout_s),
+        hud_keys=DynamoHudKeys(ddb, str(settings.state_table)),
+        metrics=PowertoolsMetrics(),
+        clock=SystemClock(),
+        run_timeout_s=settings.run_timeout_s,
+        max_jobs_per_dispatch=settings.max_jobs_per_dispatch,
+    )
+
+
 def build_sweep_deps(settings: Settings) -> SweepDeps:
     from crcr.adapters.ledger import DynamoLedger  # noqa: PLC0415
     from crcr.adapters.results import DynamoResults  # noqa: PLC0415
-    from crcr.app.sweep import SweepDeps  # noqa: PLC0415
+    from crcr.app.sweep import GitHubRecord, SweepDeps  # noqa: PLC0415
 
     settings.require("state_table", "results_table")
+    record = None
+    if settings.github_app_id and settings.runs_queue_url:
+        runs = build_runs_deps(settings)
+        record = GitHubRecord(
+            runs=runs,
+            finder=runs.github,  # type: ignore[arg-type]
+            start_timeout_s=settings.start_timeout_s,
+            run_create_timeout_s=settings.run_create_timeout_s,
+            recheck_s=min(3600.0, float(settings.run_timeout_s)),
+            retry_s=min(300.0, float(settings.run_create_timeout_s)),
+        )
     return SweepDeps(
         starts=DynamoLedger(aws_client("dynamodb"), str(settings.state_table)),
         runs=DynamoResults(aws_client("dynamodb"), str(settings.results_table), settings.run_timeout_s),
         metrics=PowertoolsMetrics(),
         clock=SystemClock(),
+        github=record,
     )
 
 

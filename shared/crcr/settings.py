@@ -79,6 +79,11 @@ class Settings(BaseModel):
     buildkite_api_url: str = "https://api.buildkite.com"
     hud_url: str | None = None
     start_timeout_s: int = 3600
+    # GitHub's record of the runs the relay started (docs/contracts.md): a dispatch GitHub made no run for in this
+    # long is not_started; a completed run's jobs are read after waiting this long for late reports.
+    run_create_timeout_s: int = 300
+    run_report_settle_s: int = Field(default=30, ge=0, le=900)
+    runs_queue_url: str | None = None
     run_timeout_s: int = 43200
     sweep_interval_s: int = 60
     # The missed-webhook reconciler's local period (a schedule in AWS), and how far back its first run looks.

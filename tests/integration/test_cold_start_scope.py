@@ -19,12 +19,13 @@ from tests.conftest import ROOT
 # One class per aggregate of the two tables (shared/crcr/adapters), each in its module.
 DATA_ACCESS = {
     "deliveries", "redeliveries", "ledger", "pulls", "branch", "check_runs", "pr_comment", "reruns", "pacer",
-    "results", "hud_keys", "rate_limits", "refusals", "levels",
+    "results", "hud_keys", "rate_limits", "refusals", "levels", "runs",
 }  # fmt: skip
 
 # function -> (its builder in crcr.composition, the data access it needs)
 EXPECTED = {
-    "webhook": ("build_ingest_deps", {"deliveries"}),
+    # A downstream's run event is dropped with at most one read of a bound run (crcr.app.ingest).
+    "webhook": ("build_ingest_deps", {"deliveries", "runs"}),
     "planner": ("build_planner_deps", {"pulls", "branch", "check_runs", "results"}),
     "dispatch": ("build_dispatch_deps", {"ledger", "pulls", "pacer"}),
     "callback": ("build_callback_deps", {"ledger", "branch", "results", "hud_keys", "rate_limits", "refusals"}),
@@ -33,7 +34,9 @@ EXPECTED = {
         {"check_runs", "pr_comment", "reruns", "pulls", "ledger", "pacer", "results", "levels"},
     ),
     "reporter": ("build_report_deps", {"results", "pulls", "branch"}),
-    "sweeper": ("build_sweep_deps", {"ledger", "results"}),
+    # The sweeper asks GitHub's record first, and reconciles a run it finds completed as the runs worker does.
+    "sweeper": ("build_sweep_deps", {"ledger", "results", "runs", "hud_keys"}),
+    "runs": ("build_runs_deps", {"ledger", "runs", "results", "hud_keys"}),
     "reconciler": ("build_reconcile_deps", {"redeliveries", "pacer"}),
     "levels": ("build_level_deps", {"results", "levels"}),
     "jwks": ("build_jwks", set()),
@@ -82,6 +85,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "CRCR_CHECKS_QUEUE_URL": queue + "checks",
         "CRCR_CHECKS_DLQ_URL": queue + "checks-dlq",
         "CRCR_REPORTER_DLQ_URL": queue + "reporter-dlq",
+        "CRCR_RUNS_QUEUE_URL": queue + "runs",
         "CRCR_BODIES_BUCKET": "bodies",
         "CRCR_HUD_BUCKET": "hud",
         "CRCR_CALLBACK_URL": "https://relay.example/callback",

@@ -1,15 +1,22 @@
-"""The DispatchRuns port on GitHub: a downstream's `repository_dispatch` runs (`GET /repos/{r}/actions/runs`,
-filtered by event and creation time) and one run's title, with an actions:read token for that repository."""
+"""GitHub's Actions runs of a downstream, read with an actions:read token of that repository's own installation:
+the DispatchRuns and RunFinder ports (a `repository_dispatch` run found by the dispatch id in its title) and the
+RunRecords port (a run, and one attempt's jobs)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import quote
 
 from crcr.adapters.github import GitHubApp
+from crcr.app.ports.github import GitHubRejected
+from crcr.app.ports.runs import GitHubJob, GitHubRun, RunSearch, Search
+from crcr.domain.runs import timestamp
 
 RUNS_PER_PAGE = 100
 MAX_PAGES = 3  # 300 dispatch runs created since the event was planned: more than any downstream starts
+JOBS_PER_PAGE = 100
+MAX_JOB_PAGES = 10  # 1,000 jobs: GitHub's matrix allows 256 per job, a run seldom has more than a few hundred
 
 
 class GitHubDispatchRuns:
@@ -21,23 +28,29 @@ class GitHubDispatchRuns:
         return f"Bearer {token.token}"
 
     def find(self, repo: str, dispatch_id: str, since: float) -> str | None:
+        found = self.search(repo, dispatch_id, since)
+        return found.run_id if found.outcome is Search.FOUND else None
+
+    def search(self, repo: str, dispatch_id: str, since: float, event: str = "repository_dispatch") -> RunSearch:
         created = datetime.fromtimestamp(since, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         auth = self._auth(repo)
+        seen = 0
         for page in range(1, MAX_PAGES + 1):
             resp = self._github.request(
                 "GET",
-                f"/repos/{quote(repo, safe='/')}/actions/runs?event=repository_dispatch"
+                f"/repos/{quote(repo, safe='/')}/actions/runs?event={event}"
                 f"&created=%3E%3D{quote(created)}&per_page={RUNS_PER_PAGE}&page={page}",
                 auth,
                 kind="runs",
             )
             runs = (resp.body or {}).get("workflow_runs") or [] if isinstance(resp.body, dict) else []
+            seen += len(runs)
             for run in runs:
                 if dispatch_id in str(run.get("display_title") or ""):
-                    return str(run["id"])
+                    return RunSearch(Search.FOUND, str(run["id"]))
             if len(runs) < RUNS_PER_PAGE:
-                return None
-        return None
+                break
+        return RunSearch(Search.UNTITLED if seen else Search.NO_RUN)
 
     def title(self, repo: str, run_id: str) -> str:
         resp = self._github.request(
@@ -45,3 +58,55 @@ class GitHubDispatchRuns:
         )
         body = resp.body if isinstance(resp.body, dict) else {}
         return str(body.get("display_title") or "")
+
+    def run(self, repo: str, run_id: str) -> GitHubRun | None:
+        try:
+            resp = self._github.request(
+                "GET", f"/repos/{quote(repo, safe='/')}/actions/runs/{run_id}", self._auth(repo), kind="run"
+            )
+        except GitHubRejected as exc:
+            if exc.status in (404, 410):
+                return None
+            raise
+        body = resp.body if isinstance(resp.body, dict) else {}
+        return GitHubRun(
+            run_id=str(body.get("id") or run_id),
+            attempt=int(body.get("run_attempt") or 1),
+            status=str(body.get("status") or ""),
+            conclusion=body.get("conclusion") if isinstance(body.get("conclusion"), str) else None,
+            url=str(body.get("html_url") or ""),
+            workflow_name=str(body.get("name") or ""),
+        )
+
+    def run_jobs(self, repo: str, run_id: str, attempt: int) -> list[GitHubJob]:
+        auth = self._auth(repo)
+        jobs: list[GitHubJob] = []
+        for page in range(1, MAX_JOB_PAGES + 1):
+            resp = self._github.request(
+                "GET",
+                f"/repos/{quote(repo, safe='/')}/actions/runs/{run_id}/attempts/{attempt}/jobs"
+                f"?per_page={JOBS_PER_PAGE}&page={page}",
+                auth,
+                kind="run_jobs",
+            )
+            listed = (resp.body or {}).get("jobs") or [] if isinstance(resp.body, dict) else []
+            jobs += [job for item in listed if (job := _job(item)) is not None]
+            if 'rel="next"' not in resp.headers.get("link", "") or len(listed) < JOBS_PER_PAGE:
+                break
+        return jobs
+
+
+def _job(item: Any) -> GitHubJob | None:
+    if not isinstance(item, dict) or not isinstance(item.get("id"), int) or not isinstance(item.get("name"), str):
+        return None
+    conclusion = item.get("conclusion")
+    return GitHubJob(
+        id=item["id"],
+        name=item["name"][:200],
+        status=str(item.get("status") or ""),
+        conclusion=conclusion if isinstance(conclusion, str) else None,
+        started_at=timestamp(item.get("started_at")),
+        completed_at=timestamp(item.get("completed_at")),
+        url=str(item.get("html_url") or ""),
+        runner=str(item.get("runner_name") or ""),
+    )

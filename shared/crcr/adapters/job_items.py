@@ -52,6 +52,10 @@ def to_item(record: JobRecord) -> dict[str, Any]:
         "verdict_baseline": _opt_s(record.verdict_baseline),
         "ciflow": _opt_s(record.ciflow),
         "failed_tests": _opt_s(record.failed_tests),
+        "source": _opt_s(record.source),
+        "reported_conclusion": _opt_s(record.reported_conclusion),
+        "reason": _opt_s(record.reason),
+        "recheck_at": _opt_n(record.recheck_at),
         "head_key": {"S": f"{repo_key(record.upstream)}#{record.head_sha}"},
         **_baseline_key(record),
         "repo_key": {"S": repo_key(record.repo)},
@@ -66,7 +70,7 @@ JUDGED_ATTRIBUTES = (
     "dispatch_id", "run_id", "run_attempt", "job_name", "workflow_name", "state", "conclusion", "url", "repo",
     "repo_id", "level", "delivery_id", "upstream", "head_sha", "pr", "device", "dispatched_at", "started_at",
     "completed_at", "version", "event_type", "check_run_id", "reported_started_at", "failure_kind", "triage",
-    "verdict", "verdict_baseline", "ciflow", "failed_tests",
+    "verdict", "verdict_baseline", "ciflow", "failed_tests", "source", "reported_conclusion", "reason",
 )  # fmt: skip
 
 
@@ -131,4 +135,8 @@ def from_item(item: dict[str, Any]) -> JobRecord:
         verdict_baseline=text("verdict_baseline"),
         ciflow=text("ciflow"),
         failed_tests=text("failed_tests") or "",
+        source=text("source") or "",
+        reported_conclusion=text("reported_conclusion"),
+        reason=text("reason") or "",
+        recheck_at=num("recheck_at"),
     )

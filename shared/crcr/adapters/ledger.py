@@ -12,6 +12,8 @@ from crcr.app.ports.ledger import BuildRef, LedgerClaim, LedgerRow, LedgerState
 from crcr.contracts.messages import DispatchMessage
 from crcr.domain.ticket import TicketClaims
 
+BY_DISPATCH_INDEX = "by_dispatch"  # keys only, on `dispatch_id`: a run's title names its dispatch by that id
+
 
 def _ledger_row(delivery_id: str, item: dict[str, Any]) -> LedgerRow:
     return LedgerRow(
@@ -42,10 +44,14 @@ def _ledger_row(delivery_id: str, item: dict[str, Any]) -> LedgerRow:
 class DynamoLedger:
     """The Ledger, LedgerReader, CallbackLedger and StartWatch ports."""
 
-    def __init__(self, client: Any, table: str, start_timeout_s: float | None = None) -> None:
+    def __init__(
+        self, client: Any, table: str, start_timeout_s: float | None = None, run_create_timeout_s: float | None = None
+    ) -> None:
         self._ddb = client
         self._table = table
         self._start_timeout_s = start_timeout_s  # None: dispatches are not watched for a first job
+        # A GitHub dispatch is first looked at this soon (did GitHub create its run?); Buildkite's at the start timeout.
+        self._run_create_timeout_s = run_create_timeout_s
 
     def get(self, delivery_id: str, repo: str) -> LedgerRow | None:
         item = self._ddb.get_item(TableName=self._table, Key=ledger_key(delivery_id, repo), ConsistentRead=True).get(
@@ -141,7 +147,10 @@ class DynamoLedger:
         if self._start_timeout_s is not None and message.level >= 2:
             # Until a job reports, the sweeper watches this dispatch through the sparse index.
             watch = ", sweep_pk = :watch, sweep_at = :due"
-            values |= {":watch": {"S": "START"}, ":due": {"N": str(num(now + self._start_timeout_s))}}
+            wait = self._start_timeout_s
+            if claims.ci == "github" and self._run_create_timeout_s is not None:
+                wait = min(wait, self._run_create_timeout_s)
+            values |= {":watch": {"S": "START"}, ":due": {"N": str(num(now + wait))}}
         self._ddb.update_item(
             TableName=self._table,
             Key=ledger_key(message.delivery_id, message.target_repo),
@@ -195,6 +204,40 @@ class DynamoLedger:
             Key=ledger_key(delivery_id, repo),
             UpdateExpression="REMOVE sweep_pk, sweep_at",
             ConditionExpression="attribute_exists(pk)",
+        )
+
+    def by_dispatch(self, dispatch_id: str) -> LedgerRow | None:
+        """The DispatchLookup port: the row of a dispatch id (index by_dispatch, keys only), then the row itself."""
+        items = self._ddb.query(
+            TableName=self._table,
+            IndexName=BY_DISPATCH_INDEX,
+            KeyConditionExpression="dispatch_id = :d",
+            ExpressionAttributeValues={":d": {"S": dispatch_id}},
+            Limit=2,
+        ).get("Items", [])
+        for item in items:
+            sk = item["sk"]["S"]
+            if item["pk"]["S"].startswith("DLV#") and sk.startswith("DSP#"):
+                row = self._by_key(item["pk"]["S"].removeprefix("DLV#"), item)
+                if row is not None and row.dispatch_id == dispatch_id:
+                    return row
+        return None
+
+    def _by_key(self, delivery_id: str, keys: dict[str, Any]) -> LedgerRow | None:
+        item = self._ddb.get_item(
+            TableName=self._table, Key={"pk": keys["pk"], "sk": keys["sk"]}, ConsistentRead=True
+        ).get("Item")
+        return _ledger_row(delivery_id, item) if item else None
+
+    def rewatch_start(self, delivery_id: str, repo: str, until: float) -> None:
+        """Look at the dispatch again at `until` (GitHub could not tell yet whether a run was created)."""
+        applied(
+            self._ddb.update_item,
+            TableName=self._table,
+            Key=ledger_key(delivery_id, repo),
+            UpdateExpression="SET sweep_pk = :w, sweep_at = :due",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues={":w": {"S": "START"}, ":due": {"N": str(num(until))}},
         )
 
     def due_starts(self, now: float, limit: int = 100) -> list[LedgerRow]:

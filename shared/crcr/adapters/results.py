@@ -164,5 +164,6 @@ class DynamoResults:
         item = to_item(record)
         if record.state == "in_progress" and self._run_timeout_s is not None and record.started_at is not None:
             # Watched by the sweeper until it completes (put_item replaces the item, dropping these).
-            item |= {"sweep_pk": {"S": "RUN"}, "sweep_at": attr_n(record.started_at + self._run_timeout_s)}
+            due = record.recheck_at or record.started_at + self._run_timeout_s
+            item |= {"sweep_pk": {"S": "RUN"}, "sweep_at": attr_n(due)}
         return applied(self._ddb.put_item, TableName=self._table, Item=item, **condition)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage
+from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage, RunMessage
 
 SQS_MAX_DELAY_S = 900  # SQS caps DelaySeconds at 15 minutes; longer waits hop (see DispatchMessage.not_before)
 _BATCH = 10
@@ -103,4 +103,21 @@ class SqsChecksQueue:
             QueueUrl=self._dlq,
             MessageBody=message.model_dump_json(),
             MessageAttributes={"failure_reason": {"DataType": "String", "StringValue": reason[:1000] or "unknown"}},
+        )
+
+
+class SqsRunQueue:
+    """Downstream run events (`workflow_run`) for the runs worker, apart from the upstream's events: a busy
+    downstream never queues in front of the upstream. A completion waits the settle time for late reports."""
+
+    def __init__(self, client: Any, url: str) -> None:
+        self._sqs = client
+        self._url = url
+
+    def send_run(self, message: RunMessage, delay_s: float = 0.0) -> None:
+        self._sqs.send_message(
+            QueueUrl=self._url,
+            MessageBody=message.model_dump_json(),
+            DelaySeconds=max(0, min(SQS_MAX_DELAY_S, math.ceil(delay_s))),
+            MessageAttributes={"delivery_id": {"DataType": "String", "StringValue": message.delivery_id}},
         )

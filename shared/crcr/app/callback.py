@@ -17,7 +17,7 @@ from crcr.app.hud import derived_check_run_id
 from crcr.app.ports import AllowlistProvider, Clock, Metrics
 from crcr.app.ports.github import GitHubError
 from crcr.app.ports.identity import TicketVerifier, TokenVerifier, VerifiedToken
-from crcr.app.ports.jobs import JobLimitReached, JobRecord, ResultsStore
+from crcr.app.ports.jobs import HudKeys, JobLimitReached, JobRecord, ResultsStore
 from crcr.app.ports.ledger import LedgerRow, LedgerState
 from crcr.app.summaries import SummaryDeps, note_refusals
 from crcr.contracts.callback import CallbackBody, FailedTest, PyTorchCallbackBody, ScheduledBody
@@ -50,6 +50,7 @@ from crcr.domain.jsondoc import MAX_DEPTH, dumps, loads
 from crcr.domain.levels import Level
 from crcr.domain.limits import MAX_JOBS_PER_DISPATCH, MAX_RUN_ATTEMPT, MAX_STORED_BYTES_PER_JOB
 from crcr.domain.providers import Providers
+from crcr.domain.runs import GITHUB, GITHUB_AND_REPORT
 from crcr.domain.triage import Dropped as TriageDropped
 from crcr.domain.triage import validate as validate_triage
 
@@ -59,16 +60,6 @@ class CallbackLedger(Protocol):
 
     def get(self, delivery_id: str, repo: str) -> LedgerRow | None: ...
     def clear_start_watch(self, delivery_id: str, repo: str) -> None: ...
-
-
-class HudKeys(Protocol):
-    def claim(self, dispatch_id: str, hud_key: str | None, owner: str, now: float, max_jobs: int) -> str | None:
-        """Take one HUD row's key among a dispatch's jobs for `owner` (the job's run and attempt; the key names the
-        job), counting it among the dispatch's jobs: None when the key is the owner's (taken now, or by an earlier
-        report of the same job, counted once), else the owner that holds it. With no key (a job whose row its own
-        run and attempt name) it only counts. Raises JobLimitReached when the dispatch holds `max_jobs` jobs
-        already (and takes nothing)."""
-        ...
 
 
 class RateLimiter(Protocol):
@@ -473,6 +464,18 @@ def _record_within_limits(row: LedgerRow, report: Report, deps: CallbackDeps) ->
     for _ in range(5):
         now = deps.clock.now()
         current = deps.results.get_job(row.dispatch_id, report.run_id, report.run_attempt, report.job_name)
+        if current is None and report.status == "completed" and report.check_run_id:
+            current = _github_twin(row, report, deps)
+        if current is not None and _github_only(current):
+            if report.status != "completed" or current.fingerprint == fingerprint:
+                return Reply.DUPLICATE  # GitHub's record says it finished: a start adds nothing
+            enriched = _enriched(row, report, current, fingerprint, now, triage)
+            _check_stored_size(enriched)
+            if deps.results.put_job(enriched, current.version):
+                if enriched.reported_conclusion is not None:
+                    deps.metrics.count("ResultDisagreed")
+                return Reply.RECORDED
+            continue
         decision = decide(
             Current(JobState(current.state), current.fingerprint) if current else None, report.status, fingerprint
         )
@@ -579,6 +582,49 @@ def _check_hud_key_free(row: LedgerRow, report: Report, deps: CallbackDeps, now:
             "each job attempt has its own check_run_id",
             field="check_run_id",
         )
+
+
+def _github_only(record: JobRecord) -> bool:
+    """A job recorded from GitHub's jobs listing that no completed report has added its words to yet."""
+    return record.source in (GITHUB, GITHUB_AND_REPORT) and record.fingerprint.startswith("github:")
+
+
+def _github_twin(row: LedgerRow, report: Report, deps: CallbackDeps) -> JobRecord | None:
+    """The record GitHub's listing made of this job under GitHub's name for it (the report names its job by another,
+    e.g. the job's key): found by the job's id, which the report sends as its check_run_id."""
+    for record in deps.results.jobs_of_dispatch(row.dispatch_id):
+        if (
+            record.run_id == report.run_id
+            and record.run_attempt == report.run_attempt
+            and record.check_run_id == report.check_run_id
+            and _github_only(record)
+        ):
+            return record
+    return None
+
+
+def _enriched(
+    row: LedgerRow, report: Report, current: JobRecord, fingerprint: str, now: float, triage: str
+) -> JobRecord:
+    """A report on a job GitHub's record has finished: its words (test counts, failing tests, triage) are added,
+    GitHub's conclusion and times stand; a report that says otherwise is kept as `reported_conclusion`."""
+    words = _next_record(row, report, current, fingerprint, now, triage)
+    failed = current.conclusion in ("failure", "timed_out")
+    return replace(
+        words,
+        job_name=current.job_name,
+        workflow_name=current.workflow_name,
+        check_run_id=current.check_run_id,
+        conclusion=current.conclusion,
+        started_at=current.started_at,
+        completed_at=current.completed_at,
+        url=current.url or words.url,
+        failure_kind=report.failure_kind if failed else None,
+        failed_tests=words.failed_tests,
+        source=GITHUB_AND_REPORT,
+        reported_conclusion=report.conclusion if report.conclusion != current.conclusion else None,
+        version=current.version + 1,
+    )
 
 
 def _triage(report: Report, deps: CallbackDeps) -> str:

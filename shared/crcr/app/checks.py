@@ -246,7 +246,8 @@ def repo_check_fields(row: LedgerRow, jobs: list[JobRecord], state: Rollup, name
     if state.status == "queued":
         lines.append("Dispatched; waiting for the first job to start.")
     elif not shown:
-        lines.append("No job of this dispatch started before the start timeout.")
+        reasons = [j.reason for j in jobs if not j.job_name and j.state == "not_started" and j.reason]
+        lines.append(reasons[0] if reasons else "No job of this dispatch started before the start timeout.")
     else:
         lines.append("\n".join(_job_line(j) for j in shown))
     first = shown[0] if shown else None

@@ -87,6 +87,8 @@ def reported(job: JobRecord) -> dict[str, Any]:
 def _status(job: JobRecord) -> tuple[str, str | None]:
     if job.state == "timed_out":  # written by the sweeper: a finished job as far as any reader goes
         return "completed", "timed_out"
+    if job.state == "not_started":  # GitHub started no run: the downstream's workflow needs action
+        return "completed", job.conclusion or "action_required"
     return job.state, job.conclusion if job.state == "completed" else None
 
 

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from crcr.app.ports import Clock, Metrics
 from crcr.app.ports.deliveries import Claim
-from crcr.app.ports.queues import BlobStore
+from crcr.app.ports.queues import BlobStore, RunQueue
 from crcr.contracts.github import (
     AnyEvent,
     CheckRunEvent,
@@ -20,13 +20,15 @@ from crcr.contracts.github import (
     IssueCommentEvent,
     PullRequestEvent,
     PushEvent,
+    WorkflowRunEvent,
 )
-from crcr.contracts.messages import EventMessage
+from crcr.contracts.messages import EventMessage, RunMessage
 from crcr.domain.commands import looks_like_command
 from crcr.domain.errors import BadRequest, BadSignature, CrcrError, PayloadTooLarge, invalid_field
 from crcr.domain.ids import is_delivery_id, repo_key
 from crcr.domain.jsondoc import loads
 from crcr.domain.planning import PR_ACTIONS_READ
+from crcr.domain.runs import RELAY_EVENTS, RUN_ACTIONS, dispatch_id_in
 from crcr.domain.signature import verify_signature
 
 
@@ -36,6 +38,10 @@ class DeliveryStore(Protocol):
         ...
 
     def mark_queued(self, delivery_id: str, now: float) -> None: ...
+
+
+class BoundRuns(Protocol):
+    def bound(self, repo: str, run_id: str) -> object | None: ...
 
 
 class EventQueue(Protocol):
@@ -85,6 +91,10 @@ class IngestDeps:
     # Secrets kept in Secrets Manager, read through its cache (force: read now, at most once per few seconds);
     # None: `secrets` are fixed for the life of the instance.
     secret_source: Callable[[bool], tuple[bytes, ...]] | None = None
+    # Downstream `workflow_run` events (GitHub's record of the runs the relay started); None: not taken.
+    runs: RunQueue | None = None
+    run_settle_s: float = 30.0  # a completed run waits this long for late reports before GitHub's record is read
+    bound_runs: BoundRuns | None = None  # a workflow_dispatch run without the dispatch id in its title: by run id
 
 
 _OUTCOME_METRIC = {
@@ -136,6 +146,8 @@ def _ingest(body: bytes, headers: Mapping[str, str], deps: IngestDeps) -> Ingest
         raise BadRequest("missing or malformed X-GitHub-Delivery header", field="X-GitHub-Delivery")
     if event == "ping":
         return IngestResult(Outcome.PONG, delivery_id)
+    if event in DOWNSTREAM_EVENTS:
+        return _downstream_run(event, body, delivery_id, deps)
     model = ACTED_ON.get(event)
     if model is None:
         return IngestResult(Outcome.IGNORED, delivery_id, f"event {event} is not acted on")
@@ -188,3 +200,54 @@ def _ingest(body: bytes, headers: Mapping[str, str], deps: IngestDeps) -> Ingest
     deps.events.send_event(message)
     deps.deliveries.mark_queued(delivery_id, deps.clock.now())
     return IngestResult(Outcome.ACCEPTED, delivery_id)
+
+
+# Events of downstream repositories: GitHub's record of their runs. `workflow_job` is answered and dropped (the jobs
+# listing of a completed attempt has every job's times), so subscribing to it costs a signature check.
+DOWNSTREAM_EVENTS = frozenset({"workflow_run", "workflow_job"})
+
+
+def _downstream_run(event: str, body: bytes, delivery_id: str, deps: IngestDeps) -> IngestResult:
+    """A downstream's run event, dropped at the door unless it can be one the relay started: no state written, no
+    GitHub call, at most one read (a workflow_dispatch run whose title carries no dispatch id)."""
+    if event != "workflow_run" or deps.runs is None:
+        return _dropped(deps, delivery_id, "not_taken", f"{event} is not acted on")
+    try:
+        parsed = WorkflowRunEvent.model_validate(loads(body.decode("utf-8")))
+    except (ValidationError, UnicodeDecodeError) as exc:
+        where = invalid_field(exc) if isinstance(exc, ValidationError) else "body"
+        raise BadRequest(f"workflow_run payload is malformed at {where}", field=where) from exc
+    run = parsed.workflow_run
+    if repo_key(parsed.repository.full_name) == repo_key(deps.upstream):
+        return _dropped(deps, delivery_id, "upstream", "the upstream's own runs are not the relay's")
+    if parsed.action not in RUN_ACTIONS:
+        return _dropped(deps, delivery_id, "action", f"workflow_run action {parsed.action} is not acted on")
+    if run.event not in RELAY_EVENTS:
+        return _dropped(deps, delivery_id, "event", f"a {run.event} run is not one the relay started")
+    dispatch_id = dispatch_id_in(run.display_title)
+    if dispatch_id is None:
+        if run.event != "workflow_dispatch" or deps.bound_runs is None:
+            return _dropped(deps, delivery_id, "untitled", "the run's title carries no dispatch id")
+        if deps.bound_runs.bound(parsed.repository.full_name, str(run.id)) is None:
+            return _dropped(deps, delivery_id, "unbound", "no dispatch of the relay started this run")
+    message = RunMessage(
+        delivery_id=delivery_id,
+        repo=parsed.repository.full_name,
+        run_id=run.id,
+        run_attempt=run.run_attempt,
+        action=parsed.action,
+        conclusion=run.conclusion,
+        event=run.event,
+        workflow_name=run.name or "",
+        url=run.html_url,
+        dispatch_id=dispatch_id,
+        received_at=deps.clock.now(),
+    )
+    deps.runs.send_run(message, deps.run_settle_s if parsed.action == "completed" else 0.0)
+    deps.metrics.count("RunEventAccepted", action=parsed.action)
+    return IngestResult(Outcome.ACCEPTED, delivery_id)
+
+
+def _dropped(deps: IngestDeps, delivery_id: str, reason: str, detail: str) -> IngestResult:
+    deps.metrics.count("RunEventDropped", reason=reason)
+    return IngestResult(Outcome.IGNORED, delivery_id, detail)

@@ -34,7 +34,7 @@ class DeadLetters(Protocol):
     def send(self, body: dict[str, Any], reason: str) -> None: ...
 
 
-FINISHED = ("completed", "timed_out")
+FINISHED = ("completed", "timed_out", "not_started")
 HUD_DUPLICATE = 409  # torchci: the row is completed already
 
 

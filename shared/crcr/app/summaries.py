@@ -44,7 +44,9 @@ PAGE_TEST_MESSAGE = 300
 REFUSAL_KEYS = 50  # refusals remembered by key, so a retried record is counted once
 
 # Worst first: what a repository's cell shows when its jobs disagree.
-SEVERITY = ("failure", "timed_out", "cancelled", "action_required", "running", "success", "neutral", "skipped")
+SEVERITY = (
+    "failure", "timed_out", "not_started", "cancelled", "action_required", "running", "success", "neutral", "skipped"
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,8 @@ def repo_doc_key(repo: str) -> str:
 def _shown_state(job: JobRecord) -> str:
     if job.state == "in_progress":
         return "running"
-    if job.state == "timed_out":
-        return "timed_out"
+    if job.state in ("timed_out", "not_started"):
+        return job.state
     return job.conclusion or "failure"
 
 
@@ -110,7 +112,20 @@ def entry(job: JobRecord) -> dict[str, Any]:
         if isinstance(tests, dict)
         else None,
         "version": job.version,
-    } | _failure(job)
+    } | _failure(job) | _source(job)
+
+
+def _source(job: JobRecord) -> dict[str, Any]:
+    """Where the state came from when not (only) the downstream's reports: GitHub's record of the run, a report that
+    said otherwise, and why a dispatch never started."""
+    out: dict[str, Any] = {}
+    if job.source:
+        out["source"] = job.source
+    if job.reported_conclusion:
+        out["reported_conclusion"] = job.reported_conclusion
+    if job.reason:
+        out["reason"] = job.reason
+    return out
 
 
 def _failure(job: JobRecord) -> dict[str, Any]:
@@ -161,7 +176,7 @@ def _latest_attempts(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-FAILED_STATES = ("failure", "timed_out", "cancelled", "action_required")
+FAILED_STATES = ("failure", "timed_out", "not_started", "cancelled", "action_required")
 
 
 def cells(

@@ -1,7 +1,12 @@
-"""Sweeper use case: dispatches no job reported on in time, and jobs that never finished, become timed_out.
+"""Sweeper use case: dispatches no job reported on in time, and jobs that never finished, asked about first.
 
-Found through sparse indexes (only watched rows carry the key), never a scan. The reporter then pushes
-the change to the HUD and the check run like any other; a later genuine completion replaces timed_out.
+GitHub's record of the run decides where it can: a dispatch whose run GitHub never created is `not_started` with
+the reason, one whose run exists is bound to it; a job GitHub says finished gets GitHub's conclusion, one it says is
+still running keeps running; a bound run whose `completed` event never came is asked about. Only what GitHub cannot
+tell (a Buildkite build, a run without the dispatch id in its title, GitHub unavailable for long) becomes timed_out.
+
+Found through sparse indexes (only watched rows carry the key), never a scan. The reporter then pushes the change to
+the HUD and the check run like any other; a later genuine completion replaces timed_out.
 """
 
 from __future__ import annotations
@@ -11,19 +16,42 @@ from typing import Protocol
 
 from crcr.app.checks import SWEPT
 from crcr.app.ports import Clock, Metrics
+from crcr.app.ports.github import GitHubError
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.ledger import LedgerRow
-from crcr.domain.ids import NO_RUN
+from crcr.app.ports.runs import BoundRun, RunFinder, Search
+from crcr.app.runs import RunsDeps, reconcile_attempt
+from crcr.domain.ids import NO_RUN, is_github_run
+from crcr.domain.runs import GITHUB, NOT_STARTED, not_started_reason, run_progress
 
 
 class StartWatch(Protocol):
     def due_starts(self, now: float, limit: int = 100) -> list[LedgerRow]: ...
     def clear_start_watch(self, delivery_id: str, repo: str) -> None: ...
+    def rewatch_start(self, delivery_id: str, repo: str, until: float) -> None: ...
+    def get(self, delivery_id: str, repo: str) -> LedgerRow | None: ...
 
 
 class RunWatch(Protocol):
     def due_runs(self, now: float, limit: int = 100) -> list[JobRecord]: ...
     def put_job(self, record: JobRecord, expected_version: int | None) -> bool: ...
+    def get_job(self, dispatch_id: str, run_id: str, run_attempt: int, job_name: str) -> JobRecord | None: ...
+
+
+class Finder(RunFinder, Protocol):
+    pass
+
+
+@dataclass(frozen=True)
+class GitHubRecord:
+    """What the sweeper asks GitHub with (None in SweepDeps: no App credentials, time-outs only)."""
+
+    runs: RunsDeps  # the runs worker's deps: GitHub's Actions API, the bound runs, the ledger's index
+    finder: Finder
+    start_timeout_s: float  # a dispatch GitHub cannot tell about is timed_out after this, as before
+    run_create_timeout_s: float  # the dispatch's run must exist by then, or it is not_started
+    recheck_s: float = 3600.0  # a job or run GitHub says is still running is asked about again after this
+    retry_s: float = 300.0  # GitHub unavailable: asked again after this
 
 
 @dataclass(frozen=True)
@@ -32,40 +60,32 @@ class SweepDeps:
     runs: RunWatch
     metrics: Metrics
     clock: Clock
+    github: GitHubRecord | None = None
 
 
 @dataclass
 class SweepSummary:
     never_started: list[str] = field(default_factory=list)
     never_finished: list[str] = field(default_factory=list)
+    not_started: list[str] = field(default_factory=list)
+    runs_found: list[str] = field(default_factory=list)
+    asked_about: list[str] = field(default_factory=list)  # jobs at their deadline that GitHub said more about
 
 
 def sweep(deps: SweepDeps) -> SweepSummary:
     now = deps.clock.now()
     summary = SweepSummary()
     for row in deps.starts.due_starts(now):
-        # The dispatch itself becomes a timed_out "job" with no name: check run crcr/<owner>/<repo>.
-        record = JobRecord.of_dispatch(
-            row,
-            now,
-            run_id=NO_RUN,
-            run_attempt=0,
-            job_name="",
-            workflow_name="",
-            state="timed_out",
-            conclusion="timed_out",
-            fingerprint=SWEPT,
-            url="",
-            started_at=None,
-            completed_at=now,
-            callback_payload="{}",
-            version=1,
-        )
-        if deps.runs.put_job(record, None):
-            deps.metrics.count("DispatchTimedOut")
-            summary.never_started.append(row.repo)
-        deps.starts.clear_start_watch(row.delivery_id, row.repo)
+        if deps.github is not None and _asked_about_start(row, deps.github, deps, now, summary):
+            continue
+        _time_out_start(row, deps, now, summary)
+    if deps.github is not None:
+        for run in deps.github.runs.runs.due_runs(now):
+            _ask_about_run(run, deps.github, deps, now)
     for job in deps.runs.due_runs(now):
+        if deps.github is not None and is_github_run(job.run_id) and _asked_about_job(job, deps.github, deps, now):
+            summary.asked_about.append(f"{job.repo}/{job.job_name}")
+            continue
         timed_out = replace(
             job, state="timed_out", conclusion="timed_out", fingerprint=SWEPT, completed_at=now, version=job.version + 1
         )
@@ -73,3 +93,142 @@ def sweep(deps: SweepDeps) -> SweepSummary:
             deps.metrics.count("JobTimedOut")
             summary.never_finished.append(f"{job.repo}/{job.job_name}")
     return summary
+
+
+def _dispatch_record(row: LedgerRow, now: float, state: str, conclusion: str, reason: str = "") -> JobRecord:
+    """The dispatch itself as a job with no name: check run crcr/<owner>/<repo>."""
+    return JobRecord.of_dispatch(
+        row,
+        now,
+        run_id=NO_RUN,
+        run_attempt=0,
+        job_name="",
+        workflow_name="",
+        state=state,
+        conclusion=conclusion,
+        fingerprint=SWEPT,
+        url="",
+        started_at=None,
+        completed_at=now,
+        callback_payload="{}",
+        version=1,
+        reason=reason,
+        source=GITHUB if state == NOT_STARTED else "",
+    )
+
+
+def _time_out_start(row: LedgerRow, deps: SweepDeps, now: float, summary: SweepSummary) -> None:
+    if deps.runs.put_job(_dispatch_record(row, now, "timed_out", "timed_out"), None):
+        deps.metrics.count("DispatchTimedOut")
+        summary.never_started.append(row.repo)
+    deps.starts.clear_start_watch(row.delivery_id, row.repo)
+
+
+def _asked_about_start(row: LedgerRow, gh: GitHubRecord, deps: SweepDeps, now: float, summary: SweepSummary) -> bool:
+    """A GitHub dispatch no run event or report has come for: did GitHub create its run? False: time it out."""
+    dispatched = row.dispatched_at or now
+    if row.ci != "github" or now >= dispatched + gh.start_timeout_s:
+        return False
+    try:
+        found = gh.finder.search(row.repo, row.dispatch_id, dispatched - 60)
+    except GitHubError:
+        deps.metrics.count("SweepGitHubUnavailable")
+        deps.starts.rewatch_start(row.delivery_id, row.repo, min(now + gh.retry_s, dispatched + gh.start_timeout_s))
+        return True
+    if found.outcome is Search.UNTITLED:
+        # Runs were created, none titled with the dispatch id: which one is this dispatch's, GitHub cannot say.
+        deps.starts.rewatch_start(row.delivery_id, row.repo, dispatched + gh.start_timeout_s)
+        return True
+    if found.outcome is Search.NO_RUN:
+        minutes = max(1, round(gh.run_create_timeout_s / 60))
+        reason = not_started_reason(row.repo, row.event_type or "", minutes)
+        if deps.runs.put_job(_dispatch_record(row, now, NOT_STARTED, NOT_STARTED, reason), None):
+            deps.metrics.count("DispatchNotStarted")
+            summary.not_started.append(row.repo)
+        deps.starts.clear_start_watch(row.delivery_id, row.repo)
+        return True
+    run_id = str(found.run_id)
+    deps.metrics.count("DispatchRunFound")
+    summary.runs_found.append(f"{row.repo}#{run_id}")
+    deps.starts.clear_start_watch(row.delivery_id, row.repo)
+    _bind_and_settle(row, run_id, gh, deps, now)
+    return True
+
+
+def _bind_and_settle(row: LedgerRow, run_id: str, gh: GitHubRecord, deps: SweepDeps, now: float) -> str | None:
+    """Bind a run GitHub has and, if it completed, reconcile its attempt: the run's status, or None when GitHub
+    cannot tell now."""
+    try:
+        current = gh.runs.github.run(row.repo, run_id)
+        if current is None:
+            return None
+        completed = current.status == "completed"
+        action = "completed" if completed else ("in_progress" if current.status == "in_progress" else "requested")
+        bound = BoundRun(
+            repo=row.repo,
+            run_id=run_id,
+            delivery_id=row.delivery_id,
+            dispatch_id=row.dispatch_id,
+            attempt=current.attempt,
+            status=action,
+            conclusion=current.conclusion,
+            workflow_name=current.workflow_name,
+            url=current.url,
+            progress=run_progress(current.attempt, action),
+        )
+        gh.runs.runs.record(bound, now, None if completed else now + gh.recheck_s)
+        if completed:
+            reconcile_attempt(row, bound, gh.runs)
+        return current.status
+    except GitHubError:
+        deps.metrics.count("SweepGitHubUnavailable")
+        return None
+
+
+def _ask_about_run(run: BoundRun, gh: GitHubRecord, deps: SweepDeps, now: float) -> None:
+    """A bound run whose `completed` event has not come by its watch time."""
+    row = gh.runs.ledger.by_dispatch(run.dispatch_id)
+    if row is None:
+        gh.runs.runs.record(
+            replace(run, status="completed", progress=run_progress(run.attempt, "completed")), now, None
+        )
+        return
+    status = _bind_and_settle(row, run.run_id, gh, deps, now)
+    if status is None:
+        gh.runs.runs.watch(run.repo, run.run_id, now + gh.retry_s)
+    elif status != "completed":
+        deps.metrics.count("RunStillRunning")
+
+
+def _asked_about_job(job: JobRecord, gh: GitHubRecord, deps: SweepDeps, now: float) -> bool:
+    """A job in progress at its deadline: GitHub's record first. False: GitHub cannot tell (time it out)."""
+    row = deps.starts.get(job.delivery_id, job.repo)
+    if row is None:
+        return False
+    status = _bind_and_settle(row, job.run_id, gh, deps, now)
+    if status is None:
+        # GitHub unavailable (or the run is gone): asked again, up to twice the run's time-out, then timed out.
+        started = job.started_at or job.dispatched_at
+        if now >= started + 2 * (gh.runs.run_timeout_s):
+            return False
+        return _recheck(job, now + gh.retry_s, deps)
+    if status != "completed":
+        deps.metrics.count("JobStillRunning")
+        return _recheck(job, now + gh.recheck_s, deps)
+    latest = deps.runs.get_job(job.dispatch_id, job.run_id, job.run_attempt, job.job_name)
+    if latest is None or latest.state != "in_progress":
+        deps.metrics.count("JobFinishedPerGitHub")
+        return True
+    # GitHub says the attempt finished but its listing names no such job (the report named it otherwise and sent
+    # no check_run_id): it is not running, and how it ended GitHub cannot say for it alone.
+    done = replace(
+        latest, state="completed", conclusion="neutral", completed_at=now, source=GITHUB, version=latest.version + 1
+    )
+    if deps.runs.put_job(done, latest.version):
+        deps.metrics.count("RunJobUnmatched")
+    return True
+
+
+def _recheck(job: JobRecord, at: float, deps: SweepDeps) -> bool:
+    deps.runs.put_job(replace(job, recheck_at=at, version=job.version + 1), job.version)
+    return True

@@ -209,3 +209,26 @@ class AnyEvent(_In):
 
     action: Annotated[str, Field(max_length=100)] | None = None
     repository: Repository | None = None
+
+
+class WorkflowRunRef(_In):
+    """`workflow_run` of a downstream's run event: what binds the run to a dispatch and what it became."""
+
+    id: GitHubId
+    name: Title = None  # the workflow's name
+    display_title: Annotated[str, Field(max_length=4_096)] = ""  # the resolved run-name
+    event: ShortText  # repository_dispatch, workflow_dispatch, push, schedule...
+    status: ShortText | None = None
+    conclusion: ShortText | None = None
+    run_attempt: Annotated[int, Field(ge=1, le=1_000)] = 1
+    html_url: Annotated[str, Field(max_length=2_048)] = ""
+    created_at: ShortText | None = None
+
+
+class WorkflowRunEvent(_In):
+    """A downstream's `workflow_run` event (requested, in_progress, completed): GitHub's word on a run, signed."""
+
+    action: ShortText
+    workflow_run: WorkflowRunRef
+    repository: Repository
+    installation: Installation | None = None

@@ -96,3 +96,21 @@ class CheckSyncMessage(_Msg):
     attempt: int = Field(default=0, ge=0)
     not_before: float | None = None
     slot_at: float | None = None  # a pacing slot booked for this message's next write
+
+
+class RunMessage(_Msg):
+    """A downstream run GitHub told the relay about (`workflow_run`), queued by the webhook for the runs worker once
+    it looked like one the relay started; the worker binds it to its dispatch or drops it."""
+
+    schema_version: Literal[1] = 1
+    delivery_id: str  # GitHub's delivery of the run event
+    repo: str  # the signed `repository`
+    run_id: int
+    run_attempt: int = Field(ge=1)
+    action: str  # requested, in_progress, completed
+    conclusion: str | None = None
+    event: str  # repository_dispatch or workflow_dispatch
+    workflow_name: str = ""
+    url: str = ""
+    dispatch_id: str | None = None  # from the run's title; None: bound by the run id the dispatch recorded
+    received_at: float

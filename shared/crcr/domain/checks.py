@@ -121,7 +121,7 @@ def makes(mode: str, need: Need, writes: int, level: Callable[[], WindowLevel]) 
 
 # Worst first: a repository's check run is only as good as its worst job. Anything unknown counts as failure.
 _CONCLUSION_ORDER = ("failure", "timed_out", "cancelled", "action_required", "success", "neutral", "skipped")
-DONE_STATES = ("completed", "timed_out")  # a job in either has a completed check run
+DONE_STATES = ("completed", "timed_out", "not_started")  # a job in either has a completed check run
 
 
 class Attempt(Protocol):
@@ -182,6 +182,8 @@ def rollup(jobs: list[JobOutcome], now: float, settle_s: float) -> Rollup:
     repository whose jobs all finished a moment ago may not be finished at all."""
     named = latest_attempts(jobs)
     if not named:
+        if any(not j.job_name and j.state == "not_started" for j in jobs):
+            return Rollup("completed", "action_required", 0, genuine=False)  # GitHub started no run
         swept = any(not j.job_name and j.state == "timed_out" for j in jobs)
         return Rollup("completed", "timed_out", 0, genuine=False) if swept else Rollup("queued", None, 0, genuine=True)
     attempt = max(j.run_attempt for j in named)

@@ -283,7 +283,7 @@ def select(
             rows.append(_row(newest, newest.conclusion or "timed_out", verdict, failed=True))
         elif latest.passed and earlier_failed:
             rows.append(_row(newest, "success", FLAKY, failed=False))
-        elif newest.state not in ("completed", "timed_out"):
+        elif newest.state not in ("completed", "timed_out", "not_started"):
             running += 1
         elif newest.conclusion not in ("success", "skipped", "neutral"):
             unresolved += 1

@@ -56,7 +56,7 @@ from crcr.domain.levels import Level
 from crcr.domain.verdicts import Attempt
 
 DAY_S = 86_400
-FINISHED_STATES = frozenset({"completed", "timed_out"})
+FINISHED_STATES = frozenset({"completed", "timed_out", "not_started"})
 
 
 class Verdict(StrEnum):

@@ -14,6 +14,7 @@ class JobState(Enum):
     IN_PROGRESS = "in_progress"
     COMPLETED = "completed"
     TIMED_OUT = "timed_out"
+    NOT_STARTED = "not_started"  # GitHub started no run for the dispatch (crcr.app.sweep)
 
 
 class Decision(Enum):
@@ -32,7 +33,7 @@ class Current:
 def decide(current: Current | None, status: str, fingerprint: str) -> Decision:
     if current is None:
         return Decision.RECORD
-    if current.state is JobState.TIMED_OUT:
+    if current.state in (JobState.TIMED_OUT, JobState.NOT_STARTED):
         return Decision.RECORD if status == "completed" else Decision.STALE
     if current.state is JobState.IN_PROGRESS:
         if status == "completed":

@@ -45,6 +45,13 @@ class JobRecord:
     verdict_baseline: str | None = None  # the upstream commit whose result a new or pre-existing verdict compared
     ciflow: str | None = None  # dispatched for a ciflow/<name>/<pr> tag push (from the ledger)
     failed_tests: str = ""  # failed_tests_detail as PyTorch's HUD keeps it (JSON, crcr.domain.failed_tests)
+    # Who said what is recorded: "" the downstream's reports alone; "github" GitHub's record of the run alone (its
+    # jobs listing); "github+report" both, GitHub's conclusion and times standing, the report's detail kept.
+    source: str = ""
+    reported_conclusion: str | None = None  # a report's conclusion where GitHub's record of the job said otherwise
+    reason: str = ""  # why a dispatch is not_started (what a maintainer reads)
+    # A job GitHub said was still running at its deadline: the sweeper asks again at this time, instead of timing out.
+    recheck_at: float | None = None
 
     @classmethod
     def of_dispatch(cls, row: LedgerRow, now: float, **job: Any) -> JobRecord:
@@ -87,4 +94,14 @@ class JobsByRepo(Protocol):
         """Every job row (every attempt, any state) of one downstream repository dispatched at or after
         `since`, oldest dispatch first; names compare case-insensitively. Rows come from an index without
         `callback_payload` and `fingerprint` (both ""): read them, never write them back."""
+        ...
+
+
+class HudKeys(Protocol):
+    def claim(self, dispatch_id: str, hud_key: str | None, owner: str, now: float, max_jobs: int) -> str | None:
+        """Take one HUD row's key among a dispatch's jobs for `owner` (the job's run and attempt; the key names the
+        job), counting it among the dispatch's jobs: None when the key is the owner's (taken now, or by an earlier
+        report of the same job, counted once), else the owner that holds it. With no key (a job whose row its own
+        run and attempt name) it only counts. Raises JobLimitReached when the dispatch holds `max_jobs` jobs
+        already (and takes nothing)."""
         ...

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from crcr.contracts.messages import CheckSyncMessage, DispatchMessage
+from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, RunMessage
 
 
 class DispatchQueue(Protocol):
@@ -21,3 +21,7 @@ class ChecksQueue(Protocol):
 class BlobStore(Protocol):
     def put(self, key: str, data: bytes) -> None: ...
     def get(self, key: str) -> bytes: ...
+
+
+class RunQueue(Protocol):
+    def send_run(self, message: RunMessage, delay_s: float = 0.0) -> None: ...
