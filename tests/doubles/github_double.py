@@ -22,7 +22,10 @@ Usage::
 
 World set-up: ``install`` / ``add_repo_to_installation`` / ``remove_repo_from_installation`` /
 ``set_installation_permissions`` / ``suspend_installation``; ``put_file(repo, path, ref, bytes)``;
-``add_commit(repo, sha, branch=None)``; ``add_workflow_run(repo, run_id, ...)``;
+``add_commit(repo, sha, branch=None)``; ``add_workflow_run(repo, run_id, ..., jobs=("build-and-test",))`` (a
+seeded run, its jobs sharing its status and conclusion; no webhook); ``set_dispatch_workflow(repo, run_name, name=,
+path=, jobs=, event_types=, on_repository_dispatch=True, on_workflow_dispatch=False)`` (a workflow that dispatches
+start: see "Workflow runs" below); ``legacy_dispatch(repo_or_all=True)``;
 ``add_check_run(repo, name=, head_sha=, ...)`` (a run owned by another App, e.g. GitHub Actions);
 ``check_suite_id(repo, head_sha)``; ``add_issue(repo, number, pull_request=True)`` (an issue or PR
 that comments can go on); ``add_comment(repo, number, body, user=..., app_slug=None)`` (a comment by a
@@ -30,7 +33,9 @@ person, or by another App); ``delete_comment(repo, id)``; ``expire_tokens()``; `
 Observation: ``requests``, ``unexpected``, ``dispatches(repo)``, ``check_runs(repo)``, ``reruns(repo)``,
 ``comments(repo, number)`` (the conversation as it stands), ``comment_writes(repo)`` (every accepted
 comment POST and PATCH, in order),
-``workflow_run(repo, id)``, ``tokens`` / ``token_info(token)`` (each issued token's scope), and
+``workflow_run(repo, id)``, ``runs_of(repo)`` (oldest first), ``jobs_of(repo, run_id, attempt=None)``,
+``workflow_dispatches(repo)`` ((workflow path, body) of each accepted workflow dispatch), ``tokens`` /
+``token_info(token)`` (each issued token's scope), and
 ``internal_errors`` (exceptions inside the double; answered 500 - should stay empty).  Pass
 ``clock=`` to move time (JWT checks, token expiry, rate-limit windows) without sleeping.
 Repository names are case-insensitive everywhere, as on GitHub.
@@ -43,8 +48,25 @@ Endpoints (every other method/path is answered ``404 {"message": "Not Found"}`` 
 * ``POST /repos/{owner}/{repo}/dispatches`` (contents: write) -> 204
 * ``POST /repos/{owner}/{repo}/check-runs``, ``PATCH .../check-runs/{id}`` (checks: write)
 * ``GET /repos/{owner}/{repo}/check-suites/{id}/check-runs`` (checks: read; paginated, Link header)
-* ``GET /repos/{owner}/{repo}/actions/runs/{id}`` (actions: read)
-* ``POST /repos/{owner}/{repo}/actions/runs/{id}/rerun-failed-jobs`` (actions: write) -> 201 ``{}``
+* ``GET /repos/{owner}/{repo}/actions/runs/{id}`` (actions: read): status, conclusion and ``run_attempt`` as they stand
+* ``GET /repos/{owner}/{repo}/actions/runs`` (actions: read; ``event``, ``created``, ``per_page``, ``page``): newest
+  first
+* ``POST /repos/{owner}/{repo}/actions/runs/{id}/rerun-failed-jobs`` (actions: write) -> 201 ``{}``; a new attempt,
+  queued: the previous attempt's failed, cancelled and timed-out jobs run again as new jobs (new ids, as on GitHub),
+  the others are carried into the new attempt's listing as they were (same id, completed); ``workflow_run``
+  ``requested`` goes out for it. 403 "This workflow is already running" / "This workflow run cannot be retried".
+* ``GET /repos/{owner}/{repo}/actions/runs/{id}/attempts/{n}/jobs`` (actions: read): that attempt's jobs; 404 for
+  an unknown run or attempt. ``GET /repos/{owner}/{repo}/actions/runs/{id}/jobs`` (actions: read): the latest
+  attempt's (``filter=latest``, the default) or every attempt's (``filter=all``: oldest attempt first, a carried-over
+  job once). Both answer ``{"total_count": N, "jobs": [...]}`` in the workflow's job order, ``per_page`` (default
+  30, at most 100) and ``page``, with a ``Link`` header (next, last, prev, first).
+* ``POST /repos/{owner}/{repo}/actions/workflows/{workflow_id}/dispatches`` (actions: write; ``workflow_id`` the
+  workflow's id or file name, e.g. ``ci.yml``) with ``{"ref", "inputs", "return_run_details"}``: 204 without a body,
+  or with ``return_run_details: true`` 200 ``{"workflow_run_id", "run_url", "html_url"}``; after
+  ``legacy_dispatch(...)`` 204 whatever is asked (an older GitHub Enterprise Server). 404 for no such workflow, 422
+  "Workflow does not have 'workflow_dispatch' trigger", 422 "No ref found for: <ref>", 422 "No more than 25
+  properties are allowed; N were supplied." (inputs), and 422 for inputs over 65,535 characters of JSON (the docs
+  give the limit, not the message: the double's words).
 * ``GET /repos/{owner}/{repo}/contents/{path}[?ref=]`` (contents: read; ETag / If-None-Match -> 304;
   ``Accept: application/vnd.github.raw`` gives the raw bytes)
 * ``GET /repos/{owner}/{repo}/commits/{ref}`` (contents: read)
@@ -59,12 +81,36 @@ Endpoints (every other method/path is answered ``404 {"message": "Not Found"}`` 
 * ``POST /app/hook/deliveries/{id}/attempts`` (App JWT) -> 202 ``{}``; the double then delivers the same event,
   body and guid again (``redelivery: true``), as GitHub does; an unknown id is 404
 
+Workflow runs: a dispatch (``POST .../dispatches`` with an ``event_type`` the workflow listens to, or a workflow
+dispatch) starts a run of each ``set_dispatch_workflow`` workflow it triggers: ``queued``, ``event``
+``repository_dispatch`` or ``workflow_dispatch``, ``display_title`` = ``run_name(request body)``, ``head_branch`` the
+default branch (or the dispatched ref), its jobs queued, each with an id from a counter (a job's id is also its check
+run's id: ``check_run_url``). Tests then drive it: ``start_run(repo, run_id)`` (run and unfinished jobs
+``in_progress``, jobs get ``started_at`` and a runner), ``finish_run(repo, run_id, "success" | {"job": "failure"})``
+(unfinished jobs completed, a job never started gets ``started_at`` = ``completed_at``; the run's conclusion is
+``run_conclusion`` of all the attempt's jobs: failure if one failed or timed out, else cancelled if one was cancelled,
+else skipped if all were skipped, else success), ``cancel_run(repo, run_id)`` (unfinished jobs and the run
+``cancelled``). Each step, the creation and a re-run send the App the ``workflow_run`` webhook GitHub sends
+(``requested``, ``in_progress``, ``completed``); ``deliver=False`` on a step sends none.
+
 Acting as GitHub's webhook sender: ``set_webhook(url, secret)`` (the App's settings), then
 ``deliver(event, payload, guid=None)`` POSTs the event signed (``X-Hub-Signature-256`` and ``X-Hub-Signature``)
 with GitHub's headers over a new connection, waits at most 10 s (GitHub's timeout) and records the answer as a
 delivery (``hook_deliveries``, ``deliveries_of(guid)``). Status texts where the docs give none: ``OK`` for 2xx,
 ``Invalid HTTP Response: <code>``, ``timed out`` and ``failed to connect to host`` (both ``status_code`` 0).
-``wait_redeliveries()`` waits for the redeliveries asked for to be made.
+``wait_redeliveries()`` waits for the redeliveries asked for to be made. The ``workflow_run`` webhooks of the runs
+above the double sends by itself, only with a webhook set and only for repositories the App is installed on: queued
+as the run changes and sent by one background thread in order, after the HTTP answer of the request that caused them
+(GitHub delivers asynchronously), signed and recorded like ``deliver``'s; ``wait_webhooks(timeout=10)`` waits until
+all queued are sent. Their body: ``action``, ``workflow_run`` (the run object as ``GET .../actions/runs/{id}``
+answers it at that moment: id, name, display_title, event, status, conclusion, run_attempt, head_sha, head_branch,
+path, workflow_id, url, html_url, jobs_url, created_at, updated_at, run_started_at, actor, triggering_actor,
+previous_attempt_url, repository, ...), ``workflow`` (id, name, path, state, url, html_url), ``repository``,
+``organization`` (for an organization's installation), ``installation`` ``{id, node_id}`` and ``sender`` (the run's
+triggering actor: the App's bot for what the App dispatched or re-ran). ``drop_webhooks(predicate, record=True)``
+loses those for which ``predicate(event, payload)`` holds: recorded as failed deliveries (``status_code`` 0,
+"failed to connect to host"; a redelivery then really makes them), or with ``record=False`` never tried at all
+(``dropped_webhooks``, like ``deliver=False``); ``drop_webhooks(None)`` stops.
 
 Scripted faults: ``gh.script(method, path_regex, replies)``.  ``method`` is an HTTP method or
 ``"*"``; ``path_regex`` is matched with ``re.fullmatch`` against the request path (without the
@@ -175,7 +221,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 import jwt
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-__all__ = ["DEFAULT_PERMISSIONS", "GitHubDouble", "RecordedRequest", "Reply", "TokenInfo"]
+__all__ = ["DEFAULT_PERMISSIONS", "GitHubDouble", "RecordedRequest", "Reply", "TokenInfo", "run_conclusion"]
 
 DOCS = "https://docs.github.com/rest"
 DOC_TOKEN = "https://docs.github.com/rest/apps/apps#create-an-installation-access-token-for-an-app"
@@ -208,6 +254,13 @@ DOC_RUNS_LIST = "https://docs.github.com/rest/actions/workflow-runs#list-workflo
 DOC_LABELS_ADD = "https://docs.github.com/rest/issues/labels#add-labels-to-an-issue"
 DOC_HOOK_DELIVERIES = "https://docs.github.com/rest/apps/webhooks#list-deliveries-for-an-app-webhook"
 DOC_HOOK_REDELIVER = "https://docs.github.com/rest/apps/webhooks#redeliver-a-delivery-for-an-app-webhook"
+DOC_WORKFLOW_DISPATCH = "https://docs.github.com/rest/actions/workflows#create-a-workflow-dispatch-event"
+DOC_WORKFLOW_DISPATCH_INPUTS = (
+    "https://docs.github.com/actions/writing-workflows/workflow-syntax-for-github-actions#onworkflow_dispatchinputs"
+)
+DOC_JOBS_LIST = "https://docs.github.com/rest/actions/workflow-jobs#list-jobs-for-a-workflow-run"
+DOC_JOBS_ATTEMPT = "https://docs.github.com/rest/actions/workflow-jobs#list-jobs-for-a-workflow-run-attempt"
+DOC_WEBHOOK_WORKFLOW_RUN = "https://docs.github.com/webhooks/webhook-events-and-payloads#workflow_run"
 DOC_PRIMARY = "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"
 DOC_SECONDARY = (
     "https://docs.github.com/free-pro-team@latest/rest/overview/rate-limits-for-the-rest-api"
@@ -240,6 +293,11 @@ MAX_CHECK_ACTIONS = 3
 MAX_RERUN_ATTEMPTS = 50
 MAX_COMMENT_BODY = 65536
 MAX_DELIVERIES_PER_PAGE = 100
+MAX_DISPATCH_INPUTS = 25  # "The maximum number of top-level properties for inputs is 25."
+MAX_DISPATCH_INPUTS_CHARS = 65535  # "The maximum payload for inputs is 65,535 characters."
+#: A job's conclusion (workflow-job), and the ones "Re-run failed jobs" runs again (with the jobs' new ids).
+JOB_CONCLUSIONS = ("success", "failure", "neutral", "cancelled", "skipped", "timed_out", "action_required")
+RERUN_JOB_CONCLUSIONS = ("failure", "cancelled", "timed_out")
 WEBHOOK_TIMEOUT_S = 10.0  # GitHub gives up on a delivery after 10 seconds
 JWT_MAX_EXP_AHEAD = 600
 JWT_MAX_IAT_AHEAD = 60
@@ -463,6 +521,25 @@ class _File:
 
 
 @dataclass
+class _Workflow:
+    """A workflow file of a repository, as far as dispatches go: what starts it and which jobs each run has."""
+
+    id: int
+    name: str
+    path: str
+    run_name: Callable[[dict[str, Any]], str]
+    jobs: tuple[str, ...]
+    event_types: frozenset[str] | None  # on repository_dispatch: None = every event_type
+    on_repository_dispatch: bool
+    on_workflow_dispatch: bool
+    created_at: float
+
+    @property
+    def file_name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+
+@dataclass
 class _Resp:
     status: int
     body: bytes = b""
@@ -569,6 +646,19 @@ def _invalid(detail: str, doc: str) -> _Resp:
 
 def _not_found(doc: str = DOCS) -> _Resp:
     return _error(404, "Not Found", doc)
+
+
+def run_conclusion(job_conclusions: Iterable[str | None]) -> str:
+    """A completed run's conclusion as GitHub derives it from its jobs': ``failure`` if one failed (or timed out),
+    else ``cancelled`` if one was cancelled, else ``skipped`` if all were skipped, else ``success``."""
+    found = list(job_conclusions)
+    if any(c in ("failure", "timed_out") for c in found):
+        return "failure"
+    if "cancelled" in found:
+        return "cancelled"
+    if found and all(c == "skipped" for c in found):
+        return "skipped"
+    return "success"
 
 
 class _Server(ThreadingHTTPServer):
@@ -689,8 +779,20 @@ class GitHubDouble:
         self._pulls: dict[tuple[str, int], dict[str, Any]] = {}  # (repo key, number) -> pull request
         self._pull_files: dict[tuple[str, int], list[dict[str, Any]]] = {}
         self._collaborators: dict[tuple[str, str], str] = {}  # (repo key, login lower) -> role name
-        # repo key -> the run-name of its workflow on repository_dispatch, from the dispatch's body
-        self._dispatch_workflows: dict[str, Callable[[dict[str, Any]], str]] = {}
+        self._workflows: dict[str, dict[str, _Workflow]] = {}  # repo key -> path -> the workflows dispatches start
+        self._workflow_ids = itertools.count(161_335_001)
+        self._job_ids = itertools.count(30_000_000_001)  # a job's id is also its check run's id
+        self._jobs: dict[tuple[str, int], dict[int, list[dict[str, Any]]]] = {}  # (repo key, run id) -> attempt -> jobs
+        self._workflow_dispatches: list[tuple[str, str, dict[str, Any]]] = []  # (repo key, workflow path, body)
+        self._legacy_dispatch: set[str] | bool = False  # True: every repository; a set: those repository keys
+        # The webhooks the double sends by itself (workflow_run), one sender thread, in order.
+        self._hook_cond = threading.Condition()
+        self._hook_queue: deque[tuple[str, bytes, str, str]] = deque()  # (event, body, guid, "send"|"fail")
+        self._hook_busy = False
+        self._hook_sender: threading.Thread | None = None
+        self._hook_guids = itertools.count(0x5EB1_0000_0000_0000_0000_0000_0000_0001)
+        self._hook_drop: tuple[Callable[[str, Mapping[str, Any]], bool], bool] | None = None  # (predicate, record)
+        self._dropped_hooks: list[tuple[str, dict[str, Any]]] = []
         self._reactions: dict[int, list[dict[str, Any]]] = {}  # comment id -> reactions
         self._issue_numbers = itertools.count(180_001)
         self._commits: dict[str, set[str]] = {}
@@ -739,6 +841,17 @@ class GitHubDouble:
             ("PATCH", re.compile(r"/repos/([^/]+)/([^/]+)/issues/comments/(\d+)"), self._h_comment_update),
             ("GET", re.compile(r"/app/hook/deliveries"), self._h_hook_deliveries),
             ("POST", re.compile(r"/app/hook/deliveries/(\d+)/attempts"), self._h_hook_redeliver),
+            ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/actions/runs/(\d+)/jobs"), self._h_jobs_list),
+            (
+                "GET",
+                re.compile(r"/repos/([^/]+)/([^/]+)/actions/runs/(\d+)/attempts/(\d+)/jobs"),
+                self._h_jobs_attempt,
+            ),
+            (
+                "POST",
+                re.compile(r"/repos/([^/]+)/([^/]+)/actions/workflows/([^/]+)/dispatches"),
+                self._h_workflow_dispatch,
+            ),
         ]
         self._server = _Server((host, 0), self)
         self.port: int = self._server.server_address[1]
@@ -753,9 +866,13 @@ class GitHubDouble:
         if self._stopping.is_set():
             return
         self._stopping.set()
+        with self._hook_cond:
+            self._hook_cond.notify_all()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+        if self._hook_sender is not None:
+            self._hook_sender.join(timeout=1)
 
     def __enter__(self) -> GitHubDouble:
         return self
@@ -875,11 +992,57 @@ class GitHubDouble:
         with self._lock:
             return [copy.deepcopy(p) for (k, _), p in sorted(self._pulls.items()) if k == repo.lower()]
 
-    def set_dispatch_workflow(self, repo: str, run_name: Callable[[dict[str, Any]], str]) -> None:
-        """`repo` has a workflow on repository_dispatch: every accepted dispatch starts a run of it at once, titled
-        `run_name(body)` (the workflow's run-name, evaluated on the dispatch's event_type and client_payload)."""
+    def set_dispatch_workflow(
+        self,
+        repo: str,
+        run_name: Callable[[dict[str, Any]], str],
+        *,
+        name: str = "CI",
+        path: str = ".github/workflows/ci.yml",
+        jobs: Iterable[str] = ("build-and-test",),
+        event_types: Iterable[str] | None = None,
+        on_repository_dispatch: bool = True,
+        on_workflow_dispatch: bool = False,
+    ) -> None:
+        """`repo` has the workflow `path` (named `name`, with `jobs`): every accepted dispatch it listens to starts a
+        run of it at once, titled `run_name(body)` (the workflow's run-name, evaluated on the request's body: a
+        repository_dispatch's event_type and client_payload, a workflow dispatch's ref and inputs).
+
+        On repository_dispatch (unless `on_repository_dispatch=False`) it listens to every event_type, or only to
+        `event_types` when given (`on: repository_dispatch: types: [...]`); with `on_workflow_dispatch=True` it also
+        has a `workflow_dispatch` trigger, so ``POST .../actions/workflows/{id or file name}/dispatches`` starts it.
+        A repository can have several such workflows (one per `path`); calling again with the same `path` replaces
+        that one and keeps its id. A run starts `queued` with its jobs queued, and the App gets `workflow_run`
+        `requested` (see ``start_run`` / ``finish_run`` / ``cancel_run`` for the rest of its life)."""
+        names = tuple(jobs)
+        if not names or len(set(names)) != len(names):
+            raise ValueError(f"jobs must be at least one distinct job name, not {names!r}")
+        clean = path.strip("/")
         with self._lock:
-            self._dispatch_workflows[repo.lower()] = run_name
+            workflows = self._workflows.setdefault(repo.lower(), {})
+            existing = workflows.get(clean)
+            workflows[clean] = _Workflow(
+                id=existing.id if existing is not None else next(self._workflow_ids),
+                name=name,
+                path=clean,
+                run_name=run_name,
+                jobs=names,
+                event_types=frozenset(event_types) if event_types is not None else None,
+                on_repository_dispatch=on_repository_dispatch,
+                on_workflow_dispatch=on_workflow_dispatch,
+                created_at=existing.created_at if existing is not None else self.clock(),
+            )
+
+    def legacy_dispatch(self, repo_or_all: str | bool = True) -> None:
+        """Answer workflow dispatches as a GitHub Enterprise Server older than ``return_run_details`` does: 204 with
+        no body whatever the request asks (the run is still created). ``True``: every repository; ``False``: none
+        again; a repository name: that one too."""
+        with self._lock:
+            if isinstance(repo_or_all, bool):
+                self._legacy_dispatch = repo_or_all
+            elif self._legacy_dispatch is not True:
+                legacy = self._legacy_dispatch if isinstance(self._legacy_dispatch, set) else set()
+                self._legacy_dispatch = legacy | {repo_or_all.lower()}
 
     def add_collaborator(self, repo: str, login: str, role: str) -> None:
         """`login` has `role` (admin, maintain, write, triage, read) on `repo`."""
@@ -934,40 +1097,110 @@ class GitHubDouble:
         head_branch: str = "main",
         run_attempt: int = 1,
         path: str = ".github/workflows/ci.yml",
+        jobs: Iterable[str] = ("build-and-test",),
     ) -> dict[str, Any]:
-        now = self.clock()
+        """Seed a run (no webhook is sent for it). Its `jobs` (listed under attempt `run_attempt` only) share the
+        run's status and conclusion: a failed run's jobs failed, so re-running its failed jobs re-runs them all."""
         with self._lock:
-            key = repo.lower()
-            owner_repo = self._repos.get(key)
-            full = owner_repo.full_name if owner_repo else repo
-            run = {
-                "id": run_id,
-                "name": name,
-                "node_id": _node_id("WorkflowRun", run_id),
-                "head_branch": head_branch,
-                "head_sha": head_sha,
-                "path": path,
-                "display_title": name,
-                "run_number": run_id % 100000,
-                "event": event,
-                "status": status,
-                "conclusion": conclusion,
-                "workflow_id": 161335,
-                "check_suite_id": next(self._suite_ids),
-                "url": f"{self.url}/repos/{full}/actions/runs/{run_id}",
-                "html_url": f"https://github.com/{full}/actions/runs/{run_id}",
-                "jobs_url": f"{self.url}/repos/{full}/actions/runs/{run_id}/jobs",
-                "logs_url": f"{self.url}/repos/{full}/actions/runs/{run_id}/logs",
-                "rerun_url": f"{self.url}/repos/{full}/actions/runs/{run_id}/rerun",
-                "pull_requests": [],
-                "created_at": _iso(now),
-                "updated_at": _iso(now),
-                "run_attempt": run_attempt,
-                "run_started_at": _iso(now),
-                "repository": self._repo_summary(owner_repo) if owner_repo else {"full_name": full},
-            }
-            self._workflow_runs[(key, run_id)] = run
+            run = self._new_run(
+                repo,
+                run_id,
+                head_sha=head_sha,
+                status=status,
+                conclusion=conclusion,
+                name=name,
+                event=event,
+                head_branch=head_branch,
+                run_attempt=run_attempt,
+                path=path,
+                workflow_id=161335,
+                display_title=name,
+                actor=self._owner_obj("octocat", 583231, "User"),
+            )
+            now = self.clock()
+            made = [self._new_job(run, job_name, now) for job_name in jobs]
+            for job in made:
+                if status == "in_progress":
+                    self._start_job(job, now)
+                elif status == "completed":
+                    self._finish_job(job, conclusion or "success", now)
+            self._jobs[(repo.lower(), run_id)] = {run_attempt: made}
             return copy.deepcopy(run)
+
+    def start_run(self, repo: str, run_id: int, *, deliver: bool = True) -> dict[str, Any]:
+        """A runner picked the queued run up: it and its unfinished jobs are `in_progress` (the jobs get
+        `started_at` and a runner); the App gets `workflow_run` `in_progress` (none with `deliver=False`: GitHub
+        lost it before sending). Returns the run."""
+        key = repo.lower()
+        with self._lock:
+            run = self._workflow_runs[(key, run_id)]
+            if run["status"] != "queued":
+                raise ValueError(f"run {run_id} is {run['status']}, not queued")
+            now = self.clock()
+            run.update(status="in_progress", updated_at=_iso(now))
+            for job in self._jobs_now(key, run_id):
+                if job["status"] != "completed":
+                    self._start_job(job, now)
+            self._workflow_run_hook(key, run, "in_progress", deliver=deliver)
+            return copy.deepcopy(run)
+
+    def finish_run(
+        self, repo: str, run_id: int, conclusions: Mapping[str, str] | str = "success", *, deliver: bool = True
+    ) -> dict[str, Any]:
+        """Every unfinished job of the run's latest attempt completes with its conclusion (`conclusions`: one for
+        all, or per job name, those not named succeeding); a job never started gets `started_at` = `completed_at`.
+        The run completes with the conclusion GitHub derives from all the attempt's jobs (``run_conclusion``), and
+        the App gets `workflow_run` `completed` (none with `deliver=False`). Returns the run."""
+        key = repo.lower()
+        with self._lock:
+            run = self._workflow_runs[(key, run_id)]
+            if run["status"] == "completed":
+                raise ValueError(f"run {run_id} is already completed")
+            jobs = self._jobs_now(key, run_id)
+            open_jobs = [j for j in jobs if j["status"] != "completed"]
+            if isinstance(conclusions, str):
+                wanted = {j["name"]: conclusions for j in open_jobs}
+            else:
+                unknown = set(conclusions) - {j["name"] for j in open_jobs}
+                if unknown:
+                    raise ValueError(f"run {run_id} has no unfinished jobs named {sorted(unknown)}")
+                wanted = {j["name"]: conclusions.get(j["name"], "success") for j in open_jobs}
+            bad = sorted({c for c in wanted.values() if c not in JOB_CONCLUSIONS})
+            if bad:
+                raise ValueError(f"not job conclusions: {bad}")
+            now = self.clock()
+            for job in open_jobs:
+                self._finish_job(job, wanted[job["name"]], now)
+            run.update(
+                status="completed", conclusion=run_conclusion(j["conclusion"] for j in jobs), updated_at=_iso(now)
+            )
+            self._workflow_run_hook(key, run, "completed", deliver=deliver)
+            return copy.deepcopy(run)
+
+    def cancel_run(self, repo: str, run_id: int, *, deliver: bool = True) -> dict[str, Any]:
+        """Someone cancelled the run: its unfinished jobs are `cancelled`, the run is completed `cancelled`, and the
+        App gets `workflow_run` `completed` (none with `deliver=False`). Returns the run."""
+        key = repo.lower()
+        with self._lock:
+            run = self._workflow_runs[(key, run_id)]
+            if run["status"] == "completed":
+                raise ValueError(f"run {run_id} is already completed")
+            now = self.clock()
+            for job in self._jobs_now(key, run_id):
+                if job["status"] != "completed":
+                    self._finish_job(job, "cancelled", now)
+            run.update(status="completed", conclusion="cancelled", updated_at=_iso(now))
+            self._workflow_run_hook(key, run, "completed", deliver=deliver)
+            return copy.deepcopy(run)
+
+    def drop_webhooks(self, predicate: Callable[[str, Mapping[str, Any]], bool] | None, *, record: bool = True) -> None:
+        """Lose the webhooks the double sends by itself (``workflow_run``) for which ``predicate(event, payload)``
+        is true, from now on; ``None`` stops losing them. With ``record=True`` a lost one is in the App's delivery
+        log as a failed delivery (``status_code`` 0, "failed to connect to host"), which a redelivery (``POST
+        /app/hook/deliveries/{id}/attempts``) then really makes; with ``record=False`` GitHub never tried: it is
+        only in ``dropped_webhooks``. ``deliver(...)`` called by a test is never dropped."""
+        with self._lock:
+            self._hook_drop = (predicate, record) if predicate is not None else None
 
     def add_check_run(
         self,
@@ -1100,6 +1333,36 @@ class GitHubDouble:
         with self._lock:
             return copy.deepcopy(self._workflow_runs[(repo.lower(), run_id)])
 
+    def runs_of(self, repo: str) -> list[dict[str, Any]]:
+        """The repository's workflow runs (seeded and dispatched) as they stand, oldest first."""
+        with self._lock:
+            return [copy.deepcopy(r) for (k, _), r in self._workflow_runs.items() if k == repo.lower()]
+
+    def jobs_of(self, repo: str, run_id: int, attempt: int | None = None) -> list[dict[str, Any]]:
+        """The jobs of a run's attempt (default: its latest), in the workflow's order, as the jobs API lists them."""
+        with self._lock:
+            attempts = self._jobs.get((repo.lower(), run_id), {})
+            number = attempt if attempt is not None else self._workflow_runs[(repo.lower(), run_id)]["run_attempt"]
+            return copy.deepcopy(attempts.get(number, []))
+
+    def workflow_dispatches(self, repo: str) -> list[tuple[str, dict[str, Any]]]:
+        """Accepted workflow dispatches: (the workflow's path, the request body), in order."""
+        with self._lock:
+            return [(path, copy.deepcopy(body)) for key, path, body in self._workflow_dispatches if key == repo.lower()]
+
+    @property
+    def dropped_webhooks(self) -> list[tuple[str, dict[str, Any]]]:
+        """The webhooks GitHub never tried to send (``deliver=False``, ``drop_webhooks(..., record=False)``):
+        (event, payload), in order."""
+        with self._lock:
+            return copy.deepcopy(self._dropped_hooks)
+
+    def wait_webhooks(self, timeout: float = 10.0) -> bool:
+        """Wait until every webhook the double queued by itself has been delivered (or recorded as lost); False if
+        some are still waiting after `timeout` seconds."""
+        with self._hook_cond:
+            return self._hook_cond.wait_for(lambda: not self._hook_queue and not self._hook_busy, timeout)
+
     @property
     def hook_deliveries(self) -> list[HookDelivery]:
         """Every webhook delivery made (``deliver`` and redeliveries), in order."""
@@ -1128,7 +1391,7 @@ class GitHubDouble:
         body = payload if isinstance(payload, bytes) else json.dumps(payload, separators=(",", ":")).encode()
         return self._send_hook(event, body, guid or str(uuid.uuid4()), redelivery=False)
 
-    def _send_hook(self, event: str, body: bytes, guid: str, *, redelivery: bool) -> HookDelivery:
+    def _send_hook(self, event: str, body: bytes, guid: str, *, redelivery: bool, lost: bool = False) -> HookDelivery:
         with self._lock:
             if self._webhook is None:
                 raise RuntimeError("no webhook configured: call set_webhook(url, secret) first")
@@ -1155,19 +1418,24 @@ class GitHubDouble:
         target = urlsplit(url)
         started, wall = time.monotonic(), self.clock()
         status_code, status, answer = 0, "", b""
-        conn = http.client.HTTPConnection(target.hostname or "127.0.0.1", target.port, timeout=self.webhook_timeout_s)
-        try:
-            conn.request("POST", target.path or "/", body=body, headers=headers)
-            resp = conn.getresponse()
-            answer = resp.read()
-            status_code = resp.status
-            status = "OK" if 200 <= resp.status < 300 else f"Invalid HTTP Response: {resp.status}"
-        except TimeoutError:
-            status = "timed out"
-        except (OSError, http.client.HTTPException) as exc:
-            status = f"failed to connect to host: {type(exc).__name__}"
-        finally:
-            conn.close()
+        if lost:  # drop_webhooks: GitHub tried and could not reach the receiver
+            status = "failed to connect to host"
+        else:
+            conn = http.client.HTTPConnection(
+                target.hostname or "127.0.0.1", target.port, timeout=self.webhook_timeout_s
+            )
+            try:
+                conn.request("POST", target.path or "/", body=body, headers=headers)
+                resp = conn.getresponse()
+                answer = resp.read()
+                status_code = resp.status
+                status = "OK" if 200 <= resp.status < 300 else f"Invalid HTTP Response: {resp.status}"
+            except TimeoutError:
+                status = "timed out"
+            except (OSError, http.client.HTTPException) as exc:
+                status = f"failed to connect to host: {type(exc).__name__}"
+            finally:
+                conn.close()
         record = HookDelivery(
             id=delivery_id,
             guid=guid,
@@ -1186,6 +1454,46 @@ class GitHubDouble:
         with self._lock:
             self._hook_deliveries.append(record)
         return record
+
+    def _queue_hook(self, event: str, payload: dict[str, Any], *, deliver: bool = True) -> None:
+        """Queue a webhook the double sends by itself, for the sender thread (GitHub delivers asynchronously, after
+        answering the request that caused it). Nothing without a webhook configured."""
+        with self._lock:
+            if self._webhook is None:
+                return
+            drop = self._hook_drop
+            mode = "send" if deliver else "skip"
+            if deliver and drop is not None and drop[0](event, payload):
+                mode = "fail" if drop[1] else "skip"
+            if mode == "skip":
+                self._dropped_hooks.append((event, copy.deepcopy(payload)))
+                return
+            guid = str(uuid.UUID(int=next(self._hook_guids)))
+        body = json.dumps(payload, separators=(",", ":")).encode()
+        with self._hook_cond:
+            self._hook_queue.append((event, body, guid, mode))
+            if self._hook_sender is None:
+                self._hook_sender = threading.Thread(target=self._hook_loop, name="github-double-hooks", daemon=True)
+                self._hook_sender.start()
+            self._hook_cond.notify_all()
+
+    def _hook_loop(self) -> None:
+        while True:
+            with self._hook_cond:
+                self._hook_cond.wait_for(lambda: self._hook_queue or self._stopping.is_set())
+                if self._stopping.is_set():
+                    return
+                event, body, guid, mode = self._hook_queue.popleft()
+                self._hook_busy = True
+            try:
+                self._send_hook(event, body, guid, redelivery=False, lost=mode == "fail")
+            except Exception as exc:  # a bug in the double must show
+                with self._lock:
+                    self.internal_errors.append(exc)
+            finally:
+                with self._hook_cond:
+                    self._hook_busy = False
+                    self._hook_cond.notify_all()
 
     # ---------------------------------------------------------------- HTTP plumbing
 
@@ -1682,13 +1990,66 @@ class GitHubDouble:
                 return _error(422, "client_payload is too large.", DOC_DISPATCH)
         with self._lock:
             self._dispatches.append((repo.key, copy.deepcopy(body)))
-            workflow = self._dispatch_workflows.get(repo.key)
-        if workflow is not None:
-            run = self.add_workflow_run(repo.full_name, next(self._ids) + 9_000_000, status="queued", conclusion=None)
-            with self._lock:
-                self._workflow_runs[(repo.key, run["id"])]["display_title"] = workflow(copy.deepcopy(body))
+            for workflow in list(self._workflows.get(repo.key, {}).values()):
+                listens = workflow.event_types is None or event_type in workflow.event_types
+                if workflow.on_repository_dispatch and listens:
+                    self._dispatch_run(repo, workflow, body, "repository_dispatch", repo.default_branch)
         ctx.rec.accepted = True
         return _Resp(204)
+
+    def _h_workflow_dispatch(self, ctx: _Ctx, owner: str, name: str, workflow_id: str) -> _Resp:
+        doc = DOC_WORKFLOW_DISPATCH
+        auth = self._auth_repo(ctx, owner, name, "actions", "write", doc)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        body = self._body_object(ctx, doc, required=True)
+        if isinstance(body, _Resp):
+            return body
+        if "ref" not in body:
+            return _invalid('"ref" wasn\'t supplied.', doc)
+        ref = body["ref"]
+        if not isinstance(ref, str):
+            return _invalid(f"For 'properties/ref', {_inspect(ref)} is not a string.", doc)
+        inputs = body.get("inputs", {})
+        if not isinstance(inputs, dict):
+            return _invalid(f"For 'properties/inputs', {_inspect(inputs)} is not an object.", doc)
+        if len(inputs) > MAX_DISPATCH_INPUTS:
+            return _invalid(
+                f"No more than {MAX_DISPATCH_INPUTS} properties are allowed; {len(inputs)} were supplied.", doc
+            )
+        details = body.get("return_run_details", False)
+        if not isinstance(details, bool):
+            return _invalid(f"For 'properties/return_run_details', {_inspect(details)} is not a boolean.", doc)
+        with self._lock:
+            workflow = next(
+                (w for w in self._workflows.get(repo.key, {}).values() if workflow_id in (str(w.id), w.file_name)),
+                None,
+            )
+        if workflow is None:
+            return _not_found(doc)
+        if not workflow.on_workflow_dispatch:
+            return _error(422, "Workflow does not have 'workflow_dispatch' trigger", doc)
+        branch = ref.removeprefix("refs/heads/")
+        if not self._ref_known(repo, branch):
+            return _error(422, f"No ref found for: {ref}", doc)
+        size = len(json.dumps(inputs, separators=(",", ":"), ensure_ascii=False))
+        if size > MAX_DISPATCH_INPUTS_CHARS:  # the docs give the limit, not GitHub's words: these are the double's
+            return _error(
+                422,
+                f"inputs are too large ({size} characters; the maximum is {MAX_DISPATCH_INPUTS_CHARS}).",
+                DOC_WORKFLOW_DISPATCH_INPUTS,
+            )
+        with self._lock:
+            self._workflow_dispatches.append((repo.key, workflow.path, copy.deepcopy(body)))
+            run = self._dispatch_run(repo, workflow, body, "workflow_dispatch", branch)
+            legacy = self._legacy_dispatch is True or (
+                isinstance(self._legacy_dispatch, set) and repo.key in self._legacy_dispatch
+            )
+        ctx.rec.accepted = True
+        if legacy or not details:
+            return _Resp(204)
+        return _json_resp(200, {"workflow_run_id": run["id"], "run_url": run["url"], "html_url": run["html_url"]})
 
     # ---------------------------------------------------------------- endpoints: check runs
 
@@ -2147,6 +2508,201 @@ class GitHubDouble:
             with self._lock:
                 self._redelivering.discard(threading.current_thread())
 
+    # ---------------------------------------------------------------- workflow runs and their jobs
+
+    def _bot_user(self) -> dict[str, Any]:
+        """The App's bot user: the actor of what the App does with an installation token."""
+        login = f"{self.app_slug}[bot]"
+        return self._owner_obj(login, 41_000_000 + _login_number(login), "Bot")
+
+    def _new_run(
+        self,
+        repo_name: str,
+        run_id: int,
+        *,
+        head_sha: str,
+        status: str,
+        conclusion: str | None,
+        name: str,
+        event: str,
+        head_branch: str,
+        run_attempt: int,
+        path: str,
+        workflow_id: int,
+        display_title: str,
+        actor: dict[str, Any],
+    ) -> dict[str, Any]:
+        """A workflow run object (workflow-run), stored; its jobs are the caller's."""
+        now = self.clock()
+        key = repo_name.lower()
+        owner_repo = self._repos.get(key)
+        full = owner_repo.full_name if owner_repo else repo_name
+        api = f"{self.url}/repos/{full}/actions/runs/{run_id}"
+        summary = self._repo_summary(owner_repo) if owner_repo else {"full_name": full}
+        run = {
+            "id": run_id,
+            "name": name,
+            "node_id": _node_id("WorkflowRun", run_id),
+            "head_branch": head_branch,
+            "head_sha": head_sha,
+            "path": path,
+            "display_title": display_title,
+            "run_number": run_id % 100000,
+            "event": event,
+            "status": status,
+            "conclusion": conclusion,
+            "workflow_id": workflow_id,
+            "check_suite_id": next(self._suite_ids),
+            "url": api,
+            "html_url": f"https://github.com/{full}/actions/runs/{run_id}",
+            "jobs_url": f"{api}/jobs",
+            "logs_url": f"{api}/logs",
+            "rerun_url": f"{api}/rerun",
+            "cancel_url": f"{api}/cancel",
+            "workflow_url": f"{self.url}/repos/{full}/actions/workflows/{workflow_id}",
+            "previous_attempt_url": f"{api}/attempts/{run_attempt - 1}" if run_attempt > 1 else None,
+            "pull_requests": [],
+            "created_at": _iso(now),
+            "updated_at": _iso(now),
+            "actor": actor,
+            "triggering_actor": copy.deepcopy(actor),
+            "run_attempt": run_attempt,
+            "run_started_at": _iso(now),
+            "repository": summary,
+            "head_repository": copy.deepcopy(summary),
+        }
+        self._workflow_runs[(key, run_id)] = run
+        return run
+
+    def _new_job(self, run: dict[str, Any], name: str, now: float) -> dict[str, Any]:
+        """A queued job (workflow-job) of the run's current attempt. Its id is also its check run's id."""
+        job_id = next(self._job_ids)
+        full = run["repository"]["full_name"]
+        return {
+            "id": job_id,
+            "run_id": run["id"],
+            "run_url": run["url"],
+            "run_attempt": run["run_attempt"],
+            "node_id": _node_id("CheckRun", job_id),
+            "head_sha": run["head_sha"],
+            "head_branch": run["head_branch"],
+            "url": f"{self.url}/repos/{full}/actions/jobs/{job_id}",
+            "html_url": f"https://github.com/{full}/actions/runs/{run['id']}/job/{job_id}",
+            "status": "queued",
+            "conclusion": None,
+            "created_at": _iso(now),
+            "started_at": _iso(now),  # GitHub fills it while the job is queued too, and again when it starts
+            "completed_at": None,
+            "name": name,
+            "steps": [],
+            "check_run_url": f"{self.url}/repos/{full}/check-runs/{job_id}",
+            "labels": ["ubuntu-latest"],
+            "runner_id": None,
+            "runner_name": None,
+            "runner_group_id": None,
+            "runner_group_name": None,
+            "workflow_name": run["name"],
+        }
+
+    @staticmethod
+    def _start_job(job: dict[str, Any], now: float) -> None:
+        runner = job["id"] % 1000 + 1
+        job.update(
+            status="in_progress",
+            started_at=_iso(now),
+            runner_id=runner,
+            runner_name=f"GitHub Actions {runner}",
+            runner_group_id=2,
+            runner_group_name="GitHub Actions",
+            steps=[
+                {"name": "Set up job", "status": "completed", "conclusion": "success", "number": 1,
+                 "started_at": _iso(now), "completed_at": _iso(now)},
+                {"name": f"Run {job['name']}", "status": "in_progress", "conclusion": None, "number": 2,
+                 "started_at": _iso(now), "completed_at": None},
+            ],
+        )  # fmt: skip
+
+    def _finish_job(self, job: dict[str, Any], conclusion: str, now: float) -> None:
+        """Complete a job; one that never started started when it completed (a skipped one never gets a runner)."""
+        if job["status"] == "queued" and conclusion != "skipped":
+            self._start_job(job, now)
+        for step in job["steps"]:
+            if step["status"] != "completed":
+                step.update(status="completed", conclusion=conclusion, completed_at=_iso(now))
+        if job["status"] == "queued":
+            job["started_at"] = _iso(now)
+        job.update(status="completed", conclusion=conclusion, completed_at=_iso(now))
+
+    def _jobs_now(self, key: str, run_id: int) -> list[dict[str, Any]]:
+        """The jobs of the run's latest attempt (live objects: the caller holds the lock)."""
+        run = self._workflow_runs[(key, run_id)]
+        return self._jobs.setdefault((key, run_id), {}).setdefault(run["run_attempt"], [])
+
+    def _dispatch_run(
+        self, repo: _Repo, workflow: _Workflow, body: dict[str, Any], event: str, branch: str
+    ) -> dict[str, Any]:
+        """A dispatch started a run of `workflow`: queued, its jobs queued, `workflow_run` `requested` queued."""
+        title = workflow.run_name(copy.deepcopy(body))
+        now = self.clock()
+        run = self._new_run(
+            repo.full_name,
+            next(self._ids) + 9_000_000,
+            head_sha=self._branches.get((repo.key, branch), "0" * 40),
+            status="queued",
+            conclusion=None,
+            name=workflow.name,
+            event=event,
+            head_branch=branch,
+            run_attempt=1,
+            path=workflow.path,
+            workflow_id=workflow.id,
+            display_title=title,
+            actor=self._bot_user(),
+        )
+        self._jobs[(repo.key, run["id"])] = {1: [self._new_job(run, job, now) for job in workflow.jobs]}
+        self._workflow_run_hook(repo.key, run, "requested")
+        return run
+
+    def _workflow_obj(self, repo: _Repo, run: dict[str, Any]) -> dict[str, Any]:
+        known = next((w for w in self._workflows.get(repo.key, {}).values() if w.id == run["workflow_id"]), None)
+        created = _iso(known.created_at if known is not None else self.clock())
+        wid = run["workflow_id"]
+        return {
+            "id": wid,
+            "node_id": _node_id("Workflow", wid),
+            "name": run["name"],
+            "path": run["path"],
+            "state": "active",
+            "created_at": created,
+            "updated_at": created,
+            "url": f"{self.url}/repos/{repo.full_name}/actions/workflows/{wid}",
+            "html_url": f"https://github.com/{repo.full_name}/blob/{repo.default_branch}/{run['path']}",
+            "badge_url": f"https://github.com/{repo.full_name}/workflows/{quote(run['name'])}/badge.svg",
+        }
+
+    def _workflow_run_hook(self, key: str, run: dict[str, Any], action: str, *, deliver: bool = True) -> None:
+        """Queue the `workflow_run` webhook GitHub sends the App for this run as it now stands (only where the App
+        is installed). Caller holds the lock, so the payload is the run at this moment."""
+        repo = self._repos.get(key)
+        if repo is None:
+            return
+        inst = self._installations[repo.installation_id]
+        payload: dict[str, Any] = {
+            "action": action,
+            "workflow_run": copy.deepcopy(run),
+            "workflow": self._workflow_obj(repo, run),
+            "repository": self._repo_summary(repo),
+            "installation": {"id": inst.id, "node_id": _node_id("Integration::Installation", inst.id)},
+            "sender": copy.deepcopy(run["triggering_actor"]),
+        }
+        if inst.target_type == "Organization":
+            payload["organization"] = {
+                "login": inst.account,
+                "id": inst.account_id,
+                "node_id": _node_id("Organization", inst.account_id),
+            }
+        self._queue_hook("workflow_run", payload, deliver=deliver)
+
     # ---------------------------------------------------------------- endpoints: workflow runs
 
     def _h_run_get(self, ctx: _Ctx, owner: str, name: str, run_id: str) -> _Resp:
@@ -2180,11 +2736,96 @@ class GitHubDouble:
                 return _error(403, "This workflow is already running", DOC_RUN_RERUN)
             if run["conclusion"] in ("success", "skipped", "neutral") or run["run_attempt"] >= MAX_RERUN_ATTEMPTS:
                 return _error(403, "This workflow run cannot be retried", DOC_RUN_RERUN)
-            now = _iso(self.clock())
-            run.update(status="queued", conclusion=None, updated_at=now, run_started_at=now)
-            run["run_attempt"] += 1
+            now = self.clock()
+            previous = run["run_attempt"]
+            run.update(
+                status="queued",
+                conclusion=None,
+                updated_at=_iso(now),
+                run_started_at=_iso(now),
+                run_attempt=previous + 1,
+                previous_attempt_url=f"{run['url']}/attempts/{previous}",
+                triggering_actor=self._bot_user(),
+            )
+            # The failed (and cancelled, timed out) jobs run again as new jobs, with new ids; the others are carried
+            # over into the new attempt's listing as they were.
+            attempts = self._jobs.setdefault((repo.key, int(run_id)), {})
+            attempts[previous + 1] = [
+                self._new_job(run, job["name"], now)
+                if job["conclusion"] in RERUN_JOB_CONCLUSIONS
+                else copy.deepcopy(job)
+                for job in attempts.get(previous, [])
+            ]
             self._reruns.append((repo.key, int(run_id), copy.deepcopy(body)))
+            self._workflow_run_hook(repo.key, run, "requested")
         return _json_resp(201, {})
+
+    def _jobs_query(self, ctx: _Ctx, doc: str) -> tuple[int, int] | _Resp:
+        query = {k: v[-1] for k, v in ctx.rec.query.items()}
+        try:
+            return min(max(int(query.get("per_page", "30")), 1), 100), max(int(query.get("page", "1")), 1)
+        except ValueError:
+            return _invalid("per_page and page must be integers.", doc)
+
+    def _jobs_page(self, ctx: _Ctx, path: str, jobs: list[dict[str, Any]], per_page: int, page: int) -> _Resp:
+        """One page of a jobs listing, with GitHub's ``Link`` header (next and last; prev and first)."""
+        query = {k: v[-1] for k, v in ctx.rec.query.items() if k not in ("page", "per_page")}
+        extra = "".join(f"&{quote(k)}={quote(v)}" for k, v in query.items())
+        base = f"{self.url}{path}?per_page={per_page}"
+        last = max(1, math.ceil(len(jobs) / per_page))
+        links = []
+        if page < last:
+            links += [f'<{base}&page={page + 1}{extra}>; rel="next"', f'<{base}&page={last}{extra}>; rel="last"']
+        if page > 1:
+            links += [f'<{base}&page={page - 1}{extra}>; rel="prev"', f'<{base}&page=1{extra}>; rel="first"']
+        headers = {"link": ", ".join(links)} if links else {}
+        chunk = jobs[(page - 1) * per_page : page * per_page]
+        return _json_resp(200, {"total_count": len(jobs), "jobs": chunk}, headers)
+
+    def _h_jobs_attempt(self, ctx: _Ctx, owner: str, name: str, run_id: str, attempt: str) -> _Resp:
+        auth = self._auth_repo(ctx, owner, name, "actions", "read", DOC_JOBS_ATTEMPT)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        paging = self._jobs_query(ctx, DOC_JOBS_ATTEMPT)
+        if isinstance(paging, _Resp):
+            return paging
+        with self._lock:
+            known = (repo.key, int(run_id)) in self._workflow_runs
+            jobs = self._jobs.get((repo.key, int(run_id)), {}).get(int(attempt))
+            if not known or jobs is None:
+                return _not_found(DOC_JOBS_ATTEMPT)
+            jobs = copy.deepcopy(jobs)
+        path = f"/repos/{repo.full_name}/actions/runs/{run_id}/attempts/{attempt}/jobs"
+        return self._jobs_page(ctx, path, jobs, *paging)
+
+    def _h_jobs_list(self, ctx: _Ctx, owner: str, name: str, run_id: str) -> _Resp:
+        auth = self._auth_repo(ctx, owner, name, "actions", "read", DOC_JOBS_LIST)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        paging = self._jobs_query(ctx, DOC_JOBS_LIST)
+        if isinstance(paging, _Resp):
+            return paging
+        filt = ctx.rec.query.get("filter", ["latest"])[-1]
+        if filt not in ("latest", "all"):
+            return _invalid(f'{_inspect(filt)} is not a member of ["latest", "all"].', DOC_JOBS_LIST)
+        with self._lock:
+            run = self._workflow_runs.get((repo.key, int(run_id)))
+            if run is None:
+                return _not_found(DOC_JOBS_LIST)
+            attempts = self._jobs.get((repo.key, int(run_id)), {})
+            if filt == "latest":
+                jobs = copy.deepcopy(attempts.get(run["run_attempt"], []))
+            else:  # every attempt's jobs, oldest attempt first; a job carried into a later attempt once
+                seen: set[int] = set()
+                jobs = []
+                for number in sorted(attempts):
+                    for job in attempts[number]:
+                        if job["id"] not in seen:
+                            seen.add(job["id"])
+                            jobs.append(copy.deepcopy(job))
+        return self._jobs_page(ctx, f"/repos/{repo.full_name}/actions/runs/{run_id}/jobs", jobs, *paging)
 
     # ---------------------------------------------------------------- endpoints: contents and commits
 

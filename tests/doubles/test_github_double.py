@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,7 +24,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from .github_double import GitHubDouble, Reply
+from .github_double import GitHubDouble, Reply, run_conclusion
 
 APP_ID = "424242"
 SHA = "a" * 40
@@ -849,6 +850,7 @@ class Receiver:
         self.requests: list[tuple[dict[str, str], bytes]] = []
         self.statuses: list[int] = []
         self.delay = 0.0
+        self.gate: threading.Event | None = None  # when set: each request waits for it before being answered
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -859,6 +861,8 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 receiver.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
                 time.sleep(receiver.delay)
+                if receiver.gate is not None:
+                    receiver.gate.wait(10)
                 status = receiver.statuses.pop(0) if receiver.statuses else 202
                 out = json.dumps({"status": status}).encode()
                 self.send_response(status)
@@ -869,7 +873,7 @@ class Receiver:
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/webhook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     def stop(self) -> None:
         self.server.shutdown()
@@ -1000,3 +1004,469 @@ def test_a_branch_a_file_write_and_a_pull_request_as_github_answers_them(gh: Git
     gh.set_installation_permissions(7, {"contents": "write", "metadata": "read"})
     denied = call(gh, "GET", "/repos/Org/Repo/pulls", auth=f"token {token(gh, keys)}")
     assert denied.status == 403
+
+
+# ----------------------------------------------------------------------------- workflow runs, their jobs and webhooks
+
+
+def iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def run_hooks(receiver: Receiver) -> list[dict[str, Any]]:
+    """The workflow_run webhooks the receiver got, in order."""
+    return [json.loads(body) for headers, body in receiver.requests if headers["x-github-event"] == "workflow_run"]
+
+
+def get_all_jobs(gh: GitHubDouble, tok: str, path: str) -> list[dict[str, Any]]:
+    """Every page of a jobs listing, following the Link header."""
+    jobs: list[dict[str, Any]] = []
+    url: str | None = path
+    while url is not None:
+        answer = call(gh, "GET", url, auth=f"token {tok}")
+        assert answer.status == 200, answer.json
+        jobs += answer.json["jobs"]
+        found = re.search(r'<([^>]+)>; rel="next"', answer.headers.get("link", ""))
+        url = found.group(1).removeprefix(gh.url) if found else None
+    return jobs
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def timed(keys: Keys, clock: Clock) -> Iterator[GitHubDouble]:
+    """Org/Repo installed (actions: write) on a double whose time the test moves."""
+    with GitHubDouble(app_id=APP_ID, app_public_key_pem=keys.public_pem, clock=clock) as double:
+        double.install("Org/Repo", installation_id=7, repo_id=1001)
+        yield double
+
+
+def test_a_repository_dispatch_starts_a_queued_run_and_github_sends_requested(
+    gh: GitHubDouble, keys: Keys, receiver: Receiver
+) -> None:
+    gh.set_webhook(receiver.url, "s3cret")
+    gh.set_dispatch_workflow("Org/Repo", lambda body: f"crcr {body['event_type']}", jobs=("build", "test"))
+    tok = token(gh, keys)
+    assert dispatch(gh, tok).status == 204
+    [run] = gh.runs_of("org/repo")
+    assert (run["status"], run["conclusion"], run["event"], run["run_attempt"]) == (
+        "queued", None, "repository_dispatch", 1
+    )  # fmt: skip
+    assert (run["display_title"], run["name"], run["path"]) == ("crcr upstream", "CI", ".github/workflows/ci.yml")
+    got = call(gh, "GET", f"/repos/Org/Repo/actions/runs/{run['id']}", auth=f"token {tok}")
+    assert (got.status, got.json["status"], got.json["display_title"]) == (200, "queued", "crcr upstream")
+    listed = call(gh, "GET", f"/repos/Org/Repo/actions/runs/{run['id']}/attempts/1/jobs", auth=f"token {tok}")
+    assert listed.status == 200 and listed.json["total_count"] == 2 and "link" not in listed.headers
+    jobs = listed.json["jobs"]
+    assert [(j["name"], j["status"], j["conclusion"], j["run_attempt"]) for j in jobs] == [
+        ("build", "queued", None, 1), ("test", "queued", None, 1)
+    ]  # fmt: skip
+    assert len({j["id"] for j in jobs}) == 2 and all(j["run_id"] == run["id"] for j in jobs)
+    assert all(j["check_run_url"].endswith(f"/repos/Org/Repo/check-runs/{j['id']}") for j in jobs)
+    assert all(j["workflow_name"] == "CI" and j["runner_name"] is None for j in jobs)
+    assert gh.jobs_of("org/repo", run["id"]) == jobs
+    # GitHub sends the App workflow_run "requested", signed, after answering the dispatch.
+    assert gh.wait_webhooks()
+    [(headers, body)] = receiver.requests
+    assert headers["x-github-event"] == "workflow_run"
+    assert headers["x-hub-signature-256"] == "sha256=" + hmac.new(b"s3cret", body, "sha256").hexdigest()
+    hook = json.loads(body)
+    assert hook["action"] == "requested"
+    assert {k: hook["workflow_run"][k] for k in ("id", "status", "conclusion", "event", "display_title")} == {
+        "id": run["id"], "status": "queued", "conclusion": None, "event": "repository_dispatch",
+        "display_title": "crcr upstream",
+    }  # fmt: skip
+    assert hook["workflow_run"]["html_url"] == f"https://github.com/Org/Repo/actions/runs/{run['id']}"
+    assert {k: hook["workflow"][k] for k in ("id", "name", "path")} == {
+        "id": run["workflow_id"], "name": "CI", "path": ".github/workflows/ci.yml"
+    }  # fmt: skip
+    assert (hook["repository"]["full_name"], hook["repository"]["id"], hook["installation"]["id"]) == (
+        "Org/Repo", 1001, 7
+    )  # fmt: skip
+    assert hook["organization"]["login"] == "Org"
+    assert (hook["sender"]["login"], hook["sender"]["type"]) == ("crcr-test-app[bot]", "Bot")
+    [delivery] = gh.hook_deliveries
+    assert (delivery.event, delivery.action, delivery.ok, delivery.installation_id, delivery.repository_id) == (
+        "workflow_run", "requested", True, 7, 1001
+    )  # fmt: skip
+    # The positional form of before still works: one more workflow at the same path replaces this one.
+    gh.set_dispatch_workflow("Org/Repo", lambda body: "CI")
+    assert dispatch(gh, tok).status == 204
+    assert [r["display_title"] for r in gh.runs_of("Org/Repo")] == ["crcr upstream", "CI"]
+    assert [j["name"] for j in gh.jobs_of("Org/Repo", gh.runs_of("Org/Repo")[1]["id"])] == ["build-and-test"]
+
+
+def test_event_types_choose_the_workflows_a_dispatch_starts_and_no_webhook_means_no_delivery(
+    gh: GitHubDouble, keys: Keys
+) -> None:
+    gh.set_dispatch_workflow("Org/Repo", lambda body: "ci", event_types=["upstream", "pr"])
+    gh.set_dispatch_workflow(
+        "Org/Repo", lambda body: "nightly", name="Nightly", path=".github/workflows/nightly.yml", event_types=["night"]
+    )
+    gh.set_dispatch_workflow("Org/Repo", lambda body: "any", name="Any", path=".github/workflows/any.yml")
+    tok = token(gh, keys)
+    for event_type in ("upstream", "night", "other"):
+        assert dispatch(gh, tok, body={"event_type": event_type}).status == 204
+    assert [(r["display_title"], r["path"]) for r in gh.runs_of("Org/Repo")] == [
+        ("ci", ".github/workflows/ci.yml"),
+        ("any", ".github/workflows/any.yml"),
+        ("nightly", ".github/workflows/nightly.yml"),
+        ("any", ".github/workflows/any.yml"),
+        ("any", ".github/workflows/any.yml"),
+    ]
+    assert len(gh.dispatches("Org/Repo")) == 3
+    assert gh.wait_webhooks(timeout=1) and gh.hook_deliveries == []  # no webhook configured: GitHub sends nothing
+    with pytest.raises(ValueError, match="distinct"):
+        gh.set_dispatch_workflow("Org/Repo", lambda body: "x", jobs=("a", "a"))
+
+
+def test_a_run_lifecycle_sends_requested_in_progress_completed_in_order(
+    timed: GitHubDouble, keys: Keys, clock: Clock, receiver: Receiver
+) -> None:
+    gh = timed
+    gh.set_webhook(receiver.url, "s3cret")
+    gh.set_dispatch_workflow("Org/Repo", lambda body: "t", jobs=("build", "test", "lint"))
+    tok = token(gh, keys)
+    created = clock.now
+    assert dispatch(gh, tok).status == 204
+    run_id = gh.runs_of("Org/Repo")[0]["id"]
+    clock.now += 60
+    assert gh.start_run("Org/Repo", run_id)["status"] == "in_progress"
+    running = call(gh, "GET", f"/repos/Org/Repo/actions/runs/{run_id}/jobs", auth=f"token {tok}").json["jobs"]
+    assert all(j["status"] == "in_progress" and j["started_at"] == iso(created + 60) for j in running)
+    assert all(j["runner_name"] and j["completed_at"] is None for j in running)
+    clock.now += 60
+    done = gh.finish_run("Org/Repo", run_id, {"test": "failure"})
+    assert (done["status"], done["conclusion"], done["updated_at"]) == ("completed", "failure", iso(created + 120))
+    got = call(gh, "GET", f"/repos/Org/Repo/actions/runs/{run_id}", auth=f"token {tok}").json
+    assert (got["status"], got["conclusion"], got["run_attempt"]) == ("completed", "failure", 1)
+    jobs = call(gh, "GET", f"/repos/Org/Repo/actions/runs/{run_id}/attempts/1/jobs", auth=f"token {tok}").json["jobs"]
+    assert [(j["name"], j["status"], j["conclusion"]) for j in jobs] == [
+        ("build", "completed", "success"), ("test", "completed", "failure"), ("lint", "completed", "success")
+    ]  # fmt: skip
+    assert all((j["started_at"], j["completed_at"]) == (iso(created + 60), iso(created + 120)) for j in jobs)
+    assert [j["id"] for j in jobs] == [j["id"] for j in running]
+    assert gh.wait_webhooks()
+    hooks = run_hooks(receiver)
+    assert [(h["action"], h["workflow_run"]["status"], h["workflow_run"]["conclusion"]) for h in hooks] == [
+        ("requested", "queued", None), ("in_progress", "in_progress", None), ("completed", "completed", "failure")
+    ]  # fmt: skip
+    assert {h["workflow_run"]["id"] for h in hooks} == {run_id}
+    assert hooks[2]["workflow_run"]["updated_at"] == iso(created + 120)
+    assert [d.action for d in gh.hook_deliveries] == ["requested", "in_progress", "completed"]
+    with pytest.raises(ValueError, match="already completed"):
+        gh.finish_run("Org/Repo", run_id)
+    with pytest.raises(ValueError, match="not queued"):
+        gh.start_run("Org/Repo", run_id)
+
+
+@pytest.mark.parametrize(
+    ("conclusions", "expected"),
+    [
+        ({}, "success"),
+        ({"a": "failure", "b": "cancelled"}, "failure"),
+        ({"a": "timed_out"}, "failure"),
+        ({"a": "cancelled"}, "cancelled"),
+        ({"a": "skipped", "b": "skipped"}, "skipped"),
+        ({"a": "skipped"}, "success"),
+        ({"a": "neutral"}, "success"),
+    ],
+)
+def test_the_run_conclusion_is_derived_from_its_jobs(
+    gh: GitHubDouble, keys: Keys, conclusions: dict[str, str], expected: str
+) -> None:
+    gh.set_dispatch_workflow("Org/Repo", lambda body: "t", jobs=("a", "b"))
+    tok = token(gh, keys)
+    assert dispatch(gh, tok).status == 204
+    run_id = gh.runs_of("Org/Repo")[0]["id"]
+    gh.finish_run("Org/Repo", run_id, conclusions)
+    got = call(gh, "GET", f"/repos/Org/Repo/actions/runs/{run_id}", auth=f"token {tok}").json
+    assert (got["status"], got["conclusion"]) == ("completed", expected)
+    assert run_conclusion([*conclusions.values(), *["success"] * (2 - len(conclusions))]) == expected
+
+
+def test_a_run_finished_or_cancelled_without_starting(
+    timed: GitHubDouble, keys: Keys, clock: Clock, receiver: Receiver
+) -> None:
+    gh = timed
+    gh.set_webhook(receiver.url, "s3cret")
+    gh.set_dispatch_workflow("Org/Repo", lambda body: "t", jobs=("build", "test"))
+    tok = token(gh, keys)
+    assert dispatch(gh, tok).status == 204 and dispatch(gh, tok).status == 204
+    first, second = (r["id"] for r in gh.runs_of("Org/Repo"))
+    clock.now += 30
+    assert gh.finish_run("Org/Repo", first, "skipped")["conclusion"] == "skipped"
+    for job in gh.jobs_of("Org/Repo", first):
+        assert job["started_at"] == job["completed_at"] == iso(clock.now) and job["runner_name"] is None
+    gh.start_run("Org/Repo", second)
+    gh.finish_run("Org/Repo", second, {"build": "success"}, deliver=False)
+    with pytest.raises(ValueError, match="already completed"):
+        gh.cancel_run("Org/Repo", second)
+    # Cancelling: the unfinished jobs are cancelled, and the run is completed, cancelled.
+    assert dispatch(gh, tok).status == 204
+    third = gh.runs_of("Org/Repo")[-1]["id"]
+    with pytest.raises(ValueError, match="no unfinished jobs named"):
+        gh.finish_run("Org/Repo", third, {"nope": "success"})
+    with pytest.raises(ValueError, match="not job conclusions"):
+        gh.finish_run("Org/Repo", third, "great")
+    gh.start_run("Org/Repo", third)
+    cancelled = gh.cancel_run("Org/Repo", third)
+    assert (cancelled["status"], cancelled["conclusion"]) == ("completed", "cancelled")
+    assert [(j["status"], j["conclusion"]) for j in gh.jobs_of("Org/Repo", third)] == [("completed", "cancelled")] * 2
+    assert gh.wait_webhooks()
+    seen = [(h["workflow_run"]["id"], h["action"], h["workflow_run"]["conclusion"]) for h in run_hooks(receiver)]
+    assert seen == [
+        (first, "requested", None), (second, "requested", None), (first, "completed", "skipped"),
+        (second, "in_progress", None), (third, "requested", None), (third, "in_progress", None),
+        (third, "completed", "cancelled"),
+    ]  # fmt: skip
+    assert [(e, p["workflow_run"]["id"], p["action"]) for e, p in gh.dropped_webhooks] == [
+        ("workflow_run", second, "completed")
+    ]  # fmt: skip
+
+
+def test_rerun_failed_jobs_makes_an_attempt_whose_rerun_jobs_have_new_ids(
+    gh: GitHubDouble, keys: Keys, receiver: Receiver
+) -> None:
+    gh.set_webhook(receiver.url, "s3cret")
+    gh.set_dispatch_workflow("Org/Repo", lambda body: "t", jobs=("build", "test", "lint"))
+    tok = token(gh, keys)
+    assert dispatch(gh, tok).status == 204
+    run_id = gh.runs_of("Org/Repo")[0]["id"]
+    gh.start_run("Org/Repo", run_id)
+    gh.finish_run("Org/Repo", run_id, {"test": "failure", "lint": "cancelled"})
+    first = gh.jobs_of("Org/Repo", run_id)
+    rerun = call(gh, "POST", f"/repos/Org/Repo/actions/runs/{run_id}/rerun-failed-jobs", auth=f"token {tok}")
+    assert (rerun.status, rerun.json) == (201, {})
+    got = call(gh, "GET", f"/repos/Org/Repo/actions/runs/{run_id}", auth=f"token {tok}").json
+    assert (got["status"], got["conclusion"], got["run_attempt"]) == ("queued", None, 2)
+    assert got["previous_attempt_url"].endswith(f"/repos/Org/Repo/actions/runs/{run_id}/attempts/1")
+    second = call(gh, "GET", f"/repos/Org/Repo/actions/runs/{run_id}/attempts/2/jobs", auth=f"token {tok}").json
+    build, test, lint = second["jobs"]
+    assert build == first[0]  # carried over as it was: same id, completed, attempt 1
+    assert [(j["name"], j["status"], j["conclusion"], j["run_attempt"]) for j in (test, lint)] == [
+        ("test", "queued", None, 2), ("lint", "queued", None, 2)
+    ]  # fmt: skip
+    assert {test["id"], lint["id"]}.isdisjoint(j["id"] for j in first) and test["id"] > first[-1]["id"]
+    again = call(gh, "GET", f"/repos/Org/Repo/actions/runs/{run_id}/attempts/1/jobs", auth=f"token {tok}").json
+    assert again["jobs"] == first  # the previous attempt stays listable
+    assert call(gh, "GET", f"/repos/Org/Repo/actions/runs/{run_id}/attempts/3/jobs", auth=f"token {tok}").status == 404
+    latest = call(gh, "GET", f"/repos/Org/Repo/actions/runs/{run_id}/jobs", auth=f"token {tok}").json
+    assert latest == second
+    every = call(gh, "GET", f"/repos/Org/Repo/actions/runs/{run_id}/jobs?filter=all", auth=f"token {tok}").json
+    assert [j["id"] for j in every["jobs"]] == [j["id"] for j in first] + [test["id"], lint["id"]]
+    done = gh.finish_run("Org/Repo", run_id)
+    assert (done["conclusion"], done["run_attempt"]) == ("success", 2)
+    assert gh.wait_webhooks()
+    hooks = run_hooks(receiver)
+    assert [(h["action"], h["workflow_run"]["run_attempt"]) for h in hooks] == [
+        ("requested", 1), ("in_progress", 1), ("completed", 1), ("requested", 2), ("completed", 2)
+    ]  # fmt: skip
+    assert hooks[3]["workflow_run"]["status"] == "queued"
+    assert hooks[3]["sender"]["login"] == "crcr-test-app[bot]"
+    # A seeded run has its jobs too: a failed run's job failed, and re-running it gives it a new id.
+    gh.add_workflow_run("Org/Repo", 555, conclusion="failure")
+    [seeded] = call(gh, "GET", "/repos/Org/Repo/actions/runs/555/attempts/1/jobs", auth=f"token {tok}").json["jobs"]
+    assert (seeded["name"], seeded["status"], seeded["conclusion"]) == ("build-and-test", "completed", "failure")
+    assert call(gh, "POST", "/repos/Org/Repo/actions/runs/555/rerun-failed-jobs", auth=f"token {tok}").status == 201
+    [rerun_job] = gh.jobs_of("Org/Repo", 555)
+    assert rerun_job["id"] != seeded["id"] and rerun_job["status"] == "queued"
+
+
+def test_jobs_are_listed_in_pages_with_a_link_header(gh: GitHubDouble, keys: Keys) -> None:
+    names = tuple(f"job-{i}" for i in range(5))
+    gh.set_dispatch_workflow("Org/Repo", lambda body: "t", jobs=names)
+    tok = token(gh, keys)
+    assert dispatch(gh, tok).status == 204
+    run_id = gh.runs_of("Org/Repo")[0]["id"]
+    path = f"/repos/Org/Repo/actions/runs/{run_id}/attempts/1/jobs"
+    gh.reset_requests()
+    first = call(gh, "GET", f"{path}?per_page=2", auth=f"token {tok}")
+    assert (first.json["total_count"], [j["name"] for j in first.json["jobs"]]) == (5, ["job-0", "job-1"])
+    assert f'<{gh.url}{path}?per_page=2&page=2>; rel="next"' in first.headers["link"]
+    assert f'<{gh.url}{path}?per_page=2&page=3>; rel="last"' in first.headers["link"]
+    middle = call(gh, "GET", f"{path}?per_page=2&page=2", auth=f"token {tok}")
+    assert 'rel="prev"' in middle.headers["link"] and 'rel="first"' in middle.headers["link"]
+    assert [j["name"] for j in get_all_jobs(gh, tok, f"{path}?per_page=2")] == list(names)
+    assert [j["name"] for j in get_all_jobs(gh, tok, f"/repos/Org/Repo/actions/runs/{run_id}/jobs?per_page=3")] == list(
+        names
+    )
+    big = call(gh, "GET", f"{path}?per_page=500", auth=f"token {tok}")
+    assert len(big.json["jobs"]) == 5 and "link" not in big.headers
+    beyond = call(gh, "GET", f"{path}?per_page=2&page=9", auth=f"token {tok}")
+    assert (beyond.status, beyond.json["jobs"], beyond.json["total_count"]) == (200, [], 5)
+    assert call(gh, "GET", f"{path}?per_page=x", auth=f"token {tok}").status == 422
+    bad_filter = call(gh, "GET", f"/repos/Org/Repo/actions/runs/{run_id}/jobs?filter=old", auth=f"token {tok}")
+    assert bad_filter.status == 422
+    assert call(gh, "GET", "/repos/Org/Repo/actions/runs/1/attempts/1/jobs", auth=f"token {tok}").status == 404
+    assert call(gh, "GET", "/repos/Org/Repo/actions/runs/1/jobs", auth=f"token {tok}").status == 404
+    jobs_requests = [r for r in gh.requests if r.path.endswith("/jobs")]
+    assert len(jobs_requests) == 2 + 3 + 2 + 6 and not gh.unexpected  # each recorded, as every request is
+    assert jobs_requests[0].installation_id == 7
+    # actions: read is needed.
+    gh.set_installation_permissions(7, {"contents": "write", "metadata": "read"})
+    denied = call(gh, "GET", path, auth=f"token {token(gh, keys)}")
+    assert (denied.status, denied.headers["x-accepted-github-permissions"]) == (403, "actions=read")
+
+
+def test_a_workflow_dispatch_as_github_answers_it(gh: GitHubDouble, keys: Keys, receiver: Receiver) -> None:
+    gh.set_webhook(receiver.url, "s3cret")
+    gh.add_commit("Org/Repo", SHA, branch="main")
+    gh.set_dispatch_workflow("Org/Repo", lambda body: "ci")  # no workflow_dispatch trigger
+    gh.set_dispatch_workflow(
+        "Org/Repo",
+        lambda body: f"deploy {body['inputs']['id']} on {body['ref']}",
+        name="Deploy",
+        path=".github/workflows/deploy.yml",
+        jobs=("deploy",),
+        on_repository_dispatch=False,
+        on_workflow_dispatch=True,
+    )
+    tok = token(gh, keys)
+    url = "/repos/Org/Repo/actions/workflows/deploy.yml/dispatches"
+    plain = call(gh, "POST", url, auth=f"token {tok}", body={"ref": "main", "inputs": {"id": "a1"}})
+    assert (plain.status, plain.body) == (204, b"")
+    [run] = gh.runs_of("Org/Repo")
+    assert (run["event"], run["display_title"], run["head_branch"], run["head_sha"]) == (
+        "workflow_dispatch", "deploy a1 on main", "main", SHA
+    )  # fmt: skip
+    assert (run["status"], run["name"], run["path"]) == ("queued", "Deploy", ".github/workflows/deploy.yml")
+    detailed = call(
+        gh,
+        "POST",
+        url,
+        auth=f"token {tok}",
+        body={"ref": "refs/heads/main", "inputs": {"id": "a2"}, "return_run_details": True},
+    )
+    assert detailed.status == 200
+    run_id = detailed.json["workflow_run_id"]
+    assert detailed.json == {
+        "workflow_run_id": run_id,
+        "run_url": f"{gh.url}/repos/Org/Repo/actions/runs/{run_id}",
+        "html_url": f"https://github.com/Org/Repo/actions/runs/{run_id}",
+    }
+    fetched = call(gh, "GET", detailed.json["run_url"].removeprefix(gh.url), auth=f"token {tok}").json
+    assert (fetched["id"], fetched["display_title"], fetched["status"]) == (
+        run_id,
+        "deploy a2 on refs/heads/main",
+        "queued",
+    )
+    by_id = f"/repos/Org/Repo/actions/workflows/{run['workflow_id']}/dispatches"
+    assert call(gh, "POST", by_id, auth=f"token {tok}", body={"ref": "main", "inputs": {"id": "a3"}}).status == 204
+    # The same lifecycle as a repository_dispatch's run.
+    gh.start_run("Org/Repo", run_id)
+    assert gh.finish_run("Org/Repo", run_id, "failure")["conclusion"] == "failure"
+    assert gh.wait_webhooks()
+    assert [(h["workflow_run"]["id"], h["action"]) for h in run_hooks(receiver)][1:4] == [
+        (run_id, "requested"), (gh.runs_of("Org/Repo")[2]["id"], "requested"), (run_id, "in_progress")
+    ]  # fmt: skip
+    assert {h["workflow_run"]["event"] for h in run_hooks(receiver)} == {"workflow_dispatch"}
+    assert [body["inputs"]["id"] for _, body in gh.workflow_dispatches("org/repo")] == ["a1", "a2", "a3"]
+    assert {path for path, _ in gh.workflow_dispatches("org/repo")} == {".github/workflows/deploy.yml"}
+    # A repository_dispatch starts ci.yml only: deploy.yml listens to workflow_dispatch alone.
+    assert dispatch(gh, tok).status == 204 and gh.runs_of("Org/Repo")[-1]["path"] == ".github/workflows/ci.yml"
+    before = len(gh.runs_of("Org/Repo"))
+
+    def post(workflow: str, body: Any) -> Answer:
+        return call(
+            gh, "POST", f"/repos/Org/Repo/actions/workflows/{workflow}/dispatches", auth=f"token {tok}", body=body
+        )
+
+    assert post("nope.yml", {"ref": "main"}).status == 404
+    no_trigger = post("ci.yml", {"ref": "main"})
+    assert (no_trigger.status, no_trigger.json["message"]) == (
+        422,
+        "Workflow does not have 'workflow_dispatch' trigger",
+    )
+    many = post("deploy.yml", {"ref": "main", "inputs": {f"k{i}": "v" for i in range(26)}})
+    assert many.status == 422
+    assert many.json["message"] == "Invalid request.\n\nNo more than 25 properties are allowed; 26 were supplied."
+    huge = post("deploy.yml", {"ref": "main", "inputs": {"id": "x" * 65535}})
+    assert huge.status == 422 and "65535" in huge.json["message"]
+    assert post("deploy.yml", {"inputs": {"id": "x"}}).json["message"] == 'Invalid request.\n\n"ref" wasn\'t supplied.'
+    unknown_ref = post("deploy.yml", {"ref": "nope", "inputs": {"id": "x"}})
+    assert (unknown_ref.status, unknown_ref.json["message"]) == (422, "No ref found for: nope")
+    assert post("deploy.yml", {"ref": "main", "return_run_details": "yes"}).status == 422
+    assert post("deploy.yml", {"ref": "main", "inputs": []}).status == 422
+    assert len(gh.runs_of("Org/Repo")) == before  # nothing refused started a run
+    assert post("deploy.yml", {"ref": "main", "inputs": {f"k{i}": "v" for i in range(24)} | {"id": "z"}}).status == 204
+    # An older GitHub Enterprise Server answers 204 whatever is asked; the run still starts.
+    gh.legacy_dispatch("org/repo")
+    legacy = post("deploy.yml", {"ref": "main", "inputs": {"id": "old"}, "return_run_details": True})
+    assert (legacy.status, legacy.body) == (204, b"")
+    assert gh.runs_of("Org/Repo")[-1]["display_title"] == "deploy old on main"
+    gh.legacy_dispatch(False)
+    assert post("deploy.yml", {"ref": "main", "inputs": {"id": "new"}, "return_run_details": True}).status == 200
+    gh.legacy_dispatch()
+    assert post("deploy.yml", {"ref": "main", "inputs": {"id": "n"}, "return_run_details": True}).status == 204
+    # actions: write is needed.
+    read_only = token(gh, keys, body={"permissions": {"actions": "read"}})
+    denied = call(gh, "POST", url, auth=f"token {read_only}", body={"ref": "main", "inputs": {"id": "x"}})
+    assert (denied.status, denied.headers["x-accepted-github-permissions"]) == (403, "actions=write")
+    assert not gh.internal_errors
+
+
+def test_webhooks_go_out_after_the_answer_one_at_a_time_in_order(
+    gh: GitHubDouble, keys: Keys, receiver: Receiver
+) -> None:
+    gh.set_webhook(receiver.url, "s3cret")
+    gh.set_dispatch_workflow("Org/Repo", lambda body: body["event_type"])
+    receiver.gate = threading.Event()  # the receiver holds every delivery until the test lets it answer
+    tok = token(gh, keys)
+    for n in range(3):
+        assert dispatch(gh, tok, body={"event_type": f"e{n}"}, timeout=2).status == 204
+    assert not gh.wait_webhooks(timeout=0.05)  # the first delivery is waiting on the receiver, the others queued
+    assert len(receiver.requests) == 1
+    receiver.gate.set()
+    assert gh.wait_webhooks()
+    assert [h["workflow_run"]["display_title"] for h in run_hooks(receiver)] == ["e0", "e1", "e2"]
+    assert [d.action for d in gh.hook_deliveries] == ["requested"] * 3 and all(d.ok for d in gh.hook_deliveries)
+    assert not gh.internal_errors
+
+
+def test_lost_webhooks_are_failed_deliveries_or_never_tried(gh: GitHubDouble, keys: Keys, receiver: Receiver) -> None:
+    gh.set_webhook(receiver.url, "s3cret")
+    gh.set_dispatch_workflow("Org/Repo", lambda body: "t")
+    gh.drop_webhooks(lambda event, payload: payload["action"] == "in_progress")
+    tok = token(gh, keys)
+    assert dispatch(gh, tok).status == 204
+    run_id = gh.runs_of("Org/Repo")[0]["id"]
+    gh.start_run("Org/Repo", run_id)
+    gh.finish_run("Org/Repo", run_id)
+    assert gh.wait_webhooks()
+    assert [h["action"] for h in run_hooks(receiver)] == ["requested", "completed"]
+    lost = gh.hook_deliveries[1]
+    assert (lost.action, lost.status_code, lost.status, lost.ok) == (
+        "in_progress",
+        0,
+        "failed to connect to host",
+        False,
+    )
+    listed = deliveries(gh, keys).json
+    assert [(d["action"], d["status_code"]) for d in listed] == [
+        ("completed", 202),
+        ("in_progress", 0),
+        ("requested", 202),
+    ]
+    # The App's reconciler asks for it again: this time it arrives.
+    assert call(gh, "POST", f"/app/hook/deliveries/{lost.id}/attempts", auth=f"Bearer {app_jwt(keys)}").status == 202
+    assert gh.wait_redeliveries()
+    assert [h["action"] for h in run_hooks(receiver)] == ["requested", "completed", "in_progress"]
+    assert receiver.requests[-1][0]["x-github-delivery"] == lost.guid
+    # Never tried at all: not in the delivery log.
+    gh.drop_webhooks(lambda event, payload: payload["action"] == "requested", record=False)
+    assert dispatch(gh, tok).status == 204
+    second = gh.runs_of("Org/Repo")[1]["id"]
+    gh.start_run("Org/Repo", second, deliver=False)
+    gh.drop_webhooks(None)
+    gh.cancel_run("Org/Repo", second)
+    assert gh.wait_webhooks()
+    assert [(p["workflow_run"]["id"], p["action"]) for _, p in gh.dropped_webhooks] == [
+        (second, "requested"), (second, "in_progress")
+    ]  # fmt: skip
+    assert [(d.action, d.ok) for d in gh.hook_deliveries[4:]] == [("completed", True)]
+    assert run_hooks(receiver)[-1]["workflow_run"]["conclusion"] == "cancelled"
+    assert not gh.internal_errors
