@@ -86,33 +86,37 @@ def _round(value: float | None) -> float | None:
 def entry(job: JobRecord) -> dict[str, Any]:
     """One job attempt as the pages show it (the job's words are untrusted: the pages render them as text)."""
     tests = reported(job).get("test_results")
-    return {
-        "key": job_key(job),
-        "repo": job.repo,
-        "level": job.level,
-        "workflow": job.workflow_name,
-        "job": job.job_name or NO_JOB_NAME,
-        "run_id": job.run_id,
-        "attempt": job.run_attempt,
-        "state": _shown_state(job),
-        "url": job.url,
-        "delivery_id": job.delivery_id,
-        "event_type": job.event_type,
-        "head_sha": job.head_sha,
-        "pr": job.pr,
-        "dispatched_at": _round(job.dispatched_at),
-        "started_at": _round(job.started_at),
-        "completed_at": _round(job.completed_at),
-        "queue_s": _round(job.started_at - job.dispatched_at) if job.started_at is not None else None,
-        "run_s": _round(job.completed_at - job.started_at)
-        if job.completed_at is not None and job.started_at is not None
-        else None,
-        "verdict": job.verdict,
-        "tests": {k: tests[k] for k in ("passed", "failed", "skipped", "total") if k in tests}
-        if isinstance(tests, dict)
-        else None,
-        "version": job.version,
-    } | _failure(job) | _source(job)
+    return (
+        {
+            "key": job_key(job),
+            "repo": job.repo,
+            "level": job.level,
+            "workflow": job.workflow_name,
+            "job": job.job_name or NO_JOB_NAME,
+            "run_id": job.run_id,
+            "attempt": job.run_attempt,
+            "state": _shown_state(job),
+            "url": job.url,
+            "delivery_id": job.delivery_id,
+            "event_type": job.event_type,
+            "head_sha": job.head_sha,
+            "pr": job.pr,
+            "dispatched_at": _round(job.dispatched_at),
+            "started_at": _round(job.started_at),
+            "completed_at": _round(job.completed_at),
+            "queue_s": _round(job.started_at - job.dispatched_at) if job.started_at is not None else None,
+            "run_s": _round(job.completed_at - job.started_at)
+            if job.completed_at is not None and job.started_at is not None
+            else None,
+            "verdict": job.verdict,
+            "tests": {k: tests[k] for k in ("passed", "failed", "skipped", "total") if k in tests}
+            if isinstance(tests, dict)
+            else None,
+            "version": job.version,
+        }
+        | _failure(job)
+        | _source(job)
+    )
 
 
 def _source(job: JobRecord) -> dict[str, Any]:

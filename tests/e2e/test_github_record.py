@@ -1,0 +1,235 @@
+"""GitHub's own record of every dispatched run, on `crcr local` against the GitHub double: the double runs each
+dispatched workflow and tells the App (`workflow_run`), as GitHub does. A job whose completed report is lost, a
+downstream with no report step, a dispatch GitHub started no run for, a run that is not the relay's."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.conftest import LISTED, WEBHOOK_SECRET, Relay, event_body
+from tests.doubles.github_double import GitHubDouble
+from tests.doubles.hud import HudDouble
+from tests.doubles.oidc_issuer import OidcIssuer
+from tests.e2e.test_callback import REPO_IDS, Scenario, oidc  # noqa: F401 - oidc is a fixture
+
+pytestmark = pytest.mark.e2e
+
+L2, L3, L4 = "org-two/l2-repo", "org-three/l3-repo", "org-four/L4-Repo"
+UPSTREAM = "pytorch/pytorch"
+
+
+def titled(body: dict[str, Any]) -> str:
+    """examples/workflows/downstream.yml's run-name."""
+    return f"crcr {body['event_type']} {body['client_payload']['dispatch_id']}"
+
+
+def start(relay_factory: Callable[..., Relay], oidc: OidcIssuer, workflows: dict[str, tuple[str, ...]]) -> Scenario:  # noqa: F811
+    relay = relay_factory(
+        env={
+            "CRCR_OIDC_ISSUER": oidc.url,
+            "CRCR_OIDC_AUDIENCE": "crcr",
+            "CRCR_RUN_REPORT_SETTLE_S": "1",
+            "CRCR_RUN_CREATE_TIMEOUT_S": "2",
+            "CRCR_SWEEP_INTERVAL_S": "1",
+        }
+    )
+    relay.github.install(UPSTREAM, installation_id=1, repo_id=65600975)
+    relay.github.set_webhook(f"{relay.url}/webhook", WEBHOOK_SECRET)
+    for repo, jobs in workflows.items():
+        relay.github.set_dispatch_workflow(repo, titled, jobs=jobs)
+    delivery = str(uuid.uuid4())
+    doc = json.loads(event_body("pull_request.opened.json"))
+    relay.github.add_commit(UPSTREAM, doc["pull_request"]["head"]["sha"])
+    assert relay.post("pull_request", json.dumps(doc).encode(), delivery)[0] == 202
+    relay.wait_dispatches(dict.fromkeys(LISTED, 1), settle_s=0)
+    return Scenario(relay, oidc, delivery, doc["pull_request"]["head"]["sha"])
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float = 30.0) -> Any:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if found := predicate():
+            return found
+        time.sleep(0.2)
+    return predicate()
+
+
+def the_run(github: GitHubDouble, repo: str) -> int:
+    [run] = wait_for(lambda: github.runs_of(repo))
+    return int(run["id"])
+
+
+def rows(s: Scenario, repo: str) -> dict[str, dict[str, Any]]:
+    """The results table's rows of one downstream, by job name."""
+    return {j["job_name"]: j for j in s.jobs() if j.get("repo") == repo}
+
+
+def hud_pushes(hud: HudDouble, repo: str) -> list[tuple[str, str, str | None]]:
+    out = []
+    for push in hud.pushes:
+        if push["trusted"]["verified_repo"] != repo:
+            continue
+        wf = push["untrusted"]["callback_payload"]["workflow"]
+        out.append((wf["job_name"], wf["status"], wf.get("conclusion")))
+    return out
+
+
+def test_a_job_whose_completed_report_is_lost_shows_githubs_conclusion_and_a_late_report_adds_its_detail(
+    relay_factory: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811
+    hud: HudDouble,
+) -> None:
+    s = start(relay_factory, oidc, {L4: ("build", "test")})
+    github = s.relay.github
+    run_id = the_run(github, L4)
+    github.start_run(L4, run_id)
+    [build, test] = github.jobs_of(L4, run_id)
+    token = s.token(L4, run_id=run_id)
+    for job in (build, test):  # both start and say so; neither `completed` report ever arrives
+        started = s.body(L4, job_name=job["name"], run_id=run_id, check_run_id=str(job["id"]))
+        assert s.post(started, token)[0] == 200
+    github.finish_run(L4, run_id, {"build": "success", "test": "failure"})
+
+    def finished() -> dict[str, dict[str, Any]] | None:
+        found = rows(s, L4)
+        return found if all(found.get(n, {}).get("state") == "completed" for n in ("build", "test")) else None
+
+    found = wait_for(finished)
+    assert found, rows(s, L4)
+    assert (found["build"]["conclusion"], found["test"]["conclusion"]) == ("success", "failure")
+    assert (
+        found["build"]["source"] == found["test"]["source"] == "github+report"
+    )  # started by a report, ended by GitHub
+    assert wait_for(
+        lambda: {("build", "completed", "success"), ("test", "completed", "failure")} <= set(hud_pushes(hud, L4))
+    )
+
+    # The L4 check run of each job ends as GitHub says.
+    def check(name: str) -> dict[str, Any] | None:
+        done = [r for r in github.check_runs(UPSTREAM) if r["name"] == name and r["status"] == "completed"]
+        return done[0] if done else None
+
+    assert (wait_for(lambda: check(f"crcr/{L4}/CI/test")) or {}).get("conclusion") == "failure", [
+        (r["name"], r["status"], r["conclusion"]) for r in github.check_runs(UPSTREAM)
+    ]
+    # One jobs listing for the one completed attempt, with the downstream's own installation's token.
+    listings = [r for r in github.requests if r.path.endswith(f"/runs/{run_id}/attempts/1/jobs")]
+    assert len(listings) == 1
+
+    # The report that was late arrives: its test counts are kept, GitHub's conclusion stands, the HUD row is not
+    # written twice, and the disagreement is counted.
+    late = s.body(
+        L4,
+        job_name="test",
+        run_id=run_id,
+        check_run_id=str(test["id"]),
+        status="completed",
+        conclusion="success",
+        test_results={"passed": 10, "failed": 0, "skipped": 1, "total": 11},
+    )
+    assert s.post(late, token)[0] == 200
+    row = wait_for(lambda: (r := rows(s, L4)["test"]).get("reported_conclusion") and r)
+    assert (row["conclusion"], row["reported_conclusion"]) == ("failure", "success")
+    assert "test_results" in row["callback_payload"]
+    assert s.relay.metric("ResultDisagreed") == 1
+    time.sleep(1.5)
+    assert [p for p in hud_pushes(hud, L4) if p[0] == "test" and p[1] == "completed"] == [
+        ("test", "completed", "failure")
+    ]
+    assert not [r for r in s.jobs() if r.get("state") == "timed_out"]
+
+
+def test_a_downstream_with_no_report_step_gets_its_jobs_from_github(
+    relay_factory: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811
+    hud: HudDouble,
+) -> None:
+    s = start(relay_factory, oidc, {L2: ("lint", "unit")})
+    github = s.relay.github
+    run_id = the_run(github, L2)
+    github.start_run(L2, run_id)
+    github.finish_run(L2, run_id, "success")
+    found = wait_for(
+        lambda: (r := rows(s, L2)) and all(j["state"] == "completed" for j in r.values()) and len(r) == 2 and r
+    )
+    assert {n: (j["conclusion"], j["source"]) for n, j in found.items()} == {
+        "lint": ("success", "github"),
+        "unit": ("success", "github"),
+    }
+    pushed = wait_for(lambda: sorted(p for p in hud_pushes(hud, L2) if p[1] == "completed"))
+    assert pushed == [("lint", "completed", "success"), ("unit", "completed", "success")]
+    # PyTorch's fields: the row is the dispatch's (delivery, PR, commit, level), the run and job GitHub's.
+    [push] = [
+        p
+        for p in hud.pushes
+        if p["trusted"]["verified_repo"] == L2 and p["untrusted"]["callback_payload"]["workflow"]["job_name"] == "lint"
+    ]
+    assert push["trusted"]["delivery_id"] == s.delivery
+    assert push["trusted"]["head_sha"] == s.head_sha
+    assert push["trusted"]["downstream_repo_level"] == "L2"
+    wf = push["untrusted"]["callback_payload"]["workflow"]
+    lint = next(j for j in github.jobs_of(L2, run_id) if j["name"] == "lint")
+    assert (wf["run_id"], wf["check_run_id"]) == (str(run_id), str(lint["id"]))
+    assert wf["started_at"] and wf["completed_at"]
+
+
+def test_a_dispatch_github_started_no_run_for_is_not_started_with_the_reason(
+    relay_factory: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811
+    hud: HudDouble,
+) -> None:
+    s = start(relay_factory, oidc, {L4: ("build",)})  # org-three/l3-repo has no workflow listening
+    row = wait_for(lambda: rows(s, L3).get(""))
+    assert row and row["state"] == "not_started", rows(s, L3)
+    assert "repository_dispatch" in row["reason"] and "`pull_request`" in row["reason"]
+    assert s.relay.metric("DispatchNotStarted") >= 1
+    assert wait_for(
+        lambda: [
+            p for p in hud.pushes if p["trusted"]["verified_repo"] == L3 and p["trusted"]["state"] == "not_started"
+        ]
+    )
+    # The L4 repository's run exists: it is never not_started or timed_out while it runs.
+    time.sleep(3)
+    assert not [j for j in s.jobs() if j.get("repo") == L4 and j.get("state") in ("not_started", "timed_out")]
+
+
+def test_runs_that_are_not_the_relays_are_dropped_at_the_door_and_bind_nothing(
+    relay_factory: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811
+) -> None:
+    s = start(relay_factory, oidc, {L4: ("build",)})
+    github = s.relay.github
+    l4_run = the_run(github, L4)
+    l4_dispatch = s.dispatch_payload(L4)["dispatch_id"]
+    github.wait_webhooks()
+    time.sleep(1)
+    before = len(github.requests)
+    base = github.runs_of(L4)[0]
+
+    def event(repo: str, **run: Any) -> dict[str, Any]:
+        return {
+            "action": "completed",
+            "workflow_run": base | {"id": 990001, "status": "completed", "conclusion": "success"} | run,
+            "repository": {"full_name": repo, "id": REPO_IDS[repo]},
+            "installation": {"id": 101},
+        }
+
+    # A push run of the downstream (the bulk of a busy CI): answered at once, nothing written, nothing asked.
+    for i in range(20):
+        answer = github.deliver("workflow_run", event(L4, id=990100 + i, event="push", display_title="a commit"))
+        assert answer.status_code == 200
+    # A dispatch run of another repository whose title names L4's dispatch: taken, then bound to nothing.
+    github.deliver(
+        "workflow_run", event(L2, event="repository_dispatch", display_title=f"crcr pull_request {l4_dispatch}")
+    )
+    assert wait_for(lambda: s.relay.metric("RunUnbound") >= 1)
+    assert s.relay.metric("RunEventDropped") >= 20
+    assert len(github.requests) == before  # no GitHub call for any of them
+    assert not [j for j in s.jobs() if j.get("repo") == L2 and j.get("run_id") == "990001"]
+    assert l4_run != 990001
