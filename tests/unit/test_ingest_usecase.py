@@ -159,3 +159,105 @@ def test_a_branch_of_244_bytes_and_a_ref_of_255_pass() -> None:
     push = changed("ref", "refs/heads/" + "\u00e9" * 122, PUSH)  # 255 bytes of UTF-8
     hdrs = headers(push) | {"x-github-event": "push"}
     assert ingest(push, hdrs, deps(queue, FakeDeliveries())).outcome is not None
+
+
+class Runs:
+    """The runs queue and the bound runs, recording what ingest sent and read."""
+
+    def __init__(self, bound: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+        self.sent: list[tuple[object, float]] = []
+        self.reads: list[tuple[str, str]] = []
+        self._bound = bound
+
+    def send_run(self, message: object, delay_s: float = 0.0) -> None:
+        self.sent.append((message, delay_s))
+
+    def bound(self, repo: str, run_id: str) -> object | None:
+        self.reads.append((repo, run_id))
+        return object() if run_id in self._bound else None
+
+
+def run_event(action: str = "completed", **run: object) -> bytes:
+    return json.dumps(
+        {
+            "action": action,
+            "workflow_run": {
+                "id": 30433642,
+                "name": "CI",
+                "display_title": "crcr pull_request " + "0123456789abcdef" * 2,
+                "event": "repository_dispatch",
+                "status": "completed",
+                "conclusion": "success",
+                "run_attempt": 1,
+                "html_url": "https://github.com/org/backend/actions/runs/30433642",
+            }
+            | run,
+            "repository": {"full_name": "org/backend", "id": 5001},
+            "installation": {"id": 101},
+        }
+    ).encode()
+
+
+def run_headers(body: bytes, event: str = "workflow_run") -> dict[str, str]:
+    return {"x-github-event": event, "x-github-delivery": "d-run", "x-hub-signature-256": sign(b"k", body)}
+
+
+def with_runs(runs: Runs, deliveries: FakeDeliveries, queue: FakeEventQueue) -> IngestDeps:
+    import dataclasses  # noqa: PLC0415
+
+    return dataclasses.replace(deps(queue, deliveries), runs=runs, bound_runs=runs, run_settle_s=30.0)
+
+
+def test_a_run_the_relay_started_goes_to_the_runs_queue_a_completion_after_the_settle_time() -> None:
+    runs, deliveries, queue = Runs(), FakeDeliveries(), FakeEventQueue()
+    for action, delay in (("requested", 0.0), ("completed", 30.0)):
+        body = run_event(action)
+        assert ingest(body, run_headers(body), with_runs(runs, deliveries, queue)).outcome is Outcome.ACCEPTED
+        message, waited = runs.sent[-1]
+        assert (getattr(message, "dispatch_id"), getattr(message, "action"), waited) == (  # noqa: B009
+            "0123456789abcdef" * 2,
+            action,
+            delay,
+        )
+    assert queue.sent == [] and deliveries.rows == {}  # never the upstream's queue, no dedupe write
+
+
+@pytest.mark.parametrize(
+    ("event", "body", "why"),
+    [
+        ("workflow_run", run_event(event="push"), "a push run"),
+        ("workflow_run", run_event(event="schedule", display_title="nightly"), "a scheduled run"),
+        ("workflow_run", run_event(display_title="build 7"), "no dispatch id in the title"),
+        ("workflow_run", run_event(display_title="crcr " + "a" * 32 + " " + "b" * 32), "two dispatch ids"),
+        ("workflow_run", run_event(action="queued"), "an action the relay does not read"),
+        ("workflow_job", run_event(), "a job event"),
+    ],
+)
+def test_runs_that_are_not_the_relays_are_dropped_with_no_read_or_write(event: str, body: bytes, why: str) -> None:
+    runs, deliveries, queue = Runs(), FakeDeliveries(), FakeEventQueue()
+    result = ingest(body, run_headers(body, event), with_runs(runs, deliveries, queue))
+    assert result.outcome is Outcome.IGNORED, why
+    assert (runs.sent, runs.reads, queue.sent, deliveries.rows) == ([], [], [], {}), why
+
+
+def test_a_workflow_dispatch_run_without_the_id_in_its_title_costs_one_read() -> None:
+    runs, deliveries, queue = Runs(bound={"30433642"}), FakeDeliveries(), FakeEventQueue()
+    body = run_event(event="workflow_dispatch", display_title="CI")
+    assert ingest(body, run_headers(body), with_runs(runs, deliveries, queue)).outcome is Outcome.ACCEPTED
+    other = run_event(event="workflow_dispatch", display_title="CI", id=99)
+    assert ingest(other, run_headers(other), with_runs(runs, deliveries, queue)).outcome is Outcome.IGNORED
+    assert runs.reads == [("org/backend", "30433642"), ("org/backend", "99")]
+
+
+def test_a_run_event_with_a_bad_signature_is_refused_before_it_is_read() -> None:
+    from crcr.domain.errors import BadSignature  # noqa: PLC0415
+
+    runs = Runs()
+    body = run_event()
+    with pytest.raises(BadSignature):
+        ingest(
+            body,
+            run_headers(body) | {"x-hub-signature-256": sign(b"wrong", body)},
+            with_runs(runs, FakeDeliveries(), FakeEventQueue()),
+        )
+    assert runs.sent == []

@@ -226,15 +226,18 @@ def test_the_app_manifest_asks_for_what_the_relay_uses_and_nothing_more() -> Non
     manifest = json.loads((ROOT / "infra" / "github-app-manifest.json").read_text())
 
     assert manifest["default_permissions"] == {
-        "actions": "write",  # re-runs of downstream runs; finding the run a dispatch started
+        "actions": "write",  # re-runs of downstream runs; finding the run a dispatch started; its jobs
         "checks": "write",  # upstream check runs
         "contents": "write",  # repository_dispatch; reading a github: allowlist; the demotion PR's branch and file
         "issues": "write",  # the PR comment (issue comments API); reactions to rerun commands
         "metadata": "read",  # a commenter's permission on the upstream
         "pull_requests": "write",  # the PR comment; a PR's files (path filters); the demotion PR and its label
     }
-    # issue_comment: `@<app> rerun …` commands on upstream PRs.
-    assert sorted(manifest["default_events"]) == ["check_run", "check_suite", "issue_comment", "pull_request", "push"]
+    # issue_comment: `@<app> rerun …` commands on upstream PRs; workflow_run: GitHub's record of each run the relay
+    # started in a downstream (actions: read, within actions: write).
+    assert sorted(manifest["default_events"]) == [
+        "check_run", "check_suite", "issue_comment", "pull_request", "push", "workflow_run"
+    ]  # fmt: skip
     assert manifest["hook_attributes"] == {"url": "https://crcr.example.com/webhook", "active": True}
     assert manifest["public"] is True  # downstream organizations install it
     assert set(manifest) <= {"name", "url", "hook_attributes", "redirect_url", "description", "public"} | {
