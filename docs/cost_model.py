@@ -78,7 +78,7 @@ ROLES = {
     "webhook": "WebhookFunction", "planner": "PlannerFunction", "dispatch": "DispatchFunction",
     "callback": "CallbackFunction", "reporter": "ReporterFunction", "checks": "ChecksFunction",
     "jwks": "JwksFunction", "hud": "HudFunction", "sweeper": "SweeperFunction", "reconciler": "ReconcilerFunction",
-    "levels": "LevelFunction",
+    "levels": "LevelFunction", "runs": "RunsFunction",
 }  # fmt: skip
 RECEIVES_PER_SQS_INVOCATION = 1.0  # Lambda's poller's ReceiveMessage that returned the batch (empty polls: fixed)
 

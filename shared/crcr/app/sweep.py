@@ -16,7 +16,7 @@ from typing import Protocol
 
 from crcr.app.checks import SWEPT
 from crcr.app.ports import Clock, Metrics
-from crcr.app.ports.github import GitHubError
+from crcr.app.ports.github import GitHubError, GitHubRejected
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.ledger import LedgerRow
 from crcr.app.ports.runs import BoundRun, RunFinder, Search
@@ -40,6 +40,9 @@ class RunWatch(Protocol):
 
 class Finder(RunFinder, Protocol):
     pass
+
+
+GONE = "gone"  # GitHub has no such run
 
 
 @dataclass(frozen=True)
@@ -156,12 +159,12 @@ def _asked_about_start(row: LedgerRow, gh: GitHubRecord, deps: SweepDeps, now: f
 
 
 def _bind_and_settle(row: LedgerRow, run_id: str, gh: GitHubRecord, deps: SweepDeps, now: float) -> str | None:
-    """Bind a run GitHub has and, if it completed, reconcile its attempt: the run's status, or None when GitHub
-    cannot tell now."""
+    """Bind a run GitHub has and, if it completed, reconcile its attempt: the run's status, GONE when GitHub has no
+    such run, or None when GitHub cannot tell now."""
     try:
         current = gh.runs.github.run(row.repo, run_id)
         if current is None:
-            return None
+            return GONE
         completed = current.status == "completed"
         action = "completed" if completed else ("in_progress" if current.status == "in_progress" else "requested")
         bound = BoundRun(
@@ -180,6 +183,10 @@ def _bind_and_settle(row: LedgerRow, run_id: str, gh: GitHubRecord, deps: SweepD
         if completed:
             reconcile_attempt(row, bound, gh.runs)
         return current.status
+    except GitHubRejected:
+        # A 4xx (no actions: read on the installation, a listing GitHub will not give): asking again will not help.
+        deps.metrics.count("SweepGitHubRefused")
+        return GONE
     except GitHubError:
         deps.metrics.count("SweepGitHubUnavailable")
         return None
@@ -194,7 +201,11 @@ def _ask_about_run(run: BoundRun, gh: GitHubRecord, deps: SweepDeps, now: float)
         )
         return
     status = _bind_and_settle(row, run.run_id, gh, deps, now)
-    if status is None:
+    if status == GONE:
+        gh.runs.runs.record(
+            replace(run, status="completed", progress=run_progress(run.attempt, "completed")), now, None
+        )
+    elif status is None:
         gh.runs.runs.watch(run.repo, run.run_id, now + gh.retry_s)
     elif status != "completed":
         deps.metrics.count("RunStillRunning")
@@ -206,12 +217,14 @@ def _asked_about_job(job: JobRecord, gh: GitHubRecord, deps: SweepDeps, now: flo
     if row is None:
         return False
     status = _bind_and_settle(row, job.run_id, gh, deps, now)
+    if status == GONE:
+        return False  # GitHub has no such run (deleted, or a run id only the report named) or will not say
     if status is None:
-        # GitHub unavailable (or the run is gone): asked again, up to twice the run's time-out, then timed out.
-        started = job.started_at or job.dispatched_at
-        if now >= started + 2 * (gh.runs.run_timeout_s):
+        # GitHub unavailable: asked again, up to twice the run's time-out, then timed out.
+        last = (job.started_at or job.dispatched_at) + 2 * gh.runs.run_timeout_s
+        if now >= last:
             return False
-        return _recheck(job, now + gh.retry_s, deps)
+        return _recheck(job, min(now + gh.retry_s, last), deps)
     if status != "completed":
         deps.metrics.count("JobStillRunning")
         return _recheck(job, now + gh.recheck_s, deps)
