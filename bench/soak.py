@@ -219,10 +219,13 @@ def github_double(key: h.AppKey, repos: list[tuple[str, int, int]], seed: int, t
         (FAULT_403, Reply.secondary_rate_limit(retry_after=RETRY_AFTER_S)),
     ]
     if timeouts:
-        # However the draws fall, the first id-carrying downstream's first dispatch is carried out and answered late:
-        # every run with timeouts takes the run lookup that stands in for a second send.
-        first = next(repo for repo, _, _ in repos if carries_id(repo))
-        gh.script("POST", rf"/repos/{re.escape(first)}/dispatches", [Reply.accept_then_hang(HANG_S)])
+        # However the draws fall (which POST a draw lands on depends on the order the workers send in), the first
+        # dispatch of the first downstream of each kind is carried out and answered late: every run with timeouts
+        # takes the run lookup that stands in for a second send, and sends one duplicate it must explain.
+        for kind in (True, False):
+            first = next((repo for repo, _, _ in repos if carries_id(repo) is kind), None)
+            if first is not None:
+                gh.script("POST", rf"/repos/{re.escape(first)}/dispatches", [Reply.accept_then_hang(HANG_S)])
     gh.chaos("POST", r".*", [*faults, (timeouts, Reply.accept_then_hang(HANG_S))], seed=seed)
     gh.chaos("GET", r".*", faults, seed=seed + 1)
     return gh
