@@ -309,10 +309,11 @@ def build_planner_deps(settings: Settings) -> PlannerDeps:
 
 
 def build_dispatch_deps(settings: Settings) -> DispatchDeps:
-    from crcr.adapters.dispatch_runs import GitHubDispatchRuns  # noqa: PLC0415
+    from crcr.adapters.dispatch_runs import GitHubDispatchRuns, GitHubWorkflows  # noqa: PLC0415
     from crcr.adapters.ledger import DynamoLedger  # noqa: PLC0415
     from crcr.adapters.pacer import DynamoPacer  # noqa: PLC0415
     from crcr.adapters.pulls import DynamoPullRequests  # noqa: PLC0415
+    from crcr.adapters.runs import DynamoRuns  # noqa: PLC0415
     from crcr.adapters.sqs import SqsDispatchQueue  # noqa: PLC0415
     from crcr.adapters.table import LEDGER_TTL_S  # noqa: PLC0415
     from crcr.app.dispatch import DispatchDeps  # noqa: PLC0415
@@ -320,10 +321,14 @@ def build_dispatch_deps(settings: Settings) -> DispatchDeps:
 
     settings.require("state_table", "dispatch_queue_url", "dispatch_dlq_url", "callback_url")
     table = str(settings.state_table)
+    github = _github(settings)
     return DispatchDeps(
-        github=_github(settings),
-        runs=GitHubDispatchRuns(_github(settings)),
+        github=github,
+        runs=GitHubDispatchRuns(github),
         run_settle_s=settings.run_settle_s,
+        workflows=GitHubWorkflows(github),
+        bound_runs=DynamoRuns(aws_client("dynamodb"), table) if settings.runs_queue_url else None,
+        run_timeout_s=settings.run_timeout_s,
         ledger=DynamoLedger(
             aws_client("dynamodb"),
             table,

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import LISTED, WEBHOOK_SECRET, Relay, event_body
-from tests.doubles.github_double import GitHubDouble
+from tests.conftest import DEFAULT_ALLOWLIST, LISTED, WEBHOOK_SECRET, Relay, event_body
+from tests.doubles.github_double import GitHubDouble, Reply
 from tests.doubles.hud import HudDouble
 from tests.doubles.oidc_issuer import OidcIssuer
 from tests.e2e.test_callback import REPO_IDS, Scenario, oidc  # noqa: F401 - oidc is a fixture
@@ -25,12 +25,22 @@ UPSTREAM = "pytorch/pytorch"
 
 
 def titled(body: dict[str, Any]) -> str:
-    """examples/workflows/downstream.yml's run-name."""
-    return f"crcr {body['event_type']} {body['client_payload']['dispatch_id']}"
+    """examples/workflows/downstream.yml's run-name, on repository_dispatch (client_payload) or workflow_dispatch
+    (the same fields as inputs)."""
+    fields = body.get("client_payload") or body.get("inputs") or {}
+    return f"crcr {body.get('event_type') or fields.get('event_type')} {fields['dispatch_id']}"
 
 
-def start(relay_factory: Callable[..., Relay], oidc: OidcIssuer, workflows: dict[str, tuple[str, ...]]) -> Scenario:  # noqa: F811
+def start(
+    relay_factory: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811
+    workflows: dict[str, tuple[str, ...]],
+    allowlist: str = DEFAULT_ALLOWLIST,
+    env: dict[str, str] | None = None,
+    run_name: Callable[[dict[str, Any]], str] = titled,
+) -> Scenario:
     relay = relay_factory(
+        allowlist=allowlist,
         env={
             "CRCR_OIDC_ISSUER": oidc.url,
             "CRCR_OIDC_AUDIENCE": "crcr",
@@ -38,16 +48,18 @@ def start(relay_factory: Callable[..., Relay], oidc: OidcIssuer, workflows: dict
             "CRCR_RUN_CREATE_TIMEOUT_S": "2",
             "CRCR_SWEEP_INTERVAL_S": "1",
         }
+        | (env or {}),
     )
     relay.github.install(UPSTREAM, installation_id=1, repo_id=65600975)
     relay.github.set_webhook(f"{relay.url}/webhook", WEBHOOK_SECRET)
     for repo, jobs in workflows.items():
-        relay.github.set_dispatch_workflow(repo, titled, jobs=jobs)
+        relay.github.set_dispatch_workflow(repo, run_name, jobs=jobs, on_workflow_dispatch=True)
     delivery = str(uuid.uuid4())
     doc = json.loads(event_body("pull_request.opened.json"))
     relay.github.add_commit(UPSTREAM, doc["pull_request"]["head"]["sha"])
     assert relay.post("pull_request", json.dumps(doc).encode(), delivery)[0] == 202
-    relay.wait_dispatches(dict.fromkeys(LISTED, 1), settle_s=0)
+    dispatched = [r for r in LISTED if "workflow:" not in allowlist or r != L4]  # L4 by workflow_dispatch there
+    relay.wait_dispatches(dict.fromkeys(dispatched, 1), settle_s=0)
     return Scenario(relay, oidc, delivery, doc["pull_request"]["head"]["sha"])
 
 
@@ -233,3 +245,70 @@ def test_runs_that_are_not_the_relays_are_dropped_at_the_door_and_bind_nothing(
     assert len(github.requests) == before  # no GitHub call for any of them
     assert not [j for j in s.jobs() if j.get("repo") == L2 and j.get("run_id") == "990001"]
     assert l4_run != 990001
+
+
+WORKFLOW_ALLOWLIST = DEFAULT_ALLOWLIST + "repos:\n  org-four/L4-Repo:\n    workflow: ci.yml\n"
+
+
+def ledger_row(s: Scenario, repo: str) -> dict[str, Any]:
+    items = s.relay.stack.client("dynamodb").scan(TableName="crcr-local-StateTable", ConsistentRead=True)["Items"]
+    [row] = [i for i in items if i["sk"]["S"] == f"DSP#{repo.lower()}" and i["pk"]["S"] == f"DLV#{s.delivery}"]
+    return {k: next(iter(v.values())) for k, v in row.items()}
+
+
+def test_a_workflow_dispatch_downstream_has_its_run_id_before_the_run_starts(
+    relay_factory: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811
+) -> None:
+    # Its workflow's run-name carries no dispatch id: the run is bound by the id GitHub gave back.
+    s = start(relay_factory, oidc, {L4: ("build",)}, allowlist=WORKFLOW_ALLOWLIST, run_name=lambda body: "CI")
+    github = s.relay.github
+    [(path, body)] = wait_for(lambda: github.workflow_dispatches(L4))
+    assert path == ".github/workflows/ci.yml" and body["ref"] == "main" and body["return_run_details"] is True
+    inputs = body["inputs"]
+    assert all(isinstance(v, str) for v in inputs.values()) and len(inputs) <= 25
+    assert json.loads(inputs["payload"])["pull_request"]["head"]["sha"] == s.head_sha
+    assert github.dispatches(L4) == []  # no repository_dispatch to it
+    [run] = github.runs_of(L4)
+    assert run["status"] == "queued" and run["event"] == "workflow_dispatch"
+    assert wait_for(lambda: ledger_row(s, L4).get("run_id")) == str(run["id"])  # before the run started
+    github.start_run(L4, run["id"])
+    github.finish_run(L4, run["id"], "failure")
+    row = wait_for(lambda: (j := rows(s, L4).get("build")) and j.get("state") == "completed" and j)
+    assert row and (row["conclusion"], row["source"]) == ("failure", "github")
+
+
+def test_a_workflow_dispatch_that_timed_out_is_not_sent_again_and_no_runs_list_is_read(
+    relay_factory: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811
+) -> None:
+    # GitHub carries the dispatch out but answers after the relay's 2 s timeout; the run's `requested` event (its
+    # title carries the dispatch id) binds it before the next attempt, which then sends nothing.
+    def hang_first(github: GitHubDouble) -> None:
+        github.script(
+            "POST", r"/repos/org-four/L4-Repo/actions/workflows/ci\.yml/dispatches", [Reply.accept_then_hang(6)]
+        )
+
+    s = start(
+        lambda **kw: _scripted(relay_factory, hang_first, **kw),
+        oidc,
+        {L4: ("build",)},
+        allowlist=WORKFLOW_ALLOWLIST,
+        env={"CRCR_RUN_SETTLE_S": "8"},
+    )
+    relay_github = s.relay.github
+    row = wait_for(lambda: (r := ledger_row(s, L4)).get("state") == "dispatched" and r, timeout_s=60)
+    assert row, ledger_row(s, L4)
+    [run] = relay_github.runs_of(L4)
+    assert row["run_id"] == str(run["id"])
+    time.sleep(2)
+    assert len(relay_github.workflow_dispatches(L4)) == 1  # one run, however many attempts
+    listed = [r for r in relay_github.requests if r.method == "GET" and r.path == f"/repos/{L4}/actions/runs"]
+    assert listed == []
+    assert s.relay.metric("DispatchRunFound") == 1
+
+
+def _scripted(relay_factory: Callable[..., Relay], script: Callable[[GitHubDouble], None], **kw: Any) -> Relay:
+    relay = relay_factory(**kw)
+    script(relay.github)
+    return relay

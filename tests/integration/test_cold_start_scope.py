@@ -27,7 +27,8 @@ EXPECTED = {
     # A downstream's run event is dropped with at most one read of a bound run (crcr.app.ingest).
     "webhook": ("build_ingest_deps", {"deliveries", "runs"}),
     "planner": ("build_planner_deps", {"pulls", "branch", "check_runs", "results"}),
-    "dispatch": ("build_dispatch_deps", {"ledger", "pulls", "pacer"}),
+    # A workflow_dispatch downstream's run is recorded when GitHub names it (crcr.app.dispatch).
+    "dispatch": ("build_dispatch_deps", {"ledger", "pulls", "pacer", "runs"}),
     "callback": ("build_callback_deps", {"ledger", "branch", "results", "hud_keys", "rate_limits", "refusals"}),
     "checks": (
         "build_checks_deps",

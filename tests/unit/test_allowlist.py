@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from crcr.adapters.allowlist_source import CachedAllowlist, parse_allowlist
-from crcr.domain.allowlist import BuildkitePipeline, build_allowlist
+from crcr.domain.allowlist import BuildkitePipeline, WorkflowTarget, build_allowlist
 from crcr.domain.errors import AllowlistError
 from crcr.domain.levels import Level
 from tests.conftest import ROOT
@@ -115,6 +115,29 @@ def test_a_buildkite_pipeline_is_a_repository_setting() -> None:
         broken = yaml.safe_load(f"L2:\n  - vllm-project/vllm\nrepos:\n  vllm-project/vllm:\n    buildkite: {bad}\n")
         with pytest.raises(AllowlistError, match=named):
             build_allowlist(broken)
+
+
+def test_a_workflow_file_is_dispatched_through_workflow_dispatch_by_choice() -> None:
+    def entry(setting: str) -> WorkflowTarget | None:
+        doc = yaml.safe_load(f"L2:\n  - org/ci\nrepos:\n  org/ci:\n    workflow: {setting}\n")
+        return build_allowlist(doc).entries[0].settings.workflow
+
+    assert entry("ci.yml") == WorkflowTarget("ci.yml", "main")
+    assert entry("{file: crcr.yaml, ref: release/2.9}") == WorkflowTarget("crcr.yaml", "release/2.9")
+    for bad, named in (
+        ("ci", ".yml or .yaml name"),
+        ("../ci.yml", ".yml or .yaml name"),
+        ("{file: ci.yml, branch: main}", "a mapping with file"),
+        ("{file: ci.yml, ref: 'a..b'}", "ref must be a branch name"),
+    ):
+        with pytest.raises(AllowlistError, match=named):
+            entry(bad)
+    both = "L2:\n  - org/ci\nrepos:\n  org/ci:\n    workflow: ci.yml\n    buildkite: {organization: o, pipeline: p}\n"
+    with pytest.raises(AllowlistError, match="workflow .GitHub Actions. or buildkite, not both"):
+        build_allowlist(yaml.safe_load(both))
+    # Without the key, repository_dispatch as before.
+    plain = build_allowlist(yaml.safe_load("L2:\n  - org/ci\n")).entries[0]
+    assert plain.settings.workflow is None
 
 
 PYTORCH_CURRENT = (ROOT / "tests/events/pytorch/allowlist.yml").read_text()

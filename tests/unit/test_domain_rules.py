@@ -200,3 +200,18 @@ def test_a_bad_write_rate_setting_fails_the_cold_start_naming_it() -> None:
 
     with pytest.raises(ConfigError, match=r"^CRCR_GITHUB_WRITE_RATES: "):
         Settings.from_env({"CRCR_GITHUB_WRITE_RATES": "60 a minute"})
+
+
+def test_workflow_inputs_carry_the_client_payload_as_strings_within_githubs_limits() -> None:
+    import json  # noqa: PLC0415
+
+    from crcr.domain.payload import MAX_INPUTS, MAX_INPUTS_CHARS, as_inputs  # noqa: PLC0415
+
+    small = {"event_type": "pull_request", "delivery_id": "d", "payload": {"number": 5}, "dispatch_id": "a" * 32}
+    assert as_inputs(small) == {**small, "payload": '{"number":5}'}
+    # A body of quotes escapes twice (JSON in a JSON string): trimmed as a dispatch's body is, until it fits.
+    big = small | {"payload": {"number": 5, "pull_request": {"number": 5, "body": '"' * 60_000, "title": "t"}}}
+    fitted = as_inputs(big)
+    assert len(json.dumps(fitted, separators=(",", ":"))) <= MAX_INPUTS_CHARS
+    assert json.loads(fitted["payload"])["pull_request"]["number"] == 5
+    assert len(fitted) <= MAX_INPUTS

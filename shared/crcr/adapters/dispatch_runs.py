@@ -110,3 +110,26 @@ def _job(item: Any) -> GitHubJob | None:
         url=str(item.get("html_url") or ""),
         runner=str(item.get("runner_name") or ""),
     )
+
+
+class GitHubWorkflows:
+    """The Workflows port: `workflow_dispatch` of one workflow file with an actions:write token of the downstream,
+    asking for the new run's details (GitHub.com since February 2026)."""
+
+    def __init__(self, github: GitHubApp) -> None:
+        self._github = github
+
+    def dispatch_workflow(self, repo: str, file: str, ref: str, inputs: dict[str, str]) -> str | None:
+        """The new run's id, or None when GitHub answered 204 without it (GitHub Enterprise Server before the
+        parameter, which it ignores)."""
+        token = self._github.repo_token(self._github.installation_for(repo), repo, {"actions": "write"})
+        resp = self._github.request(
+            "POST",
+            f"/repos/{quote(repo, safe='/')}/actions/workflows/{quote(file, safe='')}/dispatches",
+            f"Bearer {token.token}",
+            {"ref": ref, "inputs": inputs, "return_run_details": True},
+            kind="dispatch",
+        )
+        body = resp.body if isinstance(resp.body, dict) else {}
+        run_id = body.get("workflow_run_id")
+        return str(run_id) if isinstance(run_id, int) and not isinstance(run_id, bool) and run_id > 0 else None

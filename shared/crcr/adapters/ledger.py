@@ -38,6 +38,7 @@ def _ledger_row(delivery_id: str, item: dict[str, Any]) -> LedgerRow:
         build_url=item.get("build_url", {}).get("S"),
         unsettled=frozenset(item.get("unsettled", {}).get("SS", [])),
         start_watched=item.get("sweep_pk", {}).get("S") == "START",
+        run_id=item.get("run_id", {}).get("S"),
     )
 
 
@@ -128,7 +129,12 @@ class DynamoLedger:
         return LedgerClaim(True, _ledger_row(message.delivery_id, new) if new else None)
 
     def mark_dispatched(
-        self, message: DispatchMessage, claims: TicketClaims, now: float, build: BuildRef | None = None
+        self,
+        message: DispatchMessage,
+        claims: TicketClaims,
+        now: float,
+        build: BuildRef | None = None,
+        run_id: str | None = None,
     ) -> None:
         """After this attempt's claim, which wrote the dispatch's identity (repository, commit, PR, level,
         dispatch id): only what the send changed is written here."""
@@ -143,6 +149,9 @@ class DynamoLedger:
         if build is not None:
             built = ", build_id = :bid, build_number = :bnum, build_url = :burl"
             values |= {":bid": {"S": build.id}, ":bnum": {"N": str(build.number)}, ":burl": {"S": build.url}}
+        if run_id is not None:
+            built += ", run_id = :run"
+            values[":run"] = {"S": run_id}
         watch = ""
         if self._start_timeout_s is not None and message.level >= 2:
             # Until a job reports, the sweeper watches this dispatch through the sparse index.
@@ -228,6 +237,17 @@ class DynamoLedger:
             TableName=self._table, Key={"pk": keys["pk"], "sk": keys["sk"]}, ConsistentRead=True
         ).get("Item")
         return _ledger_row(delivery_id, item) if item else None
+
+    def note_run(self, delivery_id: str, repo: str, run_id: str) -> None:
+        """A workflow_dispatch's run, bound by its first event: a repeated attempt finds it here, not by listing."""
+        applied(
+            self._ddb.update_item,
+            TableName=self._table,
+            Key=ledger_key(delivery_id, repo),
+            UpdateExpression="SET run_id = :run",
+            ConditionExpression="attribute_exists(pk) AND attribute_not_exists(run_id)",
+            ExpressionAttributeValues={":run": {"S": run_id}},
+        )
 
     def rewatch_start(self, delivery_id: str, repo: str, until: float) -> None:
         """Look at the dispatch again at `until` (GitHub could not tell yet whether a run was created)."""

@@ -22,7 +22,7 @@ from crcr.app.ports.jobs import JobRecord, JobsByHead
 from crcr.app.ports.pulls import PrInfos
 from crcr.app.ports.queues import ChecksQueue, DispatchQueue
 from crcr.contracts.github import IssueCommentEvent
-from crcr.contracts.messages import BuildkiteTarget, CheckSyncMessage, DispatchMessage, EventMessage
+from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage, downstream_target
 from crcr.domain.allowlist import Entry
 from crcr.domain.checks import latest_attempts, wants_check_run
 from crcr.domain.commands import may_rerun, parse_command
@@ -189,13 +189,5 @@ def _again(
         head_sha=head,
         payload=payload,
         planned_at=deps.clock.now(),
-        **_buildkite(entry),
+        **downstream_target(entry),
     )
-
-
-def _buildkite(entry: Entry) -> dict[str, Any]:
-    pipeline = entry.settings.buildkite
-    if pipeline is None:
-        return {}
-    target = BuildkiteTarget(organization=pipeline.organization, pipeline=pipeline.pipeline, branch=pipeline.branch)
-    return {"buildkite": target, "repository_id": entry.settings.repository_id}

@@ -38,10 +38,13 @@ from crcr.app.ports.ledger import BuildRef, LedgerClaim, LedgerRow, LedgerState
 from crcr.app.ports.pacing import Pacer
 from crcr.app.ports.pulls import PrInfos
 from crcr.app.ports.queues import DispatchQueue
+from crcr.app.ports.runs import BoundRun
 from crcr.contracts.messages import DispatchMessage
 from crcr.domain.ids import repo_key
 from crcr.domain.pacing import RESERVE_HORIZON_S
+from crcr.domain.payload import as_inputs
 from crcr.domain.retry import RetryPolicy
+from crcr.domain.runs import run_progress
 from crcr.domain.ticket import TicketClaims
 
 
@@ -50,6 +53,12 @@ class GitHub(Protocol):
     def repo_token(self, installation_id: int, repo: str) -> RepoToken: ...
     def forget_token(self, repo: str) -> None: ...
     def dispatch(self, repo: str, token: RepoToken, event_type: str, client_payload: dict[str, Any]) -> None: ...
+
+
+class Workflows(Protocol):
+    def dispatch_workflow(self, repo: str, file: str, ref: str, inputs: dict[str, str]) -> str | None:
+        """`workflow_dispatch` with `return_run_details`: the new run's id, None when GitHub gave none (204)."""
+        ...
 
 
 class Ledger(Protocol):
@@ -71,9 +80,15 @@ class Ledger(Protocol):
         ...
 
     def mark_dispatched(
-        self, message: DispatchMessage, claims: TicketClaims, now: float, build: BuildRef | None = None
+        self,
+        message: DispatchMessage,
+        claims: TicketClaims,
+        now: float,
+        build: BuildRef | None = None,
+        run_id: str | None = None,
     ) -> None:
-        """DISPATCHED, with the ticket's identity (and `ci`) and, for Buildkite, the build that was created."""
+        """DISPATCHED, with the ticket's identity (and `ci`) and, for Buildkite, the build that was created; for a
+        workflow_dispatch, the run GitHub said it started."""
         ...
 
     def mark(
@@ -102,6 +117,10 @@ class Builds(Protocol):
     def find(self, organization: str, pipeline: str, dispatch_id: str) -> list[BuildRef]:
         """Builds of the pipeline whose meta_data crcr_dispatch_id is this dispatch id, oldest first."""
         ...
+
+
+class RunRecorder(Protocol):
+    def record(self, run: BoundRun, now: float, watch_until: float | None) -> bool: ...
 
 
 class TicketSigner(Protocol):
@@ -161,6 +180,10 @@ class DispatchDeps:
     # workflow whose run-name carries the dispatch id), once GitHub has had this long to create it.
     runs: DispatchRuns | None = None
     run_settle_s: float = 15.0
+    # Downstreams whose allowlist entry names a workflow file: workflow_dispatch, and the run it started recorded.
+    workflows: Workflows | None = None
+    bound_runs: RunRecorder | None = None
+    run_timeout_s: float = 43200.0
 
 
 def dispatch_id(delivery_id: str, repo: str) -> str:
@@ -404,28 +427,16 @@ def dispatch(message: DispatchMessage, deps: DispatchDeps, heads: PrHeads | None
         # The claim first: a repeat (sent already, or in another worker's hands) is told by the refusal itself,
         # before it could spend a pacing slot. FAILED is not final: an operator's redrive may try again.
         now = deps.clock.now()
-        claim = deps.ledger.claim(
-            message, did, now, deps.lease_s, owner, token.repo_id, token.full_name, row=deps.runs is not None
-        )
+        wants_row = deps.runs is not None or message.workflow is not None
+        claim = deps.ledger.claim(message, did, now, deps.lease_s, owner, token.repo_id, token.full_name, row=wants_row)
         if not claim:
             return _refused(message, deps, claim.row, now)
         if (latest := _newer_head(message, heads)) is not None:
             return _superseded(message, deps, latest, owner)
-        if claim.row is not None and claim.row.unsettled - {owner} and deps.runs is not None:
-            # An earlier attempt may have sent (GitHub has no idempotency key): its run is looked for first.
-            try:
-                run = deps.runs.find(message.target_repo, did, message.planned_at - RUN_LOOKBACK_S)
-            except GitHubRejected:  # no actions:read on the installation: send again, as before the lookup
-                deps.metrics.count("DispatchRunLookupRefused")
-                run = None
-            if run is not None:
-                deps.metrics.count("DispatchRunFound")
-                issued = int(deps.clock.now())
-                found = _claims(message, token.full_name, token.repo_id, did, issued, deps)
-                deps.ledger.mark_dispatched(message, found, deps.clock.now())
-                deps.metrics.count("DispatchSent", level=message.level.name)
-                return DispatchOutcome(Result.DISPATCHED, f"run {run} found")
-            deps.metrics.count("DispatchRunNotFound")
+        if claim.row is not None and claim.row.unsettled - {owner}:
+            found = _earlier_run(message, deps, claim.row, token, did)
+            if found is not None:
+                return found
         asked_at = deps.clock.now()
         wait = _slot(message, deps.pacer, installation, asked_at)
         if wait > 0:
@@ -435,9 +446,7 @@ def dispatch(message: DispatchMessage, deps: DispatchDeps, heads: PrHeads | None
             return _reschedule(message, deps, 1.0, "claim_lapsing", attempt=message.attempt, owner=owner, settled=True)
         claims = _claims(message, token.full_name, token.repo_id, did, int(deps.clock.now()), deps)
         ticket = deps.signer.sign(claims)
-        deps.github.dispatch(
-            message.target_repo, token, message.event_type, client_payload(message, ticket, deps.callback_url, did)
-        )
+        run_id = _send(message, deps, token, client_payload(message, ticket, deps.callback_url, did))
     except NotInstalled as exc:
         return _dead_letter(message, deps, f"not_installed: {exc}", owner)
     except GitHubRateLimited as exc:
@@ -446,7 +455,7 @@ def dispatch(message: DispatchMessage, deps: DispatchDeps, heads: PrHeads | None
         )
     except GitHubUnavailable as exc:
         # A timeout or 5xx may have started a run: the next attempt gives GitHub time to show it, then looks.
-        settle = deps.run_settle_s if deps.runs is not None else 0.0
+        settle = deps.run_settle_s if deps.runs is not None or message.workflow is not None else 0.0
         return _transient(message, deps, f"unavailable: {exc}", owner, min_delay=settle)
     except GitHubRejected as exc:
         if exc.status == 401:
@@ -455,9 +464,61 @@ def dispatch(message: DispatchMessage, deps: DispatchDeps, heads: PrHeads | None
             return _transient(message, deps, f"token_rejected: {exc}", owner, settled=True)
         return _dead_letter(message, deps, f"rejected: {exc}", owner, settled=True)
 
-    deps.ledger.mark_dispatched(message, claims, deps.clock.now())
+    deps.ledger.mark_dispatched(message, claims, deps.clock.now(), run_id=run_id)
+    if run_id is not None and deps.bound_runs is not None:
+        # Known before the run starts: its events bind by this id even when its title carries no dispatch id.
+        now = deps.clock.now()
+        bound = BoundRun(
+            repo=token.full_name,
+            run_id=run_id,
+            delivery_id=message.delivery_id,
+            dispatch_id=did,
+            attempt=1,
+            status="requested",
+            progress=run_progress(1, "requested"),
+        )
+        deps.bound_runs.record(bound, now, now + deps.run_timeout_s)
     deps.metrics.count("DispatchSent", level=message.level.name)
     return DispatchOutcome(Result.DISPATCHED)
+
+
+def _send(message: DispatchMessage, deps: DispatchDeps, token: RepoToken, sent: dict[str, Any]) -> str | None:
+    """repository_dispatch, or workflow_dispatch of the allowlist's workflow file: the run GitHub said it started."""
+    if message.workflow is None or deps.workflows is None:
+        deps.github.dispatch(message.target_repo, token, message.event_type, sent)
+        return None
+    run_id = deps.workflows.dispatch_workflow(
+        message.target_repo, message.workflow.file, message.workflow.ref, as_inputs(sent)
+    )
+    if run_id is None:
+        deps.metrics.count("DispatchRunDetailsMissing")  # GitHub Enterprise Server without the parameter
+    return run_id
+
+
+def _earlier_run(
+    message: DispatchMessage, deps: DispatchDeps, row: LedgerRow, token: RepoToken, did: str
+) -> DispatchOutcome | None:
+    """An earlier attempt may have sent (GitHub has no idempotency key): the run it started, if any, is found
+    instead of sending again. A workflow_dispatch's run is the one its `workflow_run` event bound to this dispatch
+    (no runs list is read); a repository_dispatch's is looked for by the dispatch id in the runs' titles."""
+    run: str | None = None
+    if message.workflow is not None:
+        run = row.run_id
+    elif deps.runs is not None:
+        try:
+            run = deps.runs.find(message.target_repo, did, message.planned_at - RUN_LOOKBACK_S)
+        except GitHubRejected:  # no actions:read on the installation: send again, as before the lookup
+            deps.metrics.count("DispatchRunLookupRefused")
+    else:
+        return None
+    if run is None:
+        deps.metrics.count("DispatchRunNotFound")
+        return None
+    deps.metrics.count("DispatchRunFound")
+    found = _claims(message, token.full_name, token.repo_id, did, int(deps.clock.now()), deps)
+    deps.ledger.mark_dispatched(message, found, deps.clock.now(), run_id=run if message.workflow else None)
+    deps.metrics.count("DispatchSent", level=message.level.name)
+    return DispatchOutcome(Result.DISPATCHED, f"run {run} found")
 
 
 RUN_LOOKBACK_S = 60.0  # runs created this long before the event was planned cannot be this dispatch's (clock skew)

@@ -19,7 +19,7 @@ from crcr.app.ports.queues import BlobStore, ChecksQueue, DispatchQueue
 from crcr.app.rerun import RerunDeps, check_run_target, check_suite_targets
 from crcr.app.summaries import PlanNote, SummaryDeps, note_plan
 from crcr.contracts.github import CheckRunEvent, CheckSuiteEvent, PullRequestEvent, PushEvent
-from crcr.contracts.messages import BuildkiteTarget, CheckSyncMessage, DispatchMessage, EventMessage
+from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage, downstream_target
 from crcr.domain.allowlist import Entry
 from crcr.domain.checks import CIFLOW_DEVICE_PREFIX
 from crcr.domain.errors import BadRequest
@@ -246,19 +246,6 @@ def plan_rerun(message: EventMessage, doc: dict[str, Any], deps: PlannerDeps) ->
     return summary
 
 
-def _buildkite(entry: Entry) -> dict[str, Any]:
-    """A Buildkite downstream's message names its pipeline and the allowlist's repository id pin."""
-    pipeline = entry.settings.buildkite
-    if pipeline is None:
-        return {}
-    return {
-        "buildkite": BuildkiteTarget(
-            organization=pipeline.organization, pipeline=pipeline.pipeline, branch=pipeline.branch
-        ),
-        "repository_id": entry.settings.repository_id,
-    }
-
-
 def _record_head(event: UpstreamEvent, deps: PlannerDeps, now: float) -> tuple[float | None, str | None]:
     """Store a PR event's head; a new head cancels the old one's queued runs. Returns `now` when this event's
     commit is the PR's head (the newest event the relay knows of), for the dispatches to carry, and the head it
@@ -372,7 +359,7 @@ def _send(
             head_at=head_at,
             ciflow=event.ciflow,
             skip=NO_MATCHING_FILES if entry in skipped else None,
-            **_buildkite(entry),
+            **downstream_target(entry),
         )
         for entry in targets + skipped
     ]

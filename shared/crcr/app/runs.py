@@ -69,6 +69,8 @@ def observe_run(message: RunMessage, deps: RunsDeps) -> str:
         deps.ledger.clear_start_watch(row.delivery_id, row.repo)  # a run exists: it is not a dispatch lost
     if moved:
         deps.metrics.count("RunBound" if message.action == "requested" else "RunEventRecorded")
+    if message.event == "workflow_dispatch" and row.run_id is None:
+        deps.ledger.note_run(row.delivery_id, row.repo, run.run_id)  # a repeated send finds it, no listing
     if not completed:
         return "bound" if moved else "stale"
     # Even a repeated `completed` gets here: the claim decides whether the attempt's jobs are still to be read.

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from crcr.domain.allowlist import Entry
 from crcr.domain.levels import Level
 
 
@@ -33,6 +34,13 @@ class BuildkiteTarget(_Msg):
     branch: str = "main"
 
 
+class WorkflowFile(_Msg):
+    """The workflow a `workflow_dispatch` downstream's dispatch runs (`repos.<repo>.workflow`)."""
+
+    file: str
+    ref: str = "main"
+
+
 class DispatchMessage(_Msg):
     """Planner -> dispatcher: one downstream repository for one delivery."""
 
@@ -58,6 +66,7 @@ class DispatchMessage(_Msg):
     # A Buildkite downstream, as the allowlist said when the event was planned: a build of this pipeline
     # instead of a repository_dispatch, and the ticket's repo_id (the allowlist's pin; GitHub's otherwise).
     buildkite: BuildkiteTarget | None = None
+    workflow: WorkflowFile | None = None  # GitHub Actions through workflow_dispatch (opt-in), not repository_dispatch
     repository_id: int | None = None
     # A push of refs/tags/ciflow/<name>/<pr_number>: the PR's CI at head_sha (its check runs carry the name).
     ciflow: str | None = None
@@ -114,3 +123,17 @@ class RunMessage(_Msg):
     url: str = ""
     dispatch_id: str | None = None  # from the run's title; None: bound by the run id the dispatch recorded
     received_at: float
+
+
+def downstream_target(entry: Entry) -> dict[str, Any]:
+    """How a dispatch reaches the downstream, as the allowlist says when the event is planned: a Buildkite pipeline
+    (with the allowlist's repository id pin), a workflow file through workflow_dispatch, or neither
+    (repository_dispatch)."""
+    settings = entry.settings
+    if settings.buildkite is not None:
+        pipeline = settings.buildkite
+        target = BuildkiteTarget(organization=pipeline.organization, pipeline=pipeline.pipeline, branch=pipeline.branch)
+        return {"buildkite": target, "repository_id": settings.repository_id}
+    if settings.workflow is not None:
+        return {"workflow": WorkflowFile(file=settings.workflow.file, ref=settings.workflow.ref)}
+    return {}

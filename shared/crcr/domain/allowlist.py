@@ -30,8 +30,10 @@ _CIFLOW_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$")
 _DEVICE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$")
 _SETTING_KEYS = frozenset(
     {"events", "branches", "skip_drafts", "repository_id", "workflows", "trusted_authors_only", "oncalls", "check_runs"}
-    | {"buildkite", "ciflow", "paths", "paths_ignore"}
+    | {"buildkite", "ciflow", "paths", "paths_ignore", "workflow"}
 )
+# A workflow file as `workflow_dispatch` names it under .github/workflows/ (GitHub's `workflow_id` may be its name).
+_WORKFLOW_FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\.ya?ml$")
 _SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,99}$")  # Buildkite organization and pipeline slugs, as in its URLs
 _BRANCH_RE = re.compile(r"^[A-Za-z0-9._/-]{1,255}$")
 CHECK_RUN_MODES = ("auto", "per_job", "per_repo")
@@ -47,6 +49,15 @@ class BuildkitePipeline:
 
 
 @dataclass(frozen=True)
+class WorkflowTarget:
+    """`repos.<repo>.workflow`: dispatches to this repository run this workflow through `workflow_dispatch` (the
+    relay learns the run's id at once), instead of a `repository_dispatch` any workflow may listen to."""
+
+    file: str  # under .github/workflows/, e.g. ci.yml
+    ref: str = "main"  # the downstream branch whose workflow file runs
+
+
+@dataclass(frozen=True)
 class RepoSettings:
     events: frozenset[str] = DEFAULT_EVENTS
     branches: tuple[str, ...] | None = None  # None: the upstream's default branch only
@@ -59,6 +70,7 @@ class RepoSettings:
     # while the installation's hourly write budget has room, per_repo's writes once it has not (crcr.app.checks).
     check_runs: str = "auto"
     buildkite: BuildkitePipeline | None = None  # None: GitHub Actions, through repository_dispatch
+    workflow: WorkflowTarget | None = None  # GitHub Actions through workflow_dispatch of this file (opt-in)
     ciflow: tuple[str, ...] = DEFAULT_CIFLOW  # the ciflow/<name>/<PR> tag pushes it is dispatched for
     # GitHub Actions' path filters: a change none of whose files concern the downstream is not dispatched to it.
     paths: tuple[str, ...] = ()
@@ -199,6 +211,8 @@ def _settings(repo: object, raw: object, entry: Entry) -> tuple[RepoSettings, tu
             values[key] = value
         elif key == "buildkite":
             values[key] = _buildkite(where, value, key)
+        elif key == "workflow":
+            values[key] = _workflow(where, value, key)
         elif key == "check_runs":
             if value not in CHECK_RUN_MODES:
                 raise AllowlistError(f"{where} must be one of {', '.join(CHECK_RUN_MODES)}", line=_line(key))
@@ -223,11 +237,7 @@ def _settings(repo: object, raw: object, entry: Entry) -> tuple[RepoSettings, tu
             if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
                 raise AllowlistError(f"{where} must be a list of strings", line=_line(key))
             values[key] = tuple(value)
-    if "paths" in values and "paths_ignore" in values:
-        raise AllowlistError(
-            f"repos.{repo}: give paths or paths_ignore, not both (as GitHub Actions requires)",
-            line=_line(next(k for k in raw if k == "paths_ignore")),
-        )
+    _one_of(repo, raw, values)
     if "events" in values:
         if entry.events_given:
             at = f" (line {entry.line})" if entry.line else ""
@@ -239,6 +249,29 @@ def _settings(repo: object, raw: object, entry: Entry) -> tuple[RepoSettings, tu
         values["events"] = entry.settings.events
     oncalls = _oncalls(raw["oncalls"], raw["oncalls"]) if "oncalls" in raw else None
     return RepoSettings(**values), oncalls
+
+
+def _one_of(repo: object, raw: Mapping[Any, Any], values: dict[str, Any]) -> None:
+    """Settings that exclude each other."""
+    for first, second, why in (
+        ("workflow", "buildkite", "workflow (GitHub Actions) or buildkite, not both"),
+        ("paths", "paths_ignore", "paths or paths_ignore, not both (as GitHub Actions requires)"),
+    ):
+        if first in values and second in values:
+            raise AllowlistError(f"repos.{repo}: give {why}", line=_line(next(k for k in raw if k == second)))
+
+
+def _workflow(where: str, value: object, at: object) -> WorkflowTarget:
+    """`workflow: ci.yml`, or `workflow: {file: ci.yml, ref: main}`."""
+    raw = {"file": value} if isinstance(value, str) else value
+    if not isinstance(raw, Mapping) or "file" not in raw or set(raw) - {"file", "ref"}:
+        raise AllowlistError(f"{where} must be a workflow file name, or a mapping with file (and ref)", line=_line(at))
+    file, ref = raw["file"], raw.get("ref", "main")
+    if not isinstance(file, str) or not _WORKFLOW_FILE_RE.fullmatch(file):
+        raise AllowlistError(f"{where}: the file must be a .yml or .yaml name under .github/workflows/", line=_line(at))
+    if not isinstance(ref, str) or not _BRANCH_RE.fullmatch(ref) or ".." in ref:
+        raise AllowlistError(f"{where}: ref must be a branch name", line=_line(at))
+    return WorkflowTarget(file=file, ref=ref)
 
 
 def _buildkite(where: str, value: object, at: object) -> BuildkitePipeline:

@@ -123,3 +123,22 @@ def fit_payload(payload: dict[str, Any], budget: int) -> tuple[dict[str, Any], b
         if encoded_size(candidate) <= budget:
             out = candidate
     return out, True
+
+
+# GitHub's limits on a workflow_dispatch's inputs: 25 of them, 65,535 characters in all (as their JSON).
+MAX_INPUTS = 25
+MAX_INPUTS_CHARS = 65_535
+
+
+def as_inputs(client_payload: dict[str, Any], limit: int = MAX_INPUTS_CHARS) -> dict[str, str]:
+    """The client_payload a repository_dispatch would carry, as workflow_dispatch inputs (strings: an object is its
+    JSON), within GitHub's limits: the upstream event's body (`payload`) is trimmed as for a dispatch until the
+    inputs fit."""
+    inputs = {k: v if isinstance(v, str) else json.dumps(v, separators=(",", ":")) for k, v in client_payload.items()}
+    body = client_payload.get("payload")
+    budget = encoded_size(body) if isinstance(body, dict) else 0
+    while len(json.dumps(inputs, separators=(",", ":"))) > limit and isinstance(body, dict) and budget > 0:
+        budget = budget * 3 // 4
+        fitted, _ = fit_payload(body, budget)
+        inputs["payload"] = json.dumps(fitted, separators=(",", ":"))
+    return inputs

@@ -52,6 +52,7 @@ class LedgerRow:
     # died): a Buildkite re-send first looks for a build they created, since Buildkite has no idempotency key.
     unsettled: frozenset[str] = frozenset()
     start_watched: bool = False  # the sweeper still waits for its first job (cleared by the first job's report)
+    run_id: str | None = None  # a workflow_dispatch's run: from GitHub's answer, or bound by its first run event
 
 
 @dataclass(frozen=True)
