@@ -188,21 +188,28 @@ class FakeState:
         final = (LedgerState.DISPATCHED, LedgerState.SUPERSEDED)
         if found is not None and (found.state in final or found.lease_until >= now):
             return LedgerClaim(False, found)  # the refusing row, as the table's ALL_OLD brings it
+        # An update, as the table's: what an earlier attempt or the runs worker wrote (a bound run) stays.
         self.ledger[key] = LedgerRow(
-            message.delivery_id, full_name, LedgerState.SENDING, dispatch_id, now + lease_s, repo_id=repo_id
-        )
+            message.delivery_id, full_name, LedgerState.SENDING, dispatch_id, now + lease_s, repo_id=repo_id,
+            run_id=found.run_id if found else None,
+        )  # fmt: skip
         self.owners[key] = owner
         self.unsettled.setdefault(key, set()).add(owner)
         self.claims += 1
         return LedgerClaim(True, self.get(message.delivery_id, message.target_repo) if row else None)
 
     def mark_dispatched(
-        self, message: DispatchMessage, claims: TicketClaims, now: float, build: BuildRef | None = None
+        self,
+        message: DispatchMessage,
+        claims: TicketClaims,
+        now: float,
+        build: BuildRef | None = None,
+        run_id: str | None = None,
     ) -> None:
         self.ledger[(message.delivery_id, message.target_repo.lower())] = LedgerRow(
             message.delivery_id, claims.sub, LedgerState.DISPATCHED, claims.jti, 0.0, now, repo_id=claims.repo_id,
             ci=claims.ci, build_id=build.id if build else None, build_number=build.number if build else None,
-            build_url=build.url if build else None,
+            build_url=build.url if build else None, run_id=run_id,
         )  # fmt: skip
         self.dispatched_claims.append(claims)
 
@@ -224,7 +231,9 @@ class FakeState:
         if settled:
             self.unsettled.get(key, set()).discard(owner)
         did = row.dispatch_id if row else ""
-        self.ledger[key] = LedgerRow(message.delivery_id, message.target_repo, state, did, 0.0, None, reason)
+        self.ledger[key] = LedgerRow(
+            message.delivery_id, message.target_repo, state, did, 0.0, None, reason, run_id=row.run_id if row else None
+        )
 
     def clear_start_watch(self, delivery_id: str, repo: str) -> None:
         return

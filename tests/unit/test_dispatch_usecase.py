@@ -298,3 +298,65 @@ def test_a_batchs_counts_with_dimensions_reach_the_metrics_once_summed_when_it_i
     assert metrics.counts["DispatchSent"] == 11
     batch.flush_metrics()  # nothing twice
     assert len(calls) == 3
+
+
+class Workflows:
+    """workflow_dispatch as GitHub answers it: the new run's id (or None, GitHub Enterprise Server's 204)."""
+
+    def __init__(self, answers: list[str | None | Exception]) -> None:
+        self.answers = answers
+        self.sent: list[tuple[str, str, str, dict[str, str]]] = []
+
+    def dispatch_workflow(self, repo: str, file: str, ref: str, inputs: dict[str, str]) -> str | None:
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        self.sent.append((repo, file, ref, inputs))
+        return answer
+
+
+class Recorded:
+    def __init__(self) -> None:
+        self.runs: list[tuple[str, str, str]] = []
+
+    def record(self, run: object, now: float, watch_until: float | None) -> bool:
+        self.runs.append((getattr(run, "repo"), getattr(run, "run_id"), getattr(run, "status")))  # noqa: B009
+        return True
+
+
+def test_a_workflow_dispatch_records_the_run_github_names_and_sends_no_repository_dispatch(
+    deps: DispatchDeps,
+) -> None:
+    from crcr.contracts.messages import WorkflowFile  # noqa: PLC0415
+
+    workflows, recorded = Workflows(["30433642", None]), Recorded()
+    ready = dataclasses.replace(deps, workflows=workflows, bound_runs=recorded)
+    wanted = message(workflow=WorkflowFile(file="ci.yml", ref="main"))
+    assert dispatch(wanted, ready).result is Result.DISPATCHED
+    assert sent(deps) == []  # no repository_dispatch
+    [(repo, file, ref, inputs)] = workflows.sent
+    assert (repo, file, ref) == (REPO, "ci.yml", "main") and inputs["dispatch_id"] == dispatch_id("d-1", REPO)
+    assert deps.ledger.get("d-1", REPO).run_id == "30433642"  # type: ignore[union-attr]
+    assert recorded.runs == [(REPO, "30433642", "requested")]
+    # GitHub Enterprise Server answers 204: dispatched, no run id, counted.
+    assert dispatch(wanted.model_copy(update={"delivery_id": "d-2"}), ready).result is Result.DISPATCHED
+    assert deps.ledger.get("d-2", REPO).run_id is None  # type: ignore[union-attr]
+    assert deps.metrics.counts.get("DispatchRunDetailsMissing") == 1  # type: ignore[attr-defined]
+
+
+def test_after_a_timed_out_workflow_dispatch_the_run_its_event_bound_is_taken_as_sent(deps: DispatchDeps) -> None:
+    from crcr.contracts.messages import WorkflowFile  # noqa: PLC0415
+
+    workflows = Workflows([GitHubUnavailable("POST timed out"), "never"])
+    ready = dataclasses.replace(deps, workflows=workflows)
+    first = message(workflow=WorkflowFile(file="ci.yml"))
+    assert dispatch(first, ready).result is Result.RESCHEDULED
+    assert isinstance(deps.ledger, FakeState)
+    key = ("d-1", REPO.lower())
+    deps.ledger.ledger[key] = dataclasses.replace(deps.ledger.ledger[key], run_id="777", lease_until=0.0)
+    [(retry, delay)] = deps.queue.rescheduled  # type: ignore[attr-defined]
+    assert delay >= ready.run_settle_s  # GitHub is given time to show the run first
+    deps.clock.t += delay  # type: ignore[attr-defined]
+    outcome = dispatch(retry, ready)
+    assert outcome.result is Result.DISPATCHED and "777" in outcome.reason
+    assert workflows.sent == [] and workflows.answers == ["never"]  # not sent again
