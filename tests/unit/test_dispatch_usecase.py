@@ -303,7 +303,7 @@ def test_a_batchs_counts_with_dimensions_reach_the_metrics_once_summed_when_it_i
 class Workflows:
     """workflow_dispatch as GitHub answers it: the new run's id (or None, GitHub Enterprise Server's 204)."""
 
-    def __init__(self, answers: list[str | None | Exception]) -> None:
+    def __init__(self, answers: list[str | Exception | None]) -> None:
         self.answers = answers
         self.sent: list[tuple[str, str, str, dict[str, str]]] = []
 
