@@ -99,7 +99,9 @@ def test_every_event_of_the_dead_window_is_dispatched_by_the_reconciler(
     for event in window:
         first, *later = event["attempts"]
         assert (first["status_code"], first["redelivery"]) == (500, False), event
-        assert any(a["redelivery"] and 200 <= a["status_code"] < 300 for a in later), event
+        # A redelivery the reconciler asked for reached the relay; its answer may be lost to a kill after the relay
+        # queued it (then the reconciler sees it queued and asks no more), so a 2xx is not required.
+        assert any(a["redelivery"] for a in later), event
         assert event["redeliveries_asked"] >= 1
         assert event["dispatched_targets"] == TARGETS
         assert event["dispatched_by_reconciler"], event
