@@ -97,11 +97,12 @@ def test_a_job_whose_completed_report_is_lost_shows_githubs_conclusion_and_a_lat
     oidc: OidcIssuer,  # noqa: F811
     hud: HudDouble,
 ) -> None:
-    s = start(relay_factory, oidc, {L4: ("build", "test")})
+    # Its report steps are jobs of the run too (named "crcr report …" as in the example workflow): never recorded.
+    s = start(relay_factory, oidc, {L4: ("crcr report start", "build", "test")})
     github = s.relay.github
     run_id = the_run(github, L4)
     github.start_run(L4, run_id)
-    [build, test] = github.jobs_of(L4, run_id)
+    [_, build, test] = github.jobs_of(L4, run_id)
     token = s.token(L4, run_id=run_id)
     for job in (build, test):  # both start and say so; neither `completed` report ever arrives
         started = s.body(L4, job_name=job["name"], run_id=run_id, check_run_id=str(job["id"]))
@@ -115,6 +116,7 @@ def test_a_job_whose_completed_report_is_lost_shows_githubs_conclusion_and_a_lat
     found = wait_for(finished)
     assert found, rows(s, L4)
     assert (found["build"]["conclusion"], found["test"]["conclusion"]) == ("success", "failure")
+    assert sorted(found) == ["build", "test"]  # not the report step
     assert (
         found["build"]["source"] == found["test"]["source"] == "github+report"
     )  # started by a report, ended by GitHub

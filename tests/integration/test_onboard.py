@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -65,6 +66,27 @@ def test_an_installed_repository_gets_its_id_and_githubs_spelling(
     ]
     assert github.requests[1].json == {"repositories": ["torch-xpu-ops"], "permissions": {"metadata": "read"}}
     assert github.unexpected == []
+
+
+def test_no_report_writes_the_workflow_with_no_report_step_and_no_token_permission(
+    github: GitHubDouble, env: dict[str, str], tmp_path: Path
+) -> None:
+    github.install("org/simple-ci", installation_id=78, repo_id=55501)
+
+    done = crcr(env, tmp_path, "onboard", "org/simple-ci", "--level", "L2", "--no-report", "--json")
+
+    assert done.returncode == 0, done.stderr
+    [written] = json.loads(done.stdout)["files"]
+    workflow = yaml.safe_load((tmp_path / written).read_text())
+    # Only the run-name the relay binds the run by; no job may mint an OIDC token, none uses the report action.
+    assert workflow["run-name"] == "crcr ${{ github.event.action }} ${{ github.event.client_payload.dispatch_id }}"
+    assert workflow["permissions"] == {}
+    assert all("id-token" not in (job.get("permissions") or {}) for job in workflow["jobs"].values())
+    assert "crcr/action" not in (tmp_path / written).read_text()
+    assert workflow[True] == {"repository_dispatch": {"types": ["pull_request", "push"]}}  # YAML's `on`
+
+    refused = crcr(env, tmp_path, "onboard", "org/ci", "--level", "L2", "--buildkite", "o/p", "--no-report")
+    assert refused.returncode == 2 and "--no-report is for GitHub Actions downstreams" in refused.stderr
 
 
 def test_the_human_output_names_the_checks_the_entry_and_what_is_left(

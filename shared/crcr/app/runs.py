@@ -22,7 +22,7 @@ from crcr.contracts.messages import RunMessage
 from crcr.domain.ids import repo_key
 from crcr.domain.levels import Level
 from crcr.domain.limits import MAX_JOBS_PER_DISPATCH
-from crcr.domain.runs import GITHUB, GITHUB_AND_REPORT, run_progress
+from crcr.domain.runs import GITHUB, GITHUB_AND_REPORT, is_report_job, run_progress
 
 
 class RunNotYetKnown(Exception):
@@ -123,7 +123,7 @@ def reconcile_attempt(row: LedgerRow, run: BoundRun, deps: RunsDeps) -> str:
         if r.run_id == run.run_id and r.run_attempt == run.attempt
     ]
     for job in jobs:
-        if job.status == "completed":
+        if job.status == "completed" and not is_report_job(job.name):
             _reconcile_job(row, run, job, mine, deps)
     deps.runs.reconciled(row.repo, run.run_id, run.attempt, owner)
     return "reconciled"

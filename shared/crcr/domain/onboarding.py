@@ -141,6 +141,20 @@ def downstream_workflow(example: str, repo: str, action_ref: str, upstream: str)
     return _upstream(text, f"repository: {EXAMPLE_UPSTREAM}\n", f"repository: {upstream}\n", upstream)
 
 
+def minimal_workflow(example: str, repo: str, upstream: str) -> str:
+    """examples/workflows/downstream-minimal.yml for one repository: no report step, its upstream."""
+    head, sep, rest = example.partition("# Copy it to .github/workflows/")
+    body_at = rest.find("\nname: ")
+    if not sep or body_at < 0:
+        raise OnboardError("examples/workflows/downstream-minimal.yml does not have the shape crcr onboard expects")
+    header = (
+        f"# Written for {repo} by `crcr onboard --no-report` from crcr's examples/workflows/downstream-minimal.yml.\n"
+        f"# Commit it as {WORKFLOW_PATH} on the default branch (repository_dispatch runs workflows from there).\n"
+    )
+    text = head + header + rest[body_at + 1 :]
+    return _upstream(text, f"repository: {EXAMPLE_UPSTREAM}\n", f"repository: {upstream}\n", upstream)
+
+
 def buildkite_pipeline(example: str, upstream: str, relay_url: str | None) -> str:
     """examples/buildkite/pipeline.yml for one repository: its upstream and, when known, the relay's URL."""
     text = _upstream(

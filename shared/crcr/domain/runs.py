@@ -20,6 +20,15 @@ JOB_CONCLUSIONS = frozenset(
 # Who a job record's state comes from (JobRecord.source): "" the downstream's reports alone.
 GITHUB = "github"  # GitHub's record of the run (its jobs listing) alone
 GITHUB_AND_REPORT = "github+report"  # both: GitHub's conclusion and times stand, the report's words are kept
+# Jobs whose name starts so are report steps (examples/workflows/downstream.yml): GitHub lists them among the run's
+# jobs, and the relay never records them as jobs of the downstream.
+REPORT_JOB_PREFIX = "crcr report"
+
+
+def is_report_job(name: str) -> bool:
+    return name.strip().lower().startswith(REPORT_JOB_PREFIX)
+
+
 # The relay's state for a dispatch GitHub started no run for: not a time-out, a configuration to fix.
 NOT_STARTED = "not_started"
 

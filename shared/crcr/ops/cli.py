@@ -193,7 +193,7 @@ def _onboard(args: argparse.Namespace) -> int:
 
     try:
         done = onboard_from_env(
-            args.repo, args.level, args.device, args.buildkite, args.out, args.action_ref, args.force
+            args.repo, args.level, args.device, args.buildkite, args.out, args.action_ref, args.force, args.no_report
         )
     except OnboardFailed as exc:
         print(f"crcr onboard: {exc}", file=sys.stderr)
@@ -429,6 +429,11 @@ def _add_onboarding(sub: Any) -> None:
         "--action-ref", metavar="OWNER/REPO/action@SHA", help="crcr's report action at a full commit, for the workflow"
     )
     onboard.add_argument("--force", action="store_true", help="overwrite files under --out that differ")
+    onboard.add_argument(
+        "--no-report",
+        action="store_true",
+        help="write the workflow without a report step (L2): the relay records its jobs from GitHub's own record",
+    )
     onboard.add_argument("--json", action="store_true", help="print the result as JSON")
     manifest = sub.add_parser(
         "app-manifest", help="print infra/github-app-manifest.json filled in, and a form that registers the App"

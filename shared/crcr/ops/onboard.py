@@ -49,6 +49,7 @@ def onboard_from_env(
     out: str | None,
     action_ref: str | None,
     force: bool = False,
+    no_report: bool = False,
 ) -> Done:
     """The whole command with the functions' variables; raises OnboardFailed with one line and an exit status."""
     from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
@@ -63,7 +64,9 @@ def onboard_from_env(
         request = parse_request(repo, level, device, buildkite)
         ref = check_action_ref(action_ref) if action_ref else ACTION_PLACEHOLDER
         settings = Settings.from_env()
-        examples = _examples(request.buildkite is not None)
+        if no_report and request.buildkite is not None:
+            raise OnboardFailed(USAGE, "--no-report is for GitHub Actions downstreams (a Buildkite build reports)")
+        examples = _examples(request.buildkite is not None, no_report)
         github = None
         if request.buildkite is None:  # a Buildkite downstream needs nothing from GitHub
             from crcr.composition import build_onboard_github, load_settings  # noqa: PLC0415
@@ -91,6 +94,10 @@ def onboard_from_env(
         relay = f"{parts.scheme}://{parts.netloc}"
     try:
         files = _render(result.repo, request.buildkite is not None, examples, ref, settings.upstream_repo, relay)
+        if no_report:
+            from crcr.domain.onboarding import WORKFLOW_PATH, minimal_workflow  # noqa: PLC0415
+
+            files = {WORKFLOW_PATH: minimal_workflow(examples["minimal"], result.repo, settings.upstream_repo)}
     except CrcrError as exc:
         raise OnboardFailed(USAGE, exc.message) from None
     target = Path(out) if out else Path("crcr-onboard") / result.repo.replace("/", "-")
@@ -182,13 +189,15 @@ def _not_installed_or_wrong_api(github: Any, api_url: str, exc: Exception) -> st
     return str(exc)
 
 
-def _examples(buildkite: bool) -> dict[str, str]:
+def _examples(buildkite: bool, no_report: bool = False) -> dict[str, str]:
     root = checkout_root()
     wanted = (
         {"pipeline": root / "examples" / "buildkite" / "pipeline.yml", "helper": root / "action" / "report.py"}
         if buildkite
         else {"workflow": root / "examples" / "workflows" / "downstream.yml"}
     )
+    if no_report:
+        wanted["minimal"] = root / "examples" / "workflows" / "downstream-minimal.yml"
     return {name: path.read_text(encoding="utf-8") for name, path in wanted.items()}
 
 
