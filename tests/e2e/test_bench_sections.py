@@ -33,6 +33,7 @@ SMALL = {
     "dispatch": "--dispatch-events 2 --dispatch-targets 2 --dispatch-repeats 1 --dispatch-levels L1,L4 --full "
     "--dispatch-baseline HEAD --dispatch-backlog-events 3 --dispatch-backlog-repos 2",
     "pages": "--pages-days 1 --pages-loads 1 --pages-runs 1",
+    "runs": "--run-drops 5 --run-jobs 2",
     "coldstart": "--coldstart-runs 1",
 }
 # The seeds the sections draw from (fixed in bench/): a failure names them, so a run can be repeated as it was.
@@ -108,6 +109,14 @@ def check_dispatch(r: dict[str, Any]) -> None:
 def check_pages(r: dict[str, Any]) -> None:
     for page in ("overview", "pr"):
         assert r["hud_pages"]["1x_1d"][page]["bytes_documents"] > 0
+
+
+def check_runs(r: dict[str, Any]) -> None:
+    runs = r["runs"]
+    # A non-relay run or job event costs no AWS call at all; a completed run is one jobs listing, every job recorded.
+    assert runs["dropped_workflow_job"]["aws_calls"] == runs["dropped_workflow_run"]["aws_calls"] == 0, runs
+    assert runs["reconciled_run"]["jobs_listings_per_run"] == 1.0, runs
+    assert runs["reconciled_run"]["jobs_recorded"] == 2 * runs["reconciled_run"]["jobs_per_run"], runs
 
 
 def check_coldstart(r: dict[str, Any]) -> None:
