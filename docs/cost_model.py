@@ -125,6 +125,8 @@ class Figures:
     checks: Flow  # ChecksFunction per L3/L4 dispatch: check runs and the PR comment (bench section 8)
     checks_sqs_records: float  # ChecksQueue messages it handled per L3/L4 dispatch (the rest came from the stream)
     peak_rss_mb: dict[str, float]  # by function: the bench's interpreter after import and the first build
+    # GitHub's record of the runs (bench section 12): a non-relay run event dropped at the door, a run reconciled.
+    runs: dict[str, Any] | None = None
 
 
 def dig(results: dict[str, Any], path: str) -> Any:
@@ -225,6 +227,7 @@ def figures_from_bench(results: dict[str, Any]) -> Figures:
         checks=checks,
         checks_sqs_records=float(flow["records_by_source_per_dispatch"].get("aws:sqs", 0.0)),
         peak_rss_mb=rss,
+        runs=get("runs"),
     )
 
 
@@ -601,6 +604,7 @@ def measured_section(f: Figures) -> list[str]:
         f"{f.checks.cpu_ms:.1f} | {f.checks.github_requests:.2f} upstream writes; "
         f"{f.checks.invocations.get('ChecksFunction', 0):.2f} invocations, {f.checks_sqs_records:.2f} ChecksQueue "
         f"messages; with `per_job` check runs {f.check_writes_per_dispatch:.2f} writes per repository and commit |",
+        *runs_rows(f),
         "",
         wrap(
             "The dispatch row is everything the webhook, the planner and the dispatcher did in the throughput run, "
@@ -623,6 +627,23 @@ def measured_section(f: Figures) -> list[str]:
             + ", ".join(f"`{k}`" for k in f.keys_read)
             + "."
         ),
+    ]
+
+
+def runs_rows(f: Figures) -> list[str]:
+    """Bench section 12: what GitHub's record of the runs costs (not in the per-event totals: a downstream's own
+    traffic, and one jobs listing per completed attempt on its own installation)."""
+    if not f.runs:
+        return []
+    job, run, done = f.runs["dropped_workflow_job"], f.runs["dropped_workflow_run"], f.runs["reconciled_run"]
+    return [
+        f"| downstream run or job event not the relay's (dropped at the door) | {job['aws_calls']:.2f} "
+        f"(`workflow_job`), {run['aws_calls']:.2f} (`workflow_run` of a push) | 0 | {job['cpu_ms']:.2f}, "
+        f"{run['cpu_ms']:.2f} | one WebhookFunction invocation, nothing written, no GitHub call |",
+        f"| completed run reconciled ({done['jobs_per_run']} jobs, no report) | {done['aws_calls_per_run']:.1f} "
+        f"in all | not measured | {done['cpu_ms_per_run']:.0f} | {done['jobs_listings_per_run']:.0f} jobs listing, "
+        f"{done['github_requests_per_run']:.0f} GitHub requests on the downstream's installation; from GitHub's "
+        "`completed` to every job recorded, pushed to the HUD and on its pages |",
     ]
 
 
