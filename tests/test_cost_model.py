@@ -94,6 +94,12 @@ def bench() -> dict[str, Any]:
             }
         },
         "cold_start": {"source": {"functions": {"dispatch": {"rss_init_median_mb": 70.0}, "hud": {"error": "x"}}}},
+        "runs": {
+            "dropped_workflow_job": {"aws_calls": 0.0, "cpu_ms": 0.3},
+            "dropped_workflow_run": {"aws_calls": 0.0, "cpu_ms": 0.4},
+            "reconciled_run": {"jobs_per_run": 4, "jobs_listings_per_run": 1.0, "github_requests_per_run": 2.0}
+            | {"aws_calls_per_run": 26.5, "cpu_ms_per_run": 165.0},
+        },
     }
 
 
