@@ -12,15 +12,17 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import DEFAULT_ALLOWLIST, LISTED, WEBHOOK_SECRET, Relay, event_body
+from tests.conftest import DEFAULT_ALLOWLIST, LISTED, ROOT, WEBHOOK_SECRET, Relay, event_body
 from tests.doubles.github_double import GitHubDouble, Reply
 from tests.doubles.hud import HudDouble
 from tests.doubles.oidc_issuer import OidcIssuer
+from tests.e2e.browser import headless
 from tests.e2e.test_callback import REPO_IDS, Scenario, oidc  # noqa: F401 - oidc is a fixture
 
 pytestmark = pytest.mark.e2e
 
 L2, L3, L4 = "org-two/l2-repo", "org-three/l3-repo", "org-four/L4-Repo"
+SHOTS = ROOT / "test-output" / "hud"
 UPSTREAM = "pytorch/pytorch"
 
 
@@ -208,6 +210,17 @@ def test_a_dispatch_github_started_no_run_for_is_not_started_with_the_reason(
             p for p in hud.pushes if p["trusted"]["verified_repo"] == L3 and p["trusted"]["state"] == "not_started"
         ]
     )
+    # The repository's page says so, with the reason a maintainer acts on.
+    with headless() as browser:
+        page = browser.new_page()
+        page.goto(f"{s.relay.url}/hud/repo/{L3}")
+        page.wait_for_selector("body[data-ready=true]", timeout=15_000)
+        page.locator("table.jobs tbody tr").first.click()  # opens the row's details, as a maintainer would
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / "repo-not-started.png"), full_page=True)
+        assert "no run" in page.locator("table.jobs").inner_text()
+        why = page.locator("table.jobs tr.details").first.text_content() or ""  # the row a click opens
+        assert "listens to `repository_dispatch` type `pull_request`" in why, why
     # The L4 repository's run exists: it is never not_started or timed_out while it runs.
     time.sleep(3)
     assert not [j for j in s.jobs() if j.get("repo") == L4 and j.get("state") in ("not_started", "timed_out")]

@@ -9,6 +9,7 @@ const STATES = {
   success: { sym: "✓", word: "success" },
   failure: { sym: "✗", word: "failure" },
   timed_out: { sym: "◔", word: "timed out" },
+  not_started: { sym: "⊗", word: "no run", says: "GitHub started no run for the dispatch" },
   cancelled: { sym: "⊘", word: "cancelled" },
   action_required: { sym: "!", word: "action required" },
   running: { sym: "●", word: "running" },
@@ -21,7 +22,7 @@ const STATES = {
   not_targeted: { sym: "·", word: "not targeted", says: "not targeted" },
   none: { sym: "–", word: "no record", says: "nothing recorded" },
 };
-const LEGEND = ["success", "failure", "timed_out", "cancelled", "running", "pending", "dispatched", "held", "skipped",
+const LEGEND = ["success", "failure", "timed_out", "not_started", "cancelled", "running", "pending", "dispatched", "held", "skipped",
   "superseded", "not_targeted", "none"];
 const REASONS = {
   no_matching_files: "no matching files",
@@ -62,8 +63,8 @@ const DEDUPE = {
   buildkite: ["ok", "A repeated dispatch cannot start a second build: Buildkite builds are found again by their meta-data."],
   unknown: ["muted", "Not known yet whether a repeated dispatch could start a second run (no run looked at yet)."],
 };
-const FAILED = ["failure", "timed_out", "cancelled", "action_required"];
-const FINISHED = ["success", "failure", "timed_out", "cancelled", "action_required", "neutral", "skipped"];
+const FAILED = ["failure", "timed_out", "not_started", "cancelled", "action_required"];
+const FINISHED = ["success", "failure", "timed_out", "not_started", "cancelled", "action_required", "neutral", "skipped"];
 const REFRESH_MS = 30000;
 
 // ---------------------------------------------------------------- building blocks
@@ -307,7 +308,8 @@ function latestAttempts(entries) {
 }
 
 function severity(state) {
-  const order = ["failure", "timed_out", "cancelled", "action_required", "running", "success", "neutral", "skipped"];
+  const order = ["failure", "timed_out", "not_started", "cancelled", "action_required", "running", "success", "neutral",
+    "skipped"];
   const i = order.indexOf(state);
   return i < 0 ? 0 : i;
 }
@@ -326,6 +328,11 @@ function failureDetails(e, context) {
           ? [" — judged against this job's latest push or nightly result at or before the PR's base ",
             el("a", { class: "mono", href: `/hud/commit/${base}` }, shortSha(base)), "."]
           : null));
+  }
+  if (e.reason) parts.push(el("p", { class: "why" }, el("strong", {}, "Why: "), e.reason));
+  if (e.reported_conclusion) {
+    parts.push(el("p", { class: "why" }, el("strong", {}, "GitHub's record stands: "),
+      `the downstream reported ${e.reported_conclusion}; GitHub says the job ended ${e.state}.`));
   }
   if (e.failure_kind) parts.push(el("p", { class: "why" }, el("strong", {}, "The downstream says: "), `${e.failure_kind} failure`));
   if (e.triage) {
@@ -370,7 +377,7 @@ function jobsTable(entries, options) {
       el("td", { class: "num" }, duration(e.queue_s)),
       el("td", { class: "num" }, duration(e.run_s)),
       el("td", {}, run ? el("a", { href: run, rel: "noopener noreferrer" }, "log ↗") : "–")));
-    const details = FAILED.includes(state) || e.verdict ? failureDetails(e, options) : [];
+    const details = FAILED.includes(state) || e.verdict || e.reported_conclusion ? failureDetails(e, options) : [];
     if (details.length) rows.push(el("tr", { class: "details", "data-details-for": e.key }, el("td", { colspan: String(columns) }, details)));
   }
   return el("div", { class: "scroll" }, labelled(el("table", { class: "jobs" },

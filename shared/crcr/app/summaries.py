@@ -224,6 +224,7 @@ def cells(
 HISTORY_FIELDS = frozenset(
     {"key", "version", "workflow", "job", "attempt", "state", "url", "head_sha", "pr", "dispatched_at", "verdict"}
     | {"queue_s", "run_s", "tests", "event_type", "ciflow", "completed_at", "failed_tests_total", "failure_kind"}
+    | {"source", "reported_conclusion", "reason"}  # GitHub's record: what it overruled, why a dispatch never started
 )
 
 
