@@ -11,7 +11,7 @@ from urllib.parse import quote
 from crcr.adapters.github import GitHubApp
 from crcr.app.ports.github import GitHubRejected
 from crcr.app.ports.runs import GitHubJob, GitHubRun, RunSearch, Search
-from crcr.domain.runs import timestamp
+from crcr.domain.runs import RELAY_EVENTS, timestamp
 
 RUNS_PER_PAGE = 100
 MAX_PAGES = 3  # 300 dispatch runs created since the event was planned: more than any downstream starts
@@ -28,24 +28,42 @@ class GitHubDispatchRuns:
         return f"Bearer {token.token}"
 
     def find(self, repo: str, dispatch_id: str, since: float) -> str | None:
-        found = self.search(repo, dispatch_id, since)
-        return found.run_id if found.outcome is Search.FOUND else None
+        created = datetime.fromtimestamp(since, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        auth = self._auth(repo)
+        for page in range(1, MAX_PAGES + 1):
+            resp = self._github.request(
+                "GET",
+                f"/repos/{quote(repo, safe='/')}/actions/runs?event=repository_dispatch"
+                f"&created=%3E%3D{quote(created)}&per_page={RUNS_PER_PAGE}&page={page}",
+                auth,
+                kind="runs",
+            )
+            runs = (resp.body or {}).get("workflow_runs") or [] if isinstance(resp.body, dict) else []
+            for run in runs:
+                if dispatch_id in str(run.get("display_title") or ""):
+                    return str(run["id"])
+            if len(runs) < RUNS_PER_PAGE:
+                return None
+        return None
 
-    def search(self, repo: str, dispatch_id: str, since: float, event: str = "repository_dispatch") -> RunSearch:
+    def search(self, repo: str, dispatch_id: str, since: float) -> RunSearch:
+        """Every run created since then, of either event the relay dispatches with (repository_dispatch, or an
+        allowlist entry's workflow_dispatch): one listing serves both."""
         created = datetime.fromtimestamp(since, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         auth = self._auth(repo)
         seen = 0
         for page in range(1, MAX_PAGES + 1):
             resp = self._github.request(
                 "GET",
-                f"/repos/{quote(repo, safe='/')}/actions/runs?event={event}"
-                f"&created=%3E%3D{quote(created)}&per_page={RUNS_PER_PAGE}&page={page}",
+                f"/repos/{quote(repo, safe='/')}/actions/runs"
+                f"?created=%3E%3D{quote(created)}&per_page={RUNS_PER_PAGE}&page={page}",
                 auth,
                 kind="runs",
             )
             runs = (resp.body or {}).get("workflow_runs") or [] if isinstance(resp.body, dict) else []
-            seen += len(runs)
-            for run in runs:
+            relay_runs = [run for run in runs if run.get("event") in RELAY_EVENTS]
+            seen += len(relay_runs)
+            for run in relay_runs:
                 if dispatch_id in str(run.get("display_title") or ""):
                     return RunSearch(Search.FOUND, str(run["id"]))
             if len(runs) < RUNS_PER_PAGE:

@@ -153,7 +153,8 @@ class DynamoLedger:
             built += ", run_id = :run"
             values[":run"] = {"S": run_id}
         watch = ""
-        if self._start_timeout_s is not None and message.level >= 2:
+        if self._start_timeout_s is not None and message.level >= 2 and run_id is None:
+            # (A run GitHub named is watched as a bound run instead: crcr.adapters.runs.)
             # Until a job reports, the sweeper watches this dispatch through the sparse index.
             watch = ", sweep_pk = :watch, sweep_at = :due"
             wait = self._start_timeout_s

@@ -61,8 +61,9 @@ class RunSearch:
 
 
 class RunFinder(Protocol):
-    def search(self, repo: str, dispatch_id: str, since: float, event: str = "repository_dispatch") -> RunSearch:
-        """The run of `repo` created since `since` whose title carries the dispatch id."""
+    def search(self, repo: str, dispatch_id: str, since: float) -> RunSearch:
+        """The run of `repo` created since `since` whose title carries the dispatch id (repository_dispatch or
+        workflow_dispatch runs)."""
         ...
 
 
