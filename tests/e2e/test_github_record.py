@@ -178,7 +178,9 @@ def test_a_downstream_with_no_report_step_gets_its_jobs_from_github(
         "lint": ("success", "github"),
         "unit": ("success", "github"),
     }
-    pushed = wait_for(lambda: sorted(p for p in hud_pushes(hud, L2) if p[1] == "completed"))
+    pushed = wait_for(
+        lambda: (done := sorted(p for p in hud_pushes(hud, L2) if p[1] == "completed")) and len(done) == 2 and done
+    )
     assert pushed == [("lint", "completed", "success"), ("unit", "completed", "success")]
     # PyTorch's fields: the row is the dispatch's (delivery, PR, commit, level), the run and job GitHub's.
     [push] = [
