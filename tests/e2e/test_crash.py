@@ -143,7 +143,9 @@ def test_killed_mid_batch_redelivers_without_duplicates(
         assert {r: len(github.dispatches(r)) for r in LISTED} == dict.fromkeys(LISTED, 1)
         status, doc = http("GET", f"{url}/_crcr/status")
         # Every message of an already sent dispatch that came back was recognised as one (redelivered, not re-sent).
-        assert status == 200 and doc["metrics"].get("DispatchDuplicate", 0) == left - 1, left
+        # SQS delivers at least once: a message a worker held past the 2 s visibility timeout comes back as a second
+        # copy, told apart the same way, so there can be more than those the dead process left.
+        assert status == 200 and doc["metrics"].get("DispatchDuplicate", 0) >= left - 1, left
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=20)
