@@ -4,6 +4,7 @@ RunRecords port (a run, and one attempt's jobs)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -27,47 +28,40 @@ class GitHubDispatchRuns:
         token = self._github.repo_token(self._github.installation_for(repo), repo, {"actions": "read"})
         return f"Bearer {token.token}"
 
-    def find(self, repo: str, dispatch_id: str, since: float) -> str | None:
+    def _runs(self, repo: str, since: float, event: str | None) -> Iterator[dict[str, Any]]:
+        """The runs of `repo` created since `since` (of one event, or any), newest first, page by page."""
         created = datetime.fromtimestamp(since, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        only = f"event={event}&" if event else ""
         auth = self._auth(repo)
         for page in range(1, MAX_PAGES + 1):
             resp = self._github.request(
                 "GET",
-                f"/repos/{quote(repo, safe='/')}/actions/runs?event=repository_dispatch"
-                f"&created=%3E%3D{quote(created)}&per_page={RUNS_PER_PAGE}&page={page}",
+                f"/repos/{quote(repo, safe='/')}/actions/runs?{only}"
+                f"created=%3E%3D{quote(created)}&per_page={RUNS_PER_PAGE}&page={page}",
                 auth,
                 kind="runs",
             )
             runs = (resp.body or {}).get("workflow_runs") or [] if isinstance(resp.body, dict) else []
-            for run in runs:
-                if dispatch_id in str(run.get("display_title") or ""):
-                    return str(run["id"])
+            yield from runs
             if len(runs) < RUNS_PER_PAGE:
-                return None
+                return
+
+    def find(self, repo: str, dispatch_id: str, since: float) -> str | None:
+        for run in self._runs(repo, since, "repository_dispatch"):
+            if dispatch_id in str(run.get("display_title") or ""):
+                return str(run["id"])
         return None
 
     def search(self, repo: str, dispatch_id: str, since: float) -> RunSearch:
         """Every run created since then, of either event the relay dispatches with (repository_dispatch, or an
         allowlist entry's workflow_dispatch): one listing serves both."""
-        created = datetime.fromtimestamp(since, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        auth = self._auth(repo)
         seen = 0
-        for page in range(1, MAX_PAGES + 1):
-            resp = self._github.request(
-                "GET",
-                f"/repos/{quote(repo, safe='/')}/actions/runs"
-                f"?created=%3E%3D{quote(created)}&per_page={RUNS_PER_PAGE}&page={page}",
-                auth,
-                kind="runs",
-            )
-            runs = (resp.body or {}).get("workflow_runs") or [] if isinstance(resp.body, dict) else []
-            relay_runs = [run for run in runs if run.get("event") in RELAY_EVENTS]
-            seen += len(relay_runs)
-            for run in relay_runs:
-                if dispatch_id in str(run.get("display_title") or ""):
-                    return RunSearch(Search.FOUND, str(run["id"]))
-            if len(runs) < RUNS_PER_PAGE:
-                break
+        for run in self._runs(repo, since, None):
+            if run.get("event") not in RELAY_EVENTS:
+                continue
+            seen += 1
+            if dispatch_id in str(run.get("display_title") or ""):
+                return RunSearch(Search.FOUND, str(run["id"]))
         return RunSearch(Search.UNTITLED if seen else Search.NO_RUN)
 
     def title(self, repo: str, run_id: str) -> str:
