@@ -57,6 +57,14 @@ WINDOW_AT, WINDOW_MAX, WINDOW_RATE = 0.2, 40, 4.0
 KILL_AT = (0.4, 0.7)
 CALLBACK_WORKERS = 8
 DUPLICATE_SHARE, OUT_OF_ORDER_SHARE, FAILURE_SHARE = 0.05, 0.05, 0.10
+# GitHub's record of each run: the runs of downstreams whose titles carry the dispatch id are played on the double
+# (started, finished, cancelled, or failed by a lost runner), and their reports are lost at these shares; GitHub's own
+# `completed` webhook is lost for LOST_HOOK of them (the sweeper asks about the run instead).
+CANCEL_SHARE, LOST_RUNNER_SHARE, LOST_HOOK = 0.05, 0.05, 0.03
+LOST_RUN_REPORTS, LOST_IN_PROGRESS, LOST_COMPLETED = 0.05, 0.10, 0.20
+# The first runs played take one case each, so a small run has them all whatever the seed.
+FORCED = ("whole_run", "cancelled", "lost_runner", "hook", "completed", "in_progress")
+RUN_TIMEOUT_S, SWEEP_S, REPORT_SETTLE_S = 20, 5, 2  # a job not finished is asked about after 20 s (production 12 h)
 MARKS = ("start", "fed", "settled", "reported", "drained")  # the phases between them: PHASES
 PHASES = ("feed", "settle", "callbacks", "reporter_drain")
 POLL_S = 1.0  # how often the soak looks whether the relay has settled or the reporter drained
@@ -208,10 +216,10 @@ def github_double(key: h.AppKey, repos: list[tuple[str, int, int]], seed: int, t
         gh.install(repo, installation_id=installation, repo_id=repo_id)
         if carries_id(repo):
             gh.set_dispatch_workflow(
-                repo, lambda body: f"crcr {body['event_type']} {body['client_payload']['dispatch_id']}"
+                repo, lambda body: f"crcr {body['event_type']} {body['client_payload']['dispatch_id']}", jobs=["build"]
             )
         else:
-            gh.set_dispatch_workflow(repo, lambda body: "CI")
+            gh.set_dispatch_workflow(repo, lambda body: "CI", jobs=["build"])
     gh.install(h.UPSTREAM, installation_id=7999, repo_id=h.UPSTREAM_ID)
     faults = [
         (FAULT_502, Reply(502)),
@@ -229,6 +237,21 @@ def github_double(key: h.AppKey, repos: list[tuple[str, int, int]], seed: int, t
     gh.chaos("POST", r".*", [*faults, (timeouts, Reply.accept_then_hang(HANG_S))], seed=seed)
     gh.chaos("GET", r".*", faults, seed=seed + 1)
     return gh
+
+
+def played_run(rng: random.Random, force: str) -> tuple[str, str, list[str], bool]:
+    """How a run GitHub plays goes: its fate, the job's conclusion, the reports its job sends, and whether GitHub's
+    `completed` webhook is lost. `force` (one of FORCED) makes one case certain whatever the draws."""
+    draw = rng.random() if not force else {"cancelled": 0.0, "lost_runner": CANCEL_SHARE}.get(force, 1.0)
+    fate = "cancelled" if draw < CANCEL_SHARE else "lost_runner" if draw < CANCEL_SHARE + LOST_RUNNER_SHARE else ""
+    conclusion = {"cancelled": "cancelled", "lost_runner": "failure"}.get(fate)
+    conclusion = conclusion or ("failure" if rng.random() < FAILURE_SHARE else "success")
+    order = [] if rng.random() < LOST_RUN_REPORTS or force == "whole_run" else ["in_progress", "completed"]
+    if order and (rng.random() < LOST_IN_PROGRESS or force == "in_progress"):
+        order.remove("in_progress")
+    if "completed" in order and (fate == "lost_runner" or rng.random() < LOST_COMPLETED or force == "completed"):
+        order.remove("completed")  # a lost runner runs no report step
+    return fate or "finished", conclusion, order, rng.random() < LOST_HOOK or force == "hook"
 
 
 def _delivery(rec: h.RecordedRequest) -> str:
@@ -251,10 +274,13 @@ class Job:
     order: list[str]
     twice: list[bool]
     answers: list[tuple[str, str]] = field(default_factory=list)
+    fate: str = ""  # a run GitHub plays: finished, cancelled or lost_runner ("": no run of it is bound)
+    check_run_id: int | None = None  # GitHub's id of the job, sent as the report action sends `job.check_run_id`
 
     def body(self, status: str) -> bytes:
         conclusion = self.conclusion if status == "completed" else None
-        return json.dumps(h.report_body(self.ticket, self.repo, "build", self.run_id, status, conclusion)).encode()
+        body = h.report_body(self.ticket, self.repo, "build", self.run_id, status, conclusion)
+        return json.dumps(body | ({"check_run_id": self.check_run_id} if self.check_run_id else {})).encode()
 
 
 @dataclass
@@ -419,37 +445,80 @@ class Soak:
 
     def callbacks(self, issuer: OidcIssuer, seed: int) -> dict[str, Any]:
         """Every dispatched downstream's job reports `in_progress` and `completed` (some twice, some out of order),
-        from CALLBACK_WORKERS runners, as the report action sends them."""
+        from CALLBACK_WORKERS runners, as the report action sends them. The runs of downstreams whose titles carry
+        the dispatch id are played on GitHub first (runners lost, runs cancelled, some `completed` webhooks lost),
+        and their reports are lost at LOST_* shares: the relay must take what they never said from GitHub."""
         rng = random.Random(seed)
         ids = {repo.lower(): (repo, repo_id) for repo, _, repo_id in self.repos}
-        tickets = {
-            (_delivery(r), _repo(r)): r.json["client_payload"]["ticket"] for r in self.dispatch_requests() if r.accepted
+        tickets = {(_delivery(r), _repo(r)): r.json["client_payload"] for r in self.dispatch_requests() if r.accepted}
+        titled = {
+            run["display_title"].rsplit(" ", 1)[-1]: run["id"]
+            for repo, _, _ in self.repos
+            if carries_id(repo)
+            for run in self.gh.runs_of(repo)
         }
-        jobs = []
-        for n, (pair, ticket) in enumerate(sorted(tickets.items())):
+        jobs, lost_hooks, played = [], set(), 0
+        for n, (pair, payload) in enumerate(sorted(tickets.items())):
             repo, repo_id = ids[pair[1]]
-            conclusion = "failure" if rng.random() < FAILURE_SHARE else "success"
-            order = ["completed", "in_progress"] if rng.random() < OUT_OF_ORDER_SHARE else ["in_progress", "completed"]
+            run_id = titled.get(payload["dispatch_id"])
+            if run_id is None:  # no title to bind by: the reports are all the relay learns
+                conclusion = "failure" if rng.random() < FAILURE_SHARE else "success"
+                order = (
+                    ["completed", "in_progress"] if rng.random() < OUT_OF_ORDER_SHARE else ["in_progress", "completed"]
+                )
+                twice = [rng.random() < DUPLICATE_SHARE for _ in order]
+                jobs.append(Job(pair, repo, repo_id, payload["ticket"], 90_000_000 + n, conclusion, order, twice))
+                continue
+            fate, conclusion, order, hook_lost = played_run(rng, FORCED[played] if played < len(FORCED) else "")
+            played += 1
+            if hook_lost:
+                lost_hooks.add(run_id)
+            job_id = self.gh.jobs_of(repo, run_id)[0]["id"]
             twice = [rng.random() < DUPLICATE_SHARE for _ in order]
-            jobs.append(Job(pair, repo, repo_id, ticket, 90_000_000 + n, conclusion, order, twice))
+            jobs.append(Job(pair, repo, repo_id, payload["ticket"], run_id, conclusion, order, twice, [], fate, job_id))
+        self.gh.drop_webhooks(
+            lambda event, body: (
+                event == "workflow_run" and body["action"] == "completed" and body["workflow_run"]["id"] in lost_hooks
+            )
+        )
         tally: Counter[str] = Counter()
         lock = threading.Lock()
         local = threading.local()
 
+        def report(job: Job, token: str, status: str, again: bool) -> None:
+            for _ in range(2 if again else 1):
+                answer = self.post_callback(local, job.body(status), token)
+                job.answers.append((status, answer))
+                with lock:
+                    tally[answer] += 1
+
         def run(job: Job) -> None:
             token = h.job_token(issuer, job.repo, job.repo_id, job.run_id)
-            for status, again in zip(job.order, job.twice, strict=True):
-                for _ in range(2 if again else 1):
-                    answer = self.post_callback(local, job.body(status), token)
-                    job.answers.append((status, answer))
-                    with lock:
-                        tally[answer] += 1
+            sends = dict(zip(job.order, job.twice, strict=True))
+            if job.fate:
+                self.gh.start_run(job.repo, job.run_id)
+                if "in_progress" in sends:
+                    report(job, token, "in_progress", sends["in_progress"])
+                if job.fate == "cancelled":
+                    self.gh.cancel_run(job.repo, job.run_id)
+                else:
+                    self.gh.finish_run(job.repo, job.run_id, job.conclusion)
+                if "completed" in sends:
+                    report(job, token, "completed", sends["completed"])
+                return
+            for status, again in sends.items():
+                report(job, token, status, again)
 
         with ThreadPoolExecutor(CALLBACK_WORKERS, thread_name_prefix="callback") as pool:
             for k, _ in enumerate(pool.map(run, jobs), 1):
                 if k % 2000 == 0:
                     say(f"  {k}/{len(jobs)} jobs reported")
-        return {"jobs": jobs, "answers": tally}
+            # The runs of downstreams whose titles do not carry the id run too: their events are dropped at the door.
+            untitled = [
+                (repo, run["id"]) for repo, _, _ in self.repos if not carries_id(repo) for run in self.gh.runs_of(repo)
+            ]
+            list(pool.map(lambda r: (self.gh.start_run(*r), self.gh.finish_run(*r)), untitled))
+        return {"jobs": jobs, "answers": tally, "lost_hooks": len(lost_hooks)}
 
     def post_callback(self, local: threading.local, body: bytes, token: str) -> str:
         """One report as the report action sends it: 429, 5xx and dropped connections retried with backoff."""
@@ -479,10 +548,12 @@ class Soak:
         return "gave up"
 
     def wait_reporter(self, hud: HudDouble, jobs: int) -> None:
-        """Until PyTorch's HUD holds a row per job and the pushes stop changing (the results stream is drained)."""
+        """Until PyTorch's HUD holds a completed row per job (some only the sweeper's question to GitHub completes)
+        and the pushes stop changing (the results stream is drained)."""
         last, still, looks = -1, 0, 0
         while self.left() > 0:
-            rows, pushes = len(hud.rows), len(hud.attempts)
+            rows = sum(1 for row in hud.rows.values() if row.get("status") == "completed")
+            pushes = len(hud.attempts)
             still = still + 1 if (rows >= jobs and pushes == last) else 0
             if still >= 3:
                 return
@@ -490,7 +561,7 @@ class Soak:
             time.sleep(POLL_S)
             looks += 1
             if looks % 10 == 0:
-                say(f"  reporter: {rows}/{jobs} HUD rows, {pushes} pushes")
+                say(f"  reporter: {rows}/{jobs} HUD rows completed, {pushes} pushes")
         say("  the soak's time bound ran out while the reporter drained")
 
 
@@ -532,14 +603,18 @@ def _cause(soak: Soak, pair: tuple[str, str], earlier: h.RecordedRequest) -> str
     return f"unexplained: earlier request answered {earlier.status} ({earlier.outcome})"
 
 
-def results_recorded(soak: Soak, jobs: list[Job]) -> tuple[int, list[str]]:
-    """Reports the relay took (200) whose effect is in the results table: a completed report's conclusion on the
-    job's row; an in_progress one as the row's start, or (sent after the completion) as a no-op by the contract."""
-    rows = {
+def result_rows(soak: Soak) -> dict[tuple[str, str], Any]:
+    return {
         (item["delivery_id"]["S"], item["repo"]["S"].lower()): item
         for item in h.scan(soak.ddb, TableName="crcr-local-ResultsTable", ConsistentRead=True)
         if item.get("job_name", {}).get("S") == "build"
     }
+
+
+def results_recorded(soak: Soak, jobs: list[Job]) -> tuple[int, list[str]]:
+    """Reports the relay took (200) whose effect is in the results table: a completed report's conclusion on the
+    job's row; an in_progress one as the row's start, or (sent after the completion) as a no-op by the contract."""
+    rows = result_rows(soak)
     recorded, problems = 0, []
     for job in jobs:
         row = rows.get(job.pair)
@@ -555,6 +630,52 @@ def results_recorded(soak: Soak, jobs: list[Job]) -> tuple[int, list[str]]:
             if not ok and len(problems) < 20:
                 problems.append(f"{job.pair} {status}: answered {firsts.get(status)}, row {row and row.get('state')}")
     return recorded, problems
+
+
+def runs_report(soak: Soak, jobs: list[Job], hud: HudDouble, lost_hooks: int) -> dict[str, Any]:
+    """The runs GitHub played: each job's conclusion in the results table and in PyTorch's HUD against GitHub's own,
+    and what the relay asked GitHub about them (at most one jobs listing per completed attempt)."""
+    rows, played = result_rows(soak), [j for j in jobs if j.fate]
+    hud_rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in hud.rows.values():
+        hud_rows.setdefault((row["delivery_id"], row["downstream_repo"].lower()), []).append(row)
+    wrong = []
+    for job in played:
+        truth = soak.gh.jobs_of(job.repo, job.run_id)[0]["conclusion"]
+        row, pushed = rows.get(job.pair) or {}, hud_rows.get(job.pair) or [{}]
+        ledger = row.get("conclusion", {}).get("S") if row.get("state", {}).get("S") == "completed" else None
+        shown = [r.get("conclusion") for r in pushed]
+        if ledger != truth or shown != [truth]:
+            wrong.append(f"{job.pair[1]} run {job.run_id}: GitHub {truth}, ledger {ledger}, HUD {shown}")
+    listing = re.compile(r"/repos/([^/]+/[^/]+)/actions/runs/(\d+)/attempts/(\d+)/jobs")
+
+    def kind_of(path: str) -> str:
+        return "jobs_listing" if path.endswith("/jobs") else "runs_listing" if path.endswith("/runs") else "run"
+
+    asked = [r for r in soak.gh.requests if r.method == "GET" and "/actions/runs" in r.path]
+    listings = Counter(m.groups() for r in asked if r.status == 200 and (m := listing.match(r.path)))
+    return {
+        "played": len(played),
+        "fates": dict(Counter(j.fate for j in played).most_common()),
+        "reports_lost": {
+            "whole_run": sum(1 for j in played if not j.order),
+            "in_progress": sum(1 for j in played if "in_progress" not in j.order),
+            "completed": sum(1 for j in played if "completed" not in j.order),
+        },
+        "completed_webhooks_lost": lost_hooks,
+        "conclusions_not_githubs": wrong[:20],
+        "conclusions_not_githubs_count": len(wrong),
+        "false_timed_out": sum(1 for r in rows.values() if r.get("conclusion", {}).get("S") == "timed_out"),
+        "hud_409": sum(1 for status, _ in hud.attempts if status == 409),
+        # The relay's reads of runs per run played, by kind: with RUN_TIMEOUT_S at 20 s the sweeper asks about a
+        # run still queued every 20 s (production: hourly), so `run` is the soak's compressed time, not a cost.
+        "github_requests_per_run": {
+            kind: round(sum(1 for r in asked if kind_of(r.path) == kind) / max(1, len(played)), 2)
+            for kind in ("jobs_listing", "run", "runs_listing")
+        },
+        "jobs_listings": sum(listings.values()),
+        "most_jobs_listings_per_attempt": max(listings.values(), default=0),
+    }
 
 
 def per(calls: Counter[str], n: int) -> dict[str, Any]:
@@ -647,6 +768,7 @@ def build_report(soak: Soak, args: argparse.Namespace, cb: dict[str, Any], hud: 
         "hud_refused": len(hud.refused),
         # Every push as PyTorch's HUD (the port, write-once after completion) answered it: 409 is a duplicate.
         "hud_answers": dict(sorted(Counter(str(status) for status, _ in hud.attempts).items())),
+        "runs": runs_report(soak, jobs, hud, cb["lost_hooks"]),
         "window": window_report(soak),
         "webhook_window_events": len(soak.window),
         "reconciler": {
@@ -676,7 +798,7 @@ def build_report(soak: Soak, args: argparse.Namespace, cb: dict[str, Any], hud: 
 
 
 def verdict(report: dict[str, Any]) -> int:
-    r = report
+    r, runs = report, report["runs"]
     window = [w for w in r["window"] if w["cause"] == "webhook window"]
     missed = [w["delivery_id"] for w in window if not w["dispatched_by_reconciler"]]
     carrying, kills = r["duplicates_by_kind"]["run_name_carries_id"], r["config"]["kills"]
@@ -696,6 +818,10 @@ def verdict(report: dict[str, Any]) -> int:
         (len(r["kills"]) != kills, f"{len(r['kills'])} relay kills of {kills}"),
         (r["hud_rows"] != r["jobs"], f"{r['hud_rows']} HUD rows for {r['jobs']} jobs"),
         (r["hud_refused"], f"PyTorch's HUD refused {r['hud_refused']} pushes (answers: {r['hud_answers']})"),
+        (runs["conclusions_not_githubs_count"], f"{runs['conclusions_not_githubs_count']} jobs not as GitHub says"),
+        (runs["false_timed_out"], f"{runs['false_timed_out']} jobs timed out"),
+        (runs["hud_409"], f"{runs['hud_409']} HUD pushes answered 409"),
+        (runs["most_jobs_listings_per_attempt"] > 1, "a run attempt's jobs listed more than once"),
     ]
     problems = [text for failed, text in checks if failed]
     r["verdict"] = "pass" if not problems else "fail: " + "; ".join(problems)
@@ -729,6 +855,10 @@ def print_table(r: dict[str, Any]) -> None:
         ("results sent / recorded", f"{r['results_sent']} / {r['results_recorded']}"),
         ("HUD rows / jobs", f"{r['hud_rows']} / {r['jobs']}"),
         ("HUD answers by status (409: duplicate)", ", ".join(f"{k}: {v}" for k, v in r["hud_answers"].items())),
+        ("runs GitHub played / jobs not as GitHub says / timed out",
+         f"{r['runs']['played']} / {r['runs']['conclusions_not_githubs_count']} / {r['runs']['false_timed_out']}"),
+        ("GitHub reads per run played (most jobs listings per attempt)",
+         f"{r['runs']['github_requests_per_run']} ({r['runs']['most_jobs_listings_per_attempt']})"),
         ("relay CPU s (ms per dispatch, dispatch phase)", f"{r.get('relay_cpu_s')} ({r['relay_cpu_ms_per_dispatch']})"),
         ("paced re-queues per dispatch", r.get("requeues_per_dispatch")),
         *[
@@ -796,6 +926,10 @@ def main() -> int:
         "CRCR_GITHUB_WRITE_RATES": args.write_rates,
         "CRCR_LOCAL_VISIBILITY_TIMEOUT_S": str(args.visibility_s),
         "CRCR_RECONCILE_INTERVAL_S": str(args.reconcile_s),
+        "CRCR_RUN_TIMEOUT_S": str(RUN_TIMEOUT_S),
+        "CRCR_RUN_CREATE_TIMEOUT_S": str(RUN_TIMEOUT_S),
+        "CRCR_SWEEP_INTERVAL_S": str(SWEEP_S),
+        "CRCR_RUN_REPORT_SETTLE_S": str(REPORT_SETTLE_S),
         "POWERTOOLS_LOG_LEVEL": "WARNING",
     }
     relay = Relay(env_vars, h.free_port(), logdir)
@@ -813,7 +947,7 @@ def main() -> int:
         say("settling: the reconciler's redeliveries, retries and delayed messages")
         soak.settle()
         soak.mark("settled")
-        say("callbacks: every downstream reports in_progress and completed")
+        say("runs: GitHub plays the titled runs, their reports partly lost; every other downstream reports")
         cb = soak.callbacks(issuer, args.seed)
         soak.mark("reported")
         soak.wait_reporter(hud, len(cb["jobs"]))
