@@ -192,6 +192,23 @@ def test_a_dispatch_nothing_started_on_is_listed_until_a_job_of_it_starts() -> N
     assert view(swept, job(state="in_progress")).rows == ()
 
 
+def test_a_dispatch_github_started_no_run_for_is_listed_and_tells_its_owners_once() -> None:
+    never = job("org/other", name="", workflow="", state="not_started", run_id="0", verdict=None, url="", dispatch="d2")
+    v = view(never, job(conclusion="success"))
+    [row] = v.rows
+    assert (row.repo, row.outcome, row.failed, v.status) == ("org/other", "not_started", True, "failing")
+    first = render(v, upstream=UPSTREAM, pr=PR, owners=owners(), posted=Posted(), now=0)
+    [cell] = [c for c in cells(first.body)[0] if "no run" in c]
+    assert "GitHub started none" in cell
+    assert "(no job started)" in first.body
+    assert "Owners: @carol" in first.body and first.mentioned == {"org/other carol"}
+    # The next edit mentions nobody again; a run that then starts takes the row's place.
+    posted = Posted(1, "h", first.mentioned, first.live, first.history)
+    again = render(v, upstream=UPSTREAM, pr=PR, owners=owners(), posted=posted, now=0)
+    assert again.newly_mentioned == ()
+    assert view(never, job("org/other", state="in_progress", dispatch="d2")).rows == ()
+
+
 def test_a_cancelled_job_is_not_all_passing() -> None:
     v = view(job(conclusion="success"), job(name="other", conclusion="cancelled", verdict=None))
     assert (v.rows, v.status, v.unresolved) == ((), "waiting", 1)

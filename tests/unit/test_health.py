@@ -208,6 +208,21 @@ def test_each_dispatch_no_job_started_on_is_one_timed_out_job() -> None:
     assert figures.p50_end_to_end_s == 600  # nor a run
 
 
+def test_a_dispatch_github_started_no_run_for_is_counted_with_what_to_fix_never_as_a_time_out() -> None:
+    first = replace(job("", "not_started", state="not_started", dispatch="d2", run=0, attempt=0), event_type="push")
+    latest = replace(first, dispatch_id="d3", dispatched_at=100.0, event_type="pull_request", pr=None)
+    health = judged(Level.L3, [*passing(9), first, latest])
+    assert (health.not_started, health.timeout_rate) == (2, 0.0)
+    assert health.jobs == 10  # a pull request's not-started dispatch is a job that did not pass; a push's is not one
+    # The latest one's event type names the `types:` a workflow must listen to.
+    assert "`pull_request` dispatch" in health.not_started_reason
+    assert "types: [pull_request]" in health.not_started_reason
+    assert health.as_json()["not_started"] == 2
+    assert judged(Level.L3, passing(3)).as_json() | {"not_started": 0, "not_started_reason": ""} == judged(
+        Level.L3, passing(3)
+    ).as_json()
+
+
 def test_end_to_end_is_a_runs_longest_queue_plus_the_span_of_its_jobs() -> None:
     # Dispatched at 0; job a runs 60..600, then job b 610..1200: PyTorch's max(queue_time) + span.
     figures = measure([job("a", started=60.0, completed=600.0), job("b", started=610.0, completed=1200.0)])
@@ -380,7 +395,7 @@ def test_the_report_lists_every_repository_by_level_and_reads_nothing_for_l1() -
     assert set(accel.as_json()) == {
         "repo", "level", "jobs", "pass_rate", "timeout_rate", "avg_queue_s", "p50_end_to_end_s",
         "max_execution_s", "verdict", "reasons",  # `crcr health`'s ten (docs/contracts.md)
-        "flaky", "flaky_jobs", "dispatch_dedupe",  # added (docs/contracts.md)
+        "flaky", "flaky_jobs", "dispatch_dedupe", "not_started", "not_started_reason",  # added (docs/contracts.md)
     }  # fmt: skip
     assert accel.as_json()["verdict"] == "demote" and accel.as_json()["level"] == "L3"
 

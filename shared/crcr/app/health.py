@@ -42,6 +42,7 @@ def sample(job: JobRecord) -> Sample:
         started_at=job.started_at,
         completed_at=job.completed_at,
         workflow_name=job.workflow_name,
+        event_type=job.event_type or "",
     )
 
 

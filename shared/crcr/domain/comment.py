@@ -2,8 +2,9 @@
 
 One comment per upstream PR, rendered from the latest recorded state of the PR's current head: per L4 job (and
 L3 job while the PR carries `ciflow/crcr/<device>`) its newest attempt; the failing ones, and the ones that
-passed on a retry after failing (`flaky`), in a table per downstream repository. An infrastructure failure
-whose automatic re-run the relay requested is not shown until that re-run reports.
+passed on a retry after failing (`flaky`), and the dispatches GitHub started no run for (`not_started`), in a
+table per downstream repository. An infrastructure failure whose automatic re-run the relay requested is not
+shown until that re-run reports. A repository's oncalls are mentioned for a `new` failure or a dispatch not started.
 
 Everything a downstream reported (job and workflow names, links, its triage verdict) is untrusted: it is set as
 plain text with Markdown and HTML escaped, and with mentions, issue references and autolinks broken by an
@@ -24,6 +25,7 @@ from urllib.parse import urlsplit
 from crcr.domain import failed_tests
 from crcr.domain.checks import wants_check_run
 from crcr.domain.ids import repo_key, run_order
+from crcr.domain.runs import NOT_STARTED
 from crcr.domain.text import NAME_FORBIDDEN
 from crcr.domain.verdicts import FLAKY, INFRA, NEW, NO_BASELINE, PRE_EXISTING, Attempt
 
@@ -273,7 +275,9 @@ def select(
         newest = attempts[-1]
         latest = _attempt(newest)
         earlier_failed = any(_attempt(j).failed for j in attempts[:-1])
-        if latest.failed:
+        if newest.state == NOT_STARTED:  # GitHub started no run: the downstream's owners must act on its workflow
+            rows.append(_row(newest, NOT_STARTED, None, failed=True))
+        elif latest.failed:
             verdict = newest.verdict or (INFRA if latest.infra else None)
             held = _held(newest, verdict, rerun_state, now, hold_s)
             if held is not None:
@@ -358,7 +362,8 @@ LEGEND = (
     "<sub>Verdicts: **new** passed on the baseline (the latest result at or before the PR's base), so this PR "
     "likely broke it · pre-existing failed there too · infra the downstream's infrastructure (re-run once "
     "automatically before it is shown) · flaky failed, then passed on a retry · no baseline nothing to compare "
-    "with. Triage is the downstream's own analysis: advice, never a merge gate.</sub>"
+    "with · no run GitHub started no run for the dispatch (the downstream's workflow does not listen to it, or is "
+    "disabled): its owners are told. Triage is the downstream's own analysis: advice, never a merge gate.</sub>"
 )
 _TABLE_HEAD = (
     "| Job | Attempt | Run | Verdict | Downstream's triage (their opinion, advice only) |\n"
@@ -371,6 +376,8 @@ def _plural(n: int, one: str, many: str) -> str:
 
 
 def _verdict_cell(row: Row) -> str:
+    if row.outcome == NOT_STARTED:
+        return "no run: GitHub started none (its workflow needs its owners)"
     word = _VERDICT_WORDS.get(row.verdict or "", text(row.verdict, 40) if row.verdict else "not judged yet")
     return f"{word} (timed out)" if row.outcome == "timed_out" else word
 
@@ -508,7 +515,7 @@ def render(
     could_mention = posted.mentioned | {
         f"{key} {name.lower()}"
         for key, rows in sections.items()
-        if any(r.verdict == NEW and r.failed for r in rows)
+        if any(_tells_owners(r) for r in rows)
         for oncall in owners.get(key, ())
         if (name := handle(oncall)) is not None
     }
@@ -516,7 +523,7 @@ def render(
     budget = BODY_BUDGET - reserved
     order = sorted(
         sections,
-        key=lambda k: (not any(r.verdict == NEW and r.failed for r in sections[k]), -sections[k][0].level, k),
+        key=lambda k: (not any(_tells_owners(r) for r in sections[k]), -sections[k][0].level, k),
     )
     mentioned = set(posted.mentioned)
     live: set[str] = set()
@@ -529,7 +536,7 @@ def render(
         section = ["", f"#### `{text(first.repo, 140)}` · L{first.level}"]
         pending: list[str] = []
         kept: list[str] = []
-        if any(r.verdict == NEW and r.failed for r in rows):
+        if any(_tells_owners(r) for r in rows):
             names, pending, kept = _owners_line(key, owners.get(key, ()), mentioned, posted.live)
             if names:
                 section.append(names)
@@ -558,6 +565,11 @@ def render(
     full = "\n".join(head + body + tail)
     worth = status == "failing" or any(not r.failed for r in view.rows)
     return Rendered(full, frozenset(mentioned), frozenset(live), history, status, worth, tuple(new_mentions))
+
+
+def _tells_owners(row: Row) -> bool:
+    """A new failure, or a dispatch GitHub started no run for: the repository's owners are mentioned (once)."""
+    return (row.verdict == NEW and row.failed) or row.outcome == NOT_STARTED
 
 
 def _owners_line(

@@ -164,6 +164,7 @@ class Sample:
     started_at: float | None
     completed_at: float | None
     workflow_name: str = ""
+    event_type: str = ""
 
     @property
     def timed_out(self) -> bool:
@@ -183,6 +184,8 @@ class Figures:
     p50_end_to_end_s: float | None = None
     max_execution_s: float | None = None
     flaky_jobs: dict[str, int] = field(default_factory=dict)  # "<workflow>/<job>" -> flaky jobs of that name
+    not_started: int = 0  # dispatches in the window GitHub started no run for (push and scheduled ones too)
+    not_started_reason: str = ""  # the latest one's reason
 
     @property
     def flaky(self) -> int:
@@ -259,11 +262,22 @@ def flaky_jobs(samples: Iterable[Sample]) -> dict[str, int]:
     return dict(sorted(found.items()))
 
 
+def _not_started(latest: Sample) -> str:
+    kind = latest.event_type or "?"
+    return (
+        f"the latest, a `{kind}` dispatch: no workflow on the default branch listens to it (`on: repository_dispatch: "
+        f"types: [{kind}]`, or the allowlist's `workflow:` file with `on: workflow_dispatch`), or it is disabled or "
+        "its file was removed"
+    )
+
+
 def measure(samples: Iterable[Sample]) -> Figures:
     samples = list(samples)
     jobs = counted(samples)
+    never = sorted((s for s in samples if s.state == "not_started"), key=lambda s: s.dispatched_at)
+    not_started = {"not_started": len(never), "not_started_reason": _not_started(never[-1]) if never else ""}
     if not jobs:
-        return Figures()
+        return Figures(**not_started)
     queues = [q for q in (s.queue_s for s in jobs) if q is not None]
     executions = [
         s.completed_at - s.started_at
@@ -288,6 +302,7 @@ def measure(samples: Iterable[Sample]) -> Figures:
         p50_end_to_end_s=end_to_end[len(end_to_end) // 2] if end_to_end else None,
         max_execution_s=max(executions) if executions else None,
         flaky_jobs=flaky_jobs(samples),
+        **not_started,
     )
 
 
@@ -361,6 +376,8 @@ class RepoHealth(BaseModel):
     # Whether a repeated dispatch is told from a new one (run-name, buildkite), may start a second run (none), or
     # has not been looked at (unknown); from the level check's daily look (docs/contracts.md).
     dispatch_dedupe: str = "unknown"
+    not_started: int = 0  # dispatches GitHub started no run for, and the latest one's reason (a figure)
+    not_started_reason: str = ""
     _unmet: int = PrivateAttr(default=0)
 
     @property
@@ -421,6 +438,8 @@ def assess(
         reasons=judgement.reasons,
         flaky=figures.flaky,
         flaky_jobs=figures.flaky_jobs,
+        not_started=figures.not_started,
+        not_started_reason=figures.not_started_reason,
     )
     health._unmet = judgement.unmet
     return health

@@ -127,6 +127,9 @@ def _health(args: argparse.Namespace) -> int:
     for row in rows:
         if row.unmet:
             print(f"{row.repo}: {'; '.join(row.unmet)}")
+        if row.not_started:
+            many = "a dispatch" if row.not_started == 1 else f"{row.not_started} dispatches"
+            print(f"{row.repo}: GitHub started no run for {many}; {row.not_started_reason}")
     return 0
 
 
