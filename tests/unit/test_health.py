@@ -218,9 +218,10 @@ def test_a_dispatch_github_started_no_run_for_is_counted_with_what_to_fix_never_
     assert "`pull_request` dispatch" in health.not_started_reason
     assert "types: [pull_request]" in health.not_started_reason
     assert health.as_json()["not_started"] == 2
-    assert judged(Level.L3, passing(3)).as_json() | {"not_started": 0, "not_started_reason": ""} == judged(
-        Level.L3, passing(3)
-    ).as_json()
+    assert (
+        judged(Level.L3, passing(3)).as_json() | {"not_started": 0, "not_started_reason": ""}
+        == judged(Level.L3, passing(3)).as_json()
+    )
 
 
 def test_end_to_end_is_a_runs_longest_queue_plus_the_span_of_its_jobs() -> None:

@@ -275,9 +275,9 @@ def measure(samples: Iterable[Sample]) -> Figures:
     samples = list(samples)
     jobs = counted(samples)
     never = sorted((s for s in samples if s.state == "not_started"), key=lambda s: s.dispatched_at)
-    not_started = {"not_started": len(never), "not_started_reason": _not_started(never[-1]) if never else ""}
+    reason = _not_started(never[-1]) if never else ""
     if not jobs:
-        return Figures(**not_started)
+        return Figures(not_started=len(never), not_started_reason=reason)
     queues = [q for q in (s.queue_s for s in jobs) if q is not None]
     executions = [
         s.completed_at - s.started_at
@@ -302,7 +302,8 @@ def measure(samples: Iterable[Sample]) -> Figures:
         p50_end_to_end_s=end_to_end[len(end_to_end) // 2] if end_to_end else None,
         max_execution_s=max(executions) if executions else None,
         flaky_jobs=flaky_jobs(samples),
-        **not_started,
+        not_started=len(never),
+        not_started_reason=reason,
     )
 
 
