@@ -99,6 +99,28 @@ def test_deliveries_are_read_back_to_the_window_through_cursor_pages(sender: Git
     assert hooks.upstream_id() == 65600975
 
 
+def test_a_page_github_fails_is_asked_again_and_one_it_keeps_failing_ends_the_listing_incomplete(
+    sender: GitHubDouble, app_key_pem: str
+) -> None:
+    app = GitHubApp(sender.url, APP_ID, app_key_pem, time.time)
+    made = [sender.deliver("pull_request", EVENT | {"n": i}) for i in range(250)]
+    waits: list[float] = []
+    hooks = GitHubHookDeliveries(app, UPSTREAM, sleep=waits.append)
+    since = float(int(made[0].delivered_at))
+    # The second page fails twice (502, then 503), then answers: read after waits of 0.5 s and 1 s.
+    sender.script("GET", r"/app/hook/deliveries", [Reply.normal(), Reply(502), Reply(503)])
+    listing = hooks.list_deliveries(since, max_pages=10)
+    assert len(listing.attempts) == 250 and not listing.incomplete and waits == [0.5, 1.0]
+    # Three failures in a row on the third page: the two pages read are kept, and the listing says it is incomplete.
+    sender.script("GET", r"/app/hook/deliveries", [Reply.normal(), Reply.normal(), *[Reply(502)] * 3])
+    partial = hooks.list_deliveries(since, max_pages=10)
+    assert len(partial.attempts) == 200 and partial.incomplete and not partial.truncated
+    # The first page failing leaves nothing to go on: the run fails.
+    sender.script("GET", r"/app/hook/deliveries", [Reply(502)] * 3)
+    with pytest.raises(GitHubUnavailable):
+        hooks.list_deliveries(since, max_pages=10)
+
+
 def test_a_redelivery_is_asked_with_the_apps_jwt(sender: GitHubDouble, app_key_pem: str) -> None:
     app = GitHubApp(sender.url, APP_ID, app_key_pem, time.time)
     hooks = GitHubHookDeliveries(app, UPSTREAM)

@@ -472,11 +472,13 @@ class FakeHookDeliveries:
     asked: list[int] = field(default_factory=list)
     listed: list[float] = field(default_factory=list)
     truncated: bool = False
+    incomplete: bool = False
     upstream: int | None = None
 
     def list_deliveries(self, since: float, max_pages: int) -> DeliveryListing:
         self.listed.append(since)
-        return DeliveryListing([a for a in self.attempts if a.delivered_at >= since], self.truncated)
+        found = [a for a in self.attempts if a.delivered_at >= since]
+        return DeliveryListing(found, self.truncated, self.incomplete)
 
     def redeliver(self, delivery_id: int) -> None:
         if self.errors:

@@ -209,6 +209,21 @@ def test_the_window_follows_the_cursor_and_a_truncated_list_is_counted() -> None
     assert w.metrics.counts["WebhookReconcileTruncated"] == 1
 
 
+def test_an_incomplete_listing_asks_for_what_it_read_and_keeps_the_window_for_the_next_run() -> None:
+    w = World()
+    w.store.cursor = T0 - 100
+    w.hooks.attempts = [att(1, "a", 500, T0)]
+    w.hooks.incomplete = True  # a later page could not be read
+    w.run()
+    assert w.hooks.asked == [1] and w.store.cursor == T0 - 100
+    assert w.metrics.counts["WebhookReconcileIncomplete"] == 1
+    w.hooks.incomplete = False
+    w.clock.t += 300
+    w.run()
+    assert w.hooks.listed[-1] == w.hooks.listed[0]  # the same window again
+    assert w.store.cursor == w.clock.t
+
+
 def test_another_run_holding_the_claim_is_left_alone() -> None:
     w = World()
     w.hooks.attempts = [att(1, "a", 500, T0)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from calendar import timegm
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -422,16 +423,37 @@ class UpstreamCommitLookup:
 class GitHubHookDeliveries:
     """The HookDeliveries port: the App's webhook deliveries, listed and redelivered with the App's JWT."""
 
-    def __init__(self, github: GitHubApp, upstream: str) -> None:
+    def __init__(
+        self, github: GitHubApp, upstream: str, sleep: Callable[[float], None] = time.sleep, page_tries: int = 3
+    ) -> None:
         self._github = github
         self._upstream = upstream
         self._upstream_id: int | None = None
+        self._sleep = sleep
+        self._page_tries = page_tries
+
+    def _page(self, path: str) -> Any:
+        """One page, asked again (after 0.5 s, then 1 s) when GitHub answers 5xx or does not answer: a listing is
+        tens of pages when the downstreams' run events fill the log, and one failed page must not waste the rest."""
+        for attempt in range(self._page_tries):
+            try:
+                return self._github.request("GET", path, f"Bearer {self._github.app_jwt()}", kind="hook_deliveries")
+            except GitHubUnavailable:
+                if attempt == self._page_tries - 1:
+                    raise
+                self._sleep(0.5 * 2**attempt)
+        raise AssertionError("unreachable")
 
     def list_deliveries(self, since: float, max_pages: int) -> DeliveryListing:
         attempts: list[Attempt] = []
         path = f"/app/hook/deliveries?per_page={DELIVERIES_PER_PAGE}"
-        for _ in range(max_pages):
-            resp = self._github.request("GET", path, f"Bearer {self._github.app_jwt()}", kind="hook_deliveries")
+        for number in range(max_pages):
+            try:
+                resp = self._page(path)
+            except GitHubUnavailable:
+                if number == 0:
+                    raise  # nothing listed: the run fails (alarmed) and the next one tries again
+                return DeliveryListing(attempts, incomplete=True)
             items = resp.body if isinstance(resp.body, list) else []
             page = [a for a in (_attempt(item) for item in items) if a is not None]
             attempts += [a for a in page if a.delivered_at >= since]

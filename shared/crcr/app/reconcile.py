@@ -131,6 +131,9 @@ def reconcile(deps: ReconcileDeps) -> ReconcileSummary:
     if listing.truncated:
         # Deliveries older than the last page were not looked at; the next run starts from now.
         deps.metrics.count("WebhookReconcileTruncated")
+    if listing.incomplete:
+        # A later page could not be read: what was listed is handled, and the next run lists the same window again.
+        deps.metrics.count("WebhookReconcileIncomplete")
     if edge_failing(listing.attempts, started, deps.edge_settle_s):
         # A redelivery now would most likely fail too and spend one of the event's asks: wait for the next run.
         summary.edge_failing = True
@@ -148,6 +151,8 @@ def reconcile(deps: ReconcileDeps) -> ReconcileSummary:
             left += pending[i:]
             break
     summary.deferred = [a.guid for a in left]
+    if listing.incomplete:
+        return summary  # the cursor stays: the next run lists this window again, and its older pages with it
     # Everything up to the oldest delivery left for later has been handled: the next run starts there.
     deps.store.save_reconcile_cursor(min([started, *(a.delivered_at for a in left)]))
     return summary

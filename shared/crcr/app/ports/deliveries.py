@@ -19,10 +19,12 @@ class Claim(Enum):
 @dataclass(frozen=True)
 class DeliveryListing:
     """The App's webhook deliveries made since a time, newest first; `truncated`: the page cap was reached
-    before that time, so older deliveries were not looked at."""
+    before that time, so older deliveries were not looked at; `incomplete`: a later page could not be read (GitHub
+    unavailable), so the listing stops at the pages read and the same window must be listed again."""
 
     attempts: list[Attempt]
     truncated: bool = False
+    incomplete: bool = False
 
 
 class RedeliveryClaim(Enum):
