@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from crcr.app.rerun import RerunDeps
     from crcr.app.runs import RunsDeps
     from crcr.app.summaries import SummaryDeps
-    from crcr.app.sweep import SweepDeps
+    from crcr.app.sweep import BuildkiteRecord, SweepDeps
     from crcr.app.verdicts import VerdictDeps
     from crcr.domain.pacing import Rate
 
@@ -712,6 +712,39 @@ def build_sweep_deps(settings: Settings) -> SweepDeps:
         metrics=PowertoolsMetrics(),
         clock=SystemClock(),
         github=record,
+        buildkite=_buildkite_record(settings, record.runs if record is not None else None),
+    )
+
+
+def _buildkite_record(settings: Settings, runs: RunsDeps | None) -> BuildkiteRecord | None:
+    """Buildkite's record of the builds the relay created, when an API token is configured (read_builds)."""
+    if settings.buildkite_api_token is None:
+        return None
+    from crcr.adapters.buildkite import BuildkiteClient  # noqa: PLC0415
+    from crcr.adapters.hud_keys import DynamoHudKeys  # noqa: PLC0415
+    from crcr.adapters.results import DynamoResults  # noqa: PLC0415
+    from crcr.app.runs import Recording  # noqa: PLC0415
+    from crcr.app.sweep import BuildkiteRecord  # noqa: PLC0415
+
+    ddb = aws_client("dynamodb")
+    recording = runs or Recording(
+        results=DynamoResults(ddb, str(settings.results_table), settings.run_timeout_s),
+        hud_keys=DynamoHudKeys(ddb, str(settings.state_table)),
+        metrics=PowertoolsMetrics(),
+        clock=SystemClock(),
+        max_jobs_per_dispatch=settings.max_jobs_per_dispatch,
+    )
+    return BuildkiteRecord(
+        builds=BuildkiteClient(
+            settings.buildkite_api_url,
+            settings.secret("buildkite_api_token"),
+            read_timeout_s=settings.buildkite_timeout_s,
+        ),
+        recording=recording,
+        start_timeout_s=settings.start_timeout_s,
+        run_timeout_s=settings.run_timeout_s,
+        recheck_s=min(3600.0, float(settings.run_timeout_s)),
+        retry_s=min(300.0, float(settings.start_timeout_s)),
     )
 
 

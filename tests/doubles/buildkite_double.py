@@ -26,6 +26,10 @@ Endpoints (anything else: ``404 {"message": "Not Found"}``, recorded in ``unexpe
   newest first, with the documented filters ``meta_data[<key>]=<value>`` (every one must match),
   ``branch`` (repeatable), ``commit``, ``state`` (repeatable), and ``page``/``per_page`` (default 30,
   at most 100) with a ``Link`` header.
+* ``GET  /v2/organizations/{org}/pipelines/{pipeline}/builds/{number}`` (scope ``read_builds``) -> 200 Build, or
+  404 ``{"message": "No build found"}`` (the body is not documented). A build's ``jobs`` are what ``play`` set:
+  each ``{"id", "graphql_id", "type": "script", "name", "step_key", "state", "web_url", "soft_failed",
+  "exit_status", "retried", "started_at", "finished_at", ...}`` as the builds page's Build object lists them.
 
 Buildkite facts this double enforces (sources: the builds page and the REST overview):
 
@@ -346,6 +350,37 @@ class BuildkiteDouble:
         with self._lock:
             return list(self._unexpected)
 
+    def play(
+        self, org: str, slug: str, number: int, jobs: Iterable[tuple[str, str]], state: str, **job_fields: Any
+    ) -> list[dict[str, Any]]:
+        """The build ran: its command jobs are `jobs` ((name, job state) pairs: "running", "passed", "failed",
+        "canceled", "timed_out", "expired", ...) and the build is in `state`; `job_fields` go on every job (e.g.
+        ``soft_failed=True``). A job keeps its id from one call to the next (by name). Returns the jobs (their ids are
+        the agents' ``job_id``)."""
+        if state not in BUILD_STATES:
+            raise ValueError(f"not a build state: {state}")
+        now = self._iso()
+        with self._lock:
+            build = next(b for b in self._pipelines[(org, slug)].builds if b["number"] == number)
+            made = []
+            for name, job_state in jobs:
+                job_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{build['id']}/{name}"))
+                running = job_state not in ("scheduled", "waiting", "expired")
+                made.append({
+                    "id": job_id, "graphql_id": f"Sm9iLS0t{job_id.replace('-', '')[:16]}", "type": "script",
+                    "name": name, "step_key": name, "state": job_state, "web_url": f"{build['web_url']}#{job_id}",
+                    "soft_failed": False, "exit_status": {"passed": 0, "failed": 1}.get(job_state),
+                    "retried": False, "retried_in_job_id": None, "retries_count": None, "agent": None,
+                    "created_at": build["created_at"], "scheduled_at": build["scheduled_at"],
+                    "started_at": now if running else None,
+                    "finished_at": now if job_state not in ("scheduled", "running", "assigned") else None,
+                } | job_fields)  # fmt: skip
+            build["jobs"] = made
+            build["state"] = state
+            build["started_at"] = build["started_at"] or now
+            build["finished_at"] = now if state in ("passed", "failed", "canceled", "skipped", "not_run") else None
+            return copy.deepcopy(made)
+
     def builds(self, org: str, slug: str) -> list[dict[str, Any]]:
         """Builds created on a pipeline, oldest first."""
         with self._lock:
@@ -511,12 +546,12 @@ class BuildkiteDouble:
             return self._tokens.get(cred.strip())
 
     def _route(self, rec: RecordedRequest) -> _Resp:
-        match = re.fullmatch(r"/v2/organizations/([^/]+)/pipelines/([^/]+)/builds", rec.path)
-        if match is None or rec.method not in ("GET", "POST"):
+        match = re.fullmatch(r"/v2/organizations/([^/]+)/pipelines/([^/]+)/builds(?:/(\d+))?", rec.path)
+        if match is None or rec.method not in ("GET", "POST") or (match.group(3) and rec.method != "GET"):
             with self._lock:
                 self._unexpected.append(rec)
             return _Resp(404, {"message": "Not Found"})
-        org, slug = match.groups()
+        org, slug, number = match.groups()
         token = self._token_of(rec)
         if token is None:
             return _Resp(401, {"message": AUTH_REQUIRED})
@@ -532,6 +567,10 @@ class BuildkiteDouble:
             return _Resp(404, {"message": "No pipeline found" if org in self._orgs else "No organization found"})
         if rec.method == "POST":
             return self._create(rec, pipeline, token)
+        if number is not None:
+            with self._lock:
+                found = next((copy.deepcopy(b) for b in pipeline.builds if b["number"] == int(number)), None)
+            return _Resp(200, found) if found is not None else _Resp(404, {"message": "No build found"})
         return self._list(rec, pipeline)
 
     def _create(self, rec: RecordedRequest, pipeline: _Pipeline, token: _Token) -> _Resp:

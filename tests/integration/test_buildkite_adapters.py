@@ -14,7 +14,7 @@ from crcr.adapters.buildkite import BuildkiteClient
 from crcr.adapters.ledger import DynamoLedger
 from crcr.adapters.pacer import DynamoPacer
 from crcr.app.dispatch import new_build
-from crcr.app.ports.buildkite import BuildkiteRateLimited, BuildkiteRejected, BuildkiteUnavailable
+from crcr.app.ports.buildkite import BuildkiteBuild, BuildkiteRateLimited, BuildkiteRejected, BuildkiteUnavailable
 from crcr.app.ports.ledger import LedgerState
 from crcr.contracts.messages import BuildkiteTarget, DispatchMessage
 from crcr.domain.levels import Level
@@ -69,6 +69,36 @@ def test_find_returns_the_dispatch_builds_oldest_first(bk: BuildkiteDouble) -> N
     assert api.find("vllm", "ci", "did-3") == []
     lookups = [r for r in bk.requests if r.method == "GET"]
     assert lookups[0].query["meta_data[crcr_dispatch_id]"] == ["did-1"]
+
+
+def test_a_build_is_read_by_number_with_each_command_jobs_latest_retry_and_conclusion(bk: BuildkiteDouble) -> None:
+    api = client(bk)
+    ref = api.create("vllm", "ci", new_build(MESSAGE, "t", "u", "did-1"))
+    assert ref.pipeline == "vllm/ci"  # where the sweeper asks about it later
+    assert api.build("vllm", "ci", ref.number) == BuildkiteBuild("scheduled", False, ())
+    ids = {j["name"]: j["id"] for j in bk.play("vllm", "ci", ref.number, [("test", "running")], "running")}
+    [running] = api.build("vllm", "ci", ref.number).jobs  # type: ignore[union-attr]
+    assert (running.id, running.name, running.state, running.conclusion) == (ids["test"], "test", "running", None)
+    assert running.started_at is not None and running.finished_at is None
+    # Finished: each state read as a conclusion; a soft failure is allowed to fail; a waiter is no job; a retried
+    # job's place is its retry's.
+    bk.play("vllm", "ci", ref.number, [("test", "failed"), ("lint", "passed"), ("gone", "expired")], "failed")
+    with bk._lock:
+        jobs = bk._pipelines[("vllm", "ci")].builds[0]["jobs"]
+        jobs.append(dict(jobs[0], id="retried-one", retried=True, state="failed"))
+        jobs.append(dict(jobs[1], id="allowed", name="docs", state="failed", soft_failed=True))
+        jobs.append({"id": "wait-1", "type": "waiter", "state": "passed"})
+    build = api.build("vllm", "ci", ref.number)
+    assert build is not None and (build.state, build.finished) == ("failed", True)
+    assert {j.name: j.conclusion for j in build.jobs} == {
+        "test": "failure",
+        "lint": "success",
+        "gone": "cancelled",
+        "docs": "neutral",
+    }
+    assert api.build("vllm", "ci", 99) is None  # Buildkite has no such build
+    [read] = [r for r in bk.requests if r.path == f"{BUILDS}/99"]
+    assert read.headers["authorization"] == f"Bearer {bk.token}"
 
 
 def test_find_checks_the_meta_data_itself(bk: BuildkiteDouble) -> None:

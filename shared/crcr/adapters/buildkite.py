@@ -18,6 +18,8 @@ import urllib3
 from crcr.adapters.http_pool import pool_for
 from crcr.app.ports.buildkite import (
     DISPATCH_META_KEY,
+    BuildkiteBuild,
+    BuildkiteJob,
     BuildkiteRateLimited,
     BuildkiteRejected,
     BuildkiteUnavailable,
@@ -25,6 +27,7 @@ from crcr.app.ports.buildkite import (
 )
 from crcr.app.ports.ledger import BuildRef
 from crcr.domain.retry import buildkite_rate_limit_wait
+from crcr.domain.runs import BUILDKITE_BUILD_FINAL, buildkite_conclusion, timestamp
 
 USER_AGENT = "crcr-relay/0.1"
 FIND_PAGE_SIZE = 10  # a dispatch has one build; more means an earlier repeat, and the oldest is the one kept
@@ -34,7 +37,8 @@ _NOT_SENT = (urllib3.exceptions.ConnectTimeoutError, urllib3.exceptions.NewConne
 
 
 class BuildkiteClient:
-    """The Builds port over `POST/GET /v2/organizations/{org}/pipelines/{pipeline}/builds`."""
+    """The Builds port over `POST/GET /v2/organizations/{org}/pipelines/{pipeline}/builds`, and one build by number
+    (`GET .../builds/{number}`) for the sweeper."""
 
     def __init__(
         self,
@@ -67,7 +71,7 @@ class BuildkiteClient:
         if status != 201 or not isinstance(parsed, dict):
             # Not Buildkite's documented answer to a create: it may still have created the build.
             raise BuildkiteUnavailable(f"POST {_builds_path(organization, pipeline)}: unexpected HTTP {status}")
-        ref = _build_ref(parsed)
+        ref = _build_ref(parsed, f"{organization}/{pipeline}")
         if ref is None:
             raise BuildkiteUnavailable(f"POST {_builds_path(organization, pipeline)}: 201 without id, number, web_url")
         return ref
@@ -83,10 +87,28 @@ class BuildkiteClient:
             # The filter is Buildkite's; the check is ours, so a filter dropped on the way finds nothing wrong.
             meta = item.get("meta_data") if isinstance(item, dict) else None
             if isinstance(meta, Mapping) and meta.get(DISPATCH_META_KEY) == dispatch_id:
-                ref = _build_ref(item)
+                ref = _build_ref(item, f"{organization}/{pipeline}")
                 if ref is not None:
                     found.append(ref)
         return sorted(found, key=lambda ref: ref.number)
+
+    def build(self, organization: str, pipeline: str, number: int) -> BuildkiteBuild | None:
+        path = f"{_builds_path(organization, pipeline)}/{int(number)}"
+        try:
+            _, parsed = self._request("GET", path)
+        except BuildkiteRejected as exc:
+            if exc.status == 404:
+                return None
+            raise
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("state"), str):
+            raise BuildkiteUnavailable(f"GET {path}: not a build", maybe_sent=False)
+        latest: dict[str, BuildkiteJob] = {}
+        for item in parsed.get("jobs") or []:
+            job = _job(item)
+            if job is not None and not item.get("retried"):  # a retried job's place is its retry's
+                latest[job.id] = job
+        state = parsed["state"]
+        return BuildkiteBuild(state=state, finished=state in BUILDKITE_BUILD_FINAL, jobs=tuple(latest.values()))
 
     def _request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         headers = {"Authorization": self._auth, "Accept": "application/json", "User-Agent": USER_AGENT}
@@ -140,8 +162,26 @@ def _builds_path(organization: str, pipeline: str) -> str:
     return f"/v2/organizations/{quote(organization, safe='')}/pipelines/{quote(pipeline, safe='')}/builds"
 
 
-def _build_ref(item: Mapping[str, Any]) -> BuildRef | None:
+def _build_ref(item: Mapping[str, Any], pipeline: str) -> BuildRef | None:
     build_id, number, web_url = item.get("id"), item.get("number"), item.get("web_url")
     if not isinstance(build_id, str) or not build_id or isinstance(number, bool) or not isinstance(number, int):
         return None
-    return BuildRef(id=build_id, number=number, url=web_url if isinstance(web_url, str) else "")
+    return BuildRef(id=build_id, number=number, url=web_url if isinstance(web_url, str) else "", pipeline=pipeline)
+
+
+def _job(item: Any) -> BuildkiteJob | None:
+    """A command job (`type: script`) of a build; waiters, block steps and triggers are not jobs that report."""
+    if not isinstance(item, Mapping) or item.get("type") != "script" or not isinstance(item.get("id"), str):
+        return None
+    state = str(item.get("state") or "")
+    name = item.get("name") or item.get("step_key") or item.get("label") or ""
+    url = item.get("web_url")
+    return BuildkiteJob(
+        id=item["id"],
+        name=str(name)[:200],
+        state=state,
+        conclusion=buildkite_conclusion(state, item.get("soft_failed") is True),
+        started_at=timestamp(item.get("started_at")),
+        finished_at=timestamp(item.get("finished_at")),
+        url=url if isinstance(url, str) else "",
+    )

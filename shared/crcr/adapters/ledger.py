@@ -36,6 +36,7 @@ def _ledger_row(delivery_id: str, item: dict[str, Any]) -> LedgerRow:
         build_id=item.get("build_id", {}).get("S"),
         build_number=int(item["build_number"]["N"]) if "N" in item.get("build_number", {}) else None,
         build_url=item.get("build_url", {}).get("S"),
+        build_pipeline=item.get("build_pipeline", {}).get("S") or None,
         unsettled=frozenset(item.get("unsettled", {}).get("SS", [])),
         start_watched=item.get("sweep_pk", {}).get("S") == "START",
         run_id=item.get("run_id", {}).get("S"),
@@ -147,8 +148,9 @@ class DynamoLedger:
         }
         built = ""
         if build is not None:
-            built = ", build_id = :bid, build_number = :bnum, build_url = :burl"
+            built = ", build_id = :bid, build_number = :bnum, build_url = :burl, build_pipeline = :bpipe"
             values |= {":bid": {"S": build.id}, ":bnum": {"N": str(build.number)}, ":burl": {"S": build.url}}
+            values |= {":bpipe": {"S": build.pipeline}}
         if run_id is not None:
             built += ", run_id = :run"
             values[":run"] = {"S": run_id}

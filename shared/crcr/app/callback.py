@@ -50,7 +50,7 @@ from crcr.domain.jsondoc import MAX_DEPTH, dumps, loads
 from crcr.domain.levels import Level
 from crcr.domain.limits import MAX_JOBS_PER_DISPATCH, MAX_RUN_ATTEMPT, MAX_STORED_BYTES_PER_JOB
 from crcr.domain.providers import Providers
-from crcr.domain.runs import GITHUB, GITHUB_AND_REPORT
+from crcr.domain.runs import GITHUB, from_ci, with_report
 from crcr.domain.triage import Dropped as TriageDropped
 from crcr.domain.triage import validate as validate_triage
 
@@ -585,8 +585,9 @@ def _check_hud_key_free(row: LedgerRow, report: Report, deps: CallbackDeps, now:
 
 
 def _github_only(record: JobRecord) -> bool:
-    """A job recorded from GitHub's jobs listing that no completed report has added its words to yet."""
-    return record.source in (GITHUB, GITHUB_AND_REPORT) and record.fingerprint.startswith("github:")
+    """A job recorded from its CI's own word (GitHub's jobs listing, Buildkite's build) that no completed report
+    has added its words to yet."""
+    return from_ci(record.source, record.fingerprint)
 
 
 def _github_twin(row: LedgerRow, report: Report, deps: CallbackDeps) -> JobRecord | None:
@@ -621,7 +622,7 @@ def _enriched(
         url=current.url or words.url,
         failure_kind=report.failure_kind if failed else None,
         failed_tests=words.failed_tests,
-        source=GITHUB_AND_REPORT,
+        source=with_report(current.source.removesuffix("+report") or GITHUB),
         reported_conclusion=report.conclusion if report.conclusion != current.conclusion else None,
         version=current.version + 1,
     )

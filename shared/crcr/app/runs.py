@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from crcr.app.ports import Clock, Metrics
 from crcr.app.ports.github import GitHubError
@@ -22,7 +24,7 @@ from crcr.contracts.messages import RunMessage
 from crcr.domain.ids import repo_key
 from crcr.domain.levels import Level
 from crcr.domain.limits import MAX_JOBS_PER_DISPATCH
-from crcr.domain.runs import GITHUB, GITHUB_AND_REPORT, is_report_job, run_progress
+from crcr.domain.runs import GITHUB, is_report_job, run_progress, with_report
 
 
 class RunNotYetKnown(Exception):
@@ -117,6 +119,42 @@ def reconcile_attempt(row: LedgerRow, run: BoundRun, deps: RunsDeps) -> str:
         deps.metrics.count("RunJobsRetried")
         raise
     deps.metrics.count("RunJobsListed")
+    record_jobs(row, run, jobs, deps)
+    deps.runs.reconciled(row.repo, run.run_id, run.attempt, owner)
+    return "reconciled"
+
+
+class JobRecording(Protocol):
+    """What recording a CI's own word on a run's jobs needs (RunsDeps has it)."""
+
+    @property
+    def results(self) -> ResultsStore: ...
+    @property
+    def hud_keys(self) -> HudKeys: ...
+    @property
+    def metrics(self) -> Metrics: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def max_jobs_per_dispatch(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class Recording:
+    """JobRecording on its own, for a sweeper without GitHub's record (no App credentials) that reads Buildkite's."""
+
+    results: ResultsStore
+    hud_keys: HudKeys
+    metrics: Metrics
+    clock: Clock
+    max_jobs_per_dispatch: int = MAX_JOBS_PER_DISPATCH
+
+
+def record_jobs(
+    row: LedgerRow, run: BoundRun, jobs: Iterable[GitHubJob], deps: JobRecording, source: str = GITHUB
+) -> None:
+    """Record every finished job of a run attempt, as the CI (`source`: GitHub's listing, or Buildkite's build)
+    says it ended, where no report completed it; a report that said otherwise is overruled and counted."""
     mine = [
         r
         for r in deps.results.jobs_of_dispatch(row.dispatch_id)
@@ -124,9 +162,7 @@ def reconcile_attempt(row: LedgerRow, run: BoundRun, deps: RunsDeps) -> str:
     ]
     for job in jobs:
         if job.status == "completed" and not is_report_job(job.name):
-            _reconcile_job(row, run, job, mine, deps)
-    deps.runs.reconciled(row.repo, run.run_id, run.attempt, owner)
-    return "reconciled"
+            _reconcile_job(row, run, job, mine, deps, source)
 
 
 def twin_of(recorded: list[JobRecord], check_run_id: str | None, name: str) -> JobRecord | None:
@@ -137,7 +173,9 @@ def twin_of(recorded: list[JobRecord], check_run_id: str | None, name: str) -> J
     return next((r for r in recorded if r.job_name == name), None)
 
 
-def _reconcile_job(row: LedgerRow, run: BoundRun, job: GitHubJob, mine: list[JobRecord], deps: RunsDeps) -> None:
+def _reconcile_job(
+    row: LedgerRow, run: BoundRun, job: GitHubJob, mine: list[JobRecord], deps: JobRecording, source: str
+) -> None:
     conclusion = job.conclusion or "neutral"
     for _ in range(3):
         current = twin_of(mine, str(job.id), job.name)
@@ -151,7 +189,7 @@ def _reconcile_job(row: LedgerRow, run: BoundRun, job: GitHubJob, mine: list[Job
                 current,
                 conclusion=conclusion,
                 failure_kind=current.failure_kind if conclusion in ("failure", "timed_out") else None,
-                source=GITHUB_AND_REPORT,
+                source=with_report(source),
                 reported_conclusion=current.reported_conclusion or current.conclusion,
                 completed_at=job.completed_at or current.completed_at,
                 verdict=None,
@@ -161,7 +199,7 @@ def _reconcile_job(row: LedgerRow, run: BoundRun, job: GitHubJob, mine: list[Job
                 deps.metrics.count("ResultDisagreed")
                 return
             continue
-        record = _from_github(row, run, job, conclusion, current, deps.clock.now())
+        record = _from_ci(row, run, job, conclusion, current, deps.clock.now(), source)
         if current is None and not _take_hud_key(row, run, record, deps):
             return
         if deps.results.put_job(record, current.version if current else None):
@@ -171,10 +209,10 @@ def _reconcile_job(row: LedgerRow, run: BoundRun, job: GitHubJob, mine: list[Job
         mine = [r for r in deps.results.jobs_of_dispatch(row.dispatch_id) if r.run_id == run.run_id]
 
 
-def _from_github(
-    row: LedgerRow, run: BoundRun, job: GitHubJob, conclusion: str, current: JobRecord | None, now: float
+def _from_ci(
+    row: LedgerRow, run: BoundRun, job: GitHubJob, conclusion: str, current: JobRecord | None, now: float, source: str
 ) -> JobRecord:
-    """The job as GitHub says it ended; on a record a report started (in progress, or timed out by the sweeper),
+    """The job as its CI says it ended; on a record a report started (in progress, or timed out by the sweeper),
     its name, first start and words stay."""
     completed_at = job.completed_at or now
     started_at = (current.started_at if current and current.started_at else None) or job.started_at or completed_at
@@ -187,7 +225,7 @@ def _from_github(
         workflow_name=(current.workflow_name if current else "") or run.workflow_name,
         state="completed",
         conclusion=conclusion,
-        fingerprint=f"github:{job.id}",
+        fingerprint=f"{source}:{job.id}",
         url=job.url or (current.url if current else "") or run.url,
         started_at=started_at,
         completed_at=completed_at,
@@ -196,13 +234,13 @@ def _from_github(
         check_run_id=(current.check_run_id if current else "") or str(job.id),
         reported_started_at=current.reported_started_at if current else "",
         triage=current.triage if current else "",
-        source=GITHUB_AND_REPORT
-        if current is not None and current.source != GITHUB and current.fingerprint
-        else GITHUB,
+        source=with_report(source)
+        if current is not None and current.source != source and current.fingerprint
+        else source,
     )
 
 
-def _take_hud_key(row: LedgerRow, run: BoundRun, record: JobRecord, deps: RunsDeps) -> bool:
+def _take_hud_key(row: LedgerRow, run: BoundRun, record: JobRecord, deps: JobRecording) -> bool:
     """A job only GitHub reported takes its HUD row's key among the dispatch's jobs, as a report would."""
     key = json.dumps([record.workflow_name, record.job_name, record.check_run_id])  # the callback's key
     owner = f"run {run.run_id} attempt {run.attempt}"

@@ -2,8 +2,10 @@
 
 GitHub's record of the run decides where it can: a dispatch whose run GitHub never created is `not_started` with
 the reason, one whose run exists is bound to it; a job GitHub says finished gets GitHub's conclusion, one it says is
-still running keeps running; a bound run whose `completed` event never came is asked about. Only what GitHub cannot
-tell (a Buildkite build, a run without the dispatch id in its title, GitHub unavailable for long) becomes timed_out.
+still running keeps running; a bound run whose `completed` event never came is asked about. A Buildkite build the
+relay created is read once when it should have finished: its jobs recorded as Buildkite says they ended, or asked
+about again while it runs. Only what neither can tell (a run without the dispatch id in its title, a build older
+than its pipeline's record in the ledger, GitHub or Buildkite unavailable for long) becomes timed_out.
 
 Found through sparse indexes (only watched rows carry the key), never a scan. The reporter then pushes the change to
 the HUD and the check run like any other; a later genuine completion replaces timed_out.
@@ -16,13 +18,14 @@ from typing import Protocol
 
 from crcr.app.checks import SWEPT
 from crcr.app.ports import Clock, Metrics
+from crcr.app.ports.buildkite import BuildkiteError, BuildReader
 from crcr.app.ports.github import GitHubError, GitHubRejected
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.ledger import LedgerRow
-from crcr.app.ports.runs import BoundRun, RunFinder, Search
-from crcr.app.runs import RunsDeps, reconcile_attempt
+from crcr.app.ports.runs import BoundRun, GitHubJob, RunFinder, Search
+from crcr.app.runs import JobRecording, RunsDeps, reconcile_attempt, record_jobs
 from crcr.domain.ids import NO_RUN, is_github_run
-from crcr.domain.runs import GITHUB, NOT_STARTED, not_started_reason, run_progress
+from crcr.domain.runs import BUILDKITE, GITHUB, NOT_STARTED, not_started_reason, run_progress
 
 
 class StartWatch(Protocol):
@@ -58,12 +61,26 @@ class GitHubRecord:
 
 
 @dataclass(frozen=True)
+class BuildkiteRecord:
+    """What the sweeper asks Buildkite with, about the builds the relay created (None in SweepDeps: no API token,
+    time-outs only)."""
+
+    builds: BuildReader
+    recording: JobRecording
+    start_timeout_s: float
+    run_timeout_s: float  # Buildkite unavailable for twice this past a deadline: timed out
+    recheck_s: float = 3600.0  # a build Buildkite says is still running is asked about again after this
+    retry_s: float = 300.0  # Buildkite unavailable: asked again after this
+
+
+@dataclass(frozen=True)
 class SweepDeps:
     starts: StartWatch
     runs: RunWatch
     metrics: Metrics
     clock: Clock
     github: GitHubRecord | None = None
+    buildkite: BuildkiteRecord | None = None
 
 
 @dataclass
@@ -81,12 +98,22 @@ def sweep(deps: SweepDeps) -> SweepSummary:
     for row in deps.starts.due_starts(now):
         if deps.github is not None and _asked_about_start(row, deps.github, deps, now, summary):
             continue
+        if deps.buildkite is not None and _asked_buildkite(row, None, deps.buildkite, deps, now):
+            continue
         _time_out_start(row, deps, now, summary)
     if deps.github is not None:
         for run in deps.github.runs.runs.due_runs(now):
             _ask_about_run(run, deps.github, deps, now)
     for job in deps.runs.due_runs(now):
         if deps.github is not None and is_github_run(job.run_id) and _asked_about_job(job, deps.github, deps, now):
+            summary.asked_about.append(f"{job.repo}/{job.job_name}")
+            continue
+        dispatched = deps.starts.get(job.delivery_id, job.repo) if deps.buildkite is not None else None
+        if (
+            deps.buildkite is not None
+            and dispatched is not None
+            and _asked_buildkite(dispatched, job, deps.buildkite, deps, now)
+        ):
             summary.asked_about.append(f"{job.repo}/{job.job_name}")
             continue
         timed_out = replace(
@@ -245,3 +272,62 @@ def _asked_about_job(job: JobRecord, gh: GitHubRecord, deps: SweepDeps, now: flo
 def _recheck(job: JobRecord, at: float, deps: SweepDeps) -> bool:
     deps.runs.put_job(replace(job, recheck_at=at, version=job.version + 1), job.version)
     return True
+
+
+def _asked_buildkite(row: LedgerRow, job: JobRecord | None, bk: BuildkiteRecord, deps: SweepDeps, now: float) -> bool:
+    """A Buildkite build the relay created with no job reported by its start time-out (`job` None), or with `job`
+    unfinished at its deadline: one read of the build. Finished: its jobs are recorded as Buildkite says they ended;
+    still running: asked again later. False: Buildkite cannot tell (no such build, a row from before the build's
+    pipeline was kept, Buildkite unavailable for long): time it out."""
+    if row.ci != "buildkite" or row.build_number is None or not row.build_id or not row.build_pipeline:
+        return False
+    organization, _, pipeline = row.build_pipeline.partition("/")
+    try:
+        build = bk.builds.build(organization, pipeline, row.build_number)
+    except BuildkiteError:
+        # Buildkite unavailable: asked again, up to twice the run's time-out past the deadline, then timed out.
+        deps.metrics.count("SweepBuildkiteUnavailable")
+        since = job.started_at or job.dispatched_at if job is not None else (row.dispatched_at or now)
+        last = since + (bk.run_timeout_s if job is not None else bk.start_timeout_s) + 2 * bk.run_timeout_s
+        return now < last and _ask_again(row, job, min(now + bk.retry_s, last), deps)
+    if build is None:
+        deps.metrics.count("SweepBuildkiteRefused")
+        return False
+    if not build.finished:
+        deps.metrics.count("BuildStillRunning")  # it runs: asked again, as GitHub's runs are
+        return _ask_again(row, job, now + bk.recheck_s, deps)
+    run = BoundRun(
+        repo=row.repo,
+        run_id=row.build_id,
+        delivery_id=row.delivery_id,
+        dispatch_id=row.dispatch_id,
+        attempt=job.run_attempt if job is not None else 1,
+        status="completed",
+        workflow_name=pipeline,
+        url=row.build_url or "",
+    )
+    jobs = [
+        GitHubJob(
+            j.id, j.name, "completed" if j.conclusion else j.state, j.conclusion, j.started_at, j.finished_at, j.url
+        )
+        for j in build.jobs
+    ]
+    record_jobs(row, run, jobs, bk.recording, BUILDKITE)
+    deps.metrics.count("BuildRead")
+    if job is None:
+        deps.starts.clear_start_watch(row.delivery_id, row.repo)
+        return True
+    latest = deps.runs.get_job(job.dispatch_id, job.run_id, job.run_attempt, job.job_name)
+    if latest is not None and latest.state == "in_progress":
+        # The build is over and names no such job: it is not running, and how it ended Buildkite cannot say.
+        done = replace(latest, state="completed", conclusion="neutral", completed_at=now, version=latest.version + 1)
+        if deps.runs.put_job(replace(done, source=BUILDKITE), latest.version):
+            deps.metrics.count("RunJobUnmatched")
+    return True
+
+
+def _ask_again(row: LedgerRow, job: JobRecord | None, at: float, deps: SweepDeps) -> bool:
+    if job is None:
+        deps.starts.rewatch_start(row.delivery_id, row.repo, at)
+        return True
+    return _recheck(job, at, deps)

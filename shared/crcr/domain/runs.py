@@ -20,9 +20,22 @@ JOB_CONCLUSIONS = frozenset(
 # Who a job record's state comes from (JobRecord.source): "" the downstream's reports alone.
 GITHUB = "github"  # GitHub's record of the run (its jobs listing) alone
 GITHUB_AND_REPORT = "github+report"  # both: GitHub's conclusion and times stand, the report's words are kept
+BUILDKITE = "buildkite"  # Buildkite's record of the build (one read of it, by the sweeper) alone
 # Jobs whose name starts so are report steps (examples/workflows/downstream.yml): GitHub lists them among the run's
 # jobs, and the relay never records them as jobs of the downstream.
 REPORT_JOB_PREFIX = "crcr report"
+
+
+def with_report(source: str) -> str:
+    """The source of a record the CI made and a report added its words to: `github+report`, `buildkite+report`."""
+    return f"{source}+report"
+
+
+def from_ci(source: str, fingerprint: str) -> bool:
+    """A record the CI's own word made (GitHub's listing, Buildkite's build) and no completed report has added to."""
+    return source in (GITHUB, BUILDKITE, with_report(GITHUB), with_report(BUILDKITE)) and fingerprint.startswith(
+        (f"{GITHUB}:", f"{BUILDKITE}:")
+    )
 
 
 def is_report_job(name: str) -> bool:
@@ -63,3 +76,25 @@ def not_started_reason(repo: str, event_type: str, minutes: int, ci_event: str =
         f"listens to `{ci_event}` type `{event_type}` (check `on: {ci_event}: types:`), or that workflow is "
         "disabled, or its file was removed"
     )
+
+
+# A Buildkite job's final state as a job conclusion (buildkite.com/docs/apis/rest-api/builds: the jobs' `state`);
+# a state not here is not final.
+_BUILDKITE_FINAL = {
+    "passed": "success",
+    "failed": "failure",
+    "timed_out": "timed_out",
+    "canceled": "cancelled",
+    "expired": "cancelled",  # no agent took it before its expiry
+    "skipped": "skipped",
+    "broken": "skipped",  # its step's condition kept it from running
+    "not_run": "skipped",
+}
+# Build states after which nothing in the build changes any more.
+BUILDKITE_BUILD_FINAL = frozenset({"passed", "failed", "canceled", "skipped", "not_run"})
+
+
+def buildkite_conclusion(state: str, soft_failed: bool = False) -> str | None:
+    """None while the job may still change; a soft failure (allowed to fail) is `neutral`."""
+    conclusion = _BUILDKITE_FINAL.get(state)
+    return "neutral" if conclusion == "failure" and soft_failed else conclusion

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 # Buildkite meta_data keys of a relay-created build; the dispatch id finds the build again
 # (GET .../builds?meta_data[crcr_dispatch_id]=<id>).
@@ -50,3 +51,29 @@ class BuildkiteRejected(BuildkiteError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"{status}: {message}")
         self.status = status
+
+
+@dataclass(frozen=True)
+class BuildkiteJob:
+    """One command job of a build as Buildkite describes it (`GET .../builds/{number}`, its `jobs`)."""
+
+    id: str  # the job's UUID: the callback's check_run_id for it
+    name: str
+    state: str  # scheduled, running, passed, failed, canceled, timed_out, expired, ...
+    conclusion: str | None  # crcr.domain.runs.buildkite_conclusion: None while it has not finished
+    started_at: float | None
+    finished_at: float | None
+    url: str
+
+
+@dataclass(frozen=True)
+class BuildkiteBuild:
+    state: str
+    finished: bool  # the build is over: each job's conclusion is final
+    jobs: tuple[BuildkiteJob, ...]  # its command jobs, the latest retry of each
+
+
+class BuildReader(Protocol):
+    def build(self, organization: str, pipeline: str, number: int) -> BuildkiteBuild | None:
+        """None: Buildkite has no such build (404). Raises BuildkiteError otherwise."""
+        ...

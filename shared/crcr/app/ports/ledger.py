@@ -14,6 +14,7 @@ class BuildRef:
     id: str
     number: int
     url: str
+    pipeline: str = ""  # "<organization>/<pipeline>": where to ask about the build later
 
 
 class LedgerState(Enum):
@@ -48,6 +49,7 @@ class LedgerRow:
     build_id: str | None = None  # the build's UUID (the callback's run_id)
     build_number: int | None = None  # the token's build_number claim
     build_url: str | None = None
+    build_pipeline: str | None = None  # "<organization>/<pipeline>" (rows written since the sweeper asks Buildkite)
     # Attempts that took the claim and may have sent (a timeout, a dropped connection, a 5xx, a worker that
     # died): a Buildkite re-send first looks for a build they created, since Buildkite has no idempotency key.
     unsettled: frozenset[str] = frozenset()

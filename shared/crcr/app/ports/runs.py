@@ -14,7 +14,7 @@ from crcr.app.ports.ledger import LedgerRow
 class GitHubJob:
     """One job of a run attempt as GitHub lists it (`GET .../actions/runs/{id}/attempts/{n}/jobs`)."""
 
-    id: int  # also the job's check run id
+    id: int | str  # also the job's check run id (a Buildkite job's UUID, when the sweeper reads a build)
     name: str
     status: str  # queued, in_progress, completed, waiting...
     conclusion: str | None
