@@ -19,6 +19,8 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 
+from crcr.domain.signature import sign
+
 INSTALLATION_DOCS = "https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app"
 
 
@@ -54,7 +56,7 @@ class SandboxGitHub:
         self._lock = threading.Lock()
         self._tokens: dict[str, _Token] = {}
         self._owners: dict[int, str] = {}
-        self.on_dispatch: Callable[[str, int, dict[str, Any]], None] | None = None
+        self.on_dispatch: Callable[[str, int, dict[str, Any], str], None] | None = None
         self.dispatches: list[dict[str, Any]] = []
         self.check_runs: dict[int, dict[str, Any]] = {}
         self.comments: dict[int, dict[str, Any]] = {}  # PR comments, kept for `crcr demo` to show
@@ -122,6 +124,8 @@ class SandboxGitHub:
             )
         if m := re.fullmatch(r"/repos/([^/]+/[^/]+)/actions/runs/(\d+)(/rerun-failed-jobs)?", path):
             return self._run(method, m.group(1), int(m.group(2)), bool(m.group(3)), auth)
+        if m := re.fullmatch(r"/repos/([^/]+/[^/]+)/actions/runs(?:/(\d+)/attempts/(\d+)/jobs)?", path):
+            return self._runs_read(method, m.group(1), m.group(2), m.group(3), auth)
         if m := re.fullmatch(r"/repos/([^/]+/[^/]+)/check-runs(?:/(\d+))?", path):
             return self._check_run(method, m.group(1), m.group(2), auth, body or {})
         if m := re.fullmatch(r"/repos/([^/]+/[^/]+)/issues/(?:(\d+)/comments|comments/(\d+))", path):
@@ -149,7 +153,7 @@ class SandboxGitHub:
                     }
                 )
             if self.on_dispatch is not None:
-                self.on_dispatch(repo, _ids(repo)[1], payload)
+                self.on_dispatch(repo, _ids(repo)[1], payload, str((body or {}).get("event_type") or ""))
             return SandboxReply(204)
         return SandboxReply(404, {"message": "Not Found"})
 
@@ -172,6 +176,22 @@ class SandboxGitHub:
                 self.reruns.append((repo, run_id))
             return SandboxReply(201, {})
         return SandboxReply(404, {"message": "Not Found"})
+
+    def _runs_read(self, method: str, repo: str, run_id: str | None, attempt: str | None, auth: str) -> SandboxReply:
+        """GitHub's record of the runs the sandbox played: a repository's runs (newest first, one page, the
+        filters not applied), or one attempt's jobs."""
+        denied = self._token_denied(auth, repo)
+        if denied is not None:
+            return denied
+        if method != "GET" or self.runs is None:
+            return SandboxReply(404, {"message": "Not Found"})
+        if run_id is None:
+            found = self.runs.runs_of(repo)
+            return SandboxReply(200, {"total_count": len(found), "workflow_runs": found})
+        jobs = self.runs.jobs(repo, int(run_id), int(attempt or 1))
+        if jobs is None:
+            return SandboxReply(404, {"message": "Not Found"})
+        return SandboxReply(200, {"total_count": len(jobs), "jobs": jobs})
 
     def _token_denied(self, auth: str, repo: str) -> SandboxReply | None:
         with self._lock:
@@ -233,8 +253,10 @@ class SandboxGitHub:
 
 @dataclass(frozen=True)
 class SandboxJob:
-    """What one job of a sandbox run reports. `finish=False`: it starts and never reports again (the sweeper
-    times it out); `failure_kind` and `failed_tests` go with a failure, as a downstream's report carries them."""
+    """What one job of a sandbox run reports. `finish=False`: its runner vanishes after it started: it never
+    reports again, and GitHub fails the job a while later (`lost_s`; on GitHub.com about ten minutes), as it does
+    when it loses a runner; `failure_kind` and `failed_tests` go with a failure, as a downstream's report carries
+    them."""
 
     name: str = "build-and-test"
     conclusion: str = "success"
@@ -250,7 +272,10 @@ DEFAULT_RUN = ("crcr sandbox", [SandboxJob()], [SandboxJob()])
 
 
 class SandboxWorkflows:
-    """Plays a downstream workflow for each sandbox dispatch: in_progress, then completed, over HTTP.
+    """Plays a downstream workflow for each sandbox dispatch, as GitHub and the downstream would: the run is
+    created (queued) titled with the dispatch id (the example workflow's `run-name`), starts, and completes; its jobs
+    report in_progress, then completed, over HTTP; GitHub's record of it (the run, its jobs per attempt) is served
+    by the sandbox GitHub, and each step sends the App the `workflow_run` webhook (`deliver`, set by the stack).
 
     The runs report through the relay's real /callback path with tokens from the sandbox issuer. `script`
     (`crcr demo` sets it) decides per dispatch what its runs report; a run the relay re-runs (the sandbox
@@ -259,19 +284,25 @@ class SandboxWorkflows:
 
     # A run starts 1.5 s after its dispatch (a real one takes far longer to get a runner): time for an L4
     # repository's check run to show queued first, as it does on GitHub, even while ChecksFunction starts cold.
-    def __init__(self, mint: Callable[..., str], audience: str, queue_s: float = 1.5, run_s: float = 0.8) -> None:
+    def __init__(
+        self, mint: Callable[..., str], audience: str, queue_s: float = 1.5, run_s: float = 0.8, lost_s: float = 4.0
+    ) -> None:
         self._mint = mint
         self._audience = audience
         self._queue_s = queue_s
         self._run_s = run_s
+        self._lost_s = lost_s
         self._lock = threading.Lock()
         self._next_run = 9_000_000_000
+        self._next_job = 70_000_000_000
         self.replies: list[dict[str, Any]] = []
         self.script: Script | None = None
-        # run id -> (repo, repo id, client payload, workflow, jobs of attempt 1, jobs of a re-run, attempt, status)
+        self.deliver: Callable[[str, dict[str, Any]], None] | None = None  # a webhook to the App
+        # run id -> repo, repo id, client payload, workflow, title, re-run's jobs, attempt, status, conclusion, and
+        # GitHub's jobs of each attempt
         self.runs: dict[int, dict[str, Any]] = {}
 
-    def start(self, repo: str, repo_id: int, client_payload: dict[str, Any]) -> None:
+    def start(self, repo: str, repo_id: int, client_payload: dict[str, Any], event_type: str = "") -> None:
         planned = (self.script(repo, client_payload) if self.script else None) or [DEFAULT_RUN]
         for workflow, jobs, rerun in planned:
             with self._lock:
@@ -279,16 +310,32 @@ class SandboxWorkflows:
                 run_id = self._next_run
                 self.runs[run_id] = {
                     "repo": repo, "repo_id": repo_id, "payload": client_payload, "workflow": workflow,
-                    "rerun": rerun, "attempt": 1, "status": "queued",
+                    "title": f"crcr {event_type} {client_payload.get('dispatch_id') or ''}".strip(),
+                    "rerun": rerun, "attempt": 1, "status": "queued", "conclusion": None, "created": time.time(),
+                    "jobs": {},
                 }  # fmt: skip
+            self._hook(run_id, "requested")
             threading.Thread(target=self._play, args=(run_id, jobs, 1), daemon=True).start()
 
     def status(self, repo: str, run_id: int) -> dict[str, Any] | None:
+        """The run as `GET .../actions/runs/{id}` describes it now."""
         with self._lock:
             run = self.runs.get(run_id)
             if run is None or run["repo"].lower() != repo.lower():
                 return None
-            return {"id": run_id, "status": run["status"], "run_attempt": run["attempt"]}
+            return self._run_obj(run_id, run)
+
+    def runs_of(self, repo: str) -> list[dict[str, Any]]:
+        with self._lock:
+            found = [self._run_obj(i, r) for i, r in self.runs.items() if r["repo"].lower() == repo.lower()]
+        return found[::-1]
+
+    def jobs(self, repo: str, run_id: int, attempt: int) -> list[dict[str, Any]] | None:
+        with self._lock:
+            run = self.runs.get(run_id)
+            if run is None or run["repo"].lower() != repo.lower() or attempt not in run["jobs"]:
+                return None
+            return [dict(job) for job in run["jobs"][attempt]]
 
     def rerun(self, repo: str, run_id: int) -> bool:
         """GitHub's rerun-failed-jobs: the run's failed jobs play again as the next attempt."""
@@ -297,10 +344,52 @@ class SandboxWorkflows:
             if run is None or run["repo"].lower() != repo.lower() or run["status"] != "completed":
                 return False
             run["attempt"] += 1
-            run["status"] = "queued"
+            run["status"], run["conclusion"] = "queued", None
             attempt, jobs = run["attempt"], run["rerun"]
+        self._hook(run_id, "requested")
         threading.Thread(target=self._play, args=(run_id, jobs, attempt), daemon=True).start()
         return True
+
+    @staticmethod
+    def _run_obj(run_id: int, run: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "id": run_id, "name": run["workflow"], "display_title": run["title"], "event": "repository_dispatch",
+            "status": run["status"], "conclusion": run["conclusion"], "run_attempt": run["attempt"],
+            "html_url": f"https://github.com/{run['repo']}/actions/runs/{run_id}", "created_at": _iso(run["created"]),
+        }  # fmt: skip
+
+    def _hook(self, run_id: int, action: str) -> None:
+        with self._lock:
+            run = self.runs[run_id]
+            payload = {
+                "action": action,
+                "workflow_run": self._run_obj(run_id, run),
+                "repository": {"id": run["repo_id"], "full_name": run["repo"]},
+                "installation": {"id": _ids(run["repo"])[0]},
+            }
+        if self.deliver is not None:
+            self.deliver("workflow_run", payload)
+
+    def _github_jobs(self, run_id: int, jobs: list[SandboxJob], attempt: int) -> list[dict[str, Any]]:
+        """GitHub's record of the attempt's jobs, all in progress from now."""
+        with self._lock:
+            run = self.runs[run_id]
+            made = []
+            for job in jobs:
+                self._next_job += 1
+                made.append({
+                    "id": self._next_job, "run_id": run_id, "run_attempt": attempt, "name": job.name,
+                    "status": "in_progress", "conclusion": None, "started_at": _iso(time.time()),
+                    "completed_at": None, "runner_name": "crcr-sandbox-runner",
+                    "html_url": f"https://github.com/{run['repo']}/actions/runs/{run_id}/job/{self._next_job}",
+                })  # fmt: skip
+            run["jobs"][attempt] = made
+            run["status"] = "in_progress"
+            return made
+
+    def _end(self, record: dict[str, Any], conclusion: str) -> None:
+        with self._lock:
+            record.update(status="completed", conclusion=conclusion, completed_at=_iso(time.time()))
 
     def _play(self, run_id: int, jobs: list[SandboxJob], attempt: int) -> None:
         run = self.runs[run_id]
@@ -317,16 +406,24 @@ class SandboxWorkflows:
             "url": f"https://github.com/{repo}/actions/runs/{run_id}",
         }
         time.sleep(self._queue_s)
-        with self._lock:
-            run["status"] = "in_progress"
+        records = self._github_jobs(run_id, jobs, attempt)
+        self._hook(run_id, "in_progress")
         for job in jobs:
             self._report(url, repo, repo_id, run_id, base | {"job_name": job.name, "status": "in_progress"}, attempt)
         time.sleep(self._run_s)
-        for job in jobs:
+        for job, record in zip(jobs, records, strict=True):
             if job.finish:
+                self._end(record, job.conclusion)
                 self._report(url, repo, repo_id, run_id, base | {"job_name": job.name} | _completed(job), attempt)
-        with self._lock:  # a job that never reports lost its runner: the run is over, and can be re-run
-            run["status"] = "completed"
+        if not all(job.finish for job in jobs):
+            time.sleep(self._lost_s)  # GitHub notices the lost runner and fails its job
+            for job, record in zip(jobs, records, strict=True):
+                if not job.finish:
+                    self._end(record, "failure")
+        with self._lock:
+            failed = any(r["conclusion"] not in ("success", "skipped", "neutral") for r in records)
+            run["status"], run["conclusion"] = "completed", "failure" if failed else "success"
+        self._hook(run_id, "completed")
 
     def _report(self, url: str, repo: str, repo_id: int, run_id: int, body: dict[str, Any], attempt: int = 1) -> None:
         token = self._mint(
@@ -347,6 +444,35 @@ class SandboxWorkflows:
             status, reply = 0, {"error": repr(exc)}
         with self._lock:
             self.replies.append({"repo": repo, "status": body["status"], "http": status, "reply": reply})
+
+
+def post_webhook(
+    url: str, secret: str, event: str, body: bytes, delivery_id: str, agent: str = "GitHub-Hookshot/crcr-sandbox"
+) -> tuple[int, dict[str, Any]]:
+    """One webhook to the relay at `url`, signed as GitHub signs it."""
+    request = urllib.request.Request(  # noqa: S310 - a local http URL we started ourselves
+        f"{url}/webhook",
+        data=body,
+        method="POST",
+        headers={
+            "content-type": "application/json",
+            "x-github-event": event,
+            "x-github-delivery": delivery_id,
+            "x-hub-signature-256": sign(secret.encode(), body),
+            "user-agent": agent,
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
+            return resp.status, json.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+    except OSError as exc:
+        return 0, {"error": repr(exc)}
+
+
+def _iso(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _completed(job: SandboxJob) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
 from crcr.local.filters import passes
 from crcr.local.front import FrontEnd
-from crcr.local.sandbox import SandboxGitHub, SandboxWorkflows
+from crcr.local.sandbox import SandboxGitHub, SandboxWorkflows, post_webhook
 from crcr.local.sandbox_buildkite import SandboxBuildkite, new_api_token
 from crcr.local.sandbox_oidc import SandboxOidc
 from crcr.local.template import FunctionDecl, Resolver, StreamSource, functions_of, load_template, resources_of
@@ -856,8 +856,14 @@ class LocalStack:
         resolver = self._create_resources()
         self._configure_functions(resolver)
         self._serve()
+        if self.workflows is not None:
+            self.workflows.deliver = self._sandbox_webhook
         self._start_pollers()
         return self
+
+    def _sandbox_webhook(self, event: str, doc: dict[str, Any]) -> None:
+        """The sandbox's runs tell the App about themselves (`workflow_run`), signed as GitHub signs them."""
+        post_webhook(self.url, self.secrets["webhook_secret"], event, json.dumps(doc).encode(), str(uuid.uuid4()))
 
     def _start_sandbox_buildkite(self) -> None:
         """Buildkite downstreams build on a sandbox Buildkite whose jobs report with sandbox agent tokens."""
