@@ -92,6 +92,7 @@ def init_env(folder: Path) -> dict[str, str]:
     """Every setting any function's builder asks for, with keys made here; AWS on a port nothing listens on."""
     allowlist = folder / "allowlist.yaml"
     allowlist.write_text("L1:\n  - org/repo\n")
+    keys = h.generate_keys()
     queue = "http://127.0.0.1:9/000000000000/crcr-"
     return {
         "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
@@ -99,8 +100,8 @@ def init_env(folder: Path) -> dict[str, str]:
         "AWS_SECRET_ACCESS_KEY": "cold",
         "CRCR_UPSTREAM_REPO": "pytorch/pytorch",
         "CRCR_GITHUB_APP_ID": "1",
-        "CRCR_GITHUB_APP_PRIVATE_KEY": h.AppKey.generate().private_pem,
-        "CRCR_TICKET_SIGNING_KEY": h.ticket_key(),
+        "CRCR_GITHUB_APP_PRIVATE_KEY": keys["github_app_private_key"],
+        "CRCR_TICKET_SIGNING_KEY": keys["ticket_signing_key"],
         "CRCR_WEBHOOK_SECRET": "cold-start",
         "CRCR_ALLOWLIST": str(allowlist),
         "CRCR_OIDC_AUDIENCE": "crcr",

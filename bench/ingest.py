@@ -135,11 +135,7 @@ def throughput_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, An
     aws_ops = {k: v for k, v in sorted(aws_after.items()) if v}
     sent = max(1, events * targets)
     # Each warm dispatch the double accepted: (delivery id, arrival time), matched to its webhook's POST.
-    rows = [
-        (str(((q.json or {}).get("client_payload") or {}).get("delivery_id")), q.time)
-        for q in warm_requests
-        if h.request_kind(q) == "dispatches" and q.status == 204
-    ]
+    rows = [(h.delivery_of(q), q.time) for q in warm_requests if h.request_kind(q) == "dispatches" and q.status == 204]
     rows = [(d, t) for d, t in rows if d in set(deliveries)]
     span = max((t for _, t in rows), default=float("nan")) - first_post
     throughput = {
