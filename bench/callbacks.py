@@ -103,7 +103,7 @@ def callbacks_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any
         tokens = [token() for _ in range(recorded + extra)]
         repeat = body("job-0")
         rec, dup, more = _Tally(), _Tally(), _Tally()
-        invocations_before = dict(r.stack.invocations)
+        invocations_before = Counter(r.stack.invocations)
         issuer_mark = len(issuer.requests)
         aws_0 = Counter(work.calls)
         cpu_0 = (h.cpu_seconds(), h.cpu_seconds(r.moto.pid))
@@ -120,11 +120,7 @@ def callbacks_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any
         window_s = time.perf_counter() - t0
         cpu_1 = (h.cpu_seconds(), h.cpu_seconds(r.moto.pid))
         warm_requests = _issuer_paths(issuer, issuer_mark)
-        invocations_window = {
-            k: v - invocations_before.get(k, 0)
-            for k, v in r.stack.invocations.items()
-            if v - invocations_before.get(k, 0)
-        }
+        invocations_window = dict(Counter(r.stack.invocations) - invocations_before)
         sent_warm = recorded + duplicates + extra
 
         # -- completing: jobs that reported in_progress above now report completed (not timed)

@@ -67,9 +67,7 @@ class Window:
         finally:
             self.cpu_s += time.process_time() - cpu
             self.wall_s += time.perf_counter() - wall
-            after = self._aws.snapshot()
-            after.subtract(before)
-            self.calls.update({k: v for k, v in after.items() if v})
+            self.calls.update(self._aws.snapshot() - before)
             self.batch_sizes.append(size)
 
     def report(self, dispatches: int) -> dict[str, Any]:

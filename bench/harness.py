@@ -102,9 +102,7 @@ def summary_ms(values_s: list[float]) -> dict[str, Any]:
 
 def metrics_delta(before: Counter[str], prefixes: tuple[str, ...] = ("",)) -> dict[str, int]:
     """The relay's metric tally since `before`, the names starting with one of `prefixes`."""
-    now = Counter(TOTALS)
-    now.subtract(before)
-    return {k: v for k, v in sorted(now.items()) if v and k.startswith(prefixes)}
+    return {k: v for k, v in sorted((Counter(TOTALS) - before).items()) if k.startswith(prefixes)}
 
 
 def is_polling(operation: str) -> bool:
@@ -113,9 +111,7 @@ def is_polling(operation: str) -> bool:
 
 def calls_per(before: Counter[str], after: Counter[str], n: int, unit: str) -> dict[str, Any]:
     """AWS calls per `unit` between two snapshots, leaving out polling."""
-    diff = Counter(after)
-    diff.subtract(before)
-    ops = {k: v for k, v in sorted(diff.items()) if v and not is_polling(k)}
+    ops = {k: v for k, v in sorted((after - before).items()) if not is_polling(k)}
     per = {k: round(v / max(1, n), 2) for k, v in ops.items()}
     return {f"per_{unit}": per, f"total_per_{unit}": round(sum(ops.values()) / max(1, n), 2)}
 
@@ -290,8 +286,7 @@ class FunctionWork:
             try:
                 return invoke(logical_id, event)
             finally:
-                spent_cpu, spent_calls = self._cpu(), self._aws.of_threads(self._threads())
-                spent_calls.subtract(calls)
+                spent_cpu, spent_calls = self._cpu(), self._aws.of_threads(self._threads()) - calls
                 records = (event or {}).get("Records") or []
                 with self._lock:
                     self.invocations += 1
@@ -299,7 +294,7 @@ class FunctionWork:
                     self.records_by_source.update(str(r.get("eventSource", "?")) for r in records)
                     self.cpu_s += sum(v - cpu.get(t, 0.0) for t, v in spent_cpu.items())  # a new worker from 0
                     self.wall_s += time.perf_counter() - wall
-                    self.calls.update({k: v for k, v in spent_calls.items() if v})
+                    self.calls.update(spent_calls)
 
         stack.invoke = counted  # type: ignore[method-assign]
 

@@ -131,8 +131,7 @@ def throughput_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, An
         "unexpected_endpoints": unexpected,
         "double_internal_errors": internal_errors,
     }
-    aws_after.subtract(aws_before)
-    aws_ops = {k: v for k, v in sorted(aws_after.items()) if v}
+    aws_ops = dict(sorted((aws_after - aws_before).items()))
     sent = max(1, events * targets)
     # Each warm dispatch the double accepted: (delivery id, arrival time), matched to its webhook's POST.
     rows = [(h.delivery_of(q), q.time) for q in warm_requests if h.request_kind(q) == "dispatches" and q.status == 204]
