@@ -70,12 +70,13 @@ def coldstart_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any
     """This checkout's functions, and (with a baseline) the same at that ref."""
     cold: dict[str, Any] = {"source": measure_source(bench.out.say, args.coldstart_runs)}
     if ref := args.dispatch_baseline:
-        with h.exported(ref) as code:
-            if code is None:
-                cold["baseline"] = {"skipped": True, "reason": f"{ref} is not a commit here"}
-            else:
-                then = measure_source(bench.out.say, args.coldstart_runs, code[1], f"baseline {ref}")
-                cold["baseline"] = {"ref": ref, "commit": code[0]} | then | {"code": f"git archive {code[0][:12]}"}
+
+        def then(commit: str, code: Path) -> dict[str, Any]:
+            return measure_source(bench.out.say, args.coldstart_runs, code, f"baseline {ref}") | {
+                "code": f"git archive {commit[:12]}"
+            }
+
+        cold["baseline"] = h.at_baseline(ref, then)
     return {"cold_start": cold}
 
 

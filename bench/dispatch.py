@@ -296,16 +296,13 @@ def dispatch_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]
     result = fresh(argv)
     if result.get("skipped"):
         raise RuntimeError(f"section 10: {result['reason']}")
-    if args.dispatch_baseline:
-        with h.exported(args.dispatch_baseline) as code:
-            if code is None:
-                result["baseline"] = {"skipped": True, "reason": f"{args.dispatch_baseline} is not a commit here"}
-            else:
-                bench.out.say(f"   baseline {args.dispatch_baseline} ({code[0][:12]}), in a process of its own")
-                then = fresh(argv, code[1])
-                result["baseline"] = (
-                    then if then.get("skipped") else {"ref": args.dispatch_baseline, "commit": code[0]} | then
-                )
+    if ref := args.dispatch_baseline:
+
+        def then(commit: str, code: Path) -> dict[str, Any]:
+            bench.out.say(f"   baseline {ref} ({commit[:12]}), in a process of its own")
+            return fresh(argv, code)
+
+        result["baseline"] = h.at_baseline(ref, then)
     return {"dispatch": result}
 
 

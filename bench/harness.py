@@ -846,19 +846,19 @@ def git_info() -> dict[str, Any]:
     return {"commit": git("rev-parse", "HEAD") or None, "dirty": bool(status), "modified": status.splitlines()[:20]}
 
 
-@contextlib.contextmanager
-def exported(ref: str) -> Iterator[tuple[str, Path] | None]:
-    """The code at a git ref in a temporary directory, (its commit, the directory), or None when `ref` names none."""
+def at_baseline(ref: str, measure: Callable[[str, Path], dict[str, Any]]) -> dict[str, Any]:
+    """`measure(commit, folder)` of the code at a git ref, exported to a temporary folder, under the ref and its
+    commit; skipped when `ref` names no commit here, or when `measure` says it was."""
     commit = subprocess.run(
         ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=ROOT, capture_output=True, text=True, check=False
     ).stdout.strip()
     if not commit:
-        yield None
-        return
+        return {"skipped": True, "reason": f"{ref} is not a commit here"}
     with tempfile.TemporaryDirectory(prefix="crcr-bench-baseline-") as tmp:
         archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        yield commit, Path(tmp)
+        then = measure(commit, Path(tmp))
+    return then if then.get("skipped") else {"ref": ref, "commit": commit} | then
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["github-double"]:
