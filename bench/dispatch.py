@@ -213,9 +213,7 @@ def backlog(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
             r.plan_all(events)
             t0 = time.time()
             r.stack.start_pollers(DISPATCH)
-            deadline = time.monotonic() + args.dispatch_backlog_timeout
-            while r.github.ask()["dispatches"] < events * repos and time.monotonic() < deadline:
-                time.sleep(1.0)
+            h.wait_until(lambda: r.github.ask()["dispatches"] >= events * repos, args.dispatch_backlog_timeout, 1.0)
             drained_s = time.time() - t0
             time.sleep(2.0)  # a duplicate, if any, would land now
             seen = r.github.ask(times=True)
