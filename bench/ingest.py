@@ -70,6 +70,11 @@ def _per_pair(counts: dict[str, int], pairs: int) -> dict[str, float]:
     return {k: round(v / pairs, 3) for k, v in counts.items()} | {"total": round(sum(counts.values()) / pairs, 3)}
 
 
+def _phase(events: int, ok: bool, counts: dict[str, int], pairs: int) -> dict[str, Any]:
+    """The cold or the warm events' GitHub requests, by kind and per (event x target)."""
+    return {"events": events, "all_dispatched": ok, "requests": counts, "per_event_target": _per_pair(counts, pairs)}
+
+
 def throughput_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
     """Sections 2 and 3 on one stack: the cold event, then `events` more back to back."""
     body, out, targets, events = h.event_body(), bench.out, args.targets, args.events
@@ -110,23 +115,12 @@ def throughput_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, An
         invocations = dict(r.stack.invocations)
         end_off = out.offset()
     cold_counts, warm_counts = h.breakdown(cold_requests), h.breakdown(warm_requests)
-    warm_per_pair = _per_pair(warm_counts, events * targets)
     github = {
         "targets": targets,
         "installations": min(targets, h.MAX_INSTALLATIONS),
-        "cold": {
-            "events": 1,
-            "all_dispatched": cold_ok,
-            "requests": cold_counts,
-            "per_event_target": _per_pair(cold_counts, targets),
-        },
-        "warm": {
-            "events": events,
-            "all_dispatched": warm_ok,
-            "requests": warm_counts,
-            "per_event_target": warm_per_pair,
-        },
-        "meets_target": warm_per_pair["total"] <= WARM_REQUESTS_TARGET,
+        "cold": _phase(1, cold_ok, cold_counts, targets),
+        "warm": _phase(events, warm_ok, warm_counts, events * targets),
+        "meets_target": _per_pair(warm_counts, events * targets)["total"] <= WARM_REQUESTS_TARGET,
         "error_responses": {str(k): v for k, v in errors.items()},
         "unexpected_endpoints": unexpected,
         "double_internal_errors": internal_errors,
