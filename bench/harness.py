@@ -20,6 +20,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -197,11 +198,7 @@ def scan(ddb: Any, **kwargs: Any) -> list[dict[str, Any]]:
 
 def queue_depth(sqs: Any, url: str) -> int:
     """Messages waiting, delayed or in flight on a queue."""
-    names = [
-        "ApproximateNumberOfMessages",
-        "ApproximateNumberOfMessagesNotVisible",
-        "ApproximateNumberOfMessagesDelayed",
-    ]
+    names = [f"ApproximateNumberOfMessages{kind}" for kind in ("", "NotVisible", "Delayed")]
     return sum(int(v) for v in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"].values())
 
 
@@ -836,6 +833,11 @@ def machine() -> dict[str, Any]:
         "cpu_model": model or platform.processor() or None,
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def run_start() -> dict[str, Any]:
+    """When a run (the bench's, the soak's) started, on which commit and machine."""
+    return {"timestamp": datetime.now(UTC).isoformat(timespec="seconds"), "git": git_info(), "machine": machine()}
 
 
 def git_info() -> dict[str, Any]:

@@ -24,7 +24,6 @@ import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -874,11 +873,7 @@ def main() -> int:
     if args.events < 1 or args.targets < 1:
         parser.error(f"at least 1 event and 1 target (got {args.events} events x {args.targets} downstreams)")
     started = time.monotonic()
-    context = {
-        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
-        "git": h.git_info(),
-        "machine": h.machine(),
-    }
+    context = h.run_start()
     say(f"soak: {args.events} events x {args.targets} downstreams, bound {args.timeout_s:.0f} s, seed {args.seed}")
     key = h.AppKey.generate()
     # One organization, so one installation, per downstream: (repository, installation id, repository id).
