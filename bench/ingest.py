@@ -59,10 +59,9 @@ def ingest_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
         row["relay_log_at_shutdown"] = h.log_summary(out.lines_between(end_off))["lines"]
         results[str(n)] = row
         bench.out.say(f"  ingest ack N={n:<3} p50 {row.get('p50_ms')} ms  p99 {row.get('p99_ms')} ms")
-    p50s = [results[str(n)].get("p50_ms") for n in TARGET_COUNTS]
-    p99s = [results[str(n)].get("p99_ms") for n in TARGET_COUNTS]
-    results["p50_ratio_100_vs_1"] = round(p50s[-1] / p50s[0], 2) if p50s[0] and p50s[-1] else None
-    results["p99_ratio_100_vs_1"] = round(p99s[-1] / p99s[0], 2) if p99s[0] and p99s[-1] else None
+    for q in ("p50", "p99"):
+        first, last = (results[str(n)].get(f"{q}_ms") for n in (TARGET_COUNTS[0], TARGET_COUNTS[-1]))
+        results[f"{q}_ratio_100_vs_1"] = round(last / first, 2) if first and last else None
     return {"ingest_latency": {"isolated": results}}
 
 

@@ -60,8 +60,7 @@ def _payload(status: str, conclusion: str | None, job: str, run_id: int, rng: ra
         total = rng.randint(200, 4000)
         failed = rng.randint(1, 5) if conclusion == "failure" else 0
         skipped = total // 20
-        doc["test_results"] = {"passed": total - failed - skipped, "failed": failed, "skipped": skipped}
-        doc["test_results"]["total"] = total
+        doc["test_results"] = {"passed": total - failed - skipped, "failed": failed, "skipped": skipped, "total": total}
     return doc
 
 
