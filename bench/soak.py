@@ -783,18 +783,13 @@ def verdict(report: dict[str, Any]) -> int:
     window = [w for w in r["window"] if w["cause"] == "webhook window"]
     missed = [w["delivery_id"] for w in window if not w["dispatched_by_reconciler"]]
     carrying, kills = r["duplicates_by_kind"]["run_name_carries_id"], r["config"]["kills"]
+    unrecorded, unfailed = r["results_sent"] - r["results_recorded"], r["webhook_window_events"] - len(window)
     checks = [
         (r["lost"], f"{len(r['lost'])} dispatches lost"),
-        (
-            r["results_recorded"] != r["results_sent"],
-            f"{r['results_sent'] - r['results_recorded']} results not recorded",
-        ),
+        (unrecorded, f"{unrecorded} results not recorded"),
         (carrying, f"{carrying} duplicate runs of downstreams whose run-name carries the dispatch id"),
         (r["unexplained_duplicates"], f"{r['unexplained_duplicates']} duplicates without an ambiguous answer"),
-        (
-            len(window) != r["webhook_window_events"],
-            f"{r['webhook_window_events'] - len(window)} window events did not fail",
-        ),
+        (unfailed, f"{unfailed} window events did not fail"),
         (missed, f"{len(missed)} webhook window events not dispatched by the reconciler: {', '.join(missed[:5])}"),
         (len(r["kills"]) != kills, f"{len(r['kills'])} relay kills of {kills}"),
         (r["hud_rows"] != r["jobs"], f"{r['hud_rows']} HUD rows for {r['jobs']} jobs"),
@@ -810,10 +805,8 @@ def verdict(report: dict[str, Any]) -> int:
 
 
 def print_table(r: dict[str, Any]) -> None:
-    per_dispatch, per_report = (
-        r["aws_calls"]["dispatch_phase_per_dispatch"],
-        r["aws_calls"]["callback_phase_per_report"],
-    )
+    aws_calls = r["aws_calls"]
+    per_dispatch, per_report = aws_calls["dispatch_phase_per_dispatch"], aws_calls["callback_phase_per_report"]
     pairs, unexplained = len(r["duplicates"]), r["unexplained_duplicates"]
     window = [w for w in r["window"] if w["cause"] == "webhook window"]
     others = [w for w in r["window"] if w["cause"] != "webhook window"]
