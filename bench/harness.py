@@ -528,6 +528,11 @@ class QuietStack(LocalStack):
                 self._threads.append(thread)
 
 
+def run_name(body: dict[str, Any]) -> str:
+    """A dispatched run's title as the example workflow's `run-name` makes it, the dispatch id last."""
+    return f"crcr {body['event_type']} {body['client_payload']['dispatch_id']}"
+
+
 def report_body(ticket: str, repo: str, job: str, run_id: int, status: str, conclusion: str | None) -> dict[str, Any]:
     """A downstream job's report (POST /callback), as the report action sends it."""
     body: dict[str, Any] = {

@@ -35,9 +35,7 @@ def runs_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
         r.github.set_webhook(f"{r.stack.url}/webhook", r.stack.secrets["webhook_secret"])
         jobs = tuple(f"job-{j}" for j in range(args.run_jobs))
         for repo in r.repos:
-            r.github.set_dispatch_workflow(
-                repo, lambda b: f"crcr {b['event_type']} {b['client_payload']['dispatch_id']}", jobs=jobs
-            )
+            r.github.set_dispatch_workflow(repo, h.run_name, jobs=jobs)
         # Dropped at the door: a busy downstream's own runs and jobs (push runs, every job event). Counted on the
         # webhook function's own threads: the sweeper and the pollers keep running beside it.
         for event in ("warm-up", "workflow_job", "workflow_run"):

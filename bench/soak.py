@@ -204,12 +204,7 @@ def carries_id(repo: str) -> bool:
 def github_double(key: h.AppKey, repos: list[tuple[str, int, int]], seed: int, timeouts: float) -> h.GitHubDouble:
     gh = h.github_double(key.public_pem, [*repos, (h.UPSTREAM, 7999, h.UPSTREAM_ID)])
     for repo, _, _ in repos:
-        if carries_id(repo):
-            gh.set_dispatch_workflow(
-                repo, lambda body: f"crcr {body['event_type']} {body['client_payload']['dispatch_id']}", jobs=["build"]
-            )
-        else:
-            gh.set_dispatch_workflow(repo, lambda body: "CI", jobs=["build"])
+        gh.set_dispatch_workflow(repo, h.run_name if carries_id(repo) else lambda body: "CI", jobs=["build"])
     faults = [
         (FAULT_502, Reply(502)),
         (FAULT_429, Reply.too_many_requests(retry_after=RETRY_AFTER_S)),
