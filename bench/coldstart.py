@@ -154,11 +154,7 @@ def measure_source(say: Any, runs: int, code_root: Path = h.ROOT, label: str = "
 def _measure(argv: list[str], env: dict[str, str], runs: int) -> dict[str, Any]:
     """One warm-up run, then `runs` timed runs: their medians."""
     _run(argv, env)
-    rows, walls = [], []
-    for _ in range(runs):
-        row, wall = _run(argv, env)
-        rows.append(row)
-        walls.append(wall)
+    rows, walls = zip(*(_run(argv, env) for _ in range(runs)), strict=True)
     samples = [row["ms"] for row in rows]
     out: dict[str, Any] = {
         "median_ms": round(statistics.median(samples), 1),

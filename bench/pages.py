@@ -126,8 +126,7 @@ def seed(days: int, load: int, say: Callable[[str], None]) -> tuple[MemoryDocs, 
 def measure(browser: Any, served: Any, path: str, runs: int) -> dict[str, Any]:
     """Bytes fetched (first visit, then warm) and the time to a rendered page (`body[data-ready]`), median of `runs`."""
     times: list[float] = []
-    cold_bytes = warm_bytes = 0
-    docs_bytes = 0
+    cold_bytes = warm_bytes = docs_bytes = 0
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     for i in range(runs + 1):
         served.reset()
