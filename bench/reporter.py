@@ -247,17 +247,15 @@ def deliver(setting: Setting, r: h.Relay, batch: list[dict[str, Any]], bench: h.
     handler, event, context = r.stack.handlers[FUNCTION], {"Records": batch}, h.Context(FUNCTION, 60)
     calls, metrics = bench.aws.snapshot(), Counter(h.TOTALS)
     moto_before = h.cpu_seconds(r.moto.pid)
-    c0 = time.process_time()
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     result = handler(event, context, deps=setting.deps)
     elapsed = time.perf_counter() - t0
     setting.cpu += time.process_time() - c0
     setting.moto_cpu += h.cpu_seconds(r.moto.pid) - moto_before
     setting.wall += elapsed
-    made = bench.aws.snapshot() - calls
+    setting.calls.update(bench.aws.snapshot() - calls)
     setting.batch_ms.append(elapsed * 1000.0)
     setting.batch_records.append(len(batch))
-    setting.calls.update(made)
     setting.metrics.update(Counter(h.TOTALS) - metrics)
     setting.failures += len((result or {}).get("batchItemFailures") or [])
 
