@@ -83,15 +83,12 @@ def callbacks_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any
         def token() -> str:
             return h.job_token(issuer, repo, h.REPO_ID_BASE, RUN_ID)
 
-        def post(tally: _Tally, sent_body: bytes, bearer: str) -> None:
-            tally.add(*r.callback(sent_body, bearer))
-
         # The callback function's calls apart from the reporter's, which the results stream runs meanwhile.
         work = h.FunctionWork(r.stack, CALLBACK_FUNCTION, aws)
         github_mark = len(r.github.requests)
         issuer_mark = len(issuer.requests)
         cold = _Tally()
-        post(cold, body("cold-start"), token())  # builds the function's dependencies, meets the issuer
+        cold.add(*r.callback(body("cold-start"), token()))  # builds the function's dependencies, meets the issuer
         cold_requests = _issuer_paths(issuer, issuer_mark)
         # The tables' write units from their streams: the callbacks' writes and the reporter's (none here: no HUD,
         # no verdicts at L2), around the recorded and the completing phases.
@@ -103,28 +100,24 @@ def callbacks_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any
         tokens = [token() for _ in range(recorded + extra)]
         repeat = body("job-0")
         rec, dup, more = _Tally(), _Tally(), _Tally()
-        invocations_before = dict(r.stack.invocations)
+        invocations_before = Counter(r.stack.invocations)
         issuer_mark = len(issuer.requests)
         aws_0 = Counter(work.calls)
         cpu_0 = (h.cpu_seconds(), h.cpu_seconds(r.moto.pid))
         t0 = time.perf_counter()
         for i in range(recorded):
-            post(rec, body(f"job-{i}"), tokens[i])
+            rec.add(*r.callback(body(f"job-{i}"), tokens[i]))
         aws_1 = Counter(work.calls)
         units_recorded = {name: table.take() for name, table in units.items()}
         for _ in range(duplicates):
-            post(dup, repeat, tokens[0])
+            dup.add(*r.callback(repeat, tokens[0]))
         aws_2 = Counter(work.calls)
         for i in range(recorded, recorded + extra):
-            post(more, body(f"job-{i}"), tokens[i])
+            more.add(*r.callback(body(f"job-{i}"), tokens[i]))
         window_s = time.perf_counter() - t0
         cpu_1 = (h.cpu_seconds(), h.cpu_seconds(r.moto.pid))
         warm_requests = _issuer_paths(issuer, issuer_mark)
-        invocations_window = {
-            k: v - invocations_before.get(k, 0)
-            for k, v in r.stack.invocations.items()
-            if v - invocations_before.get(k, 0)
-        }
+        invocations_window = dict(Counter(r.stack.invocations) - invocations_before)
         sent_warm = recorded + duplicates + extra
 
         # -- completing: jobs that reported in_progress above now report completed (not timed)
@@ -135,7 +128,7 @@ def callbacks_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any
         aws_3 = Counter(work.calls)
         fin = _Tally()
         for i in range(completing):
-            post(fin, body(f"job-{i}", "completed", "success"), done_tokens[i])
+            fin.add(*r.callback(body(f"job-{i}", "completed", "success"), done_tokens[i]))
         aws_4 = Counter(work.calls)
         units_completed = {name: table.take() for name, table in units.items()}
         github_during = len(r.github.requests) - github_mark

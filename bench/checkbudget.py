@@ -125,33 +125,20 @@ class Sim:
         return "drained" if not self.agenda else "horizon"
 
 
-def _count_calls(client: Any) -> Counter[str]:
-    counts: Counter[str] = Counter()
-
-    def on_call(model: Any, **_: Any) -> None:
-        counts[model.name] += 1
-
-    client.meta.events.register("before-call.dynamodb", on_call)
-    return counts
-
-
 def _setting(key: h.AppKey, mode: str, load: int, *, drain_hours: float, budget_s: float, seed: int) -> dict[str, Any]:
     clock = fakes.FakeClock(START)
     events = arrivals(PYTORCH_PR_EVENTS_PER_DAY * load, seed)
     plans = plan_jobs(len(events), seed + 1)
     started = time.perf_counter()
-    with (
-        mock_aws(),
-        h.GitHubDouble(
-            app_id=h.APP_ID,
-            app_public_key_pem=key.public_pem,
-            clock=clock.now,
-            content_writes_per_minute=MINUTE_BUDGET,
-            content_writes_per_hour=HOURLY_BUDGET,
-            primary_rate_limit=1_000_000,  # the primary limit counts reads too; only writes are measured here
-        ) as double,
-    ):
-        double.install(h.UPSTREAM, installation_id=1, repo_id=h.UPSTREAM_ID)
+    double = h.github_double(
+        key.public_pem,
+        [(h.UPSTREAM, 1, h.UPSTREAM_ID)],
+        clock=clock.now,
+        content_writes_per_minute=MINUTE_BUDGET,
+        content_writes_per_hour=HOURLY_BUDGET,
+        primary_rate_limit=1_000_000,  # the primary limit counts reads too; only writes are measured here
+    )
+    with mock_aws(), double:
         ddb = boto3.client("dynamodb", region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t")
         ddb.create_table(
             TableName="state",
@@ -162,7 +149,8 @@ def _setting(key: h.AppKey, mode: str, load: int, *, drain_hours: float, budget_
             ],
             BillingMode="PAY_PER_REQUEST",
         )
-        calls = _count_calls(ddb)
+        calls: Counter[str] = Counter()  # the pacer's DynamoDB calls
+        ddb.meta.events.register("before-call.dynamodb", lambda model, **_: calls.update([model.name]))
         pacer = h.DynamoPacer(ddb, "state", rates=h.CONTENT_RATES)
         sim = Sim(clock)
         ledger, jobs, metrics = fakes.FakeState(), fakes.FakeJobs(), fakes.RecordingMetrics()
@@ -259,11 +247,7 @@ def _results(double: h.GitHubDouble) -> int:
 def _measure(double: h.GitHubDouble, finished: dict[tuple[str, str], float], now: float) -> dict[str, Any]:
     runs = double.check_runs(h.UPSTREAM)
     ids = {r["id"]: (r["head_sha"], r["name"]) for r in runs}
-    writes = [
-        q
-        for q in double.requests
-        if q.method in ("POST", "PATCH") and q.path.startswith(f"/repos/{h.UPSTREAM}/check-runs")
-    ]
+    writes = h.upstream_writes(double, "check-runs")
     ok = sorted(q.time for q in writes if (q.status or 0) < 400)
     completed_at: dict[tuple[str, str], float] = {}
     for q in writes:

@@ -14,6 +14,7 @@ COMMENT_PERMISSIONS = {
     "actions": "write", "checks": "write", "contents": "write", "issues": "write", "pull_requests": "write",
     "metadata": "read",
 }  # fmt: skip
+ENV = {"CRCR_CALLBACK_RATE_PER_MIN": "100000", "CRCR_CHECK_SETTLE_S": "2", "CRCR_PR_COMMENT": "on"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,10 +24,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--comment-events", type=int, default=2, help="pull requests in the PR comment run")
     parser.add_argument("--comment-targets", type=int, default=3, help="L4 repositories in that run")
     parser.add_argument("--comment-jobs", type=int, default=2, help="jobs per repository in that run")
-
-
-def _env() -> dict[str, str]:
-    return {"CRCR_CALLBACK_RATE_PER_MIN": "100000", "CRCR_CHECK_SETTLE_S": "2", "CRCR_PR_COMMENT": "on"}
 
 
 def _open_prs(r: h.Relay, events: int, timeout_s: float, *, comments: bool) -> list[int]:
@@ -73,7 +70,7 @@ def checkruns_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any
         before = Counter(h.TOTALS)
         settings = f"check_runs: {mode}"
         with h.relay(
-            bench.key, targets, installations=targets, level="L4", repo_settings=settings, oidc=True, env=_env()
+            bench.key, targets, installations=targets, level="L4", repo_settings=settings, oidc=True, env=ENV
         ) as r:
             t0 = time.perf_counter()
             _open_prs(r, events, timeout_s, comments=False)
@@ -153,7 +150,7 @@ def comment_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
     timeout_s = max(args.timeout, 120)
     bench.out.say(f"   {events} events x {targets} L4 repositories x {jobs} jobs, one failing")
     before = Counter(h.TOTALS)
-    with h.relay(bench.key, targets, installations=targets, level="L4", oidc=True, env=_env()) as r:
+    with h.relay(bench.key, targets, installations=targets, level="L4", oidc=True, env=ENV) as r:
         work = h.FunctionWork(r.stack, "ChecksFunction", bench.aws)
         units = r.units("StateTable", row_of=_checks_row)["StateTable"]
         units.take()

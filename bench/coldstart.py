@@ -70,12 +70,13 @@ def coldstart_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any
     """This checkout's functions, and (with a baseline) the same at that ref."""
     cold: dict[str, Any] = {"source": measure_source(bench.out.say, args.coldstart_runs)}
     if ref := args.dispatch_baseline:
-        with h.exported(ref) as code:
-            if code is None:
-                cold["baseline"] = {"skipped": True, "reason": f"{ref} is not a commit here"}
-            else:
-                then = measure_source(bench.out.say, args.coldstart_runs, code[1], f"baseline {ref}")
-                cold["baseline"] = {"ref": ref, "commit": code[0]} | then | {"code": f"git archive {code[0][:12]}"}
+
+        def then(commit: str, code: Path) -> dict[str, Any]:
+            return measure_source(bench.out.say, args.coldstart_runs, code, f"baseline {ref}") | {
+                "code": f"git archive {commit[:12]}"
+            }
+
+        cold["baseline"] = h.at_baseline(ref, then)
     return {"cold_start": cold}
 
 
@@ -92,6 +93,7 @@ def init_env(folder: Path) -> dict[str, str]:
     """Every setting any function's builder asks for, with keys made here; AWS on a port nothing listens on."""
     allowlist = folder / "allowlist.yaml"
     allowlist.write_text("L1:\n  - org/repo\n")
+    keys = h.generate_keys()
     queue = "http://127.0.0.1:9/000000000000/crcr-"
     return {
         "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
@@ -99,8 +101,8 @@ def init_env(folder: Path) -> dict[str, str]:
         "AWS_SECRET_ACCESS_KEY": "cold",
         "CRCR_UPSTREAM_REPO": "pytorch/pytorch",
         "CRCR_GITHUB_APP_ID": "1",
-        "CRCR_GITHUB_APP_PRIVATE_KEY": h.AppKey.generate().private_pem,
-        "CRCR_TICKET_SIGNING_KEY": h.ticket_key(),
+        "CRCR_GITHUB_APP_PRIVATE_KEY": keys["github_app_private_key"],
+        "CRCR_TICKET_SIGNING_KEY": keys["ticket_signing_key"],
         "CRCR_WEBHOOK_SECRET": "cold-start",
         "CRCR_ALLOWLIST": str(allowlist),
         "CRCR_OIDC_AUDIENCE": "crcr",
@@ -152,11 +154,7 @@ def measure_source(say: Any, runs: int, code_root: Path = h.ROOT, label: str = "
 def _measure(argv: list[str], env: dict[str, str], runs: int) -> dict[str, Any]:
     """One warm-up run, then `runs` timed runs: their medians."""
     _run(argv, env)
-    rows, walls = [], []
-    for _ in range(runs):
-        row, wall = _run(argv, env)
-        rows.append(row)
-        walls.append(wall)
+    rows, walls = zip(*(_run(argv, env) for _ in range(runs)), strict=True)
     samples = [row["ms"] for row in rows]
     out: dict[str, Any] = {
         "median_ms": round(statistics.median(samples), 1),

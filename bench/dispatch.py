@@ -67,9 +67,7 @@ class Window:
         finally:
             self.cpu_s += time.process_time() - cpu
             self.wall_s += time.perf_counter() - wall
-            after = self._aws.snapshot()
-            after.subtract(before)
-            self.calls.update({k: v for k, v in after.items() if v})
+            self.calls.update(self._aws.snapshot() - before)
             self.batch_sizes.append(size)
 
     def report(self, dispatches: int) -> dict[str, Any]:
@@ -215,9 +213,7 @@ def backlog(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
             r.plan_all(events)
             t0 = time.time()
             r.stack.start_pollers(DISPATCH)
-            deadline = time.monotonic() + args.dispatch_backlog_timeout
-            while r.github.ask()["dispatches"] < events * repos and time.monotonic() < deadline:
-                time.sleep(1.0)
+            h.wait_until(lambda: r.github.ask()["dispatches"] >= events * repos, args.dispatch_backlog_timeout, 1.0)
             drained_s = time.time() - t0
             time.sleep(2.0)  # a duplicate, if any, would land now
             seen = r.github.ask(times=True)
@@ -298,16 +294,13 @@ def dispatch_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]
     result = fresh(argv)
     if result.get("skipped"):
         raise RuntimeError(f"section 10: {result['reason']}")
-    if args.dispatch_baseline:
-        with h.exported(args.dispatch_baseline) as code:
-            if code is None:
-                result["baseline"] = {"skipped": True, "reason": f"{args.dispatch_baseline} is not a commit here"}
-            else:
-                bench.out.say(f"   baseline {args.dispatch_baseline} ({code[0][:12]}), in a process of its own")
-                then = fresh(argv, code[1])
-                result["baseline"] = (
-                    then if then.get("skipped") else {"ref": args.dispatch_baseline, "commit": code[0]} | then
-                )
+    if ref := args.dispatch_baseline:
+
+        def then(commit: str, code: Path) -> dict[str, Any]:
+            bench.out.say(f"   baseline {ref} ({commit[:12]}), in a process of its own")
+            return fresh(argv, code)
+
+        result["baseline"] = h.at_baseline(ref, then)
     return {"dispatch": result}
 
 

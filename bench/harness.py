@@ -9,7 +9,6 @@ import json
 import os
 import platform
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +35,11 @@ if CODE_ROOT != ROOT or str(ROOT / "shared") not in sys.path:
     sys.path.insert(0, str(CODE_ROOT / "shared"))
 
 from cryptography.hazmat.primitives import serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ed25519, rsa  # noqa: E402
 from write_units import StreamUnits, table_shapes  # noqa: E402
 
 from crcr.adapters.observability import TOTALS, logger  # noqa: E402
 from crcr.domain.signature import sign  # noqa: E402
-from crcr.local.stack import Context, LocalStack, StreamReader, _sqs_record, table_spec  # noqa: E402
+from crcr.local.stack import Context, LocalStack, StreamReader, _sqs_record, free_port, generate_keys, table_spec  # noqa: E402
 from crcr.local.template import resources_of  # noqa: E402
 from tests.doubles.github_double import GitHubDouble, RecordedRequest  # noqa: E402
 from tests.doubles.oidc_issuer import OidcIssuer  # noqa: E402
@@ -88,15 +87,11 @@ _KINDS = (
 
 
 # ------------------------------------------------------------------------------------------------ figures
-def percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between the nearest ranks (numpy's default), q in [0, 100]."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+def percentile(values: list[float], q: int) -> float:
+    """Linear interpolation between the nearest ranks (numpy's default), q in 1..99."""
+    if len(values) < 2:  # statistics.quantiles wants two (before Python 3.13)
+        return values[0] if values else float("nan")
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
 def summary_ms(values_s: list[float]) -> dict[str, Any]:
@@ -108,9 +103,7 @@ def summary_ms(values_s: list[float]) -> dict[str, Any]:
 
 def metrics_delta(before: Counter[str], prefixes: tuple[str, ...] = ("",)) -> dict[str, int]:
     """The relay's metric tally since `before`, the names starting with one of `prefixes`."""
-    now = Counter(TOTALS)
-    now.subtract(before)
-    return {k: v for k, v in sorted(now.items()) if v and k.startswith(prefixes)}
+    return {k: v for k, v in sorted((Counter(TOTALS) - before).items()) if k.startswith(prefixes)}
 
 
 def is_polling(operation: str) -> bool:
@@ -119,9 +112,7 @@ def is_polling(operation: str) -> bool:
 
 def calls_per(before: Counter[str], after: Counter[str], n: int, unit: str) -> dict[str, Any]:
     """AWS calls per `unit` between two snapshots, leaving out polling."""
-    diff = Counter(after)
-    diff.subtract(before)
-    ops = {k: v for k, v in sorted(diff.items()) if v and not is_polling(k)}
+    ops = {k: v for k, v in sorted((after - before).items()) if not is_polling(k)}
     per = {k: round(v / max(1, n), 2) for k, v in ops.items()}
     return {f"per_{unit}": per, f"total_per_{unit}": round(sum(ops.values()) / max(1, n), 2)}
 
@@ -159,13 +150,21 @@ def breakdown(requests: list[RecordedRequest]) -> dict[str, int]:
     return {kind: counts.get(kind, 0) for kind in ("access_tokens", "installation", "dispatches", "other")}
 
 
+def repo_of(rec: RecordedRequest) -> str:
+    """The repository of a request on /repos/<owner>/<name>/..., lower-case."""
+    return "/".join(rec.path.split("/")[2:4]).lower()
+
+
+def delivery_of(rec: RecordedRequest) -> str:
+    """The webhook delivery a dispatch was sent for."""
+    return str(((rec.json or {}).get("client_payload") or {}).get("delivery_id"))
+
+
 def github_tally(double: GitHubDouble, *, times: bool = False) -> dict[str, Any]:
     """What the relay asked of the GitHub double: requests by kind, dispatches accepted, repeated and refused."""
     requests = double.requests
     accepted = [r for r in requests if r.status == 204]
-    landed = Counter(
-        (r.path.lower(), str(((r.json or {}).get("client_payload") or {}).get("delivery_id"))) for r in accepted
-    )
+    landed = Counter((r.path.lower(), delivery_of(r)) for r in accepted)
     tally: dict[str, Any] = {
         "requests": {k: v for k, v in breakdown(requests).items() if v},
         "dispatches": len(accepted),
@@ -177,7 +176,7 @@ def github_tally(double: GitHubDouble, *, times: bool = False) -> dict[str, Any]
     if times:
         by_repo: dict[str, list[float]] = {}
         for r in accepted:
-            by_repo.setdefault("/".join(r.path.split("/")[2:4]).lower(), []).append(r.time)
+            by_repo.setdefault(repo_of(r), []).append(r.time)
         tally["times_by_repo"] = by_repo
     return tally
 
@@ -199,11 +198,7 @@ def scan(ddb: Any, **kwargs: Any) -> list[dict[str, Any]]:
 
 def queue_depth(sqs: Any, url: str) -> int:
     """Messages waiting, delayed or in flight on a queue."""
-    names = [
-        "ApproximateNumberOfMessages",
-        "ApproximateNumberOfMessagesNotVisible",
-        "ApproximateNumberOfMessagesDelayed",
-    ]
+    names = [f"ApproximateNumberOfMessages{kind}" for kind in ("", "NotVisible", "Delayed")]
     return sum(int(v) for v in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"].values())
 
 
@@ -288,8 +283,7 @@ class FunctionWork:
             try:
                 return invoke(logical_id, event)
             finally:
-                spent_cpu, spent_calls = self._cpu(), self._aws.of_threads(self._threads())
-                spent_calls.subtract(calls)
+                spent_cpu, spent_calls = self._cpu(), self._aws.of_threads(self._threads()) - calls
                 records = (event or {}).get("Records") or []
                 with self._lock:
                     self.invocations += 1
@@ -297,7 +291,7 @@ class FunctionWork:
                     self.records_by_source.update(str(r.get("eventSource", "?")) for r in records)
                     self.cpu_s += sum(v - cpu.get(t, 0.0) for t, v in spent_cpu.items())  # a new worker from 0
                     self.wall_s += time.perf_counter() - wall
-                    self.calls.update({k: v for k, v in spent_calls.items() if v})
+                    self.calls.update(spent_calls)
 
         stack.invoke = counted  # type: ignore[method-assign]
 
@@ -379,28 +373,11 @@ class AppKey:
 
     @classmethod
     def generate(cls) -> AppKey:
-        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        private = key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
-        ).decode()
-        public = key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        private = generate_keys()["github_app_private_key"]
+        public = serialization.load_pem_private_key(private.encode(), None).public_key()
+        return cls(
+            private, public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
         )
-        return cls(private, public)
-
-
-def ticket_key() -> str:
-    """A fresh Ed25519 ticket signing key, PEM (PKCS#8)."""
-    key = ed25519.Ed25519PrivateKey.generate()
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ).decode()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class MotoProcess:
@@ -417,20 +394,14 @@ class MotoProcess:
         return self._proc.pid if self._proc is not None else None
 
     def __enter__(self) -> MotoProcess:
-        script = Path(__file__).with_name("soak_moto.py")
-        self._proc = subprocess.Popen(
-            [sys.executable, str(script), str(self.port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{self.url}/moto-api/data.json", timeout=2):
-                    return self
-            except OSError:
-                if self._proc.poll() is not None:
-                    raise RuntimeError("moto_server exited at start") from None
-                time.sleep(0.1)
-        raise RuntimeError("moto_server did not answer within 30 s")
+        argv = [sys.executable, str(Path(__file__).with_name("soak_moto.py")), str(self.port)]
+        self._proc = started(argv, self._answers, "moto_server", 30)
+        return self
+
+    def _answers(self) -> bool:
+        with contextlib.suppress(OSError), urllib.request.urlopen(f"{self.url}/moto-api/data.json", timeout=2):
+            return True
+        return False
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
@@ -444,12 +415,43 @@ class MotoProcess:
             end(self._proc, self._proc.terminate)
 
 
-def end(proc: subprocess.Popen[Any], ask: Callable[[], None]) -> None:
-    """Ask a child process to end, and kill it if it has not within 10 s."""
+def wait_until(done: Callable[[], bool], timeout_s: float, every_s: float = 0.05) -> bool:
+    """Whether `done()` came true within `timeout_s`, asked every `every_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if done():
+            return True
+        time.sleep(every_s)
+    return False
+
+
+def started(argv: list[str], ready: Callable[[], bool], what: str, wait_s: float, **kw: Any) -> subprocess.Popen[Any]:
+    """`argv` in a process of its own (its errors in its output, by default none), returned once `ready()`; ended,
+    and an error, if it exits or is not ready."""
+    proc = subprocess.Popen(argv, **{"stdout": subprocess.DEVNULL, "stderr": subprocess.STDOUT} | kw)
+
+    def up() -> bool:
+        if ready():
+            return True
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
+        return False
+
+    try:
+        if not wait_until(up, wait_s, 0.1):
+            raise RuntimeError(f"{what} was not ready within {wait_s:g} s")
+    except RuntimeError:
+        end(proc, proc.terminate)
+        raise
+    return proc
+
+
+def end(proc: subprocess.Popen[Any], ask: Callable[[], None], timeout_s: float = 10) -> None:
+    """Ask a child process to end, and kill it if it has not within `timeout_s`."""
     if proc.poll() is None:
         try:
             ask()
-            proc.wait(timeout=10)
+            proc.wait(timeout=timeout_s)
         except (OSError, subprocess.TimeoutExpired):
             proc.kill()
             proc.wait()
@@ -471,10 +473,6 @@ class GitHubProcess:
         self.url: str = self._send(setup)["url"]
         self._lock = threading.Lock()
 
-    @property
-    def pid(self) -> int:
-        return self._proc.pid
-
     def _send(self, doc: dict[str, Any]) -> dict[str, Any]:
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._proc.stdin.write(json.dumps(doc) + "\n")
@@ -490,12 +488,18 @@ class GitHubProcess:
         end(self._proc, self._proc.stdin.close)
 
 
+def github_double(public_pem: bytes, installs: list[tuple[str, int, int]], **kwargs: Any) -> GitHubDouble:
+    """A GitHub double serving the bench's App, installed on each (repository, installation id, repository id)."""
+    double = GitHubDouble(app_id=APP_ID, app_public_key_pem=public_pem, **kwargs)
+    for repo, installation, repo_id in installs:
+        double.install(repo, installation_id=installation, repo_id=repo_id)
+    return double
+
+
 def serve_github_double() -> None:
     """GitHubProcess's child: the set-up on the first line of stdin, then one tally per line asked."""
     setup = json.loads(sys.stdin.readline())
-    double = GitHubDouble(app_id=APP_ID, app_public_key_pem=setup["public_key_pem"].encode())
-    for repo, installation, repo_id in setup["installs"]:
-        double.install(repo, installation_id=installation, repo_id=repo_id)
+    double = github_double(setup["public_key_pem"].encode(), setup["installs"])
     print(json.dumps({"url": double.url}), flush=True)
     for line in sys.stdin:
         print(json.dumps(github_tally(double, times=json.loads(line)["times"])), flush=True)
@@ -524,6 +528,11 @@ class QuietStack(LocalStack):
                 self._threads.append(thread)
 
 
+def run_name(body: dict[str, Any]) -> str:
+    """A dispatched run's title as the example workflow's `run-name` makes it, the dispatch id last."""
+    return f"crcr {body['event_type']} {body['client_payload']['dispatch_id']}"
+
+
 def report_body(ticket: str, repo: str, job: str, run_id: int, status: str, conclusion: str | None) -> dict[str, Any]:
     """A downstream job's report (POST /callback), as the report action sends it."""
     body: dict[str, Any] = {
@@ -541,15 +550,7 @@ def report_body(ticket: str, repo: str, job: str, run_id: int, status: str, conc
 
 def job_token(issuer: OidcIssuer, repo: str, repo_id: int, run_id: int, **claims: Any) -> str:
     """The job's OIDC token, with the claims the relay checks against the dispatch."""
-    return issuer.token(
-        repository=repo,
-        repository_id=repo_id,
-        run_id=run_id,
-        run_attempt=1,
-        job_workflow_ref=f"{repo}/.github/workflows/ci.yml@refs/heads/main",
-        lifetime=3600,
-        **claims,
-    )
+    return issuer.token(repository=repo, repository_id=repo_id, run_id=run_id, lifetime=3600, **claims)
 
 
 @dataclass
@@ -629,13 +630,9 @@ class Relay:
 
     def wait_for_dispatches(self, expected: int, timeout_s: float, settle_s: float = 1.5) -> bool:
         """Poll until `expected` dispatches were accepted, then wait `settle_s` for any extra (duplicates)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.accepted_dispatch_count() >= expected:
-                time.sleep(settle_s)
-                return True
-            time.sleep(0.05)
-        return False
+        landed = wait_until(lambda: self.accepted_dispatch_count() >= expected, timeout_s)
+        time.sleep(settle_s if landed else 0.0)
+        return landed
 
     def tickets(self) -> list[tuple[int, int, str]]:
         """(target, its k-th dispatch, ticket) of every dispatch each target received."""
@@ -716,20 +713,15 @@ class Relay:
             self.stack.stop()
             if self.moto is not None:
                 self.moto.stop()
-            self.pollers_exited = wait_for_pollers_to_exit()
+            self.pollers_exited = wait_until(pollers_gone, 60.0)
         finally:
             if self.github is not None:
                 self.github.stop()
             self.stop_s = round(time.perf_counter() - start, 2)
 
 
-def wait_for_pollers_to_exit(timeout_s: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not [t for t in threading.enumerate() if t.name.startswith("poll-") and t.is_alive()]:
-            return True
-        time.sleep(0.05)
-    return False
+def pollers_gone() -> bool:
+    return not [t for t in threading.enumerate() if t.name.startswith("poll-") and t.is_alive()]
 
 
 def relay_env(key: AppKey, github_url: str, allowlist: Path, secret: str) -> dict[str, str]:
@@ -776,9 +768,7 @@ def relay(
             hold.callback(double.stop)
         elif github == "here":
             assert key is not None
-            double = hold.enter_context(GitHubDouble(app_id=APP_ID, app_public_key_pem=key.public_pem))
-            for repo, inst, repo_id in installs:
-                double.install(repo, installation_id=inst, repo_id=repo_id)
+            double = hold.enter_context(github_double(key.public_pem, installs))
         text = allowlist or f"{level}:\n" + "".join(f"  - {r}\n" for r, _ in repos)
         if repo_settings:  # the same per-repository settings for every target, e.g. "check_runs: per_repo"
             text += "repos:\n" + "".join(f"  {r}:\n    {repo_settings}\n" for r, _ in repos)
@@ -850,6 +840,11 @@ def machine() -> dict[str, Any]:
     }
 
 
+def run_start() -> dict[str, Any]:
+    """When a run (the bench's, the soak's) started, on which commit and machine."""
+    return {"timestamp": datetime.now(UTC).isoformat(timespec="seconds"), "git": git_info(), "machine": machine()}
+
+
 def git_info() -> dict[str, Any]:
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
@@ -858,19 +853,19 @@ def git_info() -> dict[str, Any]:
     return {"commit": git("rev-parse", "HEAD") or None, "dirty": bool(status), "modified": status.splitlines()[:20]}
 
 
-@contextlib.contextmanager
-def exported(ref: str) -> Iterator[tuple[str, Path] | None]:
-    """The code at a git ref in a temporary directory, (its commit, the directory), or None when `ref` names none."""
+def at_baseline(ref: str, measure: Callable[[str, Path], dict[str, Any]]) -> dict[str, Any]:
+    """`measure(commit, folder)` of the code at a git ref, exported to a temporary folder, under the ref and its
+    commit; skipped when `ref` names no commit here, or when `measure` says it was."""
     commit = subprocess.run(
         ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=ROOT, capture_output=True, text=True, check=False
     ).stdout.strip()
     if not commit:
-        yield None
-        return
+        return {"skipped": True, "reason": f"{ref} is not a commit here"}
     with tempfile.TemporaryDirectory(prefix="crcr-bench-baseline-") as tmp:
         archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        yield commit, Path(tmp)
+        then = measure(commit, Path(tmp))
+    return then if then.get("skipped") else {"ref": ref, "commit": commit} | then
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["github-double"]:

@@ -59,15 +59,19 @@ def ingest_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
         row["relay_log_at_shutdown"] = h.log_summary(out.lines_between(end_off))["lines"]
         results[str(n)] = row
         bench.out.say(f"  ingest ack N={n:<3} p50 {row.get('p50_ms')} ms  p99 {row.get('p99_ms')} ms")
-    p50s = [results[str(n)].get("p50_ms") for n in TARGET_COUNTS]
-    p99s = [results[str(n)].get("p99_ms") for n in TARGET_COUNTS]
-    results["p50_ratio_100_vs_1"] = round(p50s[-1] / p50s[0], 2) if p50s[0] and p50s[-1] else None
-    results["p99_ratio_100_vs_1"] = round(p99s[-1] / p99s[0], 2) if p99s[0] and p99s[-1] else None
+    for q in ("p50", "p99"):
+        first, last = (results[str(n)].get(f"{q}_ms") for n in (TARGET_COUNTS[0], TARGET_COUNTS[-1]))
+        results[f"{q}_ratio_100_vs_1"] = round(last / first, 2) if first and last else None
     return {"ingest_latency": {"isolated": results}}
 
 
 def _per_pair(counts: dict[str, int], pairs: int) -> dict[str, float]:
     return {k: round(v / pairs, 3) for k, v in counts.items()} | {"total": round(sum(counts.values()) / pairs, 3)}
+
+
+def _phase(events: int, ok: bool, counts: dict[str, int], pairs: int) -> dict[str, Any]:
+    """The cold or the warm events' GitHub requests, by kind and per (event x target)."""
+    return {"events": events, "all_dispatched": ok, "requests": counts, "per_event_target": _per_pair(counts, pairs)}
 
 
 def throughput_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
@@ -110,36 +114,20 @@ def throughput_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, An
         invocations = dict(r.stack.invocations)
         end_off = out.offset()
     cold_counts, warm_counts = h.breakdown(cold_requests), h.breakdown(warm_requests)
-    warm_per_pair = _per_pair(warm_counts, events * targets)
     github = {
         "targets": targets,
         "installations": min(targets, h.MAX_INSTALLATIONS),
-        "cold": {
-            "events": 1,
-            "all_dispatched": cold_ok,
-            "requests": cold_counts,
-            "per_event_target": _per_pair(cold_counts, targets),
-        },
-        "warm": {
-            "events": events,
-            "all_dispatched": warm_ok,
-            "requests": warm_counts,
-            "per_event_target": warm_per_pair,
-        },
-        "meets_target": warm_per_pair["total"] <= WARM_REQUESTS_TARGET,
+        "cold": _phase(1, cold_ok, cold_counts, targets),
+        "warm": _phase(events, warm_ok, warm_counts, events * targets),
+        "meets_target": _per_pair(warm_counts, events * targets)["total"] <= WARM_REQUESTS_TARGET,
         "error_responses": {str(k): v for k, v in errors.items()},
         "unexpected_endpoints": unexpected,
         "double_internal_errors": internal_errors,
     }
-    aws_after.subtract(aws_before)
-    aws_ops = {k: v for k, v in sorted(aws_after.items()) if v}
+    aws_ops = dict(sorted((aws_after - aws_before).items()))
     sent = max(1, events * targets)
     # Each warm dispatch the double accepted: (delivery id, arrival time), matched to its webhook's POST.
-    rows = [
-        (str(((q.json or {}).get("client_payload") or {}).get("delivery_id")), q.time)
-        for q in warm_requests
-        if h.request_kind(q) == "dispatches" and q.status == 204
-    ]
+    rows = [(h.delivery_of(q), q.time) for q in warm_requests if h.request_kind(q) == "dispatches" and q.status == 204]
     rows = [(d, t) for d, t in rows if d in set(deliveries)]
     span = max((t for _, t in rows), default=float("nan")) - first_post
     throughput = {

@@ -14,7 +14,7 @@ import harness as h
 
 from tests.e2e.browser import headless
 from tests.e2e.hud_server import MemoryDocs, serve_docs
-from tests.unit.fakes import RecordingMetrics
+from tests.unit.fakes import FakeClock, RecordingMetrics
 
 PR_EVENTS_PER_DAY = 1000
 PUSHES_PER_DAY = 60  # trunk commits a day
@@ -23,14 +23,6 @@ REPOS = [f"backend-{i}/ci" for i in range(10)]
 JOBS = [f"test-shard-{i}" for i in range(5)]
 DAY_S = 86_400.0
 BATCH = 50  # commits merged into the overview per write, as a reporter batch would touch it
-
-
-class Clock:
-    def __init__(self, t: float) -> None:
-        self.t = t
-
-    def now(self) -> float:
-        return self.t
 
 
 def jobs_of(sha: str, pr: int | None, at: float, rng: random.Random) -> list[h.JobRecord]:
@@ -60,7 +52,7 @@ def jobs_of(sha: str, pr: int | None, at: float, rng: random.Random) -> list[h.J
 def commit_summary(sha: str, pr: int | None, at: float, rng: random.Random, keep: MemoryDocs | None) -> dict[str, Any]:
     """A commit's overview summary from the relay's code: its planner note and its jobs merged into its document."""
     docs = keep or MemoryDocs()
-    clock = Clock(at)
+    clock = FakeClock(at)
     deps = h.summaries.SummaryDeps(docs=docs, metrics=RecordingMetrics(), clock=clock)
     meta = {"title": f"[inductor] Fix a thing in change {sha[:8]}", "author": f"dev{rng.randrange(500)}", "at": at}
     if pr:
@@ -134,8 +126,7 @@ def seed(days: int, load: int, say: Callable[[str], None]) -> tuple[MemoryDocs, 
 def measure(browser: Any, served: Any, path: str, runs: int) -> dict[str, Any]:
     """Bytes fetched (first visit, then warm) and the time to a rendered page (`body[data-ready]`), median of `runs`."""
     times: list[float] = []
-    cold_bytes = warm_bytes = 0
-    docs_bytes = 0
+    cold_bytes = warm_bytes = docs_bytes = 0
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     for i in range(runs + 1):
         served.reset()

@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ import pages
 import reporter
 import runs
 import summary
-from harness import ROOT, AppKey, AwsCalls, Bench, OutputCapture, git_info, log_summary, machine
+from harness import ROOT, AppKey, AwsCalls, Bench, OutputCapture, git_info, log_summary, run_start
 
 # Every section, in the order `make bench` runs them: (name, what it measures, its function, only with --full).
 SECTIONS = [
@@ -35,12 +34,7 @@ SECTIONS = [
     ("reporter", "7. reporter cost per recorded change", reporter.reporter_section, False),
     ("dispatch", "10. the dispatcher's cost per warm dispatch", dispatch.dispatch_section, False),
     ("pages", "11. HUD pages at PyTorch's scale", pages.pages_section, False),
-    (
-        "runs",
-        "12. GitHub's record of runs: a run event dropped at the door, a run reconciled",
-        runs.runs_section,
-        False,
-    ),
+    ("runs", "12. GitHub's record of runs: events dropped at the door, a run reconciled", runs.runs_section, False),
     ("coldstart", "5. cold starts of each function", coldstart.coldstart_section, False),
 ]
 NAMES = [name for name, _, _, _ in SECTIONS]
@@ -64,12 +58,8 @@ def main() -> int:
     if unknown := set(chosen) - set(NAMES):
         raise SystemExit(f"no section {', '.join(sorted(unknown))}; the sections: {', '.join(NAMES)}")
     started = time.perf_counter()
-    results: dict[str, Any] = {
-        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
-        "git": git_info(),
-        "machine": machine(),
-        "config": vars(args) | {"out": str(args.out), "event": "examples/events/pull_request.opened.json"},
-    }
+    config = vars(args) | {"out": str(args.out), "event": "examples/events/pull_request.opened.json"}
+    results: dict[str, Any] = run_start() | {"config": config}
     phases: dict[str, float] = {}
     with OutputCapture() as out:
         bench = Bench(AppKey.generate(), AwsCalls().install(), out)

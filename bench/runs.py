@@ -11,8 +11,6 @@ from typing import Any
 
 import harness as h
 
-from crcr.domain.signature import sign
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-drops", type=int, default=200, help="non-relay workflow_job/workflow_run deliveries")
@@ -34,22 +32,16 @@ def runs_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {}
     env = {"CRCR_RUN_REPORT_SETTLE_S": "0"}
     with h.relay(bench.key, 2, installations=2, level="L2", env=env) as r:
-        secret = r.stack.secrets["webhook_secret"]
-        r.github.set_webhook(f"{r.stack.url}/webhook", secret)
+        r.github.set_webhook(f"{r.stack.url}/webhook", r.stack.secrets["webhook_secret"])
         jobs = tuple(f"job-{j}" for j in range(args.run_jobs))
         for repo in r.repos:
-            r.github.set_dispatch_workflow(
-                repo, lambda b: f"crcr {b['event_type']} {b['client_payload']['dispatch_id']}", jobs=jobs
-            )
+            r.github.set_dispatch_workflow(repo, h.run_name, jobs=jobs)
         # Dropped at the door: a busy downstream's own runs and jobs (push runs, every job event). Counted on the
         # webhook function's own threads: the sweeper and the pollers keep running beside it.
         for event in ("warm-up", "workflow_job", "workflow_run"):
             work = h.FunctionWork(r.stack, "WebhookFunction", bench.aws)
             for i in range(args.run_drops if event != "warm-up" else 1):
-                body = json.dumps(_run_event(r.repos[0], i)).encode()
-                headers = {"x-github-event": event, "x-github-delivery": f"drop-{event}-{i}"}
-                headers |= {"x-hub-signature-256": sign(secret.encode(), body), "content-type": "application/json"}
-                r._send("/webhook", body, headers, keep_alive=True)
+                r.post(json.dumps(_run_event(r.repos[0], i)).encode(), event, keep_alive=True)
             n = max(1, work.invocations)
             if event == "warm-up":  # the function's first build (its cold start) is section 5's
                 continue
@@ -60,9 +52,8 @@ def runs_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
             }
         # Reconciled: each target's run completes with no report at all; its jobs come from GitHub's listing.
         r.post(h.event_body())
-        deadline = time.time() + args.timeout
-        while time.time() < deadline and not all(r.github.runs_of(repo) for repo in r.repos):
-            time.sleep(0.1)
+        deadline = time.monotonic() + args.timeout
+        h.wait_until(lambda: all(r.github.runs_of(repo) for repo in r.repos), args.timeout, 0.1)
         for repo in r.repos:
             r.github.start_run(repo, r.github.runs_of(repo)[0]["id"])
         r.github.wait_webhooks()
@@ -73,8 +64,7 @@ def runs_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
         want = len(r.repos) * len(jobs)
         ddb = r.stack.client("dynamodb")
         table = r.stack.function_env["CRCR_RESULTS_TABLE"]
-        while time.time() < deadline and len(h.scan(ddb, TableName=table)) < want:
-            time.sleep(0.2)
+        h.wait_until(lambda: len(h.scan(ddb, TableName=table)) >= want, deadline - time.monotonic(), 0.2)
         time.sleep(2.0)  # the reporter's pushes and pages of those rows
         recorded = len(h.scan(ddb, TableName=table))
         listings = [q for q in r.github.requests[requests:] if "/attempts/" in q.path and q.path.endswith("/jobs")]

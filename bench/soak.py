@@ -24,7 +24,6 @@ import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -112,17 +111,14 @@ class Relay:
         with self.lock:
             log = self.logdir / f"relay-{len(self.runs)}.log"
             started = time.monotonic()
+
+            def ready() -> bool:
+                return b'{"event": "ready"' in log.read_bytes()
+
             with log.open("wb") as out:
                 command = [sys.executable, "-m", "crcr.ops.cli", "local", "--port", str(self.port)]
-                self.proc = subprocess.Popen(command, env=self.env, cwd=h.ROOT, stdout=out, stderr=subprocess.STDOUT)
-            while time.monotonic() < started + 120:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"crcr local exited with {self.proc.returncode}; see {log}")
-                if b'{"event": "ready"' in log.read_bytes():
-                    self.runs.append(RelayRun(self.proc.pid, time.time(), round(time.monotonic() - started, 2)))
-                    return
-                time.sleep(0.1)
-            raise RuntimeError(f"crcr local was not ready within 120 s; see {log}")
+                self.proc = h.started(command, ready, f"crcr local ({log})", 120, env=self.env, cwd=h.ROOT, stdout=out)
+            self.runs.append(RelayRun(self.proc.pid, time.time(), round(time.monotonic() - started, 2)))
 
     def read_metrics(self, *, wait: bool = True) -> None:
         """The running process's metric tally (`crcr local` keeps metrics in a tally, not EMF lines)."""
@@ -146,15 +142,10 @@ class Relay:
     def end(self, sig: int, how: str) -> None:
         with self.lock:
             assert self.proc is not None
-            run = self.runs[-1]
+            proc, run = self.proc, self.runs[-1]
             self.read_metrics()
-            run.cpu_s = h.cpu_seconds(self.proc.pid)  # read before the process is gone
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            run.cpu_s = h.cpu_seconds(proc.pid)  # read before the process is gone
+            h.end(proc, lambda: proc.send_signal(sig), timeout_s=30)
             run.stopped, run.how = time.time(), how
 
     def stop(self) -> None:
@@ -211,16 +202,9 @@ def carries_id(repo: str) -> bool:
 
 
 def github_double(key: h.AppKey, repos: list[tuple[str, int, int]], seed: int, timeouts: float) -> h.GitHubDouble:
-    gh = h.GitHubDouble(app_id=h.APP_ID, app_public_key_pem=key.public_pem)
-    for repo, installation, repo_id in repos:
-        gh.install(repo, installation_id=installation, repo_id=repo_id)
-        if carries_id(repo):
-            gh.set_dispatch_workflow(
-                repo, lambda body: f"crcr {body['event_type']} {body['client_payload']['dispatch_id']}", jobs=["build"]
-            )
-        else:
-            gh.set_dispatch_workflow(repo, lambda body: "CI", jobs=["build"])
-    gh.install(h.UPSTREAM, installation_id=7999, repo_id=h.UPSTREAM_ID)
+    gh = h.github_double(key.public_pem, [*repos, (h.UPSTREAM, 7999, h.UPSTREAM_ID)])
+    for repo, _, _ in repos:
+        gh.set_dispatch_workflow(repo, h.run_name if carries_id(repo) else lambda body: "CI", jobs=["build"])
     faults = [
         (FAULT_502, Reply(502)),
         (FAULT_429, Reply.too_many_requests(retry_after=RETRY_AFTER_S)),
@@ -252,14 +236,6 @@ def played_run(rng: random.Random, force: str) -> tuple[str, str, list[str], boo
     if "completed" in order and (fate == "lost_runner" or rng.random() < LOST_COMPLETED or force == "completed"):
         order.remove("completed")  # a lost runner runs no report step
     return fate or "finished", conclusion, order, rng.random() < LOST_HOOK or force == "hook"
-
-
-def _delivery(rec: h.RecordedRequest) -> str:
-    return str(rec.json["client_payload"]["delivery_id"])
-
-
-def _repo(rec: h.RecordedRequest) -> str:
-    return "/".join(rec.path.split("/")[2:4]).lower()
 
 
 # ------------------------------------------------------------------------------------------------ phases
@@ -383,9 +359,7 @@ class Soak:
 
     def kill_and_restart(self) -> None:
         # Mid-batch: dispatches are being sent right now (the double accepted one within the last 200 ms).
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and time.time() - self.last_accept() > 0.2:
-            time.sleep(0.01)
+        h.wait_until(lambda: time.time() - self.last_accept() <= 0.2, 30, every_s=0.01)
         in_flight = self.backlog
         self.relay.end(signal.SIGKILL, "SIGKILL mid-batch")
         killed_at = time.time()
@@ -418,6 +392,10 @@ class Soak:
     def dispatch_requests(self) -> list[h.RecordedRequest]:
         return [r for r in self.gh.requests if r.method == "POST" and r.path.endswith("/dispatches")]
 
+    def landed(self) -> list[tuple[tuple[str, str], h.RecordedRequest]]:
+        """Every dispatch GitHub accepted, by its (delivery, repository lower-case)."""
+        return [((h.delivery_of(r), h.repo_of(r)), r) for r in self.dispatch_requests() if r.accepted]
+
     def accepted(self) -> int:
         return sum(1 for r in self.dispatch_requests() if r.accepted)
 
@@ -428,7 +406,7 @@ class Soak:
         quiet = looks = 0
         while self.left() > 0:
             ok = {d.guid for d in self.gh.hook_deliveries if d.ok}
-            got = {(_delivery(r), _repo(r)) for r in self.dispatch_requests() if r.accepted}
+            got = {pair for pair, _ in self.landed()}
             backlog = self.depth("EventsQueue", "DispatchQueue")
             quiet = quiet + 1 if all(e.guid in ok for e in self.events) and expected <= got and backlog == 0 else 0
             if quiet >= 3:
@@ -450,7 +428,7 @@ class Soak:
         and their reports are lost at LOST_* shares: the relay must take what they never said from GitHub."""
         rng = random.Random(seed)
         ids = {repo.lower(): (repo, repo_id) for repo, _, repo_id in self.repos}
-        tickets = {(_delivery(r), _repo(r)): r.json["client_payload"] for r in self.dispatch_requests() if r.accepted}
+        tickets = {pair: r.json["client_payload"] for pair, r in self.landed()}
         titled = {
             run["display_title"].rsplit(" ", 1)[-1]: run["id"]
             for repo, _, _ in self.repos
@@ -571,9 +549,8 @@ def duplicates(soak: Soak) -> list[dict[str, Any]]:
     it: the earlier accepted request timed out (answered after the relay's timeout), or the relay was killed after it
     was sent and before its ledger row said dispatched."""
     by_pair: dict[tuple[str, str], list[h.RecordedRequest]] = {}
-    for rec in soak.dispatch_requests():
-        if rec.accepted:
-            by_pair.setdefault((_delivery(rec), _repo(rec)), []).append(rec)
+    for pair, rec in soak.landed():
+        by_pair.setdefault(pair, []).append(rec)
     out = []
     for pair, recs in sorted(by_pair.items()):
         causes = [_cause(soak, pair, earlier) for earlier in recs[:-1]]
@@ -696,9 +673,8 @@ def window_report(soak: Soak) -> list[dict[str, Any]]:
     failed = {d.guid for d in soak.gh.hook_deliveries if not d.ok}
     asked = Counter(r.path.split("/")[4] for r in soak.gh.requests if r.path.endswith("/attempts") and r.accepted)
     first_dispatch: dict[tuple[str, str], float] = {}
-    for rec in soak.dispatch_requests():
-        if rec.accepted:
-            first_dispatch.setdefault((_delivery(rec), _repo(rec)), rec.time)
+    for pair, rec in soak.landed():
+        first_dispatch.setdefault(pair, rec.time)
     start = soak.phases["start_wall"]
     out = []
     for event in (e for e in soak.events if e.guid in failed):
@@ -728,7 +704,7 @@ def window_report(soak: Soak) -> list[dict[str, Any]]:
 
 
 def build_report(soak: Soak, args: argparse.Namespace, cb: dict[str, Any], hud: HudDouble) -> dict[str, Any]:
-    accepted = {(_delivery(r), _repo(r)) for r in soak.dispatch_requests() if r.accepted}
+    accepted = {pair for pair, _ in soak.landed()}
     expected, dups, jobs, requests = soak.expected, duplicates(soak), cb["jobs"], soak.gh.requests
     recorded, problems = results_recorded(soak, jobs)
     dispatch_calls = soak.aws_marks["settled"]["relay"] - soak.aws_marks["start"]["relay"]
@@ -755,7 +731,7 @@ def build_report(soak: Soak, args: argparse.Namespace, cb: dict[str, Any], hud: 
         },
         # Dispatches to id-carrying downstreams GitHub carried out but answered late: runs to find, not start again.
         "ambiguous_on_id_downstreams": sum(
-            1 for r in soak.dispatch_requests() if r.fault == "timeout" and carries_id(_repo(r))
+            1 for r in soak.dispatch_requests() if r.fault == "timeout" and carries_id(h.repo_of(r))
         ),
         "lost": sorted(f"{g} -> {r}" for g, r in expected - accepted),
         "dead_lettered": letters,
@@ -802,18 +778,13 @@ def verdict(report: dict[str, Any]) -> int:
     window = [w for w in r["window"] if w["cause"] == "webhook window"]
     missed = [w["delivery_id"] for w in window if not w["dispatched_by_reconciler"]]
     carrying, kills = r["duplicates_by_kind"]["run_name_carries_id"], r["config"]["kills"]
+    unrecorded, unfailed = r["results_sent"] - r["results_recorded"], r["webhook_window_events"] - len(window)
     checks = [
         (r["lost"], f"{len(r['lost'])} dispatches lost"),
-        (
-            r["results_recorded"] != r["results_sent"],
-            f"{r['results_sent'] - r['results_recorded']} results not recorded",
-        ),
+        (unrecorded, f"{unrecorded} results not recorded"),
         (carrying, f"{carrying} duplicate runs of downstreams whose run-name carries the dispatch id"),
         (r["unexplained_duplicates"], f"{r['unexplained_duplicates']} duplicates without an ambiguous answer"),
-        (
-            len(window) != r["webhook_window_events"],
-            f"{r['webhook_window_events'] - len(window)} window events did not fail",
-        ),
+        (unfailed, f"{unfailed} window events did not fail"),
         (missed, f"{len(missed)} webhook window events not dispatched by the reconciler: {', '.join(missed[:5])}"),
         (len(r["kills"]) != kills, f"{len(r['kills'])} relay kills of {kills}"),
         (r["hud_rows"] != r["jobs"], f"{r['hud_rows']} HUD rows for {r['jobs']} jobs"),
@@ -829,10 +800,8 @@ def verdict(report: dict[str, Any]) -> int:
 
 
 def print_table(r: dict[str, Any]) -> None:
-    per_dispatch, per_report = (
-        r["aws_calls"]["dispatch_phase_per_dispatch"],
-        r["aws_calls"]["callback_phase_per_report"],
-    )
+    aws_calls = r["aws_calls"]
+    per_dispatch, per_report = aws_calls["dispatch_phase_per_dispatch"], aws_calls["callback_phase_per_report"]
     pairs, unexplained = len(r["duplicates"]), r["unexplained_duplicates"]
     window = [w for w in r["window"] if w["cause"] == "webhook window"]
     others = [w for w in r["window"] if w["cause"] != "webhook window"]
@@ -892,11 +861,7 @@ def main() -> int:
     if args.events < 1 or args.targets < 1:
         parser.error(f"at least 1 event and 1 target (got {args.events} events x {args.targets} downstreams)")
     started = time.monotonic()
-    context = {
-        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
-        "git": h.git_info(),
-        "machine": h.machine(),
-    }
+    context = h.run_start()
     say(f"soak: {args.events} events x {args.targets} downstreams, bound {args.timeout_s:.0f} s, seed {args.seed}")
     key = h.AppKey.generate()
     # One organization, so one installation, per downstream: (repository, installation id, repository id).
@@ -915,7 +880,7 @@ def main() -> int:
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",
         # Fixed across restarts: a ticket signed by one relay process must verify in the next.
-        "CRCR_TICKET_SIGNING_KEY": h.ticket_key(),
+        "CRCR_TICKET_SIGNING_KEY": h.generate_keys()["ticket_signing_key"],
         "CRCR_OIDC_ISSUER": issuer.url,
         "CRCR_OIDC_AUDIENCE": "crcr",
         "CRCR_HUD_URL": hud.url,
