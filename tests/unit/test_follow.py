@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 LINES = [
     'not json at all',
@@ -72,3 +73,23 @@ def test_an_unreadable_file_is_one_line() -> None:
 
     assert done.returncode == 2
     assert done.stderr == "crcr follow: /nonexistent/crcr.log: No such file or directory\n"
+
+
+def test_a_downstreams_words_reach_the_terminal_escaped_and_a_malformed_line_is_no_traceback(tmp_path: Any) -> None:
+    hostile = json.dumps({
+        "level": "INFO", "message": "reported", "timestamp": "2026-12-04 12:00:03,000+0000", "delivery_id": "cccc3333",
+        "target_repo": "a/b", "job": "ci/\x1b[2J\x1b]0;owned\x07test\u2028\u202e", "state": "completed",
+    })  # fmt: skip
+    odd = json.dumps({"level": "INFO", "message": "dispatch handled", "delivery_id": "dddd4444", "delay_s": "soon"})
+    log = tmp_path / "crcr.log"
+    log.write_bytes(b"\n".join([hostile.encode(), odd.encode(), b'{"message": "\xff\xfe not utf-8"}']) + b"\n")
+    for args in ((), ("--json",)):
+        done = subprocess.run(
+            [sys.executable, "-m", "crcr.ops.cli", "follow", "--file", str(log), *args],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        assert not [ch for ch in done.stdout if ch in "\x1b\x07\u2028\u202e"], repr(done.stdout)
+    human = follow("--file", str(log)).stdout
+    assert "ci/\\x1b[2J\\x1b]0;owned\\x07test\\u2028\\u202e" in human
+    assert "dddd4444  info      dispatch handled" in human  # its delay is no number: the step shown as it came

@@ -338,7 +338,10 @@ def _follow(args: argparse.Namespace) -> int:
     from crcr.ops.follow import follow  # noqa: PLC0415
 
     try:
-        source = open(args.file, encoding="utf-8") if args.file else sys.stdin  # noqa: SIM115 - closed below
+        # A line that is not UTF-8 is read with replacement characters, never a traceback.
+        source = open(args.file, encoding="utf-8", errors="replace") if args.file else sys.stdin  # noqa: SIM115
+        if source is sys.stdin:
+            sys.stdin.reconfigure(errors="replace")  # type: ignore[union-attr]
     except OSError as exc:
         print(f"crcr follow: {args.file}: {exc.strerror}", file=sys.stderr)
         return 2

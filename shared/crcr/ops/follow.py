@@ -6,9 +6,22 @@ from __future__ import annotations
 
 import json
 import threading
+import unicodedata
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, TextIO
+
+# Characters a terminal acts on or hides (ESC, BEL, CR, bidi overrides, line separators...): shown escaped.
+_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def printable(text: str) -> str:
+    """Text as an operator's terminal may show it: every control or format character written as its escape
+    (`\\x1b`, `\\u2028`), so a downstream's words can neither move the cursor, ring, recolour nor hide a line."""
+    return "".join(
+        ch.encode("unicode_escape", "backslashreplace").decode("ascii") if unicodedata.category(ch) in _HIDDEN else ch
+        for ch in text
+    )
 
 
 def parse(line: str) -> dict[str, Any] | None:
@@ -113,15 +126,15 @@ def human(record: dict[str, Any]) -> str | None:
     level = str(record.get("level") or "INFO").upper()
     if fmt is None and level not in ("WARNING", "ERROR", "CRITICAL"):
         return None
-    text = (
-        fmt(record)
-        if fmt
-        else f"{level.lower():9} {message}" + (f": {record['detail']}" if record.get("detail") else "")
-    )
+    generic = f"{level.lower():9} {message}" + (f": {record['detail']}" if record.get("detail") else "")
+    try:
+        text = fmt(record) if fmt else generic
+    except (ValueError, TypeError, AttributeError, KeyError):
+        text = generic  # a record whose fields are not what its step writes: shown as it came, never a traceback
     if text is None:
         return None
     delivery = delivery_of(record)[:8] or "-"
-    return f"{_when(record)}  {delivery:8}  {text}"
+    return printable(f"{_when(record)}  {delivery:8}  {text}")
 
 
 def follow(lines: Iterable[str], out: Callable[[str], None], deliveries: set[str], raw: bool) -> int:
@@ -131,7 +144,7 @@ def follow(lines: Iterable[str], out: Callable[[str], None], deliveries: set[str
         record = parse(line)
         if record is None or (deliveries and delivery_of(record) not in deliveries):
             continue
-        text = line.rstrip("\n")[line.find("{") :] if raw else human(record)
+        text = printable(line.rstrip("\n")[line.find("{") :]) if raw else human(record)
         if text is not None:
             out(text)
             shown += 1
@@ -153,7 +166,7 @@ class HumanStream:
             *lines, self._buffer = self._buffer.split("\n")
             for line in lines:
                 record = parse(line)
-                shown = human(record) if record is not None else (line or None)
+                shown = human(record) if record is not None else (printable(line) or None)
                 if shown is not None:
                     self._out.write(shown + "\n")
             self._out.flush()
