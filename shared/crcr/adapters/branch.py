@@ -45,7 +45,7 @@ class DynamoBranch:
                     break
         return found
 
-    def commit_seen(self, upstream: str, sha: str) -> bool | None:
+    def commit_seen(self, upstream: str, sha: str, now: float) -> bool | None:
         keys = [{"pk": branch_pk(upstream), "sk": {"S": f"C#{sha}"}}, lookup_key(upstream, sha)]
         got = self._ddb.batch_get_item(RequestItems={self._table: {"Keys": keys, "ConsistentRead": True}})
         items = got.get("Responses", {}).get(self._table, [])
@@ -53,7 +53,12 @@ class DynamoBranch:
             return None  # throttled: look it up as if never seen (the lookup's own budget still holds)
         if any(item["pk"]["S"].startswith("BRANCH#") for item in items):
             return True
-        lookups = [item for item in items if item["pk"]["S"].startswith("SHA#")]
+        # An answer past its time is no answer (DynamoDB deletes expired items only within a day or two).
+        lookups = [
+            item
+            for item in items
+            if item["pk"]["S"].startswith("SHA#") and float(item.get("expires_at", {}).get("N", "inf")) > now
+        ]
         return bool(lookups[0]["found"]["BOOL"]) if lookups else None
 
     def remember_commit(self, upstream: str, sha: str, found: bool, now: float) -> None:

@@ -16,8 +16,10 @@ DAY = 86_400
 DELIVERY_TTL_S = 14 * DAY  # GitHub lets a delivery be redelivered for a few days
 LEDGER_TTL_S = 30 * DAY
 BRANCH_TTL_S = 90 * DAY  # a commit's place on the branch, for baselines, as long as results are kept
-# A commit GitHub does not have is remembered that long: a downstream naming random SHAs costs one lookup each, once.
-MISSING_COMMIT_TTL_S = 7 * DAY
+# A commit GitHub did not have is remembered this long: every downstream shares the answer, and a commit pushed a
+# moment later (a report faster than GitHub's push) must not be refused for all of them for days. Lookups of random
+# SHAs stay bounded by each downstream's hourly budget (CRCR_COMMIT_LOOKUPS_PER_HOUR).
+MISSING_COMMIT_TTL_S = 10 * 60
 COMMENT_TTL_S = 90 * DAY  # a PR's comment row, as long as results are kept (a lost row finds the comment again)
 RESULTS_TTL_S = 90 * DAY
 SWEEP_INDEX = "sweep"  # sparse GSI (sweep_pk, sweep_at): only rows the sweeper must look at carry it

@@ -75,10 +75,10 @@ class RefusalLog(Protocol):
 
 
 class CommitMemory(Protocol):
-    def commit_seen(self, upstream: str, sha: str) -> bool | None:
+    def commit_seen(self, upstream: str, sha: str, now: float) -> bool | None:
         """What the relay knows of an upstream commit without asking GitHub: True when it saw it pushed to the default
-        branch or GitHub found it before, False when GitHub said it has no such commit (remembered a while), None
-        when it never asked."""
+        branch or GitHub found it before, False when GitHub said it has no such commit (remembered ten minutes),
+        None when it never asked or its answer is past its time."""
         ...
 
     def remember_commit(self, upstream: str, sha: str, found: bool, now: float) -> None: ...
@@ -528,7 +528,8 @@ def _refused(repo: str, reason: str, exc: CrcrError, deps: CallbackDeps) -> Crcr
 def _upstream_commit(sha: str, repo: str, deps: CallbackDeps) -> bool:
     """Whether a scheduled report's commit is the upstream's: known from a push or an earlier lookup at no cost;
     otherwise one GitHub lookup from the reporting repository's hourly budget, its answer remembered either way."""
-    known = deps.known_commits.commit_seen(deps.upstream, sha) if deps.known_commits is not None else None
+    now = deps.clock.now()
+    known = deps.known_commits.commit_seen(deps.upstream, sha, now) if deps.known_commits is not None else None
     if known is not None:
         deps.metrics.count("CommitLookupSaved")
         return known
