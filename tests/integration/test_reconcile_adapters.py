@@ -115,6 +115,13 @@ def test_a_page_github_fails_is_asked_again_and_one_it_keeps_failing_ends_the_li
     sender.script("GET", r"/app/hook/deliveries", [Reply.normal(), Reply.normal(), *[Reply(502)] * 3])
     partial = hooks.list_deliveries(since, max_pages=10)
     assert len(partial.attempts) == 200 and partial.incomplete and not partial.truncated
+    # A rate limit on a later page waits as GitHub asks (when it asks for seconds), then reads on.
+    waits.clear()
+    sender.script("GET", r"/app/hook/deliveries", [Reply.normal(), Reply.too_many_requests(retry_after=2)])
+    assert len(hooks.list_deliveries(since, max_pages=10).attempts) == 250 and len(waits) == 1 and waits[0] >= 2
+    # A longer wait ends the listing there, incomplete.
+    sender.script("GET", r"/app/hook/deliveries", [Reply.normal(), Reply.too_many_requests(retry_after=600)])
+    assert hooks.list_deliveries(since, max_pages=10).incomplete
     # The first page failing leaves nothing to go on: the run fails.
     sender.script("GET", r"/app/hook/deliveries", [Reply(502)] * 3)
     with pytest.raises(GitHubUnavailable):

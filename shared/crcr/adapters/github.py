@@ -420,6 +420,9 @@ class UpstreamCommitLookup:
         return self._github.repo_token(self._github.installation_for(repo), repo, {"metadata": "read"}).repo_id
 
 
+PAGE_WAIT_MAX_S = 10.0  # a page of the delivery log waits at most this for GitHub's rate limit, else ends the listing
+
+
 class GitHubHookDeliveries:
     """The HookDeliveries port: the App's webhook deliveries, listed and redelivered with the App's JWT."""
 
@@ -433,15 +436,17 @@ class GitHubHookDeliveries:
         self._page_tries = page_tries
 
     def _page(self, path: str) -> Any:
-        """One page, asked again (after 0.5 s, then 1 s) when GitHub answers 5xx or does not answer: a listing is
-        tens of pages when the downstreams' run events fill the log, and one failed page must not waste the rest."""
+        """One page, asked again (after 0.5 s, then 1 s; after GitHub's own wait when it asks for at most
+        PAGE_WAIT_MAX_S) when GitHub answers 5xx, does not answer or limits the rate: a listing is tens of pages when
+        the downstreams' run events fill the log, and one failed page must not waste the rest."""
         for attempt in range(self._page_tries):
             try:
                 return self._github.request("GET", path, f"Bearer {self._github.app_jwt()}", kind="hook_deliveries")
-            except GitHubUnavailable:
-                if attempt == self._page_tries - 1:
+            except (GitHubUnavailable, GitHubRateLimited) as exc:
+                wait = exc.wait_s if isinstance(exc, GitHubRateLimited) else 0.5 * 2**attempt
+                if attempt == self._page_tries - 1 or wait > PAGE_WAIT_MAX_S:
                     raise
-                self._sleep(0.5 * 2**attempt)
+                self._sleep(wait)
         raise AssertionError("unreachable")
 
     def list_deliveries(self, since: float, max_pages: int) -> DeliveryListing:
@@ -450,7 +455,7 @@ class GitHubHookDeliveries:
         for number in range(max_pages):
             try:
                 resp = self._page(path)
-            except GitHubUnavailable:
+            except (GitHubUnavailable, GitHubRateLimited):
                 if number == 0:
                     raise  # nothing listed: the run fails (alarmed) and the next one tries again
                 return DeliveryListing(attempts, incomplete=True)
