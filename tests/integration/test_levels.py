@@ -122,7 +122,7 @@ def _check_runs(world: World, sha: str) -> list[str]:
 
 def test_the_demotion_pr_is_opened_once_then_closed_and_check_runs_stop_and_resume(world: World) -> None:
     now = world.clock.now()
-    for n in range(10):  # 5 of 10 pass over the last week
+    for n in range(20):  # 10 of 20 pass over the last week (a PR takes at least 20 finished jobs)
         world.report(n, "success" if n % 2 else "failure", at=now - 3 * 86_400 + n * 600)
     outcome = check_levels(world.deps)
     assert outcome.failed == []
@@ -146,7 +146,7 @@ def test_the_demotion_pr_is_opened_once_then_closed_and_check_runs_stop_and_resu
     assert world.github.file_at(UPSTREAM, ".github/allowlist.yml", "main") == ALLOWLIST.encode()  # never merged
 
     # While it is open: a new job's check runs are not created.
-    fresh = world.report(20, "failure", at=now + 10)
+    fresh = world.report(25, "failure", at=now + 10)
     world.prs.record_pr_head(UPSTREAM, fresh.pr or 0, fresh.head_sha, "2026-12-01T00:00:00Z", ("ciflow/crcr/npu",))
     _mark_sent(world, fresh)
     sync(job_message(fresh), world.checks)  # type: ignore[arg-type]
@@ -158,18 +158,27 @@ def test_the_demotion_pr_is_opened_once_then_closed_and_check_runs_stop_and_resu
     assert sum(1 for r in world.github.requests if r.method == "POST" and r.path.endswith("/pulls")) == 1
 
     # It recovers: the PR is closed with a word why, and new jobs get their check runs again.
-    for n in range(30, 90):
+    for n in range(30, 130):
         world.report(n, "success", at=now + n)
     check_levels(world.deps)
     [closed] = world.github.pulls(UPSTREAM)
     assert closed["state"] == "closed"
     comments = world.github.comments(UPSTREAM, closed["number"])
     assert any("back within its L3 targets" in c["body"] for c in comments)
-    later = world.report(95, "success", at=now + 200)
+    later = world.report(195, "success", at=now + 200)
     world.prs.record_pr_head(UPSTREAM, later.pr or 0, later.head_sha, "2026-12-01T00:00:00Z", ("ciflow/crcr/npu",))
     _mark_sent(world, later)
     sync(job_message(later), world.checks)  # type: ignore[arg-type]
     assert _check_runs(world, later.head_sha) == ["crcr/org/npu-ci", "crcr/org/npu-ci/CI/test"]
+
+    # Its figures swing back under the targets at once: the status says demote, and no second PR is opened within a
+    # day of the relay closing the first (a repository about a threshold must not churn PRs).
+    for n in range(200, 300):
+        world.report(n, "failure", at=now + n)
+    check_levels(world.deps)
+    body = json.loads(serve("/hud/api/crcr/level-status", S3HudDocs(world.s3, "hud"), {}).body)
+    assert next(r for r in body["repos"] if r["repo"] == "org/npu-ci")["change"] == "demote"
+    assert len(world.github.pulls(UPSTREAM)) == 1
 
 
 def _mark_sent(world: World, job: JobRecord) -> None:

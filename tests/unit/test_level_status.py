@@ -4,13 +4,13 @@ once, updated rather than duplicated, closed when the repository recovers, never
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
 
 from crcr.adapters.allowlist_source import parse_allowlist
-from crcr.app.levels import LevelDeps, check_levels
+from crcr.app.levels import LEVEL_STATUS_DOC, LevelDeps, check_levels
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.levels import Demotion, PullRef
 from crcr.domain.ids import repo_key
@@ -81,6 +81,7 @@ class Levels:
     first_seen: dict[str, float] = field(default_factory=dict)
     demotions: dict[str, Demotion] = field(default_factory=dict)
     dedupe: dict[str, tuple[str, float]] = field(default_factory=dict)
+    closed: dict[str, float] = field(default_factory=dict)  # demotion PRs the relay closed, and when
 
     def dedupe_states(self) -> dict[str, tuple[str, float]]:
         return dict(self.dedupe)
@@ -100,8 +101,13 @@ class Levels:
     def set_demotion(self, repo: str, pr: int, since: float) -> None:
         self.demotions.setdefault(repo_key(repo), Demotion(repo, pr, since))
 
-    def clear_demotion(self, repo: str) -> None:
+    def clear_demotion(self, repo: str, closed_at: float | None = None) -> None:
         self.demotions.pop(repo_key(repo), None)
+        if closed_at is not None:
+            self.closed[repo_key(repo)] = closed_at
+
+    def cooling(self, now: float, within: float) -> set[str]:
+        return {key for key, at in self.closed.items() if now - at < within}
 
 
 @dataclass
@@ -174,7 +180,7 @@ def world() -> tuple[LevelDeps, Jobs, Levels, Docs, Pulls]:
     deps = LevelDeps(
         allowlist=StaticAllowlist(parse_allowlist(ALLOWLIST)), jobs=jobs, history=levels, demotions=levels, docs=docs,
         metrics=RecordingMetrics(), clock=FakeClock(NOW), parse=parse_allowlist, pulls=pulls,
-        hud_url="https://relay.example.com/hud",
+        hud_url="https://relay.example.com/hud", demotion_min_jobs=5,  # the seeded history's few jobs count
     )  # fmt: skip
     return deps, jobs, levels, docs, pulls
 
@@ -277,6 +283,25 @@ def test_a_demotion_pr_is_opened_once_updated_and_closed_on_recovery(
         and "back within its L3 targets" in pulls.pulls[number]["closing_comment"]
     )
     assert "org/failing" not in levels.demotions and "org/slow" in levels.demotions
+
+
+def test_no_demotion_pr_on_few_jobs_nor_within_a_day_of_the_relay_closing_one(
+    world: tuple[LevelDeps, Jobs, Levels, Docs, Pulls],
+) -> None:
+    deps, _, levels, _, pulls = world
+    few = replace(deps, demotion_min_jobs=11)  # org/failing has 10 finished jobs in its window, org/slow 5
+    check_levels(few)
+    assert pulls.pulls == {} and levels.demotions == {}
+    status = few.docs.get(LEVEL_STATUS_DOC)[0] or {}  # the status still says so
+    assert {r["repo"]: r["change"] for r in status["repos"]}["org/failing"] == "demote"
+    # The relay closed org/failing's PR an hour ago (it had recovered): however its figures swing now, no new PR
+    # until the cool-down is over; org/slow, closed two days ago, gets its PR.
+    levels.closed = {"org/failing": NOW - 3600, "org/slow": NOW - 2 * DAY}
+    check_levels(deps)
+    assert [p["branch"] for p in pulls.pulls.values()] == ["crcr-demotion/org/slow"]
+    deps.clock.t = NOW + DAY  # type: ignore[attr-defined]
+    check_levels(deps)
+    assert sorted(p["branch"] for p in pulls.pulls.values()) == ["crcr-demotion/org/failing", "crcr-demotion/org/slow"]
 
 
 def test_a_pr_someone_closed_ends_the_demotion_and_a_new_one_follows_while_it_still_fails(

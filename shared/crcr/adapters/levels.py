@@ -95,8 +95,24 @@ class DynamoLevels:
             ExpressionAttributeValues={":repo": {"S": repo}, ":pr": {"N": str(pr)}, ":since": {"N": str(num(since))}},
         )
 
-    def clear_demotion(self, repo: str) -> None:
+    def clear_demotion(self, repo: str, closed_at: float | None = None) -> None:
         self._ddb.delete_item(TableName=self._table, Key={"pk": {"S": PK}, "sk": {"S": f"DEMOTION#{repo_key(repo)}"}})
+        if closed_at is not None:
+            self._ddb.put_item(
+                TableName=self._table,
+                Item={"pk": {"S": PK}, "sk": {"S": f"CLOSED#{repo_key(repo)}"}, "at": {"N": str(num(closed_at))}}
+                | {"expires_at": {"N": str(int(closed_at) + 7 * 86_400)}},
+            )
+
+    def cooling(self, now: float, within: float) -> set[str]:
+        items = query_all(
+            self._ddb,
+            TableName=self._table,
+            KeyConditionExpression="pk = :p AND begins_with(sk, :c)",
+            ExpressionAttributeValues={":p": {"S": PK}, ":c": {"S": "CLOSED#"}},
+            ConsistentRead=True,
+        )
+        return {i["sk"]["S"].removeprefix("CLOSED#") for i in items if now - float(i["at"]["N"]) < within}
 
 
 class CachedDemotions:

@@ -24,7 +24,17 @@ from crcr.domain.allowlist import Allowlist, Entry
 from crcr.domain.allowlist_edit import EditError, demote_to_l2
 from crcr.domain.errors import AllowlistError
 from crcr.domain.ids import is_github_run, repo_key
-from crcr.domain.level_status import RepoStatus, document, plan_demotions, pr_body, pr_title, status_of, tenure
+from crcr.domain.level_status import (
+    COOL_DOWN_S,
+    DEMOTION_MIN_JOBS,
+    RepoStatus,
+    document,
+    plan_demotions,
+    pr_body,
+    pr_title,
+    status_of,
+    tenure,
+)
 from crcr.domain.levels import Level
 
 
@@ -76,6 +86,7 @@ class LevelDeps:
     pulls: AllowlistPulls | None = None  # None: the allowlist is not in a GitHub repository (no PR can be opened)
     hud_url: str | None = None  # the HUD's base URL, linked from the PR
     runs: DispatchRuns | None = None  # whether a downstream's runs carry the dispatch id (looked at once a day)
+    demotion_min_jobs: int = DEMOTION_MIN_JOBS  # finished jobs in the window before a demotion PR is opened
 
 
 @dataclass
@@ -174,12 +185,14 @@ def _sync_pulls(
             deps.demotions.clear_demotion(repo)
     known = {key: status for key, status in by_key.items() if key not in unknown}
     l3_known = [e.repo for key, e in l3.items() if key not in unknown]
-    actions = plan_demotions(known, l3_known, {repo: pull.number for repo, pull in open_prs.items()})
+    cooling = deps.demotions.cooling(now, COOL_DOWN_S)
+    prs = {repo: pull.number for repo, pull in open_prs.items()}
+    actions = plan_demotions(known, l3_known, prs, cooling, deps.demotion_min_jobs)
     for action, repo, reason in actions:
         try:
             if action == "close":
                 pulls.close_pull(open_prs[repo].number, f"`{repo}` {reason}, so this demotion is no longer proposed.")
-                deps.demotions.clear_demotion(repo)
+                deps.demotions.clear_demotion(repo, closed_at=now)
             else:
                 status = by_key[repo_key(repo)]
                 entry = l3[repo_key(repo)]

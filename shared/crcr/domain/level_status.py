@@ -318,12 +318,25 @@ def pr_body(status: RepoStatus, oncalls: Iterable[str], allowlist_path: str, hud
     )
 
 
+# Hysteresis against demotion PRs opened and closed as a repository's figures swing about a threshold: a PR is opened
+# only on this many finished jobs in the window, and not within COOL_DOWN_S of the relay closing the last one.
+DEMOTION_MIN_JOBS = 20
+COOL_DOWN_S = 86_400.0
+
+
 def plan_demotions(
-    statuses: Mapping[str, RepoStatus], l3: Iterable[str], open_prs: Mapping[str, int]
+    statuses: Mapping[str, RepoStatus],
+    l3: Iterable[str],
+    open_prs: Mapping[str, int],
+    cooling: Iterable[str] = (),
+    min_jobs: int = DEMOTION_MIN_JOBS,
 ) -> list[tuple[str, str, str]]:
     """(action, repo, reason): `open` for an L3 repository to demote without a PR, `update` for one with a PR
     (its body follows the figures), `close` for a PR whose repository recovered or is no longer at L3. A
-    repository with no status (its figures could not be read) is left as it is."""
+    repository with no status (its figures could not be read) is left as it is; one with fewer than `min_jobs`
+    finished jobs, or in `cooling` (its last PR closed by the relay within COOL_DOWN_S), gets no
+    new PR: its status still says demote."""
+    cool = {r.lower() for r in cooling}
     l3_keys = {r.lower(): r for r in l3}
     actions: list[tuple[str, str, str]] = []
     for repo in sorted(open_prs):
@@ -337,5 +350,8 @@ def plan_demotions(
         status = statuses.get(key)
         if status is None or status.change != "demote":
             continue
-        actions.append(("update" if key in open_keys else "open", repo, ""))
+        if key in open_keys:
+            actions.append(("update", repo, ""))
+        elif key not in cool and status.summary is not None and status.summary.total_jobs >= min_jobs:
+            actions.append(("open", repo, ""))
     return actions

@@ -24,7 +24,13 @@ class Demotions(Protocol):
         """Record it (an existing record keeps its `since`: the demotion started then)."""
         ...
 
-    def clear_demotion(self, repo: str) -> None: ...
+    def clear_demotion(self, repo: str, closed_at: float | None = None) -> None:
+        """Forget it; `closed_at`: the relay closed its PR then (the repository recovered), which starts a cool-down."""
+        ...
+
+    def cooling(self, now: float, within: float) -> set[str]:
+        """Repository keys whose demotion PR the relay closed within `within` seconds before `now`."""
+        ...
 
 
 class LevelHistory(Protocol):
