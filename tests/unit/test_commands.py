@@ -23,6 +23,18 @@ from crcr.domain.commands import RerunCommand, looks_like_command, may_rerun, pa
         ("@crcr rerun all now", None),
         ("@crcr rerun not-a-repo", None),
         ("@crcr retry all", None),
+        # What GitHub shows as nothing, or as code, or as one line, is no command.
+        ("<!-- @crcr rerun all -->", None),
+        ("<!--\n@crcr rerun all\n-->", None),
+        ("text <!-- never closed\n@crcr rerun all", None),
+        ("some prose\n\n    @crcr rerun all", None),  # indented code
+        ("\t@crcr rerun all", None),
+        ("ok\u2028@crcr rerun all", None),  # U+2028 does not start a line
+        ("ok\x85@crcr rerun all", None),
+        ("@crcr rerun\u2028all", None),
+        ("@crcr\x0brerun all", None),
+        ("<!-- note -->\r\n@crcr rerun all", RerunCommand(None, False)),  # a comment before a real line end
+        ("   @crcr rerun all", RerunCommand(None, False)),  # three spaces are still a paragraph
     ],
 )
 def test_a_command_is_one_line_addressed_to_the_app(body: str, expected: RerunCommand | None) -> None:

@@ -1,7 +1,9 @@
 """PR comment commands: `@<app-slug> rerun <owner/repo|all> [failed]`, who may give them, and what they ask for.
 
-A command is one line of the comment (not a quote, not inside a code block). Whether its author may give it is
-asked of GitHub (write or triage access to the upstream), never read from the comment.
+A command is one visible line of the comment as GitHub shows it: not a quote, not inside a fenced or indented code
+block, not inside an HTML comment (which GitHub does not show), and split only at real line ends (U+2028 or U+0085
+inside a line are not one). Whether its author may give it is asked of GitHub (write or triage access to the
+upstream), never read from the comment.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from dataclasses import dataclass
 # GitHub's role names (`role_name` of a collaborator's permission) that may re-run CI: those who can push or triage.
 ALLOWED_ROLES = frozenset({"admin", "maintain", "write", "triage"})
 MAX_LINES = 200
+_LINE_END = re.compile(r"\r\n|\n|\r")  # what ends a line in GitHub's Markdown (not U+2028, U+0085, \v or \f)
+_HTML_COMMENT = re.compile(r"<!--.*?(?:-->|$)", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -28,15 +32,16 @@ def looks_like_command(body: str) -> bool:
 def parse_command(body: str, slug: str) -> RerunCommand | None:
     """The first command line addressed to the App, or None."""
     pattern = re.compile(
-        rf"@{re.escape(slug)}\s+rerun\s+(all|[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)(\s+failed)?\s*", re.IGNORECASE
+        rf"@{re.escape(slug)}[ \t]+rerun[ \t]+(all|[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)([ \t]+failed)?[ \t]*", re.IGNORECASE
     )
+    shown = _HTML_COMMENT.sub("", body)  # an unclosed one hides the rest, as GitHub shows it
     fenced = False
-    for line in body.splitlines()[:MAX_LINES]:
-        text = line.strip()
+    for line in _LINE_END.split(shown)[:MAX_LINES]:
+        text = line.strip(" \t")
         if text.startswith("```") or text.startswith("~~~"):
             fenced = not fenced
             continue
-        if fenced or text.startswith(">"):
+        if fenced or text.startswith(">") or line.startswith(("    ", "\t")):  # a quote, or (indented) code
             continue
         match = pattern.fullmatch(text)
         if match:
