@@ -167,6 +167,25 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(
     assert len(done.stderr.splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["push", "--sha", "a" * 39], "argument --sha: 'aaaa"),
+        (["push", "--sha", "g" * 40], "argument --sha:"),
+        (["--file", "examples/events/push.main.json", "--event", "push\r\nX-Evil: 1"], "argument --event:"),
+        (["push", "--delivery", "d-1\r\nX-Evil: 1"], "argument --delivery:"),
+        (["push", "--delivery", "\x1b]0;owned\x07"], "argument --delivery:"),
+    ],
+    ids=["sha-39", "sha-not-hex", "event-crlf", "delivery-crlf", "delivery-escape"],
+)
+def test_malformed_arguments_are_refused_by_name_before_anything_is_sent(args: list[str], named: str) -> None:
+    done = send_raw([*args, "--url", "http://127.0.0.1:9"], SECRET)  # nothing listens there: nothing may be tried
+
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stdout == "" and "cannot reach" not in done.stderr
+    assert done.stderr.splitlines()[-1].startswith(f"crcr send: error: {named}"), done.stderr
+
+
 def send_raw(args: list[str], secret: str | None) -> subprocess.CompletedProcess[str]:
     env = base_env() | ({"CRCR_WEBHOOK_SECRET": secret} if secret else {})
     return subprocess.run(

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -404,6 +405,27 @@ def _local(port: int, host: str, follow: bool = False) -> int:
     return 0
 
 
+def _sha(text: str) -> str:
+    """A commit as GitHub names it: 40 hexadecimal digits."""
+    if not re.fullmatch(r"[0-9a-fA-F]{40}", text):
+        raise argparse.ArgumentTypeError(f"{text[:60]!r} is not a commit SHA (40 hexadecimal digits)")
+    return text.lower()
+
+
+def _event_name(text: str) -> str:
+    """An X-GitHub-Event value: GitHub's event names are lower-case words joined by underscores."""
+    if not re.fullmatch(r"[a-z][a-z_]{0,49}", text):
+        raise argparse.ArgumentTypeError(f"{text[:60]!r} is not a GitHub event name (e.g. pull_request)")
+    return text
+
+
+def _delivery(text: str) -> str:
+    """An X-GitHub-Delivery value: visible characters only (a header cannot carry a line end)."""
+    if not re.fullmatch(r"[A-Za-z0-9._:-]{1,100}", text):
+        raise argparse.ArgumentTypeError(f"{text[:60]!r} is not a delivery id (letters, digits, . _ : -)")
+    return text
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -492,14 +514,16 @@ def _add_send_follow(sub: Any) -> None:
     )
     send.add_argument("kind", nargs="?", choices=KINDS, metavar="EVENT", help=f"one of: {', '.join(KINDS)}")
     send.add_argument("--url", default="http://127.0.0.1:8787", help="the relay's URL or WebhookUrl")
-    send.add_argument("--sha", help="the commit: PR head, push after (default: a new random one)")
+    send.add_argument("--sha", type=_sha, help="the commit: PR head, push after (default: a new random one)")
     send.add_argument("--pr", type=_positive, help="the PR number (default: the example's, 170001)")
     send.add_argument("--label", help="pull_request.labeled: the label, e.g. ciflow/crcr/xpu")
     send.add_argument("--ciflow", default="trunk", help="ciflow: the tag's name, refs/tags/ciflow/<name>/<PR>")
     send.add_argument("--external-id", help="check_run.rerequested: the check run's <repo>:<run_id>:<pr>")
     send.add_argument("--file", help="send this JSON body as it is instead (with --event)")
-    send.add_argument("--event", help="with --file: the X-GitHub-Event header")
-    send.add_argument("--delivery", help="the X-GitHub-Delivery id (default: a new one; repeat one to redeliver)")
+    send.add_argument("--event", type=_event_name, help="with --file: the X-GitHub-Event header")
+    send.add_argument(
+        "--delivery", type=_delivery, help="the X-GitHub-Delivery id (default: a new one; repeat one to redeliver)"
+    )
     send.add_argument("--json", action="store_true", help="print the result as JSON")
     follow = sub.add_parser(
         "follow",
