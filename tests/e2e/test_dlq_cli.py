@@ -154,6 +154,32 @@ def test_redrive_sends_valid_messages_to_the_paired_queue_and_leaves_malformed_o
     assert [m["MessageId"] for m in left] == [bad]
 
 
+def test_a_dispatch_naming_a_path_a_huge_attempt_or_a_control_character_is_never_redriven(
+    stack: LocalStack, queues: dict[str, str]
+) -> None:
+    sqs = stack.client("sqs")
+    valid = json.loads(dispatch())
+    bodies = {
+        "target_repo": valid | {"target_repo": "../../x"},  # would aim the App's JWT at GET /..%2Fx/installation
+        "attempt": valid | {"attempt": 10**30},
+        "delivery_id": valid | {"delivery_id": "d-1\x1b]0;owned\x07"},
+        "upstream": valid | {"upstream": "pytorch/pytorch/../x"},
+    }
+    ids = {
+        field: sqs.send_message(QueueUrl=queues["DispatchDLQ"], MessageBody=json.dumps(body))["MessageId"]
+        for field, body in bodies.items()
+    }
+
+    done = dlq(stack, "redrive", queues["DispatchDLQ"], "--json")
+
+    result = json.loads(done.stdout)
+    assert done.returncode == 1 and result["moved"] == 0, done.stdout
+    left = {row["message_id"]: row for row in result["left"]}
+    for field, message_id in ids.items():
+        assert field in json.dumps(left[message_id]), left[message_id]  # named: what is wrong with it
+    assert visible(stack, queues["DispatchDLQ"]) >= len(ids)
+
+
 def test_a_listing_shows_each_dead_letter_once_and_leaves_it_visible(stack: LocalStack, queues: dict[str, str]) -> None:
     sqs = stack.client("sqs")
     for _ in range(3):

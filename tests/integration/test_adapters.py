@@ -263,6 +263,14 @@ def test_issue_comments_through_the_app_token_find_only_the_apps_own(github: Git
     assert refused.value.status == 422
 
 
+@pytest.mark.parametrize("name", ["../../x", "org/..", "./repo", "org%2F..%2F..%2Fx"])
+def test_a_repository_name_that_walks_the_path_is_never_sent(github: GitHubDouble, app_key_pem: str, name: str) -> None:
+    app = GitHubApp(github.url, APP_ID, app_key_pem, time.time)
+    with pytest.raises(GitHubRejected, match=r"'\.' or '\.\.'; not sent"):
+        app.request("GET", f"/repos/{name}/installation", f"Bearer {app.app_jwt()}")
+    assert github.requests == []  # the App's JWT went nowhere
+
+
 def test_allowlist_check_prints_the_level_table(tmp_path: Any) -> None:
     good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
     good.write_bytes(GOOD)

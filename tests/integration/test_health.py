@@ -207,6 +207,8 @@ def test_health_prints_a_table_and_json_for_the_allowlist(aws: Aws, tmp_path: Pa
         "flaky": 0,
         "flaky_jobs": {},
         "dispatch_dedupe": "unknown",  # the level check has not looked at its runs
+        "not_started": 0,  # no dispatch GitHub started no run for
+        "not_started_reason": "",
     }
     steady = next(r for r in doc if r["repo"] == "org/steady")
     assert (steady["jobs"], steady["pass_rate"], steady["flaky"], steady["flaky_jobs"]) == (12, 1.0, 1, {"CI/ok-0": 1})

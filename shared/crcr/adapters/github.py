@@ -120,6 +120,9 @@ class GitHubApp:
         kind: str = "other",
         extra_headers: dict[str, str] | None = None,
     ) -> Response:
+        if any(part in (".", "..") for part in unquote(path.split("?", 1)[0]).split("/")):
+            # A name that walks the path (`../x`) would aim the App's credentials at another endpoint: never sent.
+            raise GitHubRejected(400, f"{method} {path}: a path segment is '.' or '..'; not sent")
         headers = {
             "Accept": "application/vnd.github+json",
             "X-GitHub-Api-Version": API_VERSION,

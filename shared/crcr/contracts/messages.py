@@ -4,10 +4,23 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
+from crcr.contracts.github import RepoName
 from crcr.domain.allowlist import Entry
+from crcr.domain.ids import is_delivery_id
 from crcr.domain.levels import Level
+
+
+def _delivery_id(value: str) -> str:
+    if not is_delivery_id(value):
+        raise ValueError("must be a delivery id: 1 to 100 ASCII letters, digits, '.', '_' and '-'")
+    return value
+
+
+DeliveryId = Annotated[str, AfterValidator(_delivery_id)]
+# The dispatcher gives up after 8 attempts (crcr.app.dispatch): a message claiming more was not written by the relay.
+MAX_ATTEMPT = 100
 
 
 class _Msg(BaseModel):
@@ -45,13 +58,13 @@ class DispatchMessage(_Msg):
     """Planner -> dispatcher: one downstream repository for one delivery."""
 
     schema_version: Literal[1] = 1
-    delivery_id: str
+    delivery_id: DeliveryId
     event_type: Literal["pull_request", "push"]
     action: str | None = None
-    target_repo: str
+    target_repo: RepoName
     level: Level
     device: str | None = None
-    upstream: str
+    upstream: RepoName
     pr_number: int | None = None
     head_sha: str
     ref: str | None = None
@@ -60,7 +73,7 @@ class DispatchMessage(_Msg):
     # The planner stored head_sha as the PR's head at this time (this event was the newest it knew of): a
     # dispatch soon after needs no read of the PR's head to know it is not superseded.
     head_at: float | None = None
-    attempt: int = Field(default=0, ge=0)
+    attempt: int = Field(default=0, ge=0, le=MAX_ATTEMPT)
     not_before: float | None = None
     slot_at: float | None = None  # a pacing slot booked for this message's send (it was paced)
     # A Buildkite downstream, as the allowlist said when the event was planned: a build of this pipeline
@@ -102,7 +115,7 @@ class CheckSyncMessage(_Msg):
     # kind "comment": None asks for a render of the comment; otherwise the render booked in the PR's row
     # (its ticket), which alone may write the comment: a burst of requests is merged into it.
     render: str | None = None
-    attempt: int = Field(default=0, ge=0)
+    attempt: int = Field(default=0, ge=0, le=MAX_ATTEMPT)
     not_before: float | None = None
     slot_at: float | None = None  # a pacing slot booked for this message's next write
 
