@@ -1,11 +1,14 @@
-"""LevelFunction: on a schedule, each downstream's level status for the HUD, and the demotion PRs it calls for."""
+"""LevelFunction: on a schedule, each downstream's level status for the HUD, and the demotion PRs it calls for.
+
+Hourly; and every 5 minutes with `{"if_missing": true}`, which computes it only while none is stored (a new stack),
+so PyTorch's level-status route has an answer minutes after a deploy, not an hour."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from crcr.adapters.observability import logger, metrics
-from crcr.app.levels import LevelDeps, check_levels
+from crcr.app.levels import LevelDeps, check_levels, level_status_missing
 from crcr.composition import build_level_deps, kept, load_settings
 
 _deps: LevelDeps | None = None
@@ -16,6 +19,8 @@ _deps: LevelDeps | None = None
 def lambda_handler(event: dict[str, Any], context: Any, deps: LevelDeps | None = None) -> dict[str, Any]:
     global _deps
     ready = deps or _deps or (_deps := kept(build_level_deps(load_settings())))
+    if event.get("if_missing") and not level_status_missing(ready):
+        return {"skipped": "the level status is stored; the hourly run refreshes it"}
     outcome = check_levels(ready)
     changes = {s.repo: s.change for s in outcome.statuses if s.change}
     if changes or outcome.actions or outcome.failed:

@@ -139,6 +139,13 @@ def _dedupe(deps: LevelDeps, entry: Entry, jobs: list[JobRecord], known: tuple[s
     return state
 
 
+def level_status_missing(deps: LevelDeps) -> bool:
+    """Whether no level status is stored yet (a new stack, or one whose document was lost): the frequent schedule
+    and `crcr local`'s start compute it at once instead of waiting for the hourly run."""
+    doc, _ = deps.docs.get(LEVEL_STATUS_DOC)
+    return doc is None
+
+
 def check_levels(deps: LevelDeps) -> LevelOutcome:
     now = deps.clock.now()
     allowlist = deps.allowlist.current()

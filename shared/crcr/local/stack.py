@@ -50,8 +50,10 @@ SANDBOX_BUILDKITE_OIDC_PREFIX = "/_sandbox/buildkite-oidc"
 # Each scheduled function's local period (variable, default seconds); the sweeper's is the default.
 SCHEDULE_INTERVALS = {
     "ReconcilerFunction": ("CRCR_RECONCILE_INTERVAL_S", 300.0),
-    "LevelFunction": ("CRCR_LEVEL_INTERVAL_S", 3600.0),
+    "LevelFunction": ("CRCR_LEVEL_INTERVAL_S", 60.0),
 }
+# Scheduled functions `crcr local` runs at start too, not only after their first interval: the level status.
+RUN_AT_START = frozenset({"LevelFunction"})
 # What an operator command needs to reach this stack (the ready line's `env`); never secrets.
 OPERATOR_ENV_KEYS = (
     "AWS_ENDPOINT_URL",
@@ -636,7 +638,9 @@ class LocalStack:
         CRCR_RECONCILE_INTERVAL_S (docs/configuration.md, docs/local-stack.md)."""
         variable, default = SCHEDULE_INTERVALS.get(fn.logical_id, ("CRCR_SWEEP_INTERVAL_S", 60.0))
         interval = float(self.env.get(variable) or default)
-        while not self._stop.wait(interval):
+        wait = 0.0 if fn.logical_id in RUN_AT_START else interval  # the level status: computed now, then each interval
+        while not self._stop.wait(wait):
+            wait = interval
             event = {"source": "aws.events", "detail-type": "Scheduled Event", "time": time.time(), "detail": {}}
             try:
                 self.invoke(fn.logical_id, event)
