@@ -50,7 +50,7 @@ SANDBOX_BUILDKITE_OIDC_PREFIX = "/_sandbox/buildkite-oidc"
 # Each scheduled function's local period (variable, default seconds); the sweeper's is the default.
 SCHEDULE_INTERVALS = {
     "ReconcilerFunction": ("CRCR_RECONCILE_INTERVAL_S", 300.0),
-    "LevelFunction": ("CRCR_LEVEL_INTERVAL_S", 60.0),
+    "LevelFunction": ("CRCR_LEVEL_INTERVAL_S", 3600.0),
 }
 # Scheduled functions `crcr local` runs at start too, not only after their first interval: the level status.
 RUN_AT_START = frozenset({"LevelFunction"})
