@@ -78,7 +78,7 @@ cost: venv
 	$(PY) docs/cost_model.py --results bench/results.json
 
 # The relay under faults, kills and a dead webhook window, on loopback (bench/README.md, "Soak"). SOAK_EVENTS
-# (400: about 10 minutes; SOAK_EVENTS=2000 is the long run) upstream events x SOAK_TARGETS (10) downstreams;
+# (400: about an hour, 45 minutes of it GitHub's runs played; SOAK_EVENTS=2000 is the long run) upstream events x SOAK_TARGETS (10) downstreams;
 # SOAK_SEED, SOAK_TIMEOUT_S bound and repeat a run.
 # Exits non-zero when an event is lost, a result is not recorded or a duplicate dispatch is unexplained.
 soak: venv
