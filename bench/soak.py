@@ -526,13 +526,15 @@ class Soak:
         return "gave up"
 
     def wait_reporter(self, hud: HudDouble, jobs: int) -> None:
-        """Until PyTorch's HUD holds a completed row per job (some only the sweeper's question to GitHub completes)
-        and the pushes stop changing (the results stream is drained)."""
+        """Until PyTorch's HUD holds a completed row per job (some only the sweeper's question to GitHub completes),
+        the pushes stop changing (the results stream is drained) and no run event waits (each run GitHub said
+        completed has had its jobs listed, even where the reports had said it all)."""
         last, still, looks = -1, 0, 0
         while self.left() > 0:
             rows = sum(1 for row in hud.rows.values() if row.get("status") == "completed")
             pushes = len(hud.attempts)
-            still = still + 1 if (rows >= jobs and pushes == last) else 0
+            settled = rows >= jobs and pushes == last and self.depth("RunsQueue") == 0
+            still = still + 1 if settled else 0
             if still >= 3:
                 return
             last = pushes

@@ -103,9 +103,11 @@ def test_every_job_of_a_run_github_played_shows_githubs_conclusion(soak_run: tup
     assert runs["completed_webhooks_lost"] >= 1
     assert runs["conclusions_not_githubs"] == [] and runs["conclusions_not_githubs_count"] == 0
     assert runs["false_timed_out"] == runs["hud_409"] == 0
-    # One listing of the jobs per completed attempt (a listing answered 502 is asked again, and not counted here).
-    assert runs["jobs_listings"] == runs["played"]
+    # At most one listing of the jobs per completed attempt (a listing answered 502 is asked again, and not counted
+    # here). A run whose `completed` webhook was lost is listed when the sweeper asks about it, which may come after
+    # its reports completed every job and the soak stopped: those alone may be missing.
     assert runs["most_jobs_listings_per_attempt"] == 1
+    assert runs["played"] - runs["completed_webhooks_lost"] <= runs["jobs_listings"] <= runs["played"]
     assert report["relay_metrics"].get("RunEventDropped.reason=untitled", 0) >= EVENTS  # the other downstream's
 
 
