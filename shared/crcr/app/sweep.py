@@ -108,12 +108,10 @@ def sweep(deps: SweepDeps) -> SweepSummary:
         if deps.github is not None and is_github_run(job.run_id) and _asked_about_job(job, deps.github, deps, now):
             summary.asked_about.append(f"{job.repo}/{job.job_name}")
             continue
-        dispatched = deps.starts.get(job.delivery_id, job.repo) if deps.buildkite is not None else None
-        if (
-            deps.buildkite is not None
-            and dispatched is not None
-            and _asked_buildkite(dispatched, job, deps.buildkite, deps, now)
-        ):
+        # A Buildkite job's run id is its build's UUID: only those read their ledger row to ask Buildkite.
+        buildkite = deps.buildkite if not is_github_run(job.run_id) else None
+        dispatched = deps.starts.get(job.delivery_id, job.repo) if buildkite is not None else None
+        if buildkite is not None and dispatched is not None and _asked_buildkite(dispatched, job, buildkite, deps, now):
             summary.asked_about.append(f"{job.repo}/{job.job_name}")
             continue
         timed_out = replace(
