@@ -351,6 +351,7 @@ class Reply:
     reset_in: float | None = None
     kind: str = "error"
     delay_after: float = 0.0  # processed at once, answered only this much later (the client has given up)
+    hold: threading.Event | None = None  # processed at once, answered only when the test sets this event
 
     @classmethod
     def error(cls, status: int, message: str | None = None, headers: Mapping[str, str] | None = None) -> Reply:
@@ -383,6 +384,12 @@ class Reply:
         return cls(delay_after=seconds, kind="timeout")
 
     @classmethod
+    def held(cls, release: threading.Event) -> Reply:
+        """Do what was asked at once, answer only when ``release`` is set: what the client does next waits on
+        what the test does meanwhile."""
+        return cls(hold=release, kind="held")
+
+    @classmethod
     def normal(cls) -> Reply:
         return cls()
 
@@ -392,6 +399,8 @@ class Reply:
         if self.close_connection:
             return "drop_after_processing" if self.after_processing else "drop"
         if self.status is None:
+            if self.hold is not None:
+                return "held"
             return "timeout" if self.delay_after else ("slow" if self.delay else "normal")
         return {"too_many": "429", "secondary": "secondary_403", "primary": "primary_limit"}.get(
             self.kind, str(self.status)
@@ -1536,6 +1545,10 @@ class GitHubDouble:
                 if reply.delay_after and self._stopping.wait(reply.delay_after):
                     self._drop_connection(handler, rec)
                     return
+                while reply.hold is not None and not reply.hold.wait(0.1):
+                    if self._stopping.is_set():
+                        self._drop_connection(handler, rec)
+                        return
             else:
                 resp = self._scripted(reply, ctx)
                 rec.outcome = "scripted"

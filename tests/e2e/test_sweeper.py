@@ -3,12 +3,15 @@ visible on the HUD and as check runs; a genuine late result replaces timed_out."
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from tests.conftest import HUD_TOKEN, Relay
+from tests.doubles.github_double import Reply
 from tests.doubles.hud import HudDouble
 from tests.doubles.oidc_issuer import OidcIssuer
 from tests.e2e.test_callback import Scenario, oidc  # noqa: F401 - oidc is a fixture
@@ -93,3 +96,32 @@ def test_a_job_that_never_finishes_times_out_and_a_late_result_replaces_it(
     assert job_run(f"crcr/{L4}")["conclusion"] == "success"  # a genuine result replaces the relay's timed_out
     [job] = [j for j in s.jobs() if j["job_name"] == "build-and-test"]
     assert (job["state"], job["conclusion"]) == ("completed", "success")
+
+
+def test_a_job_that_reports_before_its_dispatch_is_marked_sent_is_never_timed_out(
+    relay_factory: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811
+) -> None:
+    # GitHub carries out the L4 dispatch at once but answers it only when the test says: the downstream's first
+    # job reports while the relay still waits on its POST, so the dispatch is marked sent after its job started.
+    release = threading.Event()
+
+    def held(**kw: Any) -> Relay:
+        relay = relay_factory(
+            **kw | {"env": kw["env"] | {"CRCR_START_TIMEOUT_S": "1", "CRCR_SWEEP_INTERVAL_S": "86400"}}
+        )
+        relay.github.script("POST", f"/repos/{L4}/dispatches", [Reply.held(release)])
+        return relay
+
+    s = start(held, oidc)
+    try:
+        assert s.post(s.body(L4), s.token(L4)) == (200, {"status": "recorded"})
+    finally:
+        release.set()
+    wait_for(lambda: s.relay.metric("DispatchSent") == 4)
+    assert s.relay.metric("DispatchSent") == 4
+    time.sleep(1.1)  # past the start time-out of every dispatch, L4's counted from when it was marked sent
+    summary = s.relay.stack.invoke("SweeperFunction", {"source": "aws.events", "detail-type": "Scheduled Event"})
+    # The dispatches no job reported on are timed out; L4's job had started, so its dispatch is not.
+    assert summary["never_started"] == 2, summary
+    assert [(j["job_name"], j["state"]) for j in s.jobs() if j["repo"] == L4] == [("build-and-test", "in_progress")]

@@ -106,6 +106,19 @@ class DynamoResults:
         )
         return [from_item(item) for item in items]
 
+    def has_jobs(self, dispatch_id: str) -> bool:
+        """Whether any job (or the sweeper's record of the dispatch) is stored for this dispatch: one key read."""
+        return bool(
+            self._ddb.query(
+                TableName=self._table,
+                KeyConditionExpression="pk = :p",
+                ExpressionAttributeValues={":p": {"S": f"DSP#{dispatch_id}"}},
+                ProjectionExpression="pk",
+                Limit=1,
+                ConsistentRead=True,
+            ).get("Items")
+        )
+
     def attempts_of_job(self, dispatch_id: str, run_id: str, job_name: str) -> list[JobRecord]:
         """The JobAttempts port: every attempt of one job, by key (one BatchGetItem of MAX_RUN_ATTEMPT keys: attempts
         are numbered 1 to 51), projected without `callback_payload` and `fingerprint`."""

@@ -39,6 +39,7 @@ class RunWatch(Protocol):
     def due_runs(self, now: float, limit: int = 100) -> list[JobRecord]: ...
     def put_job(self, record: JobRecord, expected_version: int | None) -> bool: ...
     def get_job(self, dispatch_id: str, run_id: str, run_attempt: int, job_name: str) -> JobRecord | None: ...
+    def has_jobs(self, dispatch_id: str) -> bool: ...
 
 
 class Finder(RunFinder, Protocol):
@@ -96,6 +97,12 @@ def sweep(deps: SweepDeps) -> SweepSummary:
     now = deps.clock.now()
     summary = SweepSummary()
     for row in deps.starts.due_starts(now):
+        if deps.runs.has_jobs(row.dispatch_id):
+            # A job reported before the dispatch was marked sent (the downstream was faster than GitHub's answer
+            # to the POST), so the report found no watch to clear: the dispatch started; only the watch goes.
+            deps.starts.clear_start_watch(row.delivery_id, row.repo)
+            deps.metrics.count("StartWatchCleared")
+            continue
         if deps.github is not None and _asked_about_start(row, deps.github, deps, now, summary):
             continue
         if deps.buildkite is not None and _asked_buildkite(row, None, deps.buildkite, deps, now):
