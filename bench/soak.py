@@ -894,6 +894,9 @@ def main() -> int:
         "CRCR_LOCAL_VISIBILITY_TIMEOUT_S": str(args.visibility_s),
         "CRCR_RECONCILE_INTERVAL_S": str(args.reconcile_s),
         "CRCR_RUN_TIMEOUT_S": str(RUN_TIMEOUT_S),
+        # The soak's phases run one after another: a downstream reports an hour after its dispatch only because the
+        # soak got to it then. No dispatch may time out for that within the soak's own bound.
+        "CRCR_START_TIMEOUT_S": str(int(args.timeout_s)),
         "CRCR_RUN_CREATE_TIMEOUT_S": str(RUN_TIMEOUT_S),
         "CRCR_SWEEP_INTERVAL_S": str(SWEEP_S),
         "CRCR_RUN_REPORT_SETTLE_S": str(REPORT_SETTLE_S),

@@ -161,6 +161,28 @@ def test_a_job_whose_completed_report_is_lost_shows_githubs_conclusion_and_a_lat
     assert not [r for r in s.jobs() if r.get("state") == "timed_out"]
 
 
+def test_github_unavailable_at_a_jobs_deadline_is_asked_again_before_anything_is_timed_out(
+    relay_factory: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811
+) -> None:
+    # A 2 s run time-out (a compressed 12 h): the sweeper reads the run at the job's deadline and, while GitHub fails,
+    # again every second (CRCR_RUN_CREATE_TIMEOUT_S), at least 5 times: two failed reads are no time-out.
+    s = start(relay_factory, oidc, {L4: ("build",)}, env={"CRCR_RUN_TIMEOUT_S": "2", "CRCR_RUN_CREATE_TIMEOUT_S": "1"})
+    github = s.relay.github
+    run_id = the_run(github, L4)
+    github.start_run(L4, run_id)
+    [build] = github.jobs_of(L4, run_id)
+    started = s.body(L4, job_name="build", run_id=run_id, check_run_id=str(build["id"]))
+    assert s.post(started, s.token(L4, run_id=run_id))[0] == 200
+    github.script("GET", rf"/repos/{L4}/actions/runs/{run_id}", [Reply(502)] * 4)
+    github.finish_run(L4, run_id, "success", deliver=False)  # GitHub's `completed` event is lost too
+    row = wait_for(lambda: (r := rows(s, L4).get("build")) and r.get("state") != "in_progress" and r, 30)
+    assert row and (row["state"], row["conclusion"]) == ("completed", "success"), rows(s, L4)
+    reads = [r for r in github.requests if r.method == "GET" and r.path == f"/repos/{L4}/actions/runs/{run_id}"]
+    assert len([r for r in reads if r.status == 502]) == 4 and reads[-1].status == 200
+    assert s.relay.metric("JobTimedOut") == 0
+
+
 def test_a_downstream_with_no_report_step_gets_its_jobs_from_github(
     relay_factory: Callable[..., Relay],
     oidc: OidcIssuer,  # noqa: F811

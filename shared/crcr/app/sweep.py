@@ -47,6 +47,7 @@ class Finder(RunFinder, Protocol):
 
 
 GONE = "gone"  # GitHub has no such run
+MIN_ASKS = 5  # GitHub unavailable at a job's deadline: asked at least this many times before it is timed out
 
 
 @dataclass(frozen=True)
@@ -252,8 +253,10 @@ def _asked_about_job(job: JobRecord, gh: GitHubRecord, deps: SweepDeps, now: flo
     if status == GONE:
         return False  # GitHub has no such run (deleted, or a run id only the report named) or will not say
     if status is None:
-        # GitHub unavailable: asked again, up to twice the run's time-out, then timed out.
-        last = (job.started_at or job.dispatched_at) + 2 * gh.runs.run_timeout_s
+        # GitHub unavailable: asked again for as long as the run's time-out (and at least MIN_ASKS times), then
+        # timed out. A short time-out must not make two failed reads in a row a time-out.
+        waited = max(gh.runs.run_timeout_s, MIN_ASKS * gh.retry_s)
+        last = (job.started_at or job.dispatched_at) + gh.runs.run_timeout_s + waited
         if now >= last:
             return False
         return _recheck(job, min(now + gh.retry_s, last), deps)
