@@ -396,8 +396,8 @@ def build_callback_deps(settings: Settings) -> CallbackDeps:
         # Issuers are fixed: GitHub Actions' and Buildkite's agents'; each token is judged by its issuer's rules.
         tokens=IssuerRouter(
             {
-                "github": OidcVerifier(settings.oidc_issuer, settings.oidc_audience, clock.now),
-                "buildkite": OidcVerifier(settings.buildkite_oidc_issuer, settings.oidc_audience, clock.now),
+                "github": OidcVerifier(settings.oidc_issuer, settings.oidc_audiences, clock.now),
+                "buildkite": OidcVerifier(settings.buildkite_oidc_issuer, settings.oidc_audiences, clock.now),
             }
         ),
         providers=_providers(settings, metrics, clock),

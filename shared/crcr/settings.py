@@ -71,6 +71,8 @@ class Settings(BaseModel):
     # An allowlist that lists no repository dispatches nothing: refused at start-up unless this says it is meant.
     allow_empty_allowlist: bool = False
     oidc_issuer: str = "https://token.actions.githubusercontent.com"
+    # One audience, or several separated by commas (crcr's and PyTorch's action's `pytorch-cross-repo-ci-relay`):
+    # a token carrying any one of them is for this relay.
     oidc_audience: str = "crcr"
     # Buildkite downstreams (docs/contracts.md): the agents' OIDC issuer, the pipeline -> repository map (PyTorch's
     # ci_providers.yml: a path, s3:// or github:), and the REST API that creates builds.
@@ -160,6 +162,18 @@ class Settings(BaseModel):
         if not parts.hostname or not (parts.scheme == "https" or (parts.scheme == "http" and loopback(parts.hostname))):
             raise ValueError(f"must be an https URL (plain http only on loopback), got {value!r}")
         return value
+
+    @field_validator("oidc_audience")
+    @classmethod
+    def _audiences(cls, value: str) -> str:
+        names = [name.strip() for name in value.split(",")]
+        if not all(names):
+            raise ValueError(f"must be one audience or several separated by commas, none blank, got {value!r}")
+        return ",".join(names)
+
+    @property
+    def oidc_audiences(self) -> tuple[str, ...]:
+        return tuple(self.oidc_audience.split(","))
 
     @field_validator("github_write_rates")
     @classmethod

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import HUD_TOKEN, LISTED, Relay, event_body, http
+from tests.conftest import DEFAULT_ALLOWLIST, HUD_TOKEN, LISTED, Relay, event_body, http
 from tests.doubles.github_double import Reply
 from tests.doubles.hud import HudDouble
 from tests.doubles.oidc_issuer import GITHUB_OBSERVED_LIFETIME, OidcIssuer
@@ -588,3 +588,43 @@ def test_a_run_reports_even_while_its_dispatch_is_being_retried(
     relay.wait_dispatches({L2: 1}, settle_s=0)
     s = Scenario(relay, oidc, "", "")
     assert s.post(s.body(), s.token()) == (200, {"status": "recorded"})
+
+
+def test_tokens_as_github_issues_them_since_july_2026_and_pytorchs_audience_are_accepted_and_an_owner_pin_holds(
+    relay_factory: Callable[..., Relay], oidc: OidcIssuer
+) -> None:
+    # Two audiences (crcr's and the one PyTorch's callback action requests), and an owner-id pin for L2.
+    pinned = DEFAULT_ALLOWLIST + f"repos:\n  {L2}:\n    repository_owner_id: 4242\n"
+    env = {"CRCR_OIDC_ISSUER": oidc.url, "CRCR_OIDC_AUDIENCE": "crcr, pytorch-cross-repo-ci-relay"}
+    relay = relay_factory(allowlist=pinned, env=env)
+    delivery = str(uuid.uuid4())
+    body = event_body("pull_request.opened.json")
+    assert relay.post("pull_request", body, delivery)[0] == 202
+    relay.wait_dispatches(dict.fromkeys(LISTED, 1), settle_s=0)
+    s = Scenario(relay, oidc, delivery, json.loads(body)["pull_request"]["head"]["sha"])
+    theirs = {  # PyTorch's action's body, with the token its action mints (audience pytorch-cross-repo-ci-relay)
+        "schema_version": "1",
+        "delivery_id": s.delivery,
+        "payload": {},
+        "workflow": {
+            "status": "in_progress",
+            "name": "OOT L2 CI",
+            "url": f"https://github.com/{L2}/actions/runs/777",
+            "job_name": "build-and-test",
+            "run_id": "777",
+            "run_attempt": 1,
+        },
+    }
+    immutable = {"sub_format": "id", "repository_owner_id": 4242}  # sub: repo:org-two@4242/l2-repo@5001:ref:…
+    assert oidc.claims(**immutable)["sub"].startswith("repo:Org@4242/Repo@1001:")
+    status, reply = s.post(theirs, s.token(audience="pytorch-cross-repo-ci-relay", repository_owner_id=4243))
+    assert (status, reply["field"]) == (403, "repository_owner_id"), reply  # another owner with the same names
+    status, reply = s.post(theirs, s.token(audience="pytorch-cross-repo-ci-relay", repository_owner_id=None))
+    assert (status, reply["field"]) == (403, "repository_owner_id"), reply  # no owner id: the pin cannot hold
+    assert s.post(theirs, s.token(audience="another-relay", **immutable))[0] == 401
+    assert s.jobs() == []  # nothing refused was recorded
+    assert s.post(theirs, s.token(audience="pytorch-cross-repo-ci-relay", **immutable)) == (200, {"status": "recorded"})
+    done = s.body(status="completed", conclusion="success")
+    assert s.post(done, s.token(audience="crcr", **immutable)) == (200, {"status": "recorded"})
+    [job] = s.jobs()
+    assert (job["repo"], job["state"], job["conclusion"]) == (L2, "completed", "success")

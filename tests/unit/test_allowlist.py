@@ -47,14 +47,15 @@ def test_names_compare_case_insensitively() -> None:
 def test_repos_settings_apply() -> None:
     doc = PYTORCH_FORMAT + (
         "repos:\n  org3/repo3:\n    events: [push]\n    branches: [main, 'release/*']\n"
-        "    skip_drafts: true\n    repository_id: 42\n    trusted_authors_only: true\n    check_runs: per_repo\n"
+        "    skip_drafts: true\n    repository_id: 42\n    repository_owner_id: 7\n    trusted_authors_only: true\n"
+        "    check_runs: per_repo\n"
     )
     entry = parse_allowlist(doc).get("org3/repo3")
     assert entry is not None
     assert entry.settings.events == frozenset({"push"})
     assert entry.settings.branches == ("main", "release/*")
     assert entry.settings.skip_drafts and entry.settings.trusted_authors_only
-    assert entry.settings.repository_id == 42
+    assert (entry.settings.repository_id, entry.settings.repository_owner_id) == (42, 7)
     assert entry.settings.check_runs == "per_repo"
     assert parse_allowlist(PYTORCH_FORMAT).get("org3/repo3").settings.check_runs == "auto"  # type: ignore[union-attr]
 
@@ -72,6 +73,7 @@ def test_repos_settings_apply() -> None:
         ("L1:\n  - org1/repo1\nrepos:\n  org1/repo1:\n    events: [issues]\n", 5, "unknown event 'issues'"),
         ("L1:\n  - org1/repo1\nrepos:\n  org1/repo1:\n    check_runs: per_step\n", 5, "one of auto, per_job, per_repo"),
         ("L3:\n  'bad device!':\n    org1/repo1: x\n", 2, "is not a device name"),
+        ("L1:\n  - org1/repo1\nrepos:\n  org1/repo1:\n    repository_owner_id: '7'\n", 5, "a positive integer"),
     ],
 )
 def test_errors_name_the_line(doc: str, line: int, words: str) -> None:

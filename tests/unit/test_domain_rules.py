@@ -202,6 +202,17 @@ def test_a_bad_write_rate_setting_fails_the_cold_start_naming_it() -> None:
         Settings.from_env({"CRCR_GITHUB_WRITE_RATES": "60 a minute"})
 
 
+def test_the_oidc_audience_is_one_or_several_separated_by_commas_and_never_blank() -> None:
+    from crcr.settings import ConfigError, Settings  # noqa: PLC0415
+
+    assert Settings.from_env({}).oidc_audiences == ("crcr",)
+    two = Settings.from_env({"CRCR_OIDC_AUDIENCE": " crcr , pytorch-cross-repo-ci-relay"})
+    assert two.oidc_audiences == ("crcr", "pytorch-cross-repo-ci-relay")
+    for bad in ("crcr,", ",crcr", "crcr,,other", " "):
+        with pytest.raises(ConfigError, match=r"^CRCR_OIDC_AUDIENCE: "):
+            Settings.from_env({"CRCR_OIDC_AUDIENCE": bad})
+
+
 def test_workflow_inputs_carry_the_client_payload_as_strings_within_githubs_limits() -> None:
     import json  # noqa: PLC0415
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -56,7 +56,7 @@ class OidcVerifier:
     def __init__(
         self,
         issuer: str,
-        audience: str,
+        audience: str | Sequence[str],
         clock: Callable[[], float],
         *,
         pool: urllib3.PoolManager | None = None,
@@ -67,7 +67,8 @@ class OidcVerifier:
     ) -> None:
         check_issuer_url(issuer)
         self.issuer = issuer.rstrip("/")
-        self.audience = audience
+        # A token whose `aud` names any one of these is for this relay (PyJWT accepts any of a list).
+        self.audience = [audience] if isinstance(audience, str) else list(audience)
         self._clock = clock
         self._http = pool or pool_for(self.issuer, maxsize=8)
         self._timeout = urllib3.Timeout(connect=2.0, read=5.0)

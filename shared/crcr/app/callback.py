@@ -360,6 +360,7 @@ def _handle(body: bytes, authorization: str | None, deps: CallbackDeps) -> Reply
             run_id=report.run_id,
             run_attempt=report.run_attempt,
             pinned_repo_id=entry.settings.repository_id,
+            pinned_owner_id=entry.settings.repository_owner_id,
             workflows=entry.settings.workflows,
         )
     if not Level(row.level or entry.level).records_results:
@@ -407,6 +408,7 @@ def _scheduled(body: ScheduledBody, report: Report, identity: VerifiedToken, cal
             run_id=report.run_id,
             run_attempt=report.run_attempt,
             pinned_repo_id=entry.settings.repository_id,
+            pinned_owner_id=entry.settings.repository_owner_id,
             workflows=entry.settings.workflows,
         )
     if not entry.level.records_results:

@@ -29,7 +29,17 @@ DEFAULT_CIFLOW = ("trunk",)
 _CIFLOW_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$")
 _DEVICE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$")
 _SETTING_KEYS = frozenset(
-    {"events", "branches", "skip_drafts", "repository_id", "workflows", "trusted_authors_only", "oncalls", "check_runs"}
+    {
+        "events",
+        "branches",
+        "skip_drafts",
+        "repository_id",
+        "repository_owner_id",
+        "workflows",
+        "trusted_authors_only",
+        "oncalls",
+        "check_runs",
+    }
     | {"buildkite", "ciflow", "paths", "paths_ignore", "workflow"}
 )
 # A workflow file as `workflow_dispatch` names it under .github/workflows/ (GitHub's `workflow_id` may be its name).
@@ -63,6 +73,9 @@ class RepoSettings:
     branches: tuple[str, ...] | None = None  # None: the upstream's default branch only
     skip_drafts: bool = False
     repository_id: int | None = None
+    # The owner's numeric id (a token's repository_owner_id): a repository moved to another owner, or an owner
+    # deleted and its name taken, no longer reports.
+    repository_owner_id: int | None = None
     workflows: tuple[str, ...] = ()
     trusted_authors_only: bool = False
     # per_job: one check run per downstream job plus the repository's; per_repo: the repository's alone,
@@ -205,7 +218,7 @@ def _settings(repo: object, raw: object, entry: Entry) -> tuple[RepoSettings, tu
             if not isinstance(value, bool):
                 raise AllowlistError(f"{where} must be true or false", line=_line(key))
             values[key] = value
-        elif key == "repository_id":
+        elif key in {"repository_id", "repository_owner_id"}:
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise AllowlistError(f"{where} must be a positive integer", line=_line(key))
             values[key] = value

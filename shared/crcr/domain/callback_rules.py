@@ -42,11 +42,13 @@ def check_identity(
     run_attempt: int,
     pinned_repo_id: int | None,
     workflows: tuple[str, ...],
+    pinned_owner_id: int | None = None,
 ) -> None:
     """Raise Forbidden unless the OIDC claims are the dispatched repository's own run of this report.
 
-    Identity comes from `repository`/`repository_id`, never from splitting `sub` (GitHub moved new
-    and renamed repositories to an id-based `sub` format in 2026).
+    Identity comes from `repository`/`repository_id` (and `repository_owner_id` when the allowlist pins it), never
+    from splitting `sub`: GitHub issues the immutable form `repo:<owner>@<owner_id>/<repo>@<repo_id>:…` since
+    July 2026, and either form is accepted alike.
     """
     got: dict[str, str] = {}
     for name in REQUIRED_CLAIMS:
@@ -61,6 +63,8 @@ def check_identity(
         raise Forbidden("the token's repository_id is not the dispatched repository's", field="repository_id")
     if pinned_repo_id is not None and got["repository_id"] != str(pinned_repo_id):
         raise Forbidden("the token's repository_id does not match the allowlist pin", field="repository_id")
+    if pinned_owner_id is not None and claim_text(claims, "repository_owner_id") != str(pinned_owner_id):
+        raise Forbidden("the token's repository_owner_id does not match the allowlist pin", field="repository_owner_id")
     if got["event_name"] not in events:
         raise Forbidden(f"runs started by {got['event_name'][:100]!r} cannot report", field="event_name")
     if got["run_id"] != str(run_id):

@@ -845,9 +845,8 @@ class LocalStack:
                 # Sandbox downstream runs report with tokens from a sandbox issuer on the sandbox port.
                 self.sandbox_oidc = SandboxOidc(self.sandbox_url + SANDBOX_OIDC_PREFIX)
                 self.env["CRCR_OIDC_ISSUER"] = self.sandbox_oidc.issuer
-                audience = self.env.get("CRCR_OIDC_AUDIENCE") or "crcr"
-                self.env["CRCR_OIDC_AUDIENCE"] = audience
-                self.workflows = SandboxWorkflows(self.sandbox_oidc.token, audience)
+                self.env["CRCR_OIDC_AUDIENCE"] = self.env.get("CRCR_OIDC_AUDIENCE") or "crcr"
+                self.workflows = SandboxWorkflows(self.sandbox_oidc.token, self._sandbox_audience())
                 self.sandbox.on_dispatch = self.workflows.start
                 self.sandbox.runs = self.workflows
             if not self.env.get("CRCR_BUILDKITE_API_URL"):
@@ -869,6 +868,10 @@ class LocalStack:
         """The sandbox's runs tell the App about themselves (`workflow_run`), signed as GitHub signs them."""
         post_webhook(self.url, self.secrets["webhook_secret"], event, json.dumps(doc).encode(), str(uuid.uuid4()))
 
+    def _sandbox_audience(self) -> str:
+        """The audience sandbox runs request: the first of CRCR_OIDC_AUDIENCE's (default crcr)."""
+        return (self.env.get("CRCR_OIDC_AUDIENCE") or "crcr").split(",")[0].strip() or "crcr"
+
     def _start_sandbox_buildkite(self) -> None:
         """Buildkite downstreams build on a sandbox Buildkite whose jobs report with sandbox agent tokens."""
         if not self.env.get("CRCR_BUILDKITE_OIDC_ISSUER"):
@@ -877,8 +880,7 @@ class LocalStack:
         if self.sandbox_buildkite_oidc is None:
             return  # tokens from another issuer: the sandbox cannot mint them
         token = self.env.get("CRCR_BUILDKITE_API_TOKEN") or new_api_token()
-        audience = self.env.get("CRCR_OIDC_AUDIENCE") or "crcr"
-        self.sandbox_buildkite = SandboxBuildkite(token, self.sandbox_buildkite_oidc.mint, audience)
+        self.sandbox_buildkite = SandboxBuildkite(token, self.sandbox_buildkite_oidc.mint, self._sandbox_audience())
         self.env["CRCR_BUILDKITE_API_URL"] = self.sandbox_url + SANDBOX_BUILDKITE_PREFIX
         self.env["CRCR_BUILDKITE_API_TOKEN"] = token
 
