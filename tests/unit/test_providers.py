@@ -117,6 +117,12 @@ def test_a_scheduled_build_must_not_come_from_a_webhook() -> None:
     with pytest.raises(Forbidden) as caught:
         check_buildkite_scheduled(claims(build_source="schedule", build_id="0" * 8), run_id=BUILD, check_run_id=None)
     assert caught.value.field == "run_id"
+    # vLLM's nightly reporter names its build by number (run_id: int(build_number)), the rest by UUID.
+    numbered = claims(build_source="schedule", build_number=1514, build_id=BUILD)
+    assert check_buildkite_scheduled(numbered, run_id="1514", check_run_id=None) == JOB
+    with pytest.raises(Forbidden) as caught:
+        check_buildkite_scheduled(numbered, run_id="1515", check_run_id=None)  # another build's number
+    assert caught.value.field == "run_id"
 
 
 def test_a_bad_edit_never_replaces_the_last_good_map() -> None:

@@ -204,7 +204,9 @@ def _parse(body: bytes) -> tuple[CallbackBody | PyTorchCallbackBody | ScheduledB
 
 
 # PyTorch's callback action reports a run no dispatch started (a cron on the downstream) in one `completed`
-# callback whose `event_type` says so; its commit is `payload.head_sha` (or `after`), else the delivery id.
+# callback whose `event_type` says so; its commit is `pytorch_head_sha` (top level, as vLLM's Buildkite nightly
+# reporter sends it), `payload.head_sha`, `payload.after` or the delivery id: every one of them that is a SHA must
+# name the same commit.
 SCHEDULED_EVENT_TYPES = frozenset({"nightly", "periodic"})
 SHA = re.compile(r"[0-9a-fA-F]{40}")
 
@@ -218,13 +220,26 @@ def _pytorch_scheduled(doc: dict[str, Any]) -> ScheduledBody:
             field="workflow.status",
         )
     payload = theirs.payload or {}
-    candidates = (payload.get("head_sha"), payload.get("after"), theirs.delivery_id)
-    head_sha = next((c for c in candidates if isinstance(c, str) and SHA.fullmatch(c)), None)
+    named = {
+        "pytorch_head_sha": theirs.pytorch_head_sha,
+        "payload.head_sha": payload.get("head_sha"),
+        "payload.after": payload.get("after"),
+        "delivery_id": theirs.delivery_id,
+    }
+    if theirs.pytorch_head_sha is not None and not SHA.fullmatch(theirs.pytorch_head_sha):
+        raise BadRequest("pytorch_head_sha must be a commit SHA (40 hex)", field="pytorch_head_sha")
+    shas = {name: value.lower() for name, value in named.items() if isinstance(value, str) and SHA.fullmatch(value)}
+    head_sha = next(iter(shas.values()), None)
     if head_sha is None:
         raise BadRequest(
-            f"a {theirs.event_type} report names its upstream commit (40 hex) in payload.head_sha or delivery_id",
+            f"a {theirs.event_type} report names its upstream commit (40 hex) in pytorch_head_sha, payload.head_sha "
+            "or delivery_id",
             field="payload.head_sha",
         )
+    for name, sha in shas.items():
+        if sha != head_sha:
+            first = next(iter(shas))
+            raise BadRequest(f"{name} names commit {sha}, {first} names {head_sha}: one report, one commit", field=name)
     wf = doc["workflow"]
     keys = (
         *("conclusion", "job_name", "run_id", "url", "started_at", "completed_at", "check_run_id", "test_results"),

@@ -201,6 +201,8 @@ class PyTorchCallbackBody(BaseModel):
     delivery_id: str = Field(pattern=r"^[A-Za-z0-9._-]{1,100}$")  # as X-GitHub-Delivery
     event_type: str | None = None
     payload: dict[str, Any] | None = None
+    # A scheduled report's upstream commit, top level (vLLM's Buildkite nightly reporter sends it there).
+    pytorch_head_sha: str | None = Field(default=None, max_length=100)
     workflow: PyTorchWorkflow
 
 

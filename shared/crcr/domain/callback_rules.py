@@ -141,8 +141,9 @@ def check_buildkite_scheduled(claims: Mapping[str, Any], *, run_id: str, check_r
         raise Forbidden(
             f"builds started by {(source or '')[:100]!r} cannot report as scheduled runs", field="build_source"
         )
-    if "build_id" in claims and claim_text(claims, "build_id") != run_id:
-        raise Forbidden("run_id is not the token's build", field="run_id")
+    # The build is named by its UUID (crcr's action) or its number (vLLM's nightly reporter sends int(build_number)).
+    if "build_id" in claims and run_id not in (claim_text(claims, "build_id"), claim_text(claims, "build_number")):
+        raise Forbidden("run_id is not the token's build (its build_id or build_number)", field="run_id")
     return _job_id(claims, check_run_id)
 
 
