@@ -60,6 +60,15 @@ def test_a_pr_touching_only_docs_skips_filtered_downstreams_and_concludes_the_re
     assert "no matching files" in str(check["output"])
     listings = [r for r in relay.github.requests if r.path.endswith(f"/pulls/{number}/files")]
     assert len(listings) == 1  # one listing of the PR's files, not one per downstream
+    # The listing also tells every dispatched downstream what the change touches (advice for its own test selection).
+    [sent] = relay.github.dispatches("org-one/l1-repo")
+    assert sent["client_payload"]["changes"] == {
+        "files": pr["pull_request"]["changed_files"],  # GitHub's count
+        "complete": True,
+        "dirs": ["docs"],
+        "paths": ["docs/index.md", "docs/new.md", "docs/old.md"],  # a renamed file under both its names
+        "tests": [],
+    }
 
     # The next head touches torch/: every downstream is dispatched again.
     synced = json.loads(event_body("pull_request.opened.json"))
@@ -70,6 +79,11 @@ def test_a_pr_touching_only_docs_skips_filtered_downstreams_and_concludes_the_re
     assert relay.post("pull_request", json.dumps(synced).encode())[0] == 202
     relay.wait_dispatches({L4: 1, "org-two/l2-repo": 1})
     assert relay.metric("DispatchSkipped.reason=no_matching_files") == 2
+    [sent] = relay.github.dispatches(L4)
+    assert (sent["client_payload"]["changes"]["paths"], sent["client_payload"]["changes"]["dirs"]) == (
+        ["torch/nn/functional.py"],
+        ["torch"],
+    )
 
 
 REPO_IDS = {"org-one/l1-repo": 5000, "org-two/l2-repo": 5001, "org-three/l3-repo": 5002, L4: 5003}

@@ -331,11 +331,14 @@ def test_a_workflow_dispatch_records_the_run_github_names_and_sends_no_repositor
 
     workflows, recorded = Workflows(["30433642", None]), Recorded()
     ready = dataclasses.replace(deps, workflows=workflows, bound_runs=recorded)
-    wanted = message(workflow=WorkflowFile(file="ci.yml", ref="main"))
+    hints = {"files": 1, "complete": True, "dirs": ["torch"], "paths": ["torch/x.py"], "tests": []}
+    wanted = message(workflow=WorkflowFile(file="ci.yml", ref="main"), changes=hints)
     assert dispatch(wanted, ready).result is Result.DISPATCHED
     assert sent(deps) == []  # no repository_dispatch
     [(repo, file, ref, inputs)] = workflows.sent
     assert (repo, file, ref) == (REPO, "ci.yml", "main") and inputs["dispatch_id"] == dispatch_id("d-1", REPO)
+    # The documented six inputs only: GitHub refuses an input the workflow does not declare (the change hints).
+    assert set(inputs) == {"event_type", "delivery_id", "payload", "ticket", "callback_url", "dispatch_id"}
     assert deps.ledger.get("d-1", REPO).run_id == "30433642"  # type: ignore[union-attr]
     assert recorded.runs == [(REPO, "30433642", "requested")]
     # GitHub Enterprise Server answers 204: dispatched, no run id, counted.

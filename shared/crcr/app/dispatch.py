@@ -191,6 +191,9 @@ def dispatch_id(delivery_id: str, repo: str) -> str:
     return hashlib.sha256(f"{delivery_id}\n{repo_key(repo)}".encode()).hexdigest()[:32]
 
 
+WORKFLOW_INPUTS = frozenset({"event_type", "delivery_id", "payload", "ticket", "callback_url", "dispatch_id"})
+
+
 def client_payload(message: DispatchMessage, ticket: str, callback_url: str, did: str = "") -> dict[str, Any]:
     payload = {
         "event_type": message.event_type,
@@ -201,6 +204,8 @@ def client_payload(message: DispatchMessage, ticket: str, callback_url: str, did
     }
     if did:
         payload["dispatch_id"] = did  # for the downstream's run-name: a repeated send finds its run by it
+    if message.changes is not None:
+        payload["changes"] = message.changes  # advice for a downstream's own test selection, never a filter
     return payload
 
 
@@ -487,9 +492,9 @@ def _send(message: DispatchMessage, deps: DispatchDeps, token: RepoToken, sent: 
     if message.workflow is None or deps.workflows is None:
         deps.github.dispatch(message.target_repo, token, message.event_type, sent)
         return None
-    run_id = deps.workflows.dispatch_workflow(
-        message.target_repo, message.workflow.file, message.workflow.ref, as_inputs(sent)
-    )
+    # A workflow declares each input it takes (GitHub refuses any other): only the documented six are sent.
+    inputs = as_inputs({k: v for k, v in sent.items() if k in WORKFLOW_INPUTS})
+    run_id = deps.workflows.dispatch_workflow(message.target_repo, message.workflow.file, message.workflow.ref, inputs)
     if run_id is None:
         deps.metrics.count("DispatchRunDetailsMissing")  # GitHub Enterprise Server without the parameter
     return run_id

@@ -21,6 +21,7 @@ from crcr.app.summaries import PlanNote, SummaryDeps, note_plan
 from crcr.contracts.github import CheckRunEvent, CheckSuiteEvent, PullRequestEvent, PushEvent
 from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage, downstream_target
 from crcr.domain.allowlist import Entry
+from crcr.domain.change_hints import change_hints
 from crcr.domain.checks import CIFLOW_DEVICE_PREFIX
 from crcr.domain.errors import BadRequest
 from crcr.domain.ids import ascii_lower
@@ -179,6 +180,11 @@ def _pushed_files(push: PushEvent) -> tuple[str, ...] | None:
     return tuple(sorted(files))
 
 
+def _pushed(event: UpstreamEvent) -> tuple[str, ...] | None:
+    """A branch push's files as its payload lists them (a ciflow tag's are its PR's: not known without a listing)."""
+    return event.pushed_files if event.kind == "push" and event.ciflow is None else None
+
+
 def _changed_files(event: UpstreamEvent, deps: PlannerDeps) -> tuple[str, ...] | None:
     """The change's files for path filters: a push's from its payload, a PR's (or a ciflow tag's PR) from one
     listing per head; None (dispatch) when they cannot all be known."""
@@ -275,8 +281,12 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
         return _command(message, doc, deps)
     event = to_upstream_event(message.event, doc)
     decisions = plan(event, deps.allowlist.current())
-    if needs_files(decisions, event):
-        decisions = filter_paths(decisions, event, _changed_files(event, deps))
+    filtered = needs_files(decisions, event)
+    # The change's files: listed for path filters only; a push's are in its payload at no cost.
+    files = _changed_files(event, deps) if filtered else _pushed(event)
+    if filtered:
+        decisions = filter_paths(decisions, event, files)
+    hints = None if event.action == "closed" else change_hints(files, event.changed_files)
     now = deps.clock.now()
     summary = PlanSummary()
 
@@ -323,7 +333,7 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
         targets.append(decision.entry)
 
     if targets or skipped:
-        _send(message, event, doc, targets, skipped, head_at, now, deps, summary)
+        _send(message, event, doc, targets, skipped, (head_at, hints), now, deps, summary)
     summary.page_note = _note_plan(event, decisions, replaced, deps)
     return summary
 
@@ -334,11 +344,12 @@ def _send(
     doc: dict[str, Any],
     targets: list[Entry],
     skipped: list[Entry],
-    head_at: float | None,
+    known: tuple[float | None, dict[str, Any] | None],
     now: float,
     deps: PlannerDeps,
     summary: PlanSummary,
 ) -> None:
+    head_at, hints = known  # when head_sha was stored as the PR's head; the change hints
     payload, trimmed = fit_payload(doc, PAYLOAD_BUDGET_BYTES)
     if trimmed:
         deps.metrics.count("PayloadTrimmed")
@@ -358,6 +369,7 @@ def _send(
             planned_at=now,
             head_at=head_at,
             ciflow=event.ciflow,
+            changes=hints,
             skip=NO_MATCHING_FILES if entry in skipped else None,
             **downstream_target(entry),
         )

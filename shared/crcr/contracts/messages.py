@@ -83,6 +83,8 @@ class DispatchMessage(_Msg):
     repository_id: int | None = None
     # A push of refs/tags/ciflow/<name>/<pr_number>: the PR's CI at head_sha (its check runs carry the name).
     ciflow: str | None = None
+    # Change hints (crcr.domain.change_hints): client_payload.changes of a repository_dispatch; None: unknown.
+    changes: dict[str, Any] | None = None
     # Planned but not to be sent (no file the repository's path filters select changed): the ledger records it.
     skip: str | None = None
 
