@@ -194,3 +194,37 @@ def test_a_ciflow_trunk_push_reaches_l4_as_its_prs_ci_and_lands_in_the_hud_under
     assert relay.post("push", gone)[0] == 202
     time.sleep(2)
     assert len(relay.github.dispatches(L4)) == 1
+
+
+def test_a_pr_pytorchs_merge_bot_landed_is_merged_on_its_closed_dispatch_and_its_page(relay: Relay) -> None:
+    """The bot pushes the PR's commit to main itself (`Pull Request resolved: <PR URL>` ends its message) and then
+    closes the PR: GitHub's `closed` event says `merged: false`."""
+    pr = json.loads(event_body("pull_request.opened.json"))
+    number, head = pr["pull_request"]["number"], pr["pull_request"]["head"]["sha"]
+    assert relay.post("pull_request", json.dumps(pr).encode())[0] == 202
+    relay.wait_dispatches({L4: 1}, settle_s=0)
+    push = json.loads(event_body("push.main.json"))
+    push["commits"][-1]["message"] = (
+        f"{pr['pull_request']['title']} (#{number})\n\nPull Request resolved: https://github.com/{UPSTREAM}/pull/"
+        f"{number}\nApproved by: https://github.com/a-maintainer\n"
+    )
+    assert relay.post("push", json.dumps(push).encode())[0] == 202
+    relay.wait_dispatches({L4: 2}, settle_s=0)
+    closed = json.loads(json.dumps(pr))
+    closed["action"] = "closed"
+    closed["pull_request"] |= {"state": "closed", "merged": False, "updated_at": "2099-01-01T00:00:00Z"}
+    assert relay.post("pull_request", json.dumps(closed).encode())[0] == 202
+    relay.wait_dispatches({L4: 3}, settle_s=0)
+    sent = relay.github.dispatches(L4)[2]["client_payload"]
+    assert (sent["payload"]["action"], sent["payload"]["pull_request"]["merged"], sent["merged"]) == (
+        "closed",
+        False,  # GitHub's word, passed on as it came
+        True,  # the relay's: the push to main landed it
+    )
+    assert "merged" not in relay.github.dispatches(L4)[0]["client_payload"]  # only a closed PR's dispatch says it
+
+    def page() -> dict[str, Any]:
+        status, doc = http("GET", f"{relay.url}/hud/data/commit/{head}.json")
+        return doc if status == 200 else {}
+
+    assert wait(lambda: page().get("meta", {}).get("pr_state") == "merged")

@@ -120,6 +120,7 @@ class FakeState:
     prs: dict[tuple[str, int], PrInfo] = field(default_factory=dict)
     commits: dict[str, float] = field(default_factory=dict)
     released: dict[tuple[int, str, str], str] = field(default_factory=dict)
+    merged: dict[tuple[str, int], str] = field(default_factory=dict)
     ledger: dict[tuple[str, str], LedgerRow] = field(default_factory=dict)
     dispatched_claims: list[TicketClaims] = field(default_factory=list)
 
@@ -153,6 +154,12 @@ class FakeState:
         if head is None:
             return info
         return dataclasses.replace(info, head_sha=head) if info is not None else PrInfo(head)
+
+    def mark_merged(self, upstream: str, pr: int, sha: str, now: float) -> None:
+        self.merged[(upstream, pr)] = sha
+
+    def merged_commit(self, upstream: str, pr: int) -> str | None:
+        return self.merged.get((upstream, pr))
 
     def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> bool:
         key = (pr, head_sha, repo.lower())

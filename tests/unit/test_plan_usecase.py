@@ -210,3 +210,84 @@ def test_the_hud_pages_hear_what_was_planned_for_each_downstream() -> None:
     broken = PlannerDeps(**{**deps.__dict__, "pages": SummaryDeps(docs=Broken(), metrics=metrics, clock=FakeClock())})
     assert plan_event(_event(doc, "d-3"), broken).page_note.startswith("failed: ConnectionError")
     assert metrics.counts["PlanNoteFailed"] == 1
+
+
+def _push(doc: dict[str, object], delivery: str) -> EventMessage:
+    text = json.dumps(doc)
+    return EventMessage(
+        delivery_id=delivery, event="push", received_at=0, body=text,
+        body_sha256=hashlib.sha256(text.encode()).hexdigest(),
+    )  # fmt: skip
+
+
+def test_a_pr_the_merge_bot_landed_is_merged_for_downstreams_and_the_pages_whatever_comes_first() -> None:
+    """PyTorch's merge bot pushes the PR's commit to main itself (its message ends `Pull Request resolved: <PR URL>`)
+    and closes the PR, so GitHub's `merged` is false; then it adds the label `Merged`."""
+    docs, metrics = FakeDocs(), RecordingMetrics()
+    state, queue = FakeState(), FakeDispatchQueue()
+    deps = PlannerDeps(
+        upstream="pytorch/pytorch", allowlist=StaticAllowlist(parse_allowlist("L2:\n  - org/cleans-up\n")),
+        blobs=FakeBlobs(), prs=state, branch=state, dispatches=queue, metrics=metrics, clock=FakeClock(),
+        pages=SummaryDeps(docs=docs, metrics=metrics, clock=FakeClock()),
+    )  # fmt: skip
+
+    def pr(number: int, action: str, **changes: object) -> EventMessage:
+        doc = json.loads(json.dumps(BODY))
+        doc["action"], doc["number"] = action, number
+        doc["pull_request"] |= {"number": number, "head": doc["pull_request"]["head"] | {"sha": f"{number:040x}"}}
+        doc["pull_request"] |= changes | ({"state": "closed", "merged": False} if action != "opened" else {})
+        return _event(doc, f"{action}-{number}-{len(queue.sent)}")
+
+    def landing(*numbers: int, upstream: str = "pytorch/pytorch", ref: str = "refs/heads/main") -> EventMessage:
+        doc = json.loads(json.dumps(PUSH)) | {"ref": ref}
+        doc["commits"] = [
+            c | {"message": f"Fix #{n} (#{n})\n\nPull Request resolved: https://github.com/{upstream}/pull/{n}\n"}
+            for c, n in zip(doc["commits"] * len(numbers), numbers, strict=False)
+        ]
+        return _push(doc, hashlib.sha256(f"{numbers}{upstream}{ref}".encode()).hexdigest()[:32])
+
+    def told(number: int) -> bool | None:
+        return [m for m in queue.sent if m.pr_number == number and m.action == "closed"][-1].merged
+
+    def page_state(number: int) -> str:
+        return str(docs.doc(f"commit/{number:040x}.json")["meta"]["pr_state"])
+
+    # Landed, then closed: merged for the closed PR's dispatch and on its page.
+    plan_event(pr(101, "opened"), deps)
+    plan_event(landing(101), deps)
+    assert page_state(101) == "open"  # landed, not yet closed: the pages wait for the close
+    plan_event(pr(101, "closed"), deps)
+    assert (told(101), page_state(101)) == (True, "merged")
+    # Closed, then landed: the dispatch could only say what was known; the page learns it when the push comes.
+    plan_event(pr(102, "opened"), deps)
+    plan_event(pr(102, "closed"), deps)
+    assert (told(102), page_state(102)) == (False, "closed")
+    plan_event(landing(102), deps)
+    assert page_state(102) == "merged"
+    # The bot's label: merged on the dispatch when it is there at closing, on the page when it comes later.
+    plan_event(pr(103, "closed", labels=[{"name": "Merged"}]), deps)
+    assert (told(103), page_state(103)) == (True, "merged")
+    plan_event(pr(104, "closed"), deps)
+    labeled = json.loads(pr(104, "labeled", labels=[{"name": "Merged"}]).body or "{}") | {"label": {"name": "Merged"}}
+    plan_event(_event(labeled, "label-104"), deps)
+    assert page_state(104) == "merged"
+    # Not a landing: another repository's PR URL, a push to another branch, a PR closed unmerged.
+    plan_event(landing(105, upstream="someone/fork"), deps)
+    plan_event(landing(105, ref="refs/heads/release/2.9"), deps)
+    plan_event(pr(105, "closed"), deps)
+    assert (told(105), page_state(105)) == (False, "closed")
+    assert metrics.counts["PullRequestLanded"] == 2
+    # Only a closed PR's dispatch says it; every other leaves the key out.
+    assert {m.merged for m in queue.sent if m.action != "closed"} == {None}
+
+
+def test_a_landing_is_read_from_the_message_only_never_from_a_field_of_the_body() -> None:
+    from crcr.contracts.github import PushCommit  # noqa: PLC0415
+
+    sha = "a" * 40
+    spoofed = PushCommit.model_validate({"id": sha, "message": "x", "resolves": ["pytorch/pytorch", 5]})
+    assert spoofed.resolves is None
+    trailer = "Fix (#7)\n\nPull Request resolved: https://github.com/pytorch/pytorch/pull/7\nApproved by: someone\n"
+    assert PushCommit.model_validate({"id": sha, "message": trailer}).resolves == ("pytorch/pytorch", 7)
+    quoted = 'Revert "Fix"\n\n> Pull Request resolved: https://github.com/pytorch/pytorch/pull/7\n'
+    assert PushCommit.model_validate({"id": sha, "message": quoted}).resolves is None  # not a line of its own

@@ -13,7 +13,8 @@ from crcr.domain.ids import repo_key
 
 
 class DynamoPullRequests:
-    """The PullRequestLog and PrInfos ports."""
+    """The PullRequestLog and PrInfos ports: each PR's head (`HEAD`), the heads released to each downstream
+    (`RELEASED#…`) and the default-branch commit that landed it (`MERGED`)."""
 
     def __init__(self, client: Any, table: str) -> None:
         self._ddb = client
@@ -67,6 +68,24 @@ class DynamoPullRequests:
             labels=tuple(v["S"] for v in item.get("labels", {}).get("L", [])),
             closed=bool(item.get("closed", {}).get("BOOL", False)),
         )
+
+    def mark_merged(self, upstream: str, pr: int, sha: str, now: float) -> None:
+        self._ddb.put_item(
+            TableName=self._table,
+            Item={
+                "pk": pr_pk(upstream, pr),
+                "sk": {"S": "MERGED"},
+                "sha": {"S": sha},
+                "at": {"N": str(num(now))},
+                "expires_at": {"N": str(int(now) + LEDGER_TTL_S)},
+            },
+        )
+
+    def merged_commit(self, upstream: str, pr: int) -> str | None:
+        item = self._ddb.get_item(
+            TableName=self._table, Key={"pk": pr_pk(upstream, pr), "sk": {"S": "MERGED"}}, ConsistentRead=True
+        ).get("Item")
+        return item["sha"]["S"] if item else None
 
     def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> bool:
         return applied(

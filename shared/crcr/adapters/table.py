@@ -79,7 +79,8 @@ def ledger_key(delivery_id: str, repo: str) -> dict[str, dict[str, str]]:
 
 
 def pr_pk(upstream: str, pr: int) -> dict[str, str]:
-    """An upstream PR's items: its head (`HEAD`), releases (`RELEASED#…`) and comment (`COMMENT`)."""
+    """An upstream PR's items: its head (`HEAD`), releases (`RELEASED#…`), comment (`COMMENT`) and the commit that
+    landed it (`MERGED`)."""
     return {"S": f"PR#{repo_key(upstream)}#{pr}"}
 
 

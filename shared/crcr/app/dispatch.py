@@ -195,7 +195,7 @@ WORKFLOW_INPUTS = frozenset({"event_type", "delivery_id", "payload", "ticket", "
 
 
 def client_payload(message: DispatchMessage, ticket: str, callback_url: str, did: str = "") -> dict[str, Any]:
-    payload = {
+    payload: dict[str, Any] = {
         "event_type": message.event_type,
         "delivery_id": message.delivery_id,
         "payload": message.payload,
@@ -204,6 +204,8 @@ def client_payload(message: DispatchMessage, ticket: str, callback_url: str, did
     }
     if did:
         payload["dispatch_id"] = did  # for the downstream's run-name: a repeated send finds its run by it
+    if message.merged is not None:
+        payload["merged"] = message.merged  # a closed PR: GitHub's `merged` is false for what PyTorch's bot merged
     if message.changes is not None:
         payload["changes"] = message.changes  # advice for a downstream's own test selection, never a filter
     return payload

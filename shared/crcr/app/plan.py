@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -24,11 +24,13 @@ from crcr.domain.allowlist import Entry
 from crcr.domain.change_hints import change_hints
 from crcr.domain.checks import CIFLOW_DEVICE_PREFIX
 from crcr.domain.errors import BadRequest
-from crcr.domain.ids import ascii_lower
+from crcr.domain.ids import ascii_lower, repo_key
 from crcr.domain.jsondoc import loads
 from crcr.domain.levels import Level
 from crcr.domain.payload import fit_payload
 from crcr.domain.planning import (
+    MAX_RESOLVED_PRS,
+    MERGED_LABEL,
     NO_MATCHING_FILES,
     Decision,
     UpstreamEvent,
@@ -60,6 +62,14 @@ class PullRequestLog(Protocol):
         ...
 
     def pr_info(self, upstream: str, pr: int) -> PrInfo | None: ...
+
+    def mark_merged(self, upstream: str, pr: int, sha: str, now: float) -> None:
+        """A push to the default branch landed the PR as `sha` (kept apart from its head, which events replace)."""
+        ...
+
+    def merged_commit(self, upstream: str, pr: int) -> str | None:
+        """The default-branch commit a push said landed the PR, if the relay saw one."""
+        ...
 
 
 class BranchLog(Protocol):
@@ -139,7 +149,7 @@ def to_upstream_event(event: str, doc: dict[str, Any]) -> UpstreamEvent:
                 title=pr.title,
                 author=pr.user.login if pr.user else None,
                 at=_epoch(pr.updated_at),
-                merged=bool(pr.merged),
+                merged=bool(pr.merged) or MERGED_LABEL in (label.name for label in pr.labels),
             )
         push = PushEvent.model_validate(doc)
     except ValidationError as exc:
@@ -161,7 +171,17 @@ def to_upstream_event(event: str, doc: dict[str, Any]) -> UpstreamEvent:
         title=head.message if head else None,
         author=(head.author.username or head.author.name) if head and head.author else None,
         at=_epoch(head.timestamp) if head else None,
+        resolved_prs=_resolved(push),
     )
+
+
+def _resolved(push: PushEvent) -> tuple[int, ...]:
+    """The upstream PRs a push to the default branch says it lands (the merge bot's trailer in its commits)."""
+    if push.ref != f"refs/heads/{push.repository.default_branch}":
+        return ()
+    upstream = repo_key(push.repository.full_name)
+    found = {c.resolves[1] for c in push.commits if c.resolves is not None and repo_key(c.resolves[0]) == upstream}
+    return tuple(sorted(found))[:MAX_RESOLVED_PRS]
 
 
 MAX_PUSH_COMMITS = 2048  # GitHub lists at most this many commits in a push's payload
@@ -279,7 +299,7 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
         return plan_rerun(message, doc, deps)
     if message.event == "issue_comment":
         return _command(message, doc, deps)
-    event = to_upstream_event(message.event, doc)
+    event = _with_merge(to_upstream_event(message.event, doc), deps)
     decisions = plan(event, deps.allowlist.current())
     filtered = needs_files(decisions, event)
     # The change's files: listed for path filters only; a push's are in its payload at no cost.
@@ -295,6 +315,8 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
     if event.kind == "push" and event.commits and event.ref == f"refs/heads/{event.default_branch}":
         # The default branch's commit order: each commit's baseline results are compared in this order.
         deps.branch.record_commits(deps.upstream, list(event.commits))
+    if event.resolved_prs:
+        _landed(event, deps, now, summary)
 
     label = event.added_label or ""
     if event.action == "labeled" and ascii_lower(label).startswith(CIFLOW_DEVICE_PREFIX) and deps.checks and deps.jobs:
@@ -338,6 +360,25 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
     return summary
 
 
+def _with_merge(event: UpstreamEvent, deps: PlannerDeps) -> UpstreamEvent:
+    """A PR closed without GitHub's `merged` (PyTorch's merge bot pushes the commit itself) is merged when a push to
+    the default branch already said it landed it (the label, read with the event, is the other sign)."""
+    if event.action != "closed" or event.merged or event.pr_number is None:
+        return event
+    return replace(event, merged=deps.prs.merged_commit(deps.upstream, event.pr_number) is not None)
+
+
+def _landed(event: UpstreamEvent, deps: PlannerDeps, now: float, summary: PlanSummary) -> None:
+    """Remember each PR the push landed; one already closed shows as merged on the pages from now on."""
+    for pr in event.resolved_prs:
+        deps.prs.mark_merged(deps.upstream, pr, event.head_sha, now)
+        deps.metrics.count("PullRequestLanded")
+        info = deps.prs.pr_info(deps.upstream, pr)
+        if info is not None and info.closed and deps.pages is not None:
+            note = PlanNote(deps.upstream, info.head_sha, "pull_request", pr=pr, meta={"pr_state": "merged"})
+            summary.page_note = _noted(note, deps)
+
+
 def _send(
     message: EventMessage,
     event: UpstreamEvent,
@@ -370,6 +411,7 @@ def _send(
             head_at=head_at,
             ciflow=event.ciflow,
             changes=hints,
+            merged=event.merged if event.action == "closed" else None,
             skip=NO_MATCHING_FILES if entry in skipped else None,
             **downstream_target(entry),
         )
@@ -412,7 +454,9 @@ def _note_plan(event: UpstreamEvent, decisions: list[Decision], replaced: str | 
         return "off"
     closed = event.action == "closed"
     planned = {d.entry.repo: p for d in decisions if (p := _planned(d, closed)) is not None}
-    if not (closed or replaced or any(p["state"] != "not_targeted" for p in planned.values())):
+    # The merge bot's label on a PR it closed earlier: the pages learn it was merged.
+    merged_label = event.closed and event.merged and event.added_label == MERGED_LABEL
+    if not (closed or replaced or merged_label or any(p["state"] != "not_targeted" for p in planned.values())):
         return "nothing"
     meta: dict[str, Any] = {}
     if event.ciflow is None:
@@ -431,6 +475,11 @@ def _note_plan(event: UpstreamEvent, decisions: list[Decision], replaced: str | 
         replaced=replaced,
         nightly_only=tuple(sorted(d.entry.repo for d in decisions if d.entry.settings.nightly_only)),
     )
+    return _noted(note, deps)
+
+
+def _noted(note: PlanNote, deps: PlannerDeps) -> str:
+    assert deps.pages is not None
     try:
         note_plan(note, deps.pages)
     except Exception as exc:  # S3 unavailable, or a document that kept changing: counted, and the handler logs it

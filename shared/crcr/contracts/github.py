@@ -7,9 +7,10 @@ ASCII repository names, bounded labels and ids that fit the tables and JavaScrip
 
 from __future__ import annotations
 
-from typing import Annotated
+import re
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from crcr.domain.ids import MAX_REF_BYTES, SHA_PATTERN, is_ref, is_repo_name
 
@@ -122,6 +123,14 @@ class CommitAuthor(_In):
     username: Title = None
 
 
+# The trailer PyTorch's merge bot writes in the commit it pushes to the default branch for a PR it merged (GitHub
+# then closes the PR without `merged`): the PR's URL.
+RESOLVED_TRAILER = re.compile(
+    r"^Pull Request resolved: https://github\.com/([A-Za-z0-9._-]{1,100}/[A-Za-z0-9._-]{1,100})/pull/([1-9][0-9]{0,9})\s*$",
+    re.MULTILINE,
+)
+
+
 class PushCommit(_In):
     id: Sha
     timestamp: ShortText | None = None
@@ -130,6 +139,19 @@ class PushCommit(_In):
     added: list[str] | None = None
     modified: list[str] | None = None
     removed: list[str] | None = None
+    resolves: tuple[str, int] | None = None  # (repository, PR number) the message's merge-bot trailer names
+
+    @model_validator(mode="before")
+    @classmethod
+    def _trailer(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        message = data.get("message")
+        data = {k: v for k, v in data.items() if k != "resolves"}  # derived here only, never taken from the body
+        found = RESOLVED_TRAILER.search(message[-20_000:]) if isinstance(message, str) else None  # trailers end it
+        if found:
+            data["resolves"] = (found.group(1), int(found.group(2)))
+        return data
 
 
 class PushEvent(_In):

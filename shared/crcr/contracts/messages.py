@@ -85,6 +85,9 @@ class DispatchMessage(_Msg):
     ciflow: str | None = None
     # Change hints (crcr.domain.change_hints): client_payload.changes of a repository_dispatch; None: unknown.
     changes: dict[str, Any] | None = None
+    # A closed PR's dispatch: merged as far as the relay knows (GitHub's `merged`, the merge bot's label, or a push to
+    # the default branch that said it landed the PR); None for every other event.
+    merged: bool | None = None
     # Planned but not to be sent (no file the repository's path filters select changed): the ledger records it.
     skip: str | None = None
 

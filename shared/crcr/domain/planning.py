@@ -10,6 +10,9 @@ from enum import Enum
 from crcr.domain.allowlist import Allowlist, Entry
 
 # Pull-request actions that dispatch; "labeled" only releases PRs held for trusted_authors_only.
+# The label PyTorch's merge bot adds to a PR it merged (it pushes the commit itself, so GitHub's `merged` stays false).
+MERGED_LABEL = "Merged"
+MAX_RESOLVED_PRS = 100  # PRs one push may say it resolves (a push of a stack lands a few)
 DISPATCH_ACTIONS = frozenset({"opened", "reopened", "synchronize", "ready_for_review", "closed"})
 PR_ACTIONS_READ = DISPATCH_ACTIONS | {"labeled", "unlabeled"}  # labels decide L3 check runs
 # author_association values GitHub gives people who already had work merged or have write access.
@@ -52,7 +55,9 @@ class UpstreamEvent:
     title: str | None = None
     author: str | None = None
     at: float | None = None
-    merged: bool = False
+    merged: bool = False  # PR: GitHub's `merged`, or PyTorch's merge bot's label
+    # push to the default branch: the PRs its commits say they resolve (PyTorch's merge bot's trailer)
+    resolved_prs: tuple[int, ...] = ()
 
     @property
     def has_ciflow_label(self) -> bool:
