@@ -282,11 +282,11 @@ def build_planner_deps(settings: Settings) -> PlannerDeps:
     allowlist = _allowlist(settings, metrics, clock)
     files = commands = None
     if settings.github_app_id:
-        from crcr.adapters.changes import GitHubPullFiles  # noqa: PLC0415
+        from crcr.adapters.changes import GitHubCompareFiles  # noqa: PLC0415
         from crcr.adapters.commands import GitHubCommands  # noqa: PLC0415
         from crcr.app.commands import CommandDeps  # noqa: PLC0415
 
-        files = GitHubPullFiles(_github(settings))  # path filters: a PR's files, listed once per head
+        files = GitHubCompareFiles(_github(settings))  # path filters: a PR head's files, compared once per head
         commands = CommandDeps(slug=settings.github_app_slug, collaborators=GitHubCommands(_github(settings)))
     return PlannerDeps(
         checks=_checks_queue(settings),

@@ -70,6 +70,8 @@ Endpoints (every other method/path is answered ``404 {"message": "Not Found"}`` 
 * ``GET /repos/{owner}/{repo}/contents/{path}[?ref=]`` (contents: read; ETag / If-None-Match -> 304;
   ``Accept: application/vnd.github.raw`` gives the raw bytes)
 * ``GET /repos/{owner}/{repo}/commits/{ref}`` (contents: read)
+* ``GET /repos/{owner}/{repo}/compare/{base}...{head}`` (contents: read; SHAs): the files ``set_pull_files(...,
+  head=)`` gave that head, at most 300 (GitHub leaves the rest out without saying so); 404 for an unknown head
 * ``POST /repos/{owner}/{repo}/issues/{number}/comments`` -> 201, ``PATCH .../issues/comments/{id}`` -> 200
   (issues: write, or pull_requests: write on a pull request)
 * ``GET /repos/{owner}/{repo}/issues/{number}/comments`` (issues: read, or pull_requests: read on a pull
@@ -245,6 +247,8 @@ DOC_PULLS_LIST = "https://docs.github.com/rest/pulls/pulls#list-pull-requests"
 DOC_PULLS_CREATE = "https://docs.github.com/rest/pulls/pulls#create-a-pull-request"
 DOC_PULLS_UPDATE = "https://docs.github.com/rest/pulls/pulls#update-a-pull-request"
 DOC_PULL_FILES = "https://docs.github.com/rest/pulls/pulls#list-pull-requests-files"
+DOC_COMPARE = "https://docs.github.com/rest/commits/commits#compare-two-commits"
+MAX_COMPARE_FILES = 300  # a comparison names at most this many files (more are left out, unannounced)
 DOC_COLLABORATOR_PERMISSION = (
     "https://docs.github.com/rest/collaborators/collaborators#get-repository-permissions-for-a-user"
 )
@@ -787,6 +791,7 @@ class GitHubDouble:
         self._files: dict[tuple[str, str, str], _File] = {}
         self._pulls: dict[tuple[str, int], dict[str, Any]] = {}  # (repo key, number) -> pull request
         self._pull_files: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        self._head_files: dict[tuple[str, str], list[dict[str, Any]]] = {}  # (repo key, head sha) -> its files
         self._collaborators: dict[tuple[str, str], str] = {}  # (repo key, login lower) -> role name
         self._workflows: dict[str, dict[str, _Workflow]] = {}  # repo key -> path -> the workflows dispatches start
         self._workflow_ids = itertools.count(161_335_001)
@@ -836,6 +841,11 @@ class GitHubDouble:
             ("POST", re.compile(r"/repos/([^/]+)/([^/]+)/pulls"), self._h_pulls_create),
             ("PATCH", re.compile(r"/repos/([^/]+)/([^/]+)/pulls/(\d+)"), self._h_pulls_update),
             ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/pulls/(\d+)/files"), self._h_pull_files),
+            (
+                "GET",
+                re.compile(r"/repos/([^/]+)/([^/]+)/compare/([0-9a-fA-F]{40})\.\.\.([0-9a-fA-F]{40})"),
+                self._h_compare,
+            ),
             ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/actions/runs"), self._h_runs_list),
             ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/collaborators/([^/]+)/permission"), self._h_permission),
             (
@@ -1063,8 +1073,12 @@ class GitHubDouble:
         with self._lock:
             return [r["content"] for r in self._reactions.get(comment_id, [])]
 
-    def set_pull_files(self, repo: str, number: int, files: list[str | tuple[str, str]]) -> None:
-        """The files pull request `number` changes: a name, or (new name, previous name) for a rename."""
+    def set_pull_files(
+        self, repo: str, number: int, files: list[str | tuple[str, str]], *, head: str | None = None
+    ) -> None:
+        """The files pull request `number` changes now: a name, or (new name, previous name) for a rename; with
+        `head`, also what comparing that commit with any base names (``GET …/compare/{base}...{head}``), kept for
+        that head after the PR moves on, as GitHub's commits are."""
         entries = []
         for f in files:
             name, previous = (f, None) if isinstance(f, str) else f
@@ -1074,6 +1088,9 @@ class GitHubDouble:
             entries.append(entry)
         with self._lock:
             self._pull_files[(repo.lower(), number)] = entries
+            if head is not None:
+                self._head_files[(repo.lower(), head.lower())] = entries
+                self._commits.setdefault(repo.lower(), set()).add(head.lower())
 
     def file_at(self, repo: str, path: str, ref: str) -> bytes | None:
         """The file's content at a branch or commit, as the contents API would serve it."""
@@ -3193,6 +3210,33 @@ class GitHubDouble:
             headers["link"] = f'<{base}&page={page + 1}>; rel="next"'
         return _json_resp(
             200, [{"sha": "0" * 40, "additions": 1, "deletions": 0, "changes": 1, **f} for f in chunk], headers
+        )
+
+    def _h_compare(self, ctx: _Ctx, owner: str, name: str, base: str, head: str) -> _Resp:
+        auth = self._auth_repo(ctx, owner, name, "contents", "read", DOC_COMPARE)
+        if isinstance(auth, _Resp):
+            return auth
+        repo, _ = auth
+        with self._lock:
+            files = self._head_files.get((repo.key, head.lower()))
+        if files is None:
+            return _not_found(DOC_COMPARE)  # GitHub: no such commit
+        named = [
+            {"sha": "0" * 40, "additions": 1, "deletions": 0, "changes": 1, "patch": "@@ -1 +1 @@", **f}
+            for f in files[:MAX_COMPARE_FILES]
+        ]
+        return _json_resp(
+            200,
+            {
+                "url": f"{self.url}/repos/{repo.full_name}/compare/{base}...{head}",
+                "html_url": f"https://github.com/{repo.full_name}/compare/{base}...{head}",
+                "status": "ahead",
+                "ahead_by": 1,
+                "behind_by": 0,
+                "total_commits": 1,
+                "commits": [],
+                "files": named,
+            },
         )
 
     def _h_permission(self, ctx: _Ctx, owner: str, name: str, login: str) -> _Resp:

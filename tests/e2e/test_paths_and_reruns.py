@@ -46,7 +46,7 @@ def test_a_pr_touching_only_docs_skips_filtered_downstreams_and_concludes_the_re
     pr = json.loads(event_body("pull_request.opened.json"))
     number, head = pr["pull_request"]["number"], pr["pull_request"]["head"]["sha"]
     relay.github.add_commit(UPSTREAM, head)
-    relay.github.set_pull_files(UPSTREAM, number, ["docs/index.md", ("docs/new.md", "docs/old.md")])
+    relay.github.set_pull_files(UPSTREAM, number, ["docs/index.md", ("docs/new.md", "docs/old.md")], head=head)
     assert relay.post("pull_request", event_body("pull_request.opened.json"))[0] == 202
     relay.wait_dispatches({"org-one/l1-repo": 1, "org-three/l3-repo": 1})
     assert relay.github.dispatches(L4) == [] and relay.github.dispatches("org-two/l2-repo") == []
@@ -58,8 +58,8 @@ def test_a_pr_touching_only_docs_skips_filtered_downstreams_and_concludes_the_re
     [check] = runs
     assert (check["status"], check["conclusion"]) == ("completed", "skipped")
     assert "no matching files" in str(check["output"])
-    listings = [r for r in relay.github.requests if r.path.endswith(f"/pulls/{number}/files")]
-    assert len(listings) == 1  # one listing of the PR's files, not one per downstream
+    listings = [r for r in relay.github.requests if "/compare/" in r.path]
+    assert [r.path.rsplit("...", 1)[1] for r in listings] == [head]  # one comparison of the head, not one each
     # The listing also tells every dispatched downstream what the change touches (advice for its own test selection).
     [sent] = relay.github.dispatches("org-one/l1-repo")
     assert sent["client_payload"]["changes"] == {
@@ -75,7 +75,7 @@ def test_a_pr_touching_only_docs_skips_filtered_downstreams_and_concludes_the_re
     synced["action"] = "synchronize"
     synced["pull_request"]["head"]["sha"] = "e" * 40
     synced["pull_request"]["updated_at"] = "2099-01-01T00:00:00Z"
-    relay.github.set_pull_files(UPSTREAM, number, ["torch/nn/functional.py"])
+    relay.github.set_pull_files(UPSTREAM, number, ["torch/nn/functional.py"], head="e" * 40)
     assert relay.post("pull_request", json.dumps(synced).encode())[0] == 202
     relay.wait_dispatches({L4: 1, "org-two/l2-repo": 1})
     assert relay.metric("DispatchSkipped.reason=no_matching_files") == 2
@@ -84,6 +84,36 @@ def test_a_pr_touching_only_docs_skips_filtered_downstreams_and_concludes_the_re
         ["torch/nn/functional.py"],
         ["torch"],
     )
+
+
+def test_a_head_is_skipped_only_on_its_own_files_never_on_what_the_pr_became_or_an_answer_that_is_no_listing(
+    relay_factory: Callable[..., Relay],
+) -> None:
+    """Red team: head A touches torch/, a force-push made the PR docs-only (B) before A's event was planned, so the
+    PR's file listing was B's; A was skipped and its required check concluded skipped, which GitHub counts as
+    passing."""
+    relay = relay_factory(ALLOWLIST)
+    grants = {"contents": "write", "checks": "write", "pull_requests": "write", "metadata": "read"}
+    relay.github.install(UPSTREAM, installation_id=1, repo_id=65600975, permissions=grants)
+    pr = json.loads(event_body("pull_request.opened.json"))
+    number, head = pr["pull_request"]["number"], pr["pull_request"]["head"]["sha"]
+    relay.github.add_commit(UPSTREAM, head)
+    relay.github.set_pull_files(UPSTREAM, number, ["torch/csrc/autograd/engine.cpp"], head=head)  # A
+    relay.github.set_pull_files(UPSTREAM, number, ["docs/index.md"], head="b" * 40)  # B: what the PR lists now
+    assert relay.post("pull_request", event_body("pull_request.opened.json"))[0] == 202
+    relay.wait_dispatches({L4: 1, "org-two/l2-repo": 1}, settle_s=0)
+    assert [r.path for r in relay.github.requests if "/pulls/" in r.path and r.path.endswith("/files")] == []
+
+    # A comparison GitHub answers 200 with something that is no list of files: unknown, so dispatched, not skipped.
+    synced = json.loads(event_body("pull_request.opened.json"))
+    synced["action"] = "synchronize"
+    synced["pull_request"] |= {"head": synced["pull_request"]["head"] | {"sha": "c" * 40}, "updated_at": "2099-01-01"}
+    relay.github.set_pull_files(UPSTREAM, number, ["docs/index.md"], head="c" * 40)
+    relay.github.script("GET", r"/repos/.*/compare/.*", [Reply(status=200, body={"files": "docs/index.md"})])
+    assert relay.post("pull_request", json.dumps(synced).encode())[0] == 202
+    relay.wait_dispatches({L4: 2, "org-two/l2-repo": 2}, settle_s=0)
+    assert relay.metric("DispatchSkipped.reason=no_matching_files") == 0
+    assert relay.metric("ChangedFilesUnknown") == 1
 
 
 REPO_IDS = {"org-one/l1-repo": 5000, "org-two/l2-repo": 5001, "org-three/l3-repo": 5002, L4: 5003}
@@ -119,7 +149,7 @@ def test_a_maintainers_rerun_comment_reruns_the_failed_jobs_once_and_an_outsider
     pr = json.loads(event_body("pull_request.opened.json"))
     number, head = pr["pull_request"]["number"], pr["pull_request"]["head"]["sha"]
     github.add_commit(UPSTREAM, head)
-    github.set_pull_files(UPSTREAM, number, ["torch/x.py"])
+    github.set_pull_files(UPSTREAM, number, ["torch/x.py"], head=head)
     assert relay.post("pull_request", event_body("pull_request.opened.json"))[0] == 202
     relay.wait_dispatches({L4: 1}, settle_s=0)
     [sent] = github.dispatches(L4)

@@ -76,10 +76,10 @@ def test_patterns_github_refuses_are_refused(bad: str) -> None:
 class Files:
     def __init__(self, files: tuple[str, ...] | None) -> None:
         self.files = files
-        self.asked: list[tuple[str, int, str]] = []
+        self.asked: list[tuple[str, str, str]] = []
 
-    def pull_files(self, upstream: str, pr: int, head_sha: str) -> tuple[str, ...] | None:
-        self.asked.append((upstream, pr, head_sha))
+    def change_files(self, upstream: str, base_sha: str, head_sha: str) -> tuple[str, ...] | None:
+        self.asked.append((upstream, base_sha, head_sha))
         return self.files
 
 
@@ -122,7 +122,8 @@ def test_a_pr_touching_only_docs_goes_only_where_no_filter_excludes_it() -> None
         "org/ignores-docs": "no_matching_files",
         "org/torch-only": "no_matching_files",
     }
-    assert files.asked == [("pytorch/pytorch", pr["number"], pr["pull_request"]["head"]["sha"])]  # once, not per repo
+    head, base = pr["pull_request"]["head"]["sha"], pr["pull_request"]["base"]["sha"]
+    assert files.asked == [("pytorch/pytorch", base, head)]  # the head against its base, by SHA; once, not per repo
     # The L4 repository's required check comes anyway, concluded skipped; the L2 one needs none.
     assert [(m.kind, m.repo, m.reason) for m, _ in checks.sent] == [("skip", "org/torch-only", "no_matching_files")]
     assert metrics.counts["TargetSkipped.reason=no_matching_files"] == 2
@@ -133,7 +134,7 @@ def test_files_that_cannot_be_known_dispatch_everywhere() -> None:
     queue, checks, _ = run(pr, "pull_request", Files(None))
     assert all(m.skip is None for m in queue.sent) and len(queue.sent) == 3 and checks.sent == []
     over = json.loads(json.dumps(pr))
-    over["pull_request"]["changed_files"] = 3001  # over GitHub's listing: not even asked
+    over["pull_request"]["changed_files"] = 300  # as many as one comparison names (it may leave some out): not asked
     files = Files(("docs/a.md",))
     queue, _, _ = run(over, "pull_request", files)
     assert files.asked == [] and all(m.skip is None for m in queue.sent)

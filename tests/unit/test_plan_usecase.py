@@ -167,7 +167,7 @@ def test_the_hud_pages_hear_what_was_planned_for_each_downstream() -> None:
     metrics = RecordingMetrics()
 
     class Files:
-        def pull_files(self, upstream: str, pr: int, head_sha: str) -> tuple[str, ...]:
+        def change_files(self, upstream: str, base_sha: str, head_sha: str) -> tuple[str, ...]:
             return ("torch/nn/linear.py",)
 
     deps = PlannerDeps(

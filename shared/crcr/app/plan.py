@@ -79,9 +79,9 @@ class BranchLog(Protocol):
 
 
 class ChangedFiles(Protocol):
-    def pull_files(self, upstream: str, pr: int, head_sha: str) -> tuple[str, ...] | None:
-        """The files a PR changes at this head (renamed ones under both names); None when GitHub cannot list them
-        all (over its 3,000-file limit) or the list cannot be read now."""
+    def change_files(self, upstream: str, base_sha: str, head_sha: str) -> tuple[str, ...] | None:
+        """The files a PR head changes from its base, by SHA (renamed ones under both names); None when they cannot
+        all be known (too many for one comparison, no base, a failed read): then every filtered downstream gets it."""
         ...
 
 
@@ -185,7 +185,7 @@ def _resolved(push: PushEvent) -> tuple[int, ...]:
 
 
 MAX_PUSH_COMMITS = 2048  # GitHub lists at most this many commits in a push's payload
-MAX_LISTED_FILES = 3000  # GitHub lists at most this many files of a pull request
+MAX_COMPARED_FILES = 300  # GitHub's comparison of two commits names at most this many files
 
 
 def _pushed_files(push: PushEvent) -> tuple[str, ...] | None:
@@ -206,15 +206,20 @@ def _pushed(event: UpstreamEvent) -> tuple[str, ...] | None:
 
 
 def _changed_files(event: UpstreamEvent, deps: PlannerDeps) -> tuple[str, ...] | None:
-    """The change's files for path filters: a push's from its payload, a PR's (or a ciflow tag's PR) from one
-    listing per head; None (dispatch) when they cannot all be known."""
+    """The change's files for path filters: a push's from its payload, a PR head's (or a ciflow tag's PR head's)
+    from one comparison with its base, by SHA; None (dispatch) when they cannot all be known."""
     if event.kind == "push" and event.ciflow is None:
         return event.pushed_files
     if event.pr_number is None or deps.files is None:
         return None
-    if event.changed_files is not None and event.changed_files > MAX_LISTED_FILES:
+    if event.changed_files is not None and event.changed_files >= MAX_COMPARED_FILES:
+        deps.metrics.count("ChangedFilesUnknown")  # more than one comparison names: not worth a request
         return None
-    files = deps.files.pull_files(deps.upstream, event.pr_number, event.head_sha)
+    base = event.base_sha
+    if not base:  # a ciflow tag push: its PR's base, as the PR's newest event gave it
+        info = deps.prs.pr_info(deps.upstream, event.pr_number)
+        base = info.base_sha if info is not None else ""
+    files = deps.files.change_files(deps.upstream, base, event.head_sha)
     deps.metrics.count("ChangedFilesListed" if files is not None else "ChangedFilesUnknown")
     return files
 
