@@ -283,11 +283,21 @@ def build_planner_deps(settings: Settings) -> PlannerDeps:
     files = commands = None
     if settings.github_app_id:
         from crcr.adapters.changes import GitHubCompareFiles  # noqa: PLC0415
+        from crcr.adapters.check_runs import DynamoCheckRuns  # noqa: PLC0415
         from crcr.adapters.commands import GitHubCommands  # noqa: PLC0415
-        from crcr.app.commands import CommandDeps  # noqa: PLC0415
+        from crcr.adapters.rate_limits import DynamoRateLimiter  # noqa: PLC0415
+        from crcr.app.commands import COMMANDS_PER_AUTHOR_HOUR, COMMANDS_PER_PR_HOUR, CommandDeps  # noqa: PLC0415
 
+        ddb, table = aws_client("dynamodb"), str(settings.state_table)
         files = GitHubCompareFiles(_github(settings))  # path filters: a PR head's files, compared once per head
-        commands = CommandDeps(slug=settings.github_app_slug, collaborators=GitHubCommands(_github(settings)))
+        commands = CommandDeps(
+            slug=settings.github_app_slug,
+            collaborators=GitHubCommands(_github(settings)),
+            check_runs=DynamoCheckRuns(ddb, table),
+            releases=DynamoPullRequests(ddb, table),
+            per_author=DynamoRateLimiter(ddb, table, COMMANDS_PER_AUTHOR_HOUR, window_s=3600, budget="cmd-author"),
+            per_pr=DynamoRateLimiter(ddb, table, COMMANDS_PER_PR_HOUR, window_s=3600, budget="cmd-pr"),
+        )
     return PlannerDeps(
         checks=_checks_queue(settings),
         jobs=_results(settings) if settings.results_table else None,

@@ -199,3 +199,85 @@ def test_a_dispatch_whose_post_timed_out_after_github_accepted_it_starts_one_run
     assert l4_runs and l4_runs[0].query["event"] == ["repository_dispatch"]
     assert len(github.dispatches("org-two/l2-repo")) == 2  # no id in its run-name: sent again, as before
     assert relay.metric("DispatchRunFound") == 1 and relay.metric("DispatchRunNotFound") == 1
+
+
+def test_rerun_all_dispatches_again_only_what_ended_without_a_run_and_only_once_per_head(
+    relay_factory: Callable[..., Relay],
+) -> None:
+    """Red team: `@<app> rerun all` dispatched the downstreams the path filters skipped and those still running,
+    once per comment (5 comments, 6 runs of one commit)."""
+    pending = "org-five/pending"
+    allowlist = ALLOWLIST.replace(f"L4:\n  - {L4}\n", f"L4:\n  - {L4}\n  - {pending}\n")
+    relay = relay_factory(allowlist, env={"CRCR_GITHUB_APP_SLUG": "crcr-bot", "CRCR_START_TIMEOUT_S": "2",
+                                          "CRCR_SWEEP_INTERVAL_S": "86400"})  # fmt: skip
+    github = relay.github
+    grants = {"contents": "write", "checks": "write", "issues": "write", "pull_requests": "write", "metadata": "read"}
+    github.install(UPSTREAM, installation_id=1, repo_id=65600975, permissions=grants)
+    github.install(pending, installation_id=107, repo_id=5004)
+    pr = json.loads(event_body("pull_request.opened.json"))
+    number, head = pr["pull_request"]["number"], pr["pull_request"]["head"]["sha"]
+    github.add_commit(UPSTREAM, head)
+    github.set_pull_files(UPSTREAM, number, ["docs/index.md"], head=head)  # L4's paths skip it; pending has none
+    assert relay.post("pull_request", event_body("pull_request.opened.json"))[0] == 202
+    relay.wait_dispatches({pending: 1}, settle_s=0)
+    github.add_issue(UPSTREAM, number)
+    github.add_collaborator(UPSTREAM, "maintainer", "write")
+
+    def comment() -> None:
+        made = github.add_comment(UPSTREAM, number, "@crcr-bot rerun all", user="maintainer")
+        assert relay.post("issue_comment", _comment_event(number, made, "maintainer"))[0] == 202
+        deadline = time.time() + 30
+        while time.time() < deadline and not github.reactions(made["id"]):
+            time.sleep(0.2)
+        assert github.reactions(made["id"])  # answered: planned
+
+    def repo_check(repo: str) -> dict[str, Any]:
+        runs = [r for r in github.check_runs(UPSTREAM) if r["name"] == f"crcr/{repo}" and r["head_sha"] == head]
+        return runs[0] if runs else {}
+
+    deadline = time.time() + 30
+    while time.time() < deadline and not (repo_check(L4).get("conclusion") and repo_check(pending)):
+        time.sleep(0.2)
+    for _ in range(5):  # pending's dispatch has no job yet; L4's paths skipped the head
+        comment()
+    assert (len(github.dispatches(L4)), len(github.dispatches(pending))) == (0, 1)
+    assert relay.metric("CommandSkipped.reason=still_running") == 5
+    assert relay.metric("CommandSkipped.reason=skipped_on_head") == 5
+
+    # pending's dispatch times out (no job ever started): now one comment dispatches it again, and only one does.
+    time.sleep(2.1)
+    relay.stack.invoke("SweeperFunction", {"source": "aws.events", "detail-type": "Scheduled Event"})
+    deadline = time.time() + 30
+    while time.time() < deadline and repo_check(pending).get("conclusion") != "timed_out":
+        time.sleep(0.2)
+    for _ in range(3):
+        comment()
+    relay.wait_dispatches({pending: 2})
+    assert len(github.dispatches(pending)) == 2 and github.dispatches(L4) == []
+    assert relay.metric("CommandSkipped.reason=already_dispatched") == 2
+
+
+def test_command_comments_from_anyone_cost_one_permission_read_a_while_and_stop_at_an_hourly_budget(
+    relay_factory: Callable[..., Relay],
+) -> None:
+    """Red team: every `@<app> rerun …` comment from anyone cost an uncached permission read of the upstream's
+    installation (60 comments, 60 reads)."""
+    relay = relay_factory(ALLOWLIST, env={"CRCR_GITHUB_APP_SLUG": "crcr-bot"})
+    github = relay.github
+    grants = {"contents": "write", "checks": "write", "issues": "write", "pull_requests": "write", "metadata": "read"}
+    github.install(UPSTREAM, installation_id=1, repo_id=65600975, permissions=grants)
+    number = json.loads(event_body("pull_request.opened.json"))["pull_request"]["number"]
+    github.add_issue(UPSTREAM, number)
+    for _ in range(25):
+        made = github.add_comment(UPSTREAM, number, "@crcr-bot rerun all", user="outsider")
+        assert relay.post("issue_comment", _comment_event(number, made, "outsider"))[0] == 202
+
+    def ignored(reason: str) -> int:
+        return relay.metric(f"CommandIgnored.reason={reason}")
+
+    deadline = time.time() + 60
+    while time.time() < deadline and ignored("not_allowed") + ignored("over_budget") < 25:
+        time.sleep(0.2)
+    assert (ignored("not_allowed"), ignored("over_budget")) == (20, 5)  # 20 an hour from one author
+    reads = [r for r in github.requests if r.path.endswith("/collaborators/outsider/permission")]
+    assert len(reads) == 1  # the answer is remembered: one read for the lot

@@ -96,11 +96,11 @@ repos:
 
 
 def run(
-    doc: dict[str, object], event: str, files: Files
+    doc: dict[str, object], event: str, files: Files, allowlist: str = ALLOWLIST
 ) -> tuple[FakeDispatchQueue, FakeChecksQueue, RecordingMetrics]:
     queue, checks, metrics = FakeDispatchQueue(), FakeChecksQueue(), RecordingMetrics()
     deps = PlannerDeps(
-        upstream="pytorch/pytorch", allowlist=StaticAllowlist(parse_allowlist(ALLOWLIST)), blobs=FakeBlobs(),
+        upstream="pytorch/pytorch", allowlist=StaticAllowlist(parse_allowlist(allowlist)), blobs=FakeBlobs(),
         prs=FakeState(), branch=FakeState(), dispatches=queue, metrics=metrics, clock=FakeClock(), checks=checks,
         files=files,
     )  # fmt: skip
@@ -151,3 +151,24 @@ def test_a_push_is_judged_by_its_commits_files() -> None:
     push["commits"][0].pop("modified")  # a commit whose files the payload does not list: unknown
     queue, _, _ = run(push, "push", Files(None))
     assert all(m.skip is None for m in queue.sent)
+
+
+def test_a_pr_every_filtered_downstream_holds_costs_no_listing_until_it_is_released() -> None:
+    """Red team: a first-time contributor's PR was listed (a request of the upstream's budget per push) while every
+    downstream held it; the release by a ciflow/ label asks, once."""
+    held = (
+        ALLOWLIST.replace("repos:\n", "repos:\n  org/everything: {trusted_authors_only: true}\n")
+        .replace("org/torch-only: {paths:", "org/torch-only: {trusted_authors_only: true, paths:")
+        .replace("org/ignores-docs: {paths_ignore:", "org/ignores-docs: {trusted_authors_only: true, paths_ignore:")
+    )
+    pr = json.loads((EVENTS / "pull_request.opened.json").read_text())
+    pr["pull_request"]["author_association"] = "FIRST_TIME_CONTRIBUTOR"
+    files = Files(("torch/x.py",))
+    queue, _, _ = run(pr, "pull_request", files, allowlist=held)
+    assert queue.sent == [] and files.asked == []
+    pr["action"], pr["label"] = "labeled", {"name": "ciflow/trunk"}
+    pr["pull_request"]["labels"] = [{"name": "ciflow/trunk"}]
+    queue, _, _ = run(pr, "pull_request", files, allowlist=held)
+    assert len(files.asked) == 1 and {m.target_repo: m.skip for m in queue.sent} == {
+        "org/everything": None, "org/ignores-docs": None, "org/torch-only": None,
+    }  # fmt: skip

@@ -24,7 +24,7 @@ from crcr.app.ports.queues import ChecksQueue, DispatchQueue
 from crcr.contracts.github import IssueCommentEvent
 from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage, downstream_target
 from crcr.domain.allowlist import Entry
-from crcr.domain.checks import latest_attempts, wants_check_run
+from crcr.domain.checks import Known, check_run_name, latest_attempts, wants_check_run
 from crcr.domain.commands import may_rerun, parse_command
 from crcr.domain.errors import BadRequest
 from crcr.domain.ids import is_github_run, repo_key
@@ -38,10 +38,35 @@ class Collaborators(Protocol):
         ...
 
 
+COMMANDS_PER_AUTHOR_HOUR = 20
+COMMANDS_PER_PR_HOUR = 30
+
+
+class RateLimiter(Protocol):
+    def hit(self, key: str, now: float) -> float: ...
+
+
+class CheckRunReader(Protocol):
+    def get_check(self, upstream: str, head_sha: str, name: str) -> tuple[Known | None, int]: ...
+
+
+class Releases(Protocol):
+    def mark_released(self, upstream: str, pr: int, head_sha: str, repo: str, delivery_id: str, now: float) -> bool:
+        """True for the first dispatch of this head to this repository by a label or a command (and for retries of
+        that same delivery)."""
+        ...
+
+
 @dataclass(frozen=True)
 class CommandDeps:
     slug: str  # the App's slug: commands are addressed to @<slug>
     collaborators: Collaborators
+    check_runs: CheckRunReader  # the repository's check run on the head: is its dispatch still running, or skipped?
+    releases: Releases  # one dispatch again per head and repository, however many comments ask
+    # Commands acted on an hour, per author (anyone's, before their permission is asked) and per PR (of those who may
+    # give them): their reads, re-runs and reactions spend the upstream installation's budget. `hit` is 0 under it.
+    per_author: RateLimiter | None = None
+    per_pr: RateLimiter | None = None
 
 
 @dataclass(frozen=True)
@@ -92,12 +117,17 @@ def plan_command(
         return _ignored(summary, deps, "not_a_command")
     if event.comment.user is None or (event.comment.user.type or "").lower() == "bot":
         return _ignored(summary, deps, "bot")
+    if commands.per_author and commands.per_author.hit(login, deps.clock.now()):
+        return _ignored(summary, deps, "over_budget")  # before any GitHub request: nothing read, no reaction
     try:
         role = commands.collaborators.role(deps.upstream, login)
     except (GitHubRejected, NotInstalled):
         role = None  # GitHub does not know the person as a collaborator: no access
     if not may_rerun(role):
         return _ignored(summary, deps, "not_allowed")  # never answered: an outsider's comment changes nothing
+    # A PR's budget counts only commands of people who may give them: an outsider cannot spend it for them.
+    if commands.per_pr and commands.per_pr.hit(f"{deps.upstream}#{event.issue.number}", deps.clock.now()):
+        return _ignored(summary, deps, "over_budget")
     pr = event.issue.number
     info = deps.prs.pr_info(deps.upstream, pr)
     react = CheckSyncMessage(kind="react", upstream=deps.upstream, head_sha=info.head_sha if info else "", pr=pr,
@@ -119,7 +149,12 @@ def plan_command(
             for dispatch, run in failed
         ]  # fmt: skip
         if not mine and not command.failed_only:
-            again.append(entry)
+            why = _not_again(entry, info.head_sha, pr, message.delivery_id, commands, deps)
+            if why is None:
+                again.append(entry)
+            else:
+                summary.skipped[entry.repo] = why
+                deps.metrics.count("CommandSkipped", reason=why)
     dispatches = [_again(message, entry, event, info.head_sha, info.base_sha, info.labels, deps) for entry in again]
     if dispatches:
         deps.dispatches.send_dispatches(dispatches)
@@ -156,6 +191,22 @@ def _targets(named: tuple[str, ...] | None, entries: Iterable[Entry], labels: tu
     wanted = {repo_key(r) for r in named}
     found = [e for e in shown if e.key in wanted]
     return found if len(found) == len(wanted) else None
+
+
+def _not_again(
+    entry: Entry, head: str, pr: int, delivery_id: str, commands: CommandDeps, deps: CommandContext
+) -> str | None:
+    """Why a downstream with no job on the head is not dispatched again, or None: its dispatch is still pending or
+    running (its check run not completed), its path filters skipped the head, or a label or an earlier command
+    already dispatched this head to it."""
+    known, version = commands.check_runs.get_check(deps.upstream, head, check_run_name(entry.repo, "", ""))
+    if (known is None and version) or (known is not None and known.status != "completed"):
+        return "still_running"
+    if known is not None and known.conclusion == "skipped":
+        return "skipped_on_head"
+    if not commands.releases.mark_released(deps.upstream, pr, head, entry.repo, delivery_id, deps.clock.now()):
+        return "already_dispatched"
+    return None
 
 
 def _again(

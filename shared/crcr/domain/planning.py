@@ -75,6 +75,9 @@ class Verdict(Enum):
     SKIP = "skip"
 
 
+SENDS = frozenset({Verdict.DISPATCH, Verdict.RELEASE})  # verdicts that send now
+
+
 @dataclass(frozen=True)
 class Decision:
     entry: Entry
@@ -141,7 +144,8 @@ def needs_files(decisions: list[Decision], event: UpstreamEvent) -> bool:
     sent so downstreams can clean up)."""
     if event.action == "closed":
         return False
-    return any(d.verdict is not Verdict.SKIP and d.entry.settings.path_filter.active for d in decisions)
+    # A held downstream needs none yet: its release (a ciflow/ label) is planned, and asks, on its own.
+    return any(d.verdict in SENDS and d.entry.settings.path_filter.active for d in decisions)
 
 
 def filter_paths(decisions: list[Decision], event: UpstreamEvent, files: tuple[str, ...] | None) -> list[Decision]:
