@@ -393,6 +393,52 @@ def test_a_client_trickling_its_request_is_cut_off_at_the_deadline(front: Callab
     assert bare.calls == []
 
 
+def test_a_slowloris_cannot_hold_the_workers_from_other_requests(front: Callable[..., Bare]) -> None:
+    """Red team: 300 connections sending a header byte every 5 s stalled every route until the request deadline
+    (30 s). Under pressure a request arriving slower than slow_rate_bps is cut off for a waiting one, as an idle
+    connection is; and a request's head has a deadline of its own."""
+    bare = front(max_connections=4, request_s=300.0, head_s=300.0, evict_idle_after_s=0.2)
+    slow = [connect(bare.server) for _ in range(12)]
+    stop = threading.Event()
+
+    def trickle() -> None:
+        head = b"POST /webhook HTTP/1.1\r\nhost: x\r\nx-pad: " + b"z" * 10_000
+        for byte in head:
+            for sock in slow:
+                with contextlib.suppress(OSError):
+                    sock.send(bytes([byte]))
+            if stop.wait(0.3):
+                return
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    try:
+        time.sleep(1.0)  # the slow requests have the workers
+        with connect(bare.server) as waiting:
+            waiting.sendall(b"GET /hud/ HTTP/1.1\r\nhost: x\r\n\r\n")
+            waiting.settimeout(10)  # far below the request deadline: only cutting slow requests lets it through
+            assert read_answer(waiting, "GET").status == 200
+        assert bare.server.stats()["cut_slow_requests"] >= 1
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for sock in slow:
+            sock.close()
+    # Without pressure, a trickled head still ends at its own deadline, whatever the whole request's.
+    bare = front(request_s=300.0, head_s=0.5)
+    with connect(bare.server) as sock:
+        sock.settimeout(0.05)
+        answered = b""
+        for byte in b"POST /webhook HTTP/1.1\r\nhost: x\r\nx-pad: " + b"z" * 400:
+            sock.sendall(bytes([byte]))
+            with contextlib.suppress(TimeoutError):
+                answered = sock.recv(1, socket.MSG_PEEK)
+                break
+        assert answered, "a head trickled for longer than head_s was never cut off"
+        sock.settimeout(10)
+        assert read_answer(sock).status == 408
+
+
 def test_an_idle_keep_alive_connection_is_closed_quietly(front: Callable[..., Bare]) -> None:
     server = front(idle_s=0.2).server
     with connect(server) as sock:

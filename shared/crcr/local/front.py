@@ -67,6 +67,10 @@ class Limits:
     # connected) is closed for a waiting one: idle sockets cannot hold the workers from requests.
     evict_idle_after_s: float = 1.0
     request_s: float = 30.0  # the whole request, first byte to last, however slowly it trickles in
+    head_s: float = 10.0  # its request line and fields, first byte to blank line (a slowloris sends them forever)
+    # With every worker taken, a request arriving slower than this many bytes a second (after evict_idle_after_s)
+    # is cut off for a waiting connection, as an idle one is: a byte every few seconds cannot hold a worker.
+    slow_rate_bps: float = 1024.0
     write_s: float = 30.0  # the whole response, to a client that stops reading
     linger_s: float = 2.0  # after a refusal, drain what the client still sends so it reads the answer, not a reset
     linger_bytes: int = 11 * 1024 * 1024
@@ -131,7 +135,7 @@ class _DeadlineReader(io.RawIOBase):
             raise TimeoutError("request deadline passed")
         self.sock.settimeout(left)
         n = self.sock.recv_into(buffer)
-        self.front.count(received=n)
+        self.front.count(received=n, sock=self.sock)
         return n
 
 
@@ -168,13 +172,16 @@ class _Handler(BaseHTTPRequestHandler):
             return
         finally:
             self.server.idle(self.connection, False)
-        self.reader.deadline = time.monotonic() + limits.request_s
+        started = time.monotonic()
+        self.reader.deadline = started + min(limits.request_s, limits.head_s)
         self._continue = False
         self.held = 0
+        self.server.reading(self.connection, True)
         try:
             framing = self._read_head()
             if framing is None:
                 return
+            self.reader.deadline = started + limits.request_s
             chunked, length = framing
             if length > limits.max_body:
                 raise _Refused(413)  # before reading a byte of it (and before any 100 Continue)
@@ -183,6 +190,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.end_headers()
                 self.wfile.flush()
             body = self._read_chunked() if chunked else self._read_exact(length)
+            self.server.reading(self.connection, False)  # read whole: the route's time is not the client's
             self._answer(body)
         except _Refused as refusal:
             self._refuse(refusal.status)
@@ -191,6 +199,7 @@ class _Handler(BaseHTTPRequestHandler):
         except _Gone:
             self.close_connection = True
         finally:
+            self.server.reading(self.connection, False)
             if self.held:
                 self.server.budget.give(self.held)
 
@@ -372,6 +381,8 @@ class FrontEnd(socketserver.TCPServer):
         self.discarded = 0  # bytes drained and dropped after a refusal
         self.evicted = 0  # idle connections closed for a connection waiting for a worker
         self._idle: dict[socket.socket, float] = {}  # connections waiting for a request, since when
+        self._reading: dict[socket.socket, list[float]] = {}  # requests being read: [since when, bytes received]
+        self.cut_slow = 0  # requests arriving slower than slow_rate_bps, closed for a waiting connection
         self._slots = threading.BoundedSemaphore(self.limits.max_connections)
         self._closing = threading.Event()
         self._serving = threading.Event()
@@ -383,10 +394,20 @@ class FrontEnd(socketserver.TCPServer):
         super().server_activate()
         self.socket.settimeout(0.5)  # accept() never blocks serve_forever for long (a client may vanish first)
 
-    def count(self, *, received: int = 0, discarded: int = 0) -> None:
+    def count(self, *, received: int = 0, discarded: int = 0, sock: socket.socket | None = None) -> None:
         with self._lock:
             self.received += received
             self.discarded += discarded
+            if sock is not None and sock in self._reading:
+                self._reading[sock][1] += received
+
+    def reading(self, sock: socket.socket, active: bool) -> None:
+        """A request is being read on `sock` (its start and the bytes received so far), or no longer."""
+        with self._lock:
+            if active:
+                self._reading[sock] = [time.monotonic(), 0]
+            else:
+                self._reading.pop(sock, None)
 
     def stats(self) -> dict[str, int]:
         with self._lock:
@@ -394,6 +415,7 @@ class FrontEnd(socketserver.TCPServer):
                 "open_connections": len(self._open),
                 "idle_connections": len(self._idle),
                 "evicted_idle_connections": self.evicted,
+                "cut_slow_requests": self.cut_slow,
                 "received_bytes": self.received,
                 "discarded_bytes": self.discarded,
                 "body_bytes_held": self.limits.body_budget - self.budget.free,
@@ -407,16 +429,29 @@ class FrontEnd(socketserver.TCPServer):
                 self._idle.pop(sock, None)
 
     def _evict_idle(self) -> None:
-        """Close the connection idle longest, if it has been idle a while: its worker is free for a waiting one."""
+        """Close the connection idle longest, if it has been idle a while, or else the slowest request arriving slower
+        than `slow_rate_bps`: its worker is free for a waiting one."""
+        now = time.monotonic()
         with self._lock:
             oldest = next(iter(self._idle.items()), None)
-            if oldest is None or time.monotonic() - oldest[1] < self.limits.evict_idle_after_s:
-                return
-            sock = oldest[0]
-            del self._idle[sock]
-            self.evicted += 1
+            if oldest is not None and now - oldest[1] >= self.limits.evict_idle_after_s:
+                sock = oldest[0]
+                del self._idle[sock]
+                self.evicted += 1
+            else:
+                rates = [
+                    (got / (now - since), sock)
+                    for sock, (since, got) in self._reading.items()
+                    if now - since >= self.limits.evict_idle_after_s
+                ]
+                slowest = min(rates, key=lambda rate: rate[0], default=None)
+                if slowest is None or slowest[0] >= self.limits.slow_rate_bps:
+                    return
+                sock = slowest[1]
+                del self._reading[sock]
+                self.cut_slow += 1
         with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)  # its worker's wait for a request ends now
+            sock.shutdown(socket.SHUT_RDWR)  # its worker's wait for a request (or the rest of it) ends now
 
     def get_request(self) -> tuple[Any, Any]:
         # Every slot busy: close an idle connection for it, or else accept nothing, so later clients wait in the
