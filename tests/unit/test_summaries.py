@@ -362,3 +362,33 @@ def test_a_failed_job_carries_what_explains_it(docs: FakeDocs, deps: SummaryDeps
     assert len(e["failed_tests"]) == 10 and len(e["failed_tests"][0]["message"]) == 300
     assert e["triage"] == {"category": "upstream", "confidence": "high", "summary": "the PR broke it"}
     assert docs.doc("index.json")["commits"][0]["repos"]["org/backend"]["verdicts"] == ["new"]
+
+
+def test_a_flood_of_failing_jobs_keeps_the_commit_document_bounded_newest_attempts_detailed_first(
+    docs: FakeDocs, deps: SummaryDeps
+) -> None:
+    """Red team: a 400-job flood made one commit's document 4.8 MB, rewritten whole on every change."""
+    from crcr.app.summaries import MAX_COMMIT_DOC_BYTES  # noqa: PLC0415
+
+    tests = json.dumps([{"name": f"test_{i}", "message": "x" * 600, "duration": 1.5} for i in range(12)])
+    failing = [
+        replace(job("completed", "failure", name=f"shard-{n}", attempt=attempt), failed_tests=tests)
+        for attempt in (1, 2)
+        for n in range(150)
+    ]
+    update_summaries(failing[:150], deps)  # every first attempt, with its tests: under the bound
+    assert all("failed_tests" in e for e in docs.doc(f"commit/{SHA}.json")["jobs"].values())
+    update_summaries(failing[150:], deps)  # the re-runs double it: the first attempts' details go
+    doc = docs.doc(f"commit/{SHA}.json")
+    assert len(json.dumps(doc, separators=(",", ":")).encode()) <= MAX_COMMIT_DOC_BYTES
+    by_attempt = {(e["job"], e["attempt"]): e for e in doc["jobs"].values()}
+    assert len(by_attempt) == 300  # every attempt is still listed, with its state and counts
+    assert all("failed_tests" in by_attempt[(f"shard-{n}", 2)] for n in range(150))
+    assert all(by_attempt[(f"shard-{n}", 1)].get("trimmed") for n in range(150))
+    assert {e["failed_tests_total"] for e in by_attempt.values()} == {12}
+    # Three times as many newest attempts: every attempt's details go, and the document stays bounded.
+    more = [replace(j, job_name=f"more-{n}", run_attempt=1) for n, j in enumerate(failing[:300])]
+    update_summaries(more, deps)
+    doc = docs.doc(f"commit/{SHA}.json")
+    assert len(json.dumps(doc, separators=(",", ":")).encode()) <= MAX_COMMIT_DOC_BYTES
+    assert all(e.get("trimmed") for e in doc["jobs"].values())

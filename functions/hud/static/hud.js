@@ -350,6 +350,9 @@ function failureDetails(e, context) {
         typeof t.duration === "number" ? el("span", { class: "muted" }, ` (${testDuration(t.duration)})`) : null,
         t.message ? el("pre", { class: "message" }, t.message) : null))),
       more > 0 ? el("p", { class: "muted" }, `and ${more} more in the downstream run's log`) : null));
+  } else if (e.trimmed && e.failed_tests_total) {
+    parts.push(el("p", { class: "why muted" }, `${e.failed_tests_total} failing tests: their names are left out of this `
+      + "page (its commit has too many job attempts to list them all); see the downstream run's log."));
   }
   const run = safeUrl(e.url);
   if (parts.length && run) parts.push(el("p", { class: "why" }, el("a", { href: run, rel: "noopener noreferrer" }, "Open the log of this run ↗")));

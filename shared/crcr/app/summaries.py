@@ -41,6 +41,10 @@ NIGHTLY_DAYS = 14
 WRITE_TRIES = 8
 PAGE_TESTS = 10  # failing tests a page document keeps per job attempt (the count says how many more)
 PAGE_TEST_MESSAGE = 300
+# A commit's document is rewritten whole on every change of its jobs: past this, the failing tests' details (then the
+# downstreams' triage words) of older attempts, then of every attempt, are left out of it; counts and states stay.
+MAX_COMMIT_DOC_BYTES = 1_000_000
+DETAILS = ("failed_tests", "triage")
 REFUSAL_KEYS = 50  # refusals remembered by key, so a retried record is counted once
 
 # Worst first: what a repository's cell shows when its jobs disagree.
@@ -307,6 +311,7 @@ def _update_commit(jobs: list[JobRecord], deps: SummaryDeps, now: float) -> dict
         if not any(changed):
             return None
         doc["updated_at"] = now
+        _fit_commit(doc)
         return doc
 
     _update(deps, f"commit/{first.head_sha}.json", commit)
@@ -330,6 +335,27 @@ def summary_of(doc: dict[str, Any]) -> dict[str, Any]:
     summary |= {k: meta[k] for k in META if meta.get(k) is not None and k != "base_sha"}
     summary |= {k: doc[k] for k in ("ciflow", "superseded_by") if doc.get(k)}
     return summary
+
+
+def _fit_commit(doc: dict[str, Any]) -> None:
+    """Keep the document within MAX_COMMIT_DOC_BYTES (a flood of failing jobs made one 4.8 MB): details go first from
+    attempts that are not their job's newest, then from all; an entry whose details went says so (`trimmed`)."""
+    if _json_size(doc) <= MAX_COMMIT_DOC_BYTES:
+        return
+    newest = {e["key"] for e in _latest_attempts(list(doc["jobs"].values()))}
+    for older_only in (True, False):
+        for key, e in doc["jobs"].items():
+            if (older_only and key in newest) or not any(d in e for d in DETAILS):
+                continue
+            for d in DETAILS:
+                e.pop(d, None)
+            e["trimmed"] = True
+        if _json_size(doc) <= MAX_COMMIT_DOC_BYTES:
+            return
+
+
+def _json_size(doc: dict[str, Any]) -> int:
+    return len(json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode())
 
 
 def _commit_doc(upstream: str, sha: str, pr: int | None) -> dict[str, Any]:
