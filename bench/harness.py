@@ -559,7 +559,7 @@ class Relay:
 
     stack: LocalStack
     github: Any  # a GitHubDouble in this process, a GitHubProcess, or None
-    moto: MotoProcess | None
+    moto: MotoProcess
     repos: list[str]
     issuer: OidcIssuer | None = None
     posted: dict[str, float] = field(default_factory=dict)  # delivery id -> wall time the POST started
@@ -711,17 +711,14 @@ class Relay:
         start = time.perf_counter()
         try:
             self.stack.stop()
-            if self.moto is not None:
-                self.moto.stop()
-            self.pollers_exited = wait_until(pollers_gone, 60.0)
+            self.moto.stop()
+            self.pollers_exited = wait_until(
+                lambda: not any(t.name.startswith("poll-") and t.is_alive() for t in threading.enumerate()), 60.0
+            )
         finally:
             if self.github is not None:
                 self.github.stop()
             self.stop_s = round(time.perf_counter() - start, 2)
-
-
-def pollers_gone() -> bool:
-    return not [t for t in threading.enumerate() if t.name.startswith("poll-") and t.is_alive()]
 
 
 def relay_env(key: AppKey, github_url: str, allowlist: Path, secret: str) -> dict[str, str]:
@@ -748,43 +745,32 @@ def relay(
     pollers: int | None = 2,
     github: str | None = "here",
     oidc: bool = False,
-    own_moto: bool = True,
     as_lambda: bool = False,
     env: dict[str, str] | None = None,
 ) -> Iterator[Relay]:
     """A fresh stack, moto process and GitHub double ("here", in a "process" of its own, or None), `targets` repos
     allowlisted at `level` (or the `allowlist` text); `pollers` per queue, or None for none at all; `as_lambda`:
-    metrics (EMF lines) and INFO logs, into the capture file; `own_moto` False: the stack's own moto, in-process."""
+    metrics (EMF lines) and INFO logs, into the capture file."""
     with contextlib.ExitStack() as hold:
         workdir = Path(hold.enter_context(tempfile.TemporaryDirectory(prefix="crcr-bench-")))
-        moto = hold.enter_context(MotoProcess()) if own_moto else None
+        moto = hold.enter_context(MotoProcess())
         k = max(1, min(targets, installations))  # round-robin over k installations, one org each
         repos = [(f"bench-org-{i % k}/repo-{i}", 7000 + i % k) for i in range(targets)]
         installs = [(repo, inst, REPO_ID_BASE + i) for i, (repo, inst) in enumerate(repos)]
-        double: Any = None
-        if github == "process":
-            assert key is not None
-            double = GitHubProcess(key, installs)
-            hold.callback(double.stop)
-        elif github == "here":
-            assert key is not None
-            double = hold.enter_context(github_double(key.public_pem, installs))
         text = allowlist or f"{level}:\n" + "".join(f"  - {r}\n" for r, _ in repos)
         if repo_settings:  # the same per-repository settings for every target, e.g. "check_runs: per_repo"
             text += "repos:\n" + "".join(f"  {r}:\n    {repo_settings}\n" for r, _ in repos)
-        (workdir / "allowlist.yaml").write_text(text)
+        (allowlist_file := workdir / "allowlist.yaml").write_text(text)
         config = {k: v for k, v in os.environ.items() if not k.startswith(("CRCR_", "AWS_ENDPOINT"))}
-        config["POWERTOOLS_LOG_LEVEL"] = "WARNING"
-        if double is not None:
+        config |= {"POWERTOOLS_LOG_LEVEL": "WARNING", "AWS_ENDPOINT_URL": moto.url, "CRCR_UPSTREAM_REPO": UPSTREAM}
+        # No double: any URL keeps the stack from starting its sandbox GitHub and HUD; no App id, no check runs.
+        config |= {"CRCR_ALLOWLIST": str(allowlist_file), "CRCR_GITHUB_API_URL": "http://127.0.0.1:9"}
+        double: Any = None
+        if github is not None:  # "here" (this process) or "process"
             assert key is not None
-            config |= relay_env(key, double.url, workdir / "allowlist.yaml", uuid.uuid4().hex)
-        else:  # any URL: it keeps the stack from starting its sandbox GitHub and HUD; no App id, no check runs
-            config |= {
-                "CRCR_UPSTREAM_REPO": UPSTREAM,
-                "CRCR_ALLOWLIST": str(workdir / "allowlist.yaml"),
-                "CRCR_GITHUB_API_URL": "http://127.0.0.1:9",
-            }
-        config |= {"AWS_ENDPOINT_URL": moto.url} if moto is not None else {}
+            double = GitHubProcess(key, installs) if github == "process" else github_double(key.public_pem, installs)
+            hold.callback(double.stop)
+            config |= relay_env(key, double.url, allowlist_file, uuid.uuid4().hex)
         issuer = hold.enter_context(OidcIssuer()) if oidc else None
         if issuer is not None:
             config |= {"CRCR_OIDC_ISSUER": issuer.url, "CRCR_OIDC_AUDIENCE": AUDIENCE}
