@@ -658,10 +658,8 @@ class Relay:
 
     def units(self, *tables: str, row_of: Callable[[dict[str, Any]], str] | None = None) -> dict[str, StreamUnits]:
         """The write units of each named table (template.yaml's logical id), from its stream (bench/write_units.py)."""
-        shapes = table_shapes(CODE_ROOT / "template.yaml")
-        ddb, streams = self.stack.client("dynamodb"), self.stack.client("dynamodbstreams")
-        env = {"StateTable": "CRCR_STATE_TABLE", "ResultsTable": "CRCR_RESULTS_TABLE"}
-        return {t: StreamUnits(ddb, streams, self.stack.function_env[env[t]], shapes[t], row_of=row_of) for t in tables}
+        shapes, streams = table_shapes(CODE_ROOT / "template.yaml"), self.stack.client("dynamodbstreams")
+        return {t: StreamUnits(StreamReader(streams, self.stack.stream_arns[t]), shapes[t], row_of) for t in tables}
 
     def results_copy(self, name: str) -> tuple[str, StreamReader]:
         """A copy of the results table (indexes and stream as in template.yaml), and a reader at its stream's start."""

@@ -94,30 +94,20 @@ def record_units(record: dict[str, Any], shape: TableShape) -> dict[str, int]:
 
 
 class StreamUnits:
-    """A table's stream from its start; `take()`: the write units since the last take, by kind of row and by where."""
+    """A table's stream from its start (a crcr.local.stack.StreamReader); `take()`: the write units since the last
+    take, by kind of row and by where."""
 
-    def __init__(self, ddb: Any, streams: Any, table: str, shape: TableShape, row_of: Any = None) -> None:
-        self._streams = streams
+    def __init__(self, reader: Any, shape: TableShape, row_of: Any = None) -> None:
+        self._reader = reader
         self._shape = shape
         self._row_of = row_of or _prefix
-        self._arn = ddb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
-        self._iterators: dict[str, str] = {}
 
     def _records(self) -> list[dict[str, Any]]:
+        """Unchanged writes too, which the reader's `read_all` leaves out (as Lambda sees none): DynamoDB bills them."""
         out: list[dict[str, Any]] = []
-        shards = self._streams.describe_stream(StreamArn=self._arn)["StreamDescription"].get("Shards", [])
-        for shard in shards:
-            sid = shard["ShardId"]
-            if sid not in self._iterators:
-                self._iterators[sid] = self._streams.get_shard_iterator(
-                    StreamArn=self._arn, ShardId=sid, ShardIteratorType="TRIM_HORIZON"
-                )["ShardIterator"]
-            while True:
-                got = self._streams.get_records(ShardIterator=self._iterators[sid], Limit=1000)
-                self._iterators[sid] = got.get("NextShardIterator") or self._iterators[sid]
-                if not got.get("Records"):
-                    break
-                out += got["Records"]
+        for sid in self._reader.shards():
+            while page := self._reader._next(sid, 1000):
+                out += page
         return out
 
     def take(self) -> dict[str, Any]:
