@@ -77,19 +77,10 @@ def record_units(record: dict[str, Any], shape: TableShape) -> dict[str, int]:
     out = {"table": units(max(item_size(old), item_size(new)))}
     for index in shape.indexes:
         before, after = _entry(old, index, shape), _entry(new, index, shape)
-        spent = 0
-        if before is not None and after is not None:
-            moved = any(before.get(k) != after.get(k) for k in index.keys)
-            if moved:
-                spent = units(item_size(before)) + units(item_size(after))
-            elif before != after:
-                spent = units(item_size(after))
-        elif after is not None:
-            spent = units(item_size(after))
-        elif before is not None:
-            spent = units(item_size(before))
-        if spent:
-            out[index.name] = spent
+        if before is not None and after is not None and any(before.get(k) != after.get(k) for k in index.keys):
+            out[index.name] = units(item_size(before)) + units(item_size(after))  # moved: a delete and a put
+        elif before != after:  # put, changed or removed
+            out[index.name] = units(item_size(after if after is not None else before))
     return out
 
 
@@ -119,9 +110,8 @@ class StreamUnits:
             row = self._row_of(data.get("NewImage") or data.get("OldImage") or {})
             got = record_units(record, self._shape)
             writes[row] += 1
-            for where, n in got.items():
-                spent[where] += n
-                by_row[row] += n
+            spent.update(got)
+            by_row[row] += sum(got.values())
         return {
             "writes": dict(writes),
             "write_units": sum(spent.values()),
@@ -140,15 +130,11 @@ def _writes(records: list[dict[str, Any]], shape: TableShape) -> list[dict[str, 
     key alone; that one is left out (the relay never writes an item of its key alone)."""
     out = []
     for i, record in enumerate(records):
-        new = (record.get("dynamodb") or {}).get("NewImage") or {}
+        data = record.get("dynamodb") or {}
         following = (records[i + 1].get("dynamodb") or {}).get("Keys") if i + 1 < len(records) else None
-        if (
-            record.get("eventName") == "INSERT"
-            and set(new) == set(shape.keys)
-            and following == record["dynamodb"].get("Keys")
-        ):
-            continue
-        out.append(record)
+        key_alone = record.get("eventName") == "INSERT" and set(data.get("NewImage") or {}) == set(shape.keys)
+        if not (key_alone and following == data.get("Keys")):
+            out.append(record)
     return out
 
 
