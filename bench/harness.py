@@ -54,7 +54,7 @@ INTERNALS = {
     "crcr.adapters.s3": "S3HudDocs",
     "crcr.adapters.github": "GitHubApp GitHubCheckRuns",
     "crcr.adapters.allowlist_source": "parse_allowlist",
-    "crcr.composition": "build_report_deps load_settings aws_client",
+    "crcr.composition": "build_report_deps load_settings",
     "crcr.app.dispatch": "dispatch_id",
     "crcr.contracts.messages": "CheckSyncMessage",
     "crcr.domain.pacing": "CONTENT_RATES",
@@ -139,10 +139,7 @@ def errors_in(lines: list[str]) -> int:
 
 
 def request_kind(rec: RecordedRequest) -> str:
-    for kind, pattern in _KINDS:
-        if pattern.fullmatch(rec.path):
-            return kind
-    return "other"
+    return next((kind for kind, pattern in _KINDS if pattern.fullmatch(rec.path)), "other")
 
 
 def breakdown(requests: list[RecordedRequest]) -> dict[str, int]:
@@ -375,9 +372,8 @@ class AppKey:
     def generate(cls) -> AppKey:
         private = generate_keys()["github_app_private_key"]
         public = serialization.load_pem_private_key(private.encode(), None).public_key()
-        return cls(
-            private, public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-        )
+        pem = public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        return cls(private, pem)
 
 
 class MotoProcess:
@@ -388,14 +384,12 @@ class MotoProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        self.pid: int | None = None  # once started
 
     def __enter__(self) -> MotoProcess:
         argv = [sys.executable, str(Path(__file__).with_name("soak_moto.py")), str(self.port)]
         self._proc = started(argv, self._answers, "moto_server", 30)
+        self.pid = self._proc.pid
         return self
 
     def _answers(self) -> bool:
@@ -583,12 +577,10 @@ class Relay:
         status, elapsed, _ = self._send("/webhook", body, headers, keep_alive=keep_alive)
         return status, elapsed, delivery
 
-    def callback(self, body: bytes, token: str | None, *, keep_alive: bool = False) -> tuple[int, float, bytes]:
-        """One POST /callback, by default over a new connection (each job reports from its own runner)."""
+    def callback(self, body: bytes, token: str) -> tuple[int, float, bytes]:
+        """One POST /callback over a new connection (each job reports from its own runner)."""
         headers = {"content-type": "application/json", "user-agent": "crcr-bench-downstream"}
-        if token is not None:
-            headers["authorization"] = f"Bearer {token}"
-        return self._send("/callback", body, headers, keep_alive=keep_alive)
+        return self._send("/callback", body, headers | {"authorization": f"Bearer {token}"}, keep_alive=False)
 
     def report(self, i: int, ticket: str, job: str, run_id: int, status: str, conclusion: str | None = None) -> None:
         """Target i's job reports, with a fresh token from the issuer; anything but 200 stops the section."""
