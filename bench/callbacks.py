@@ -132,11 +132,8 @@ def callbacks_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any
         aws_4 = Counter(work.calls)
         units_completed = {name: table.take() for name, table in units.items()}
         github_during = len(r.github.requests) - github_mark
-        rows = len(
-            h.scan(
-                r.stack.client("dynamodb"), TableName=r.stack.function_env["CRCR_RESULTS_TABLE"], ConsistentRead=True
-            )
-        )
+        results_table = r.stack.function_env["CRCR_RESULTS_TABLE"]
+        rows = len(h.scan(r.stack.client("dynamodb"), TableName=results_table, ConsistentRead=True))
         end_off = out.offset()
 
     first, last = _write_units(units_recorded, recorded), _write_units(units_completed, completing)

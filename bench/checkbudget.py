@@ -37,22 +37,17 @@ def hourly_shape() -> list[float]:
     weights = [
         1 + 0.6 * math.cos(2 * math.pi * ((hour + START_UTC_HOUR) % 24 + 0.5 - PEAK_HOUR) / 24) for hour in range(24)
     ]
-    total = sum(weights)
-    return [w / total for w in weights]
+    return [w / sum(weights) for w in weights]
 
 
 def arrivals(events_per_day: int, seed: int = 12) -> list[float]:
     """Event times over one day: each hour's share of the events, at uniform random moments within it."""
     rng = random.Random(seed)
-    times: list[float] = []
-    shares = hourly_shape()
-    exact = [events_per_day * s for s in shares]
+    exact = [events_per_day * s for s in hourly_shape()]
     counts = [int(x) for x in exact]
     for hour in sorted(range(24), key=lambda i: exact[i] - counts[i], reverse=True)[: events_per_day - sum(counts)]:
         counts[hour] += 1
-    for hour, n in enumerate(counts):
-        times += [START + 3600 * hour + rng.uniform(0, 3600) for _ in range(n)]
-    return sorted(times)
+    return sorted(START + 3600 * hour + rng.uniform(0, 3600) for hour, n in enumerate(counts) for _ in range(n))
 
 
 @dataclass
@@ -143,10 +138,7 @@ def _setting(key: h.AppKey, mode: str, load: int, *, drain_hours: float, budget_
         ddb.create_table(
             TableName="state",
             KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "S"},
-            ],
+            AttributeDefinitions=[{"AttributeName": key, "AttributeType": "S"} for key in ("pk", "sk")],
             BillingMode="PAY_PER_REQUEST",
         )
         calls: Counter[str] = Counter()  # the pacer's DynamoDB calls
@@ -213,7 +205,9 @@ def _setting(key: h.AppKey, mode: str, load: int, *, drain_hours: float, budget_
         stopped = sim.run(START + DAY, budget_s)
         at_day_end = None  # a setting stopped by its wall-time budget never saw the day's end
         if stopped != "wall-time budget":
-            at_day_end = {"waiting_messages": sim.waiting, "repository_runs_open": len(finished) - _results(double)}
+            runs = double.check_runs(h.UPSTREAM)  # a repository run's name is crcr/<owner>/<name>
+            completed = sum(1 for r in runs if r["name"].count("/") == 2 and r["status"] == "completed")
+            at_day_end = {"waiting_messages": sim.waiting, "repository_runs_open": len(finished) - completed}
             stopped = sim.run(START + DAY + drain_hours * 3600, budget_s - (time.perf_counter() - started))
         result = _measure(double, finished, clock.t)
         result.update(
@@ -237,11 +231,6 @@ def _setting(key: h.AppKey, mode: str, load: int, *, drain_hours: float, budget_
         result["pacer_aws_calls_per_write"] = round(sum(calls.values()) / writes, 2) if writes else None
         assert double.internal_errors == [], double.internal_errors
     return result
-
-
-def _results(double: h.GitHubDouble) -> int:
-    """Repository runs completed at the double."""
-    return sum(1 for r in double.check_runs(h.UPSTREAM) if r["name"].count("/") == 2 and r["status"] == "completed")
 
 
 def _measure(double: h.GitHubDouble, finished: dict[tuple[str, str], float], now: float) -> dict[str, Any]:
@@ -292,9 +281,7 @@ def _measure(double: h.GitHubDouble, finished: dict[tuple[str, str], float], now
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkbudget-loads", default="1,3,10", help="multiples of 1,000 PR events a day (--full)")
     parser.add_argument("--checkbudget-modes", default="per_job,auto", help="check_runs settings, side by side")
-    parser.add_argument(
-        "--checkbudget-budget-s", type=float, default=300.0, help="wall time per auto setting and 1x (per_job: a sixth)"
-    )
+    parser.add_argument("--checkbudget-budget-s", type=float, default=300.0, help="auto's wall s at 1x (per_job: 1/6)")
     parser.add_argument("--checkbudget-drain-hours", type=float, default=72.0, help="simulated hours after the day")
 
 
@@ -309,8 +296,7 @@ def checkbudget_section(bench: h.Bench, args: argparse.Namespace, seed: int = 12
             # proportion to the load, enough to write every run of the day with room for a host in a slow phase
             # (1x: 100 to 170 s here, 10x: about 800 s; it stops as soon as it has drained).
             allowed = budget_s * load if mode != "per_job" else budget_s / 6
-            drain_hours = args.checkbudget_drain_hours
-            row = _setting(bench.key, mode, load, drain_hours=drain_hours, budget_s=allowed, seed=seed)
+            row = _setting(bench.key, mode, load, drain_hours=args.checkbudget_drain_hours, budget_s=allowed, seed=seed)
             results["settings"].append(row)
     results["method"] = (
         f"{PYTORCH_PR_EVENTS_PER_DAY} x load pull_request events over one simulated UTC day (hourly shape "

@@ -81,7 +81,6 @@ def checkruns_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any
             writes = h.upstream_writes(r.github, "check-runs")
             runs = r.github.check_runs(h.UPSTREAM)
         kinds = Counter(q.method for q in writes)
-        per_repo_commit = len(writes) / (events * targets)
         results[mode] = {
             "setting": mode,
             "events": events,
@@ -92,7 +91,7 @@ def checkruns_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any
             "writes": {"total": len(writes), "create": kinds["POST"], "update": kinds["PATCH"]},
             "refused_writes": sum(1 for q in writes if (q.status or 0) >= 400),
             "writes_per_event": round(len(writes) / events, 2),
-            "writes_per_repository_per_commit": round(per_repo_commit, 2),
+            "writes_per_repository_per_commit": round(len(writes) / (events * targets), 2),
             "relay_metrics": h.metrics_delta(before, ("CheckRun",)),
             "elapsed_s": round(elapsed, 1),
         }

@@ -30,9 +30,7 @@ BACKLOG_RATES = "60/15+15,440/900+50"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dispatch-events", type=int, default=14, help="warm events (after one cold one)")
     parser.add_argument("--dispatch-targets", type=int, default=10, help="repositories per warm event")
-    parser.add_argument(
-        "--dispatch-levels", default="L1", help="levels of the warm run, comma-separated (L3/L4: checks)"
-    )
+    parser.add_argument("--dispatch-levels", default="L1", help="warm run levels, comma-separated (L3/L4: checks)")
     parser.add_argument("--dispatch-repeats", type=int, default=3, help="warm runs per level; the median is reported")
     parser.add_argument("--dispatch-backlog-events", type=int, default=120, help="events in the backlog run (--full)")
     parser.add_argument("--dispatch-backlog-repos", type=int, default=5, help="repositories (installations) there")

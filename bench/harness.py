@@ -54,7 +54,7 @@ INTERNALS = {
     "crcr.adapters.s3": "S3HudDocs",
     "crcr.adapters.github": "GitHubApp GitHubCheckRuns",
     "crcr.adapters.allowlist_source": "parse_allowlist",
-    "crcr.composition": "build_report_deps load_settings aws_client",
+    "crcr.composition": "build_report_deps load_settings",
     "crcr.app.dispatch": "dispatch_id",
     "crcr.contracts.messages": "CheckSyncMessage",
     "crcr.domain.pacing": "CONTENT_RATES",
@@ -139,10 +139,7 @@ def errors_in(lines: list[str]) -> int:
 
 
 def request_kind(rec: RecordedRequest) -> str:
-    for kind, pattern in _KINDS:
-        if pattern.fullmatch(rec.path):
-            return kind
-    return "other"
+    return next((kind for kind, pattern in _KINDS if pattern.fullmatch(rec.path)), "other")
 
 
 def breakdown(requests: list[RecordedRequest]) -> dict[str, int]:
@@ -375,9 +372,8 @@ class AppKey:
     def generate(cls) -> AppKey:
         private = generate_keys()["github_app_private_key"]
         public = serialization.load_pem_private_key(private.encode(), None).public_key()
-        return cls(
-            private, public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-        )
+        pem = public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        return cls(private, pem)
 
 
 class MotoProcess:
@@ -388,14 +384,12 @@ class MotoProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        self.pid: int | None = None  # once started
 
     def __enter__(self) -> MotoProcess:
         argv = [sys.executable, str(Path(__file__).with_name("soak_moto.py")), str(self.port)]
         self._proc = started(argv, self._answers, "moto_server", 30)
+        self.pid = self._proc.pid
         return self
 
     def _answers(self) -> bool:
@@ -559,7 +553,7 @@ class Relay:
 
     stack: LocalStack
     github: Any  # a GitHubDouble in this process, a GitHubProcess, or None
-    moto: MotoProcess | None
+    moto: MotoProcess
     repos: list[str]
     issuer: OidcIssuer | None = None
     posted: dict[str, float] = field(default_factory=dict)  # delivery id -> wall time the POST started
@@ -583,12 +577,10 @@ class Relay:
         status, elapsed, _ = self._send("/webhook", body, headers, keep_alive=keep_alive)
         return status, elapsed, delivery
 
-    def callback(self, body: bytes, token: str | None, *, keep_alive: bool = False) -> tuple[int, float, bytes]:
-        """One POST /callback, by default over a new connection (each job reports from its own runner)."""
+    def callback(self, body: bytes, token: str) -> tuple[int, float, bytes]:
+        """One POST /callback over a new connection (each job reports from its own runner)."""
         headers = {"content-type": "application/json", "user-agent": "crcr-bench-downstream"}
-        if token is not None:
-            headers["authorization"] = f"Bearer {token}"
-        return self._send("/callback", body, headers, keep_alive=keep_alive)
+        return self._send("/callback", body, headers | {"authorization": f"Bearer {token}"}, keep_alive=False)
 
     def report(self, i: int, ticket: str, job: str, run_id: int, status: str, conclusion: str | None = None) -> None:
         """Target i's job reports, with a fresh token from the issuer; anything but 200 stops the section."""
@@ -658,10 +650,8 @@ class Relay:
 
     def units(self, *tables: str, row_of: Callable[[dict[str, Any]], str] | None = None) -> dict[str, StreamUnits]:
         """The write units of each named table (template.yaml's logical id), from its stream (bench/write_units.py)."""
-        shapes = table_shapes(CODE_ROOT / "template.yaml")
-        ddb, streams = self.stack.client("dynamodb"), self.stack.client("dynamodbstreams")
-        env = {"StateTable": "CRCR_STATE_TABLE", "ResultsTable": "CRCR_RESULTS_TABLE"}
-        return {t: StreamUnits(ddb, streams, self.stack.function_env[env[t]], shapes[t], row_of=row_of) for t in tables}
+        shapes, streams = table_shapes(CODE_ROOT / "template.yaml"), self.stack.client("dynamodbstreams")
+        return {t: StreamUnits(StreamReader(streams, self.stack.stream_arns[t]), shapes[t], row_of) for t in tables}
 
     def results_copy(self, name: str) -> tuple[str, StreamReader]:
         """A copy of the results table (indexes and stream as in template.yaml), and a reader at its stream's start."""
@@ -711,17 +701,14 @@ class Relay:
         start = time.perf_counter()
         try:
             self.stack.stop()
-            if self.moto is not None:
-                self.moto.stop()
-            self.pollers_exited = wait_until(pollers_gone, 60.0)
+            self.moto.stop()
+            self.pollers_exited = wait_until(
+                lambda: not any(t.name.startswith("poll-") and t.is_alive() for t in threading.enumerate()), 60.0
+            )
         finally:
             if self.github is not None:
                 self.github.stop()
             self.stop_s = round(time.perf_counter() - start, 2)
-
-
-def pollers_gone() -> bool:
-    return not [t for t in threading.enumerate() if t.name.startswith("poll-") and t.is_alive()]
 
 
 def relay_env(key: AppKey, github_url: str, allowlist: Path, secret: str) -> dict[str, str]:
@@ -748,43 +735,32 @@ def relay(
     pollers: int | None = 2,
     github: str | None = "here",
     oidc: bool = False,
-    own_moto: bool = True,
     as_lambda: bool = False,
     env: dict[str, str] | None = None,
 ) -> Iterator[Relay]:
     """A fresh stack, moto process and GitHub double ("here", in a "process" of its own, or None), `targets` repos
     allowlisted at `level` (or the `allowlist` text); `pollers` per queue, or None for none at all; `as_lambda`:
-    metrics (EMF lines) and INFO logs, into the capture file; `own_moto` False: the stack's own moto, in-process."""
+    metrics (EMF lines) and INFO logs, into the capture file."""
     with contextlib.ExitStack() as hold:
         workdir = Path(hold.enter_context(tempfile.TemporaryDirectory(prefix="crcr-bench-")))
-        moto = hold.enter_context(MotoProcess()) if own_moto else None
+        moto = hold.enter_context(MotoProcess())
         k = max(1, min(targets, installations))  # round-robin over k installations, one org each
         repos = [(f"bench-org-{i % k}/repo-{i}", 7000 + i % k) for i in range(targets)]
         installs = [(repo, inst, REPO_ID_BASE + i) for i, (repo, inst) in enumerate(repos)]
-        double: Any = None
-        if github == "process":
-            assert key is not None
-            double = GitHubProcess(key, installs)
-            hold.callback(double.stop)
-        elif github == "here":
-            assert key is not None
-            double = hold.enter_context(github_double(key.public_pem, installs))
         text = allowlist or f"{level}:\n" + "".join(f"  - {r}\n" for r, _ in repos)
         if repo_settings:  # the same per-repository settings for every target, e.g. "check_runs: per_repo"
             text += "repos:\n" + "".join(f"  {r}:\n    {repo_settings}\n" for r, _ in repos)
-        (workdir / "allowlist.yaml").write_text(text)
+        (allowlist_file := workdir / "allowlist.yaml").write_text(text)
         config = {k: v for k, v in os.environ.items() if not k.startswith(("CRCR_", "AWS_ENDPOINT"))}
-        config["POWERTOOLS_LOG_LEVEL"] = "WARNING"
-        if double is not None:
+        config |= {"POWERTOOLS_LOG_LEVEL": "WARNING", "AWS_ENDPOINT_URL": moto.url, "CRCR_UPSTREAM_REPO": UPSTREAM}
+        # No double: any URL keeps the stack from starting its sandbox GitHub and HUD; no App id, no check runs.
+        config |= {"CRCR_ALLOWLIST": str(allowlist_file), "CRCR_GITHUB_API_URL": "http://127.0.0.1:9"}
+        double: Any = None
+        if github is not None:  # "here" (this process) or "process"
             assert key is not None
-            config |= relay_env(key, double.url, workdir / "allowlist.yaml", uuid.uuid4().hex)
-        else:  # any URL: it keeps the stack from starting its sandbox GitHub and HUD; no App id, no check runs
-            config |= {
-                "CRCR_UPSTREAM_REPO": UPSTREAM,
-                "CRCR_ALLOWLIST": str(workdir / "allowlist.yaml"),
-                "CRCR_GITHUB_API_URL": "http://127.0.0.1:9",
-            }
-        config |= {"AWS_ENDPOINT_URL": moto.url} if moto is not None else {}
+            double = GitHubProcess(key, installs) if github == "process" else github_double(key.public_pem, installs)
+            hold.callback(double.stop)
+            config |= relay_env(key, double.url, allowlist_file, uuid.uuid4().hex)
         issuer = hold.enter_context(OidcIssuer()) if oidc else None
         if issuer is not None:
             config |= {"CRCR_OIDC_ISSUER": issuer.url, "CRCR_OIDC_AUDIENCE": AUDIENCE}

@@ -88,7 +88,7 @@ def throughput_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, An
         units = r.units("StateTable")["StateTable"]
         units.take()  # the cold event's
         aws_before = bench.aws.snapshot()
-        cpu_before = (h.cpu_seconds(), h.cpu_seconds(r.moto.pid if r.moto else None))
+        cpu_before = (h.cpu_seconds(), h.cpu_seconds(r.moto.pid))
         first_post = time.time()
         for _ in range(events):
             status_w, elapsed, delivery = r.post(body)
@@ -97,7 +97,7 @@ def throughput_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, An
             deliveries.append(delivery)
         warm_ok = r.wait_for_dispatches(targets * (1 + events), args.timeout, settle_s=0.0)
         drained = time.time()
-        cpu_after = (h.cpu_seconds(), h.cpu_seconds(r.moto.pid if r.moto else None))
+        cpu_after = (h.cpu_seconds(), h.cpu_seconds(r.moto.pid))
         aws_after = bench.aws.snapshot()
         written = units.take()
         time.sleep(1.5)  # anything beyond the expected count now would be a duplicate

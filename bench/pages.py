@@ -80,7 +80,6 @@ def seed(days: int, load: int, say: Callable[[str], None]) -> tuple[MemoryDocs, 
     docs = MemoryDocs()
     index: dict[str, Any] | None = None
     prs: dict[int, dict[str, Any] | None] = {}
-    pr_base = 100_000
     total = days * per_day
     batch: list[dict[str, Any]] = []
     n = 0
@@ -88,7 +87,7 @@ def seed(days: int, load: int, say: Callable[[str], None]) -> tuple[MemoryDocs, 
         at = start + n * (days * DAY_S / total)
         back = total - 1 - n  # counted from the newest, so the newest commits are alike at every size
         trunk = back % per_day % (per_day // PUSHES_PER_DAY) == 0
-        pr = None if trunk else pr_base + total // COMMITS_PER_PR - back // COMMITS_PER_PR
+        pr = None if trunk else 100_000 + total // COMMITS_PER_PR - back // COMMITS_PER_PR
         template = templates[back % len(templates)]
         summary = template | {"sha": f"{n + 1:040x}", "pr": pr, "first_seen": at, "at": at,
                               "event_type": "push" if trunk else "pull_request"}  # fmt: skip

@@ -44,10 +44,6 @@ class Change:
     kind: str  # in_progress, completed, timed_out (a job the sweeper gave up on), no_job (never started)
 
 
-def _item_key(job: Any) -> tuple[str, int, int, str]:
-    return (job.dispatch_id, job.run_id, job.run_attempt, job.job_name)
-
-
 def _digest(doc: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
@@ -71,13 +67,11 @@ def job_changes(commits: int, repos: int, *, seed: int = SEED, start: float | No
     rng = random.Random(seed)
     t0 = float(int(start if start is not None else time.time() - 2 * 86_400))
     changes: list[Change] = []
-    pr_commits = 0
     for c in range(commits):
         sha = hashlib.sha1(f"bench-commit-{seed}-{c}".encode()).hexdigest()  # an id, not security
         delivery = str(uuid.UUID(hashlib.md5(f"bench-delivery-{seed}-{c}".encode()).hexdigest()))
         is_push = c % 4 == 3
-        pr = None if is_push else 7000 + pr_commits // 2
-        pr_commits += 0 if is_push else 1
+        pr = None if is_push else 7000 + (c - c // 4) // 2  # PR commits so far, two per PR
         dispatched = t0 + c * COMMIT_SPACING_S
         for r in range(repos):
             repo = f"bench-org/repo-{r}"
@@ -157,7 +151,7 @@ class Retries:
 
 # ------------------------------------------------------------------------------------------------ the checks
 def _final(changes: list[Change]) -> dict[tuple[str, int, int, str], Any]:
-    return {_item_key(ch.new): ch.new for ch in changes}
+    return {(ch.new.dispatch_id, ch.new.run_id, ch.new.run_attempt, ch.new.job_name): ch.new for ch in changes}
 
 
 def _failed(job: Any) -> bool:
@@ -461,7 +455,6 @@ def reporter_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]
                 deliver(setting, r, setting.stream[start:end], bench)
             feed.collect()  # the verdicts the reporter wrote back: the stream's next records
             feed.read = retries.next_start(start, end)
-        delivered = sum(settings[0].batch_records)
         results: dict[str, Any] = {
             "sequence": {
                 "seed": SEED,
@@ -473,7 +466,7 @@ def reporter_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]
                 "batch_size": batch_size,
                 "stream_records": feed.length - measured_from,
                 "verdict_write_backs": feed.write_backs,
-                "redelivered": delivered - (feed.length - measured_from),
+                "redelivered": sum(settings[0].batch_records) - (feed.length - measured_from),
                 "batches": len(settings[0].batch_ms),
             }
         }

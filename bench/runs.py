@@ -30,8 +30,7 @@ def runs_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
     """One stack, two L2 targets whose workflow names its runs with the dispatch id (the double plays the runs and
     sends `workflow_run`, as GitHub does)."""
     results: dict[str, Any] = {}
-    env = {"CRCR_RUN_REPORT_SETTLE_S": "0"}
-    with h.relay(bench.key, 2, installations=2, level="L2", env=env) as r:
+    with h.relay(bench.key, 2, installations=2, level="L2", env={"CRCR_RUN_REPORT_SETTLE_S": "0"}) as r:
         r.github.set_webhook(f"{r.stack.url}/webhook", r.stack.secrets["webhook_secret"])
         jobs = tuple(f"job-{j}" for j in range(args.run_jobs))
         for repo in r.repos:
@@ -62,8 +61,7 @@ def runs_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
         for repo in r.repos:
             r.github.finish_run(repo, r.github.runs_of(repo)[0]["id"], "success")
         want = len(r.repos) * len(jobs)
-        ddb = r.stack.client("dynamodb")
-        table = r.stack.function_env["CRCR_RESULTS_TABLE"]
+        ddb, table = r.stack.client("dynamodb"), r.stack.function_env["CRCR_RESULTS_TABLE"]
         h.wait_until(lambda: len(h.scan(ddb, TableName=table)) >= want, deadline - time.monotonic(), 0.2)
         time.sleep(2.0)  # the reporter's pushes and pages of those rows
         recorded = len(h.scan(ddb, TableName=table))

@@ -164,7 +164,6 @@ class Relay:
 # ------------------------------------------------------------------------------------------------ the world
 @dataclass(frozen=True)
 class Event:
-    index: int
     name: str  # pull_request | push
     guid: str
     body: bytes
@@ -187,12 +186,8 @@ def make_events(n: int) -> list[Event]:
             name, doc = "pull_request", json.loads(json.dumps(pr_doc))
             doc["number"] = doc["pull_request"]["number"] = 200_000 + i
             doc["pull_request"]["head"] = doc["pull_request"]["head"] | {"sha": sha, "ref": f"soak-{i}"}
-        events.append(Event(i, name, str(uuid.uuid4()), json.dumps(doc).encode()))
+        events.append(Event(name, str(uuid.uuid4()), json.dumps(doc).encode()))
     return events
-
-
-def window_size(events: int) -> int:
-    return max(2, min(WINDOW_MAX, events // 10))
 
 
 def carries_id(repo: str) -> bool:
@@ -275,7 +270,7 @@ class Soak:
     kills: list[dict[str, Any]] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)
     aws_marks: dict[str, dict[str, Counter[str]]] = field(default_factory=dict)
-    cpu_marks: dict[str, dict[str, float]] = field(default_factory=dict)
+    relay_cpu: dict[str, float] = field(default_factory=dict)  # at each mark
     stop_monitor: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
@@ -293,8 +288,7 @@ class Soak:
         self.aws_marks[name] = self.moto.calls()
         proc = self.relay.proc
         running = h.cpu_seconds(proc.pid) if proc is not None and proc.poll() is None else 0.0
-        relay_cpu = sum(r.cpu_s or 0.0 for r in self.relay.runs[:-1]) + running
-        self.cpu_marks[name] = {"relay": relay_cpu, "moto": h.cpu_seconds(self.moto.pid), "soak": h.cpu_seconds()}
+        self.relay_cpu[name] = sum(r.cpu_s or 0.0 for r in self.relay.runs[:-1]) + running
 
     def queue_url(self, logical: str) -> str:
         if logical not in self.queue_urls:
@@ -323,29 +317,27 @@ class Soak:
     def feed(self) -> None:
         n = len(self.events)
         window_at, kills_at = int(n * WINDOW_AT), [int(n * k) for k in KILL_AT]
-        pool = ThreadPoolExecutor(FEEDERS, thread_name_prefix="feed")
         i = 0
-        while i < n:
-            if self.left() < 0:
-                raise TimeoutError("the soak's time bound ran out while feeding")
-            if i >= window_at and not self.window:
-                i = self.failing_window(i)
-            elif kills_at and i >= kills_at[0]:
-                kills_at.pop(0)
-                self.kill_and_restart()
-            else:
-                while self.backlog > MAX_BACKLOG and self.left() > 0:
-                    time.sleep(0.05)
-                chunk = self.events[i : i + FEEDERS]
-                list(pool.map(lambda e: self.gh.deliver(e.name, e.body, guid=e.guid), chunk))
-                i += len(chunk)
-                if i % 200 < FEEDERS:
-                    say(f"  fed {i}/{n} events, {self.accepted()} dispatches accepted, backlog {self.backlog}")
-        pool.shutdown()
+        with ThreadPoolExecutor(FEEDERS, thread_name_prefix="feed") as pool:
+            while i < n:
+                if self.left() < 0:
+                    raise TimeoutError("the soak's time bound ran out while feeding")
+                if i >= window_at and not self.window:
+                    i = self.failing_window(i)
+                elif kills_at and i >= kills_at[0]:
+                    kills_at.pop(0)
+                    self.kill_and_restart()
+                else:
+                    h.wait_until(lambda: self.backlog <= MAX_BACKLOG, self.left())
+                    chunk = self.events[i : i + FEEDERS]
+                    list(pool.map(lambda e: self.gh.deliver(e.name, e.body, guid=e.guid), chunk))
+                    i += len(chunk)
+                    if i % 200 < FEEDERS:
+                        say(f"  fed {i}/{n} events, {len(self.landed())} dispatches accepted, backlog {self.backlog}")
 
     def failing_window(self, start: int) -> int:
         self.events_queue_limit(1024)
-        end = min(start + window_size(len(self.events)), len(self.events))
+        end = min(start + max(2, min(WINDOW_MAX, len(self.events) // 10)), len(self.events))
         for event in self.events[start:end]:
             self.gh.deliver(event.name, event.body, guid=event.guid)
             self.window.append(event.guid)
@@ -396,9 +388,6 @@ class Soak:
         """Every dispatch GitHub accepted, by its (delivery, repository lower-case)."""
         return [((h.delivery_of(r), h.repo_of(r)), r) for r in self.dispatch_requests() if r.accepted]
 
-    def accepted(self) -> int:
-        return sum(1 for r in self.dispatch_requests() if r.accepted)
-
     def settle(self) -> None:
         """Until every event was answered 2xx once (the reconciler's redeliveries), every expected dispatch was
         accepted, and the relay's queues are empty (no delayed retry left to make a duplicate)."""
@@ -414,9 +403,8 @@ class Soak:
             time.sleep(POLL_S)
             looks += 1
             if looks % 10 == 0:
-                answered = len(ok & {e.guid for e in self.events})
                 say(
-                    f"  settling: {answered}/{len(self.events)} events answered 2xx, "
+                    f"  settling: {len(ok & {e.guid for e in self.events})}/{len(self.events)} events answered 2xx, "
                     f"{len(expected & got)}/{len(expected)} dispatched, backlog {backlog}"
                 )
         say("  the soak's time bound ran out while settling")
@@ -473,17 +461,14 @@ class Soak:
         def run(job: Job) -> None:
             token = h.job_token(issuer, job.repo, job.repo_id, job.run_id)
             sends = dict(zip(job.order, job.twice, strict=True))
-            if job.fate:
+            if job.fate:  # the run starts, its job may say so, the run ends; then the job may report its end
                 self.gh.start_run(job.repo, job.run_id)
                 if "in_progress" in sends:
-                    report(job, token, "in_progress", sends["in_progress"])
+                    report(job, token, "in_progress", sends.pop("in_progress"))
                 if job.fate == "cancelled":
                     self.gh.cancel_run(job.repo, job.run_id)
                 else:
                     self.gh.finish_run(job.repo, job.run_id, job.conclusion)
-                if "completed" in sends:
-                    report(job, token, "completed", sends["completed"])
-                return
             for status, again in sends.items():
                 report(job, token, status, again)
 
@@ -712,7 +697,7 @@ def build_report(soak: Soak, args: argparse.Namespace, cb: dict[str, Any], hud: 
     dispatch_calls = soak.aws_marks["settled"]["relay"] - soak.aws_marks["start"]["relay"]
     callback_calls = soak.aws_marks["drained"]["relay"] - soak.aws_marks["settled"]["relay"]
     delivered, posts = len(expected & accepted), sum(cb["answers"].values())
-    marks, cpu = soak.phases, soak.cpu_marks
+    marks, cpu = soak.phases, soak.relay_cpu
     letters = [
         {"queue": dlq, **{k: letter[k] for k in ("delivery_id", "target_repo", "reason")}}
         for dlq in ("EventsDLQ", "DispatchDLQ", "ChecksDLQ", "ReporterDLQ")
@@ -766,7 +751,7 @@ def build_report(soak: Soak, args: argparse.Namespace, cb: dict[str, Any], hud: 
             "callback_phase_per_report": per(callback_calls, posts),
         },
         "moto_cpu_s": round(h.cpu_seconds(soak.moto.pid), 1),
-        "relay_cpu_ms_per_dispatch": round(1000 * (cpu["settled"]["relay"] - cpu["start"]["relay"]) / len(expected), 2),
+        "relay_cpu_ms_per_dispatch": round(1000 * (cpu["settled"] - cpu["start"]) / len(expected), 2),
         "phases_s": {
             name: round(marks[end] - marks[begin], 1)
             for name, (begin, end) in zip(PHASES, itertools.pairwise(MARKS), strict=True)
@@ -802,8 +787,6 @@ def verdict(report: dict[str, Any]) -> int:
 
 
 def print_table(r: dict[str, Any]) -> None:
-    aws_calls = r["aws_calls"]
-    per_dispatch, per_report = aws_calls["dispatch_phase_per_dispatch"], aws_calls["callback_phase_per_report"]
     pairs, unexplained = len(r["duplicates"]), r["unexplained_duplicates"]
     window = [w for w in r["window"] if w["cause"] == "webhook window"]
     others = [w for w in r["window"] if w["cause"] != "webhook window"]
@@ -834,7 +817,8 @@ def print_table(r: dict[str, Any]) -> None:
         ("paced re-queues per dispatch", r.get("requeues_per_dispatch")),
         *[
             (f"AWS calls per {unit}", f"{calls['per_unit']} ({calls['without_polling_per_unit']} w/o polling)")
-            for unit, calls in (("dispatch", per_dispatch), ("callback", per_report))
+            for unit, calls in (("dispatch", r["aws_calls"]["dispatch_phase_per_dispatch"]),
+                                ("callback", r["aws_calls"]["callback_phase_per_report"]))
         ],
         ("phases s (feed, settle, callbacks, drain)", ", ".join(str(v) for v in r["phases_s"].values())),
         ("wall time s", r["duration_s"]),
@@ -851,9 +835,7 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=int(env("SOAK_EVENTS") or 400), help="SOAK_EVENTS, default 400")
     parser.add_argument("--targets", type=int, default=int(env("SOAK_TARGETS") or 10), help="SOAK_TARGETS, default 10")
     parser.add_argument("--seed", type=int, default=int(env("SOAK_SEED") or 1), help="SOAK_SEED, default 1")
-    parser.add_argument(
-        "--timeout-s", type=float, default=float(env("SOAK_TIMEOUT_S") or 7200), help="the run's bound (SOAK_TIMEOUT_S)"
-    )
+    parser.add_argument("--timeout-s", type=float, default=float(env("SOAK_TIMEOUT_S") or 7200), help="SOAK_TIMEOUT_S")
     parser.add_argument("--timeouts", type=float, default=FAULT_TIMEOUT, help="share of POSTs answered too late")
     parser.add_argument("--visibility-s", type=int, default=VISIBILITY_S, help="CRCR_LOCAL_VISIBILITY_TIMEOUT_S")
     parser.add_argument("--reconcile-s", type=float, default=RECONCILE_INTERVAL_S, help="CRCR_RECONCILE_INTERVAL_S")

@@ -51,11 +51,8 @@ def operation(environ: dict[str, Any]) -> str:
     """`Service.Operation` of a JSON-protocol call (DynamoDB, Streams, SQS, Secrets Manager), else S3's method."""
     target = environ.get("HTTP_X_AMZ_TARGET", "")
     if target:
-        service, _, op = target.partition(".")
-        service = {"DynamoDB_20120810": "DynamoDB", "DynamoDBStreams_20120810": "DynamoDBStreams"}.get(
-            service, service.removeprefix("Amazon")
-        )
-        return f"{service}.{op}"
+        service, _, op = target.partition(".")  # DynamoDB_20120810, DynamoDBStreams_20120810, AmazonSQS, secretsmanager
+        return f"{service.removeprefix('Amazon').split('_', 1)[0]}.{op}"
     if environ.get("PATH_INFO", "").startswith("/moto-api"):
         return "moto-api"
     return f"S3.{environ.get('REQUEST_METHOD', '?')}"

@@ -77,47 +77,28 @@ def record_units(record: dict[str, Any], shape: TableShape) -> dict[str, int]:
     out = {"table": units(max(item_size(old), item_size(new)))}
     for index in shape.indexes:
         before, after = _entry(old, index, shape), _entry(new, index, shape)
-        spent = 0
-        if before is not None and after is not None:
-            moved = any(before.get(k) != after.get(k) for k in index.keys)
-            if moved:
-                spent = units(item_size(before)) + units(item_size(after))
-            elif before != after:
-                spent = units(item_size(after))
-        elif after is not None:
-            spent = units(item_size(after))
-        elif before is not None:
-            spent = units(item_size(before))
-        if spent:
-            out[index.name] = spent
+        if before is not None and after is not None and any(before.get(k) != after.get(k) for k in index.keys):
+            out[index.name] = units(item_size(before)) + units(item_size(after))  # moved: a delete and a put
+        elif before != after:  # put, changed or removed
+            out[index.name] = units(item_size(after if after is not None else before))
     return out
 
 
 class StreamUnits:
-    """A table's stream from its start; `take()`: the write units since the last take, by kind of row and by where."""
+    """A table's stream from its start (a crcr.local.stack.StreamReader); `take()`: the write units since the last
+    take, by kind of row and by where."""
 
-    def __init__(self, ddb: Any, streams: Any, table: str, shape: TableShape, row_of: Any = None) -> None:
-        self._streams = streams
+    def __init__(self, reader: Any, shape: TableShape, row_of: Any = None) -> None:
+        self._reader = reader
         self._shape = shape
         self._row_of = row_of or _prefix
-        self._arn = ddb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
-        self._iterators: dict[str, str] = {}
 
     def _records(self) -> list[dict[str, Any]]:
+        """Unchanged writes too, which the reader's `read_all` leaves out (as Lambda sees none): DynamoDB bills them."""
         out: list[dict[str, Any]] = []
-        shards = self._streams.describe_stream(StreamArn=self._arn)["StreamDescription"].get("Shards", [])
-        for shard in shards:
-            sid = shard["ShardId"]
-            if sid not in self._iterators:
-                self._iterators[sid] = self._streams.get_shard_iterator(
-                    StreamArn=self._arn, ShardId=sid, ShardIteratorType="TRIM_HORIZON"
-                )["ShardIterator"]
-            while True:
-                got = self._streams.get_records(ShardIterator=self._iterators[sid], Limit=1000)
-                self._iterators[sid] = got.get("NextShardIterator") or self._iterators[sid]
-                if not got.get("Records"):
-                    break
-                out += got["Records"]
+        for sid in self._reader.shards():
+            while page := self._reader._next(sid, 1000):
+                out += page
         return out
 
     def take(self) -> dict[str, Any]:
@@ -129,9 +110,8 @@ class StreamUnits:
             row = self._row_of(data.get("NewImage") or data.get("OldImage") or {})
             got = record_units(record, self._shape)
             writes[row] += 1
-            for where, n in got.items():
-                spent[where] += n
-                by_row[row] += n
+            spent.update(got)
+            by_row[row] += sum(got.values())
         return {
             "writes": dict(writes),
             "write_units": sum(spent.values()),
@@ -150,15 +130,11 @@ def _writes(records: list[dict[str, Any]], shape: TableShape) -> list[dict[str, 
     key alone; that one is left out (the relay never writes an item of its key alone)."""
     out = []
     for i, record in enumerate(records):
-        new = (record.get("dynamodb") or {}).get("NewImage") or {}
+        data = record.get("dynamodb") or {}
         following = (records[i + 1].get("dynamodb") or {}).get("Keys") if i + 1 < len(records) else None
-        if (
-            record.get("eventName") == "INSERT"
-            and set(new) == set(shape.keys)
-            and following == record["dynamodb"].get("Keys")
-        ):
-            continue
-        out.append(record)
+        key_alone = record.get("eventName") == "INSERT" and set(data.get("NewImage") or {}) == set(shape.keys)
+        if not (key_alone and following == data.get("Keys")):
+            out.append(record)
     return out
 
 
