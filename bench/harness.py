@@ -86,7 +86,6 @@ _KINDS = (
 )
 
 
-# ------------------------------------------------------------------------------------------------ figures
 def percentile(values: list[float], q: int) -> float:
     """Linear interpolation between the nearest ranks (numpy's default), q in 1..99."""
     if len(values) < 2:  # statistics.quantiles wants two (before Python 3.13)
@@ -217,7 +216,6 @@ def cpu_seconds(pid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-# ------------------------------------------------------------------------------------------------ counters
 class AwsCalls:
     """Counts AWS API calls by service.Operation through a botocore hook on boto3's default session: every client
     the relay and the stack create afterwards (boto3.client) copies the session's hooks."""
@@ -362,7 +360,6 @@ class Bench:
     out: OutputCapture
 
 
-# ------------------------------------------------------------------------------------------------ processes
 @dataclass(frozen=True)
 class AppKey:
     private_pem: str  # PKCS#1, as GitHub issues App keys
@@ -500,7 +497,6 @@ def serve_github_double() -> None:
     double.stop()
 
 
-# ------------------------------------------------------------------------------------------------ the stack
 class QuietStack(LocalStack):
     """No poller at all, not even the streams' and the schedules' (which run with pollers_per_queue=0): the bench
     alone invokes the functions, until it starts a queue's pollers itself."""
@@ -801,7 +797,6 @@ def distinct(body: bytes, delivery: str) -> bytes:
     return b'{"crcr_bench_delivery": "' + delivery.encode() + b'", ' + body[1:]
 
 
-# ------------------------------------------------------------------------------------------------ the run
 def machine() -> dict[str, Any]:
     model = None
     with contextlib.suppress(OSError):

@@ -149,7 +149,6 @@ class Retries:
         return end
 
 
-# ------------------------------------------------------------------------------------------------ the checks
 def _final(changes: list[Change]) -> dict[tuple[str, int, int, str], Any]:
     return {(ch.new.dispatch_id, ch.new.run_id, ch.new.run_attempt, ch.new.job_name): ch.new for ch in changes}
 
@@ -213,7 +212,6 @@ def verify_documents(docs: Any, changes: list[Change]) -> dict[str, Any]:
     return {"ok": not problems, "commit_documents": len(versions), "matching": matching, "problems": problems[:5]}
 
 
-# ------------------------------------------------------------------------------------------------ measuring
 @dataclass
 class Setting:
     """One reporter configuration, its own results table and that table's stream, and what it cost call by call."""

@@ -85,7 +85,6 @@ def aws(service: str, endpoint: str) -> Any:
     )  # fmt: skip
 
 
-# ------------------------------------------------------------------------------------------------ the relay
 @dataclass
 class RelayRun:
     pid: int
@@ -161,7 +160,6 @@ class Relay:
         ]
 
 
-# ------------------------------------------------------------------------------------------------ the world
 @dataclass(frozen=True)
 class Event:
     name: str  # pull_request | push
@@ -233,7 +231,6 @@ def played_run(rng: random.Random, force: str) -> tuple[str, str, list[str], boo
     return fate or "finished", conclusion, order, rng.random() < LOST_HOOK or force == "hook"
 
 
-# ------------------------------------------------------------------------------------------------ phases
 @dataclass
 class Job:
     pair: tuple[str, str]  # (delivery, repository lower-case)
@@ -530,7 +527,6 @@ class Soak:
         say("  the soak's time bound ran out while the reporter drained")
 
 
-# ------------------------------------------------------------------------------------------------ the report
 def duplicates(soak: Soak) -> list[dict[str, Any]]:
     """Every (delivery, repository) GitHub accepted more than once, each repeat with the ambiguous answer that caused
     it: the earlier accepted request timed out (answered after the relay's timeout), or the relay was killed after it
