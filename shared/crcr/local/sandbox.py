@@ -3,6 +3,7 @@ that checks the App JWT and installation tokens, records what the relay sends, a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import secrets
@@ -426,24 +427,39 @@ class SandboxWorkflows:
         self._hook(run_id, "completed")
 
     def _report(self, url: str, repo: str, repo_id: int, run_id: int, body: dict[str, Any], attempt: int = 1) -> None:
-        token = self._mint(
-            audience=self._audience, repository=repo, repository_id=repo_id, run_id=run_id, run_attempt=attempt
-        )
-        request = urllib.request.Request(  # noqa: S310 - the relay's own local callback URL
-            url,
-            data=json.dumps(body).encode(),
-            method="POST",
-            headers={"content-type": "application/json", "authorization": f"Bearer {token}"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
-                status, reply = resp.status, json.loads(resp.read() or b"{}")
-        except urllib.error.HTTPError as exc:
-            status, reply = exc.code, json.loads(exc.read() or b"{}")
-        except OSError as exc:
-            status, reply = 0, {"error": repr(exc)}
+        """One report as the callback action sends it: a 429, a 5xx or no answer is sent again (up to 5 times, after
+        the answer's Retry-After when it gives one, capped at 5 s here); `replies` keeps the last answer and how many
+        tries it took."""
+        for tries in range(1, REPORT_TRIES + 1):
+            token = self._mint(
+                audience=self._audience, repository=repo, repository_id=repo_id, run_id=run_id, run_attempt=attempt
+            )
+            request = urllib.request.Request(  # noqa: S310 - the relay's own local callback URL
+                url,
+                data=json.dumps(body).encode(),
+                method="POST",
+                headers={"content-type": "application/json", "authorization": f"Bearer {token}"},
+            )
+            wait = float(tries)
+            try:
+                with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
+                    status, reply = resp.status, json.loads(resp.read() or b"{}")
+            except urllib.error.HTTPError as exc:
+                status, reply = exc.code, json.loads(exc.read() or b"{}")
+                with contextlib.suppress(TypeError, ValueError):
+                    wait = float(exc.headers.get("Retry-After") or wait)
+            except OSError as exc:
+                status, reply = 0, {"error": repr(exc)}
+            if status not in (0, 429) and status < 500:
+                break
+            time.sleep(min(wait, 5.0))
         with self._lock:
-            self.replies.append({"repo": repo, "status": body["status"], "http": status, "reply": reply})
+            self.replies.append(
+                {"repo": repo, "status": body["status"], "http": status, "reply": reply, "tries": tries}
+            )
+
+
+REPORT_TRIES = 5
 
 
 def post_webhook(

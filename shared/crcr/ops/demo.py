@@ -83,6 +83,8 @@ def run_demo(keep_s: float | None = 0.0) -> int:
             f"\n{len(callbacks)} callbacks from GitHub Actions runs: {ignored} answered 'ignored' (L1 records "
             f"nothing), {len(refused)} refused; {len(build_reports)} from Buildkite jobs, {len(bk_refused)} refused."
         )
+        for c in refused + bk_refused:  # nothing should be: say what was, so a failed demo explains itself
+            print(f"  refused: {c['repo']} {c['status']}: HTTP {c['http']} {json.dumps(c['reply'])[:300]}")
 
         # The L4 repository (check_runs: per_repo) has one check run per upstream commit: PR head and main.
         runs = _wait_for_check_runs(stack, 2)
