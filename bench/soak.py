@@ -873,8 +873,8 @@ def main() -> int:
         "CRCR_RECONCILE_INTERVAL_S": str(args.reconcile_s),
         "CRCR_RUN_TIMEOUT_S": str(RUN_TIMEOUT_S),
         # The soak's phases run one after another: a downstream reports an hour after its dispatch only because the
-        # soak got to it then. No dispatch may time out for that within the soak's own bound.
-        "CRCR_START_TIMEOUT_S": str(int(args.timeout_s)),
+        # soak got to it then. No dispatch may time out for that within the soak's bound, nor past it by an hour.
+        "CRCR_START_TIMEOUT_S": str(int(args.timeout_s) + 3600),
         "CRCR_RUN_CREATE_TIMEOUT_S": str(RUN_TIMEOUT_S),
         "CRCR_SWEEP_INTERVAL_S": str(SWEEP_S),
         "CRCR_RUN_REPORT_SETTLE_S": str(REPORT_SETTLE_S),

@@ -96,7 +96,10 @@ def test_dispatch_payload_keeps_pytorch_keys_and_a_ticket_that_verifies(relay: R
     [body] = relay.github.dispatches("org-four/l4-repo")
     assert body["event_type"] == "pull_request"
     payload = body["client_payload"]
-    assert set(payload) == {"event_type", "delivery_id", "payload", "ticket", "callback_url", "dispatch_id"}
+    assert set(payload) == {"event_type", "delivery_id", "payload", "ticket", "callback_url", "dispatch_id", "changes"}
+    # No path filter asked for the PR's files: the change hints say only GitHub's count.
+    count = json.loads(pr)["pull_request"]["changed_files"]
+    assert payload["changes"] == {"files": count, "complete": False, "dirs": [], "paths": [], "tests": []}
     assert payload["delivery_id"] == delivery and payload["callback_url"] == f"{relay.url}/callback"
     assert payload["payload"] == json.loads(pr)  # small enough to travel whole
 

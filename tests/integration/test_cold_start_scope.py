@@ -26,7 +26,8 @@ DATA_ACCESS = {
 EXPECTED = {
     # A downstream's run event is dropped with at most one read of a bound run (crcr.app.ingest).
     "webhook": ("build_ingest_deps", {"deliveries", "runs"}),
-    "planner": ("build_planner_deps", {"pulls", "branch", "check_runs", "results"}),
+    # A `rerun` comment's budgets per author and per PR are fixed windows in the state table (crcr.app.commands).
+    "planner": ("build_planner_deps", {"pulls", "branch", "check_runs", "results", "rate_limits"}),
     # A workflow_dispatch downstream's run is recorded when GitHub names it (crcr.app.dispatch).
     "dispatch": ("build_dispatch_deps", {"ledger", "pulls", "pacer", "runs"}),
     "callback": ("build_callback_deps", {"ledger", "branch", "results", "hud_keys", "rate_limits", "refusals"}),
