@@ -253,16 +253,17 @@ def _asked_about_job(job: JobRecord, gh: GitHubRecord, deps: SweepDeps, now: flo
     if status == GONE:
         return False  # GitHub has no such run (deleted, or a run id only the report named) or will not say
     if status is None:
-        # GitHub unavailable: asked again for as long as the run's time-out (and at least MIN_ASKS times), then
-        # timed out. A short time-out must not make two failed reads in a row a time-out.
-        waited = max(gh.runs.run_timeout_s, MIN_ASKS * gh.retry_s)
-        last = (job.started_at or job.dispatched_at) + gh.runs.run_timeout_s + waited
-        if now >= last:
+        # GitHub unavailable: asked again for as long as the run's time-out, and at least MIN_ASKS times in all
+        # (counted on the job, so a sweeper slower than retry_s still asks that often), then timed out.
+        asked = job.unanswered + 1
+        last = (job.started_at or job.dispatched_at) + 2 * gh.runs.run_timeout_s
+        if now >= last and asked >= MIN_ASKS:
             return False
-        return _recheck(job, min(now + gh.retry_s, last), deps)
+        at = now + gh.retry_s if now >= last else min(now + gh.retry_s, last)
+        return _recheck(replace(job, unanswered=asked), at, deps)
     if status != "completed":
         deps.metrics.count("JobStillRunning")
-        return _recheck(job, now + gh.recheck_s, deps)
+        return _recheck(replace(job, unanswered=0), now + gh.recheck_s, deps)
     latest = deps.runs.get_job(job.dispatch_id, job.run_id, job.run_attempt, job.job_name)
     if latest is None or latest.state != "in_progress":
         deps.metrics.count("JobFinishedPerGitHub")

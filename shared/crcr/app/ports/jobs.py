@@ -52,6 +52,9 @@ class JobRecord:
     reason: str = ""  # why a dispatch is not_started (what a maintainer reads)
     # A job GitHub said was still running at its deadline: the sweeper asks again at this time, instead of timing out.
     recheck_at: float | None = None
+    # GitHub could not tell about the job (5xx, timeout, rate limit) at this many of its deadline's asks in a row: the
+    # sweeper times it out only after MIN_ASKS of them, however slowly its runs come round.
+    unanswered: int = 0
 
     @classmethod
     def of_dispatch(cls, row: LedgerRow, now: float, **job: Any) -> JobRecord:
