@@ -281,6 +281,7 @@ def build_planner_deps(settings: Settings) -> PlannerDeps:
     clock = SystemClock()
     allowlist = _allowlist(settings, metrics, clock)
     files = commands = None
+    pulls = DynamoPullRequests(aws_client("dynamodb"), str(settings.state_table))
     if settings.github_app_id:
         from crcr.adapters.changes import GitHubCompareFiles  # noqa: PLC0415
         from crcr.adapters.check_runs import DynamoCheckRuns  # noqa: PLC0415
@@ -294,7 +295,7 @@ def build_planner_deps(settings: Settings) -> PlannerDeps:
             slug=settings.github_app_slug,
             collaborators=GitHubCommands(_github(settings)),
             check_runs=DynamoCheckRuns(ddb, table),
-            releases=DynamoPullRequests(ddb, table),
+            releases=pulls,
             per_author=DynamoRateLimiter(ddb, table, COMMANDS_PER_AUTHOR_HOUR, window_s=3600, budget="cmd-author"),
             per_pr=DynamoRateLimiter(ddb, table, COMMANDS_PER_PR_HOUR, window_s=3600, budget="cmd-pr"),
         )
@@ -308,7 +309,7 @@ def build_planner_deps(settings: Settings) -> PlannerDeps:
         upstream=settings.upstream_repo,
         allowlist=allowlist,
         blobs=S3Blobs(aws_client("s3"), str(settings.bodies_bucket)),
-        prs=DynamoPullRequests(aws_client("dynamodb"), str(settings.state_table)),
+        prs=pulls,
         branch=DynamoBranch(aws_client("dynamodb"), str(settings.state_table)),
         dispatches=SqsDispatchQueue(
             aws_client("sqs"), str(settings.dispatch_queue_url), str(settings.dispatch_dlq_url)

@@ -71,10 +71,10 @@ def test_a_release_whose_send_failed_is_released_again_on_retry() -> None:
     assert [m.target_repo for m in queue.sent] == ["org/held"]
 
 
-def _event(doc: dict[str, object], delivery: str) -> EventMessage:
+def _event(doc: dict[str, object], delivery: str, event: str = "pull_request") -> EventMessage:
     text = json.dumps(doc)
     return EventMessage(
-        delivery_id=delivery, event="pull_request", received_at=0, body=text,
+        delivery_id=delivery, event=event, received_at=0, body=text,
         body_sha256=hashlib.sha256(text.encode()).hexdigest(),
     )  # fmt: skip
 
@@ -212,14 +212,6 @@ def test_the_hud_pages_hear_what_was_planned_for_each_downstream() -> None:
     assert metrics.counts["PlanNoteFailed"] == 1
 
 
-def _push(doc: dict[str, object], delivery: str) -> EventMessage:
-    text = json.dumps(doc)
-    return EventMessage(
-        delivery_id=delivery, event="push", received_at=0, body=text,
-        body_sha256=hashlib.sha256(text.encode()).hexdigest(),
-    )  # fmt: skip
-
-
 def test_a_pr_the_merge_bot_landed_is_merged_for_downstreams_and_the_pages_whatever_comes_first() -> None:
     """PyTorch's merge bot pushes the PR's commit to main itself (its message ends `Pull Request resolved: <PR URL>`)
     and closes the PR, so GitHub's `merged` is false; then it adds the label `Merged`."""
@@ -244,7 +236,7 @@ def test_a_pr_the_merge_bot_landed_is_merged_for_downstreams_and_the_pages_whate
             c | {"message": f"Fix #{n} (#{n})\n\nPull Request resolved: https://github.com/{upstream}/pull/{n}\n"}
             for c, n in zip(doc["commits"] * len(numbers), numbers, strict=False)
         ]
-        return _push(doc, hashlib.sha256(f"{numbers}{upstream}{ref}".encode()).hexdigest()[:32])
+        return _event(doc, hashlib.sha256(f"{numbers}{upstream}{ref}".encode()).hexdigest()[:32], "push")
 
     def told(number: int) -> bool | None:
         return [m for m in queue.sent if m.pr_number == number and m.action == "closed"][-1].merged

@@ -31,6 +31,7 @@ from crcr.app.ports.hud import HudDocs
 from crcr.app.ports.jobs import JobRecord
 from crcr.domain import failed_tests
 from crcr.domain.ids import repo_key, run_order
+from crcr.domain.payload import encoded_size
 
 SCHEMA = 1
 INDEX_COMMITS = 60
@@ -340,7 +341,7 @@ def summary_of(doc: dict[str, Any]) -> dict[str, Any]:
 def _fit_commit(doc: dict[str, Any]) -> None:
     """Keep the document within MAX_COMMIT_DOC_BYTES (a flood of failing jobs made one 4.8 MB): details go first from
     attempts that are not their job's newest, then from all; an entry whose details went says so (`trimmed`)."""
-    if _json_size(doc) <= MAX_COMMIT_DOC_BYTES:
+    if encoded_size(doc) <= MAX_COMMIT_DOC_BYTES:
         return
     newest = {e["key"] for e in _latest_attempts(list(doc["jobs"].values()))}
     for older_only in (True, False):
@@ -350,12 +351,8 @@ def _fit_commit(doc: dict[str, Any]) -> None:
             for d in DETAILS:
                 e.pop(d, None)
             e["trimmed"] = True
-        if _json_size(doc) <= MAX_COMMIT_DOC_BYTES:
+        if encoded_size(doc) <= MAX_COMMIT_DOC_BYTES:
             return
-
-
-def _json_size(doc: dict[str, Any]) -> int:
-    return len(json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode())
 
 
 def _commit_doc(upstream: str, sha: str, pr: int | None) -> dict[str, Any]:

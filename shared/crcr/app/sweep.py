@@ -253,8 +253,8 @@ def _asked_about_job(job: JobRecord, gh: GitHubRecord, deps: SweepDeps, now: flo
     if status == GONE:
         return False  # GitHub has no such run (deleted, or a run id only the report named) or will not say
     if status is None:
-        # GitHub unavailable: asked again for as long as the run's time-out, and at least MIN_ASKS times in all
-        # (counted on the job, so a sweeper slower than retry_s still asks that often), then timed out.
+        # GitHub unavailable: asked again up to twice the run's time-out and at least MIN_ASKS times in all (counted
+        # on the job, so a sweeper slower than retry_s still asks that often), then timed out.
         asked = job.unanswered + 1
         last = (job.started_at or job.dispatched_at) + 2 * gh.runs.run_timeout_s
         if now >= last and asked >= MIN_ASKS:

@@ -4,10 +4,11 @@ its payload, a PR's from the listing its path filters read. Capped so the dispat
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from typing import Any
+
+from crcr.domain.payload import encoded_size
 
 MAX_HINT_BYTES = 2_000  # of client_payload's 64 KB: the upstream body keeps its 60,000 and the ticket its ~2 KB
 MAX_LISTED = 50  # paths, and test files, listed at most (before the byte cap)
@@ -36,11 +37,7 @@ def change_hints(files: Sequence[str] | None, count: int | None = None) -> dict[
     }
     # Over the byte cap (long paths): fewer paths, then fewer test files, then fewer directories.
     for key in ("paths", "tests", "dirs"):
-        while hints[key] and _size(hints) > MAX_HINT_BYTES:
+        while hints[key] and encoded_size(hints) > MAX_HINT_BYTES:
             hints[key] = hints[key][: len(hints[key]) // 2]
             hints["complete"] = False
     return hints
-
-
-def _size(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
