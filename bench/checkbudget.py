@@ -150,18 +150,10 @@ def _setting(key: h.AppKey, mode: str, load: int, *, drain_hours: float, budget_
         allowlist += "repos:\n" + "".join(f"  {r}:\n    check_runs: {mode}\n" for r in REPOS)
         sim.deps = h.checks.CheckDeps(
             api=h.GitHubCheckRuns(h.GitHubApp(double.url, h.APP_ID, key.private_pem, clock.now)),
-            store=fakes.FakeCheckStore(),
-            results=jobs,
-            ledger=ledger,
-            prs=ledger,
-            queue=sim,
-            pacer=pacer,
-            allowlist=fakes.StaticAllowlist(h.parse_allowlist(allowlist)),
-            metrics=metrics,
-            clock=clock,
-            settle_s=60.0,
+            store=fakes.FakeCheckStore(), results=jobs, ledger=ledger, prs=ledger, queue=sim, pacer=pacer,
+            allowlist=fakes.StaticAllowlist(h.parse_allowlist(allowlist)), metrics=metrics, clock=clock, settle_s=60.0,
             gauge=pacer,
-        )
+        )  # fmt: skip
         finished: dict[tuple[str, str], float] = {}  # (head, repo) -> when its last job finished
 
         def dispatch(n: int) -> None:

@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -270,50 +266,19 @@ def measure(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def fresh(argv: list[str], code_root: Path | None = None) -> dict[str, Any]:
-    """This section in a process of its own, as a dispatcher runs in its own execution environment (the bench's heap
-    makes each garbage collection in the window dearer); on another commit's relay code with `code_root`."""
-    with tempfile.TemporaryDirectory(prefix="crcr-bench-dispatch-") as tmp:
-        out_file = Path(tmp) / "result.json"
-        env = {k: v for k, v in os.environ.items() if k != "CRCR_BENCH_CODE_ROOT"}
-        if code_root is not None:
-            env["CRCR_BENCH_CODE_ROOT"] = str(code_root)
-        proc = subprocess.run([sys.executable, __file__, str(out_file), *argv], env=env, check=False)
-        if proc.returncode != 0 or not out_file.exists():
-            return {"skipped": True, "reason": f"the run exited with {proc.returncode}"}
-        return dict(json.loads(out_file.read_text()))
-
-
 def dispatch_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
     """This checkout, then the baseline if asked, each in a process of its own."""
     passed = {k: v for k, v in vars(args).items() if k.startswith("dispatch_") and k != "dispatch_baseline"}
     argv = [f"--{k.replace('_', '-')}={v}" for k, v in passed.items()]
     argv += ["--full"] if args.full else []
-    result = fresh(argv)
+    result = h.in_own_process(__file__, argv)
     if result.get("skipped"):
         raise RuntimeError(f"section 10: {result['reason']}")
     if ref := args.dispatch_baseline:
-
-        def then(commit: str, code: Path) -> dict[str, Any]:
-            bench.out.say(f"   baseline {ref} ({commit[:12]}), in a process of its own")
-            return fresh(argv, code)
-
-        result["baseline"] = h.at_baseline(ref, then)
+        bench.out.say(f"   baseline {ref}, in a process of its own")
+        result["baseline"] = h.at_baseline(ref, lambda _, code: h.in_own_process(__file__, argv, code))
     return {"dispatch": result}
 
 
-def main() -> int:
-    """The child `fresh` starts: measures, writes the section's JSON to the file named first."""
-    parser = argparse.ArgumentParser()
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--full", action="store_true")
-    add_arguments(parser)
-    args = parser.parse_args()
-    with h.OutputCapture() as out:
-        result = measure(h.Bench(h.AppKey.generate(), h.AwsCalls().install(), out), args)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(h.child_main(add_arguments, measure))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import http.client
 import importlib
@@ -822,6 +823,31 @@ def git_info() -> dict[str, Any]:
 
     status = git("status", "--porcelain", "--untracked-files=no")
     return {"commit": git("rev-parse", "HEAD") or None, "dirty": bool(status), "modified": status.splitlines()[:20]}
+
+
+def in_own_process(script: str, argv: list[str], code_root: Path | None = None) -> dict[str, Any]:
+    """A section in a process of its own (as a function runs in its own execution environment: the bench's heap makes
+    each garbage collection dearer), on another commit's relay code with `code_root`; `child_main` there answers."""
+    with tempfile.TemporaryDirectory(prefix="crcr-bench-child-") as tmp:
+        out_file, env = Path(tmp) / "result.json", {k: v for k, v in os.environ.items() if k != "CRCR_BENCH_CODE_ROOT"}
+        env |= {"CRCR_BENCH_CODE_ROOT": str(code_root)} if code_root is not None else {}
+        proc = subprocess.run([sys.executable, script, str(out_file), *argv], env=env, check=False)
+        if proc.returncode != 0 or not out_file.exists():
+            return {"skipped": True, "reason": f"the run exited with {proc.returncode}"}
+        return dict(json.loads(out_file.read_text()))
+
+
+def child_main(add_arguments: Callable[[Any], None], measure: Callable[[Bench, Any], dict[str, Any]]) -> int:
+    """The child `in_own_process` starts: measures, writes the section's JSON to the file named first."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--full", action="store_true")
+    add_arguments(parser)
+    with OutputCapture() as out:
+        args = parser.parse_args()
+        result = measure(Bench(AppKey.generate(), AwsCalls().install(), out), args)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
 
 
 def at_baseline(ref: str, measure: Callable[[str, Path], dict[str, Any]]) -> dict[str, Any]:

@@ -641,12 +641,9 @@ def runs_report(soak: Soak, jobs: list[Job], hud: HudDouble, lost_hooks: int) ->
 def per(calls: Counter[str], n: int) -> dict[str, Any]:
     total, work = sum(calls.values()), sum(v for k, v in calls.items() if k not in POLLING)
     return {
-        "calls": total,
-        "per_unit": round(total / n, 2) if n else None,
-        "without_polling": work,
-        "without_polling_per_unit": round(work / n, 2) if n else None,
-        "by_operation": dict(calls.most_common()),
-    }
+        "calls": total, "per_unit": round(total / n, 2) if n else None, "without_polling": work,
+        "without_polling_per_unit": round(work / n, 2) if n else None, "by_operation": dict(calls.most_common()),
+    }  # fmt: skip
 
 
 def window_report(soak: Soak) -> list[dict[str, Any]]:

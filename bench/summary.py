@@ -56,6 +56,11 @@ def print_summary(results: dict[str, Any]) -> None:
             f"{sum(cf['aws_calls_per_record'].values()):.2f} AWS calls and {cf['cpu_ms_per_record']} CPU ms per "
             f"record, {cf['write_units_per_dispatch']} write units"
         )
+        for label, f in (("   now", cf), (f"   at {_get(results, 'pr_comment.baseline.ref')}", _get(
+                results, "pr_comment.baseline.per_event.on.checks_function", {}))):  # fmt: skip
+            if "aws_calls_per_upstream_write" in f:
+                print(f"{label}: per upstream write {f['aws_calls_per_upstream_write']} AWS calls, "
+                      f"{f['checks_queue_messages_per_upstream_write']} ChecksQueue messages")  # fmt: skip
     if cbud := results.get("check_run_budget"):
         shown = ", ".join(
             f"{r['load']} {r['repository_runs_completed']}/{r['repository_runs_dispatched']} repository runs, "

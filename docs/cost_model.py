@@ -198,8 +198,13 @@ def figures_from_bench(results: dict[str, Any]) -> Figures:
     flow = get("pr_comment.per_event.on.checks_function")
     on = get("pr_comment.per_event.on")
     records = float(flow["records_per_dispatch"])
+    check_calls = {op: float(n) * records for op, n in flow["aws_calls_per_record"].items()}
+    # The reporter's asks for a commit's check-run pass (one write each; its messages are the records counted below).
+    asks = float(flow.get("reporter_asks_per_dispatch", 0.0))  # 0 in results from before passes (sends, not calls)
+    check_calls["dynamodb.UpdateItem"] = check_calls.get("dynamodb.UpdateItem", 0.0) + asks
+    read += ["pr_comment.per_event.on.checks_function.reporter_asks_per_dispatch"] if asks else []
     checks = Flow(
-        aws_calls={op: float(n) * records for op, n in flow["aws_calls_per_record"].items()},
+        aws_calls=check_calls,
         cpu_ms=float(flow["cpu_ms_per_record"]) * records,
         github_requests=float(on["writes_per_event"]) / max(1, int(on["repositories_per_event"])),
         invocations={"ChecksFunction": float(flow["invocations_per_dispatch"])},
@@ -616,10 +621,11 @@ def measured_section(f: Figures) -> list[str]:
             "an upper bound of the functions' own. Duplicate callbacks (a retried report) cost one write fewer and "
             "are not counted apart. The check-run row is bench section 8 with the comment on (2 jobs per repository, "
             "each `in_progress` then `completed`, one failing): the AWS calls and CPU of the threads that ran "
-            "ChecksFunction (its invoking thread and batch workers), and the write units of the flow's rows (check "
-            "runs, the comment's row, the upstream installation's pacing cell), at least one per write ChecksFunction "
-            "asked for, refused ones included. Write units are counted from the tables' streams as DynamoDB bills "
-            f"them (bench/write_units.py); the dispatch's include a start watch at L2+.{verified}"
+            "ChecksFunction (its invoking thread and batch workers) with the reporter's asks for a commit's pass (one "
+            "write each), and the write units of the flow's rows (check runs and the commits' pass rows, the comment's "
+            "row, the upstream installation's pacing cell and the downstreams' shares of it), at least one per write "
+            "ChecksFunction asked for, refused ones included. Write units are counted from the tables' streams as "
+            f"DynamoDB bills them (bench/write_units.py); the dispatch's include a start watch at L2+.{verified}"
         ),
         "",
         wrap(

@@ -1,5 +1,5 @@
-"""ReporterFunction: ResultsTable stream -> the HUD pages' documents per batch, then one push to PyTorch's
-HUD and one check-run request per recorded job change, in order per shard."""
+"""ReporterFunction: ResultsTable stream -> the HUD pages' documents and the check-run pass of each commit changed,
+per batch; then one push to PyTorch's HUD per recorded job change, in order per shard."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from crcr.adapters.observability import logger, metrics
 from crcr.adapters.stream import images
-from crcr.app.report import ReportDeps, judge, report_change, summarise
+from crcr.app.report import ReportDeps, ask_passes, judge, report_change, summarise
 from crcr.composition import build_report_deps, kept, load_settings
 
 _deps: ReportDeps | None = None
@@ -24,6 +24,7 @@ def lambda_handler(event: dict[str, Any], context: Any, deps: ReportDeps | None 
         # A failed L3/L4 PR job first gets its verdict on its row; the row's next image reports it.
         changes = [(record, old, new) for record, old, new in received if judge(old, new, ready)]
         summarise([(old, new) for _, old, new in changes], ready)
+        ask_passes([(old, new) for _, old, new in changes], ready)
     except Exception:
         logger.exception("verdicts or HUD pages not updated; the stream retries the batch")
         return _retry_from(received[0][0])

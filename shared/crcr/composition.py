@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from crcr.adapters.sqs import SqsChecksQueue
     from crcr.adapters.tickets import Ed25519Tickets
     from crcr.app.callback import CallbackDeps
-    from crcr.app.checks import CheckDeps
+    from crcr.app.checks import CheckDeps, HeadAsk
     from crcr.app.dispatch import BuildkiteDeps, DispatchDeps
     from crcr.app.health import HealthDeps
     from crcr.app.ingest import IngestDeps
@@ -538,10 +538,8 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
         metrics=metrics,
         clock=clock,
         settle_s=settings.check_settle_s,
-        lease_s=settings.github_timeout_s + 15.0,
         gauge=pacer,  # check_runs: auto reads the hourly window the writes above book in
         share=share,
-        share_gauge=share,
         reruns=RerunDeps(github=GitHubReruns(_github(settings)), store=checks, allowlist=allowlist, metrics=metrics),
         retries=RetryDeps(
             results=results,
@@ -587,14 +585,26 @@ def build_report_deps(settings: Settings) -> ReportDeps:
     settings.require("reporter_dlq_url")
     hud = HudClient(settings.hud_url, settings.secret("hud_token")) if settings.hud_url else None
     metrics = PowertoolsMetrics()
+    checks = _checks_queue(settings)
     return ReportDeps(
         hud=hud,
         dead_letters=SqsDeadLetters(aws_client("sqs"), str(settings.reporter_dlq_url)),
         metrics=metrics,
-        checks=_checks_queue(settings),
+        checks=checks,
+        heads=_head_ask(settings, checks),
         summaries=_summaries(settings, metrics),
         verdicts=_verdicts(settings),
     )
+
+
+def _head_ask(settings: Settings, queue: SqsChecksQueue | None) -> HeadAsk | None:
+    """The reporter books each changed commit's check-run pass (one message per burst, not one per change)."""
+    if queue is None or not settings.state_table:
+        return None
+    from crcr.adapters.check_runs import DynamoCheckRuns  # noqa: PLC0415
+    from crcr.app.checks import HeadAsk  # noqa: PLC0415
+
+    return HeadAsk(DynamoCheckRuns(aws_client("dynamodb"), str(settings.state_table)), queue, SystemClock())
 
 
 def _verdicts(settings: Settings) -> VerdictDeps | None:

@@ -170,9 +170,9 @@ def test_a_burst_of_callbacks_costs_one_write(
     [(method, _, body)] = writes(s)
     assert method == "POST" and all(f"| CI / job-{i:02d} | 1 |" in body for i in range(20))
     assert "no baseline" in body and longest_pause_s < 5
-    # How many asks were coalesced depends on how the stream batched the 20 records; none became a second write.
+    # However the stream batched the 20 records (and so how many check-run passes asked for the comment), none
+    # became a second write.
     assert s.relay.metric("PrCommentCreated") == 1 and s.relay.metric("PrCommentUpdated") == 0
-    assert s.relay.metric("PrCommentSkipped.reason=coalesced") >= 1
 
 
 def test_a_closed_pr_gets_no_comment(
@@ -257,7 +257,15 @@ def test_comment_writes_share_the_installations_budget_with_check_runs(
     for job in jobs:
         assert s.post(s.body(L4, job_name=job, status="completed", conclusion="failure"), token)[0] == 200
     wait(lambda: len(writes(s)) == 1, timeout_s=120)
-    assert s.relay.metric("CheckRunPaced") > 0 and s.relay.metric("PrCommentPaced") > 0
+
+    # The budget bound the check runs; whether the comment found a free slot or waited for one depends on when the
+    # passes came back for theirs (they wait until the rest of their writes fit, leaving single slots to others).
+    def completed() -> bool:
+        runs = [r for r in s.relay.github.check_runs(UPSTREAM) if r["status"] == "completed"]
+        return len(runs) == len(jobs) + 1  # each job's and the repository's, whatever waiting merged on the way
+
+    wait(completed, timeout_s=120)
+    assert s.relay.metric("CheckRunPaced") > 0
     content = sorted(
         r.time
         for r in s.relay.github.requests

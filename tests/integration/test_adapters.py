@@ -124,25 +124,41 @@ def test_delivery_and_body_are_claimed_together_or_not_at_all(aws: dict[str, Any
     assert state.claim_delivery("E", "push", 106.0, y) is Claim.NEW
 
 
-def test_one_writer_per_check_run_and_a_crashed_writer_lapses(aws: dict[str, Any]) -> None:
+def test_one_pass_per_head_at_a_time_and_a_crashed_pass_lapses(aws: dict[str, Any]) -> None:
     _table(aws["dynamodb"], "checks")
     a, b = DynamoCheckRuns(aws["dynamodb"], "checks"), DynamoCheckRuns(aws["dynamodb"], "checks")
-    args = ("pytorch/pytorch", "a" * 40, "crcr/o/r")
-    assert a.lock_check(*args, version=0, now=100.0, lease_s=25.0) == 1
-    assert b.lock_check(*args, version=0, now=100.0, lease_s=25.0) is None  # the creator holds it
-    assert b.get_check(*args) == (None, 1)  # being created: nothing to PATCH yet
-    assert b.lock_check(*args, version=1, now=110.0, lease_s=25.0) is None  # lock still live
-    assert a.save_check(*args, Known(7, "queued", None), locked=1)
-    known, version = b.get_check(*args)
-    assert known == Known(7, "queued", None) and version == 2
-    assert b.lock_check(*args, version=1, now=111.0, lease_s=25.0) is None  # stale version: re-read first
-    assert b.lock_check(*args, version=2, now=111.0, lease_s=25.0) == 3
-    # b dies mid-write; after the lease another writer takes over, and b's late save is refused.
-    assert a.lock_check(*args, version=3, now=120.0, lease_s=25.0) is None
-    assert a.lock_check(*args, version=3, now=137.0, lease_s=25.0) == 4
-    assert not b.save_check(*args, Known(7, "completed", "success"), locked=3)
-    assert a.save_check(*args, Known(7, "in_progress", None), locked=4)
-    assert [(n, k.status) for n, k, _ in a.checks_of_head("pytorch/pytorch", "a" * 40)] == [("crcr/o/r", "in_progress")]
+    head = ("pytorch/pytorch", "a" * 40)
+    # A burst of requests is one booking: the first ticket stays, each adds its dispatch and moves the due time on.
+    assert a.book_head(*head, "t1", 100.0, 102.0, 0.0, {"d1 o/r"}) == "t1"
+    assert b.book_head(*head, "t2", 101.0, 103.0, 0.0, {"d1 o/q"}) == "t1"
+    # Not due yet (asked for at 101 with a 2 s settle): not taken; due: taken, the row as it stood returned.
+    locked, row = a.lock_head(*head, "t1", 102.0, 90.0, due_by=102.5, booked_before=70.0)
+    assert locked is None and row.due_at == 103.0
+    locked, row = a.lock_head(*head, "t1", 103.0, 90.0, due_by=103.5, booked_before=73.0)
+    assert locked is not None and row.rows == {"d1 o/r", "d1 o/q"} and row.pending == "t1"
+    assert b.lock_head(*head, "t1", 104.0, 90.0, 104.5, 74.0)[0] is None  # one pass at a time
+    assert b.lock_head(*head, None, 104.0, 90.0, 104.5, 74.0)[0] is None  # a write of its own waits too
+    # What the pass wrote is recorded at the version it read; a stale version is refused.
+    assert a.record_check(*head, "crcr/o/r", Known(7, "queued", None), 0, 104.0)
+    assert not b.record_check(*head, "crcr/o/r", Known(8, "queued", None), 0, 104.0)
+    assert a.record_check(*head, "crcr/o/r", Known(7, "completed", "success"), 1, 105.0)
+    assert a.checks_of_head(*head) == {"crcr/o/r": (Known(7, "completed", "success"), 2)}
+    # A request while it runs: the pass ends, told to run once more then; the rows it settled are forgotten.
+    assert b.book_head(*head, "t3", 105.0, 107.0, 0.0, set()) == "t1"
+    assert a.finish_head(*head, "t1", locked, 106.0, {"d1 o/r"}, keep=False) == 107.0
+    locked, row = a.lock_head(*head, "t1", 107.0, 90.0, 107.5, 77.0)
+    assert locked is not None and row.rows == {"d1 o/q"}
+    # That pass dies; after its lease another takes over, and its late finish changes nothing.
+    assert b.lock_head(*head, None, 150.0, 90.0, 150.5, 120.0)[0] is None
+    taken, _ = b.lock_head(*head, None, 198.0, 90.0, 198.5, 168.0)
+    assert taken is not None
+    assert a.finish_head(*head, "t1", locked, 199.0, {"d1 o/q"}, keep=False) is None
+    assert b.finish_head(*head, None, taken, 199.0, set(), keep=False) is None
+    # The booking outlived its dead pass; nothing asked for since: the next request joins it, and it ends at last.
+    assert a.book_head(*head, "t4", 200.0, 202.0, 0.0, set()) == "t1"
+    locked, _ = a.lock_head(*head, "t1", 202.0, 90.0, 202.5, 172.0)
+    assert locked is not None and a.finish_head(*head, "t1", locked, 203.0, set(), keep=False) is None
+    assert a.book_head(*head, "t5", 204.0, 206.0, 0.0, set()) == "t5"  # a new booking: its own message
 
 
 def test_a_hud_key_is_held_by_the_first_job_that_reports_it(aws: dict[str, Any]) -> None:

@@ -143,7 +143,7 @@ class World:
         message = job_message(row)
         assert message is not None
         self.checks.send_checks([message])
-        self.checks.run_until(self.clock.t)
+        self.checks.run_until(self.clock.t + self.checks.deps.pass_settle_s)  # the commit's pass, once booked
 
     def runs(self, sha: str) -> dict[str, tuple[str, str | None]]:
         found = [r for r in self.github.check_runs(UPSTREAM) if r["head_sha"] == sha]
@@ -233,6 +233,31 @@ def test_auto_switches_to_the_repositorys_run_and_back_and_every_run_ends_comple
     writes = [r for r in world.github.requests if "/check-runs" in r.path and r.method in ("POST", "PATCH")]
     assert writes and all(r.status in (200, 201) for r in writes)  # never over GitHub's hourly limit
     assert world.checks.due == [] and world.checks.dead == []
+
+
+def test_many_slots_are_taken_in_one_write_and_never_more_than_the_budget(ddb: Any) -> None:
+    calls: list[str] = []
+
+    class Counting:
+        def __getattr__(self, name: str) -> Any:
+            calls.append(name)
+            return getattr(ddb, name)
+
+    key = f"many-{uuid.uuid4().hex[:8]}"
+    a, b = (
+        DynamoPacer(Counting(), "state", rates=parse_rates("60/60+4")),
+        DynamoPacer(ddb, "state", rates=parse_rates("60/60+4")),
+    )
+    assert a.acquire_many(key, 1000.0, 3) == (3, 0.0) and calls == ["update_item", "update_item"]  # new cell: 2 tries
+    calls.clear()
+    # Another writer: what is left of the burst of 5, in one go; its third fits 1 s later.
+    assert b.acquire_many(key, 1000.0, 3) == (2, 1.0)
+    # Its copy was stale: the table told it so, in the one write; all 3 fit together 3 s later.
+    assert a.acquire_many(key, 1000.0, 3) == (0, 3.0) and calls == ["update_item"]
+    calls.clear()
+    # 2.5 s later, 2 slots freed; the other 8 come back when a burst of 5 fits, 4.5 s on.
+    assert a.acquire_many(key, 1002.5, 10) == (2, 4.5) and calls == ["update_item"]
+    assert b.acquire(key, 1002.5) == 0.5  # the single-call pacer agrees: nothing free until 1003
 
 
 def test_the_level_comes_from_the_pacers_own_booking_without_another_read(ddb: Any) -> None:

@@ -35,7 +35,8 @@ EXPECTED = {
         "build_checks_deps",
         {"check_runs", "pr_comment", "reruns", "pulls", "ledger", "pacer", "results", "levels"},
     ),
-    "reporter": ("build_report_deps", {"results", "pulls", "branch"}),
+    # The check runs' aggregate: the reporter books each changed commit's check-run pass in it.
+    "reporter": ("build_report_deps", {"results", "pulls", "branch", "check_runs"}),
     # The sweeper asks GitHub's record first, and reconciles a run it finds completed as the runs worker does.
     "sweeper": ("build_sweep_deps", {"ledger", "results", "runs", "hud_keys"}),
     "runs": ("build_runs_deps", {"ledger", "runs", "results", "hud_keys"}),

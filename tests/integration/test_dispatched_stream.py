@@ -12,9 +12,8 @@ from typing import Any
 import boto3
 import pytest
 
-from crcr.adapters.ledger import DynamoLedger
+from crcr.adapters.ledger import DynamoLedger, dispatched_row
 from crcr.adapters.pacer import DynamoPacer
-from crcr.adapters.stream import dispatched_check
 from crcr.app.ports.ledger import LedgerState
 from crcr.contracts.messages import CheckSyncMessage, DispatchMessage
 from crcr.domain.levels import Level
@@ -82,21 +81,22 @@ def test_only_an_l3_or_l4_dispatch_marked_sent_reaches_the_check_run_writer_and_
 
     records = reader.read_all()
     passed = [r for r in records if passes(source.filters, r)]
-    assert [dispatched_check(r) for r in passed] == [
-        CheckSyncMessage(kind="repo", upstream=UPSTREAM, head_sha="c" * 40, delivery_id="g-1", repo="o/three"),
-        CheckSyncMessage(kind="repo", upstream=UPSTREAM, head_sha="c" * 40, delivery_id="g-1", repo="o/four"),
-        CheckSyncMessage(kind="repo", upstream=UPSTREAM, head_sha="c" * 40, delivery_id="g-2", repo="o/four"),
+    rows = [dispatched_row(r) for r in passed]
+    assert [(row.delivery_id, row.repo, row.level, row.head_sha, row.upstream) for row in rows if row] == [
+        ("g-1", "o/three", 3, "c" * 40, UPSTREAM),
+        ("g-1", "o/four", 4, "c" * 40, UPSTREAM),
+        ("g-2", "o/four", 4, "c" * 40, UPSTREAM),
     ]
     # The handler's own reading agrees with the filter on every record the table wrote.
-    assert [r for r in records if dispatched_check(r) is not None] == passed
+    assert [r for r in records if dispatched_row(r) is not None] == passed
     assert len(records) > 3 * len(passed)  # the filter is what keeps the writer from seeing every ledger write
 
 
-def _record(repo: str, sequence: str) -> dict[str, Any]:
+def _record(repo: str, sequence: str, sha: str = "a" * 40) -> dict[str, Any]:
     """A stream record of the ledger row `x`/`repo` marked sent at L4 (the row tests.unit.test_checks' deps hold)."""
     row = {
         "pk": {"S": "DLV#x"}, "sk": {"S": f"DSP#{repo}"}, "repo": {"S": repo}, "level": {"N": "4"},
-        "upstream": {"S": UPSTREAM}, "head_sha": {"S": "a" * 40},
+        "upstream": {"S": UPSTREAM}, "head_sha": {"S": sha}, "dispatch_id": {"S": f"d-{repo}"},
     }  # fmt: skip
     return {
         "eventSource": "aws:dynamodb",
@@ -110,34 +110,40 @@ def _record(repo: str, sequence: str) -> dict[str, Any]:
     }
 
 
-def test_a_request_the_writer_cannot_take_goes_to_checks_queue_and_only_one_sqs_refuses_is_retried_by_the_stream() -> (
-    None
-):
+def test_a_pass_the_writer_cannot_run_goes_to_checks_queue_and_only_one_sqs_refuses_is_retried_by_the_stream() -> None:
     handler = checks_handler("crcr_fn_checks_stream")
     deps, api, _ = _deps(_job("in_progress", None))
     event = {"Records": [_record("o/r", "100")]}
     assert handler(event, Context("ChecksFunction", 60), deps=deps) == {"batchItemFailures": []}
-    # The repository's run, from the latest recorded state (the fake results hold a job in progress already).
-    assert [(kind, f["name"], f["status"]) for kind, f in api.calls] == [("create", "crcr/o/r", "in_progress")]
+    # The commit's pass, at once, from the latest recorded state (the fake results hold a job in progress already).
+    assert [(kind, f["name"], f["status"]) for kind, f in api.calls] == [
+        ("create", "crcr/o/r", "in_progress"),
+        ("create", "crcr/o/r/CI/build", "in_progress"),
+    ]
 
     class TableDown:
         def __getattr__(self, name: str) -> Any:
             raise ConnectionError("DynamoDB unreachable")
 
     queue, metrics = FakeChecksQueue(), RecordingMetrics()
-    broken = dataclasses.replace(deps, ledger=TableDown(), store=TableDown(), queue=queue, metrics=metrics)
-    assert handler(event, Context("ChecksFunction", 60), deps=broken) == {"batchItemFailures": []}
-    assert [m.repo for m, _ in queue.sent] == ["o/r"] and metrics.counts["CheckRequestQueued"] == 1
+    broken = dataclasses.replace(deps, results=TableDown(), queue=queue, metrics=metrics)
+    other = {"Records": [_record("o/r", "150", sha="b" * 40)]}
+    assert handler(other, Context("ChecksFunction", 60), deps=broken) == {"batchItemFailures": []}
+    assert [(m.kind, m.head_sha) for m, _ in queue.sent] == [("head", "b" * 40)]
+    assert metrics.counts["CheckRequestQueued"] == 1
 
     class QueueDown(FakeChecksQueue):
         def send_checks(self, messages: list[CheckSyncMessage], delay_s: float = 0.0) -> None:
             raise ConnectionError("SQS unreachable")
 
     both = dataclasses.replace(broken, queue=QueueDown())
-    two = {"Records": [_record("o/r", "200"), _record("o/s", "201")]}
+    two = {"Records": [_record("o/r", "200", sha="c" * 40), _record("o/s", "201", sha="c" * 40)]}
     result = handler(two, Context("ChecksFunction", 60), deps=both)
     assert result == {"batchItemFailures": [{"itemIdentifier": "200"}, {"itemIdentifier": "201"}]}
-    assert metrics.counts["CheckRequestFailed"] == 2
+    assert metrics.counts["CheckRequestFailed"] == 1
+    # The booking nobody would run was dropped: the stream's retry books and runs a pass of its own.
+    assert handler(two, Context("ChecksFunction", 60), deps=deps) == {"batchItemFailures": []}
+    assert ("crcr/o/s", "queued") in {(f["name"], f["status"]) for _, f in api.calls if f["head_sha"] == "c" * 40}
 
 
 def test_redrive_moves_check_run_messages_back_and_leaves_a_stream_batchs_record_in_the_dlq() -> None:

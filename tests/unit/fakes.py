@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from crcr.app.ports.buildkite import DISPATCH_META_KEY, BuildkiteError, NewBuild
+from crcr.app.ports.checkruns import HeadSync
 from crcr.app.ports.comment import CommentRow, IssueComment
 from crcr.app.ports.deliveries import Claim, DeliveryListing, RedeliveryClaim
 from crcr.app.ports.github import GitHubError, GitHubRejected, NotInstalled, RepoToken
@@ -278,11 +279,22 @@ class FakePacer:
     waits: list[float] = field(default_factory=list)
     keys: list[int | str] = field(default_factory=list)
     reserved: list[bool] = field(default_factory=list)  # per call: asked to book the slot it names
+    counts: list[int] = field(default_factory=list)  # per acquire_many: how many writes it asked for at once
 
     def acquire(self, key: int | str, now: float, reserve: bool = False) -> float:
         self.keys.append(key)
         self.reserved.append(reserve)
         return self.waits.pop(0) if self.waits else 0.0
+
+    def acquire_many(self, key: int | str, now: float, count: int) -> tuple[int, float]:
+        """All of them, or none while a wait is scripted (that wait)."""
+        self.keys.append(key)
+        self.counts.append(count)
+        if self.waits and self.waits[0] > 0:
+            return 0, self.waits.pop(0)
+        if self.waits:
+            self.waits.pop(0)
+        return count, 0.0
 
 
 @dataclass
@@ -558,41 +570,77 @@ class FakeRedeliveries:
 
 @dataclass
 class FakeCheckStore:
-    """The CheckRunStore port: what was last written to each check run, with the row's version and lock."""
+    """The CheckRunStore port: what was last written to each check run, with the row's version, and each head's pass
+    row (booking, lock, booked dispatches), as crcr.adapters.check_runs keeps them."""
 
     rows: dict[tuple[str, str, str], tuple[Known | None, int]] = field(default_factory=dict)
-    locks: dict[tuple[str, str, str], float] = field(default_factory=dict)  # key -> lease end
+    heads: dict[tuple[str, str], HeadSync] = field(default_factory=dict)
 
     def get_check(self, upstream: str, head_sha: str, name: str) -> tuple[Known | None, int]:
         return self.rows.get((upstream, head_sha, name), (None, 0))
 
-    def lock_check(
-        self, upstream: str, head_sha: str, name: str, version: int, now: float, lease_s: float
-    ) -> int | None:
-        key = (upstream, head_sha, name)
-        known, current = self.rows.get(key, (None, 0))
-        if current != version or self.locks.get(key, 0.0) > now:
-            return None
-        self.rows[key], self.locks[key] = (known, version + 1), now + lease_s
-        return version + 1
+    def checks_of_head(self, upstream: str, head_sha: str) -> dict[str, tuple[Known | None, int]]:
+        return {name: row for (up, sha, name), row in self.rows.items() if (up, sha) == (upstream, head_sha)}
 
-    def unlock_check(self, upstream: str, head_sha: str, name: str, locked: int) -> None:
-        self.locks.pop((upstream, head_sha, name), None)
-
-    def save_check(self, upstream: str, head_sha: str, name: str, known: Known, locked: int) -> bool:
+    def record_check(self, upstream: str, head_sha: str, name: str, known: Known, version: int, now: float) -> bool:
         key = (upstream, head_sha, name)
-        if self.rows.get(key, (None, 0))[1] != locked:
+        if self.rows.get(key, (None, 0))[1] != version:
             return False
-        self.rows[key] = (known, locked + 1)
-        self.locks.pop(key, None)
+        self.rows[key] = (known, version + 1)
         return True
 
-    def checks_of_head(self, upstream: str, head_sha: str) -> list[tuple[str, Known, int]]:
-        return [
-            (name, known, version)
-            for (up, sha, name), (known, version) in self.rows.items()
-            if (up, sha) == (upstream, head_sha) and known is not None
-        ]
+    def book_head(
+        self, upstream: str, head_sha: str, ticket: str, now: float, due_at: float, stale_before: float, rows: set[str]
+    ) -> str:
+        row = self.heads.get((upstream, head_sha), HeadSync())
+        pending, since = row.pending or ticket, row.pending_since if row.pending else now
+        if pending != ticket and (since or 0.0) < stale_before and row.lock_until < now:
+            pending, since = ticket, now  # the pending pass was lost: take over
+        self.heads[(upstream, head_sha)] = replace(
+            row, pending=pending, pending_since=since, due_at=due_at, rows=row.rows | frozenset(rows)
+        )
+        return pending
+
+    def lock_head(
+        self,
+        upstream: str,
+        head_sha: str,
+        ticket: str | None,
+        now: float,
+        lease_s: float,
+        due_by: float,
+        booked_before: float,
+    ) -> tuple[int | None, HeadSync]:
+        row = self.heads.get((upstream, head_sha), HeadSync())
+        if row.lock_until >= now:
+            return None, row
+        if ticket is not None:
+            settled = row.due_at is None or row.due_at <= due_by or (row.pending_since or now) < booked_before
+            if row.pending != ticket or not settled:
+                return None, row
+            self.heads[(upstream, head_sha)] = replace(
+                row, lock_until=now + lease_s, version=row.version + 1, due_at=None, pending_since=now
+            )
+        else:
+            self.heads[(upstream, head_sha)] = replace(row, lock_until=now + lease_s, version=row.version + 1)
+        return row.version + 1, row
+
+    def finish_head(
+        self, upstream: str, head_sha: str, ticket: str | None, locked: int, now: float, done: set[str], keep: bool
+    ) -> float | None:
+        row = self.heads.get((upstream, head_sha), HeadSync())
+        if row.version != locked:
+            return None
+        row = replace(row, lock_until=0.0, rows=row.rows - frozenset(done))
+        if ticket is not None and not keep and row.pending == ticket and row.due_at is None:
+            row = replace(row, pending=None, pending_since=None)
+        self.heads[(upstream, head_sha)] = row
+        return row.due_at if ticket is not None and row.pending == ticket else None
+
+    def drop_head(self, upstream: str, head_sha: str, ticket: str) -> None:
+        row = self.heads.get((upstream, head_sha), HeadSync())
+        if row.pending == ticket:
+            self.heads[(upstream, head_sha)] = replace(row, pending=None, pending_since=None, due_at=None)
 
 
 @dataclass
@@ -607,6 +655,9 @@ class FakeJobs:
 
     def jobs_of_dispatch(self, dispatch_id: str) -> list[JobRecord]:
         return [self.rows[k] for k in sorted(self.by_dispatch.get(dispatch_id, ()))]
+
+    def jobs_for_head(self, upstream: str, head_sha: str) -> list[JobRecord]:
+        return [row for _, row in sorted(self.rows.items()) if (row.upstream, row.head_sha) == (upstream, head_sha)]
 
     def attempts_of_job(self, dispatch_id: str, run_id: str, job_name: str) -> list[JobRecord]:
         found = [self.rows.get((dispatch_id, run_id, attempt, job_name)) for attempt in range(1, 52)]

@@ -3,17 +3,18 @@ repository's run alone once it has not, and back; every run the relay created en
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field, replace
 
 import pytest
 
 from crcr.adapters.allowlist_source import parse_allowlist
-from crcr.app.checks import CheckDeps, job_message, sync
+from crcr.app.checks import CheckDeps, ask_head, head_message, job_message, sync
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.ledger import LedgerRow, LedgerState
 from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain.checks import Known, Need, job_run_need, makes, repo_run_need
-from crcr.domain.pacing import CONTENT_RATES, Rate, WindowLevel, pace, window_level
+from crcr.domain.pacing import CONTENT_RATES, Rate, WindowLevel, grant, pace, window_level
 from tests.unit.fakes import (
     FakeCheckRunApi,
     FakeChecksQueue,
@@ -101,6 +102,39 @@ def test_the_level_is_what_the_pacer_booked_beyond_its_rate_and_reading_it_books
     assert window_level(None, 1000.0, CONTENT_RATES) == WindowLevel(0.0, 50)  # GitHub's hour is the longest window
 
 
+def _all_go(tats: tuple[float, ...] | None, calls: int, at: float, rates: tuple[Rate, ...]) -> bool:
+    """`calls` single calls one after another at `at` all go without waiting."""
+    for _ in range(calls):
+        tats, wait = pace(tats, at, rates)
+        if wait > 1e-9:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("seed", [3, 17, 101])
+def test_many_slots_at_once_are_what_single_calls_one_after_another_would_get(seed: int) -> None:
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    rates = (Rate(60, 60.0, burst=15), Rate(440, 3600.0, burst=50))
+    many: tuple[float, ...] | None = None
+    one: tuple[float, ...] | None = None
+    now = 0.0
+    for _ in range(200):
+        now += rng.choice((0.0, 0.5, 3.0, 20.0))
+        count = rng.randint(1, 30)
+        many, granted, wait = grant(many, now, rates, count)
+        singles = 0
+        while singles < count and pace(one, now, rates)[1] == 0:
+            one = pace(one, now, rates)[0]
+            singles += 1
+        assert granted == singles, f"seed {seed}: {granted} granted at once, {singles} one by one"
+        assert many == pytest.approx(one if one is not None else many)  # the same state (to float rounding)
+        # The rest waits until it fits at once (at most a burst: 16 here), booking nothing; all granted: the next one.
+        rest = max(1, min(count - granted, 16))
+        assert _all_go(one, rest, now + wait, rates), f"seed {seed}: {rest} do not fit after {wait} s"
+        assert wait == 0 or not _all_go(one, rest, now + wait - 0.01, rates), f"seed {seed}: {wait} s is too long"
+
+
 def test_the_longest_window_is_the_one_read() -> None:
     tats = None
     for _ in range(10):
@@ -160,6 +194,14 @@ class World:
 
     def sync(self, message: CheckSyncMessage) -> None:
         sync(message, self.deps)
+        self.passes()
+
+    def passes(self) -> None:
+        """Run each pass booked for a burst once its settle period is over (what ChecksQueue's delay does)."""
+        while due := [(m, d) for m, d in self.queue.sent if m.kind == "head" and d <= self.deps.pass_settle_s]:
+            self.queue.sent.remove(due[0])
+            self.clock.t = max(self.clock.t, due[0][0].not_before or self.clock.t)
+            sync(due[0][0], self.deps)
 
     def settle(self) -> None:
         """Let the settle period pass and hand the writer what it asked to look at again."""
@@ -209,19 +251,20 @@ def test_when_the_window_is_full_the_repositorys_run_is_written_once_with_its_re
     assert w.metrics.counts["CheckRunSkipped.need=queued"] == 1
 
 
-def test_a_write_decided_before_it_was_paced_is_made_with_its_booked_slot() -> None:
+def test_a_pass_back_with_its_booked_slot_spends_it_on_what_the_window_still_allows() -> None:
     w, sha = World(gauge=FakeGauge(TIGHT)), "d" * 40
     w.state.ledger[("x-d1", REPO)] = LedgerRow(
         "x-d1", REPO, LedgerState.DISPATCHED, "d1", level=4, head_sha=sha, upstream=UPSTREAM, pr=5
     )
-    job = _job("a", "in_progress", sha=sha)
-    w.jobs.record(job)
-    message = job_message(job)
-    assert message is not None
-    w.sync(message.model_copy(update={"slot_at": w.clock.t}))  # back from the queue with the slot it booked
-    # The per-job run spends the slot without asking; the repository's in_progress then asks, and is left out.
-    assert w.runs(sha) == {f"crcr/{REPO}/CI/a": ("in_progress", None)}
-    assert w.gauge.reads == 1
+    w.jobs.record(_job("a", "completed", sha=sha, at=0.0))
+    ticket = ask_head(w.deps.ask, UPSTREAM, sha, {"x-d1 o/r"}, due_in=0.0)
+    assert ticket is not None
+    pacer = FakePacer()
+    back = head_message(UPSTREAM, sha, ticket, 0.0, w.clock.t).model_copy(update={"slot_at": w.clock.t})
+    sync(back, replace(w.deps, pacer=pacer))  # back from the queue with the slot it booked
+    # The window is tight: no new per-job run; the repository's result goes on the slot held, asking nothing more.
+    assert w.runs(sha) == {f"crcr/{REPO}": ("completed", "success")}
+    assert pacer.keys == [] and w.metrics.counts["CheckRunSkipped.need=detail"] == 1
 
 
 def test_per_repo_ends_a_per_job_run_created_before_the_setting_changed() -> None:
@@ -244,12 +287,12 @@ def test_per_job_writes_every_run_whatever_the_window_says() -> None:
     w.reported(_job("a", "completed", sha=sha))
     w.settle()
     writes = [(kind, f["name"].rsplit("/", 1)[-1], f["status"]) for kind, f in w.api.calls]
-    assert writes == [
+    assert writes == [  # each pass writes the repository's run first: it is what decides a merge
         ("create", "r", "queued"),
-        ("create", "a", "in_progress"),
         ("update", "r", "in_progress"),
+        ("create", "a", "in_progress"),
+        ("update", "r", "completed"),  # its job finished long ago (at 150): nothing left to settle
         ("update", "a", "completed"),
-        ("update", "r", "completed"),
     ]
     assert w.gauge.reads == 0
 
@@ -268,17 +311,19 @@ def test_an_unknown_repository_falls_back_to_auto() -> None:
 def test_a_wait_past_the_pacers_booking_horizon_books_nothing_so_no_two_messages_share_a_slot() -> None:
     """Past 15 minutes the pacer books nothing and tells every waiting message the same moment: each used to
     take it for a slot of its own, and they all wrote at once (the bench saw 680 writes in an hour, and
-    GitHub's 403s)."""
+    GitHub's 403s). A pass told that waits without a slot and asks again then."""
     w, sha = World(), "9" * 40
     w.state.ledger[("x-d1", REPO)] = LedgerRow(
         "x-d1", REPO, LedgerState.DISPATCHED, "d1", level=4, head_sha=sha, upstream=UPSTREAM, pr=5
     )
-    pacer = FakePacer(waits=[1200.0, 1200.0, 300.0])
+    # None free now, and the next one past the horizon (nothing booked); later, none free and one 300 s ahead.
+    pacer = FakePacer(waits=[1200.0, 1200.0, 300.0, 300.0])
     deps = replace(w.deps, pacer=pacer)
-    first = CheckSyncMessage(kind="repo", upstream=UPSTREAM, head_sha=sha, delivery_id="x-d1", repo=REPO)
-    assert [sync(first, deps).detail, sync(first, deps).detail] == ["paced", "paced"]
-    assert [(m.slot_at, m.not_before) for m, _ in w.queue.sent] == [(None, 2200.0), (None, 2200.0)]
+    ticket = ask_head(deps.ask, UPSTREAM, sha, {"x-d1 o/r"}, due_in=0.0)
+    assert ticket is not None
+    assert sync(head_message(UPSTREAM, sha, ticket, 0.0, w.clock.t), deps).detail == "paced"
+    assert [(m.slot_at, m.not_before) for m, _ in w.queue.sent] == [(None, 2200.0)]
     w.clock.t = 2200.0
     assert sync(w.queue.sent[0][0], deps).detail == "paced"  # it asks again, and this time books
     assert w.queue.sent[-1][0].slot_at == 2500.0
-    assert w.api.calls == [] and len(pacer.keys) == 3
+    assert w.api.calls == [] and pacer.reserved == [True, True]

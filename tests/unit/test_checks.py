@@ -8,15 +8,14 @@ from typing import Any
 import pytest
 
 from crcr.adapters.allowlist_source import parse_allowlist
-from crcr.app.checks import CheckDeps, check_run_fields, job_message, sync
+from crcr.app.checks import CheckDeps, SyncOutcome, check_run_fields, job_message, sync
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.ledger import LedgerRow, LedgerState
 from crcr.app.ports.pulls import PrInfo
 from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain.checks import JobOutcome, Known, check_run_name, rollup, should_write, wants_check_run
 from crcr.domain.failed_tests import cap, to_json
-from crcr.domain.pacing import WindowLevel
-from tests.unit.fakes import FakeClock, FakePacer, FakeState, RecordingMetrics, StaticAllowlist
+from tests.unit.fakes import FakeCheckStore, FakeClock, FakePacer, FakeState, RecordingMetrics, StaticAllowlist
 
 
 @pytest.mark.parametrize(
@@ -80,30 +79,6 @@ class _Api:
         self.calls.append(("update", fields))
 
 
-class _Store:
-    def __init__(self) -> None:
-        self.rows: dict[str, tuple[Known | None, int]] = {}
-
-    def get_check(self, upstream: str, head_sha: str, name: str) -> tuple[Known | None, int]:
-        return self.rows.get(name, (None, 0))
-
-    def checks_of_head(self, upstream: str, head_sha: str) -> list[tuple[str, Known, int]]:
-        return [(name, known, version) for name, (known, version) in self.rows.items() if known is not None]
-
-    def lock_check(self, upstream: str, head_sha: str, name: str, version: int, now: float, lease_s: float) -> int:
-        known, current = self.rows.get(name, (None, 0))
-        assert current == version
-        self.rows[name] = (known, version + 1)
-        return version + 1
-
-    def unlock_check(self, upstream: str, head_sha: str, name: str, locked: int) -> None:
-        return
-
-    def save_check(self, upstream: str, head_sha: str, name: str, known: Known, locked: int) -> bool:
-        self.rows[name] = (known, locked + 1)
-        return True
-
-
 class _Results:
     def __init__(self, latest: JobRecord) -> None:
         self.latest = latest
@@ -115,6 +90,10 @@ class _Results:
 
     def jobs_of_dispatch(self, dispatch_id: str) -> list[JobRecord]:
         self.reads.append("jobs_of_dispatch")
+        return [self.latest]
+
+    def jobs_for_head(self, upstream: str, head_sha: str) -> list[JobRecord]:
+        self.reads.append("jobs_for_head")
         return [self.latest]
 
     def put_job(self, record: JobRecord, expected_version: int | None) -> bool:
@@ -137,7 +116,7 @@ def _deps(latest: JobRecord, pacer: FakePacer | None = None, now: float = 1000.0
     state.ledger[("x", "o/r")] = LedgerRow("x", "o/r", LedgerState.DISPATCHED, "d", level=4, head_sha="a" * 40,
                                            upstream="pytorch/pytorch", pr=5)  # fmt: skip
     deps = CheckDeps(
-        api=api, store=_Store(), results=_Results(latest), ledger=state, prs=state, queue=queue,
+        api=api, store=FakeCheckStore(), results=_Results(latest), ledger=state, prs=state, queue=queue,
         pacer=pacer or FakePacer(),
         allowlist=StaticAllowlist(parse_allowlist("L4:\n  - o/r\n")), metrics=RecordingMetrics(),
         clock=FakeClock(now), settle_s=60.0,
@@ -145,38 +124,62 @@ def _deps(latest: JobRecord, pacer: FakePacer | None = None, now: float = 1000.0
     return deps, api, queue
 
 
-def test_a_job_completed_before_its_in_progress_record_is_handled_is_written_once() -> None:
-    deps, api, _ = _deps(_job("completed", "success"))
-    sync(job_message(_job("in_progress", None)), deps)  # type: ignore[arg-type]  # the older record, handled late
-    sync(job_message(_job("completed", "success")), deps)  # type: ignore[arg-type]
+def _pass(deps: CheckDeps, *changes: JobRecord) -> SyncOutcome:
+    """What the reporter and ChecksQueue do for a burst of changes on the commit: each change books the head's pass
+    (the first sends its message), then the pass runs once."""
+    queue = deps.queue
+    before = len(queue.sent)  # type: ignore[attr-defined]
+    for change in changes:
+        message = job_message(change)
+        assert message is not None
+        assert sync(message, deps).detail == "booked"
+    booked = queue.sent[before:]  # type: ignore[attr-defined]
+    assert [m.kind for m, _ in booked] == ["head"]  # one message for the burst, however many changes
+    del queue.sent[before:]  # type: ignore[attr-defined]
+    deps.clock.t += deps.pass_settle_s  # type: ignore[attr-defined]  # the message's delay: the burst's settle period
+    return sync(booked[0][0].model_copy(update={"not_before": None}), deps)
+
+
+def test_a_burst_of_changes_is_one_pass_writing_each_check_run_once_as_it_stands() -> None:
+    deps, api, queue = _deps(_job("completed", "success"))
+    # The job started and finished before its pass ran: its check run is created once, as finished.
+    outcome = _pass(deps, _job("in_progress", None), _job("completed", "success"))
     job_writes = [
         (kind, f["status"], f.get("conclusion")) for kind, f in api.calls if f.get("name", "").endswith("/build")
     ]
     assert job_writes == [("create", "completed", "success")]
+    # The repository's run too (the ledger's dispatch), in the same pass: completed, its job long settled.
+    assert [(f["name"], f["status"]) for _, f in api.calls] == [
+        ("crcr/o/r", "completed"),
+        ("crcr/o/r/CI/build", "completed"),
+    ]
+    assert outcome.detail == "done" and not queue.sent
+    assert deps.results.reads == ["jobs_for_head"]  # type: ignore[attr-defined]  # the head's jobs read once
 
 
 def test_over_the_budget_a_write_waits_in_the_queue_and_nothing_is_written() -> None:
-    deps, api, queue = _deps(_job("in_progress", None), pacer=FakePacer(waits=[42.0, 99.0]))
-    outcome = sync(job_message(_job("in_progress", None)), deps)  # type: ignore[arg-type]
+    # None free now (the first wait), and the next slot booked 42 s ahead (the second).
+    deps, api, queue = _deps(_job("in_progress", None), pacer=FakePacer(waits=[42.0, 42.0]))
+    outcome = _pass(deps, _job("in_progress", None))
     assert (outcome.detail, api.calls) == ("paced", [])
     [(later, delay)] = queue.sent
-    assert delay == 42.0 and later.not_before == 1042.0 and later.kind == "job"
-    # The pacer booked that slot: back then, the message spends it without asking (else: paced 99 s more).
-    assert later.slot_at == 1042.0
-    sync(later, replace(deps, clock=FakeClock(1042.0)))
-    assert [kind for kind, _ in api.calls][:1] == ["create"]
+    assert delay == 42.0 and later.not_before == 1047.0 and later.kind == "head"
+    # The pacer booked that slot: back then, the pass spends it, and takes the rest it needs in one step.
+    assert later.slot_at == 1047.0
+    sync(later, replace(deps, clock=FakeClock(1047.0)))
+    assert [kind for kind, _ in api.calls] == ["create", "create"]
+    assert deps.pacer.counts == [2, 1]  # type: ignore[attr-defined]  # both writes asked for at once
 
 
 def test_the_repository_run_waits_for_its_jobs_to_settle_before_completing() -> None:
     done = _job("completed", "failure")  # completed at 150
     deps, api, queue = _deps(done, now=180.0)
-    outcome = sync(CheckSyncMessage(kind="repo", upstream="pytorch/pytorch", head_sha="a" * 40, delivery_id="x",
-                                    repo="o/r"), deps)  # fmt: skip
-    assert [(f["name"], f["status"]) for _, f in api.calls] == [("crcr/o/r", "in_progress")]
-    assert outcome.detail == "settling" and queue.sent[0][1] == 30.0  # 150 + 60 - 180
+    outcome = _pass(deps, done)
+    assert [(f["name"], f["status"]) for _, f in api.calls if f["name"] == "crcr/o/r"] == [("crcr/o/r", "in_progress")]
+    assert outcome.detail == "again" and queue.sent[0][1] == 25.0  # 150 + 60 - 185 (its burst settled at 185)
     later = replace(deps, clock=FakeClock(211.0))
     sync(queue.sent[0][0], later)
-    assert [(f["status"], f.get("conclusion")) for _, f in api.calls] == [
+    assert [(f["status"], f.get("conclusion")) for _, f in api.calls if f["name"] == "crcr/o/r"] == [
         ("in_progress", None),
         ("completed", "failure"),
     ]
@@ -264,11 +267,11 @@ def test_an_open_demotion_stops_new_check_runs_and_lets_running_ones_finish() ->
     labelled = replace(deps, prs=_LabelledPr(), allowlist=l3)
     # Demoted at 95, before the dispatch (100) and its job (110): no new check run for either.
     demoted = replace(labelled, demotions=_Demotions({"o/r": 95.0}))
-    sync(job_message(started_before), demoted)  # type: ignore[arg-type]
+    _pass(demoted, started_before)
     assert api.calls == [] and demoted.metrics.counts["CheckRunSuppressed"] == 2  # type: ignore[attr-defined]
     # Demoted at 120, while it ran: its check run is still written (and carried to its end).
-    sync(job_message(started_before), replace(labelled, demotions=_Demotions({"o/r": 120.0})))  # type: ignore[arg-type]
-    assert [f["name"] for _, f in api.calls] == ["crcr/o/r/CI/build", "crcr/o/r"]
+    _pass(replace(labelled, demotions=_Demotions({"o/r": 120.0})), started_before)
+    assert [f["name"] for _, f in api.calls] == ["crcr/o/r", "crcr/o/r/CI/build"]
     # The PR closed (no demotion): check runs as before.
     assert _demoted_nothing(labelled)
 
@@ -289,8 +292,8 @@ def test_a_ciflow_push_has_check_runs_of_its_own_beside_the_prs() -> None:
     deps, api, _ = _deps(ciflow)
     row = deps.ledger.ledger[("x", "o/r")]  # type: ignore[attr-defined]
     deps.ledger.ledger[("x", "o/r")] = replace(row, ciflow="trunk", event_type="push")  # type: ignore[attr-defined]
-    sync(job_message(ciflow), deps)  # type: ignore[arg-type]
-    assert [f["name"] for _, f in api.calls] == ["crcr/o/r/CI/build (ciflow/trunk)", "crcr/o/r (ciflow/trunk)"]
+    _pass(deps, ciflow)
+    assert [f["name"] for _, f in api.calls] == ["crcr/o/r (ciflow/trunk)", "crcr/o/r/CI/build (ciflow/trunk)"]
     assert check_run_name("o/r", "", "", "trunk") == "crcr/o/r (ciflow/trunk)"
 
 
@@ -303,35 +306,32 @@ def test_the_summary_names_the_failing_tests() -> None:
 
 @dataclass
 class _Shares:
-    """A downstream's share of the installation's budget: the pacer and its gauge, scripted."""
+    """A downstream's share of the installation's budget, scripted: how many of its writes may go now."""
 
-    waits: list[float] = field(default_factory=list)
-    booked: float = 0.0
+    allowed: list[int] = field(default_factory=list)
     keys: list[int | str] = field(default_factory=list)
 
     def acquire(self, key: int | str, now: float, reserve: bool = False) -> float:
-        self.keys.append(key)
-        return self.waits.pop(0) if self.waits else 0.0
+        raise AssertionError("a share is taken for all of a pass's writes at once")
 
-    def level(self, key: int | str, now: float) -> WindowLevel:
-        return WindowLevel(self.booked, 10)
+    def acquire_many(self, key: int | str, now: float, count: int) -> tuple[int, float]:
+        self.keys.append(key)
+        allowed = min(count, self.allowed.pop(0)) if self.allowed else count
+        return allowed, 0.0 if allowed == count else 30.0
 
 
 def test_a_downstream_over_its_share_waits_without_spending_the_installations_budget() -> None:
     installation = FakePacer()
-    deps, api, _ = _deps(_job("in_progress", None), pacer=installation)
-    shares = _Shares(waits=[30.0])
-    deps = replace(deps, share=shares, share_gauge=shares)
-    outcome = sync(job_message(_job("in_progress", None)), deps)  # type: ignore[arg-type]
-    assert (outcome.detail, outcome.delay_s, api.calls, installation.keys) == ("paced", 30.0, [], [])
+    deps, api, queue = _deps(_job("in_progress", None), pacer=installation)
+    shares = _Shares(allowed=[0, 1])
+    deps = replace(deps, share=shares)
+    outcome = _pass(deps, _job("in_progress", None))
+    assert (outcome.detail, outcome.delay_s, api.calls, installation.keys) == ("again", 30.0, [], [])
     assert shares.keys == ["pytorch/pytorch#o/r"] and deps.metrics.counts["DownstreamThrottled"] == 1  # type: ignore[attr-defined]
-    # Its hour spent: a message is sent back before it reads anything (no job read, nothing asked of the pacer).
-    shares.booked = 11.0
-    reads = len(deps.results.reads)  # type: ignore[attr-defined]
-    outcome = sync(job_message(_job("in_progress", None)), deps)  # type: ignore[arg-type]
-    assert (outcome.detail, outcome.delay_s) == ("paced", 60.0)
-    assert len(deps.results.reads) == reads and installation.keys == []  # type: ignore[attr-defined]
-    # Within its share, the write goes, spending both.
-    shares.booked = 0.0
-    sync(job_message(_job("in_progress", None)), deps)  # type: ignore[arg-type]
-    assert [kind for kind, _ in api.calls][:1] == ["create"] and installation.keys
+    # Room for one of its two writes: the repository's run goes (the installation asked for that one), the job's waits.
+    [(later, _)] = queue.sent
+    sync(later.model_copy(update={"not_before": None}), deps)
+    assert [f["name"] for _, f in api.calls] == ["crcr/o/r"] and installation.counts == [1]
+    # Within its share, the rest goes, spending both.
+    sync(queue.sent[-1][0].model_copy(update={"not_before": None}), deps)
+    assert [kind for kind, _ in api.calls] == ["create", "create"] and installation.counts == [1, 1]

@@ -15,7 +15,7 @@ from crcr.domain.ticket import TicketClaims
 BY_DISPATCH_INDEX = "by_dispatch"  # keys only, on `dispatch_id`: a run's title names its dispatch by that id
 
 
-def _ledger_row(delivery_id: str, item: dict[str, Any]) -> LedgerRow:
+def ledger_row(delivery_id: str, item: dict[str, Any]) -> LedgerRow:
     return LedgerRow(
         delivery_id=delivery_id,
         repo=item.get("repo_full_name", item.get("repo", {"S": ""}))["S"],
@@ -43,6 +43,22 @@ def _ledger_row(delivery_id: str, item: dict[str, Any]) -> LedgerRow:
     )
 
 
+def dispatched_row(record: dict[str, Any]) -> LedgerRow | None:
+    """The ledger row an L3/L4 dispatch just marked sent (the StateTable stream's filter passes only those; anything
+    else here is None), as its new image holds it: its commit's check-run pass reads it from here, not the table."""
+    data = record.get("dynamodb") or {}
+    new, old = data.get("NewImage") or {}, data.get("OldImage") or {}
+    pk, sk = new.get("pk", {}).get("S", ""), new.get("sk", {}).get("S", "")
+    if not (pk.startswith("DLV#") and sk.startswith("DSP#")):
+        return None
+    sent = LedgerState.DISPATCHED.value
+    if new.get("state", {}).get("S") != sent or old.get("state", {}).get("S") == sent:
+        return None
+    if int(new.get("level", {}).get("N", "0")) < 3 or "upstream" not in new or "head_sha" not in new:
+        return None
+    return ledger_row(pk.removeprefix("DLV#"), new)
+
+
 class DynamoLedger:
     """The Ledger, LedgerReader, CallbackLedger and StartWatch ports."""
 
@@ -59,7 +75,7 @@ class DynamoLedger:
         item = self._ddb.get_item(TableName=self._table, Key=ledger_key(delivery_id, repo), ConsistentRead=True).get(
             "Item"
         )
-        return _ledger_row(delivery_id, item) if item else None
+        return ledger_row(delivery_id, item) if item else None
 
     def _base_values(self, message: DispatchMessage, now: float) -> dict[str, Any]:
         values: dict[str, Any] = {
@@ -125,9 +141,9 @@ class DynamoLedger:
             if not conditional_failed(exc):
                 raise
             old = exc.response.get("Item")
-            return LedgerClaim(False, _ledger_row(message.delivery_id, old) if old else None)
+            return LedgerClaim(False, ledger_row(message.delivery_id, old) if old else None)
         new = written.get("Attributes")
-        return LedgerClaim(True, _ledger_row(message.delivery_id, new) if new else None)
+        return LedgerClaim(True, ledger_row(message.delivery_id, new) if new else None)
 
     def mark_dispatched(
         self,
@@ -239,7 +255,7 @@ class DynamoLedger:
         item = self._ddb.get_item(
             TableName=self._table, Key={"pk": keys["pk"], "sk": keys["sk"]}, ConsistentRead=True
         ).get("Item")
-        return _ledger_row(delivery_id, item) if item else None
+        return ledger_row(delivery_id, item) if item else None
 
     def note_run(self, delivery_id: str, repo: str, run_id: str) -> None:
         """A workflow_dispatch's run, bound by its first event: a repeated attempt finds it here, not by listing."""

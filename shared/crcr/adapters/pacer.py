@@ -12,7 +12,16 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from crcr.adapters.table import DAY, conditional_failed, num, pace_key
-from crcr.domain.pacing import CONTENT_RATES, RESERVE_HORIZON_S, Rate, WindowLevel, busy_windows, pace, window_level
+from crcr.domain.pacing import (
+    CONTENT_RATES,
+    RESERVE_HORIZON_S,
+    Rate,
+    WindowLevel,
+    busy_windows,
+    grant,
+    pace,
+    window_level,
+)
 
 # How old a cell this pacer saw at its own last booking may be and still answer `level` without a read. The error is
 # other writers' bookings since (at the hourly pace, one every 8 s): it can only make `check_runs: auto` admit a
@@ -92,6 +101,33 @@ class DynamoPacer:
             self._seen[key], self._seen_at[key] = seen, now
         return window_level(seen.tats, now, self._rates)
 
+    def acquire_many(self, key: int | str, now: float, count: int) -> tuple[int, float]:
+        """Up to `count` slots now in one write (the Pacer port): how many, and the wait for the next one. None free:
+        (0, wait), nothing booked."""
+        with self._lock:
+            one = self._keys.setdefault(key, threading.Lock())
+        with one:
+            granted = self._acquire_many(key, pace_key(key, self._cell), float(num(now)), count)
+            self._seen_at[key] = now
+            return granted
+
+    def _acquire_many(self, key: int | str, cell_key: dict[str, Any], now: float, count: int) -> tuple[int, float]:
+        seen = self._seen.get(key)
+        for _ in range(self._attempts):
+            tats = seen.tats if seen is not None else None
+            _, n, wait = grant(tats, now, self._rates, count)
+            if n == 0:
+                return 0, wait
+            if seen is not None and seen.tats is None:
+                new, n, wait = grant(None, now, self._rates, count)
+                found = self._write_whole(key, cell_key, new, now, None)
+            else:
+                found = self._take(key, cell_key, busy_windows(tats, now, self._rates), now, n)
+            if found is None:
+                return n, wait
+            seen = found  # the cell as the table holds it: decide again from that
+        return 0, 1.0
+
     def _acquire(self, key: int | str, now: float, reserve: bool) -> float:
         cell_key = pace_key(key, self._cell)
         now = float(num(now))  # the table's precision, so the conditions and this arithmetic agree
@@ -131,23 +167,28 @@ class DynamoPacer:
     def _values(self, now: float) -> dict[str, Any]:
         return {":one": {"N": "1"}, ":exp": {"N": str(int(now) + 2 * DAY)}}
 
-    def _take(self, key: int | str, cell_key: dict[str, Any], busy: tuple[bool, ...], now: float) -> _Cell | None:
-        """One slot now, each window moved on in place under the condition that it allows the call."""
+    def _take(
+        self, key: int | str, cell_key: dict[str, Any], busy: tuple[bool, ...], now: float, cost: int = 1
+    ) -> _Cell | None:
+        """`cost` slots now, each window moved on in place under the condition that it allows the calls (pace's)."""
         # Exactly one time per window: each compared below, and none after the last (rates unchanged).
         sets, conditions = [], [f"attribute_not_exists(tats[{len(self._rates)}])"]
-        values = self._values(now) | {":now": {"N": str(num(now))}}
+        values = self._values(now)
         for i, (rate, is_busy) in enumerate(zip(self._rates, busy, strict=True)):
             if is_busy:
                 sets.append(f"tats[{i}] = tats[{i}] + :i{i}")
                 conditions.append(f"tats[{i}] > :now AND tats[{i}] <= :lim{i}")
-                values[f":i{i}"] = {"N": str(num(rate.interval))}
+                values[":now"] = {"N": str(num(now))}
+                values[f":i{i}"] = {"N": str(num(cost * rate.interval))}
                 # A microsecond of slack: the float arithmetic above must never find allowed what DynamoDB's
                 # decimals refuse (the same write would be refused again and again).
-                values[f":lim{i}"] = {"N": str(num(now + rate.burst * rate.interval + 1e-6))}
+                values[f":lim{i}"] = {"N": str(num(now + (rate.burst - cost + 1) * rate.interval + 1e-6))}
             else:
+                # Idle: the window allows `cost` calls at once only if they fit in its burst from its time on.
                 sets.append(f"tats[{i}] = :t{i}")
-                conditions.append(f"tats[{i}] <= :now")
-                values[f":t{i}"] = {"N": str(num(now + rate.interval))}
+                conditions.append(f"tats[{i}] <= :idle{i}")
+                values[f":t{i}"] = {"N": str(num(now + cost * rate.interval))}
+                values[f":idle{i}"] = {"N": str(num(now - max(0, cost - 1 - rate.burst) * rate.interval))}
         return self._update(
             key,
             cell_key,

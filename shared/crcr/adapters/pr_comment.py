@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crcr.adapters.table import COMMENT_TTL_S, applied, comment_key, num
+from crcr.adapters.table import COMMENT_TTL_S, applied, book, comment_key, num
 from crcr.app.ports.comment import CommentRow
 from crcr.domain.comment import Posted
 
@@ -43,45 +43,7 @@ class DynamoPrComment:
         )
 
     def book_render(self, upstream: str, pr: int, ticket: str, now: float, due_at: float, stale_before: float) -> str:
-        key = comment_key(upstream, pr)
-        # One write whether or not a render is pending: the first request's ticket stays, every request moves
-        # the due time on (the render debounces on it).
-        got = self._ddb.update_item(
-            TableName=self._table,
-            Key=key,
-            UpdateExpression=(
-                "SET due_at = :due, pending = if_not_exists(pending, :t), "
-                "pending_since = if_not_exists(pending_since, :now), version = if_not_exists(version, :zero), "
-                "expires_at = :exp"
-            ),
-            ExpressionAttributeValues={
-                ":due": {"N": str(num(due_at))},
-                ":t": {"S": ticket},
-                ":now": {"N": str(num(now))},
-                ":zero": {"N": "0"},
-                ":exp": {"N": str(int(now) + COMMENT_TTL_S)},
-            },
-            ReturnValues="ALL_NEW",
-        )["Attributes"]
-        pending: str = got["pending"]["S"]
-        live = "N" in got.get("lock_until", {}) and float(got["lock_until"]["N"]) >= now
-        if pending == ticket or float(got["pending_since"]["N"]) >= stale_before or live:
-            return pending
-        # The pending render was booked long ago and never ran: its message was lost. Take over.
-        took = applied(
-            self._ddb.update_item,
-            TableName=self._table,
-            Key=key,
-            UpdateExpression="SET pending = :t, pending_since = :now",
-            ConditionExpression="pending = :old AND pending_since < :stale",
-            ExpressionAttributeValues={
-                ":t": {"S": ticket},
-                ":now": {"N": str(num(now))},
-                ":old": {"S": pending},
-                ":stale": {"N": str(num(stale_before))},
-            },
-        )
-        return ticket if took else self.get_comment(upstream, pr).pending or ticket
+        return book(self._ddb, self._table, comment_key(upstream, pr), ticket, now, due_at, stale_before, COMMENT_TTL_S)
 
     def lock_comment(self, upstream: str, pr: int, ticket: str, version: int, now: float, lease_s: float) -> int | None:
         ok = applied(

@@ -115,3 +115,58 @@ def pace_key(key: int | str, cell: str) -> dict[str, dict[str, str]]:
 def job_key(dispatch_id: str, run_id: str, run_attempt: int, job_name: str) -> dict[str, dict[str, str]]:
     """A job attempt in the results table."""
     return {"pk": {"S": f"DSP#{dispatch_id}"}, "sk": {"S": f"JOB#{run_id}#{run_attempt}#{job_name}"}}
+
+
+def book(
+    client: Any,
+    table: str,
+    key: dict[str, Any],
+    ticket: str,
+    now: float,
+    due_at: float,
+    stale_before: float,
+    ttl_s: int,
+    add: dict[str, Any] | None = None,
+) -> str:
+    """A debounced booking on one row (a PR's comment render, a head's check-run pass): one write whether or not one
+    is pending. The first request's ticket stays, every request moves the due time on; `add` is ADDed to the row
+    (names -> values). Returns the ticket of the booking that will do the work: `ticket` when none was pending, or
+    the pending one was booked before `stale_before` (its message was lost) and no live lock holds the row."""
+    values = {
+        ":due": {"N": str(num(due_at))},
+        ":t": {"S": ticket},
+        ":now": {"N": str(num(now))},
+        ":zero": {"N": "0"},
+        ":exp": {"N": str(int(now) + ttl_s)},
+    }
+    expression = (
+        "SET due_at = :due, pending = if_not_exists(pending, :t), pending_since = if_not_exists(pending_since, :now), "
+        "version = if_not_exists(version, :zero), expires_at = :exp"
+    )
+    if add:
+        expression += " ADD " + ", ".join(f"{name} :add_{name}" for name in add)
+        values |= {f":add_{name}": value for name, value in add.items()}
+    got = client.update_item(
+        TableName=table, Key=key, UpdateExpression=expression, ExpressionAttributeValues=values, ReturnValues="ALL_NEW"
+    )["Attributes"]
+    pending: str = got["pending"]["S"]
+    live = "N" in got.get("lock_until", {}) and float(got["lock_until"]["N"]) >= now
+    if pending == ticket or float(got["pending_since"]["N"]) >= stale_before or live:
+        return pending
+    took = applied(
+        client.update_item,
+        TableName=table,
+        Key=key,
+        UpdateExpression="SET pending = :t, pending_since = :now",
+        ConditionExpression="pending = :old AND pending_since < :stale",
+        ExpressionAttributeValues={
+            ":t": {"S": ticket},
+            ":now": {"N": str(num(now))},
+            ":old": {"S": pending},
+            ":stale": {"N": str(num(stale_before))},
+        },
+    )
+    if took:
+        return ticket
+    item = client.get_item(TableName=table, Key=key, ConsistentRead=True).get("Item") or {}
+    return str(item.get("pending", {}).get("S") or ticket)

@@ -34,7 +34,24 @@ class Budget:
         held, self.slot_at = self.holds(now), None
         if held:
             return  # a slot booked for about now; a stale one is dropped (its moment has passed)
-        wait = pacer.acquire(installation(), now, reserve=True)
+        self._book(pacer.acquire(installation(), now, reserve=True), now)
+
+    def take(self, pacer: Pacer, installation: Callable[[], int], now: float, count: int) -> tuple[int, float]:
+        """Slots for up to `count` writes now: (how many may go, how long until the next slot after them). The slot
+        held is spent first, then as many as the budget has free are taken in one step. None free: the next slot is
+        booked for this message and Paced raised, as `spend` does."""
+        held = 1 if self.holds(now) else 0
+        self.slot_at = None
+        if held >= count:
+            return count, 0.0
+        n, wait = pacer.acquire_many(installation(), now, count - held)
+        if n + held > 0:
+            return n + held, wait if n + held < count else 0.0
+        self._book(pacer.acquire(installation(), now, reserve=True), now)
+        return 1, 0.0
+
+    def _book(self, wait: float, now: float) -> None:
+        """After asking for one slot with `reserve`: nothing to do when it is free now; otherwise hold it and raise."""
         if wait > 0:
             # Booked (nobody else gets that slot) when within the horizon; a longer wait booked nothing, and the
             # message must ask again rather than spend a slot that is not its own.

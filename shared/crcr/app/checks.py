@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from crcr.app.budget import Budget, Paced
-from crcr.app.comment import CommentDeps, sync_comment
+from crcr.app.comment import CommentDeps, ask_render, sync_comment
 from crcr.app.ports import AllowlistProvider, Clock, Metrics
 from crcr.app.ports.checkruns import CheckRunStore
 from crcr.app.ports.github import GitHubRateLimited, GitHubRejected, GitHubUnavailable, NotInstalled
@@ -41,7 +42,7 @@ from crcr.app.ports.jobs import JobRecord, ResultsStore
 from crcr.app.ports.ledger import LedgerReader, LedgerRow, LedgerState
 from crcr.app.ports.levels import DemotionReader
 from crcr.app.ports.pacing import BudgetGauge, Pacer
-from crcr.app.ports.pulls import PrInfos
+from crcr.app.ports.pulls import PrInfo, PrInfos
 from crcr.app.ports.queues import ChecksQueue
 from crcr.app.rerun import RerunBusy, RerunDeps, RetryDeps, rerun_requested, retry_infra
 from crcr.contracts.messages import CheckSyncMessage
@@ -103,7 +104,6 @@ class CheckDeps:
     metrics: Metrics
     clock: Clock
     settle_s: float = 60.0
-    lease_s: float = 30.0  # one GitHub write with its timeouts: a crashed writer's lock lapses after this
     reruns: RerunDeps | None = None  # kind "rerun": re-runs from the Checks tab and the relay's own retries
     retries: RetryDeps | None = None
     policy: RetryPolicy = field(default_factory=RetryPolicy)
@@ -115,11 +115,16 @@ class CheckDeps:
     # Each downstream's share of the upstream installation's write budget (CRCR_DOWNSTREAM_WRITE_SHARE): one whose
     # jobs would take more waits for its own share, never for another's. None: no share (the whole budget).
     share: Pacer | None = None
-    share_gauge: BudgetGauge | None = None  # the same shares, read without taking a slot
+    pass_settle_s: float = 5.0  # a change waits this long for the rest of its burst before its head's pass runs
+    # A pass's lock lapses after this: longer than ChecksFunction's time-out, so only a writer that is gone loses it.
+    pass_lease_s: float = 90.0
+    pass_max_wait_s: float = 30.0  # a steady stream of changes still gets a pass at least this often
+    # What this instance last asked the PR comment to show, per PR: a pass asks again only when that changed.
+    comment_asked: dict[tuple[str, int], tuple[Any, ...]] = field(default_factory=dict)
 
-
-class CheckRunRace(Exception):
-    """Another writer holds or just moved the same check run: look again shortly."""
+    @property
+    def ask(self) -> HeadAsk:
+        return HeadAsk(self.store, self.queue, self.clock, self.pass_settle_s)
 
 
 @dataclass
@@ -127,6 +132,7 @@ class SyncOutcome:
     written: list[str] = field(default_factory=list)
     detail: str = "done"
     delay_s: float = 0.0
+    delivery_of: dict[str, str] = field(default_factory=dict)  # a pass's writes: check run -> its dispatch's delivery
 
 
 def _iso(ts: float | None) -> str | None:
@@ -272,17 +278,13 @@ def repo_check_fields(row: LedgerRow, jobs: list[JobRecord], state: Rollup, name
 
 @dataclass(frozen=True)
 class _Check:
-    """One check run as the relay last wrote it (known None: never written), read once per decision."""
+    """One check run as the relay last wrote it (known None: never written), read once per pass."""
 
     upstream: str
     head_sha: str
     name: str
     known: Known | None
     version: int
-
-    @classmethod
-    def read(cls, upstream: str, head_sha: str, name: str, deps: CheckDeps) -> _Check:
-        return cls(upstream, head_sha, name, *deps.store.get_check(upstream, head_sha, name))
 
 
 @dataclass(frozen=True)
@@ -294,10 +296,10 @@ class _Why:
     writes: int = 1  # this write and the ones it commits to
 
 
-def _makes(check: _Check, why: _Why, deps: CheckDeps, budget: Budget) -> bool:
+def _makes(check: _Check, why: _Why, deps: CheckDeps) -> bool:
+    """Whether the repository's setting makes this write now (with `auto`, as the budget's hourly window stands: a
+    pass decides every write afresh, and a slot it holds goes to the first write made)."""
     now = deps.clock.now()
-    if why.mode == "auto" and budget.holds(now):
-        return True  # decided when this message was paced: its booked slot is spent either way
 
     def level() -> WindowLevel:
         if deps.gauge is None:
@@ -312,78 +314,60 @@ def _makes(check: _Check, why: _Why, deps: CheckDeps, budget: Budget) -> bool:
 
 
 SHARE_RECHECK_S = 60.0
-
-
-def _share_spent(message: CheckSyncMessage, deps: CheckDeps) -> float:
-    """When the downstream has spent its share's longest window (the hour): look again in a minute."""
-    if deps.share_gauge is None or not message.repo:
-        return 0.0
-    level = deps.share_gauge.level(share_key(message.upstream, message.repo), deps.clock.now())
-    if level.booked <= level.burst:
-        return 0.0
-    deps.metrics.count("DownstreamThrottled")
-    return SHARE_RECHECK_S
+COMMENT_ASKED_KEPT = 1000  # PRs whose last request this instance remembers
 
 
 def share_key(upstream: str, repo: str) -> str:
     return f"{ascii_lower(upstream)}#{ascii_lower(repo)}"
 
 
-def _write(
-    check: _Check,
-    fields: dict[str, Any],
-    attempt: int,
-    genuine: bool,
-    deps: CheckDeps,
-    budget: Budget,
-    why: _Why = _Why(),
-    repo: str = "",
-) -> bool:
-    """Write one check run if it moves forward and the repository's setting makes it (with `auto`, what the
-    budget's hourly window allows). Pace first, then lock the row at the version read (one writer per check
-    run, so two PATCHes never land out of order and a stale read never writes), then call GitHub, then record
-    what was written."""
-    known = check.known
-    if not should_write(known, fields["status"], fields.get("conclusion"), attempt, genuine):
-        return False
-    if not _makes(check, why, deps, budget):
-        return False
-    if deps.share is not None and repo:
-        # The downstream's own share first: over it, the write waits (Paced) without touching the installation's.
-        wait = deps.share.acquire(share_key(check.upstream, repo), deps.clock.now())
-        if wait > 0:
-            deps.metrics.count("DownstreamThrottled")
-            raise Paced(wait)
-    budget.spend(deps.pacer, lambda: deps.api.installation_for(check.upstream), deps.clock.now())
-    key = (check.upstream, check.head_sha, check.name)
-    locked = deps.store.lock_check(*key, check.version, deps.clock.now(), deps.lease_s)
-    if locked is None:
-        raise CheckRunRace(check.name)
-    try:
-        if known is None:
-            check_run_id = deps.api.create_check_run(check.upstream, fields)
-            deps.metrics.count("CheckRunCreated")
-        else:
-            check_run_id = known.check_run_id
-            patch = {k: v for k, v in fields.items() if k != "head_sha"}
-            deps.api.update_check_run(check.upstream, check_run_id, patch)
-            deps.metrics.count("CheckRunUpdated")
-    except BaseException:
-        deps.store.unlock_check(*key, locked)
-        raise
-    deps.store.save_check(*key, Known(check_run_id, fields["status"], fields.get("conclusion"), attempt), locked)
-    return True
+@dataclass
+class _Write:
+    """One write a pass means to make: a check run's fields, and what the write is for."""
+
+    check: _Check
+    fields: dict[str, Any]
+    attempt: int
+    genuine: bool
+    repo: str
+    row: str | None = None  # the booked dispatch ("<delivery id> <repository>") it settles, if any
+    counted: str | None = None  # a metric counted once written (CheckRunCancelled, CheckRunSkippedByPaths)
+    delivery_id: str = ""  # the delivery whose dispatch the check run shows (for the log)
+
+
+class _Head:
+    """What a pass knows of one commit: the check runs the relay wrote on it and the PRs it read, each read once."""
+
+    def __init__(self, upstream: str, head_sha: str, deps: CheckDeps) -> None:
+        self.upstream, self.head_sha, self._deps = upstream, head_sha, deps
+        self.checks = deps.store.checks_of_head(upstream, head_sha)
+        self.jobs: list[JobRecord] = []  # read by a pass's plan
+        self._prs: dict[int, PrInfo | None] = {}
+
+    def check(self, name: str) -> _Check:
+        known, version = self.checks.get(name, (None, 0))
+        return _Check(self.upstream, self.head_sha, name, known, version)
+
+    def pr_info(self, pr: int) -> PrInfo | None:
+        if pr not in self._prs:
+            self._prs[pr] = self._deps.prs.pr_info(self.upstream, pr)
+        return self._prs[pr]
+
+    def wanted(self, level: int, device: str | None, pr: int | None) -> bool:
+        info = self.pr_info(pr) if pr is not None and level == 3 else None
+        return wants_check_run(level, device, info.labels if info is not None else ())
+
+    def not_to_show(self, row: LedgerRow) -> bool:
+        """A queued run is shown only for a dispatch that was sent, on a commit still the PR's head."""
+        if row.state is not LedgerState.DISPATCHED:
+            return True  # not sent (yet, or ever)
+        info = self.pr_info(row.pr) if row.pr is not None else None
+        return info is not None and info.head_sha != row.head_sha  # superseded before it was shown
 
 
 def _mode(repo: str, deps: CheckDeps) -> str:
     entry = deps.allowlist.current().get(repo)
     return entry.settings.check_runs if entry is not None else "auto"
-
-
-def _wanted(level: int, device: str | None, pr: int | None, upstream: str, deps: CheckDeps) -> bool:
-    info = deps.prs.pr_info(upstream, pr) if pr is not None and level == 3 else None
-    labels = info.labels if info is not None else ()
-    return wants_check_run(level, device, labels)
 
 
 def _demoted(repo: str, level: int, began: float | None, deps: CheckDeps) -> bool:
@@ -398,29 +382,6 @@ def _demoted(repo: str, level: int, began: float | None, deps: CheckDeps) -> boo
     return True
 
 
-def sync_job(message: CheckSyncMessage, deps: CheckDeps, written: list[str], budget: Budget) -> None:
-    if not message.job_name:
-        return  # the dispatch itself (swept): only the repository's check run shows it
-    job = deps.results.get_job(message.dispatch_id, message.run_id, message.run_attempt, message.job_name)
-    if job is None or job.level < 3:
-        return
-    mode = _mode(job.repo, deps)
-    check = _Check.read(
-        job.upstream, job.head_sha, check_run_name(job.repo, job.workflow_name, job.job_name, job.ciflow), deps
-    )
-    # A check run that exists keeps following its job even if the label is removed or the setting changed
-    # later (README): every run the relay created ends.
-    if check.known is None and (mode == "per_repo" or not _wanted(job.level, job.device, job.pr, job.upstream, deps)):
-        return
-    if check.known is None and _demoted(job.repo, job.level, job.started_at or job.dispatched_at, deps):
-        return
-    fields = check_run_fields(job, check.name)
-    need, writes = job_run_need(check.known, fields["status"])
-    why = _Why(mode, need, writes)
-    if _write(check, fields, job.run_attempt, job.fingerprint != SWEPT, deps, budget, why, repo=job.repo):
-        written.append(check.name)
-
-
 def _outcome(job: JobRecord) -> JobOutcome:
     changed = job.completed_at or job.started_at or job.dispatched_at
     return JobOutcome(
@@ -428,44 +389,210 @@ def _outcome(job: JobRecord) -> JobOutcome:
     )
 
 
-def sync_repo(message: CheckSyncMessage, deps: CheckDeps, written: list[str], budget: Budget) -> float | None:
-    """The repository's check run; returns when to look again if its jobs have not settled yet."""
-    row = deps.ledger.get(message.delivery_id, message.repo)
-    if row is None or not row.head_sha or not row.upstream or (row.level or 0) < 3:
-        return None
-    check = _Check.read(row.upstream, row.head_sha, check_run_name(row.repo, "", "", row.ciflow), deps)
+def row_key(delivery_id: str, repo: str) -> str:
+    return f"{delivery_id} {repo}"
+
+
+def _row_of(job: JobRecord) -> LedgerRow:
+    """A dispatch as its jobs recorded it: everything the repository's check run reads of its ledger row."""
+    return LedgerRow(
+        delivery_id=job.delivery_id, repo=job.repo, state=LedgerState.DISPATCHED, dispatch_id=job.dispatch_id,
+        dispatched_at=job.dispatched_at, upstream=job.upstream, head_sha=job.head_sha, pr=job.pr, level=job.level,
+        device=job.device, ciflow=job.ciflow,
+    )  # fmt: skip
+
+
+def _newer(job: JobRecord, than: JobRecord) -> bool:
+    return (job.dispatched_at or 0.0, job.run_attempt, job.version) > (
+        than.dispatched_at or 0.0,
+        than.run_attempt,
+        than.version,
+    )
+
+
+def _job_writes(head: _Head, jobs: list[JobRecord], deps: CheckDeps, budget: Budget) -> list[_Write]:
+    """Each job's own check run (per_job, and auto while the budget has room), from its latest recorded attempt."""
+    latest: dict[str, JobRecord] = {}
+    for job in jobs:
+        if job.level < 3 or not job.job_name or job.delivery_id == SCHEDULED:
+            continue
+        name = check_run_name(job.repo, job.workflow_name, job.job_name, job.ciflow)
+        if name not in latest or _newer(job, latest[name]):
+            latest[name] = job
+    writes = []
+    for name, job in latest.items():
+        check = head.check(name)
+        mode = _mode(job.repo, deps)
+        # A check run that exists keeps following its job even if the label is removed or the setting changed
+        # later (README): every run the relay created ends.
+        if check.known is None and (mode == "per_repo" or not head.wanted(job.level, job.device, job.pr)):
+            continue
+        fields = check_run_fields(job, check.name)
+        genuine = job.fingerprint != SWEPT
+        if not should_write(check.known, fields["status"], fields.get("conclusion"), job.run_attempt, genuine):
+            continue
+        if check.known is None and _demoted(job.repo, job.level, job.started_at or job.dispatched_at, deps):
+            continue
+        if _makes(check, _Why(mode, *job_run_need(check.known, fields["status"])), deps):
+            writes.append(_Write(check, fields, job.run_attempt, genuine, job.repo, delivery_id=job.delivery_id))
+    return writes
+
+
+def _repo_write(
+    head: _Head, row: LedgerRow, jobs: list[JobRecord], deps: CheckDeps, budget: Budget
+) -> tuple[_Write | None, float | None]:
+    """The repository's check run for one dispatch, and when to look again if its jobs have not settled yet."""
+    if not row.head_sha or not row.upstream or (row.level or 0) < 3:
+        return None, None
+    check = head.check(check_run_name(row.repo, "", "", row.ciflow))
     known = check.known
-    if known is None and not _wanted(row.level or 0, row.device, row.pr, row.upstream, deps):
-        return None
-    if known is None and _demoted(row.repo, row.level or 0, row.dispatched_at, deps):
-        return None
-    jobs = deps.results.jobs_of_dispatch(row.dispatch_id)
+    if known is None and not head.wanted(row.level or 0, row.device, row.pr):
+        return None, None
     state = rollup([_outcome(j) for j in jobs], deps.clock.now(), deps.settle_s)
-    if known is None and state.status == "queued" and _not_to_show(row, deps):
-        return None
+    if known is None and state.status == "queued" and head.not_to_show(row):
+        return None, None
+    fields = repo_check_fields(row, jobs, state, check.name)
+    if not should_write(known, fields["status"], fields.get("conclusion"), state.run_attempt, state.genuine):
+        return None, state.settles_at
+    if known is None and _demoted(row.repo, row.level or 0, row.dispatched_at, deps):
+        return None, None
     # per_repo (and auto when the budget is tight) spends it on what decides a merge: the result.
     why = _Why(_mode(row.repo, deps), *repo_run_need(known, state.status, state.run_attempt))
-    fields = repo_check_fields(row, jobs, state, check.name)
-    if _write(check, fields, state.run_attempt, state.genuine, deps, budget, why, repo=row.repo):
-        written.append(check.name)
-    return state.settles_at
+    if not _makes(check, why, deps):
+        return None, state.settles_at
+    write = _Write(check, fields, state.run_attempt, state.genuine, row.repo, delivery_id=row.delivery_id)
+    return write, state.settles_at
 
 
-def _not_to_show(row: LedgerRow, deps: CheckDeps) -> bool:
-    """A queued run is shown only for a dispatch that was sent, on a commit still the PR's head."""
-    if row.state is not LedgerState.DISPATCHED:
-        return True  # not sent (yet, or ever)
-    info = deps.prs.pr_info(row.upstream or "", row.pr) if row.pr is not None else None
-    head = info.head_sha if info is not None else None
-    return head is not None and head != row.head_sha  # superseded before it was shown
+@dataclass
+class _Pass:
+    """What one pass over a head did, and whether (and when) it must run again."""
+
+    outcome: SyncOutcome = field(default_factory=SyncOutcome)
+    done: set[str] = field(default_factory=set)  # booked dispatches it settled
+    again_at: float | None = None
+    # Writes left for the budget: the pass comes back when they fit, not sooner (a settle or a request meanwhile
+    # is looked at then, since anything it would write waits for the same budget).
+    budget_at: float | None = None
+
+    def later(self, at: float) -> None:
+        self.again_at = at if self.again_at is None else min(self.again_at, at)
+
+    def next_at(self, asked: float | None) -> float | None:
+        if self.budget_at is not None:
+            return self.budget_at
+        due = [at for at in (asked, self.again_at) if at is not None]
+        return min(due) if due else None
 
 
-def cancel_superseded(message: CheckSyncMessage, deps: CheckDeps, written: list[str], budget: Budget) -> None:
+def _plan(
+    head: _Head, booked: frozenset[str], in_hand: dict[str, LedgerRow], deps: CheckDeps, budget: Budget, done: _Pass
+) -> list[_Write]:
+    """Every write that moves one of the head's check runs forward, the repositories' first (they decide merges)."""
+    jobs = head.jobs = deps.results.jobs_for_head(head.upstream, head.head_sha)
+    by_dispatch: dict[str, list[JobRecord]] = {}
+    rows: dict[str, LedgerRow] = {}
+    for job in jobs:
+        if job.delivery_id != SCHEDULED:
+            by_dispatch.setdefault(job.dispatch_id, []).append(job)
+            rows.setdefault(job.dispatch_id, _row_of(job))
+    keys = {row_key(row.delivery_id, row.repo): row for row in rows.values()}
+    for key in sorted(booked | set(in_hand)):
+        row = keys.get(key) or in_hand.get(key)
+        if row is None:
+            delivery_id, _, repo = key.partition(" ")
+            row = deps.ledger.get(delivery_id, repo)
+        if row is None or key in keys:
+            done.done.add(key)  # gone, or known from its jobs from now on
+            continue
+        rows.setdefault(row.dispatch_id or key, row)
+        keys[key] = row
+    writes: list[_Write] = []
+    for dispatch_id, row in rows.items():
+        write, settles_at = _repo_write(head, row, by_dispatch.get(dispatch_id, []), deps, budget)
+        key = row_key(row.delivery_id, row.repo)
+        if write is not None:
+            write.row = key if key in booked or key in in_hand else None
+            writes.append(write)
+        elif key in booked or key in in_hand:
+            done.done.add(key)
+        if settles_at is not None:
+            done.later(settles_at)
+    return writes + _job_writes(head, jobs, deps, budget)
+
+
+def _shares(writes: list[_Write], deps: CheckDeps, done: _Pass) -> list[_Write]:
+    """Each downstream's own share first: one over it waits (its writes are left for a later pass) without touching
+    the installation's budget or holding up another downstream's."""
+    if deps.share is None:
+        return writes
+    by_repo: dict[str, list[_Write]] = {}
+    for write in writes:
+        if write.repo:
+            by_repo.setdefault(write.repo, []).append(write)
+    now, kept = deps.clock.now(), [w for w in writes if not w.repo]
+    for repo, theirs in by_repo.items():
+        allowed, wait = deps.share.acquire_many(share_key(theirs[0].check.upstream, repo), now, len(theirs))
+        if allowed < len(theirs):
+            deps.metrics.count("DownstreamThrottled")
+            done.later(now + min(wait, SHARE_RECHECK_S))
+        kept += theirs[:allowed]
+    order = {id(w): i for i, w in enumerate(writes)}
+    return sorted(kept, key=lambda w: order[id(w)])
+
+
+def _make(writes: list[_Write], deps: CheckDeps, budget: Budget, done: _Pass) -> None:
+    """The writes, their slots taken in one booking of the upstream installation's budget: those it allows now are
+    made, the rest wait for the slots booked for them (the pass runs again then, holding them)."""
+    if not writes:
+        return
+    upstream, now = writes[0].check.upstream, deps.clock.now()
+    allowed, wait = budget.take(deps.pacer, lambda: deps.api.installation_for(upstream), now, len(writes))
+    if wait > 0:
+        deps.metrics.count("CheckRunPaced")
+        done.budget_at = now + wait
+    for write in writes[:allowed]:
+        if _made(write, deps):
+            done.outcome.written.append(write.check.name)
+            done.outcome.delivery_of[write.check.name] = write.delivery_id
+            if write.counted:
+                deps.metrics.count(write.counted)
+        if write.row is not None:
+            done.done.add(write.row)
+
+
+def _made(write: _Write, deps: CheckDeps) -> bool:
+    """One write, under the head's lock (one writer per check run, so two PATCHes never land out of order), then
+    recorded at the version the pass read. A 4xx for this check run is dead-lettered with the reason; the rest of
+    the pass goes on."""
+    check, fields = write.check, write.fields
+    try:
+        if check.known is None:
+            check_run_id = deps.api.create_check_run(check.upstream, fields)
+            deps.metrics.count("CheckRunCreated")
+        else:
+            check_run_id = check.known.check_run_id
+            deps.api.update_check_run(
+                check.upstream, check_run_id, {k: v for k, v in fields.items() if k != "head_sha"}
+            )
+            deps.metrics.count("CheckRunUpdated")
+    except GitHubRejected as exc:
+        failed = CheckSyncMessage(kind="head", upstream=check.upstream, head_sha=check.head_sha, repo=write.repo)
+        deps.queue.dead_letter(failed, f"GitHub rejected the check run {check.name}: {exc}")
+        deps.metrics.count("CheckRunDeadLettered")
+        return False
+    known = Known(check_run_id, fields["status"], fields.get("conclusion"), write.attempt)
+    if not deps.store.record_check(check.upstream, check.head_sha, check.name, known, check.version, deps.clock.now()):
+        deps.metrics.count("CheckRunRecordLost")  # only a pass whose lock lapsed gets here: the next pass reads again
+    return True
+
+
+def cancel_superseded(message: CheckSyncMessage, head: _Head, deps: CheckDeps) -> list[_Write]:
     """A newer commit was pushed to the PR: the old commit's check runs still queued (nothing started)
     are completed as cancelled, naming the newer commit. Only GitHub itself may set `stale`."""
-    newer = message.superseded_by or ""
-    for name, known, version in deps.store.checks_of_head(message.upstream, message.head_sha):
-        if known.status != "queued":
+    newer, writes = message.superseded_by or "", []
+    for name, (known, version) in head.checks.items():
+        if known is None or known.status != "queued":
             continue
         repo = name.removeprefix("crcr/")
         fields = {
@@ -480,23 +607,21 @@ def cancel_superseded(message: CheckSyncMessage, deps: CheckDeps, written: list[
             },
         }
         check = _Check(message.upstream, message.head_sha, name, known, version)
-        if _write(check, fields, known.run_attempt, False, deps, budget):
-            deps.metrics.count("CheckRunCancelled")
-            written.append(name)
+        writes.append(_Write(check, fields, known.run_attempt, False, "", counted="CheckRunCancelled"))
+    return writes
 
 
-def skip_repo(message: CheckSyncMessage, deps: CheckDeps, written: list[str], budget: Budget) -> None:
+def skip_repo(message: CheckSyncMessage, head: _Head, deps: CheckDeps) -> list[_Write]:
     """An L4 repository the change did not concern (its path filters): its required check, concluded skipped
     with the reason, so a ruleset requiring it never waits. A run that already exists on the commit (a dispatch
     of the same commit went out) is left as it is."""
-    name = check_run_name(message.repo, "", "", message.ciflow)
-    check = _Check.read(message.upstream, message.head_sha, name, deps)
+    check = head.check(check_run_name(message.repo, "", "", message.ciflow))
     if check.known is not None:
-        return
+        return []
     now = _iso(deps.clock.now())
     why = "no file it watches changed (its paths filter)" if message.reason == NO_MATCHING_FILES else message.reason
     fields = {
-        "name": name,
+        "name": check.name,
         "head_sha": message.head_sha,
         "status": "completed",
         "conclusion": "skipped",
@@ -508,14 +633,163 @@ def skip_repo(message: CheckSyncMessage, deps: CheckDeps, written: list[str], bu
             "summary": f"**{message.repo}** was not dispatched for this commit: {why}.",
         },
     }
-    if _write(check, fields, 0, True, deps, budget, _Why(_mode(message.repo, deps), Need.RESULT, 1)):
-        deps.metrics.count("CheckRunSkippedByPaths")
-        written.append(name)
+    if not _makes(check, _Why(_mode(message.repo, deps), Need.RESULT, 1), deps):
+        return []
+    return [_Write(check, fields, 0, True, "", counted="CheckRunSkippedByPaths", delivery_id=message.delivery_id)]
 
 
 def _later(message: CheckSyncMessage, deps: CheckDeps, delay: float, attempt: int, budget: Budget) -> None:
     update = {"not_before": deps.clock.now() + delay, "attempt": attempt, "slot_at": budget.slot_at}
     deps.queue.send_checks([message.model_copy(update=update)], delay)
+
+
+@dataclass(frozen=True)
+class HeadAsk:
+    """What asks for a head's pass (the reporter, the stream of dispatches sent, a late label): its booking, and the
+    one message that carries it."""
+
+    store: CheckRunStore
+    queue: ChecksQueue
+    clock: Clock
+    settle_s: float = 5.0  # a change waits this long for the rest of its burst before the pass runs
+    stale_s: float = 1200.0  # a booked pass not heard of for this long was lost (its message dead-lettered)
+    new_ticket: Callable[[], str] = field(default=lambda: uuid.uuid4().hex)
+
+
+def ask_head(
+    ask: HeadAsk, upstream: str, head_sha: str, rows: Iterable[str] = (), due_in: float | None = None
+) -> str | None:
+    """Book a pass over the head (adding the dispatches in `rows`): one write, and a message only when no pass was
+    booked yet. Returns the ticket when this call booked it (the caller may run it at once instead of waiting)."""
+    now, ticket = ask.clock.now(), ask.new_ticket()
+    delay = ask.settle_s if due_in is None else due_in
+    booked = ask.store.book_head(upstream, head_sha, ticket, now, now + delay, now - ask.stale_s, set(rows))
+    return ticket if booked == ticket else None
+
+
+def head_message(upstream: str, head_sha: str, ticket: str, delay: float, now: float) -> CheckSyncMessage:
+    return CheckSyncMessage(kind="head", upstream=upstream, head_sha=head_sha, render=ticket, not_before=now + delay)
+
+
+def request_head(ask: HeadAsk, upstream: str, head_sha: str, rows: Iterable[str] = ()) -> bool:
+    """Book a pass over the head and, when this booked it, send its message (delayed by the settle period)."""
+    ticket = ask_head(ask, upstream, head_sha, rows)
+    if ticket is None:
+        return False
+    ask.queue.send_checks([head_message(upstream, head_sha, ticket, ask.settle_s, ask.clock.now())], ask.settle_s)
+    return True
+
+
+def sync_head(message: CheckSyncMessage, deps: CheckDeps, in_hand: dict[str, LedgerRow] | None = None) -> SyncOutcome:
+    """One pass over every check run of a commit, under the head's lock: read its check runs and its jobs once,
+    decide every write that moves one forward, take their slots in one booking, make them. A booked pass (`render`,
+    its ticket) runs again when something was asked for while it ran, when a repository's jobs settle, or when the
+    budget delays some writes; a pass of its own (`cancel`, `skip`) only writes what it was sent for."""
+    upstream, head_sha, ticket, now = message.upstream, message.head_sha, message.render, deps.clock.now()
+    if message.kind != "head":
+        ticket = None
+    locked, row = deps.store.lock_head(
+        upstream, head_sha, ticket, now, deps.pass_lease_s, now + 0.5, now - deps.pass_max_wait_s
+    )
+    if locked is None:
+        if ticket is not None and row.pending != ticket:
+            deps.metrics.count("CheckPassSkipped", reason="superseded")
+            return SyncOutcome(detail="superseded")
+        if row.lock_until >= now or row.due_at is None:
+            _later(message, deps, 1.0, message.attempt, Budget(message.slot_at))
+            deps.metrics.count("CheckRunRetried", reason="busy")
+            return SyncOutcome(detail="busy", delay_s=1.0)
+        until = min(row.due_at, (row.pending_since or now) + deps.pass_max_wait_s)
+        _later(message, deps, max(0.5, until - now), message.attempt, Budget(message.slot_at))
+        return SyncOutcome(detail="settling", delay_s=max(0.5, until - now))
+    budget = Budget(message.slot_at)
+    done = _Pass()
+    try:
+        keep, attempt, failed = _run(message, deps, row.rows, in_hand or {}, budget, done)
+    except BaseException:
+        deps.store.finish_head(upstream, head_sha, ticket, locked, deps.clock.now(), done.done, True)
+        raise  # the booking stays: SQS delivers this pass again once its visibility lapses
+    if failed is not None:
+        deps.store.finish_head(upstream, head_sha, ticket, locked, deps.clock.now(), done.done, False)
+        return _dead_letter(message, deps, failed, done.outcome)
+    now = deps.clock.now()
+    rerun = done.next_at(None) is not None
+    asked = deps.store.finish_head(upstream, head_sha, ticket, locked, now, done.done, rerun)
+    if ticket is None:
+        if rerun:  # a write of its own that could not go yet: its message again
+            delay = max(1.0, (done.next_at(None) or now) - now)
+            _later(message, deps, delay, attempt, budget)
+            done.outcome.detail, done.outcome.delay_s = "paced", delay
+        return done.outcome
+    if (at := done.next_at(asked)) is not None:
+        # Asked for again while it ran (once more, after that burst), a repository settling, or writes the budget
+        # delayed: the same pass, holding the slot booked for it.
+        delay = max(0.0, at - now)
+        paced = keep or done.budget_at is not None
+        _later(message, deps, delay, attempt if keep else 0, budget)
+        done.outcome.detail, done.outcome.delay_s = ("paced" if paced else "again"), delay
+    return done.outcome
+
+
+def _run(
+    message: CheckSyncMessage,
+    deps: CheckDeps,
+    booked: frozenset[str],
+    in_hand: dict[str, LedgerRow],
+    budget: Budget,
+    done: _Pass,
+) -> tuple[bool, int, str | None]:
+    """The pass under the lock: (keep the booking, the attempt its next message carries, why to dead-letter it)."""
+    now = deps.clock.now()
+    try:
+        head = _Head(message.upstream, message.head_sha, deps)
+        if message.kind == "cancel":
+            writes = cancel_superseded(message, head, deps)
+        elif message.kind == "skip":
+            writes = skip_repo(message, head, deps)
+        else:
+            writes = _shares(_plan(head, booked, in_hand, deps, budget, done), deps, done)
+        _make(writes, deps, budget, done)
+        _comment_after(head, deps)
+    except Paced as exc:
+        done.budget_at = now + exc.wait_s
+        deps.metrics.count("CheckRunPaced")
+        return True, message.attempt, None
+    except GitHubRateLimited as exc:
+        done.later(deps.clock.now() + exc.wait_s)
+        deps.metrics.count("CheckRunRetried", reason="rate_limited")
+        return True, message.attempt, None
+    except GitHubUnavailable as exc:
+        attempt = message.attempt + 1
+        if attempt >= deps.policy.max_attempts:
+            return False, attempt, f"unavailable: {exc} (gave up after {attempt} attempts)"
+        done.later(deps.clock.now() + deps.policy.backoff(attempt, deps.rand))
+        deps.metrics.count("CheckRunRetried", reason="unavailable")
+        return True, attempt, None
+    except NotInstalled as exc:
+        return False, message.attempt, f"GitHub rejected the check run: {exc}"
+    return False, message.attempt, None
+
+
+def _comment_after(head: _Head, deps: CheckDeps) -> None:
+    """The PR comment shows finished L3/L4 jobs: a pass that saw one on a PR asks for a render, booked in the PR's row,
+    so a burst of passes is one render (crcr.app.comment)."""
+    if deps.comment is None:
+        return
+    finished: dict[int, list[tuple[Any, ...]]] = {}
+    for job in head.jobs:
+        if job.level >= 3 and job.pr is not None and job.state in DONE_STATES:
+            shown = (job.dispatch_id, job.run_id, job.run_attempt, job.job_name, job.state, job.conclusion, job.verdict)
+            finished.setdefault(job.pr, []).append(shown)
+    for pr, jobs in sorted(finished.items()):
+        # What the comment would show of this commit: asked for already (by this instance), nothing to ask again.
+        seen = (head.head_sha, *sorted(jobs, key=str))
+        if deps.comment_asked.get((head.upstream, pr)) == seen:
+            continue
+        ask_render(head.upstream, head.head_sha, pr, deps.comment)
+        if len(deps.comment_asked) >= COMMENT_ASKED_KEPT:
+            deps.comment_asked.pop(next(iter(deps.comment_asked)))
+        deps.comment_asked[(head.upstream, pr)] = seen
 
 
 def sync(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
@@ -530,54 +804,43 @@ def sync(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
         return SyncOutcome(detail="not_due", delay_s=delay)
     if message.kind == "comment":
         return _comment(message, deps)
-    outcome = SyncOutcome()
+    if message.kind in ("head", "cancel", "skip"):
+        return sync_head(message, deps)
+    if message.kind in ("job", "repo"):
+        # Sent before passes existed (or a late label's backfill): book the head's pass, naming the dispatch.
+        rows = {row_key(message.delivery_id, message.repo)} if message.delivery_id and message.repo else set()
+        request_head(deps.ask, message.upstream, message.head_sha, rows)
+        return SyncOutcome(detail="booked")
     budget = Budget(message.slot_at)
     what = "Rerun" if message.kind == "rerun" else "CheckRun"  # metric names: RerunPaced, CheckRunPaced, ...
     try:
         if message.kind == "rerun":
             return rerun(message, deps, budget)
-        if message.kind == "cancel":
-            cancel_superseded(message, deps, outcome.written, budget)
-            return outcome
-        if message.kind == "skip":
-            skip_repo(message, deps, outcome.written, budget)
-            return outcome
-        if message.kind == "react":
-            return react(message, deps, budget)
-        if message.kind in ("job", "repo") and (wait := _share_spent(message, deps)) > 0:
-            raise Paced(wait)  # before reading the dispatch's jobs: a downstream over its share costs no reads
-        if message.kind == "job":
-            sync_job(message, deps, outcome.written, budget)
-        settles_at = sync_repo(message, deps, outcome.written, budget)
+        return react(message, deps, budget)
     except Paced as exc:
         _later(message, deps, exc.wait_s, message.attempt, budget)
         deps.metrics.count(f"{what}Paced")
-        return SyncOutcome(outcome.written, "paced", exc.wait_s)
-    except (CheckRunRace, RerunBusy):
+        return SyncOutcome(detail="paced", delay_s=exc.wait_s)
+    except RerunBusy:
         _later(message, deps, 1.0, message.attempt, budget)
         deps.metrics.count(f"{what}Retried", reason="busy")
-        return SyncOutcome(outcome.written, "busy", 1.0)
+        return SyncOutcome(detail="busy", delay_s=1.0)
     except GitHubRateLimited as exc:
         _later(message, deps, exc.wait_s, message.attempt, budget)
         deps.metrics.count(f"{what}Retried", reason="rate_limited")
-        return SyncOutcome(outcome.written, f"rate_limited: {exc}", exc.wait_s)
+        return SyncOutcome(detail=f"rate_limited: {exc}", delay_s=exc.wait_s)
     except GitHubUnavailable as exc:
         attempt = message.attempt + 1
         if attempt >= deps.policy.max_attempts:
-            return _dead_letter(message, deps, f"unavailable: {exc} (gave up after {attempt} attempts)", outcome)
+            return _dead_letter(message, deps, f"unavailable: {exc} (gave up after {attempt} attempts)", SyncOutcome())
         delay = deps.policy.backoff(attempt, deps.rand)
         _later(message, deps, delay, attempt, budget)
         deps.metrics.count(f"{what}Retried", reason="unavailable")
-        return SyncOutcome(outcome.written, f"unavailable: {exc}", delay)
+        return SyncOutcome(detail=f"unavailable: {exc}", delay_s=delay)
     except (GitHubRejected, NotInstalled) as exc:
-        return _dead_letter(message, deps, f"GitHub rejected the check run: {exc}", outcome)
-    if settles_at is not None:
-        # Every job is done but only just: look again once the settle period has passed quietly.
-        delay = max(1.0, settles_at - now)
-        update = {"kind": "repo", "not_before": now + delay, "slot_at": budget.slot_at}
-        deps.queue.send_checks([message.model_copy(update=update)], delay)
-        outcome.detail, outcome.delay_s = "settling", delay
-    return outcome
+        return _dead_letter(
+            message, deps, f"GitHub rejected the {'re-run' if what == 'Rerun' else 'reaction'}: {exc}", SyncOutcome()
+        )
 
 
 def _comment(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:

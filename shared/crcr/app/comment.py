@@ -155,6 +155,19 @@ def _request(message: CheckSyncMessage, pr: int, deps: CommentDeps) -> CommentOu
     return CommentOutcome("booked", deps.settle_s)
 
 
+def ask_render(upstream: str, head_sha: str, pr: int, deps: CommentDeps) -> bool:
+    """A render asked for by a check-run pass (which read the PR's jobs already): booked without reading the PR, whose
+    render looks at it anyway. True when this booked it (and sent its message)."""
+    now, ticket = deps.clock.now(), deps.new_ticket()
+    booked = deps.store.book_render(upstream, pr, ticket, now, now + deps.settle_s, now - deps.stale_s)
+    if booked != ticket:
+        deps.metrics.count("PrCommentSkipped", reason="coalesced")
+        return False
+    message = CheckSyncMessage(kind="comment", upstream=upstream, head_sha=head_sha, pr=pr)
+    _send(message, deps, ticket, deps.settle_s, attempt=0, slot_at=None)
+    return True
+
+
 def _send(
     message: CheckSyncMessage, deps: CommentDeps, ticket: str, delay: float, attempt: int, slot_at: float | None
 ) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from crcr.app.checks import job_message
+from crcr.app.checks import HeadAsk, job_message, request_head
 from crcr.app.hud import envelope
 from crcr.app.ports import Metrics
 from crcr.app.ports.hud import HudRejected, HudUnavailable
@@ -44,6 +44,9 @@ class ReportDeps:
     dead_letters: DeadLetters
     metrics: Metrics
     checks: ChecksQueue | None = None  # check runs are written by the check-run writer, paced
+    # Each changed commit's check-run pass, booked (one message per burst); None: a message per change, as before
+    # passes existed (the writer books the pass itself).
+    heads: HeadAsk | None = None
     summaries: SummaryDeps | None = None  # the HUD pages' documents
     verdicts: VerdictDeps | None = None  # failure verdicts; None: no verdicts, no comment, no automatic re-run
     attempts: int = 3  # in this invocation; then the stream retries the record, then its DLQ
@@ -98,14 +101,26 @@ def summarise(changes: Sequence[tuple[JobRecord | None, JobRecord]], deps: Repor
         update_summaries([new for old, new in changes if changed(old, new)], deps.summaries)
 
 
+def ask_passes(changes: Sequence[tuple[JobRecord | None, JobRecord]], deps: ReportDeps) -> None:
+    """Each commit a batch changed L3/L4 jobs of gets its check-run pass booked once (one write; a message only when
+    none was booked yet), however many of its jobs changed. Before the batch's HUD pushes: a batch the stream retries
+    books again, which is harmless."""
+    if deps.heads is None or deps.checks is None:
+        return
+    heads = {(new.upstream, new.head_sha) for old, new in changes if changed(old, new) and job_message(new)}
+    for upstream, head_sha in sorted(heads):
+        booked = request_head(deps.heads, upstream, head_sha)
+        deps.metrics.count("CheckPassRequested", booked="new" if booked else "joined")
+
+
 def report_change(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> str | None:
     """Push the change to the HUD and ask the check-run writer to look at the job. Raise when it should
     be retried later (the stream then retries this record); 4xx are dead-lettered with the reason. Returns what
     became of the HUD push (`pushed`, `duplicate`, `rejected`, `withheld`, `off`), None for no change."""
     if not changed(old, new):
         return None
-    if deps.checks is not None:
-        deps.checks.send_checks(_follow_ups(new, deps))
+    if deps.checks is not None and (follow_ups := _follow_ups(new, deps)):
+        deps.checks.send_checks(follow_ups)
     if deps.hud is None:
         return "off"
     if not hud_due(old, new, deps):
@@ -151,9 +166,10 @@ def _count_refusal(job: JobRecord, exc: HudRejected, deps: ReportDeps) -> None:
 
 
 def _follow_ups(job: JobRecord, deps: ReportDeps) -> list[CheckSyncMessage]:
-    """What the check-run writer should look at again: the job's check runs; on a PR, its comment; and for
-    an infrastructure failure of a run's first attempt, one re-run before anyone is told."""
-    messages = [message] if (message := job_message(job)) is not None else []
+    """What the check-run writer should look at again: the job's check runs (its commit's pass, which also asks for
+    the PR's comment); and for an infrastructure failure of a run's first attempt, one re-run before anyone is told."""
+    message = job_message(job)
+    messages = [message] if message is not None and deps.heads is None else []  # else: ask_passes, per batch
     if deps.verdicts is None or not judged(job):
         return messages
     if attempt(job).retryable_infra and job.verdict is not None:
@@ -164,5 +180,6 @@ def _follow_ups(job: JobRecord, deps: ReportDeps) -> list[CheckSyncMessage]:
                 | {"run_attempt": job.run_attempt, "job_name": job.job_name}
             )
         )
-    messages.append(CheckSyncMessage(kind="comment", upstream=job.upstream, head_sha=job.head_sha, pr=job.pr))
+    if deps.heads is None:
+        messages.append(CheckSyncMessage(kind="comment", upstream=job.upstream, head_sha=job.head_sha, pr=job.pr))
     return messages

@@ -98,8 +98,9 @@ class CheckSyncMessage(_Msg):
     its message waited (paced, or behind others) is written once, as finished."""
 
     schema_version: Literal[1] = 1
-    # one job (and its repository); a dispatch; a superseded commit; the PR's comment; one automatic re-run
-    kind: Literal["job", "repo", "cancel", "comment", "rerun", "skip", "react"]
+    # a pass over every check run of a commit (booked; `job` and `repo`, sent before passes existed, book one); a
+    # superseded commit; the PR's comment; one automatic re-run
+    kind: Literal["head", "job", "repo", "cancel", "comment", "rerun", "skip", "react"]
     upstream: str
     head_sha: str
     delivery_id: str = ""
@@ -118,7 +119,8 @@ class CheckSyncMessage(_Msg):
     # failed job), or a re-run asked for from the upstream's Checks tab (the planner, naming repo and run_id)
     requested_by: Literal["relay", "checks_tab", "comment"] = "relay"
     # kind "comment": None asks for a render of the comment; otherwise the render booked in the PR's row
-    # (its ticket), which alone may write the comment: a burst of requests is merged into it.
+    # (its ticket), which alone may write the comment: a burst of requests is merged into it. Kind "head": the
+    # pass booked in the head's row, likewise.
     render: str | None = None
     attempt: int = Field(default=0, ge=0, le=MAX_ATTEMPT)
     not_before: float | None = None

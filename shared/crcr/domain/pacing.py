@@ -82,6 +82,28 @@ def pace(
     return tuple(max(tat, at) + rate.interval for tat, rate in zip(current, rates, strict=True)), wait
 
 
+def grant(
+    tats: tuple[float, ...] | None, now: float, rates: tuple[Rate, ...], count: int
+) -> tuple[tuple[float, ...], int, float]:
+    """Up to `count` calls at once: (new theoretical arrival times, how many may go now, the wait after which the rest
+    could go together). Exactly what `count` calls to `pace` one after another at `now` allow before the first that
+    must wait: each window lets through its burst plus one, less what it already holds. The rest (at most a burst of
+    them; all granted: one more) waits until they fit at once, so a caller with many writes comes back for them
+    together instead of once per slot. None may go: the state is returned unchanged (book one with `pace`)."""
+    state = tats if tats is not None and len(tats) == len(rates) else tuple(now for _ in rates)
+    granted = 0
+    while granted < count:
+        new, wait = pace(state, now, rates)
+        if wait > 0:
+            break
+        state, granted = new, granted + 1
+    rest = max(1, min(count - granted, *(rate.burst + 1 for rate in rates)))
+    wait = max(
+        0.0, *(tat + (rest - 1 - rate.burst) * rate.interval - now for tat, rate in zip(state, rates, strict=True))
+    )
+    return state, granted, wait
+
+
 @dataclass(frozen=True)
 class WindowLevel:
     """A budget's longest window (GitHub's hour) as it stands, read without taking a slot: `booked` calls

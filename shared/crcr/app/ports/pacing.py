@@ -16,6 +16,11 @@ class Pacer(Protocol):
         nothing: ask again then."""
         ...
 
+    def acquire_many(self, key: int | str, now: float, count: int) -> tuple[int, float]:
+        """Up to `count` slots now, taken in one step: (how many may go now, seconds until the next one is free).
+        (0, wait) when none is free: nothing is booked (book one with `acquire(..., reserve=True)`)."""
+        ...
+
 
 class BudgetGauge(Protocol):
     def level(self, key: int | str, now: float) -> WindowLevel:
