@@ -186,17 +186,11 @@ class FakeCheckStore:
             return Known(self.known[name], "completed", "failure", 1), 3
         return None, 0
 
-    def lock_check(self, *args: Any) -> int | None:
+    def record_check(self, *args: Any) -> bool:
         raise AssertionError("no check-run writes")
 
-    def unlock_check(self, *args: Any) -> None:
-        raise AssertionError("no check-run writes")
-
-    def save_check(self, *args: Any) -> bool:
-        raise AssertionError("no check-run writes")
-
-    def checks_of_head(self, upstream: str, head_sha: str) -> list[tuple[str, Known, int]]:
-        return []
+    def checks_of_head(self, upstream: str, head_sha: str) -> dict[str, tuple[Known | None, int]]:
+        return {}
 
 
 @dataclass
