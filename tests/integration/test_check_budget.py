@@ -235,17 +235,23 @@ def test_auto_switches_to_the_repositorys_run_and_back_and_every_run_ends_comple
     assert world.checks.due == [] and world.checks.dead == []
 
 
+class _Counting:
+    """A DynamoDB client that notes each call's name before making it."""
+
+    def __init__(self, client: Any, calls: list[str]) -> None:
+        self._client, self._calls = client, calls
+
+    def __getattr__(self, name: str) -> Any:
+        self._calls.append(name)
+        return getattr(self._client, name)
+
+
 def test_many_slots_are_taken_in_one_write_and_never_more_than_the_budget(ddb: Any) -> None:
     calls: list[str] = []
 
-    class Counting:
-        def __getattr__(self, name: str) -> Any:
-            calls.append(name)
-            return getattr(ddb, name)
-
     key = f"many-{uuid.uuid4().hex[:8]}"
     a, b = (
-        DynamoPacer(Counting(), "state", rates=parse_rates("60/60+4")),
+        DynamoPacer(_Counting(ddb, calls), "state", rates=parse_rates("60/60+4")),
         DynamoPacer(ddb, "state", rates=parse_rates("60/60+4")),
     )
     assert a.acquire_many(key, 1000.0, 3) == (3, 0.0) and calls == ["update_item", "update_item"]  # new cell: 2 tries
@@ -263,12 +269,7 @@ def test_many_slots_are_taken_in_one_write_and_never_more_than_the_budget(ddb: A
 def test_the_level_comes_from_the_pacers_own_booking_without_another_read(ddb: Any) -> None:
     calls: list[str] = []
 
-    class Counting:
-        def __getattr__(self, name: str) -> Any:
-            calls.append(name)
-            return getattr(ddb, name)
-
-    pacer = DynamoPacer(Counting(), "state", rates=parse_rates(RATES))
+    pacer = DynamoPacer(_Counting(ddb, calls), "state", rates=parse_rates(RATES))
     key = f"gauge-{uuid.uuid4().hex[:8]}"
     assert pacer.level(key, 1000.0).booked == 0.0 and calls == ["get_item"]  # nothing seen yet: one read
     for _ in range(3):
