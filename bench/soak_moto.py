@@ -18,6 +18,7 @@ from crcr.local.front import FrontEnd, Limits, Route
 from crcr.local.stack import (
     atomic_dynamodb,
     forget_spent_shard_iterators,
+    item_maps_without_shape_walk,
     partition_queries,
     transactions_without_table_copies,
 )
@@ -145,6 +146,7 @@ def main() -> None:
     port = int(sys.argv[1])
     fast_clock()
     partition_queries()
+    item_maps_without_shape_walk()
     # As `crcr local` runs moto: a transaction keeps only the items it names (moto's own copies every table it names,
     # items and stream records, per transaction: with one per webhook the soak's moto grew past 20 GB), and a stream
     # shard iterator is forgotten once the next one is handed out.

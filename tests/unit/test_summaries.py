@@ -199,6 +199,32 @@ def test_health_is_refreshed_at_most_once_per_interval(docs: FakeDocs, deps: Sum
     assert docs.doc("repo/org/backend.json")["health"] == {"verdict": "keep", "jobs": 2, "computed_at": 1400.0}
 
 
+def test_a_failed_health_read_keeps_the_shown_health_and_writes_the_batch(docs: FakeDocs, deps: SummaryDeps) -> None:
+    """The results table timing out under the health query must not hold the pages (nor, after them, the batch's HUD
+    pushes): the repository page keeps the health it shows, gets the new job, and the next change asks again."""
+    answers: list[Any] = [{"verdict": "keep"}, TimeoutError("read timed out"), {"verdict": "demote"}]
+
+    def health(_: JobRecord) -> dict[str, Any]:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    clock = FakeClock(1000.0)
+    metrics = RecordingMetrics()
+    with_health = replace(deps, health=health, health_refresh_s=300.0, clock=clock, metrics=metrics)
+    update_summaries([job(name="a")], with_health)
+    clock.t += 400
+    update_summaries([job(name="b", delivery="d2")], with_health)
+    page = docs.doc("repo/org/backend.json")
+    assert page["health"] == {"verdict": "keep", "computed_at": 1000.0}
+    assert {e["job"] for e in page["history"]} == {"a", "b"}
+    assert {"commit/" + SHA + ".json", "index.json"} <= set(docs.docs)
+    assert metrics.counts["HudHealthNotRefreshed"] == 1
+    update_summaries([job(name="c", delivery="d3")], with_health)
+    assert docs.doc("repo/org/backend.json")["health"] == {"verdict": "demote", "computed_at": 1400.0}
+
+
 def test_the_export_row_and_the_push_agree_on_the_key() -> None:
     j = job()
     wf = envelope(j)["untrusted"]["callback_payload"]["workflow"]

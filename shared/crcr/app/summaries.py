@@ -445,8 +445,17 @@ def _with_history(
     ]
     doc["level"] = latest.level
     if stale and deps.health is not None:
-        health = deps.health(latest)
-        doc["health"] = (health or {}) | {"computed_at": now}
+        try:
+            health = deps.health(latest)
+        except Exception:  # the page keeps the health it shows; the next change past the refresh asks again
+            # Health is the page's own reading of the results table: a slow or failed read never holds the batch's
+            # pages, nor the HUD pushes after them (a batch failed for it would be retried and, in the end,
+            # dead-lettered with its pushes).
+            deps.metrics.count("HudHealthNotRefreshed")
+            if not any(changed):
+                return None
+        else:
+            doc["health"] = (health or {}) | {"computed_at": now}
     doc["updated_at"] = now
     return doc
 
