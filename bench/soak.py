@@ -693,7 +693,7 @@ def build_report(soak: Soak, args: argparse.Namespace, cb: dict[str, Any], hud: 
     marks, cpu = soak.phases, soak.relay_cpu
     letters = [
         {"queue": dlq, **{k: letter[k] for k in ("delivery_id", "target_repo", "reason")}}
-        for dlq in ("EventsDLQ", "DispatchDLQ", "ChecksDLQ", "ReporterDLQ")
+        for dlq in ("EventsDLQ", "DispatchDLQ", "ChecksDLQ", "RunsDLQ", "ReporterDLQ")
         for letter in h.list_dead_letters(soak.sqs, soak.queue_url(dlq), limit=1000)
     ]
     return {
