@@ -685,6 +685,17 @@ def build_hud_reader(settings: Settings) -> S3HudDocs | None:
     return S3HudDocs(aws_client("s3"), settings.hud_bucket)
 
 
+def build_hud_pages(settings: Settings) -> tuple[S3HudDocs | None, Callable[[str], dict[str, Any] | None] | None]:
+    """The HUD pages' documents, and what composes the PR and repository pages when read (their commits' documents,
+    the results table's newest rows of the repository)."""
+    docs = build_hud_reader(settings)
+    if docs is None:
+        return None, None
+    from crcr.app.summaries import composer  # noqa: PLC0415
+
+    return docs, composer(docs, _results(settings) if settings.results_table else None)
+
+
 def build_runs_deps(settings: Settings) -> RunsDeps:
     """The runs worker: the ledger's index by dispatch id, the bound runs, the results table and the HUD keys, and
     GitHub's Actions API with each downstream's own installation (actions: read)."""

@@ -15,6 +15,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from crcr.app.ports.jobs import NewestJobs
+from crcr.app.summaries import composer
+
 ROOT = Path(__file__).resolve().parents[2]
 STATIC = ROOT / "functions" / "hud" / "static"
 
@@ -62,16 +65,19 @@ class Served:
 
 
 @contextmanager
-def serve_docs(docs: MemoryDocs) -> Iterator[Served]:
+def serve_docs(docs: MemoryDocs, rows: NewestJobs | None = None) -> Iterator[Served]:
+    """`rows`: the results table's rows the repository pages read their job attempts from."""
     handler = hud_handler()
     assets = {path.name: path.read_bytes() for path in STATIC.iterdir() if path.is_file()}
+    compose = composer(docs, rows)
     served = Served(url="")
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # http.server's name for it
             path = self.path.split("?", 1)[0]
-            answer = handler({"rawPath": path, "requestContext": {"http": {"method": "GET"}}}, None, (docs, assets))
+            event = {"rawPath": path, "requestContext": {"http": {"method": "GET"}}}
+            answer = handler(event, None, (docs, assets, compose))
             body = base64.b64decode(answer["body"]) if answer.get("isBase64Encoded") else answer["body"].encode()
             with lock:
                 served.fetched.append((path, len(body)))

@@ -23,7 +23,7 @@ from crcr.domain.levels import Level
 from tests.conftest import ROOT
 from tests.e2e.browser import headless
 from tests.e2e.hud_server import MemoryDocs, Served, serve_docs
-from tests.unit.fakes import RecordingMetrics
+from tests.unit.fakes import FakeResultsRows, RecordingMetrics
 
 pytestmark = pytest.mark.e2e
 SHOTS = ROOT / "test-output" / "hud-states"
@@ -85,7 +85,7 @@ class Seeded:
     docs: MemoryDocs
 
 
-def seed(docs: MemoryDocs) -> None:
+def seed(docs: MemoryDocs, rows: FakeResultsRows) -> None:
     global NOW  # noqa: PLW0603 - every helper reads the seeding moment
     NOW = time.time()  # at seeding, not at collection: "12 min ago" is measured from here
     clock = Clock()
@@ -122,7 +122,7 @@ def seed(docs: MemoryDocs) -> None:
     clock.t = NOW
     triage = json.dumps({"category": "upstream", "confidence": "high", "summary": "linear's backward changed"})
     update_summaries(
-        [
+        rows.record([
             job(FAIL, "completed", "failure", verdict="new", verdict_baseline=TRUNK, failure_kind="test",
                 failed_tests=json.dumps(TESTS), triage=triage),
             job(PRE, "completed", "failure", verdict="pre-existing", level=3),
@@ -135,17 +135,18 @@ def seed(docs: MemoryDocs) -> None:
             job(FLAKY, "completed", "success", run_attempt=2),
             job(FAIL, "completed", "failure", ciflow="trunk", event_type="push", delivery_id="d-ciflow",
                 dispatch_id="dsp-ciflow", job_name="trunk-tests", verdict="new"),
-        ],
+        ]),
         deps,
     )  # fmt: skip
     # Trunk: a push with its title, and a nightly run of the nightly-only downstream on it.
     clock.t = NOW - 3600
     note_plan(PlanNote(UPSTREAM, TRUNK, "push", meta={"title": "Merge the linear speed-up", "author": "maintainer",
                        "at": NOW - 3600}, planned={OK: {"state": "pending", "level": 4}}), deps)  # fmt: skip
-    update_summaries([job(OK, "completed", "success", head_sha=TRUNK, pr=None, event_type="push", delivery_id="d-push",
-                          dispatch_id="dsp-push")], deps)  # fmt: skip
-    update_summaries([job(NIGHTLY, "completed", "failure", head_sha=TRUNK, pr=None, event_type="nightly", level=2,
-                          delivery_id="scheduled", dispatch_id="dsp-nightly", job_name="nightly")], deps)  # fmt: skip
+    update_summaries(rows.record([job(OK, "completed", "success", head_sha=TRUNK, pr=None, event_type="push",
+                                      delivery_id="d-push", dispatch_id="dsp-push")]), deps)  # fmt: skip
+    update_summaries(rows.record([job(NIGHTLY, "completed", "failure", head_sha=TRUNK, pr=None, event_type="nightly",
+                                      level=2, delivery_id="scheduled", dispatch_id="dsp-nightly",
+                                      job_name="nightly")]), deps)  # fmt: skip
     # The refused downstream: its reports over its quota, and one its HUD push was refused.
     clock.t = NOW
     lookups = "org/refused has used its budget of GitHub lookups of unknown upstream commits this hour"
@@ -158,9 +159,9 @@ def seed(docs: MemoryDocs) -> None:
 
 @pytest.fixture(scope="module")
 def seeded() -> Iterator[Seeded]:
-    docs = MemoryDocs()
-    seed(docs)
-    with serve_docs(docs) as served:
+    docs, rows = MemoryDocs(), FakeResultsRows()
+    seed(docs, rows)
+    with serve_docs(docs, rows) as served:
         yield Seeded(served, docs)
 
 

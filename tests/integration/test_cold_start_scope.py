@@ -43,7 +43,8 @@ EXPECTED = {
     "reconciler": ("build_reconcile_deps", {"redeliveries", "pacer"}),
     "levels": ("build_level_deps", {"results", "levels"}),
     "jwks": ("build_jwks", set()),
-    "hud": ("build_hud_reader", set()),
+    # The PR and repository pages are composed when read: the repository's newest rows come from the results table.
+    "hud": ("build_hud_pages", {"results"}),
 }  # fmt: skip
 
 PROBE = """

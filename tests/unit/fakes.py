@@ -19,6 +19,7 @@ from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMess
 from crcr.domain.allowlist import Allowlist
 from crcr.domain.checks import Known
 from crcr.domain.comment import Posted
+from crcr.domain.ids import repo_key
 from crcr.domain.pacing import WindowLevel
 from crcr.domain.redelivery import Attempt
 from crcr.domain.ticket import TicketClaims
@@ -712,3 +713,22 @@ class FakeGauge:
     def level(self, key: int | str, now: float) -> WindowLevel:
         self.reads += 1
         return self.window
+
+
+class FakeResultsRows:
+    """The results table's rows as the stream's new images left them (a row's newest version), for the repository
+    page's newest job attempts (the NewestJobs port)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str, int, str], JobRecord] = {}
+
+    def record(self, jobs: list[JobRecord]) -> list[JobRecord]:
+        for j in jobs:
+            key = (j.dispatch_id, j.run_id, j.run_attempt, j.job_name)
+            if key not in self.rows or self.rows[key].version <= j.version:
+                self.rows[key] = j
+        return jobs
+
+    def newest_of_repo(self, repo: str, limit: int) -> list[JobRecord]:
+        mine = [j for j in self.rows.values() if repo_key(j.repo) == repo_key(repo)]
+        return sorted(mine, key=lambda j: j.dispatched_at, reverse=True)[:limit]

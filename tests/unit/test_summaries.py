@@ -15,14 +15,18 @@ from crcr.app.pages import serve
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.summaries import (
     INDEX_COMMITS,
+    PR_LIVE_COMMITS,
     PlanNote,
     SummaryConflict,
     SummaryDeps,
+    composer,
     note_plan,
     note_refusals,
+    pr_page,
+    repo_page,
     update_summaries,
 )
-from tests.unit.fakes import FakeClock, RecordingMetrics
+from tests.unit.fakes import FakeClock, FakeResultsRows, RecordingMetrics
 
 
 class FakeDocs:
@@ -98,8 +102,9 @@ def deps(docs: FakeDocs) -> SummaryDeps:
 
 
 def test_a_job_appears_on_its_commit_pr_overview_and_repository_pages(docs: FakeDocs, deps: SummaryDeps) -> None:
-    update_summaries([job("in_progress", version=1)], deps)
-    update_summaries([job("completed", "failure")], deps)
+    table = FakeResultsRows()
+    update_summaries(table.record([job("in_progress", version=1)]), deps)
+    update_summaries(table.record([job("completed", "failure")]), deps)
 
     [entry] = docs.doc(f"commit/{SHA}.json")["jobs"].values()
     assert (entry["state"], entry["attempt"], entry["queue_s"], entry["run_s"]) == ("failure", 1, 10.0, 40.0)
@@ -110,9 +115,76 @@ def test_a_job_appears_on_its_commit_pr_overview_and_repository_pages(docs: Fake
         "state": "failure", "level": 4, "jobs": 1, "passed": 0, "failed": 1, "running": 0,
     }  # fmt: skip
     assert docs.doc("index.json")["repos"] == [{"repo": "org/backend", "level": 4}]
-    assert docs.doc("pr/5.json")["commits"][0]["repos"] == commit["repos"]
-    [history] = docs.doc("repo/org/backend.json")["history"]
-    assert history["state"] == "failure" and history["head_sha"] == SHA
+    page = pr_page(docs, 5)
+    assert page is not None and page["commits"][0]["repos"] == commit["repos"]
+    repo = repo_page(docs, table, "org/backend")
+    assert repo is not None and repo["level"] == 4
+    [history] = repo["history"]
+    assert history["state"] == "failure" and history["head_sha"] == SHA and history["tests"]["failed"] == 1
+
+
+def test_after_a_commits_first_change_a_change_writes_its_commit_and_the_overview_only(
+    docs: FakeDocs, deps: SummaryDeps
+) -> None:
+    """The PR and repository pages are composed when read: a job's later changes rewrite neither document, and
+    both pages still show them."""
+    table = FakeResultsRows()
+    update_summaries(table.record([job("in_progress", version=1, name="a")]), deps)
+    first = set(docs.puts)
+    assert first == {f"commit/{SHA}.json", "index.json", "pr/5.json", "repo/org/backend.json"}
+    docs.puts.clear()
+    update_summaries(table.record([job("in_progress", version=1, name="b")]), deps)
+    update_summaries(table.record([job("completed", "failure", version=2, name="a")]), deps)
+    update_summaries(table.record([job("completed", "success", version=2, name="b")]), deps)
+    assert docs.puts == [f"commit/{SHA}.json", "index.json"] * 3
+    page = pr_page(docs, 5)
+    assert page is not None
+    assert page["commits"][0]["repos"]["org/backend"] | {"level": 0} == {
+        "state": "failure", "level": 0, "jobs": 2, "passed": 1, "failed": 1, "running": 0,
+    }  # fmt: skip
+    repo = repo_page(docs, table, "org/backend")
+    assert repo is not None and sorted((e["job"], e["state"]) for e in repo["history"]) == [
+        ("a", "failure"),
+        ("b", "success"),
+    ]
+    stamp = repo["stamp"]
+    update_summaries(table.record([replace(job("completed", "failure", version=3, name="a"), verdict="new")]), deps)
+    again = repo_page(docs, table, "org/backend")
+    assert again is not None and again["stamp"] != stamp  # a verdict alone changes no time: the page redraws
+
+
+def test_a_pr_page_reads_its_newest_commits_cells_and_lists_older_ones_as_stored(
+    docs: FakeDocs, deps: SummaryDeps
+) -> None:
+    shas = [f"{i:040x}" for i in range(PR_LIVE_COMMITS + 2)]
+    for i, sha in enumerate(shas):  # one push a second, each dispatched half a second after
+        note_plan(note(sha=sha), deps)
+        update_summaries([job("in_progress", version=1, sha=sha, dispatched_at=1000.0 + i + 0.5)], deps)
+        deps.clock.t += 1  # type: ignore[attr-defined]
+    for i, sha in enumerate(shas):
+        update_summaries([job("completed", "failure", sha=sha, dispatched_at=1000.0 + i + 0.5)], deps)
+    page = pr_page(docs, 5)
+    assert page is not None and [c["sha"] for c in page["commits"]] == shas[::-1]
+    states = [c["repos"]["org/backend"]["state"] for c in page["commits"]]
+    # The newest PR_LIVE_COMMITS from their own documents; the two oldest as the PR's document listed them.
+    assert states == ["failure"] * PR_LIVE_COMMITS + ["pending"] * 2
+    assert (page["title"], page["author"]) == ("Fix the thing", "octocat")
+    assert pr_page(docs, 6) is None
+
+
+def test_the_composed_pages_are_served_where_the_stored_ones_were(docs: FakeDocs, deps: SummaryDeps) -> None:
+    table = FakeResultsRows()
+    update_summaries(table.record([job("completed", "failure")]), deps)
+    compose = composer(docs, table)
+    assets = {"index.html": b"<html>"}
+    pr = serve("/hud/data/pr/5.json", docs, assets, compose)
+    assert pr.status == 200 and json.loads(pr.body) == pr_page(docs, 5)
+    repo = serve("/hud/data/repo/org/backend.json", docs, assets, compose)
+    assert repo.status == 200 and json.loads(repo.body)["history"][0]["state"] == "failure"
+    assert serve("/hud/data/repo/org/nobody.json", docs, assets, compose).status == 404
+    assert serve("/hud/data/pr/6.json", docs, assets, compose).status == 404
+    index = serve("/hud/data/index.json", docs, assets, compose)
+    assert index.status == 200 and index.body == docs.read("index.json")
 
 
 def test_a_retried_or_overtaken_record_rewrites_nothing(docs: FakeDocs, deps: SummaryDeps) -> None:
@@ -218,8 +290,7 @@ def test_a_failed_health_read_keeps_the_shown_health_and_writes_the_batch(docs: 
     update_summaries([job(name="b", delivery="d2")], with_health)
     page = docs.doc("repo/org/backend.json")
     assert page["health"] == {"verdict": "keep", "computed_at": 1000.0}
-    assert {e["job"] for e in page["history"]} == {"a", "b"}
-    assert {"commit/" + SHA + ".json", "index.json"} <= set(docs.docs)
+    assert docs.doc(f"commit/{SHA}.json")["jobs"].keys() == {"dsp-d1-org/backend/7/1/a", "dsp-d2-org/backend/7/1/b"}
     assert metrics.counts["HudHealthNotRefreshed"] == 1
     update_summaries([job(name="c", delivery="d3")], with_health)
     assert docs.doc("repo/org/backend.json")["health"] == {"verdict": "demote", "computed_at": 1400.0}

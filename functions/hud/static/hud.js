@@ -827,8 +827,9 @@ async function render() {
   }
   const doc = loaded.doc;
   const stamp = doc ? doc.updated_at || null : null;
-  if (lastStamp !== null && stamp === lastStamp) return; // nothing new: keep the page (and the scroll) as is
-  lastStamp = stamp;
+  const seen = doc ? doc.stamp || stamp : null; // a composed page's digest of what it shows: a verdict changes no time
+  if (lastStamp !== null && seen === lastStamp) return; // nothing new: keep the page (and the scroll) as is
+  lastStamp = seen;
   let content;
   if (r.kind === "overview") content = doc ? renderOverview(doc, r.view) : renderOverview({ commits: [] }, r.view);
   else if (r.kind === "nightly") content = renderNightly(doc, loaded.extra);

@@ -82,6 +82,39 @@ class DynamoResults:
         )
         return [from_item(item) for item in items]
 
+    def newest_of_repo(self, repo: str, limit: int) -> list[JobRecord]:
+        """The NewestJobs port: the repository's `limit` newest job rows by dispatch time, whole (one Query of the
+        by_repo index for their keys, one BatchGetItem per hundred rows), newest first."""
+        keys = [
+            {"pk": item["pk"], "sk": item["sk"]}
+            for item in self._ddb.query(
+                TableName=self._table,
+                IndexName=BY_REPO_INDEX,
+                KeyConditionExpression="repo_key = :r",
+                ExpressionAttributeValues={":r": {"S": repo_key(repo)}},
+                ProjectionExpression="pk, sk",
+                ScanIndexForward=False,
+                Limit=limit,
+            ).get("Items", [])
+        ]
+        names = {f"#a{i}": name for i, name in enumerate((*JUDGED_ATTRIBUTES, "callback_payload"))}
+        found: list[JobRecord] = []
+        for start in range(0, len(keys), 100):
+            pending: dict[str, Any] = {
+                self._table: {
+                    "Keys": keys[start : start + 100],
+                    "ProjectionExpression": ", ".join(names),
+                    "ExpressionAttributeNames": names,
+                }
+            }
+            for _ in range(5):
+                got = self._ddb.batch_get_item(RequestItems=pending)
+                found += [from_item(item) for item in got.get("Responses", {}).get(self._table, [])]
+                pending = got.get("UnprocessedKeys") or {}
+                if not pending:
+                    break
+        return sorted(found, key=lambda j: (j.dispatched_at, j.run_attempt), reverse=True)
+
     def first_l2_job(self, repo: str) -> float | None:
         """When the repository's earliest job still kept was dispatched, if it was at L2 or above then."""
         items = self._ddb.query(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class HudDocReader(Protocol):
@@ -48,7 +50,12 @@ def _answer(status: int, body: bytes, kind: str, cache: str) -> Answer:
     return Answer(status, body, {"content-type": TYPES[kind], "cache-control": cache} | SECURITY)
 
 
-def serve(path: str, docs: HudDocReader | None, assets: dict[str, bytes]) -> Answer:
+# The PR and repository pages' documents are composed when read (crcr.app.summaries.pr_page, repo_page).
+Compose = Callable[[str], dict[str, Any] | None]
+COMPOSED = ("pr/", "repo/")
+
+
+def serve(path: str, docs: HudDocReader | None, assets: dict[str, bytes], compose: Compose | None = None) -> Answer:
     if path == "/hud":
         return Answer(308, b"", {"location": "/hud/"} | SECURITY)
     if path == LEVEL_STATUS:
@@ -63,7 +70,12 @@ def serve(path: str, docs: HudDocReader | None, assets: dict[str, bytes]) -> Ans
         if name in assets:
             return _answer(200, assets[name], name.rsplit(".", 1)[1], "public, max-age=300")
     elif match := DOC.fullmatch(path):
-        body = docs.read(f"{match.group(1)}.json") if docs is not None else None
+        key = f"{match.group(1)}.json"
+        if compose is not None and key.startswith(COMPOSED):
+            page = compose(key)
+            body = json.dumps(page).encode() if page is not None else None
+        else:
+            body = docs.read(key) if docs is not None else None
         if body is not None:
             return _answer(200, body, "json", "no-cache")
         return _answer(404, b'{"error":"not_found","message":"nothing recorded here yet"}', "json", "no-cache")

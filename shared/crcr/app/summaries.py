@@ -10,6 +10,13 @@ is conditional on the version of the document that was read.
 - `repo/<owner>/<name>.json`: the repository's newest job attempts, and its health (the repository page);
 - `nightly.json`: each day's scheduled (nightly) runs per downstream repository (the nightly matrix).
 
+A change is written to its commit's document and the overview only. The PR page and the repository page are composed
+when read (`pr_page`, `repo_page`): the PR's stored document lists its commits (the planner's notes and a commit the
+reporter sees first), their cells come from their commits' documents; the repository's stored document holds its
+health and refused reports, its job attempts come from the results table. A change cost 1.7 document writes when
+each batch rewrote every PR and repository document it touched (a PR's cells and a repository's history change with
+every job); now it costs its commit's, and the overview's when a cell there changed.
+
 The planner adds what it decided for each commit (`note_plan`): the commit's title, author and time, its PR's
 state, and per downstream repository whether it was dispatched (and since when), held, skipped or not targeted,
 so a dispatch no job has started on shows as pending, never as nothing. Reports the relay refused are counted on
@@ -18,17 +25,19 @@ the repository's page (`note_refusals`), so a downstream whose reports are refus
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from crcr.app.hud import NO_JOB_NAME, reported
 from crcr.app.ports import Clock, Metrics
 from crcr.app.ports.hud import HudDocs
-from crcr.app.ports.jobs import JobRecord
+from crcr.app.ports.jobs import JobRecord, NewestJobs
 from crcr.domain import failed_tests
 from crcr.domain.ids import repo_key, run_order
 from crcr.domain.payload import encoded_size
@@ -37,6 +46,7 @@ SCHEMA = 1
 INDEX_COMMITS = 60
 TRUNK_COMMITS = 30  # the overview's trunk view: pushes and nightlies, kept apart from the PRs' flood
 PR_COMMITS = 100
+PR_LIVE_COMMITS = 30  # a PR page's newest commits whose cells are read from their documents (older: as listed)
 REPO_HISTORY = 100
 NIGHTLY_DAYS = 14
 WRITE_TRIES = 8
@@ -270,21 +280,22 @@ def update_summaries(jobs: Sequence[JobRecord], deps: SummaryDeps) -> None:
         by_repo.setdefault(repo_key(job.repo), []).append(job)
     summaries = [_update_commit(group, deps, now) for group in by_commit.values()]
     _update(deps, "index.json", partial(_with_index, summaries=summaries, now=now))
-    _update_prs(summaries, deps, now)
+    _update_prs(summaries, deps, now, new_only=True)  # the cells are read from the commits' documents
     for group in by_repo.values():
-        _update(deps, repo_doc_key(group[0].repo), partial(_with_history, jobs=group, now=now, deps=deps))
+        _update(deps, repo_doc_key(group[0].repo), partial(_with_health, jobs=group, now=now, deps=deps))
     nightly = [job for job in jobs if job.event_type == "nightly"]
     if nightly:
         _update(deps, "nightly.json", partial(_with_nightly, jobs=nightly, now=now))
 
 
-def _update_prs(summaries: list[dict[str, Any]], deps: SummaryDeps, now: float) -> None:
+def _update_prs(summaries: list[dict[str, Any]], deps: SummaryDeps, now: float, *, new_only: bool = False) -> None:
     by_pr: dict[int, list[dict[str, Any]]] = {}
     for summary in summaries:
         if summary["pr"] is not None:
             by_pr.setdefault(summary["pr"], []).append(summary)
     for pr, commits in by_pr.items():
-        _update(deps, f"pr/{pr}.json", partial(_with_commits, summaries=commits, keep=PR_COMMITS, now=now, pr=pr))
+        change = partial(_with_commits, summaries=commits, keep=PR_COMMITS, now=now, pr=pr, new_only=new_only)
+        _update(deps, f"pr/{pr}.json", change)
 
 
 def _first_seen(doc: dict[str, Any], moment: float | None) -> None:
@@ -370,13 +381,15 @@ def _with_commits(
     now: float,
     *,
     pr: int | None = None,
+    new_only: bool = False,
 ) -> dict[str, Any] | None:
+    """`new_only`: add the commits the document does not list yet, leave the listed ones as they are."""
     if not doc or doc.get("schema") != SCHEMA:
         doc = {"schema": SCHEMA, "commits": []}
         if pr is not None:
             doc |= {"pr": pr, "upstream": summaries[0]["upstream"]}
     by_sha = {c.get("sha"): c for c in doc["commits"]}
-    fresh = [s for s in summaries if by_sha.get(s["sha"]) != s]
+    fresh = [s for s in summaries if s["sha"] not in by_sha if new_only or by_sha.get(s["sha"]) != s]
     if not fresh:
         return None  # no cell changed: no write
     by_sha |= {s["sha"]: s for s in fresh}
@@ -427,22 +440,22 @@ def _with_index(
     return doc
 
 
-def _with_history(
+def _with_health(
     doc: dict[str, Any] | None, jobs: list[JobRecord], now: float, deps: SummaryDeps
 ) -> dict[str, Any] | None:
-    latest = jobs[-1]
-    if not doc or doc.get("schema") != SCHEMA:
-        doc = {"schema": SCHEMA, "repo": latest.repo, "history": [], "health": None}
-    entries = {e["key"]: e for e in doc["history"]}
-    changed = [_merge_entry(entries, {k: v for k, v in entry(job).items() if k in HISTORY_FIELDS}) for job in jobs]
+    """The repository's stored document: its level and, past the refresh interval, its health (its job attempts are
+    read from the results table when the page is)."""
+    latest = max(jobs, key=lambda j: (j.dispatched_at or 0, j.run_attempt))
+    fresh = not doc or doc.get("schema") != SCHEMA
+    if fresh:
+        doc = {"schema": SCHEMA, "repo": latest.repo, "health": None}
+    assert doc is not None
     stale = deps.health is not None and (
         not doc.get("health") or now - float(doc["health"].get("computed_at") or 0) >= deps.health_refresh_s
     )
-    if not any(changed) and not stale:
+    moved = doc.get("level") != latest.level
+    if not (fresh or stale or moved):
         return None
-    doc["history"] = sorted(entries.values(), key=lambda e: (e.get("dispatched_at") or 0, e["attempt"]), reverse=True)[
-        :REPO_HISTORY
-    ]
     doc["level"] = latest.level
     if stale and deps.health is not None:
         try:
@@ -452,12 +465,85 @@ def _with_history(
             # pages, nor the HUD pushes after them (a batch failed for it would be retried and, in the end,
             # dead-lettered with its pushes).
             deps.metrics.count("HudHealthNotRefreshed")
-            if not any(changed):
+            if not (fresh or moved):
                 return None
         else:
             doc["health"] = (health or {}) | {"computed_at": now}
     doc["updated_at"] = now
     return doc
+
+
+# -- the pages composed when read -----------------------------------------------------------------------------
+
+
+class PageDocs(Protocol):
+    def get(self, key: str) -> tuple[dict[str, Any] | None, str | None]: ...
+
+
+def pr_page(docs: PageDocs, pr: int) -> dict[str, Any] | None:
+    """The PR page's document: the PR's commits as its stored document lists them, the newest PR_LIVE_COMMITS with
+    their cells from their own documents (older ones as listed); None when the relay knows nothing of the PR."""
+    doc, _ = docs.get(f"pr/{pr}.json")
+    if not doc or doc.get("schema") != SCHEMA:
+        return None
+    listed = _newest({c.get("sha"): c for c in doc.get("commits", [])}, PR_COMMITS)
+    live = listed[:PR_LIVE_COMMITS]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        read = list(pool.map(lambda c: docs.get(f"commit/{c['sha']}.json")[0], live))
+    stamp = float(doc.get("updated_at") or 0)
+    commits = []
+    for listed_one, commit in zip(live, read, strict=True):
+        if commit and commit.get("schema") == SCHEMA:
+            commits.append(summary_of(commit))
+            stamp = max(stamp, float(commit.get("updated_at") or 0))
+        else:
+            commits.append(listed_one)
+    doc["commits"] = _newest({c["sha"]: c for c in commits + listed[PR_LIVE_COMMITS:]}, PR_COMMITS)
+    # The PR as people know it: its title, author and state, from its newest commit that says.
+    for summary in sorted(doc["commits"], key=lambda c: c.get("first_seen") or 0):
+        doc |= {k: summary[k] for k in ("title", "author", "pr_state") if summary.get(k) is not None}
+    doc["updated_at"] = stamp
+    doc["stamp"] = _stamp(doc)
+    return doc
+
+
+def composer(docs: PageDocs, jobs: NewestJobs | None) -> Callable[[str], dict[str, Any] | None]:
+    """What answers `pr/<n>.json` and `repo/<owner>/<name>.json` for the pages (crcr.app.pages.serve)."""
+
+    def compose(key: str) -> dict[str, Any] | None:
+        name = key.removesuffix(".json")
+        if name.startswith("pr/"):
+            return pr_page(docs, int(name.removeprefix("pr/")))
+        if name.startswith("repo/") and jobs is not None:
+            return repo_page(docs, jobs, name.removeprefix("repo/"))
+        doc, _ = docs.get(key)
+        return doc
+
+    return compose
+
+
+def repo_page(docs: PageDocs, jobs: NewestJobs, repo: str) -> dict[str, Any] | None:
+    """The repository page's document: its stored health, level and refused reports, and its REPO_HISTORY newest job
+    attempts from the results table; None when neither has anything."""
+    doc, _ = docs.get(repo_doc_key(repo))
+    newest = jobs.newest_of_repo(repo, REPO_HISTORY)
+    if not newest and not doc:
+        return None
+    if not doc or doc.get("schema") != SCHEMA:
+        doc = {"schema": SCHEMA, "repo": newest[0].repo, "health": None}
+    entries = [{k: v for k, v in entry(job).items() if k in HISTORY_FIELDS} for job in newest]
+    doc["history"] = sorted(entries, key=lambda e: (e.get("dispatched_at") or 0, e["attempt"]), reverse=True)
+    if newest:
+        doc["level"] = newest[0].level
+    moments = [t for job in newest for t in (job.dispatched_at, job.started_at, job.completed_at) if t is not None]
+    doc["updated_at"] = max([float(doc.get("updated_at") or 0), *moments])
+    doc["stamp"] = _stamp(doc)
+    return doc
+
+
+def _stamp(doc: dict[str, Any]) -> str:
+    """What a composed page's script compares to redraw only on a change (a verdict changes no time)."""
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
 def day_of(moment: float) -> str:

@@ -104,6 +104,13 @@ class JobsByRepo(Protocol):
         ...
 
 
+class NewestJobs(Protocol):
+    def newest_of_repo(self, repo: str, limit: int) -> list[JobRecord]:
+        """The repository's `limit` newest job rows by dispatch time (every attempt, any state), newest first, with
+        everything but `fingerprint` (""); names compare case-insensitively."""
+        ...
+
+
 class HudKeys(Protocol):
     def claim(self, dispatch_id: str, hud_key: str | None, owner: str, now: float, max_jobs: int) -> str | None:
         """Take one HUD row's key among a dispatch's jobs for `owner` (the job's run and attempt; the key names the
