@@ -3,15 +3,12 @@ carries items is the same JSON as moto's own shape-by-shape serializer writes, f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import boto3
-import pytest
 from moto.core.serialize import BaseJSONSerializer
-from moto.server import ThreadedMotoServer
 
-from crcr.local.stack import free_port, item_maps_without_shape_walk
+from crcr.local.stack import item_maps_without_shape_walk
 
 # Every kind of attribute value, nested where DynamoDB allows it, binary ones with bytes no text encoding keeps.
 EVERY_KIND = {
@@ -30,24 +27,13 @@ EVERY_KIND = {
 }
 
 
-@pytest.fixture
-def clients() -> Iterator[tuple[Any, Any]]:
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    kwargs = {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"}
-    kwargs |= {"aws_access_key_id": "t", "aws_secret_access_key": "t"}
-    yield boto3.client("dynamodb", **kwargs), boto3.client("dynamodbstreams", **kwargs)
-    server.stop()
-
-
-def test_item_answers_are_the_json_moto_writes_for_every_attribute_type(clients: tuple[Any, Any]) -> None:
+def test_item_answers_are_the_json_moto_writes_for_every_attribute_type(ddb: tuple[Any, Any]) -> None:
     item_maps_without_shape_walk()
     item_maps_without_shape_walk()  # idempotent
     fast = BaseJSONSerializer._serialize_type_map
     walk = fast._crcr_walk  # type: ignore[attr-defined]
-    ddb, streams = clients
-    ddb.create_table(
+    client, streams = ddb
+    client.create_table(
         TableName="kinds",
         BillingMode="PAY_PER_REQUEST",
         AttributeDefinitions=[{"AttributeName": a, "AttributeType": t} for a, t in (("pk", "S"), ("g", "S"))],
@@ -62,12 +48,13 @@ def test_item_answers_are_the_json_moto_writes_for_every_attribute_type(clients:
         StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
     )
     for n in range(5):
-        ddb.put_item(TableName="kinds", Item={"pk": {"S": f"p{n}"}, "g": {"S": "group"}} | EVERY_KIND)
-    arn = ddb.describe_table(TableName="kinds")["Table"]["LatestStreamArn"]
+        client.put_item(TableName="kinds", Item={"pk": {"S": f"p{n}"}, "g": {"S": "group"}} | EVERY_KIND)
+    arn = client.describe_table(TableName="kinds")["Table"]["LatestStreamArn"]
     shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
     key = {"pk": {"S": "p1"}}
     group = {":g": {"S": "group"}}
     new_b = {":b": EVERY_KIND["b"]}
+    one_get = [{"Get": {"TableName": "kinds", "Key": key}}]
 
     def records() -> list[dict[str, Any]]:
         it = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON")
@@ -77,16 +64,14 @@ def test_item_answers_are_the_json_moto_writes_for_every_attribute_type(clients:
         ]
 
     asks: dict[str, Callable[[], Any]] = {
-        "GetItem": lambda: ddb.get_item(TableName="kinds", Key=key)["Item"],
-        "Query on an index": lambda: ddb.query(
+        "GetItem": lambda: client.get_item(TableName="kinds", Key=key)["Item"],
+        "Query on an index": lambda: client.query(
             TableName="kinds", IndexName="by_g", KeyConditionExpression="g = :g", ExpressionAttributeValues=group
         )["Items"],
-        "Scan, one page": lambda: ddb.scan(TableName="kinds", Limit=2)["Items"],
-        "BatchGetItem": lambda: ddb.batch_get_item(RequestItems={"kinds": {"Keys": [key]}})["Responses"],
-        "TransactGetItems": lambda: ddb.transact_get_items(TransactItems=[{"Get": {"TableName": "kinds", "Key": key}}])[
-            "Responses"
-        ],
-        "UpdateItem ALL_NEW": lambda: ddb.update_item(
+        "Scan, one page": lambda: client.scan(TableName="kinds", Limit=2)["Items"],
+        "BatchGetItem": lambda: client.batch_get_item(RequestItems={"kinds": {"Keys": [key]}})["Responses"],
+        "TransactGetItems": lambda: client.transact_get_items(TransactItems=one_get)["Responses"],
+        "UpdateItem ALL_NEW": lambda: client.update_item(
             TableName="kinds", Key=key, UpdateExpression="SET b = :b", ExpressionAttributeValues=new_b,
             ReturnValues="ALL_NEW",
         )["Attributes"],
@@ -102,5 +87,5 @@ def test_item_answers_are_the_json_moto_writes_for_every_attribute_type(clients:
         BaseJSONSerializer._serialize_type_map = fast  # type: ignore[method-assign]
     assert (
         by_moto
-        and ddb.get_item(TableName="kinds", Key=key)["Item"] == {"pk": key["pk"], "g": {"S": "group"}} | EVERY_KIND
+        and client.get_item(TableName="kinds", Key=key)["Item"] == {"pk": key["pk"], "g": {"S": "group"}} | EVERY_KIND
     )

@@ -5,34 +5,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.dynamodbstreams.models import dynamodbstreams_backends
-from moto.server import ThreadedMotoServer
 
 from crcr.local.stack import (
     ParallelStream,
     StreamReader,
     forget_spent_shard_iterators,
-    free_port,
     transactions_without_table_copies,
 )
 from crcr.local.template import FunctionDecl, StreamSource
-
-
-@pytest.fixture
-def ddb() -> Iterator[tuple[Any, Any]]:
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    kwargs = {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"}
-    kwargs |= {"aws_access_key_id": "t", "aws_secret_access_key": "t"}
-    yield boto3.client("dynamodb", **kwargs), boto3.client("dynamodbstreams", **kwargs)
-    server.stop()
 
 
 def test_polling_a_stream_keeps_one_shard_iterator_not_one_per_poll(ddb: tuple[Any, Any]) -> None:

@@ -97,22 +97,11 @@ class DynamoResults:
                 Limit=limit,
             ).get("Items", [])
         ]
-        names = {f"#a{i}": name for i, name in enumerate((*JUDGED_ATTRIBUTES, "callback_payload"))}
-        found: list[JobRecord] = []
-        for start in range(0, len(keys), 100):
-            pending: dict[str, Any] = {
-                self._table: {
-                    "Keys": keys[start : start + 100],
-                    "ProjectionExpression": ", ".join(names),
-                    "ExpressionAttributeNames": names,
-                }
-            }
-            for _ in range(5):
-                got = self._ddb.batch_get_item(RequestItems=pending)
-                found += [from_item(item) for item in got.get("Responses", {}).get(self._table, [])]
-                pending = got.get("UnprocessedKeys") or {}
-                if not pending:
-                    break
+        found = [
+            job
+            for start in range(0, len(keys), 100)
+            for job in self._read_jobs(keys[start : start + 100], (*JUDGED_ATTRIBUTES, "callback_payload"))
+        ]
         return sorted(found, key=lambda j: (j.dispatched_at, j.run_attempt), reverse=True)
 
     def first_l2_job(self, repo: str) -> float | None:
@@ -156,15 +145,15 @@ class DynamoResults:
         """The JobAttempts port: every attempt of one job, by key (one BatchGetItem of MAX_RUN_ATTEMPT keys: attempts
         are numbered 1 to 51), projected without `callback_payload` and `fingerprint`."""
         keys = [job_key(dispatch_id, run_id, attempt, job_name) for attempt in range(1, MAX_RUN_ATTEMPT + 1)]
-        names = {f"#a{i}": name for i, name in enumerate(JUDGED_ATTRIBUTES)}
-        pending: dict[str, Any] = {
-            self._table: {
-                "Keys": keys,
-                "ConsistentRead": True,
-                "ProjectionExpression": ", ".join(names),
-                "ExpressionAttributeNames": names,
-            }
-        }
+        return sorted(self._read_jobs(keys, JUDGED_ATTRIBUTES, consistent=True), key=lambda j: j.run_attempt)
+
+    def _read_jobs(
+        self, keys: list[dict[str, Any]], attributes: tuple[str, ...], *, consistent: bool = False
+    ) -> list[JobRecord]:
+        """Up to 100 rows by key with the attributes named (one BatchGetItem, its unprocessed keys asked again)."""
+        names = {f"#a{i}": name for i, name in enumerate(attributes)}
+        request = {"ProjectionExpression": ", ".join(names), "ExpressionAttributeNames": names}
+        pending: dict[str, Any] = {self._table: {"Keys": keys, "ConsistentRead": consistent} | request}
         found: list[JobRecord] = []
         for _ in range(5):
             got = self._ddb.batch_get_item(RequestItems=pending)
@@ -172,7 +161,7 @@ class DynamoResults:
             pending = got.get("UnprocessedKeys") or {}
             if not pending:
                 break
-        return sorted(found, key=lambda j: j.run_attempt)
+        return found
 
     def all_jobs(self) -> Iterator[JobRecord]:
         """Every job in the table, page by page (a Scan: for operator exports, never on a function's path)."""
