@@ -7,7 +7,7 @@ from typing import Any
 
 from crcr.adapters.observability import logger, metrics
 from crcr.adapters.stream import images
-from crcr.app.report import ReportDeps, ask_passes, judge, report_change, summarise
+from crcr.app.report import ReportDeps, ask_passes, judge, report_change, summarise, track_regressions
 from crcr.composition import build_report_deps, kept, load_settings
 
 _deps: ReportDeps | None = None
@@ -25,6 +25,7 @@ def lambda_handler(event: dict[str, Any], context: Any, deps: ReportDeps | None 
         changes = [(record, old, new) for record, old, new in received if judge(old, new, ready)]
         summarise([(old, new) for _, old, new in changes], ready)
         ask_passes([(old, new) for _, old, new in changes], ready)
+        track_regressions([(old, new) for _, old, new in changes], ready)
     except Exception:
         logger.exception("verdicts or HUD pages not updated; the stream retries the batch")
         return _retry_from(received[0][0])

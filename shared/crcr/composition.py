@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from crcr.app.plan import PlannerDeps
     from crcr.app.ports.jobs import JobRecord
     from crcr.app.reconcile import ReconcileDeps
+    from crcr.app.regressions import RegressionDeps
     from crcr.app.report import ReportDeps
     from crcr.app.rerun import RerunDeps
     from crcr.app.runs import RunsDeps
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from crcr.app.sweep import BuildkiteRecord, SweepDeps
     from crcr.app.verdicts import VerdictDeps
     from crcr.domain.pacing import Rate
+    from crcr.domain.paths import PathFilter
 
 # Adapters are imported inside each builder: a function pays at cold start only for the libraries it
 # uses (the webhook needs no JWT, YAML or HTTP client; see bench/README.md for the import times).
@@ -594,6 +596,38 @@ def build_report_deps(settings: Settings) -> ReportDeps:
         heads=_head_ask(settings, checks),
         summaries=_summaries(settings, metrics),
         verdicts=_verdicts(settings),
+        regressions=_regressions(settings, metrics),
+    )
+
+
+def _regressions(settings: Settings, metrics: PowertoolsMetrics) -> RegressionDeps | None:
+    """Regression ranges of branch jobs: their results and the branch's order, kept in the state table and listed in
+    the HUD's regressions.json; the allowlist's path filters name a blamelist's suspects (read when one opens)."""
+    if not (settings.results_table and settings.state_table):
+        return None
+    from crcr.adapters.branch import DynamoBranch  # noqa: PLC0415
+    from crcr.adapters.regressions import DynamoRegressions  # noqa: PLC0415
+    from crcr.app.regressions import RegressionDeps  # noqa: PLC0415
+
+    clock = SystemClock()
+    allowlist = _allowlist(settings, metrics, clock) if settings.allowlist else None
+
+    def paths(repo: str) -> PathFilter | None:
+        try:
+            entry = allowlist.current().get(repo) if allowlist is not None else None
+        except Exception:
+            return None
+        return entry.settings.path_filter if entry is not None else None
+
+    ddb = aws_client("dynamodb")
+    return RegressionDeps(
+        results=_results(settings),
+        branch=DynamoBranch(ddb, str(settings.state_table)),
+        store=DynamoRegressions(ddb, str(settings.state_table)),
+        metrics=metrics,
+        clock=clock,
+        docs=_summaries(settings, metrics),
+        paths=paths,
     )
 
 

@@ -22,6 +22,7 @@ from crcr.domain.comment import Posted
 from crcr.domain.ids import repo_key
 from crcr.domain.pacing import WindowLevel
 from crcr.domain.redelivery import Attempt
+from crcr.domain.regressions import BranchCommit, Tracked
 from crcr.domain.ticket import TicketClaims
 
 
@@ -121,6 +122,7 @@ class FakeState:
     head_updated_at: dict[tuple[str, int], str] = field(default_factory=dict)
     prs: dict[tuple[str, int], PrInfo] = field(default_factory=dict)
     commits: dict[str, float] = field(default_factory=dict)
+    branch: dict[str, BranchCommit] = field(default_factory=dict)
     released: dict[tuple[int, str, str], str] = field(default_factory=dict)
     merged: dict[tuple[str, int], str] = field(default_factory=dict)
     ledger: dict[tuple[str, str], LedgerRow] = field(default_factory=dict)
@@ -144,8 +146,12 @@ class FakeState:
         self.prs[(upstream, pr)] = PrInfo(head_sha, base_sha, labels, closed)
         return HeadRecord(newest=True, replaced=previous if previous != head_sha else None)
 
-    def record_commits(self, upstream: str, commits: list[tuple[str, float]]) -> None:
-        self.commits.update(commits)
+    def record_commits(self, upstream: str, commits: list[BranchCommit]) -> None:
+        self.commits.update((c.sha, c.t) for c in commits)
+        self.branch.update((c.sha, c) for c in commits)
+
+    def commits_between(self, upstream: str, start: float, end: float) -> list[BranchCommit]:
+        return sorted((c for c in self.branch.values() if start <= c.t <= end), key=lambda c: c.order)
 
     def commit_times(self, upstream: str, shas: list[str]) -> dict[str, float]:
         return {sha: self.commits[sha] for sha in shas if sha in self.commits}
@@ -732,3 +738,37 @@ class FakeResultsRows:
     def newest_of_repo(self, repo: str, limit: int) -> list[JobRecord]:
         mine = [j for j in self.rows.values() if repo_key(j.repo) == repo_key(repo)]
         return sorted(mine, key=lambda j: j.dispatched_at, reverse=True)[:limit]
+
+    def branch_results(self, repo: str, workflow_name: str, job_name: str, limit: int) -> list[JobRecord]:
+        mine = [
+            j
+            for j in self.rows.values()
+            if repo_key(j.repo) == repo_key(repo) and (j.workflow_name, j.job_name) == (workflow_name, job_name)
+            if j.event_type in ("push", "nightly") and j.pr is None
+        ]
+        return sorted(mine, key=lambda j: j.dispatched_at, reverse=True)[:limit]
+
+
+class FakeRegressions:
+    """The RegressionStore port: each job's regressions with a version, as the state table keeps them."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[tuple[str, str, str, str], tuple[list[Tracked], int]] = {}
+        self.writes = 0
+
+    def job_regressions(self, upstream: str, repo: str, workflow_name: str, job_name: str) -> tuple[list[Tracked], int]:
+        return self.jobs.get((upstream, repo_key(repo), workflow_name, job_name), ([], 0))
+
+    def save_job_regressions(
+        self, upstream: str, repo: str, workflow_name: str, job_name: str, kept: list[Tracked], version: int
+    ) -> bool:
+        key = (upstream, repo_key(repo), workflow_name, job_name)
+        if self.jobs.get(key, ([], 0))[1] != version:
+            return False
+        self.writes += 1
+        self.jobs[key] = (list(kept), version + 1)
+        return True
+
+    def regressions_of(self, upstream: str) -> list[Tracked]:
+        found = [t for (u, *_), (kept, _) in self.jobs.items() if u == upstream for t in kept]
+        return sorted(found, key=lambda t: t.opened_at)

@@ -283,3 +283,25 @@ def test_a_landing_is_read_from_the_message_only_never_from_a_field_of_the_body(
     assert PushCommit.model_validate({"id": sha, "message": trailer}).resolves == ("pytorch/pytorch", 7)
     quoted = 'Revert "Fix"\n\n> Pull Request resolved: https://github.com/pytorch/pytorch/pull/7\n'
     assert PushCommit.model_validate({"id": sha, "message": quoted}).resolves is None  # not a line of its own
+
+
+def test_a_push_to_main_records_its_commits_in_order_with_what_a_blamelist_shows() -> None:
+    state = FakeState()
+    deps = PlannerDeps(
+        upstream="pytorch/pytorch", allowlist=StaticAllowlist(parse_allowlist("L2:\n  - org/repo\n")),
+        blobs=FakeBlobs(), prs=state, branch=state, dispatches=FakeDispatchQueue(), metrics=RecordingMetrics(),
+        clock=FakeClock(),
+    )  # fmt: skip
+    doc = json.loads(json.dumps(PUSH))
+    squashed, landed = dict(doc["commits"][0]), dict(doc["commits"][0])
+    squashed |= {"id": "1" * 40}
+    landed |= {"id": doc["after"], "author": {"name": "Ann Other"}, "modified": [f"f{i}.py" for i in range(101)]}
+    landed |= {"message": "Speed it up\n\nPull Request resolved: https://github.com/pytorch/pytorch/pull/170002\n"}
+    doc["commits"] = [squashed, landed]
+    plan_event(_event(doc, "push-1", "push"), deps)
+    first, second = state.commits_between("pytorch/pytorch", 0, 2**40)
+    assert (first.sha, first.parent, first.pr) == ("1" * 40, doc["before"], 170001)  # the squash title's "(#N)"
+    assert first.title == doc["commits"][0]["message"] and first.author == "octodev"
+    assert first.files == ("torch/_inductor/select_algorithm.py",)
+    assert (second.parent, second.pr, second.title, second.author) == ("1" * 40, 170002, "Speed it up", "Ann Other")
+    assert second.files is None  # more files than a blamelist keeps: not known, so never narrowed away

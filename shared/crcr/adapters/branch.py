@@ -1,27 +1,56 @@
-"""The upstream default branch in the state table: the order of the commits pushed to it (for baselines), and what
-GitHub said of commits a scheduled report named."""
+"""The upstream default branch in the state table: the order of the commits pushed to it (for baselines and
+blamelists), and what GitHub said of commits a scheduled report named.
+
+Each pushed commit is two items in the branch's partition: `C#<sha>` (its time, read by SHA) and `O#<ms>#<i>#<sha>`
+(its place in the branch's order with what a blamelist shows of it, read as a range)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from crcr.adapters.table import BRANCH_TTL_S, MISSING_COMMIT_TTL_S, branch_pk, lookup_key, num
+from crcr.adapters.table import BRANCH_TTL_S, MISSING_COMMIT_TTL_S, branch_pk, lookup_key, num, query_all
+from crcr.domain.regressions import BranchCommit
+
+
+def _order_sk(t: float, i: int = 0, sha: str = "") -> str:
+    return f"O#{max(0, round(t * 1000)):015d}#{i:05d}#{sha}"
+
+
+def _ordered(commit: BranchCommit) -> dict[str, Any]:
+    info = {"sha": commit.sha, "t": commit.t, "i": commit.i, "parent": commit.parent, "pr": commit.pr}
+    info |= {"title": commit.title, "author": commit.author, "files": commit.files}
+    return {"sk": {"S": _order_sk(commit.t, commit.i, commit.sha)}, "c": {"S": json.dumps(info, separators=(",", ":"))}}
+
+
+def _commit(item: dict[str, Any]) -> BranchCommit:
+    info = json.loads(item["c"]["S"])
+    files = info.get("files")
+    return BranchCommit(
+        info["sha"],
+        float(info["t"]),
+        i=int(info.get("i") or 0),
+        parent=info.get("parent"),
+        pr=info.get("pr"),
+        title=info.get("title"),
+        author=info.get("author"),
+        files=tuple(files) if files is not None else None,
+    )
 
 
 class DynamoBranch:
-    """The BranchLog, BranchOrder and CommitMemory ports."""
+    """The BranchLog, BranchOrder, BranchCommits and CommitMemory ports."""
 
     def __init__(self, client: Any, table: str) -> None:
         self._ddb = client
         self._table = table
 
-    def record_commits(self, upstream: str, commits: list[tuple[str, float]]) -> None:
-        expires = {"N": str(int(max((t for _, t in commits), default=0)) + BRANCH_TTL_S)}
-        requests = [
-            {"PutRequest": {"Item": {"pk": branch_pk(upstream), "sk": {"S": f"C#{sha}"}, "t": {"N": str(num(t))}}
-             | {"expires_at": expires}}}
-            for sha, t in commits
-        ]  # fmt: skip
+    def record_commits(self, upstream: str, commits: list[BranchCommit]) -> None:
+        expires = {"N": str(int(max((c.t for c in commits), default=0)) + BRANCH_TTL_S)}
+        pk = branch_pk(upstream)
+        items = [{"sk": {"S": f"C#{c.sha}"}, "t": {"N": str(num(c.t))}} for c in commits]
+        items += [_ordered(c) for c in commits]
+        requests = [{"PutRequest": {"Item": {"pk": pk} | item | {"expires_at": expires}}} for item in items]
         for start in range(0, len(requests), 25):  # BatchWriteItem takes 25 at a time
             pending: dict[str, Any] = {self._table: requests[start : start + 25]}
             for _ in range(5):
@@ -44,6 +73,21 @@ class DynamoBranch:
                 if not pending:
                     break
         return found
+
+    def commits_between(self, upstream: str, start: float, end: float) -> list[BranchCommit]:
+        """The commits pushed with times from `start` to `end` (both included), in the branch's order, each once."""
+        items = query_all(
+            self._ddb,
+            TableName=self._table,
+            KeyConditionExpression="pk = :p AND sk BETWEEN :a AND :b",
+            ExpressionAttributeValues={":p": branch_pk(upstream), ":a": {"S": _order_sk(start)}}
+            | {":b": {"S": _order_sk(end, 99_999, "~")}},
+        )
+        found: dict[str, BranchCommit] = {}
+        for item in items:
+            commit = _commit(item)
+            found.setdefault(commit.sha, commit)
+        return sorted(found.values(), key=lambda c: c.order)
 
     def commit_seen(self, upstream: str, sha: str, now: float) -> bool | None:
         keys = [{"pk": branch_pk(upstream), "sk": {"S": f"C#{sha}"}}, lookup_key(upstream, sha)]

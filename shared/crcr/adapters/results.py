@@ -82,6 +82,19 @@ class DynamoResults:
         )
         return [from_item(item) for item in items]
 
+    def branch_results(self, repo: str, workflow_name: str, job_name: str, limit: int) -> list[JobRecord]:
+        """The BranchResults port: one job's `limit` newest branch results by dispatch time (index by_baseline, one
+        Query), newest first."""
+        items = self._ddb.query(
+            TableName=self._table,
+            IndexName=BY_BASELINE_INDEX,
+            KeyConditionExpression="baseline_key = :b",
+            ExpressionAttributeValues={":b": {"S": baseline_key(repo, workflow_name, job_name)}},
+            ScanIndexForward=False,
+            Limit=limit,
+        ).get("Items", [])
+        return [from_item(item) for item in items]
+
     def newest_of_repo(self, repo: str, limit: int) -> list[JobRecord]:
         """The NewestJobs port: the repository's `limit` newest job rows by dispatch time, whole (one Query of the
         by_repo index for their keys, one BatchGetItem per hundred rows), newest first."""

@@ -18,7 +18,7 @@ from crcr.app.ports.pulls import HeadRecord, PrInfo
 from crcr.app.ports.queues import BlobStore, ChecksQueue, DispatchQueue
 from crcr.app.rerun import RerunDeps, check_run_target, check_suite_targets
 from crcr.app.summaries import PlanNote, SummaryDeps, note_plan
-from crcr.contracts.github import CheckRunEvent, CheckSuiteEvent, PullRequestEvent, PushEvent
+from crcr.contracts.github import CheckRunEvent, CheckSuiteEvent, PullRequestEvent, PushCommit, PushEvent
 from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage, downstream_target
 from crcr.domain.allowlist import Entry
 from crcr.domain.change_hints import change_hints
@@ -40,6 +40,7 @@ from crcr.domain.planning import (
     needs_files,
     plan,
 )
+from crcr.domain.regressions import MAX_COMMIT_FILES, BranchCommit, first_line, title_pr
 
 
 class PullRequestLog(Protocol):
@@ -73,8 +74,9 @@ class PullRequestLog(Protocol):
 
 
 class BranchLog(Protocol):
-    def record_commits(self, upstream: str, commits: list[tuple[str, float]]) -> None:
-        """Commits pushed to the upstream's default branch with their order (the commit time)."""
+    def record_commits(self, upstream: str, commits: list[BranchCommit]) -> None:
+        """Commits pushed to the upstream's default branch with their order (the commit time) and what a blamelist
+        shows of them."""
         ...
 
 
@@ -166,13 +168,46 @@ def to_upstream_event(event: str, doc: dict[str, Any]) -> UpstreamEvent:
         ref=push.ref,
         default_branch=push.repository.default_branch,
         deleted=push.deleted,
-        commits=tuple((c.id, t) for c in push.commits[-MAX_ORDERED_COMMITS:] if (t := _epoch(c.timestamp)) is not None),
+        commits=_branch_commits(push),
         pushed_files=_pushed_files(push),
         title=head.message if head else None,
         author=(head.author.username or head.author.name) if head and head.author else None,
         at=_epoch(head.timestamp) if head else None,
         resolved_prs=_resolved(push),
     )
+
+
+def _branch_commits(push: PushEvent) -> tuple[BranchCommit, ...]:
+    """The pushed commits in the branch's order, each with its parent in the push (the first: the push's `before`) and
+    what a blamelist shows of it: the PR it landed, its first line, its author, its files."""
+    upstream = repo_key(push.repository.full_name)
+    found: list[BranchCommit] = []
+    parent = push.before if push.before and push.before.strip("0") else None
+    for i, c in enumerate(push.commits):
+        t = _epoch(c.timestamp)
+        if t is not None and i >= len(push.commits) - MAX_ORDERED_COMMITS:
+            landed = c.resolves[1] if c.resolves is not None and repo_key(c.resolves[0]) == upstream else None
+            found.append(
+                BranchCommit(
+                    c.id,
+                    t,
+                    i=i,
+                    parent=parent,
+                    pr=landed or title_pr(c.message),
+                    title=first_line(c.message)[:200] or None,
+                    author=(c.author.username or c.author.name) if c.author else None,
+                    files=_commit_files(c),
+                )
+            )
+        parent = c.id
+    return tuple(found)
+
+
+def _commit_files(commit: PushCommit) -> tuple[str, ...] | None:
+    if commit.added is None or commit.modified is None or commit.removed is None:
+        return None
+    files = {*commit.added, *commit.modified, *commit.removed}
+    return tuple(sorted(files)) if len(files) <= MAX_COMMIT_FILES else None
 
 
 def _resolved(push: PushEvent) -> tuple[int, ...]:

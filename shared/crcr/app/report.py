@@ -21,6 +21,7 @@ from crcr.app.ports import Metrics
 from crcr.app.ports.hud import HudRejected, HudUnavailable
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.queues import ChecksQueue
+from crcr.app.regressions import RegressionDeps, track
 from crcr.app.summaries import SummaryConflict, SummaryDeps, job_key, note_refusals, update_summaries
 from crcr.app.verdicts import VerdictDeps, attempt, flaky_predecessors, judged, judgement
 from crcr.contracts.messages import CheckSyncMessage
@@ -49,6 +50,7 @@ class ReportDeps:
     heads: HeadAsk | None = None
     summaries: SummaryDeps | None = None  # the HUD pages' documents
     verdicts: VerdictDeps | None = None  # failure verdicts; None: no verdicts, no comment, no automatic re-run
+    regressions: RegressionDeps | None = None  # regression ranges of branch jobs; None: not tracked
     attempts: int = 3  # in this invocation; then the stream retries the record, then its DLQ
     base_delay_s: float = 0.5
     sleep: Callable[[float], None] = time.sleep
@@ -99,6 +101,12 @@ def summarise(changes: Sequence[tuple[JobRecord | None, JobRecord]], deps: Repor
     Idempotent, so a batch the stream retries rewrites nothing."""
     if deps.summaries is not None:
         update_summaries([new for old, new in changes if changed(old, new)], deps.summaries)
+
+
+def track_regressions(changes: Sequence[tuple[JobRecord | None, JobRecord]], deps: ReportDeps) -> None:
+    """Each job a batch brought a branch result of looks at its regressions again (advisory: never fails the batch)."""
+    if deps.regressions is not None:
+        track([new for old, new in changes if changed(old, new)], deps.regressions)
 
 
 def ask_passes(changes: Sequence[tuple[JobRecord | None, JobRecord]], deps: ReportDeps) -> None:

@@ -256,7 +256,10 @@ def _merge_entry(entries: dict[str, Any], new: dict[str, Any]) -> bool:
     return True
 
 
-def _update(deps: SummaryDeps, key: str, change: Callable[[dict[str, Any] | None], dict[str, Any] | None]) -> None:
+Change = Callable[[dict[str, Any] | None], dict[str, Any] | None]
+
+
+def update_document(deps: SummaryDeps, key: str, change: Change) -> None:
     """Read, change, write if unchanged since read; `change` returns None when there is nothing to write."""
     for _ in range(WRITE_TRIES):
         doc, tag = deps.docs.get(key)
@@ -279,13 +282,13 @@ def update_summaries(jobs: Sequence[JobRecord], deps: SummaryDeps) -> None:
         by_commit.setdefault(job.head_sha, []).append(job)
         by_repo.setdefault(repo_key(job.repo), []).append(job)
     summaries = [_update_commit(group, deps, now) for group in by_commit.values()]
-    _update(deps, "index.json", partial(_with_index, summaries=summaries, now=now))
+    update_document(deps, "index.json", partial(_with_index, summaries=summaries, now=now))
     _update_prs(summaries, deps, now, new_only=True)  # the cells are read from the commits' documents
     for group in by_repo.values():
-        _update(deps, repo_doc_key(group[0].repo), partial(_with_health, jobs=group, now=now, deps=deps))
+        update_document(deps, repo_doc_key(group[0].repo), partial(_with_health, jobs=group, now=now, deps=deps))
     nightly = [job for job in jobs if job.event_type == "nightly"]
     if nightly:
-        _update(deps, "nightly.json", partial(_with_nightly, jobs=nightly, now=now))
+        update_document(deps, "nightly.json", partial(_with_nightly, jobs=nightly, now=now))
 
 
 def _update_prs(summaries: list[dict[str, Any]], deps: SummaryDeps, now: float, *, new_only: bool = False) -> None:
@@ -295,7 +298,7 @@ def _update_prs(summaries: list[dict[str, Any]], deps: SummaryDeps, now: float, 
             by_pr.setdefault(summary["pr"], []).append(summary)
     for pr, commits in by_pr.items():
         change = partial(_with_commits, summaries=commits, keep=PR_COMMITS, now=now, pr=pr, new_only=new_only)
-        _update(deps, f"pr/{pr}.json", change)
+        update_document(deps, f"pr/{pr}.json", change)
 
 
 def _first_seen(doc: dict[str, Any], moment: float | None) -> None:
@@ -326,7 +329,7 @@ def _update_commit(jobs: list[JobRecord], deps: SummaryDeps, now: float) -> dict
         _fit_commit(doc)
         return doc
 
-    _update(deps, f"commit/{first.head_sha}.json", commit)
+    update_document(deps, f"commit/{first.head_sha}.json", commit)
     return summary_of(merged)
 
 
@@ -644,7 +647,7 @@ def note_plan(note: PlanNote, deps: SummaryDeps) -> None:
         doc["updated_at"] = now
         return doc
 
-    _update(deps, f"commit/{note.sha}.json", commit)
+    update_document(deps, f"commit/{note.sha}.json", commit)
     if note.replaced and note.replaced != note.sha:
         old: list[dict[str, Any]] = []
 
@@ -656,10 +659,10 @@ def note_plan(note: PlanNote, deps: SummaryDeps) -> None:
             old.append(summary_of(doc))
             return doc
 
-        _update(deps, f"commit/{note.replaced}.json", superseded)
+        update_document(deps, f"commit/{note.replaced}.json", superseded)
         summaries += old[-1:]
     flags = {repo: {"nightly_only": True} for repo in note.nightly_only}
-    _update(deps, "index.json", partial(_with_index, summaries=summaries, now=now, flags=flags))
+    update_document(deps, "index.json", partial(_with_index, summaries=summaries, now=now, flags=flags))
     _update_prs(summaries, deps, now)
 
 
@@ -701,7 +704,7 @@ def note_refusals(
         total.append(refused["total"])
         return doc
 
-    _update(deps, repo_doc_key(repo), change)
+    update_document(deps, repo_doc_key(repo), change)
     if total:
         flags = {repo: {"refused": total[-1]}}
-        _update(deps, "index.json", partial(_with_index, summaries=[], now=now, flags=flags))
+        update_document(deps, "index.json", partial(_with_index, summaries=[], now=now, flags=flags))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from crcr.domain.allowlist import Allowlist, Entry
+from crcr.domain.regressions import BranchCommit
 
 # Pull-request actions that dispatch; "labeled" only releases PRs held for trusted_authors_only.
 # The label PyTorch's merge bot adds to a PR it merged (it pushes the commit itself, so GitHub's `merged` stays false).
@@ -44,7 +45,7 @@ class UpstreamEvent:
     deleted: bool = False
     base_sha: str = ""  # PR: the commit it is based on
     closed: bool = False  # PR: GitHub says it is closed
-    commits: tuple[tuple[str, float], ...] = ()  # push: each commit with its time, oldest first
+    commits: tuple[BranchCommit, ...] = ()  # push: each commit with its time and what a blamelist shows, oldest first
     updated_at: str = ""  # PR: GitHub's updated_at, which orders webhooks that arrive out of order
     ciflow: str | None = None  # push of refs/tags/ciflow/<name>/<PR>: the name (pr_number is the PR)
     # push: the files its commits added, modified or removed (None: not all listed in the payload)

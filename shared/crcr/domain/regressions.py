@@ -12,13 +12,46 @@ opens nothing: there is no range to name.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from crcr.domain.verdicts import Attempt
 
 Said = Literal["pass", "fail"]
+
+# A squash merge's first line ends with its PR: "Fix the thing (#1234)".
+_TITLE_PR = re.compile(r"\(#([1-9][0-9]{0,9})\)\s*$")
+MAX_COMMIT_FILES = 100  # a commit's files kept for narrowing a blamelist; more: not known (never narrowed)
+
+
+@dataclass(frozen=True)
+class BranchCommit:
+    """A commit pushed to the upstream's default branch, as a blamelist names it."""
+
+    sha: str
+    t: float  # the commit's time: the branch's order (ties: its place in its push, `i`)
+    i: int = 0
+    parent: str | None = None  # the commit before it on the branch, when the push said (its `before` or its list)
+    pr: int | None = None  # the PR it landed, from the merge bot's trailer or the squash title's "(#N)"
+    title: str | None = None  # the message's first line
+    author: str | None = None
+    files: tuple[str, ...] | None = None  # None: not all known
+
+    @property
+    def order(self) -> tuple[float, int]:
+        return (self.t, self.i)
+
+
+def title_pr(message: str | None) -> int | None:
+    """The PR a squash merge's first line names, as GitHub writes it ("… (#1234)")."""
+    found = _TITLE_PR.search(first_line(message))
+    return int(found.group(1)) if found else None
+
+
+def first_line(message: str | None) -> str:
+    return (message or "").split("\n", 1)[0].strip()
 
 
 def said(attempts: Iterable[Attempt]) -> Said | None:
@@ -66,3 +99,142 @@ def regressions(results: Mapping[str, Said | None], branch: Sequence[str]) -> li
     if current is not None:
         found.append(current)
     return found
+
+
+CLOSED_KEPT_S = 14 * 86_400  # a closed regression stays listed this long after it was fixed
+
+
+@dataclass(frozen=True)
+class Blamed:
+    """One commit of a blamelist, with what the relay knows of it."""
+
+    sha: str
+    pr: int | None = None
+    title: str | None = None
+    author: str | None = None
+    # False when the commit's files are known and none concerns the job's path filter: listed, not suspected.
+    suspect: bool = True
+
+
+@dataclass(frozen=True)
+class Tracked:
+    """A regression of one downstream job as the relay keeps and shows it."""
+
+    repo: str
+    workflow_name: str
+    job_name: str
+    last_pass: str
+    first_fail: str
+    last_fail: str
+    blamelist: tuple[Blamed, ...]
+    opened_at: float
+    fixed_by: str | None = None
+    closed_at: float | None = None
+    told: bool = False  # the downstream's owners were told of it
+
+    @property
+    def open(self) -> bool:
+        return self.fixed_by is None
+
+    @property
+    def state(self) -> str:
+        return "open" if self.open else "closed"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "repo": self.repo,
+            "workflow_name": self.workflow_name,
+            "job_name": self.job_name,
+            "state": self.state,
+            "last_pass": self.last_pass,
+            "first_fail": self.first_fail,
+            "last_fail": self.last_fail,
+            "fixed_by": self.fixed_by,
+            "blamelist": [
+                {"sha": b.sha, "pr": b.pr, "title": b.title, "author": b.author, "suspect": b.suspect}
+                for b in self.blamelist
+            ],
+            "opened_at": self.opened_at,
+            "closed_at": self.closed_at,
+            "told": self.told,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, object]) -> Tracked:
+        def text(name: str) -> str | None:
+            value = doc.get(name)
+            return str(value) if value is not None else None
+
+        blamelist = doc.get("blamelist")
+        blamed = tuple(
+            Blamed(str(b["sha"]), b.get("pr"), b.get("title"), b.get("author"), bool(b.get("suspect", True)))
+            for b in (blamelist if isinstance(blamelist, list) else [])
+            if isinstance(b, dict)
+        )
+        closed = doc.get("closed_at")
+        return cls(
+            repo=str(doc["repo"]),
+            workflow_name=str(doc["workflow_name"]),
+            job_name=str(doc["job_name"]),
+            last_pass=str(doc["last_pass"]),
+            first_fail=str(doc["first_fail"]),
+            last_fail=str(doc["last_fail"]),
+            blamelist=blamed,
+            opened_at=float(str(doc["opened_at"])),
+            fixed_by=text("fixed_by"),
+            closed_at=float(str(closed)) if closed is not None else None,
+            told=bool(doc.get("told")),
+        )
+
+
+def _same(a: Tracked, b: Regression) -> bool:
+    """The same regression seen again, perhaps with its range narrowed by a result that came late."""
+    blamed = {c.sha for c in a.blamelist}
+    return a.first_fail == b.first_fail or a.last_pass == b.last_pass or bool(blamed & set(b.blamelist))
+
+
+def merged(
+    stored: Sequence[Tracked],
+    found: Sequence[Regression],
+    blame: Callable[[Regression], tuple[Blamed, ...]],
+    job: tuple[str, str, str],
+    now: float,
+    known: Callable[[str], bool],
+) -> list[Tracked]:
+    """The job's regressions after a new look at its results: each one found keeps what was kept of it (when it
+    opened, whether its owners were told, when it closed); a stored one its look could not see (`known` says whether
+    its first failing commit was in the look) stays until it has been closed CLOSED_KEPT_S; the rest were mistaken
+    (a late retry passed) and go."""
+    repo, workflow_name, job_name = job
+    kept: list[Tracked] = []
+    used: set[int] = set()
+    for r in found:
+        match = next((i for i, s in enumerate(stored) if i not in used and _same(s, r)), None)
+        before = stored[match] if match is not None else None
+        if match is not None:
+            used.add(match)
+        closed_at = None
+        if r.fixed_by is not None:
+            closed_at = before.closed_at if before is not None and before.fixed_by == r.fixed_by else now
+        kept.append(
+            Tracked(
+                repo=repo,
+                workflow_name=workflow_name,
+                job_name=job_name,
+                last_pass=r.last_pass,
+                first_fail=r.first_fail,
+                last_fail=r.last_fail,
+                blamelist=blame(r),
+                opened_at=before.opened_at if before is not None else now,
+                fixed_by=r.fixed_by,
+                closed_at=closed_at,
+                told=before.told if before is not None else False,
+            )
+        )
+    for i, s in enumerate(stored):
+        if i in used or known(s.first_fail):
+            continue
+        if s.open or (s.closed_at is not None and now - s.closed_at < CLOSED_KEPT_S):
+            kept.append(s)
+    kept = [t for t in kept if t.open or (t.closed_at is not None and now - t.closed_at < CLOSED_KEPT_S)]
+    return sorted(kept, key=lambda t: t.opened_at)

@@ -1,0 +1,180 @@
+"""Regression tracking (ReporterFunction, per stream batch): each finished result of a downstream job on the
+upstream's default branch (a push or a scheduled run) places the job's recent branch results in the branch's order,
+keeps its regressions (crcr.domain.regressions) and the HUD's `regressions.json` that the pages and
+`GET /hud/api/crcr/regressions` read. Advisory: nothing here changes a job, a check run or PyTorch's HUD rows, and a
+failure here is counted and never fails the batch (the job's next result looks again)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from crcr.app.ports import Clock, Metrics
+from crcr.app.ports.jobs import JobRecord
+from crcr.app.ports.regressions import RegressionStore
+from crcr.app.summaries import SummaryConflict, SummaryDeps, update_document
+from crcr.app.verdicts import BASELINE_EVENTS, attempt
+from crcr.domain.ids import repo_key
+from crcr.domain.paths import PathFilter
+from crcr.domain.regressions import (
+    CLOSED_KEPT_S,
+    Blamed,
+    BranchCommit,
+    Regression,
+    Said,
+    Tracked,
+    merged,
+    regressions,
+    said,
+)
+
+RECENT_RESULTS = 100  # the job's newest branch results looked at (an open regression older than them is kept)
+MAX_BLAMELIST = 250  # commits named per regression (GitHub's compare lists as many)
+WRITE_TRIES = 4
+DOC_KEY = "regressions.json"
+DOC_SCHEMA = 1
+
+
+class BranchResults(Protocol):
+    def branch_results(self, repo: str, workflow_name: str, job_name: str, limit: int) -> list[JobRecord]:
+        """One downstream job's newest `limit` results on the branch (a push or a scheduled run), newest first; rows
+        without `callback_payload` and `fingerprint`."""
+        ...
+
+
+class BranchCommits(Protocol):
+    def commit_times(self, upstream: str, shas: list[str]) -> dict[str, float]: ...
+
+    def commits_between(self, upstream: str, start: float, end: float) -> list[BranchCommit]:
+        """The commits pushed with times from `start` to `end`, in the branch's order."""
+        ...
+
+
+@dataclass(frozen=True)
+class RegressionDeps:
+    results: BranchResults
+    branch: BranchCommits
+    store: RegressionStore
+    metrics: Metrics
+    clock: Clock
+    docs: SummaryDeps | None = None  # the HUD's regressions.json; None: kept in the table only
+    # The downstream's path filter (allowlist `paths`/`paths_ignore`), which narrows a blamelist to its suspects.
+    paths: Callable[[str], PathFilter | None] = lambda repo: None
+
+
+def tracked(job: JobRecord) -> bool:
+    """A finished result on the branch: what a regression range is read from."""
+    return job.event_type in BASELINE_EVENTS and job.pr is None and job.state not in ("in_progress", "pending")
+
+
+JobKey = tuple[str, str, str, str]  # upstream, repository, workflow, job
+
+
+def track(jobs: Sequence[JobRecord], deps: RegressionDeps) -> None:
+    """Look again at each job a batch brought a branch result of (once per job, however many results)."""
+    seen: dict[JobKey, JobRecord] = {}
+    for job in jobs:
+        if tracked(job):
+            seen[(job.upstream, repo_key(job.repo), job.workflow_name, job.job_name)] = job
+    for job in seen.values():
+        try:
+            track_job(job, deps)
+        except Exception:
+            deps.metrics.count("RegressionTrackingFailed")
+
+
+def track_job(job: JobRecord, deps: RegressionDeps) -> list[Tracked]:
+    """Recompute one job's regressions from its newest branch results; returns them as kept."""
+    for _ in range(WRITE_TRIES):
+        stored, version = deps.store.job_regressions(job.upstream, job.repo, job.workflow_name, job.job_name)
+        kept = _look(job, stored, deps)
+        if kept == stored:
+            return kept
+        if deps.store.save_job_regressions(job.upstream, job.repo, job.workflow_name, job.job_name, kept, version):
+            _count_changes(stored, kept, deps)
+            if deps.docs is not None:
+                _publish(job, kept, deps)
+            return kept
+        deps.metrics.count("RegressionConflict")
+    raise SummaryConflict(f"regressions of {job.repo} {job.workflow_name}/{job.job_name} kept changing")
+
+
+def _look(job: JobRecord, stored: list[Tracked], deps: RegressionDeps) -> list[Tracked]:
+    rows = [
+        r
+        for r in deps.results.branch_results(job.repo, job.workflow_name, job.job_name, RECENT_RESULTS)
+        if r.event_type in BASELINE_EVENTS and r.pr is None and r.upstream == job.upstream
+    ]
+    by_sha: dict[str, list[JobRecord]] = {}
+    for r in rows:
+        by_sha.setdefault(r.head_sha, []).append(r)
+    results: dict[str, Said | None] = {sha: said(attempt(r) for r in found) for sha, found in by_sha.items()}
+    # An open regression older than the rows looked at goes on from its own ends.
+    for s in stored:
+        if s.open:
+            results.setdefault(s.last_pass, "pass")
+            results.setdefault(s.first_fail, "fail")
+    times = deps.branch.commit_times(job.upstream, [sha for sha, r in results.items() if r is not None])
+    now = deps.clock.now()
+    if not times:
+        return merged(stored, [], lambda r: (), _job(job), now, lambda sha: False)
+    commits = deps.branch.commits_between(job.upstream, min(times.values()), max(times.values()))
+    known = {c.sha: c for c in commits}
+    found = regressions(results, [c.sha for c in commits])
+    blame = _blamer(known, deps.paths(job.repo))
+    return merged(stored, found, blame, _job(job), now, lambda sha: sha in known)
+
+
+def _job(job: JobRecord) -> tuple[str, str, str]:
+    return (job.repo, job.workflow_name, job.job_name)
+
+
+def _blamer(known: dict[str, BranchCommit], paths: PathFilter | None) -> Callable[[Regression], tuple[Blamed, ...]]:
+    def blame(r: Regression) -> tuple[Blamed, ...]:
+        named = []
+        for sha in r.blamelist[-MAX_BLAMELIST:]:
+            c = known.get(sha)
+            if c is None:
+                named.append(Blamed(sha))
+                continue
+            suspect = paths is None or not paths.active or c.files is None or paths.concerns(c.files)
+            named.append(Blamed(sha, c.pr, c.title, c.author, suspect))
+        return tuple(named)
+
+    return blame
+
+
+def _count_changes(before: list[Tracked], after: list[Tracked], deps: RegressionDeps) -> None:
+    was_open = {t.first_fail for t in before if t.open}
+    for t in after:
+        if t.open and t.first_fail not in was_open and not any(_overlaps(t, b) for b in before):
+            deps.metrics.count("RegressionOpened")
+        elif not t.open and t.first_fail in was_open:
+            deps.metrics.count("RegressionClosed")
+
+
+def _overlaps(a: Tracked, b: Tracked) -> bool:
+    return a.first_fail == b.first_fail or a.last_pass == b.last_pass
+
+
+def _publish(job: JobRecord, kept: list[Tracked], deps: RegressionDeps) -> None:
+    """The HUD's regressions.json: this job's regressions replace what it listed of the job."""
+    assert deps.docs is not None
+    now = deps.clock.now()
+    ours = (repo_key(job.repo), job.workflow_name, job.job_name)
+
+    def change(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+        listed = doc.get("regressions", []) if doc and doc.get("schema") == DOC_SCHEMA else []
+        others = [
+            r
+            for r in listed
+            if (repo_key(str(r.get("repo"))), r.get("workflow_name"), r.get("job_name")) != ours
+            and (r.get("state") == "open" or now - float(r.get("closed_at") or 0) < CLOSED_KEPT_S)
+        ]
+        entries = sorted(others + [t.to_json() for t in kept], key=lambda r: float(r.get("opened_at") or 0))
+        if doc is not None and doc.get("regressions") == entries:
+            return None
+        return {"schema": DOC_SCHEMA, "upstream": job.upstream, "updated_at": round(now, 3), "regressions": entries}
+
+    update_document(deps.docs, DOC_KEY, change)

@@ -1,0 +1,182 @@
+"""Regression tracking as the reporter runs it (crcr.app.regressions): a downstream job's branch results, placed in
+the branch's order, open, narrow and close its regressions, kept per job and listed in the HUD's regressions.json."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+
+from crcr.app.ports.jobs import JobRecord
+from crcr.app.regressions import DOC_KEY, RECENT_RESULTS, RegressionDeps, track, track_job
+from crcr.app.summaries import SummaryDeps
+from crcr.domain.paths import PathFilter
+from crcr.domain.regressions import CLOSED_KEPT_S, BranchCommit
+from tests.unit.fakes import FakeClock, FakeRegressions, FakeResultsRows, FakeState, RecordingMetrics
+from tests.unit.test_summaries import FakeDocs
+
+UPSTREAM, REPO = "pytorch/pytorch", "org/backend"
+T0 = 1_800_000_000.0
+
+
+def sha(n: int) -> str:
+    return f"{n:040x}"
+
+
+def pushed(n: int, files: tuple[str, ...] | None = ("torch/core.py",)) -> BranchCommit:
+    return BranchCommit(sha(n), T0 + 60 * n, parent=sha(n - 1), pr=1000 + n, title=f"Change {n} (#{1000 + n})",
+                        author=f"dev{n}", files=files)  # fmt: skip
+
+
+def result(
+    n: int,
+    conclusion: str = "success",
+    *,
+    attempt: int = 1,
+    kind: str | None = None,
+    event: str = "push",
+    state: str = "completed",
+    job: str = "test",
+) -> JobRecord:
+    return JobRecord(
+        dispatch_id=f"dsp-{n}", run_id=str(500 + n), run_attempt=attempt, job_name=job, workflow_name="CI",
+        state=state, conclusion=conclusion if state == "completed" else None, fingerprint=f"{n}{attempt}", url="",
+        repo=REPO, repo_id=1, level=4, delivery_id=f"d{n}", upstream=UPSTREAM, head_sha=sha(n), pr=None, device=None,
+        dispatched_at=T0 + 60 * n + 1, started_at=None, completed_at=T0 + 60 * n + 30, callback_payload="",
+        version=2, event_type=event, failure_kind=kind,
+    )  # fmt: skip
+
+
+@dataclass
+class World:
+    state: FakeState = field(default_factory=FakeState)
+    rows: FakeResultsRows = field(default_factory=FakeResultsRows)
+    store: FakeRegressions = field(default_factory=FakeRegressions)
+    docs: FakeDocs = field(default_factory=FakeDocs)
+    metrics: RecordingMetrics = field(default_factory=RecordingMetrics)
+    clock: FakeClock = field(default_factory=lambda: FakeClock(T0 + 86_400))
+    paths: PathFilter | None = None
+
+    def deps(self) -> RegressionDeps:
+        return RegressionDeps(
+            results=self.rows, branch=self.state, store=self.store, metrics=self.metrics, clock=self.clock,
+            docs=SummaryDeps(docs=self.docs, metrics=self.metrics, clock=self.clock), paths=lambda repo: self.paths,
+        )  # fmt: skip
+
+    def push(self, *numbers: int) -> None:
+        self.state.record_commits(UPSTREAM, [pushed(n) for n in numbers])
+
+    def report(self, *jobs: JobRecord) -> None:
+        self.rows.record(list(jobs))
+        track(list(jobs), self.deps())
+
+    def listed(self) -> list[dict[str, object]]:
+        return list(self.docs.doc(DOC_KEY)["regressions"])
+
+
+def test_ten_pushes_failing_from_the_sixth_open_one_regression_blaming_the_sixth_commits_pr() -> None:
+    world = World()
+    world.push(*range(1, 11))
+    for n in range(1, 11):
+        world.report(result(n, "success" if n <= 5 else "failure", kind=None if n <= 5 else "test"))
+    [regression] = world.store.regressions_of(UPSTREAM)
+    assert (regression.last_pass, regression.first_fail, regression.last_fail) == (sha(5), sha(6), sha(10))
+    [blamed] = regression.blamelist
+    assert (blamed.sha, blamed.pr, blamed.title, blamed.author) == (sha(6), 1006, "Change 6 (#1006)", "dev6")
+    assert regression.open and not regression.told
+    assert world.metrics.counts["RegressionOpened"] == 1  # once, however many red results came after
+    [listed] = world.listed()
+    assert listed["state"] == "open" and listed["first_fail"] == sha(6)
+    assert listed == json.loads(json.dumps(regression.to_json()))
+
+
+def test_a_nightly_testing_every_fourth_commit_blames_the_four_commits_and_its_path_filter_names_the_suspects() -> None:
+    world = World(paths=PathFilter(paths=("torch/backends/**",)))
+    world.push(*range(1, 13))
+    world.state.record_commits(UPSTREAM, [replace(pushed(7), files=("torch/backends/mine.py",))])
+    world.state.record_commits(UPSTREAM, [replace(pushed(8), files=None)])  # too many files to tell: suspected
+    world.report(result(4, event="nightly"))
+    world.report(result(8, "failure", event="nightly"))
+    [regression] = world.store.regressions_of(UPSTREAM)
+    assert [b.sha for b in regression.blamelist] == [sha(5), sha(6), sha(7), sha(8)]
+    assert [b.sha for b in regression.blamelist if b.suspect] == [sha(7), sha(8)]
+    world.report(result(12, event="nightly"))  # fixed since
+    [closed] = world.store.regressions_of(UPSTREAM)
+    assert closed.state == "closed" and (closed.last_fail, closed.fixed_by) == (sha(8), sha(12))
+    assert closed.closed_at == world.clock.t and world.metrics.counts["RegressionClosed"] == 1
+    assert world.listed()[0]["state"] == "closed"
+    # Listed a while after it was fixed, then forgotten.
+    world.clock.t += CLOSED_KEPT_S + 1
+    world.report(result(12, event="nightly", attempt=2))
+    assert world.store.regressions_of(UPSTREAM) == [] and world.listed() == []
+
+
+def test_a_retry_that_passes_an_infra_failure_and_a_time_out_open_nothing() -> None:
+    world = World()
+    world.push(*range(1, 6))
+    world.report(result(1))
+    world.report(result(2, "failure", kind="test"), result(2, "success", attempt=2))  # flaky
+    world.report(result(3, "failure", kind="infra"))
+    world.report(result(4, state="timed_out"))
+    world.report(result(5, "cancelled"))
+    assert world.store.regressions_of(UPSTREAM) == [] and world.store.writes == 0
+    assert DOC_KEY not in world.docs.docs
+
+
+def test_a_pass_that_comes_late_narrows_the_range_and_the_regression_stays_told() -> None:
+    world = World()
+    world.push(*range(1, 8))
+    world.report(result(1), result(6, "failure"))
+    [wide] = world.store.regressions_of(UPSTREAM)
+    assert [b.sha for b in wide.blamelist] == [sha(n) for n in range(2, 7)]
+    key = (UPSTREAM, REPO, "CI", "test")
+    world.store.jobs[key] = ([replace(wide, told=True)], world.store.jobs[key][1])  # its owners were told
+    world.report(result(4))  # a result on an earlier commit, reported late
+    [narrow] = world.store.regressions_of(UPSTREAM)
+    assert (narrow.last_pass, narrow.first_fail) == (sha(4), sha(6)) and narrow.told
+    assert narrow.opened_at == wide.opened_at and world.metrics.counts["RegressionOpened"] == 1
+
+
+def test_a_failure_that_turns_flaky_later_takes_its_regression_back() -> None:
+    world = World()
+    world.push(1, 2)
+    world.report(result(1), result(2, "failure"))
+    assert len(world.store.regressions_of(UPSTREAM)) == 1
+    world.report(result(2, "success", attempt=2))
+    assert world.store.regressions_of(UPSTREAM) == [] and world.listed() == []
+
+
+def test_an_open_regression_older_than_the_results_looked_at_stays_open_until_a_pass() -> None:
+    world = World()
+    last = RECENT_RESULTS + 10
+    world.push(*range(1, last + 2))
+    world.report(result(1), result(2, "failure"))
+    world.rows.record([result(n, "failure") for n in range(3, last + 1)])
+    world.report(result(last, "failure", attempt=2))  # its newest results are all red
+    [still] = world.store.regressions_of(UPSTREAM)
+    assert still.open and (still.last_pass, still.first_fail, still.last_fail) == (sha(1), sha(2), sha(last))
+    world.report(result(last + 1))
+    [fixed] = world.store.regressions_of(UPSTREAM)
+    assert fixed.fixed_by == sha(last + 1) and fixed.first_fail == sha(2)
+
+
+def test_a_result_on_a_commit_never_seen_pushed_is_not_placed_and_pr_results_are_not_read() -> None:
+    world = World()
+    world.push(1, 3)
+    world.report(result(1), result(2, "failure"))  # 2 was never pushed (as far as the relay knows)
+    world.report(replace(result(3, "failure"), pr=42, event_type="pull_request"))
+    assert world.store.regressions_of(UPSTREAM) == []
+
+
+def test_tracking_fails_open_and_is_counted() -> None:
+    world = World()
+    world.push(1, 2)
+
+    class Down(FakeRegressions):
+        def job_regressions(self, *args: str) -> tuple[list[object], int]:  # type: ignore[override]
+            raise ConnectionError("DynamoDB unreachable")
+
+    world.store = Down()
+    world.report(result(1), result(2, "failure"))  # no exception: the batch goes on
+    assert world.metrics.counts["RegressionTrackingFailed"] == 1
+    world.store = FakeRegressions()
+    assert len(track_job(result(2, "failure"), world.deps())) == 1  # the job's next look finds it
