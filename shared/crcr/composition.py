@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from crcr.app.onboard import RepoLookup
     from crcr.app.plan import PlannerDeps
     from crcr.app.ports.jobs import JobRecord
+    from crcr.app.ports.regressions import RegressionStore
     from crcr.app.reconcile import ReconcileDeps
     from crcr.app.regressions import RegressionDeps
     from crcr.app.report import ReportDeps
@@ -908,3 +909,11 @@ def build_onboard_github(settings: Settings) -> RepoLookup:
 def build_jwks(settings: Settings) -> Ed25519Tickets:
     """The ticket keys whose public halves the JWKS serves (the current key, then the previous one)."""
     return _tickets(settings)
+
+
+def build_regression_store(settings: Settings) -> tuple[str, RegressionStore]:
+    """`crcr regressions`: the upstream and the state table's regressions."""
+    from crcr.adapters.regressions import DynamoRegressions  # noqa: PLC0415
+
+    settings.require("state_table")
+    return settings.upstream_repo, DynamoRegressions(aws_client("dynamodb"), str(settings.state_table))

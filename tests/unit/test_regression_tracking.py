@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
+from crcr.app.pages import REGRESSIONS, serve
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.regressions import DOC_KEY, RECENT_RESULTS, RegressionDeps, track, track_job
 from crcr.app.summaries import SummaryDeps
@@ -180,3 +181,13 @@ def test_tracking_fails_open_and_is_counted() -> None:
     assert world.metrics.counts["RegressionTrackingFailed"] == 1
     world.store = FakeRegressions()
     assert len(track_job(result(2, "failure"), world.deps())) == 1  # the job's next look finds it
+
+
+def test_the_hud_route_serves_the_regressions_as_tracked_and_an_empty_list_before_any() -> None:
+    world = World()
+    assert json.loads(serve(REGRESSIONS, world.docs, {}).body) == {"schema": 1, "regressions": []}
+    world.push(1, 2)
+    world.report(result(1), result(2, "failure"))
+    answer = serve(REGRESSIONS, world.docs, {})
+    assert answer.status == 200 and answer.headers["content-type"] == "application/json"
+    assert json.loads(answer.body)["regressions"] == [t.to_json() for t in world.store.regressions_of(UPSTREAM)]

@@ -266,7 +266,8 @@ function commitRow(commit, repos, options) {
   const cells = repos.map(({ repo }) => {
     const cell = (commit.repos || {})[repo];
     return el("td", { class: "cellwrap", "data-repo": repo, "data-label": repo.split("/")[1] || repo },
-      cellFor(repo, cell, `/hud/commit/${commit.sha}#${encodeURIComponent(repo)}`));
+      cellFor(repo, cell, `/hud/commit/${commit.sha}#${encodeURIComponent(repo)}`),
+      brokenSince(options && options.broken, repo, commit.sha));
   });
   return el("tr", { "data-sha": commit.sha, class: commit.superseded_by ? "superseded" : null },
     commitCell(commit),
@@ -283,6 +284,64 @@ function commitsGrid(commits, repos, options) {
       options && options.noPr ? null : el("th", { scope: "col" }, "PR"),
       repos.map(repoHeader))),
     el("tbody", {}, commits.map((c) => commitRow(c, repos, options)))));
+}
+
+// ---------------------------------------------------------------- regressions on the default branch
+
+// Regressions by the cell of their first failing commit: `${repo}|${sha}` (repository in lower case). The nightly
+// view shows a day's newest run only, so there an open regression also marks the cell of its newest failure.
+function brokenCells(regs, newestToo) {
+  const cells = new Map();
+  for (const r of (regs && regs.regressions) || []) {
+    const shas = newestToo && r.state === "open" ? new Set([r.first_fail, r.last_fail]) : [r.first_fail];
+    for (const sha of shas) {
+      const key = `${String(r.repo).toLowerCase()}|${sha}`;
+      cells.set(key, [...(cells.get(key) || []), r]);
+    }
+  }
+  return cells;
+}
+
+function rangeText(r) {
+  const n = (r.blamelist || []).length;
+  return `${shortSha(r.last_pass)}..${shortSha(r.first_fail)}, ${plural(n, "commit")}`;
+}
+
+// The first failing cell of a regression: "broken since" this commit, with the range that could have caused it.
+function brokenSince(cells, repo, sha) {
+  const found = cells ? cells.get(`${repo.toLowerCase()}|${sha}`) : null;
+  if (!found) return null;
+  return found.map((r) => el("a", { class: `broken ${r.state}`, href: `${repoPath(repo)}#regressions`, "data-regression": r.first_fail,
+    title: `${r.workflow_name} / ${r.job_name}: last passed on ${shortSha(r.last_pass)}, failing from ${shortSha(r.first_fail)}` },
+    r.state === "open" ? "broken since" : "was broken since", " ", el("span", { class: "mono" }, rangeText(r)),
+    el("span", { class: "sr-only" }, ` (${r.workflow_name} / ${r.job_name})`)));
+}
+
+function blamedLine(b, upstream) {
+  const pr = b.pr && upstream ? external(`https://github.com/${upstream}/pull/${b.pr}`, `#${b.pr}`) : b.pr ? `#${b.pr}` : null;
+  return el("li", { class: b.suspect ? "suspect" : "unlikely" },
+    el("a", { class: "mono", href: `/hud/commit/${b.sha}` }, shortSha(b.sha)), " ", pr, " ",
+    b.title ? el("span", { class: "title" }, b.title) : null,
+    b.author ? el("span", { class: "author" }, ` · ${b.author}`) : null,
+    b.suspect ? null : el("span", { class: "muted" }, " · outside the job's path filter"));
+}
+
+function renderRegressions(regs, repo) {
+  const mine = ((regs && regs.regressions) || []).filter((r) => String(r.repo).toLowerCase() === repo.toLowerCase())
+    .sort((a, b) => (a.state === b.state ? b.opened_at - a.opened_at : a.state === "open" ? -1 : 1));
+  const out = [el("h2", { id: "regressions" }, `Regressions on the default branch (${mine.filter((r) => r.state === "open").length} open)`)];
+  if (!mine.length) return [...out, el("p", { class: "empty" }, "None: no job of this repository went from passing to failing on a push or nightly run lately.")];
+  return [...out, el("ul", { class: "regressions" }, mine.map((r) => el("li", { class: `regression ${r.state}`, "data-regression": r.first_fail },
+    el("div", {}, el("strong", {}, `${r.workflow_name} / ${r.job_name}`), " ",
+      el("span", { class: `rstate ${r.state}` }, r.state === "open" ? "OPEN — broken since" : "FIXED — was broken since"), " ",
+      el("a", { class: "mono", href: `/hud/commit/${r.first_fail}` }, shortSha(r.first_fail))),
+    el("div", { class: "meta" }, `Passed on `, el("a", { class: "mono", href: `/hud/commit/${r.last_pass}` }, shortSha(r.last_pass)),
+      `, failed from `, el("a", { class: "mono", href: `/hud/commit/${r.first_fail}` }, shortSha(r.first_fail)),
+      r.state === "open" ? `; still failing on ${shortSha(r.last_fail)}` : `; fixed between ${shortSha(r.last_fail)} and ${shortSha(r.fixed_by)}`,
+      ` · opened `, when(r.opened_at)),
+    el("div", {}, `Blamelist: ${plural((r.blamelist || []).length, "commit")}`,
+      (r.blamelist || []).some((b) => !b.suspect) ? `, ${(r.blamelist || []).filter((b) => b.suspect).length} touching the job's paths` : ""),
+    el("ul", { class: "blamelist" }, (r.blamelist || []).map((b) => blamedLine(b, regs.upstream))))))];
 }
 
 function reposOf(commits, known) {
@@ -424,7 +483,7 @@ function tabs(active) {
     el("a", { href, class: key === active ? "tab active" : "tab", "aria-current": key === active ? "page" : null }, text)));
 }
 
-function renderOverview(doc, view) {
+function renderOverview(doc, view, regs) {
   const all = doc.commits || [];
   const commits = view === "trunk" ? (doc.trunk || all.filter((c) => !c.pr)) : all.filter((c) => c.pr);
   const repos = reposOf(commits, doc.repos);
@@ -435,7 +494,10 @@ function renderOverview(doc, view) {
     el("p", { class: "meta" }, `${plural(commits.length, "commit")} × ${plural(repos.length, "downstream repository", "downstream repositories")}, newest first. `,
       "Each cell is the worst result among that repository's jobs on the commit (newest attempt of each); ",
       "a repository no job has reported on yet shows whether it was dispatched (and how long ago), held, skipped or not targeted."),
-    commitsGrid(commits, repos, { empty: view === "trunk" ? "No push or nightly results recorded yet." : "No pull-request results recorded yet." }),
+    view === "trunk" ? el("p", { class: "meta" }, "A cell marked ", el("span", { class: "broken open" }, "broken since"),
+      " is a job's first failure after it passed: the range names the commits that could have broken it.") : null,
+    commitsGrid(commits, repos, { empty: view === "trunk" ? "No push or nightly results recorded yet." : "No pull-request results recorded yet.",
+      broken: view === "trunk" ? brokenCells(regs) : null }),
   ];
 }
 
@@ -444,7 +506,8 @@ function worstOf(jobs) {
   return states.sort((a, b) => severity(a) - severity(b))[0] || "none";
 }
 
-function renderNightly(doc, index) {
+function renderNightly(doc, index, regs) {
+  const broken = brokenCells(regs, true);
   const days = Object.keys((doc && doc.days) || {}).sort().reverse();
   const seen = new Map();
   for (const r of (index && index.repos) || []) if (r.nightly_only) seen.set(r.repo, r);
@@ -465,8 +528,10 @@ function renderNightly(doc, index) {
           passed: Object.values(jobs).filter((j) => !FAILED.includes(j.state) && j.state !== "running").length,
           running: Object.values(jobs).filter((j) => j.state === "running").length } : null;
         const sha = jobs ? Object.values(jobs).sort((a, b) => (b.at || 0) - (a.at || 0))[0].sha : null;
+        const shas = jobs ? [...new Set(Object.values(jobs).map((j) => j.sha))] : [];
         return el("td", { class: "cellwrap", "data-repo": repo, "data-label": repo.split("/")[1] || repo },
-          cellFor(repo, cellDoc, sha ? `/hud/commit/${sha}#${encodeURIComponent(repo)}` : null));
+          cellFor(repo, cellDoc, sha ? `/hud/commit/${sha}#${encodeURIComponent(repo)}` : null),
+          shas.map((s) => brokenSince(broken, repo, s)));
       })))))));
   return out;
 }
@@ -666,7 +731,7 @@ function historyCount(doc) {
   return { counted: counted.length, passed: counted.filter((e) => e.state === "success").length, after };
 }
 
-function renderRepo(doc, repo, published) {
+function renderRepo(doc, repo, published, regs) {
   const history = doc.history || [];
   const status = published ? (published.repos || []).find((r) => r.repo.toLowerCase() === (doc.repo || repo).toLowerCase()) : null;
   const dedupe = status && status.figures ? status.figures.dispatch_dedupe : null;
@@ -681,6 +746,7 @@ function renderRepo(doc, repo, published) {
       doc.level ? el("span", {}, `participation level L${doc.level}`) : null])),
     el("p", { class: `dedupe ${cls}`, "data-dedupe": dedupe || "unknown" }, words),
     renderRefused(doc.refused),
+    renderRegressions(regs, doc.repo || repo),
     el("h2", {}, "Health"),
     renderHealth(h),
     h ? renderLevelStatus(h.level_status, status) : null,
@@ -790,11 +856,18 @@ function targetOfHash() {
 
 let lastStamp = null;
 
+// Regressions are advice: a page whose route cannot answer is drawn without them.
+const REGRESSIONS = "/hud/api/crcr/regressions";
+const regressions = () => fetchDoc(REGRESSIONS).catch(() => null);
+
 async function load(r) {
-  if (r.kind === "overview") return { doc: await fetchDoc("/hud/data/index.json") };
+  if (r.kind === "overview") {
+    const [doc, regs] = await Promise.all([fetchDoc("/hud/data/index.json"), r.view === "trunk" ? regressions() : null]);
+    return { doc, regs };
+  }
   if (r.kind === "nightly") {
-    const [doc, index] = await Promise.all([fetchDoc("/hud/data/nightly.json"), fetchDoc("/hud/data/index.json")]);
-    return { doc: doc || (index ? { days: {} } : null), extra: index };
+    const [doc, index, regs] = await Promise.all([fetchDoc("/hud/data/nightly.json"), fetchDoc("/hud/data/index.json"), regressions()]);
+    return { doc: doc || (index ? { days: {} } : null), extra: index, regs };
   }
   if (r.kind === "commit") {
     const found = await resolveSha(r);
@@ -808,8 +881,9 @@ async function load(r) {
   }
   if (r.kind === "pr") return { doc: await fetchDoc(`/hud/data/pr/${r.pr}.json`) };
   if (r.kind === "repo") {
-    const [doc, published] = await Promise.all([fetchDoc(repoDoc(r.repo)), fetchDoc("/hud/api/crcr/level-status").catch(() => null)]);
-    return { doc, extra: published };
+    const [doc, published, regs] = await Promise.all([fetchDoc(repoDoc(r.repo)),
+      fetchDoc("/hud/api/crcr/level-status").catch(() => null), regressions()]);
+    return { doc, extra: published, regs };
   }
   return { doc: null };
 }
@@ -827,16 +901,17 @@ async function render() {
   }
   const doc = loaded.doc;
   const stamp = doc ? doc.updated_at || null : null;
-  const seen = doc ? doc.stamp || stamp : null; // a composed page's digest of what it shows: a verdict changes no time
+  // A composed page's digest of what it shows (a verdict changes no time), and when the regressions last changed.
+  const seen = doc ? `${doc.stamp || stamp}|${loaded.regs ? loaded.regs.updated_at : ""}` : null;
   if (lastStamp !== null && seen === lastStamp) return; // nothing new: keep the page (and the scroll) as is
   lastStamp = seen;
   let content;
-  if (r.kind === "overview") content = doc ? renderOverview(doc, r.view) : renderOverview({ commits: [] }, r.view);
-  else if (r.kind === "nightly") content = renderNightly(doc, loaded.extra);
+  if (r.kind === "overview") content = renderOverview(doc || { commits: [] }, r.view, loaded.regs);
+  else if (r.kind === "nightly") content = renderNightly(doc, loaded.extra, loaded.regs);
   else if (!doc) content = renderNotFound(r, loaded.detail);
   else if (r.kind === "commit") content = renderCommit(doc);
   else if (r.kind === "pr") content = await renderPr(doc);
-  else content = renderRepo(doc, r.repo, loaded.extra);
+  else content = renderRepo(doc, r.repo, loaded.extra, loaded.regs);
   main.replaceChildren(...[content].flat(Infinity).filter(Boolean));
   document.getElementById("crumbs").replaceChildren(...crumbs(r));
   document.getElementById("updated").replaceChildren(stamp ? el("span", {}, "data updated ", when(stamp)) : "");

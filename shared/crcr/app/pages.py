@@ -27,6 +27,8 @@ DOC = re.compile(
     r"|repo/[a-z0-9_.-]{1,100}/[a-z0-9_.-]{1,100})\.json$"
 )
 LEVEL_STATUS = "/hud/api/crcr/level-status"  # PyTorch's GET /api/crcr/level-status, as LevelFunction last wrote it
+REGRESSIONS = "/hud/api/crcr/regressions"  # open and recently closed regressions, as the reporter last wrote them
+NO_REGRESSIONS = b'{"schema":1,"regressions":[]}'
 ASSET = re.compile(r"^/hud/static/([a-z0-9-]+\.(?:css|js|svg))$")
 TYPES = {"html": "text/html; charset=utf-8", "css": "text/css; charset=utf-8", "js": "text/javascript; charset=utf-8"}
 TYPES |= {"json": "application/json", "svg": "image/svg+xml"}
@@ -63,6 +65,9 @@ def serve(path: str, docs: HudDocReader | None, assets: dict[str, bytes], compos
         if body is not None:
             return _answer(200, body, "json", "no-cache")
         return _answer(503, b'{"error":"not_computed","message":"the level check has not run yet"}', "json", "no-cache")
+    if path == REGRESSIONS:
+        body = docs.read("regressions.json") if docs is not None else None
+        return _answer(200, body if body is not None else NO_REGRESSIONS, "json", "no-cache")
     if PAGE.fullmatch(path):
         return _answer(200, assets["index.html"], "html", "no-cache")
     if match := ASSET.fullmatch(path):

@@ -134,6 +134,23 @@ def _health(args: argparse.Namespace) -> int:
     return 0
 
 
+def _regressions(args: argparse.Namespace) -> int:
+    from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
+
+    from crcr.composition import build_regression_store, load_settings  # noqa: PLC0415
+    from crcr.ops.regressions import render, select  # noqa: PLC0415
+    from crcr.settings import ConfigError  # noqa: PLC0415
+
+    try:
+        upstream, store = build_regression_store(load_settings())
+        found = store.regressions_of(upstream)
+    except (ConfigError, OSError, BotoCoreError, ClientError) as exc:
+        print(f"crcr regressions: {_problem(exc)}", file=sys.stderr)
+        return 2
+    print(render(select(found, args.repo, args.open), args.json))
+    return 0
+
+
 def _pct(rate: float | None) -> str:
     return "-" if rate is None else f"{rate * 100:.1f}%"
 
@@ -564,6 +581,12 @@ def main(argv: list[str] | None = None) -> int:
     health.add_argument("--json", action="store_true", help="print a JSON list instead of the table")
     health.add_argument("--window-days", type=_positive, default=None, help="days of dispatches to judge (default 14)")
     health.add_argument("--min-jobs", type=_positive, default=None, help="fewest finished jobs to judge (default 10)")
+    regressions = sub.add_parser(
+        "regressions", help="downstream jobs broken on the default branch, with their ranges (uses AWS like dlq)"
+    )
+    regressions.add_argument("--json", action="store_true", help="print the HUD route's entries as JSON")
+    regressions.add_argument("--repo", help="one downstream repository only")
+    regressions.add_argument("--open", action="store_true", help="open regressions only")
     hud = sub.add_parser("hud", help="PyTorch's HUD data (uses AWS credentials / AWS_ENDPOINT_URL)")
     hud_sub = hud.add_subparsers(dest="hud_command", required=True)
     export = hud_sub.add_parser(
@@ -604,6 +627,8 @@ def main(argv: list[str] | None = None) -> int:
         return _health(args)
     if args.command == "hud":
         return _hud_export(args)
+    if args.command == "regressions":
+        return _regressions(args)
     if args.command == "onboard":
         return _onboard(args)
     if args.command == "app-manifest":

@@ -1,0 +1,225 @@
+"""Which upstream commit broke a downstream job, end to end on `crcr local`: ten pushes to main, a job passing on
+the first five and failing from the sixth, a nightly-only downstream testing every fourth commit, a retry that
+passes and an infrastructure failure; the HUD's route, `crcr regressions` and the trunk and repository pages say the
+same."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page
+
+from tests.conftest import ROOT, Relay, event_body, http
+from tests.doubles.oidc_issuer import OidcIssuer
+from tests.e2e.browser import headless
+from tests.e2e.test_callback import oidc  # noqa: F401 - a fixture
+
+pytestmark = pytest.mark.e2e
+UPSTREAM, PUSHED, NIGHTLY = "pytorch/pytorch", "org-two/l2-repo", "org-six/nightly"
+IDS = {PUSHED: 5001, NIGHTLY: 5060}
+ALLOWLIST = f"""\
+L2:
+  - {PUSHED}: oncall-two
+  - {NIGHTLY}:
+      oncalls: oncall-six
+      events: [nightly]
+"""
+BEFORE = "f" * 40
+SHOTS = ROOT / "test-output" / "regressions"
+WIDTHS = (1400, 390)  # desktop, phone
+
+
+def sha(n: int) -> str:
+    return hashlib.sha1(f"commit {n}".encode()).hexdigest()
+
+
+def short(n: int) -> str:
+    return sha(n)[:10]  # as the pages show a SHA
+
+
+def push_body(n: int) -> bytes:
+    """The n-th push to main: one commit, landed by its PR #170100+n."""
+    doc = json.loads(event_body("push.main.json"))
+    commit = doc["commits"][0] | {
+        "id": sha(n),
+        "message": f"Change number {n} (#{170100 + n})",
+        "timestamp": f"2026-12-01T10:{n:02d}:00Z",
+        "author": {"name": f"Dev {n}", "username": f"dev{n}"},
+    }
+    doc |= {"before": sha(n - 1) if n > 1 else BEFORE, "after": sha(n), "commits": [commit], "head_commit": commit}
+    return json.dumps(doc).encode()
+
+
+class Reports:
+    def __init__(self, relay: Relay, oidc: OidcIssuer) -> None:  # noqa: F811
+        self.relay, self.oidc, self.runs = relay, oidc, 3000
+
+    def post(self, repo: str, body: dict[str, Any], event_name: str, attempt: int) -> None:
+        token = self.oidc.token(
+            repository=repo, repository_id=IDS[repo], run_id=body["run_id"], run_attempt=attempt,
+            job_workflow_ref=f"{repo}/.github/workflows/ci.yml@refs/heads/main", event_name=event_name,
+        )  # fmt: skip
+        headers = {"content-type": "application/json", "authorization": f"Bearer {token}"}
+        status, reply = http("POST", f"{self.relay.url}/callback", json.dumps(body).encode(), headers)
+        assert (status, reply) == (200, {"status": "recorded"}), (repo, body)
+
+    def pushed(
+        self, push: int, job: str, conclusion: str, attempt: int = 1, run_id: int | None = None, **extra: Any
+    ) -> int:
+        """A job of the push-ci downstream's run for the push-th push (0-based dispatch) reports."""
+        dispatch = self.relay.github.dispatches(PUSHED)[push]
+        run_id = run_id or self.next_run()
+        body = {
+            "schema_version": 1, "ticket": dispatch["client_payload"]["ticket"], "status": "completed",
+            "conclusion": conclusion, "workflow_name": "CI", "job_name": job, "run_id": run_id, "run_attempt": attempt,
+            "url": f"https://github.com/{PUSHED}/actions/runs/{run_id}",
+        } | extra  # fmt: skip
+        self.post(PUSHED, body, "repository_dispatch", attempt)
+        return run_id
+
+    def nightly(self, head: str, conclusion: str) -> None:
+        run_id = self.next_run()
+        body = {
+            "schema_version": 1, "scheduled": True, "head_sha": head, "status": "completed", "conclusion": conclusion,
+            "workflow_name": "nightly", "job_name": "full-suite", "run_id": run_id, "run_attempt": 1,
+            "url": f"https://github.com/{NIGHTLY}/actions/runs/{run_id}",
+        }  # fmt: skip
+        self.post(NIGHTLY, body, "schedule", 1)
+
+    def next_run(self) -> int:
+        self.runs += 1
+        return self.runs
+
+
+def shown(browser: Browser, url: str, shot: str, width: int) -> Page:
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(url)
+    page.wait_for_selector("body[data-ready=true]", timeout=15_000)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{shot}-{width}.png"), full_page=True)
+    assert errors == []
+    assert page.evaluate("document.documentElement.scrollWidth") <= width  # nothing to scroll sideways for
+    return page
+
+
+def words(page: Page, selector: str) -> list[str]:
+    return [" ".join(t.split()) for t in page.locator(selector).all_inner_texts()]
+
+
+def wait(predicate: Callable[[], Any], timeout_s: float = 30.0) -> Any:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if found := predicate():
+            return found
+        time.sleep(0.2)
+    assert predicate()
+
+
+def test_ten_pushes_a_nightly_a_retry_and_an_infra_failure_name_exactly_the_commits_that_broke_a_job(
+    relay_factory: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811
+) -> None:
+    relay = relay_factory(allowlist=ALLOWLIST, env={"CRCR_OIDC_ISSUER": oidc.url, "CRCR_OIDC_AUDIENCE": "crcr"})
+    relay.github.install(NIGHTLY, installation_id=160, repo_id=IDS[NIGHTLY])
+    relay.github.install(UPSTREAM, installation_id=1, repo_id=65600975)
+    reports = Reports(relay, oidc)
+    for n in range(1, 11):
+        assert relay.post("push", push_body(n), str(uuid.uuid4()))[0] == 202
+        relay.wait_dispatches({PUSHED: n}, settle_s=0)
+    for push in range(10):
+        reports.pushed(push, "test", "success" if push < 5 else "failure", failure_kind=None if push < 5 else "test")
+    # A flaky job: it fails on the seventh push, then passes on a retry of the same run.
+    for push in range(10):
+        if push != 6:
+            reports.pushed(push, "flaky", "success")
+    run = reports.pushed(6, "flaky", "failure", failure_kind="test")
+    reports.pushed(6, "flaky", "success", attempt=2, run_id=run)
+    # The downstream's infrastructure fails on the eighth push: that says nothing of the code.
+    for push in range(10):
+        reports.pushed(
+            push, "infra", "failure" if push == 7 else "success", failure_kind="infra" if push == 7 else None
+        )
+    # The nightly-only downstream tests every fourth commit: the 2nd passes, the 6th and the 10th fail.
+    reports.nightly(sha(2), "success")
+    reports.nightly(sha(6), "failure")
+    reports.nightly(sha(10), "failure")
+
+    def listed() -> list[dict[str, Any]]:
+        status, doc = http("GET", f"{relay.url}/hud/api/crcr/regressions")
+        assert status == 200
+        found = doc["regressions"]
+        return found if len(found) == 2 and all(r["last_fail"] == sha(10) for r in found) else []
+
+    regressions = {(r["repo"], r["job_name"]): r for r in wait(listed)}
+    assert set(regressions) == {(PUSHED, "test"), (NIGHTLY, "full-suite")}  # the flaky and infra jobs opened nothing
+    pushed = regressions[(PUSHED, "test")]
+    assert (pushed["state"], pushed["last_pass"], pushed["first_fail"]) == ("open", sha(5), sha(6))
+    assert pushed["blamelist"] == [
+        {"sha": sha(6), "pr": 170106, "title": "Change number 6 (#170106)", "author": "dev6", "suspect": True}
+    ]
+    nightly = regressions[(NIGHTLY, "full-suite")]
+    assert (nightly["last_pass"], nightly["first_fail"]) == (sha(2), sha(6))
+    assert [b["sha"] for b in nightly["blamelist"]] == [sha(n) for n in (3, 4, 5, 6)]
+    assert [b["pr"] for b in nightly["blamelist"]] == [170103, 170104, 170105, 170106]
+
+    # The operator's command reads the table and says the same.
+    run = subprocess.run(
+        [sys.executable, "-m", "crcr.ops.cli", "regressions", "--json"],
+        capture_output=True, text=True, timeout=60, env=relay.stack.operator_env(), check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert sorted(json.loads(run.stdout), key=lambda r: r["repo"]) == sorted(
+        regressions.values(), key=lambda r: r["repo"]
+    )
+    table = subprocess.run(
+        [sys.executable, "-m", "crcr.ops.cli", "regressions", "--repo", NIGHTLY],
+        capture_output=True, text=True, timeout=60, env=relay.stack.operator_env(), check=False,
+    ).stdout  # fmt: skip
+    [header, line] = table.splitlines()
+    assert header.split()[:3] == ["repository", "job", "state"]
+    assert line.startswith(NIGHTLY) and f"{sha(2)[:7]}..{sha(6)[:7]}" in line and "#170103" in line
+
+    # The pages mark the first failing cells "broken since", with the range, at desktop and phone widths.
+    with headless() as browser:
+        for width in WIDTHS:
+            trunk = shown(browser, f"{relay.url}/hud/trunk", "trunk", width)
+            marked = trunk.locator(f'tr[data-sha="{sha(6)}"] td[data-repo="{PUSHED}"] .broken')
+            said = f"broken since {short(5)}..{short(6)}, 1 commit (CI / test)"  # the job's name for screen readers
+            assert " ".join(marked.inner_text().split()) == said and marked.is_visible()
+            nightly_said = f"broken since {short(2)}..{short(6)}, 4 commits (nightly / full-suite)"
+            assert sorted(words(trunk, "td .broken")) == sorted([nightly_said, said])  # those cells only
+            night = shown(browser, f"{relay.url}/hud/nightly", "nightly", width)
+            assert words(night, f'td[data-repo="{NIGHTLY}"] .broken') == [nightly_said]
+            page = shown(browser, f"{relay.url}/hud/repo/{NIGHTLY}", "repo", width)
+            [entry] = words(page, "li.regression")
+            assert "full-suite" in entry and "OPEN — broken since" in entry and "Blamelist: 4 commits" in entry
+            assert words(page, "li.regression .blamelist li")[0].startswith(f"{short(3)} #170103 Change number 3")
+            assert page.locator("#regressions").inner_text() == "Regressions on the default branch (1 open)"
+
+    # A pass closes the push job's regression: fixed between the tenth commit and the eleventh.
+    assert relay.post("push", push_body(11), str(uuid.uuid4()))[0] == 202
+    relay.wait_dispatches({PUSHED: 11}, settle_s=0)
+    reports.pushed(10, "test", "success")
+
+    def closed() -> dict[str, Any] | None:
+        found = {
+            (r["repo"], r["job_name"]): r
+            for r in http("GET", f"{relay.url}/hud/api/crcr/regressions")[1]["regressions"]
+        }
+        r = found.get((PUSHED, "test"))
+        return r if r and r["state"] == "closed" else None
+
+    fixed = wait(closed)
+    assert (fixed["last_fail"], fixed["fixed_by"]) == (sha(10), sha(11))
+    assert relay.metric("RegressionOpened") == 2 and relay.metric("RegressionClosed") == 1
+    assert relay.metric("RegressionTrackingFailed") == 0
