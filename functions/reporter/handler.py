@@ -25,7 +25,12 @@ def lambda_handler(event: dict[str, Any], context: Any, deps: ReportDeps | None 
         changes = [(record, old, new) for record, old, new in received if judge(old, new, ready)]
         summarise([(old, new) for _, old, new in changes], ready)
         ask_passes([(old, new) for _, old, new in changes], ready)
-        track_regressions([(old, new) for _, old, new in changes], ready)
+        for job, exc in track_regressions([(old, new) for _, old, new in changes], ready):
+            logger.warning(
+                "regression tracking failed (advisory: the job's next result looks again)",
+                extra={"delivery_id": job.delivery_id, "target_repo": job.repo, "job": job.job_name}
+                | {"error": repr(exc)},
+            )
     except Exception:
         logger.exception("verdicts or HUD pages not updated; the stream retries the batch")
         return _retry_from(received[0][0])

@@ -509,8 +509,20 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
     )
     allowlist = _allowlist(settings, metrics, clock)
     results = _results(settings)
-    comment = None
+    comment, notices = None, None
     if settings.pr_comment == "on":
+        from crcr.adapters.regressions import DynamoRegressions  # noqa: PLC0415
+        from crcr.app.regression_notices import NoticeDeps  # noqa: PLC0415
+
+        # A regression's one notice: a comment on the PR of its first failing commit, the same budget.
+        notices = NoticeDeps(
+            api=GitHubIssueComments(_github(settings)),
+            store=DynamoRegressions(aws_client("dynamodb"), table),
+            allowlist=allowlist,
+            pacer=pacer,
+            metrics=metrics,
+            clock=clock,
+        )
         # The same queue, pacer (one budget per installation), allowlist and metrics as the check runs.
         comment = CommentDeps(
             api=GitHubIssueComments(_github(settings)),
@@ -554,6 +566,7 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
             give_up_s=settings.run_timeout_s,
         ),
         comment=comment,
+        notices=notices,
         demotions=CachedDemotions(DynamoLevels(aws_client("dynamodb"), str(settings.state_table)), clock.now),
         reactions=GitHubCommands(_github(settings)),
     )
@@ -629,6 +642,7 @@ def _regressions(settings: Settings, metrics: PowertoolsMetrics) -> RegressionDe
         clock=clock,
         docs=_summaries(settings, metrics),
         paths=paths,
+        notices=_checks_queue(settings) if settings.pr_comment == "on" else None,
     )
 
 
@@ -648,6 +662,7 @@ def _verdicts(settings: Settings) -> VerdictDeps | None:
         return None
     from crcr.adapters.branch import DynamoBranch  # noqa: PLC0415
     from crcr.adapters.pulls import DynamoPullRequests  # noqa: PLC0415
+    from crcr.adapters.regressions import DynamoRegressions  # noqa: PLC0415
     from crcr.app.verdicts import VerdictDeps  # noqa: PLC0415
 
     results = _results(settings)
@@ -658,6 +673,7 @@ def _verdicts(settings: Settings) -> VerdictDeps | None:
         branch=DynamoBranch(aws_client("dynamodb"), str(settings.state_table)),
         prs=DynamoPullRequests(aws_client("dynamodb"), str(settings.state_table)),
         clock=SystemClock(),
+        regressions=DynamoRegressions(aws_client("dynamodb"), str(settings.state_table)),
     )
 
 

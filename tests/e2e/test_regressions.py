@@ -21,17 +21,23 @@ from tests.conftest import ROOT, Relay, event_body, http
 from tests.doubles.oidc_issuer import OidcIssuer
 from tests.e2e.browser import headless
 from tests.e2e.test_callback import oidc  # noqa: F401 - a fixture
+from tests.e2e.test_pr_comment import COMMENT_PERMISSIONS
+from tests.e2e.test_verdicts_comment import row
 
 pytestmark = pytest.mark.e2e
-UPSTREAM, PUSHED, NIGHTLY = "pytorch/pytorch", "org-two/l2-repo", "org-six/nightly"
-IDS = {PUSHED: 5001, NIGHTLY: 5060}
+UPSTREAM, PUSHED, NIGHTLY = "pytorch/pytorch", "org-four/L4-Repo", "org-six/nightly"
+OTHER = "org-two/l2-repo"  # its flaky and infra jobs: L2, so no upstream check runs spend the budget
+IDS = {PUSHED: 5003, NIGHTLY: 5060, OTHER: 5001}
 ALLOWLIST = f"""\
 L2:
-  - {PUSHED}: oncall-two
+  - {OTHER}
   - {NIGHTLY}:
       oncalls: oncall-six
       events: [nightly]
+L4:
+  - {PUSHED}: [oncall-four]
 """
+CULPRIT_PR, LATER_PR = 170106, 170200
 BEFORE = "f" * 40
 SHOTS = ROOT / "test-output" / "regressions"
 WIDTHS = (1400, 390)  # desktop, phone
@@ -74,15 +80,16 @@ class Reports:
     def pushed(
         self, push: int, job: str, conclusion: str, attempt: int = 1, run_id: int | None = None, **extra: Any
     ) -> int:
-        """A job of the push-ci downstream's run for the push-th push (0-based dispatch) reports."""
-        dispatch = self.relay.github.dispatches(PUSHED)[push]
+        """A job of a downstream's run for its push-th dispatch (0-based) reports (the L4 one unless `repo`)."""
+        repo = extra.pop("repo", PUSHED)
+        dispatch = self.relay.github.dispatches(repo)[push]
         run_id = run_id or self.next_run()
         body = {
             "schema_version": 1, "ticket": dispatch["client_payload"]["ticket"], "status": "completed",
             "conclusion": conclusion, "workflow_name": "CI", "job_name": job, "run_id": run_id, "run_attempt": attempt,
-            "url": f"https://github.com/{PUSHED}/actions/runs/{run_id}",
+            "url": f"https://github.com/{repo}/actions/runs/{run_id}",
         } | extra  # fmt: skip
-        self.post(PUSHED, body, "repository_dispatch", attempt)
+        self.post(repo, body, "repository_dispatch", attempt)
         return run_id
 
     def nightly(self, head: str, conclusion: str) -> None:
@@ -129,21 +136,26 @@ def test_ten_pushes_a_nightly_a_retry_and_an_infra_failure_name_exactly_the_comm
     relay_factory: Callable[..., Relay],
     oidc: OidcIssuer,  # noqa: F811
 ) -> None:
-    relay = relay_factory(allowlist=ALLOWLIST, env={"CRCR_OIDC_ISSUER": oidc.url, "CRCR_OIDC_AUDIENCE": "crcr"})
+    # Eleven pushes' check runs in a few seconds would spend the L4 downstream's share of GitHub.com's write budget
+    # (half of 60 a minute) and pace the PR's check run past the test's waits: pacing is test_check_runs' subject.
+    env = {"CRCR_OIDC_ISSUER": oidc.url, "CRCR_OIDC_AUDIENCE": "crcr", "CRCR_GITHUB_WRITE_RATES": "600/60+100"}
+    relay = relay_factory(allowlist=ALLOWLIST, env=env)
     relay.github.install(NIGHTLY, installation_id=160, repo_id=IDS[NIGHTLY])
-    relay.github.install(UPSTREAM, installation_id=1, repo_id=65600975)
+    relay.github.install(UPSTREAM, installation_id=1, repo_id=65600975, permissions=COMMENT_PERMISSIONS)
+    for number in (CULPRIT_PR, LATER_PR):
+        relay.github.add_issue(UPSTREAM, number)
     reports = Reports(relay, oidc)
     for n in range(1, 11):
         assert relay.post("push", push_body(n), str(uuid.uuid4()))[0] == 202
-        relay.wait_dispatches({PUSHED: n}, settle_s=0)
+        relay.wait_dispatches({PUSHED: n, OTHER: n}, settle_s=0)
     for push in range(10):
         reports.pushed(push, "test", "success" if push < 5 else "failure", failure_kind=None if push < 5 else "test")
     # A flaky job: it fails on the seventh push, then passes on a retry of the same run.
     for push in range(10):
         if push != 6:
-            reports.pushed(push, "flaky", "success")
-    run = reports.pushed(6, "flaky", "failure", failure_kind="test")
-    reports.pushed(6, "flaky", "success", attempt=2, run_id=run)
+            reports.pushed(push, "flaky", "success", repo=OTHER)
+    run = reports.pushed(6, "flaky", "failure", failure_kind="test", repo=OTHER)
+    reports.pushed(6, "flaky", "success", attempt=2, run_id=run, repo=OTHER)
     # The downstream's infrastructure fails on the eighth push: that says nothing of the code.
     for push in range(10):
         reports.pushed(
@@ -206,10 +218,44 @@ def test_ten_pushes_a_nightly_a_retry_and_an_infra_failure_name_exactly_the_comm
             assert words(page, "li.regression .blamelist li")[0].startswith(f"{short(3)} #170103 Change number 3")
             assert page.locator("#regressions").inner_text() == "Regressions on the default branch (1 open)"
 
+    # Each downstream's owners are told once, on the PR that landed the first failing commit.
+    def notices() -> list[str]:
+        return [c["body"] for c in relay.github.comments(UPSTREAM, CULPRIT_PR) if c["performed_via_github_app"]]
+
+    wait(lambda: len(notices()) == 2)
+    [four] = [b for b in notices() if PUSHED in b]
+    [six] = [b for b in notices() if NIGHTLY in b]
+    assert "@oncall-six" in six and "@oncall-four" not in six and "4 commits" in six
+    assert "@oncall-four" in four and f"{PUSHED}`, CI / test" in four and f"- {short(6)} #{CULPRIT_PR}" in four
+
+    # A PR based on the eighth commit fails the broken job: "broken trunk", not "new", and nobody is mentioned.
+    pr = json.loads(event_body("pull_request.opened.json"))
+    pr["number"] = pr["pull_request"]["number"] = LATER_PR
+    pr["pull_request"]["base"]["sha"] = sha(8)
+    relay.github.add_commit(UPSTREAM, pr["pull_request"]["head"]["sha"])
+    assert relay.post("pull_request", json.dumps(pr).encode(), str(uuid.uuid4()))[0] == 202
+    relay.wait_dispatches({PUSHED: 11}, settle_s=0)
+    reports.pushed(10, "test", "failure", failure_kind="test")
+
+    def commented() -> str | None:
+        bodies = [c["body"] for c in relay.github.comments(UPSTREAM, LATER_PR) if c["performed_via_github_app"]]
+        found = row(bodies[-1], PUSHED, "test") if bodies else None
+        return bodies[-1] if found and "broken trunk" in found else None
+
+    body = wait(commented, timeout_s=60)
+    assert "@oncall-four" not in body and "**new**" not in (row(body, PUSHED, "test") or "")
+
+    def summary() -> str | None:
+        runs = [r for r in relay.github.check_runs(UPSTREAM) if r["head_sha"] == pr["pull_request"]["head"]["sha"]]
+        said = [str((r.get("output") or {}).get("summary")) for r in runs if r["name"] == f"crcr/{PUSHED}/CI/test"]
+        return said[-1] if said and "Verdict: **broken trunk**" in said[-1] else None
+
+    assert wait(summary, timeout_s=60)
+
     # A pass closes the push job's regression: fixed between the tenth commit and the eleventh.
     assert relay.post("push", push_body(11), str(uuid.uuid4()))[0] == 202
-    relay.wait_dispatches({PUSHED: 11}, settle_s=0)
-    reports.pushed(10, "test", "success")
+    relay.wait_dispatches({PUSHED: 12}, settle_s=0)
+    reports.pushed(11, "test", "success")
 
     def closed() -> dict[str, Any] | None:
         found = {
@@ -223,3 +269,4 @@ def test_ten_pushes_a_nightly_a_retry_and_an_infra_failure_name_exactly_the_comm
     assert (fixed["last_fail"], fixed["fixed_by"]) == (sha(10), sha(11))
     assert relay.metric("RegressionOpened") == 2 and relay.metric("RegressionClosed") == 1
     assert relay.metric("RegressionTrackingFailed") == 0
+    assert len(notices()) == 2 and relay.metric("RegressionTold") == 2  # told once each, however many red results

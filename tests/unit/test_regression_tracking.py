@@ -6,13 +6,30 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
+import pytest
+
+from crcr.adapters.allowlist_source import parse_allowlist
+from crcr.app.budget import Budget
 from crcr.app.pages import REGRESSIONS, serve
+from crcr.app.ports.github import GitHubRejected, GitHubUnavailable
 from crcr.app.ports.jobs import JobRecord
+from crcr.app.regression_notices import NoticeDeps, tell
 from crcr.app.regressions import DOC_KEY, RECENT_RESULTS, RegressionDeps, track, track_job
 from crcr.app.summaries import SummaryDeps
+from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain.paths import PathFilter
 from crcr.domain.regressions import CLOSED_KEPT_S, BranchCommit
-from tests.unit.fakes import FakeClock, FakeRegressions, FakeResultsRows, FakeState, RecordingMetrics
+from tests.unit.fakes import (
+    FakeChecksQueue,
+    FakeClock,
+    FakeIssueComments,
+    FakePacer,
+    FakeRegressions,
+    FakeResultsRows,
+    FakeState,
+    RecordingMetrics,
+    StaticAllowlist,
+)
 from tests.unit.test_summaries import FakeDocs
 
 UPSTREAM, REPO = "pytorch/pytorch", "org/backend"
@@ -191,3 +208,69 @@ def test_the_hud_route_serves_the_regressions_as_tracked_and_an_empty_list_befor
     answer = serve(REGRESSIONS, world.docs, {})
     assert answer.status == 200 and answer.headers["content-type"] == "application/json"
     assert json.loads(answer.body)["regressions"] == [t.to_json() for t in world.store.regressions_of(UPSTREAM)]
+
+
+def test_a_regression_that_opens_asks_once_for_its_notice_on_the_pr_of_its_first_failing_commit() -> None:
+    world = World()
+    queue = FakeChecksQueue()
+    world.push(1, 2)
+    world.state.record_commits(UPSTREAM, [replace(pushed(3), pr=None)])  # a direct push: no PR to tell on
+    deps = replace(world.deps(), notices=queue)
+    world.rows.record([result(1), result(2, "failure")])
+    track([result(2, "failure")], deps)
+    [(ask, _)] = queue.sent
+    assert (ask.kind, ask.pr, ask.head_sha, ask.repo, ask.workflow_name, ask.job_name) == (
+        "notice", 1002, sha(2), REPO, "CI", "test",
+    )  # fmt: skip
+    world.rows.record([result(3, "failure")])
+    track([result(3, "failure")], deps)  # the same regression goes on: nothing more to ask
+    assert len(queue.sent) == 1
+    other = replace(result(3, "failure"), job_name="lint")
+    world.rows.record([replace(result(1), job_name="lint"), replace(result(2), job_name="lint"), other])
+    track([other], deps)  # opens on the direct push
+    assert len(queue.sent) == 1 and world.metrics.counts["RegressionNotTold"] == 1
+
+
+def notice_world() -> tuple[World, NoticeDeps, FakeIssueComments, CheckSyncMessage]:
+    world = World()
+    world.push(1, 2)
+    world.report(result(1), result(2, "failure"))
+    api = FakeIssueComments()
+    allowlist = StaticAllowlist(parse_allowlist(f"L2:\n  - {REPO}: [alice, bob]\n"))
+    deps = NoticeDeps(api=api, store=world.store, allowlist=allowlist, pacer=FakePacer(), metrics=world.metrics,
+                      clock=world.clock)  # fmt: skip
+    message = CheckSyncMessage(kind="notice", upstream=UPSTREAM, head_sha=sha(2), repo=REPO, pr=1002, job_name="test")
+    return world, deps, api, message.model_copy(update={"workflow_name": "CI"})
+
+
+def test_a_notice_mentions_the_owners_once_however_often_its_message_comes() -> None:
+    world, deps, api, message = notice_world()
+    assert tell(message, deps, Budget()) == "told now"
+    assert tell(message, deps, Budget()) == "told"  # a redelivered message writes nothing more
+    [(_, _, body)] = api.writes
+    assert "@alice @bob" in body and f"{sha(1)[:10]}" in body and f"- {sha(2)[:10]} #1002" in body
+    [kept] = world.store.regressions_of(UPSTREAM)
+    assert kept.told and world.metrics.counts["RegressionTold"] == 1
+
+
+def test_a_notice_github_cannot_take_now_is_retried_and_one_it_refuses_is_not() -> None:
+    world, deps, api, message = notice_world()
+    api.errors = [GitHubUnavailable("502")]
+    with pytest.raises(GitHubUnavailable):
+        tell(message, deps, Budget())
+    assert not world.store.regressions_of(UPSTREAM)[0].told  # the claim is given back: the retry writes it
+    assert tell(message, deps, Budget()) == "told now" and len(api.writes) == 1
+    world, deps, api, message = notice_world()
+    api.errors = [GitHubRejected(403, "locked conversation")]
+    assert tell(message, deps, Budget()) == "refused" and world.metrics.counts["RegressionNoticeRefused"] == 1
+    assert tell(message, deps, Budget()) == "told" and api.writes == []
+
+
+def test_a_notice_writes_the_job_name_as_inert_text() -> None:
+    world, deps, api, message = notice_world()
+    evil = "x @evil #1 [a](http://e)"  # a downstream names its jobs
+    [t], version = world.store.jobs.pop((UPSTREAM, REPO, "CI", "test"))
+    world.store.jobs[(UPSTREAM, REPO, "CI", evil)] = ([replace(t, job_name=evil)], version)
+    assert tell(message.model_copy(update={"job_name": evil}), deps, Budget()) == "told now"
+    [(_, _, body)] = api.writes
+    assert "@evil" not in body.replace("@\u200b", "") and "[a](http://e)" not in body

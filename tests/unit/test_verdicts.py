@@ -12,8 +12,9 @@ from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.pulls import PrInfo
 from crcr.app.report import ReportDeps, judge
 from crcr.app.verdicts import Judgement, VerdictDeps, baseline, judgement, verdict_of
+from crcr.domain.regressions import Tracked
 from crcr.domain.verdicts import Attempt, classify
-from tests.unit.fakes import FakeClock, RecordingMetrics
+from tests.unit.fakes import FakeClock, FakeRegressions, RecordingMetrics
 
 BASE, OLDER, NEWER, HEAD = "b" * 40, "a" * 40, "c" * 40, "d" * 40
 
@@ -186,3 +187,30 @@ def test_judging_a_job_reads_its_own_attempts_and_nothing_else(world: World) -> 
     # The first attempt's image, judged again once the retry passed, stays flaky: it sees its run's later attempts.
     assert verdict_of(first, world.deps()) == "flaky"
     assert world.reads == [("dsp-pr", "900", "test")]
+
+
+@pytest.mark.parametrize(
+    ("last_pass", "fixed_by", "expected"),
+    [
+        (OLDER, None, "broken trunk"),  # open since after OLDER: broken at the base too
+        (BASE, None, "new"),  # it passed on the base itself: this change broke it
+        (NEWER, None, "no baseline"),  # the branch broke after the base (and nothing before it to compare with)
+        (OLDER, BASE, "new"),  # fixed by the base: the branch was green again there
+        (OLDER, NEWER, "broken trunk"),  # fixed only after the base
+        (OLDER, "e" * 40, "new"),  # fixed by a commit the relay cannot place: not known to cover the base
+    ],
+)
+def test_a_failure_the_branchs_open_regression_explains_is_broken_trunk(
+    world: World, last_pass: str, fixed_by: str | None, expected: str
+) -> None:
+    failed = record()
+    world.rows = [on_branch(last_pass, "success", "p1"), failed]
+    regressions = FakeRegressions()
+    tracked = Tracked("org/backend", "CI", "test", last_pass, NEWER, NEWER, (), 0.0, fixed_by=fixed_by)
+    regressions.save_job_regressions("pytorch/pytorch", "org/backend", "CI", "test", [tracked], 0)
+    other_job = replace(tracked, job_name="build")
+    regressions.save_job_regressions("pytorch/pytorch", "org/backend", "CI", "build", [other_job], 0)
+    deps = replace(world.deps(), regressions=regressions)
+    assert verdict_of(failed, deps) == expected
+    assert verdict_of(record(job="lint"), deps) != "broken trunk"  # another job's regression says nothing of it
+    assert verdict_of(record(kind="infra"), deps) == "infra"  # infra and flaky say more than the branch

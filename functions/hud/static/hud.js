@@ -42,6 +42,7 @@ const VERDICT_WORDS = {
   infra: "infra",
   flaky: "flaky",
   "no baseline": "no baseline",
+  "broken trunk": "broken trunk",
 };
 const VERDICT_MEANING = {
   new: "it passed on the base commit: this change broke it",
@@ -49,8 +50,9 @@ const VERDICT_MEANING = {
   infra: "the downstream's infrastructure failed, or the job timed out; retried once",
   flaky: "it failed, then passed on a retry of the same commit",
   "no baseline": "no result of this job on the base commit or before it to compare with",
+  "broken trunk": "the job is broken on the default branch at the base commit (an open regression): not this change",
 };
-const VERDICT_ORDER = ["new", "infra", "flaky", "pre-existing", "no baseline"];
+const VERDICT_ORDER = ["new", "infra", "flaky", "broken trunk", "pre-existing", "no baseline"];
 const HEALTH_VERDICTS = {
   promote: "PROMOTE — meets every criterion of the next level",
   keep: "KEEP — stays at its level",

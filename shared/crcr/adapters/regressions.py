@@ -46,7 +46,7 @@ class DynamoRegressions:
         newest = max(max(t.opened_at, t.closed_at or 0.0) for t in kept)
         expires = newest + (OPEN_TTL_S if any(t.open for t in kept) else CLOSED_KEPT_S)
         item = key | {
-            "regs": {"S": json.dumps([t.to_json() for t in kept], separators=(",", ":"))},
+            "regs": {"S": json.dumps([t.stored() for t in kept], separators=(",", ":"))},
             "v": {"N": str(version + 1)},
             "expires_at": {"N": str(int(expires))},
         }

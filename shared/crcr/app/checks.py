@@ -44,6 +44,7 @@ from crcr.app.ports.levels import DemotionReader
 from crcr.app.ports.pacing import BudgetGauge, Pacer
 from crcr.app.ports.pulls import PrInfo, PrInfos
 from crcr.app.ports.queues import ChecksQueue
+from crcr.app.regression_notices import NoticeBusy, NoticeDeps, tell
 from crcr.app.rerun import RerunBusy, RerunDeps, RetryDeps, rerun_requested, retry_infra
 from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain import failed_tests
@@ -112,6 +113,7 @@ class CheckDeps:
     gauge: BudgetGauge | None = None  # check_runs: auto reads the installation's hourly window (None: always room)
     demotions: DemotionReader | None = None  # L3 repositories with an open demotion PR get no new check runs
     reactions: Reactions | None = None  # answers to PR comment commands
+    notices: NoticeDeps | None = None  # a regression's one notice to its downstream's owners
     # Each downstream's share of the upstream installation's write budget (CRCR_DOWNSTREAM_WRITE_SHARE): one whose
     # jobs would take more waits for its own share, never for another's. None: no share (the whole budget).
     share: Pacer | None = None
@@ -812,16 +814,19 @@ def sync(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
         request_head(deps.ask, message.upstream, message.head_sha, rows)
         return SyncOutcome(detail="booked")
     budget = Budget(message.slot_at)
-    what = "Rerun" if message.kind == "rerun" else "CheckRun"  # metric names: RerunPaced, CheckRunPaced, ...
+    # metric names: RerunPaced, RegressionNoticePaced, CheckRunPaced, ...
+    what = {"rerun": "Rerun", "notice": "RegressionNotice"}.get(message.kind, "CheckRun")
     try:
         if message.kind == "rerun":
             return rerun(message, deps, budget)
+        if message.kind == "notice":
+            return notice(message, deps, budget)
         return react(message, deps, budget)
     except Paced as exc:
         _later(message, deps, exc.wait_s, message.attempt, budget)
         deps.metrics.count(f"{what}Paced")
         return SyncOutcome(detail="paced", delay_s=exc.wait_s)
-    except RerunBusy:
+    except (RerunBusy, NoticeBusy):
         _later(message, deps, 1.0, message.attempt, budget)
         deps.metrics.count(f"{what}Retried", reason="busy")
         return SyncOutcome(detail="busy", delay_s=1.0)
@@ -841,6 +846,13 @@ def sync(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:
         return _dead_letter(
             message, deps, f"GitHub rejected the {'re-run' if what == 'Rerun' else 'reaction'}: {exc}", SyncOutcome()
         )
+
+
+def notice(message: CheckSyncMessage, deps: CheckDeps, budget: Budget) -> SyncOutcome:
+    """A regression's one notice (crcr.app.regression_notices.tell)."""
+    if deps.notices is None:
+        return SyncOutcome(detail="notices_off")
+    return SyncOutcome(detail=tell(message, deps.notices, budget))
 
 
 def _comment(message: CheckSyncMessage, deps: CheckDeps) -> SyncOutcome:

@@ -6,15 +6,19 @@ failure here is counted and never fails the batch (the job's next result looks a
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from crcr.app.ports import Clock, Metrics
 from crcr.app.ports.jobs import JobRecord
+from crcr.app.ports.queues import ChecksQueue
 from crcr.app.ports.regressions import RegressionStore
 from crcr.app.summaries import SummaryConflict, SummaryDeps, update_document
 from crcr.app.verdicts import BASELINE_EVENTS, attempt
+from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain.ids import repo_key
 from crcr.domain.paths import PathFilter
 from crcr.domain.regressions import (
@@ -31,7 +35,8 @@ from crcr.domain.regressions import (
 
 RECENT_RESULTS = 100  # the job's newest branch results looked at (an open regression older than them is kept)
 MAX_BLAMELIST = 250  # commits named per regression (GitHub's compare lists as many)
-WRITE_TRIES = 4
+WRITE_TRIES = 8
+CONFLICT_WAIT_S = 0.05  # the first wait after a lost write (doubling, jittered)
 DOC_KEY = "regressions.json"
 DOC_SCHEMA = 1
 
@@ -61,6 +66,11 @@ class RegressionDeps:
     docs: SummaryDeps | None = None  # the HUD's regressions.json; None: kept in the table only
     # The downstream's path filter (allowlist `paths`/`paths_ignore`), which narrows a blamelist to its suspects.
     paths: Callable[[str], PathFilter | None] = lambda repo: None
+    notices: ChecksQueue | None = None  # a regression that opens asks the check-run writer to tell its owners once
+    # Results of one job arrive on several stream shards at once: a look that lost the write looks again after a
+    # jittered wait.
+    sleep: Callable[[float], None] = time.sleep
+    rand: Callable[[], float] = random.random
 
 
 def tracked(job: JobRecord) -> bool:
@@ -71,32 +81,38 @@ def tracked(job: JobRecord) -> bool:
 JobKey = tuple[str, str, str, str]  # upstream, repository, workflow, job
 
 
-def track(jobs: Sequence[JobRecord], deps: RegressionDeps) -> None:
-    """Look again at each job a batch brought a branch result of (once per job, however many results)."""
+def track(jobs: Sequence[JobRecord], deps: RegressionDeps) -> list[tuple[JobRecord, Exception]]:
+    """Look again at each job a batch brought a branch result of (once per job, however many results). Advisory: a
+    failure is counted and returned (for the log), never raised; the job's next result looks again."""
     seen: dict[JobKey, JobRecord] = {}
     for job in jobs:
         if tracked(job):
             seen[(job.upstream, repo_key(job.repo), job.workflow_name, job.job_name)] = job
+    failed: list[tuple[JobRecord, Exception]] = []
     for job in seen.values():
         try:
             track_job(job, deps)
-        except Exception:
+        except Exception as exc:
             deps.metrics.count("RegressionTrackingFailed")
+            failed.append((job, exc))
+    return failed
 
 
 def track_job(job: JobRecord, deps: RegressionDeps) -> list[Tracked]:
     """Recompute one job's regressions from its newest branch results; returns them as kept."""
-    for _ in range(WRITE_TRIES):
+    for tries in range(WRITE_TRIES):
         stored, version = deps.store.job_regressions(job.upstream, job.repo, job.workflow_name, job.job_name)
         kept = _look(job, stored, deps)
         if kept == stored:
             return kept
         if deps.store.save_job_regressions(job.upstream, job.repo, job.workflow_name, job.job_name, kept, version):
-            _count_changes(stored, kept, deps)
+            opened = _count_changes(stored, kept, deps)
             if deps.docs is not None:
                 _publish(job, kept, deps)
+            _ask_notices(job, opened, deps)
             return kept
         deps.metrics.count("RegressionConflict")
+        deps.sleep(deps.rand() * CONFLICT_WAIT_S * 2**tries)
     raise SummaryConflict(f"regressions of {job.repo} {job.workflow_name}/{job.job_name} kept changing")
 
 
@@ -145,13 +161,38 @@ def _blamer(known: dict[str, BranchCommit], paths: PathFilter | None) -> Callabl
     return blame
 
 
-def _count_changes(before: list[Tracked], after: list[Tracked], deps: RegressionDeps) -> None:
+def _count_changes(before: list[Tracked], after: list[Tracked], deps: RegressionDeps) -> list[Tracked]:
+    """Count the regressions that opened and closed; returns those that opened."""
     was_open = {t.first_fail for t in before if t.open}
+    opened = []
     for t in after:
         if t.open and t.first_fail not in was_open and not any(_overlaps(t, b) for b in before):
             deps.metrics.count("RegressionOpened")
+            opened.append(t)
         elif not t.open and t.first_fail in was_open:
             deps.metrics.count("RegressionClosed")
+    return opened
+
+
+def _ask_notices(job: JobRecord, opened: list[Tracked], deps: RegressionDeps) -> None:
+    """Each regression that opened (and whose owners were not told of it under an earlier range) asks for its one
+    notice, on the PR that landed its first failing commit; one with no PR is shown on the pages only."""
+    if deps.notices is None:
+        return
+    asks = []
+    for t in opened:
+        pr = next((b.pr for b in t.blamelist if b.sha == t.first_fail), None)
+        if t.told:
+            continue
+        if pr is None:
+            deps.metrics.count("RegressionNotTold", reason="no_pr")
+            continue
+        asks.append(
+            CheckSyncMessage(kind="notice", upstream=job.upstream, head_sha=t.first_fail, repo=t.repo, pr=pr)
+            .model_copy(update={"workflow_name": t.workflow_name, "job_name": t.job_name})
+        )  # fmt: skip
+    if asks:
+        deps.notices.send_checks(asks)
 
 
 def _overlaps(a: Tracked, b: Tracked) -> bool:

@@ -103,10 +103,14 @@ def summarise(changes: Sequence[tuple[JobRecord | None, JobRecord]], deps: Repor
         update_summaries([new for old, new in changes if changed(old, new)], deps.summaries)
 
 
-def track_regressions(changes: Sequence[tuple[JobRecord | None, JobRecord]], deps: ReportDeps) -> None:
-    """Each job a batch brought a branch result of looks at its regressions again (advisory: never fails the batch)."""
-    if deps.regressions is not None:
-        track([new for old, new in changes if changed(old, new)], deps.regressions)
+def track_regressions(
+    changes: Sequence[tuple[JobRecord | None, JobRecord]], deps: ReportDeps
+) -> list[tuple[JobRecord, Exception]]:
+    """Each job a batch brought a branch result of looks at its regressions again (advisory: never fails the batch);
+    returns the jobs whose look failed, with why."""
+    if deps.regressions is None:
+        return []
+    return track([new for old, new in changes if changed(old, new)], deps.regressions)
 
 
 def ask_passes(changes: Sequence[tuple[JobRecord | None, JobRecord]], deps: ReportDeps) -> None:

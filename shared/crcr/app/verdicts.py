@@ -14,8 +14,10 @@ from typing import Protocol
 from crcr.app.ports import Clock
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.pulls import PrInfos
+from crcr.app.ports.regressions import RegressionStore
 from crcr.domain.ids import run_order
-from crcr.domain.verdicts import FLAKY, Attempt, classify
+from crcr.domain.regressions import covers
+from crcr.domain.verdicts import BROKEN_TRUNK, FLAKY, TRUNK_MAY_EXPLAIN, Attempt, classify
 
 
 class BranchOrder(Protocol):
@@ -59,6 +61,7 @@ class VerdictDeps:
     prs: PrInfos
     clock: Clock
     window_s: float = BASELINE_WINDOW_S
+    regressions: RegressionStore | None = None  # the branch's regressions: a failure they explain is `broken trunk`
 
 
 def judged(job: JobRecord) -> bool:
@@ -123,7 +126,25 @@ def judgement(job: JobRecord, deps: VerdictDeps) -> Judgement:
     needs_baseline = latest.failed and not latest.infra
     base = baseline(job, deps) if needs_baseline else None
     verdict = classify(mine, attempt(base) if base else None)
+    if verdict in TRUNK_MAY_EXPLAIN and broken_trunk(job, deps):
+        verdict = BROKEN_TRUNK
     return Judgement(verdict, base.head_sha if base is not None and verdict is not None else None)
+
+
+def broken_trunk(job: JobRecord, deps: VerdictDeps) -> bool:
+    """The job has a regression on the default branch that was open at the PR's base commit (one read of the job's
+    regressions; the PR and the commits' places only when it has any)."""
+    if deps.regressions is None or job.pr is None:
+        return False
+    kept, _ = deps.regressions.job_regressions(job.upstream, job.repo, job.workflow_name, job.job_name)
+    if not kept:
+        return False
+    pr = deps.prs.pr_info(job.upstream, job.pr)
+    if pr is None or not pr.base_sha:
+        return False
+    shas = [pr.base_sha, *(t.last_pass for t in kept), *(t.fixed_by for t in kept if t.fixed_by)]
+    times = deps.branch.commit_times(job.upstream, shas)
+    return any(covers(t, times, pr.base_sha) for t in kept)
 
 
 def verdict_of(job: JobRecord, deps: VerdictDeps) -> str | None:

@@ -99,8 +99,9 @@ class CheckSyncMessage(_Msg):
 
     schema_version: Literal[1] = 1
     # a pass over every check run of a commit (booked; `job` and `repo`, sent before passes existed, book one); a
-    # superseded commit; the PR's comment; one automatic re-run
-    kind: Literal["head", "job", "repo", "cancel", "comment", "rerun", "skip", "react"]
+    # superseded commit; the PR's comment; one automatic re-run; a regression's one notice (on the PR of its first
+    # failing commit, `head_sha`, naming `repo`, `workflow_name` and `job_name`)
+    kind: Literal["head", "job", "repo", "cancel", "comment", "rerun", "skip", "react", "notice"]
     upstream: str
     head_sha: str
     delivery_id: str = ""
@@ -109,6 +110,7 @@ class CheckSyncMessage(_Msg):
     run_id: Annotated[str, BeforeValidator(str)] = "0"  # a number in messages sent before Buildkite
     run_attempt: int = 0
     job_name: str = ""
+    workflow_name: str = ""  # kind "notice"
     superseded_by: str | None = None  # kind "cancel": the PR's newer head
     reason: str = ""  # kind "skip": why the repository's run is concluded skipped
     ciflow: str | None = None  # kind "skip": of a ciflow/<name> tag push (its check run carries the name)

@@ -27,7 +27,7 @@ from crcr.domain.checks import wants_check_run
 from crcr.domain.ids import repo_key, run_order
 from crcr.domain.runs import NOT_STARTED
 from crcr.domain.text import NAME_FORBIDDEN
-from crcr.domain.verdicts import FLAKY, INFRA, NEW, NO_BASELINE, PRE_EXISTING, Attempt
+from crcr.domain.verdicts import BROKEN_TRUNK, FLAKY, INFRA, NEW, NO_BASELINE, PRE_EXISTING, Attempt
 
 MAX_BODY = 65_536  # GitHub's limit on an issue comment's body
 BODY_BUDGET = 65_000  # what the relay writes at most, counted in UTF-16 code units (GitHub's count or more)
@@ -357,12 +357,14 @@ _VERDICT_WORDS = {
     INFRA: "infra",
     FLAKY: "flaky (passed on retry)",
     NO_BASELINE: "no baseline",
+    BROKEN_TRUNK: "broken trunk",
 }
 LEGEND = (
     "<sub>Verdicts: **new** passed on the baseline (the latest result at or before the PR's base), so this PR "
     "likely broke it · pre-existing failed there too · infra the downstream's infrastructure (re-run once "
     "automatically before it is shown) · flaky failed, then passed on a retry · no baseline nothing to compare "
-    "with · no run GitHub started no run for the dispatch (the downstream's workflow does not listen to it, or is "
+    "with · broken trunk the job is broken on the default branch at the PR's base (its owners are told there) · "
+    "no run GitHub started no run for the dispatch (the downstream's workflow does not listen to it, or is "
     "disabled): its owners are told. Triage is the downstream's own analysis: advice, never a merge gate.</sub>"
 )
 _TABLE_HEAD = (

@@ -141,6 +141,7 @@ class Tracked:
         return "open" if self.open else "closed"
 
     def to_json(self) -> dict[str, object]:
+        """As the HUD's route and `crcr regressions --json` show it (whether its owners were told is the store's)."""
         return {
             "repo": self.repo,
             "workflow_name": self.workflow_name,
@@ -156,8 +157,10 @@ class Tracked:
             ],
             "opened_at": self.opened_at,
             "closed_at": self.closed_at,
-            "told": self.told,
         }
+
+    def stored(self) -> dict[str, object]:
+        return self.to_json() | {"told": self.told}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, object]) -> Tracked:
@@ -185,6 +188,16 @@ class Tracked:
             closed_at=float(str(closed)) if closed is not None else None,
             told=bool(doc.get("told")),
         )
+
+
+def covers(t: Tracked, times: Mapping[str, float], base_sha: str) -> bool:
+    """Whether the job was (or may have been) broken at `base_sha` by this regression: the base comes after its last
+    pass, and before its fix if it has one. `times` places commits on the branch; an unplaced one says no."""
+    base, last_pass = times.get(base_sha), times.get(t.last_pass)
+    if base is None or last_pass is None or base <= last_pass:
+        return False
+    fixed = times.get(t.fixed_by) if t.fixed_by else None
+    return t.fixed_by is None or (fixed is not None and base < fixed)
 
 
 def _same(a: Tracked, b: Regression) -> bool:
@@ -238,3 +251,37 @@ def merged(
             kept.append(s)
     kept = [t for t in kept if t.open or (t.closed_at is not None and now - t.closed_at < CLOSED_KEPT_S)]
     return sorted(kept, key=lambda t: t.opened_at)
+
+
+NOTICE_BLAMED = 20  # commits a notice names; the HUD's repository page lists them all
+
+
+def notice_marker(t: Tracked) -> str:
+    return f"<!-- crcr-regression {t.repo.lower()} {t.first_fail} -->"
+
+
+def notice_body(t: Tracked, owners: Sequence[str], job: str) -> str:
+    """The one comment that tells a downstream's owners their job broke on the default branch, on the PR of its first
+    failing commit. `job` is the job's name as inert text (the downstream named it: untrusted)."""
+    commits = "commit" if len(t.blamelist) == 1 else "commits"
+    lines = [
+        notice_marker(t),
+        f"**Downstream regression: `{t.repo}`, {job}**, failing on the default branch since "
+        f"{t.first_fail[:10]}, which this PR landed; it last passed on {t.last_pass[:10]}.",
+        "",
+        f"Blamelist ({len(t.blamelist)} {commits} between the last pass and the first failure):",
+    ]
+    for b in t.blamelist[-NOTICE_BLAMED:]:
+        pr = f"#{b.pr}" if b.pr else b.sha[:10]
+        why = "" if b.suspect else " (outside the job's path filter)"
+        lines.append(f"- {b.sha[:10]} {pr}{why}")
+    if len(t.blamelist) > NOTICE_BLAMED:
+        lines.append(f"- … and {len(t.blamelist) - NOTICE_BLAMED} older (the relay's HUD lists them all)")
+    if owners:
+        lines += ["", "Owners of `" + t.repo + "`: " + " ".join(f"@{o}" for o in owners)]
+    lines += [
+        "",
+        "<sub>Told once per regression by the cross-repository CI relay; advice only: no check run or merge "
+        "rule changes. A later pass closes it on the HUD.</sub>",
+    ]
+    return "\n".join(lines)

@@ -5,7 +5,9 @@
 - `infra`: the downstream said its infrastructure failed, or the relay timed the started job out (retried
   once automatically before anyone is told);
 - `flaky`: it failed, then passed on a retry of the same commit;
-- `no baseline`: nothing to compare with.
+- `no baseline`: nothing to compare with;
+- `broken trunk`: it would be `new`, `pre-existing` or `no baseline`, but the same job is broken on the default
+  branch at the PR's base: a regression of the branch (crcr.domain.regressions) was open there.
 
 A job's baseline is its latest result, from a push to the upstream's default branch or a scheduled run, on
 an upstream commit at or before the PR's base commit.
@@ -21,13 +23,17 @@ PRE_EXISTING = "pre-existing"
 INFRA = "infra"
 FLAKY = "flaky"
 NO_BASELINE = "no baseline"
-VERDICTS = (NEW, PRE_EXISTING, INFRA, FLAKY, NO_BASELINE)
+BROKEN_TRUNK = "broken trunk"
+VERDICTS = (NEW, PRE_EXISTING, INFRA, FLAKY, NO_BASELINE, BROKEN_TRUNK)
+# What a regression open at the PR's base turns into `broken trunk`: never infra or flaky, which say more.
+TRUNK_MAY_EXPLAIN = frozenset({NEW, PRE_EXISTING, NO_BASELINE})
 VERDICT_MEANING = {
     NEW: "it passed on the base commit: this change broke it",
     PRE_EXISTING: "it failed on the base commit too",
     INFRA: "the downstream's infrastructure failed, or the job timed out; retried once",
     FLAKY: "it failed, then passed on a retry of the same commit",
     NO_BASELINE: "no result of this job on the base commit or before it to compare with",
+    BROKEN_TRUNK: "the job is broken on the default branch at the base commit (an open regression): not this change",
 }
 FAILURE_KINDS = ("infra", "build", "test")
 FAILED_CONCLUSIONS = frozenset({"failure", "timed_out"})

@@ -1,0 +1,86 @@
+"""A regression's one notice (ChecksFunction, kind `notice`): the downstream's owners told on the PR that landed the
+regression's first failing commit, paced on the upstream installation like every upstream write
+(docs/decisions.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from crcr.app.budget import Budget
+from crcr.app.ports import AllowlistProvider, Clock, Metrics
+from crcr.app.ports.github import GitHubRateLimited, GitHubRejected, GitHubUnavailable, NotInstalled
+from crcr.app.ports.pacing import Pacer
+from crcr.app.ports.regressions import RegressionStore
+from crcr.contracts.messages import CheckSyncMessage
+from crcr.domain.comment import text
+from crcr.domain.regressions import Tracked, notice_body
+
+WRITE_TRIES = 4
+
+
+class Notices(Protocol):
+    """The upstream PR's conversation (issues: write), as the PR comment writes it."""
+
+    def installation_for(self, upstream: str) -> int: ...
+
+    def create_comment(self, upstream: str, pr: int, body: str) -> int: ...
+
+
+@dataclass(frozen=True)
+class NoticeDeps:
+    api: Notices
+    store: RegressionStore
+    allowlist: AllowlistProvider
+    pacer: Pacer
+    metrics: Metrics
+    clock: Clock
+
+
+class NoticeBusy(Exception):
+    """Another writer kept changing the job's regressions: try the notice again shortly."""
+
+
+def tell(message: CheckSyncMessage, deps: NoticeDeps, budget: Budget) -> str:
+    """The one notice of a regression: claimed on the regression (`told`) before it is written, so a redelivered
+    message never writes a second; a write GitHub could not take now releases the claim (the message is retried),
+    one GitHub refuses is counted and not retried. Paced on the upstream installation like every upstream write."""
+    upstream, spent = message.upstream, False
+    for _ in range(WRITE_TRIES):
+        kept, version = deps.store.job_regressions(upstream, message.repo, message.workflow_name, message.job_name)
+        t = next((t for t in kept if t.first_fail == message.head_sha and t.open), None)
+        if t is None or t.told or message.pr is None:
+            deps.metrics.count("RegressionNoticeSkipped", reason="told" if t is not None else "gone")
+            return "told" if t is not None else "gone"
+        if not spent:
+            budget.spend(deps.pacer, lambda: deps.api.installation_for(upstream), deps.clock.now())
+            spent = True
+        claimed = [replace(x, told=True) if x is t else x for x in kept]
+        if deps.store.save_job_regressions(upstream, t.repo, t.workflow_name, t.job_name, claimed, version):
+            break
+    else:
+        raise NoticeBusy(f"regressions of {message.repo} kept changing")
+    entry = deps.allowlist.current().get(t.repo)
+    body = notice_body(t, entry.oncalls if entry is not None else (), text(f"{t.workflow_name} / {t.job_name}", 200))
+    try:
+        deps.api.create_comment(upstream, message.pr, body)
+    except (GitHubRejected, NotInstalled):
+        deps.metrics.count("RegressionNoticeRefused")
+        return "refused"
+    except (GitHubUnavailable, GitHubRateLimited):
+        _release(message, t, deps)
+        raise
+    deps.metrics.count("RegressionTold")
+    return "told now"
+
+
+def _release(message: CheckSyncMessage, t: Tracked, deps: NoticeDeps) -> None:
+    """Give the claim back so the retried message can write the notice (best effort: a claim kept is a notice lost,
+    never a second one)."""
+    for _ in range(WRITE_TRIES):
+        kept, version = deps.store.job_regressions(message.upstream, t.repo, t.workflow_name, t.job_name)
+        back = [replace(x, told=False) if x.first_fail == t.first_fail else x for x in kept]
+        if back == kept or deps.store.save_job_regressions(
+            message.upstream, t.repo, t.workflow_name, t.job_name, back, version
+        ):
+            return
