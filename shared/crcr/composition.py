@@ -666,14 +666,24 @@ def _verdicts(settings: Settings) -> VerdictDeps | None:
     from crcr.app.verdicts import VerdictDeps  # noqa: PLC0415
 
     results = _results(settings)
+    metrics, clock = PowertoolsMetrics(), SystemClock()
+    known = None
+    if settings.disabled_tests:
+        from crcr.adapters.allowlist_source import CachedKnownFailures, fetcher_for  # noqa: PLC0415
+
+        fetch = fetcher_for(settings.disabled_tests, lambda: aws_client("s3"), lambda: _github(settings))
+        # Read when a failure is first judged, then every 10 minutes (test-infra regenerates it every 15).
+        known = CachedKnownFailures(fetch, metrics, clock.now, 600.0, on_error=logger.warning).current
     return VerdictDeps(
         results=results,
         store=results,
         by_repo=results,
         branch=DynamoBranch(aws_client("dynamodb"), str(settings.state_table)),
         prs=DynamoPullRequests(aws_client("dynamodb"), str(settings.state_table)),
-        clock=SystemClock(),
+        clock=clock,
         regressions=DynamoRegressions(aws_client("dynamodb"), str(settings.state_table)),
+        known=known,
+        on_unknown=lambda exc: metrics.count("KnownFailuresUnavailable"),
     )
 
 

@@ -78,6 +78,8 @@ class Settings(BaseModel):
     # ci_providers.yml: a path, s3:// or github:), and the REST API that creates builds.
     buildkite_oidc_issuer: str = "https://agent.buildkite.com"
     ci_providers: str | None = None
+    # The tests upstream disables (test-infra's disabled-tests-condensed.json: a path, s3:// or github:), for `known`.
+    disabled_tests: str | None = None
     buildkite_api_url: str = "https://api.buildkite.com"
     hud_url: str | None = None
     start_timeout_s: int = 3600

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,6 +40,8 @@ L4:
   - {PUSHED}: [oncall-four]
 """
 CULPRIT_PR, LATER_PR = 170106, 170200
+DISABLED = 170300
+DISABLED_URL = f"https://github.com/{UPSTREAM}/issues/{DISABLED}"
 BEFORE = "f" * 40
 SHOTS = ROOT / "test-output" / "regressions"
 WIDTHS = (1400, 390)  # desktop, phone
@@ -135,10 +139,15 @@ def wait(predicate: Callable[[], Any], timeout_s: float = 30.0) -> Any:
 def test_ten_pushes_a_nightly_a_retry_and_an_infra_failure_name_exactly_the_commits_that_broke_a_job(
     relay_factory: Callable[..., Relay],
     oidc: OidcIssuer,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
+    # The tests PyTorch disables, as test-infra publishes them (disabled-tests-condensed.json).
+    disabled = tmp_path / "disabled-tests-condensed.json"
+    disabled.write_text(json.dumps({"test_matmul (__main__.TestLinalg)": [str(DISABLED), DISABLED_URL, []]}))
     # Eleven pushes' check runs in a few seconds would spend the L4 downstream's share of GitHub.com's write budget
     # (half of 60 a minute) and pace the PR's check run past the test's waits: pacing is test_check_runs' subject.
     env = {"CRCR_OIDC_ISSUER": oidc.url, "CRCR_OIDC_AUDIENCE": "crcr", "CRCR_GITHUB_WRITE_RATES": "600/60+100"}
+    env["CRCR_DISABLED_TESTS"] = str(disabled)
     relay = relay_factory(allowlist=ALLOWLIST, env=env)
     relay.github.install(NIGHTLY, installation_id=160, repo_id=IDS[NIGHTLY])
     relay.github.install(UPSTREAM, installation_id=1, repo_id=65600975, permissions=COMMENT_PERMISSIONS)
@@ -236,21 +245,36 @@ def test_ten_pushes_a_nightly_a_retry_and_an_infra_failure_name_exactly_the_comm
     assert relay.post("pull_request", json.dumps(pr).encode(), str(uuid.uuid4()))[0] == 202
     relay.wait_dispatches({PUSHED: 11}, settle_s=0)
     reports.pushed(10, "test", "failure", failure_kind="test")
+    # Another job fails only a test PyTorch disabled: known upstream, with the issue's link.
+    matmul = [{"name": "test_matmul", "classname": "test_linalg.TestLinalg", "message": "mismatch"}]
+    reports.pushed(10, "unit", "failure", failure_kind="test", failed_tests_detail=matmul)
 
     def commented() -> str | None:
         bodies = [c["body"] for c in relay.github.comments(UPSTREAM, LATER_PR) if c["performed_via_github_app"]]
-        found = row(bodies[-1], PUSHED, "test") if bodies else None
-        return bodies[-1] if found and "broken trunk" in found else None
+        test, unit = (row(bodies[-1], PUSHED, name) or "" for name in ("test", "unit")) if bodies else ("", "")
+        return bodies[-1] if "broken trunk" in test and "known upstream" in unit else None
 
     body = wait(commented, timeout_s=60)
-    assert "@oncall-four" not in body and "**new**" not in (row(body, PUSHED, "test") or "")
+    assert re.findall(r"(?<![`\w])@oncall-\w+", body) == []  # nobody mentioned: neither failure is the author's
+    assert "**new**" not in (row(body, PUSHED, "test") or "") + (row(body, PUSHED, "unit") or "")
+    assert f"]({DISABLED_URL})" in (row(body, PUSHED, "unit") or "")
 
-    def summary() -> str | None:
+    def summaries() -> dict[str, str] | None:
         runs = [r for r in relay.github.check_runs(UPSTREAM) if r["head_sha"] == pr["pull_request"]["head"]["sha"]]
-        said = [str((r.get("output") or {}).get("summary")) for r in runs if r["name"] == f"crcr/{PUSHED}/CI/test"]
-        return said[-1] if said and "Verdict: **broken trunk**" in said[-1] else None
+        said = {r["name"].rsplit("/", 1)[-1]: str((r.get("output") or {}).get("summary")) for r in runs}
+        done = "Verdict: **broken trunk**" in said.get("test", "") and "Verdict: **known**" in said.get("unit", "")
+        return said if done else None
 
-    assert wait(summary, timeout_s=60)
+    said = wait(summaries, timeout_s=60)
+    assert f"Known upstream: ([#\u200b{DISABLED}]({DISABLED_URL}))" in said["unit"]
+    with headless() as browser:
+        for width in WIDTHS:
+            page = shown(browser, f"{relay.url}/hud/pr/{LATER_PR}", "pr", width)
+            tags = words(page, ".verdict-tag")
+            assert "BROKEN TRUNK" in tags and "KNOWN UPSTREAM" in tags
+            page = shown(browser, f"{relay.url}/hud/commit/{pr['pull_request']['head']['sha']}", "commit", width)
+            link = page.locator(f'a[href="{DISABLED_URL}"]')
+            assert link.count() >= 1 and link.first.inner_text() == f"#{DISABLED}"
 
     # A pass closes the push job's regression: fixed between the tenth commit and the eleventh.
     assert relay.post("push", push_body(11), str(uuid.uuid4()))[0] == 202

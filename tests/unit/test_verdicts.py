@@ -70,7 +70,7 @@ class World:
     def pr_info(self, upstream: str, pr: int) -> PrInfo | None:
         return self.prs.get(pr)
 
-    def set_verdict(self, job: JobRecord, verdict: str, baseline_sha: str | None = None) -> bool:
+    def set_verdict(self, job: JobRecord, verdict: str, baseline_sha: str | None = None, known: str = "") -> bool:
         self.verdicts[(job.dispatch_id, job.run_attempt, job.job_name)] = verdict
         return True
 

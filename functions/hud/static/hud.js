@@ -43,6 +43,7 @@ const VERDICT_WORDS = {
   flaky: "flaky",
   "no baseline": "no baseline",
   "broken trunk": "broken trunk",
+  known: "known upstream",
 };
 const VERDICT_MEANING = {
   new: "it passed on the base commit: this change broke it",
@@ -51,8 +52,9 @@ const VERDICT_MEANING = {
   flaky: "it failed, then passed on a retry of the same commit",
   "no baseline": "no result of this job on the base commit or before it to compare with",
   "broken trunk": "the job is broken on the default branch at the base commit (an open regression): not this change",
+  known: "every failing test is one PyTorch has disabled (a DISABLED issue): a failure already known upstream",
 };
-const VERDICT_ORDER = ["new", "infra", "flaky", "broken trunk", "pre-existing", "no baseline"];
+const VERDICT_ORDER = ["new", "infra", "flaky", "broken trunk", "known", "pre-existing", "no baseline"];
 const HEALTH_VERDICTS = {
   promote: "PROMOTE — meets every criterion of the next level",
   keep: "KEEP — stays at its level",
@@ -388,7 +390,10 @@ function failureDetails(e, context) {
         : compared && base
           ? [" — judged against this job's latest push or nightly result at or before the PR's base ",
             el("a", { class: "mono", href: `/hud/commit/${base}` }, shortSha(base)), "."]
-          : null));
+          : null,
+      e.verdict === "known" && (e.known_issues || []).length
+        ? [" — ", (e.known_issues || []).map((url) => external(url, `#${String(url).split("/").pop()}`)).flatMap((a, i) => i ? [", ", a] : [a]), "."]
+        : null));
   }
   if (e.reason) parts.push(el("p", { class: "why" }, el("strong", {}, "Why: "), e.reason));
   if (e.reported_conclusion) {

@@ -7,6 +7,7 @@ counted and ignored, so a bad edit never replaces the last good allowlist.
 from __future__ import annotations
 
 import base64
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from crcr.adapters.github import GitHubApp
 from crcr.app.ports import Metrics
 from crcr.domain.allowlist import Allowlist, build_allowlist
 from crcr.domain.errors import AllowlistError
+from crcr.domain.known import KnownFailures, KnownFailuresError, parse_condensed
 from crcr.domain.providers import Providers, ProvidersError, build_providers
 
 T = TypeVar("T")
@@ -203,6 +205,21 @@ class CachedAllowlist(CachedDocument[Allowlist]):
 
     def parse(self, data: bytes) -> Allowlist:
         return parse_allowlist(data)
+
+
+class CachedKnownFailures(CachedDocument[KnownFailures]):
+    """The tests upstream disables (crcr.domain.known), reloaded like the allowlist; `current` raises until one
+    loads."""
+
+    kind = "disabled tests list"
+    metric = "DisabledTests"
+
+    def parse(self, data: bytes) -> KnownFailures:
+        try:
+            doc = json.loads(data)
+        except ValueError as exc:
+            raise KnownFailuresError(f"not JSON: {exc}") from exc
+        return parse_condensed(doc)
 
 
 def parse_providers(text: str | bytes) -> Providers:

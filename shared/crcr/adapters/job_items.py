@@ -59,6 +59,7 @@ def _item(record: JobRecord) -> dict[str, Any]:
             "triage": _opt_s(record.triage),
             "verdict": _opt_s(record.verdict),
             "verdict_baseline": _opt_s(record.verdict_baseline),
+            "known_issues": _opt_s(record.known_issues),
             "ciflow": _opt_s(record.ciflow),
             "failed_tests": _opt_s(record.failed_tests),
             "source": _opt_s(record.source),
@@ -81,7 +82,8 @@ JUDGED_ATTRIBUTES = (
     "dispatch_id", "run_id", "run_attempt", "job_name", "workflow_name", "state", "conclusion", "url", "repo",
     "repo_id", "level", "delivery_id", "upstream", "head_sha", "pr", "device", "dispatched_at", "started_at",
     "completed_at", "version", "event_type", "check_run_id", "reported_started_at", "failure_kind", "triage",
-    "verdict", "verdict_baseline", "ciflow", "failed_tests", "source", "reported_conclusion", "reason",
+    "verdict", "verdict_baseline", "known_issues", "ciflow", "failed_tests", "source", "reported_conclusion",
+    "reason",
 )  # fmt: skip
 
 
@@ -144,6 +146,7 @@ def from_item(item: dict[str, Any]) -> JobRecord:
         triage=text("triage") or "",
         verdict=text("verdict"),
         verdict_baseline=text("verdict_baseline"),
+        known_issues=text("known_issues") or "",
         ciflow=text("ciflow"),
         failed_tests=text("failed_tests") or "",
         source=text("source") or "",

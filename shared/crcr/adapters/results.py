@@ -27,15 +27,22 @@ class DynamoResults:
         self._table = table
         self._run_timeout_s = run_timeout_s
 
-    def set_verdict(self, record: JobRecord, verdict: str, baseline_sha: str | None = None) -> bool:
+    def set_verdict(
+        self, record: JobRecord, verdict: str, baseline_sha: str | None = None, known_issues: str = ""
+    ) -> bool:
         """The VerdictStore port: a verdict on the row as recorded (the same version), never on a newer state; False
         when the row already carries it (a redelivered stream record), so a verdict is counted once. The baseline's
-        commit goes with it, or is removed (a verdict that compared nothing)."""
+        commit and a `known` verdict's issues go with it, or are removed."""
         values: dict[str, Any] = {":v": {"S": verdict}, ":ver": attr_n(record.version)}
-        update = "SET verdict = :v REMOVE verdict_baseline"
-        if baseline_sha:
-            update = "SET verdict = :v, verdict_baseline = :b"
-            values[":b"] = {"S": baseline_sha}
+        sets, removes = ["verdict = :v"], []
+        kept = (("verdict_baseline", baseline_sha, ":b"), ("known_issues", known_issues, ":k"))
+        for name, value, placeholder in kept:
+            if value:
+                sets.append(f"{name} = {placeholder}")
+                values[placeholder] = {"S": value}
+            else:
+                removes.append(name)
+        update = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
         return applied(
             self._ddb.update_item,
             TableName=self._table,

@@ -63,12 +63,13 @@ from crcr.domain.checks import (
     should_write,
     wants_check_run,
 )
+from crcr.domain.comment import known_links
 from crcr.domain.ids import NO_RUN, ascii_lower
 from crcr.domain.pacing import WindowLevel
 from crcr.domain.planning import NO_MATCHING_FILES
 from crcr.domain.retry import RetryPolicy
 from crcr.domain.text import shown
-from crcr.domain.verdicts import VERDICT_MEANING
+from crcr.domain.verdicts import VERDICT_MEANING, Attempt
 
 
 class CheckRunApi(Protocol):
@@ -188,7 +189,9 @@ def _summary(job: JobRecord) -> str:
     body: dict[str, Any] = json.loads(job.callback_payload)
     lines = [f"**{job.repo}** · {job.workflow_name} / {job.job_name} · {job.conclusion or job.state}"]
     if job.verdict:
-        lines.append(f"Verdict: **{job.verdict}** ({VERDICT_MEANING[job.verdict]})")
+        lines.append(f"Verdict: **{job.verdict}** ({VERDICT_MEANING.get(job.verdict, '')})")
+        if job.known_issues:
+            lines.append(f"Known upstream: {known_links(job.known_issues)}")
     if (triage := _triage_line(job)) is not None:
         lines.append(triage)
     tests = _tests(body)
@@ -412,6 +415,22 @@ def _newer(job: JobRecord, than: JobRecord) -> bool:
     )
 
 
+VERDICT_WAIT_S = 300.0  # a failed PR job's check run waits this long at most for its verdict before it completes
+
+
+def _awaiting_verdict(job: JobRecord, now: float) -> bool:
+    """A failed L3/L4 PR job the reporter has not judged yet: its check run completes with the verdict in its summary
+    (the reporter puts one on every such failure before anyone hears of it)."""
+    finished = job.completed_at or job.dispatched_at
+    return (
+        job.pr is not None
+        and job.level >= 3
+        and job.verdict is None
+        and Attempt(job.run_attempt, job.state, job.conclusion, job.failure_kind).failed
+        and now - finished < VERDICT_WAIT_S
+    )
+
+
 def _job_writes(head: _Head, jobs: list[JobRecord], deps: CheckDeps, budget: Budget) -> list[_Write]:
     """Each job's own check run (per_job, and auto while the budget has room), from its latest recorded attempt."""
     latest: dict[str, JobRecord] = {}
@@ -433,6 +452,8 @@ def _job_writes(head: _Head, jobs: list[JobRecord], deps: CheckDeps, budget: Bud
         genuine = job.fingerprint != SWEPT
         if not should_write(check.known, fields["status"], fields.get("conclusion"), job.run_attempt, genuine):
             continue
+        if _awaiting_verdict(job, deps.clock.now()):
+            continue  # its verdict's image brings the next pass: a completed run is never rewritten for a verdict
         if check.known is None and _demoted(job.repo, job.level, job.started_at or job.dispatched_at, deps):
             continue
         if _makes(check, _Why(mode, *job_run_need(check.known, fields["status"])), deps):

@@ -77,7 +77,7 @@ def judge(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> bool:
     verdict = judged_now.verdict
     if verdict is None or verdict == new.verdict:
         return True
-    if deps.verdicts.store.set_verdict(new, verdict, judged_now.baseline_sha):
+    if deps.verdicts.store.set_verdict(new, verdict, judged_now.baseline_sha, judged_now.known_issues):
         deps.metrics.count("VerdictRecorded", verdict=verdict)
     return False
 

@@ -154,6 +154,8 @@ def _failure(job: JobRecord) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if job.verdict_baseline:
         out["verdict_baseline"] = job.verdict_baseline
+    if job.known_issues:
+        out["known_issues"] = job.known_issues.split()
     if job.ciflow:
         out["ciflow"] = job.ciflow
     if job.failure_kind:

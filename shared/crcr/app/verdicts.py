@@ -8,6 +8,7 @@ saw pushed has no baseline.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -15,9 +16,11 @@ from crcr.app.ports import Clock
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.pulls import PrInfos
 from crcr.app.ports.regressions import RegressionStore
+from crcr.domain.failed_tests import parse as parse_failed_tests
 from crcr.domain.ids import run_order
+from crcr.domain.known import Disabled, KnownFailures, known_issues
 from crcr.domain.regressions import covers
-from crcr.domain.verdicts import BROKEN_TRUNK, FLAKY, TRUNK_MAY_EXPLAIN, Attempt, classify
+from crcr.domain.verdicts import BROKEN_TRUNK, FLAKY, KNOWN, TRUNK_MAY_EXPLAIN, Attempt, classify
 
 
 class BranchOrder(Protocol):
@@ -42,9 +45,11 @@ class BaselineJobs(Protocol):
 
 
 class VerdictStore(Protocol):
-    def set_verdict(self, record: JobRecord, verdict: str, baseline_sha: str | None = None) -> bool:
-        """Put a verdict (and the commit of the baseline it compared, if any) on the job's row if it is still at the
-        record's version; False when it has moved on."""
+    def set_verdict(
+        self, record: JobRecord, verdict: str, baseline_sha: str | None = None, known_issues: str = ""
+    ) -> bool:
+        """Put a verdict (and the commit of the baseline it compared, if any; a `known` one's issues) on the job's
+        row if it is still at the record's version; False when it has moved on."""
         ...
 
 
@@ -62,6 +67,9 @@ class VerdictDeps:
     clock: Clock
     window_s: float = BASELINE_WINDOW_S
     regressions: RegressionStore | None = None  # the branch's regressions: a failure they explain is `broken trunk`
+    # The tests disabled upstream (crcr.domain.known); None: none configured. Raises when it cannot be read.
+    known: Callable[[], KnownFailures] | None = None
+    on_unknown: Callable[[Exception], None] = lambda exc: None  # a source that cannot be read: counted, fails open
 
 
 def judged(job: JobRecord) -> bool:
@@ -116,6 +124,7 @@ def baseline(job: JobRecord, deps: VerdictDeps) -> JobRecord | None:
 class Judgement:
     verdict: str | None  # None when none of the job's attempts failed
     baseline_sha: str | None = None  # the upstream commit of the baseline result it compared, if one was found
+    known_issues: str = ""  # `known`: the issues' URLs, spaced
 
 
 def judgement(job: JobRecord, deps: VerdictDeps) -> Judgement:
@@ -126,9 +135,29 @@ def judgement(job: JobRecord, deps: VerdictDeps) -> Judgement:
     needs_baseline = latest.failed and not latest.infra
     base = baseline(job, deps) if needs_baseline else None
     verdict = classify(mine, attempt(base) if base else None)
-    if verdict in TRUNK_MAY_EXPLAIN and broken_trunk(job, deps):
-        verdict = BROKEN_TRUNK
+    if verdict in TRUNK_MAY_EXPLAIN:
+        issues = known_failure(attempts[-1], deps)
+        if issues:
+            return Judgement(KNOWN, None, " ".join(d.url for d in issues[:MAX_KNOWN_LINKS]))
+        if broken_trunk(job, deps):
+            verdict = BROKEN_TRUNK
     return Judgement(verdict, base.head_sha if base is not None and verdict is not None else None)
+
+
+MAX_KNOWN_LINKS = 5
+
+
+def known_failure(job: JobRecord, deps: VerdictDeps) -> tuple[Disabled, ...] | None:
+    """The upstream issues that explain every failing test of the job's latest attempt; None when a test is not
+    known, none was reported, or the source cannot be read (counted: fails open)."""
+    if deps.known is None or not job.failed_tests:
+        return None
+    try:
+        known = deps.known()
+    except Exception as exc:
+        deps.on_unknown(exc)
+        return None
+    return known_issues(parse_failed_tests(job.failed_tests), known, job.device)
 
 
 def broken_trunk(job: JobRecord, deps: VerdictDeps) -> bool:

@@ -27,7 +27,7 @@ from crcr.domain.checks import wants_check_run
 from crcr.domain.ids import repo_key, run_order
 from crcr.domain.runs import NOT_STARTED
 from crcr.domain.text import NAME_FORBIDDEN
-from crcr.domain.verdicts import BROKEN_TRUNK, FLAKY, INFRA, NEW, NO_BASELINE, PRE_EXISTING, Attempt
+from crcr.domain.verdicts import BROKEN_TRUNK, FLAKY, INFRA, KNOWN, NEW, NO_BASELINE, PRE_EXISTING, Attempt
 
 MAX_BODY = 65_536  # GitHub's limit on an issue comment's body
 BODY_BUDGET = 65_000  # what the relay writes at most, counted in UTF-16 code units (GitHub's count or more)
@@ -183,6 +183,8 @@ class Recorded(Protocol):
     def ciflow(self) -> str | None: ...
     @property
     def failed_tests(self) -> str: ...
+    @property
+    def known_issues(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -201,6 +203,7 @@ class Row:
     failed: bool  # False: passed on a retry after failing (flaky)
     ciflow: str | None = None  # the job ran for a ciflow/<name> tag push of the PR
     failed_tests: str = ""  # its failing tests as recorded (JSON, crcr.domain.failed_tests)
+    known_issues: str = ""  # `known`: the upstream issues that explain its failing tests (URLs, spaced)
 
 
 @dataclass(frozen=True)
@@ -326,6 +329,7 @@ def _row(job: Recorded, outcome: str, verdict: str | None, failed: bool) -> Row:
         failed=failed,
         ciflow=job.ciflow,
         failed_tests=job.failed_tests if failed else "",
+        known_issues=job.known_issues if verdict == KNOWN else "",
     )
 
 
@@ -358,12 +362,14 @@ _VERDICT_WORDS = {
     FLAKY: "flaky (passed on retry)",
     NO_BASELINE: "no baseline",
     BROKEN_TRUNK: "broken trunk",
+    KNOWN: "known upstream",
 }
 LEGEND = (
     "<sub>Verdicts: **new** passed on the baseline (the latest result at or before the PR's base), so this PR "
     "likely broke it · pre-existing failed there too · infra the downstream's infrastructure (re-run once "
     "automatically before it is shown) · flaky failed, then passed on a retry · no baseline nothing to compare "
-    "with · broken trunk the job is broken on the default branch at the PR's base (its owners are told there) · "
+    "with · known upstream every failing test is one PyTorch disabled (its issue linked) · broken trunk the "
+    "job is broken on the default branch at the PR's base (its owners are told there) · "
     "no run GitHub started no run for the dispatch (the downstream's workflow does not listen to it, or is "
     "disabled): its owners are told. Triage is the downstream's own analysis: advice, never a merge gate.</sub>"
 )
@@ -381,7 +387,21 @@ def _verdict_cell(row: Row) -> str:
     if row.outcome == NOT_STARTED:
         return "no run: GitHub started none (its workflow needs its owners)"
     word = _VERDICT_WORDS.get(row.verdict or "", text(row.verdict, 40) if row.verdict else "not judged yet")
+    if row.known_issues:
+        word += " " + known_links(row.known_issues)
     return f"{word} (timed out)" if row.outcome == "timed_out" else word
+
+
+def known_links(urls: str) -> str:
+    """A `known` verdict's issues as links `[#123](…/issues/123)` (URLs from the configured disabled-tests list,
+    checked like every link)."""
+    links = []
+    for url in urls.split():
+        safe = safe_url(url)
+        number = url.rstrip("/").rsplit("/", 1)[-1]
+        if safe and number.isdigit():
+            links.append(f"[#{ZWSP}{number}]({safe})")
+    return "(" + ", ".join(links) + ")" if links else ""
 
 
 def triage_cell(raw: str) -> str:

@@ -6,6 +6,7 @@
   once automatically before anyone is told);
 - `flaky`: it failed, then passed on a retry of the same commit;
 - `no baseline`: nothing to compare with;
+- `known`: every test it says failed is one upstream disabled (crcr.domain.known), whatever its baseline;
 - `broken trunk`: it would be `new`, `pre-existing` or `no baseline`, but the same job is broken on the default
   branch at the PR's base: a regression of the branch (crcr.domain.regressions) was open there.
 
@@ -24,7 +25,8 @@ INFRA = "infra"
 FLAKY = "flaky"
 NO_BASELINE = "no baseline"
 BROKEN_TRUNK = "broken trunk"
-VERDICTS = (NEW, PRE_EXISTING, INFRA, FLAKY, NO_BASELINE, BROKEN_TRUNK)
+KNOWN = "known"
+VERDICTS = (NEW, PRE_EXISTING, INFRA, FLAKY, NO_BASELINE, BROKEN_TRUNK, KNOWN)
 # What a regression open at the PR's base turns into `broken trunk`: never infra or flaky, which say more.
 TRUNK_MAY_EXPLAIN = frozenset({NEW, PRE_EXISTING, NO_BASELINE})
 VERDICT_MEANING = {
@@ -34,6 +36,7 @@ VERDICT_MEANING = {
     FLAKY: "it failed, then passed on a retry of the same commit",
     NO_BASELINE: "no result of this job on the base commit or before it to compare with",
     BROKEN_TRUNK: "the job is broken on the default branch at the base commit (an open regression): not this change",
+    KNOWN: "every failing test is one PyTorch has disabled (a DISABLED issue): a failure already known upstream",
 }
 FAILURE_KINDS = ("infra", "build", "test")
 FAILED_CONCLUSIONS = frozenset({"failure", "timed_out"})
