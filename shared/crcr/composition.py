@@ -620,6 +620,8 @@ def _regressions(settings: Settings, metrics: PowertoolsMetrics) -> RegressionDe
     if not (settings.results_table and settings.state_table):
         return None
     from crcr.adapters.branch import DynamoBranch  # noqa: PLC0415
+    from crcr.adapters.changes import GitHubBranchHistory  # noqa: PLC0415
+    from crcr.adapters.rate_limits import DynamoRateLimiter  # noqa: PLC0415
     from crcr.adapters.regressions import DynamoRegressions  # noqa: PLC0415
     from crcr.app.regressions import RegressionDeps  # noqa: PLC0415
 
@@ -643,6 +645,10 @@ def _regressions(settings: Settings, metrics: PowertoolsMetrics) -> RegressionDe
         docs=_summaries(settings, metrics),
         paths=paths,
         notices=_checks_queue(settings) if settings.pr_comment == "on" else None,
+        history=GitHubBranchHistory(_github(settings)) if settings.github_app_id else None,
+        compare_budget=DynamoRateLimiter(
+            ddb, str(settings.state_table), settings.compare_calls_per_hour, window_s=3600, budget="COMPARE"
+        ),
     )
 
 

@@ -131,6 +131,8 @@ class Settings(BaseModel):
     # GitHub lookups of upstream commits the relay has not seen, per downstream repository and hour (its scheduled
     # reports spend the upstream installation's requests; answers are remembered).
     commit_lookups_per_hour: int = Field(default=30, ge=0)
+    # GitHub comparisons per hour for regression ranges with commits the relay never saw pushed (upstream installation)
+    compare_calls_per_hour: int = Field(default=60, ge=0)
     # The part of the upstream installation's write budget the check runs of one downstream may take (1: all of it).
     downstream_write_share: float = Field(default=0.5, gt=0, le=1)
     # A repository page's health figures are recomputed from the results table at most this often.

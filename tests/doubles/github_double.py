@@ -810,6 +810,8 @@ class GitHubDouble:
         self._reactions: dict[int, list[dict[str, Any]]] = {}  # comment id -> reactions
         self._issue_numbers = itertools.count(180_001)
         self._commits: dict[str, set[str]] = {}
+        # A repository's commit history (add_history): sha -> (first parent, message, author login, ISO date).
+        self._history: dict[tuple[str, str], tuple[str | None, str, str, str]] = {}
         self._branches: dict[tuple[str, str], str] = {}
         self._refs: dict[str, set[str]] = {}
         self._buckets: dict[str, list[float]] = {}  # key -> [window_start, used]
@@ -1101,6 +1103,16 @@ class GitHubDouble:
     def branch_head(self, repo: str, branch: str) -> str | None:
         with self._lock:
             return self._branches.get((repo.lower(), branch))
+
+    def add_history(self, repo: str, commits: list[dict[str, Any]]) -> None:
+        """Commits of ``repo`` with their first parent, message, author and date (oldest first): what comparing two
+        of them lists (``GET …/compare/{base}...{head}``'s ``commits``)."""
+        with self._lock:
+            for c in commits:
+                sha = str(c["sha"]).lower()
+                self._commits.setdefault(repo.lower(), set()).add(sha)
+                parent = str(c["parent"]).lower() if c.get("parent") else None
+                self._history[(repo.lower(), sha)] = (parent, str(c["message"]), str(c["author"]), str(c["date"]))
 
     def add_commit(self, repo: str, sha: str, *, branch: str | None = None) -> None:
         """Make ``sha`` a commit of ``repo`` (and, with ``branch``, that branch's head)."""
@@ -3219,6 +3231,13 @@ class GitHubDouble:
         repo, _ = auth
         with self._lock:
             files = self._head_files.get((repo.key, head.lower()))
+            listed = self._compared_commits(repo.key, base.lower(), head.lower())
+            behind = self._compared_commits(repo.key, head.lower(), base.lower()) if listed is None else None
+        if listed is not None:
+            return self._compare_history(repo, base, head, listed, ctx)
+        if behind is not None:  # the head is an ancestor of the base: GitHub answers `behind`, listing nothing
+            return _json_resp(200, {"status": "behind", "ahead_by": 0, "behind_by": len(behind), "total_commits": 0,
+                                    "commits": [], "files": []})  # fmt: skip
         if files is None:
             return _not_found(DOC_COMPARE)  # GitHub: no such commit
         named = [
@@ -3238,6 +3257,42 @@ class GitHubDouble:
                 "files": named,
             },
         )
+
+    def _compared_commits(self, repo_key: str, base: str, head: str) -> list[str] | None:
+        """The commits after `base` up to `head` along first parents, oldest first; None when `head` has no history
+        here (or `base` is not an ancestor of it: GitHub would say `diverged`, which this double does not model)."""
+        if (repo_key, head) not in self._history:
+            return None
+        walked, at = [], head
+        while at is not None and at != base and (repo_key, at) in self._history and len(walked) < 10_000:
+            walked.append(at)
+            at = self._history[(repo_key, at)][0]
+        return list(reversed(walked)) if at == base else None
+
+    def _compare_history(self, repo: _Repo, base: str, head: str, listed: list[str], ctx: _Ctx) -> _Resp:
+        """GitHub lists at most 250 commits in a comparison (oldest first), `total_commits` naming them all."""
+        commits = []
+        for sha in listed[:250]:
+            parent, message, login, date = self._history[(repo.key, sha)]
+            person = {"name": login, "email": f"{login}@example.com", "date": date}
+            commits.append({
+                "sha": sha,
+                "commit": {"author": person, "committer": person, "message": message},
+                "author": {"login": login, "id": _login_number(login), "type": "User"},
+                "parents": [{"sha": parent}] if parent else [],
+                "html_url": f"https://github.com/{repo.full_name}/commit/{sha}",
+            })  # fmt: skip
+        body = {
+            "url": f"{self.url}/repos/{repo.full_name}/compare/{base}...{head}",
+            "html_url": f"https://github.com/{repo.full_name}/compare/{base}...{head}",
+            "status": "ahead" if listed else "identical",
+            "ahead_by": len(listed),
+            "behind_by": 0,
+            "total_commits": len(listed),
+            "commits": commits,
+            "files": [],
+        }
+        return _json_resp(200, body)
 
     def _h_permission(self, ctx: _Ctx, owner: str, name: str, login: str) -> _Resp:
         auth = self._auth_repo(ctx, owner, name, "metadata", "read", DOC_COLLABORATOR_PERMISSION)

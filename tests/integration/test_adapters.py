@@ -14,6 +14,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from crcr.adapters.allowlist_source import CachedAllowlist, fetcher_for
+from crcr.adapters.changes import GitHubBranchHistory
 from crcr.adapters.check_runs import DynamoCheckRuns
 from crcr.adapters.deliveries import DynamoDeliveries
 from crcr.adapters.github import GitHubApp, GitHubIssueComments
@@ -332,3 +333,24 @@ def test_hud_documents_are_replaced_only_if_unchanged_and_a_stale_copy_costs_one
     assert json.loads(one.read("index.json") or b"") == {"n": 3}
     got = s3.get_object(Bucket="hud", Key="data/index.json")
     assert (got["ContentType"], got["CacheControl"]) == ("application/json", "no-cache")
+
+
+def test_the_branchs_missing_commits_come_from_githubs_comparison_in_order(
+    github: GitHubDouble, app_key_pem: str
+) -> None:
+    github.install("pytorch/pytorch", installation_id=1, repo_id=65600975)
+    shas = [f"{i:040x}" for i in range(1, 6)]
+    github.add_history("pytorch/pytorch", [
+        {"sha": sha, "parent": shas[i - 1] if i else None, "author": f"dev{i}", "date": f"2026-12-01T10:0{i}:00Z",
+         "message": f"Change {i} (#{100 + i})" if i != 3 else "Land it\n\nPull Request resolved: "
+         "https://github.com/pytorch/pytorch/pull/999\n"}
+        for i, sha in enumerate(shas)
+    ])  # fmt: skip
+    history = GitHubBranchHistory(GitHubApp(github.url, APP_ID, app_key_pem, time.time))
+    found = history.commits_between("pytorch/pytorch", shas[1], shas[4])
+    assert found is not None and [c.sha for c in found] == shas[2:]
+    assert [(c.parent, c.pr, c.author) for c in found] == [(shas[1], 102, "dev2"), (shas[2], 999, "dev3"),
+                                                           (shas[3], 104, "dev4")]  # fmt: skip
+    assert found[1].title == "Land it" and found[0].t < found[1].t < found[2].t and found[0].files is None
+    assert history.commits_between("pytorch/pytorch", shas[4], shas[1]) is None  # not an ancestor: cannot say
+    assert next(r.path for r in github.requests if "/compare/" in r.path).endswith(f"{shas[1]}...{shas[4]}")

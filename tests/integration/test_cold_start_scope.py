@@ -19,7 +19,7 @@ from tests.conftest import ROOT
 # One class per aggregate of the two tables (shared/crcr/adapters), each in its module.
 DATA_ACCESS = {
     "deliveries", "redeliveries", "ledger", "pulls", "branch", "check_runs", "pr_comment", "reruns", "pacer",
-    "results", "hud_keys", "rate_limits", "refusals", "levels", "runs",
+    "results", "hud_keys", "rate_limits", "refusals", "levels", "runs", "regressions",
 }  # fmt: skip
 
 # function -> (its builder in crcr.composition, the data access it needs)
@@ -31,12 +31,14 @@ EXPECTED = {
     # A workflow_dispatch downstream's run is recorded when GitHub names it (crcr.app.dispatch).
     "dispatch": ("build_dispatch_deps", {"ledger", "pulls", "pacer", "runs"}),
     "callback": ("build_callback_deps", {"ledger", "branch", "results", "hud_keys", "rate_limits", "refusals"}),
+    # A regression's one notice is claimed on the regression (crcr.app.regression_notices).
     "checks": (
         "build_checks_deps",
-        {"check_runs", "pr_comment", "reruns", "pulls", "ledger", "pacer", "results", "levels"},
+        {"check_runs", "pr_comment", "reruns", "pulls", "ledger", "pacer", "results", "levels", "regressions"},
     ),
-    # The check runs' aggregate: the reporter books each changed commit's check-run pass in it.
-    "reporter": ("build_report_deps", {"results", "pulls", "branch", "check_runs"}),
+    # The check runs' aggregate: the reporter books each changed commit's check-run pass in it. It keeps the
+    # branch jobs' regressions, and GitHub's comparisons for their ranges are budgeted per hour (rate_limits).
+    "reporter": ("build_report_deps", {"results", "pulls", "branch", "check_runs", "regressions", "rate_limits"}),
     # The sweeper asks GitHub's record first, and reconciles a run it finds completed as the runs worker does.
     "sweeper": ("build_sweep_deps", {"ledger", "results", "runs", "hud_keys"}),
     "runs": ("build_runs_deps", {"ledger", "runs", "results", "hud_keys"}),

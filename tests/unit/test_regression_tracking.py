@@ -274,3 +274,59 @@ def test_a_notice_writes_the_job_name_as_inert_text() -> None:
     assert tell(message.model_copy(update={"job_name": evil}), deps, Budget()) == "told now"
     [(_, _, body)] = api.writes
     assert "@evil" not in body.replace("@\u200b", "") and "[a](http://e)" not in body
+
+
+class History:
+    """GitHub's comparison of two commits of the branch: what it lists, and how often it was asked."""
+
+    def __init__(self, commits: list[BranchCommit]) -> None:
+        self.commits, self.asked = commits, 0
+
+    def commits_between(self, upstream: str, base_sha: str, head_sha: str) -> list[BranchCommit] | None:
+        self.asked += 1
+        shas = [c.sha for c in self.commits]
+        return self.commits[shas.index(base_sha) + 1 : shas.index(head_sha) + 1]
+
+
+class Budget1:
+    def __init__(self, calls: int) -> None:
+        self.left = calls
+
+    def hit(self, key: str, now: float) -> float:
+        self.left -= 1
+        return 0.0 if self.left >= 0 else 60.0
+
+
+def test_a_range_with_commits_the_relay_never_saw_pushed_is_filled_by_one_comparison() -> None:
+    world = World()
+    world.push(1, 2, 6, 7)  # the pushes of 3, 4 and 5 never reached the relay (a webhook window lost)
+    history = History([pushed(n) for n in range(1, 8)])
+    deps = replace(world.deps(), history=history, compare_budget=Budget1(10))
+    world.rows.record([result(2), result(6, "failure")])
+    [found] = track_job(result(6, "failure"), deps)
+    assert [b.sha for b in found.blamelist] == [sha(n) for n in (3, 4, 5, 6)] and history.asked == 1
+    assert [b.pr for b in found.blamelist] == [1003, 1004, 1005, 1006]
+    world.rows.record([result(7, "failure")])
+    track_job(result(7, "failure"), deps)  # the same range: never asked again
+    assert history.asked == 1 and world.metrics.counts["RegressionCompared"] == 1
+
+
+def test_a_comparison_over_the_hours_budget_or_failing_leaves_the_range_as_known() -> None:
+    world = World()
+    world.push(1, 2, 6)
+    history = History([pushed(n) for n in range(1, 7)])
+    deps = replace(world.deps(), history=history, compare_budget=Budget1(0))
+    world.rows.record([result(2), result(6, "failure")])
+    [found] = track_job(result(6, "failure"), deps)
+    assert [b.sha for b in found.blamelist] == [sha(6)] and history.asked == 0  # what the relay saw
+    assert world.metrics.counts["RegressionCompareSkipped"] == 1
+
+    class Down(History):
+        def commits_between(self, upstream: str, base_sha: str, head_sha: str) -> list[BranchCommit] | None:
+            raise GitHubUnavailable("502")
+
+    world = World()
+    world.push(1, 2, 6)
+    world.rows.record([result(2), result(6, "failure")])
+    [found] = track_job(result(6, "failure"), replace(world.deps(), history=Down([])))
+    assert [b.sha for b in found.blamelist] == [sha(6)] and world.metrics.counts["RegressionCompareFailed"] == 1

@@ -1,4 +1,6 @@
-"""The ChangedFiles port on GitHub: a PR head's files, `GET /repos/{upstream}/compare/{base}...{head}`, once per head.
+"""GitHub's comparison of two upstream commits (`GET /repos/{upstream}/compare/{base}...{head}`): the ChangedFiles port
+(a PR head's files, once per head) and the BranchHistory port (the commits a regression range holds that the relay
+never saw pushed).
 
 By SHA, so the listing is the head's whatever the PR became since (a force-push between the event and its planning
 listed the newer head's files under the older head, and a skip on them passed a required check the change needed).
@@ -12,11 +14,15 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
+from datetime import datetime
+from typing import Any
 from urllib.parse import quote
 
 from crcr.adapters.github import GitHubApp
 from crcr.app.ports.github import GitHubError
-from crcr.domain.ids import SHA_PATTERN
+from crcr.contracts.github import RESOLVED_TRAILER
+from crcr.domain.ids import SHA_PATTERN, repo_key
+from crcr.domain.regressions import BranchCommit, first_line, title_pr
 
 MAX_COMPARE_FILES = 300  # GitHub's comparison lists at most this many files
 KEPT_HEADS = 256
@@ -68,3 +74,63 @@ class GitHubCompareFiles:
             if isinstance(item.get("previous_filename"), str) and item["previous_filename"]:
                 names.add(item["previous_filename"])  # a rename touches both paths
         return tuple(sorted(names))
+
+
+class GitHubBranchHistory:
+    """The BranchHistory port: the default branch's commits between two of them, from the same comparison
+    (`GET /repos/{upstream}/compare/{base}...{head}`: up to 250 commits, oldest first), with the upstream
+    installation's `contents: read`."""
+
+    def __init__(self, github: GitHubApp) -> None:
+        self._github = github
+
+    def commits_between(self, upstream: str, base_sha: str, head_sha: str) -> list[BranchCommit] | None:
+        """The commits after `base_sha` up to `head_sha`; None when GitHub cannot say (not an ancestor, more than it
+        lists, not a comparison). Raises GitHubError for a failed request."""
+        if not (SHA.match(base_sha) and SHA.match(head_sha)):
+            return None
+        token = self._github.repo_token(self._github.installation_for(upstream), upstream, {"contents": "read"})
+        resp = self._github.request(
+            "GET",
+            f"/repos/{quote(upstream, safe='/')}/compare/{base_sha}...{head_sha}",
+            f"Bearer {token.token}",
+            kind="compare",
+        )
+        body = resp.body if isinstance(resp.body, dict) else {}
+        listed = body.get("commits")
+        if body.get("status") != "ahead" or not isinstance(listed, list) or body.get("total_commits") != len(listed):
+            return None  # diverged, behind, or more commits than one answer lists
+        found: list[BranchCommit] = []
+        for i, item in enumerate(listed):
+            commit = _listed(item, i, upstream)
+            if commit is None:
+                return None
+            found.append(commit)
+        return found
+
+
+def _listed(item: object, i: int, upstream: str) -> BranchCommit | None:
+    if not isinstance(item, dict) or not isinstance(item.get("sha"), str) or not SHA.fullmatch(item["sha"]):
+        return None
+    detail: dict[str, Any] = item["commit"] if isinstance(item.get("commit"), dict) else {}
+    message = detail["message"] if isinstance(detail.get("message"), str) else None
+    when = detail["committer"].get("date") if isinstance(detail.get("committer"), dict) else None
+    try:
+        t = datetime.fromisoformat(str(when)).timestamp()
+    except ValueError:
+        return None
+    parents = item.get("parents") if isinstance(item.get("parents"), list) else []
+    parent = parents[0].get("sha") if parents and isinstance(parents[0], dict) else None
+    login = (item.get("author") or {}).get("login") if isinstance(item.get("author"), dict) else None
+    found = RESOLVED_TRAILER.search(message[-20_000:]) if message else None
+    landed = int(found.group(2)) if found and repo_key(found.group(1)) == repo_key(upstream) else None
+    return BranchCommit(
+        item["sha"].lower(),
+        t,
+        i=i,
+        parent=parent if isinstance(parent, str) else None,
+        pr=landed or title_pr(message),
+        title=first_line(message)[:200] or None,
+        author=login if isinstance(login, str) else None,
+        files=None,  # a comparison's files are the whole range's: not known per commit
+    )

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from crcr.app.ports import Clock, Metrics
+from crcr.app.ports.github import GitHubError
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.queues import ChecksQueue
 from crcr.app.ports.regressions import RegressionStore
@@ -51,8 +52,22 @@ class BranchResults(Protocol):
 class BranchCommits(Protocol):
     def commit_times(self, upstream: str, shas: list[str]) -> dict[str, float]: ...
 
+    def record_commits(self, upstream: str, commits: list[BranchCommit]) -> None: ...
+
     def commits_between(self, upstream: str, start: float, end: float) -> list[BranchCommit]:
         """The commits pushed with times from `start` to `end`, in the branch's order."""
+        ...
+
+
+class BranchHistory(Protocol):
+    def commits_between(self, upstream: str, base_sha: str, head_sha: str) -> list[BranchCommit] | None:
+        """GitHub's comparison: the commits after `base_sha` up to `head_sha`, oldest first (None: it cannot say)."""
+        ...
+
+
+class HourlyBudget(Protocol):
+    def hit(self, key: str, now: float) -> float:
+        """Spend one of the hour's calls; the wait until the next window when none was left (0: spent)."""
         ...
 
 
@@ -67,6 +82,8 @@ class RegressionDeps:
     # The downstream's path filter (allowlist `paths`/`paths_ignore`), which narrows a blamelist to its suspects.
     paths: Callable[[str], PathFilter | None] = lambda repo: None
     notices: ChecksQueue | None = None  # a regression that opens asks the check-run writer to tell its owners once
+    history: BranchHistory | None = None  # GitHub's comparison, for the commits of a range the relay never saw pushed
+    compare_budget: HourlyBudget | None = None  # comparisons per hour on the upstream installation
     # Results of one job arrive on several stream shards at once: a look that lost the write looks again after a
     # jittered wait.
     sleep: Callable[[float], None] = time.sleep
@@ -136,10 +153,51 @@ def _look(job: JobRecord, stored: list[Tracked], deps: RegressionDeps) -> list[T
     if not times:
         return merged(stored, [], lambda r: (), _job(job), now, lambda sha: False)
     commits = deps.branch.commits_between(job.upstream, min(times.values()), max(times.values()))
-    known = {c.sha: c for c in commits}
     found = regressions(results, [c.sha for c in commits])
+    seen = {(s.last_pass, s.first_fail) for s in stored}
+    gaps = [r for r in found if (r.last_pass, r.first_fail) not in seen and _gap(r, commits)]
+    if gaps and _fill(job.upstream, gaps, deps):
+        commits = deps.branch.commits_between(job.upstream, min(times.values()), max(times.values()))
+        found = regressions(results, [c.sha for c in commits])
+    known = {c.sha: c for c in commits}
     blame = _blamer(known, deps.paths(job.repo))
     return merged(stored, found, blame, _job(job), now, lambda sha: sha in known)
+
+
+def _gap(r: Regression, commits: list[BranchCommit]) -> bool:
+    """Whether the relay's record of the branch may miss commits of the range: walking first parents back from the
+    first failure does not reach the last pass (a push it never got, a webhook lost)."""
+    parent = {c.sha: c.parent for c in commits}
+    at: str | None = r.first_fail
+    for _ in range(len(commits) + 1):
+        if at == r.last_pass:
+            return False
+        if at is None or at not in parent:
+            return True
+        at = parent[at]
+    return True
+
+
+def _fill(upstream: str, gaps: list[Regression], deps: RegressionDeps) -> bool:
+    """Ask GitHub for the commits of each new range with a gap, once (budgeted per hour on the upstream installation),
+    and record them in the branch's order. Advisory: a refused or failed comparison leaves the range as known."""
+    if deps.history is None:
+        return False
+    filled = False
+    for r in gaps:
+        if deps.compare_budget is not None and deps.compare_budget.hit(upstream, deps.clock.now()) > 0:
+            deps.metrics.count("RegressionCompareSkipped", reason="budget")
+            continue
+        try:
+            listed = deps.history.commits_between(upstream, r.last_pass, r.first_fail)
+        except GitHubError:
+            deps.metrics.count("RegressionCompareFailed")
+            continue
+        deps.metrics.count("RegressionCompared")
+        if listed:
+            deps.branch.record_commits(upstream, listed)
+            filled = True
+    return filled
 
 
 def _job(job: JobRecord) -> tuple[str, str, str]:
