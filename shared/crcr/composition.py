@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from crcr.app.summaries import SummaryDeps
     from crcr.app.sweep import BuildkiteRecord, SweepDeps
     from crcr.app.verdicts import VerdictDeps
+    from crcr.domain.known import KnownFailures
     from crcr.domain.pacing import Rate
     from crcr.domain.paths import PathFilter
 
@@ -602,6 +603,7 @@ def build_report_deps(settings: Settings) -> ReportDeps:
     hud = HudClient(settings.hud_url, settings.secret("hud_token")) if settings.hud_url else None
     metrics = PowertoolsMetrics()
     checks = _checks_queue(settings)
+    known = _known_failures(settings, metrics)
     return ReportDeps(
         hud=hud,
         dead_letters=SqsDeadLetters(aws_client("sqs"), str(settings.reporter_dlq_url)),
@@ -609,12 +611,25 @@ def build_report_deps(settings: Settings) -> ReportDeps:
         checks=checks,
         heads=_head_ask(settings, checks),
         summaries=_summaries(settings, metrics),
-        verdicts=_verdicts(settings),
-        regressions=_regressions(settings, metrics),
+        verdicts=_verdicts(settings, known),
+        regressions=_regressions(settings, metrics, known),
     )
 
 
-def _regressions(settings: Settings, metrics: PowertoolsMetrics) -> RegressionDeps | None:
+def _known_failures(settings: Settings, metrics: PowertoolsMetrics) -> Callable[[], KnownFailures] | None:
+    """The tests upstream disables (CRCR_DISABLED_TESTS), read when a failure is first judged, then every 10 minutes
+    (test-infra regenerates the file every 15)."""
+    if not settings.disabled_tests:
+        return None
+    from crcr.adapters.allowlist_source import CachedKnownFailures, fetcher_for  # noqa: PLC0415
+
+    fetch = fetcher_for(settings.disabled_tests, lambda: aws_client("s3"), lambda: _github(settings))
+    return CachedKnownFailures(fetch, metrics, SystemClock().now, 600.0, on_error=logger.warning).current
+
+
+def _regressions(
+    settings: Settings, metrics: PowertoolsMetrics, known: Callable[[], KnownFailures] | None = None
+) -> RegressionDeps | None:
     """Regression ranges of branch jobs: their results and the branch's order, kept in the state table and listed in
     the HUD's regressions.json; the allowlist's path filters name a blamelist's suspects (read when one opens)."""
     if not (settings.results_table and settings.state_table):
@@ -646,6 +661,8 @@ def _regressions(settings: Settings, metrics: PowertoolsMetrics) -> RegressionDe
         paths=paths,
         notices=_checks_queue(settings) if settings.pr_comment == "on" else None,
         history=GitHubBranchHistory(_github(settings)) if settings.github_app_id else None,
+        known=known,
+        attempts=_results(settings),
         compare_budget=DynamoRateLimiter(
             ddb, str(settings.state_table), settings.compare_calls_per_hour, window_s=3600, budget="COMPARE"
         ),
@@ -662,7 +679,7 @@ def _head_ask(settings: Settings, queue: SqsChecksQueue | None) -> HeadAsk | Non
     return HeadAsk(DynamoCheckRuns(aws_client("dynamodb"), str(settings.state_table)), queue, SystemClock())
 
 
-def _verdicts(settings: Settings) -> VerdictDeps | None:
+def _verdicts(settings: Settings, known: Callable[[], KnownFailures] | None = None) -> VerdictDeps | None:
     """Failure verdicts need the results (attempts, baselines) and the state table (PR bases, branch order)."""
     if not (settings.results_table and settings.state_table):
         return None
@@ -673,13 +690,6 @@ def _verdicts(settings: Settings) -> VerdictDeps | None:
 
     results = _results(settings)
     metrics, clock = PowertoolsMetrics(), SystemClock()
-    known = None
-    if settings.disabled_tests:
-        from crcr.adapters.allowlist_source import CachedKnownFailures, fetcher_for  # noqa: PLC0415
-
-        fetch = fetcher_for(settings.disabled_tests, lambda: aws_client("s3"), lambda: _github(settings))
-        # Read when a failure is first judged, then every 10 minutes (test-infra regenerates it every 15).
-        known = CachedKnownFailures(fetch, metrics, clock.now, 600.0, on_error=logger.warning).current
     return VerdictDeps(
         results=results,
         store=results,

@@ -727,6 +727,7 @@ class FakeResultsRows:
 
     def __init__(self) -> None:
         self.rows: dict[tuple[str, str, int, str], JobRecord] = {}
+        self.reads = 0  # attempts_of_job calls
 
     def record(self, jobs: list[JobRecord]) -> list[JobRecord]:
         for j in jobs:
@@ -738,6 +739,10 @@ class FakeResultsRows:
     def newest_of_repo(self, repo: str, limit: int) -> list[JobRecord]:
         mine = [j for j in self.rows.values() if repo_key(j.repo) == repo_key(repo)]
         return sorted(mine, key=lambda j: j.dispatched_at, reverse=True)[:limit]
+
+    def attempts_of_job(self, dispatch_id: str, run_id: str, job_name: str) -> list[JobRecord]:
+        self.reads += 1
+        return [j for (d, r, _, n), j in self.rows.items() if (d, r, n) == (dispatch_id, run_id, job_name)]
 
     def branch_results(self, repo: str, workflow_name: str, job_name: str, limit: int) -> list[JobRecord]:
         mine = [

@@ -17,6 +17,7 @@ from crcr.app.regression_notices import NoticeDeps, tell
 from crcr.app.regressions import DOC_KEY, RECENT_RESULTS, RegressionDeps, track, track_job
 from crcr.app.summaries import SummaryDeps
 from crcr.contracts.messages import CheckSyncMessage
+from crcr.domain.known import parse_condensed
 from crcr.domain.paths import PathFilter
 from crcr.domain.regressions import CLOSED_KEPT_S, BranchCommit
 from tests.unit.fakes import (
@@ -330,3 +331,28 @@ def test_a_comparison_over_the_hours_budget_or_failing_leaves_the_range_as_known
     world.rows.record([result(2), result(6, "failure")])
     [found] = track_job(result(6, "failure"), replace(world.deps(), history=Down([])))
     assert [b.sha for b in found.blamelist] == [sha(6)] and world.metrics.counts["RegressionCompareFailed"] == 1
+
+
+def test_a_failure_of_tests_upstream_disabled_opens_no_regression_and_pages_nobody() -> None:
+    world = World()
+    world.push(*range(1, 5))
+    queue = FakeChecksQueue()
+    disabled = parse_condensed(
+        {"test_mm (__main__.TestLinalg)": ["7", "https://github.com/pytorch/pytorch/issues/7", []]}
+    )
+    deps = replace(world.deps(), known=lambda: disabled, attempts=world.rows, notices=queue)
+    known_only = json.dumps([{"name": "test_mm", "classname": "test_linalg.TestLinalg"}])
+    world.rows.record([result(1), replace(result(2, "failure"), failed_tests=known_only)])
+    assert track_job(result(2, "failure"), deps) == [] and queue.sent == []  # only a disabled test failed
+    reads = world.rows.reads
+    world.rows.record(
+        [replace(result(3, "failure"), failed_tests=json.dumps([{"name": "test_new", "classname": "T"}]))]
+    )
+    [found] = track_job(result(3, "failure"), deps)
+    assert (found.last_pass, found.first_fail) == (sha(1), sha(3))  # the known failure said nothing of the code
+    assert [b.sha for b in found.blamelist] == [sha(2), sha(3)] and len(queue.sent) == 1
+    assert world.metrics.counts["RegressionKnownUpstream"] >= 1
+    reads = world.rows.reads
+    world.rows.record([result(4, "failure")])
+    assert [(t.last_pass, t.first_fail) for t in track_job(result(4, "failure"), deps)] == [(sha(1), sha(3))]
+    assert world.rows.reads == reads + 1  # the range kept is not read again; the known failure before it is

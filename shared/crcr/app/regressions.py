@@ -18,9 +18,11 @@ from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.queues import ChecksQueue
 from crcr.app.ports.regressions import RegressionStore
 from crcr.app.summaries import SummaryConflict, SummaryDeps, update_document
-from crcr.app.verdicts import BASELINE_EVENTS, attempt
+from crcr.app.verdicts import BASELINE_EVENTS, JobAttempts, attempt
 from crcr.contracts.messages import CheckSyncMessage
+from crcr.domain.failed_tests import parse as parse_failed_tests
 from crcr.domain.ids import repo_key
+from crcr.domain.known import KnownFailures, known_issues
 from crcr.domain.paths import PathFilter
 from crcr.domain.regressions import (
     CLOSED_KEPT_S,
@@ -83,6 +85,9 @@ class RegressionDeps:
     paths: Callable[[str], PathFilter | None] = lambda repo: None
     notices: ChecksQueue | None = None  # a regression that opens asks the check-run writer to tell its owners once
     history: BranchHistory | None = None  # GitHub's comparison, for the commits of a range the relay never saw pushed
+    # The tests upstream disables, and each attempt's failing tests: a failure they all explain opens nothing.
+    known: Callable[[], KnownFailures] | None = None
+    attempts: JobAttempts | None = None
     compare_budget: HourlyBudget | None = None  # comparisons per hour on the upstream installation
     # Results of one job arrive on several stream shards at once: a look that lost the write looks again after a
     # jittered wait.
@@ -155,6 +160,7 @@ def _look(job: JobRecord, stored: list[Tracked], deps: RegressionDeps) -> list[T
     commits = deps.branch.commits_between(job.upstream, min(times.values()), max(times.values()))
     found = regressions(results, [c.sha for c in commits])
     seen = {(s.last_pass, s.first_fail) for s in stored}
+    found = _without_known(found, results, by_sha, seen, [c.sha for c in commits], deps)
     gaps = [r for r in found if (r.last_pass, r.first_fail) not in seen and _gap(r, commits)]
     if gaps and _fill(job.upstream, gaps, deps):
         commits = deps.branch.commits_between(job.upstream, min(times.values()), max(times.values()))
@@ -162,6 +168,52 @@ def _look(job: JobRecord, stored: list[Tracked], deps: RegressionDeps) -> list[T
     known = {c.sha: c for c in commits}
     blame = _blamer(known, deps.paths(job.repo))
     return merged(stored, found, blame, _job(job), now, lambda sha: sha in known)
+
+
+KNOWN_LOOKS = 5  # first failures looked at per look for failures known upstream
+
+
+def _without_known(
+    found: list[Regression],
+    results: dict[str, Said | None],
+    by_sha: dict[str, list[JobRecord]],
+    seen: set[tuple[str, str]],
+    order: list[str],
+    deps: RegressionDeps,
+) -> list[Regression]:
+    """A new range's first failure whose failing attempts only failed tests upstream disabled says nothing of the code:
+    it is left out, and the range looked for again (its attempts read by key: new ranges only)."""
+    looked: set[str] = set()
+    for _ in range(KNOWN_LOOKS):
+        new = [r.first_fail for r in found if (r.last_pass, r.first_fail) not in seen and r.first_fail not in looked]
+        if not new:
+            break
+        looked.update(new)
+        explained = [sha for sha in new if _known_only(by_sha.get(sha, []), deps)]
+        if not explained:
+            break
+        for sha in explained:
+            results[sha] = None
+        found = regressions(results, order)
+    return found
+
+
+def _known_only(rows: list[JobRecord], deps: RegressionDeps) -> bool:
+    failing = [r for r in rows if attempt(r).failed and not attempt(r).infra]
+    if not failing or deps.known is None or deps.attempts is None:
+        return False
+    try:
+        known = deps.known()
+    except Exception:
+        deps.metrics.count("KnownFailuresUnavailable")
+        return False
+    for r in failing:
+        attempts = deps.attempts.attempts_of_job(r.dispatch_id, r.run_id, r.job_name)
+        full = next((j for j in attempts if j.run_attempt == r.run_attempt), None)
+        if full is None or known_issues(parse_failed_tests(full.failed_tests), known, full.device) is None:
+            return False
+    deps.metrics.count("RegressionKnownUpstream")
+    return True
 
 
 def _gap(r: Regression, commits: list[BranchCommit]) -> bool:
