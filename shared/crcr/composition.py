@@ -636,8 +636,9 @@ def _regressions(
         return None
     from crcr.adapters.branch import DynamoBranch  # noqa: PLC0415
     from crcr.adapters.changes import GitHubBranchHistory  # noqa: PLC0415
-    from crcr.adapters.rate_limits import DynamoRateLimiter  # noqa: PLC0415
+    from crcr.adapters.rate_limits import DynamoDailyBudget, DynamoRateLimiter  # noqa: PLC0415
     from crcr.adapters.regressions import DynamoRegressions  # noqa: PLC0415
+    from crcr.adapters.sqs import SqsDispatchQueue  # noqa: PLC0415
     from crcr.app.regressions import RegressionDeps  # noqa: PLC0415
 
     clock = SystemClock()
@@ -663,6 +664,11 @@ def _regressions(
         history=GitHubBranchHistory(_github(settings)) if settings.github_app_id else None,
         known=known,
         attempts=_results(settings),
+        allowlist=allowlist,
+        dispatches=SqsDispatchQueue(aws_client("sqs"), str(settings.dispatch_queue_url), str(settings.dispatch_dlq_url))
+        if settings.dispatch_queue_url
+        else None,
+        bisect_budget=DynamoDailyBudget(ddb, str(settings.state_table)),
         compare_budget=DynamoRateLimiter(
             ddb, str(settings.state_table), settings.compare_calls_per_hour, window_s=3600, budget="COMPARE"
         ),

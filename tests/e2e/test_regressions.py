@@ -38,6 +38,9 @@ L2:
       events: [nightly]
 L4:
   - {PUSHED}: [oncall-four]
+repos:
+  {NIGHTLY}:
+    bisect: {{runs_per_day: 6}}
 """
 CULPRIT_PR, LATER_PR = 170106, 170200
 DISABLED = 170300
@@ -226,6 +229,29 @@ def test_ten_pushes_a_nightly_a_retry_and_an_infra_failure_name_exactly_the_comm
             assert "full-suite" in entry and "OPEN — broken since" in entry and "Blamelist: 4 commits" in entry
             assert words(page, "li.regression .blamelist li")[0].startswith(f"{short(3)} #170103 Change number 3")
             assert page.locator("#regressions").inner_text() == "Regressions on the default branch (1 open)"
+
+    # The nightly-only downstream allows bisection: its range of four commits is bisected, one run at a time, and two
+    # runs name the culprit (the fifth commit: it passes on the fourth, fails on the fifth).
+    def bisect_runs() -> list[dict[str, Any]]:
+        return [d for d in relay.github.dispatches(NIGHTLY) if d["event_type"] == "bisect"]
+
+    for n, tested in enumerate((4, 5)):
+        run = wait(lambda n=n: bisect_runs()[n] if len(bisect_runs()) > n else None)
+        marker = run["client_payload"]["bisect"]
+        assert marker == {"workflow": "nightly", "job": "full-suite", "last_pass": sha(2 if n == 0 else 4),
+                          "first_fail": sha(6), "testing": sha(tested)}  # fmt: skip
+        reports.pushed(n, "full-suite", "success" if tested < 5 else "failure", repo=NIGHTLY, workflow_name="nightly")
+
+    def culprit() -> dict[str, Any] | None:
+        found = {r["repo"]: r for r in http("GET", f"{relay.url}/hud/api/crcr/regressions")[1]["regressions"]}
+        return found[NIGHTLY] if found[NIGHTLY].get("culprit") else None
+
+    named = wait(culprit)
+    assert (named["culprit"], named["last_pass"], named["first_fail"]) == (sha(5), sha(4), sha(5))
+    assert named["bisect"] == {"runs": 2, "pending": None, "stopped": None} and len(bisect_runs()) == 2
+    assert [b["pr"] for b in named["blamelist"]] == [170105]
+    # Bisection runs are the relay's own: no upstream check run on the commits they tested, no row in PyTorch's HUD.
+    assert not [r for r in relay.github.check_runs(UPSTREAM) if NIGHTLY in r["name"]]
 
     # Each downstream's owners are told once, on the PR that landed the first failing commit.
     def notices() -> list[str]:

@@ -749,7 +749,7 @@ class FakeResultsRows:
             j
             for j in self.rows.values()
             if repo_key(j.repo) == repo_key(repo) and (j.workflow_name, j.job_name) == (workflow_name, job_name)
-            if j.event_type in ("push", "nightly") and j.pr is None
+            if j.event_type in ("push", "nightly", "bisect") and j.pr is None  # the rows by_baseline holds
         ]
         return sorted(mine, key=lambda j: j.dispatched_at, reverse=True)[:limit]
 

@@ -9,7 +9,9 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from crcr.adapters.allowlist_source import parse_allowlist
+from crcr.adapters.ledger import dispatched_row
 from crcr.app.budget import Budget
+from crcr.app.checks import job_message
 from crcr.app.pages import REGRESSIONS, serve
 from crcr.app.ports.github import GitHubRejected, GitHubUnavailable
 from crcr.app.ports.jobs import JobRecord
@@ -19,10 +21,12 @@ from crcr.app.summaries import SummaryDeps
 from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain.known import parse_condensed
 from crcr.domain.paths import PathFilter
-from crcr.domain.regressions import CLOSED_KEPT_S, BranchCommit
+from crcr.domain.regressions import CLOSED_KEPT_S, BranchCommit, Tracked
+from crcr.ops.regressions import cancel
 from tests.unit.fakes import (
     FakeChecksQueue,
     FakeClock,
+    FakeDispatchQueue,
     FakeIssueComments,
     FakePacer,
     FakeRegressions,
@@ -356,3 +360,84 @@ def test_a_failure_of_tests_upstream_disabled_opens_no_regression_and_pages_nobo
     world.rows.record([result(4, "failure")])
     assert [(t.last_pass, t.first_fail) for t in track_job(result(4, "failure"), deps)] == [(sha(1), sha(3))]
     assert world.rows.reads == reads + 1  # the range kept is not read again; the known failure before it is
+
+
+class DayBudget:
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+    def hit(self, repo: str, now: float, per_day: int) -> float:
+        self.left -= 1
+        return 0.0 if self.left >= 0 else 3600.0
+
+
+def bisect_world(runs_per_day: int = 6, budget: int = 10) -> tuple[World, RegressionDeps, FakeDispatchQueue]:
+    world = World()
+    world.push(*range(1, 8))
+    queue = FakeDispatchQueue()
+    allow = f"L3:\n  gpu:\n    {REPO}: [alice]\nrepos:\n  {REPO}:\n    bisect: {{runs_per_day: {runs_per_day}}}\n"
+    deps = replace(world.deps(), allowlist=StaticAllowlist(parse_allowlist(allow)), dispatches=queue,
+                   bisect_budget=DayBudget(budget))  # fmt: skip
+    world.rows.record([result(2), result(6, "failure")])  # a nightly every fourth commit: (2, 6]
+    return world, deps, queue
+
+
+def bisected(world: World, deps: RegressionDeps, n: int, conclusion: str, **changes: object) -> list[Tracked]:
+    run = replace(result(n, conclusion, event="bisect"), dispatch_id=f"bisect-{n}", **changes)
+    world.rows.record([run])
+    return track_job(run, deps)
+
+
+def test_a_range_of_four_commits_is_bisected_one_run_at_a_time_and_two_runs_name_the_culprit() -> None:
+    world, deps, queue = bisect_world()
+    [t] = track_job(result(6, "failure"), deps)
+    [first] = queue.sent
+    assert (first.event_type, first.head_sha, first.target_repo, first.level.name) == ("bisect", sha(4), REPO, "L3")
+    assert first.bisect == {"workflow": "CI", "job": "test", "last_pass": sha(2), "first_fail": sha(6),
+                            "testing": sha(4)}  # fmt: skip
+    assert (t.bisect_pending, t.bisect_runs, t.bisect_limit) == (sha(4), 1, 2)
+    track_job(result(6, "failure", attempt=2), deps)
+    assert len(queue.sent) == 1  # its run has not reported: nothing more
+    bisected(world, deps, 4, "success")
+    assert [m.head_sha for m in queue.sent] == [sha(4), sha(5)]
+    [t] = bisected(world, deps, 5, "failure")
+    assert (t.culprit, t.last_pass, t.first_fail, t.bisect_runs, t.bisect_pending) == (sha(5), sha(4), sha(5), 2, None)
+    assert len(queue.sent) == 2 and t.to_json()["culprit"] == sha(5)
+    # One delivery id per job and tested commit: the dispatcher's ledger sends a repeated ask once.
+    assert first.delivery_id.startswith("bisect-") and first.delivery_id != queue.sent[1].delivery_id
+
+
+def test_bisection_waits_for_its_budget_stops_without_a_result_and_when_cancelled() -> None:
+    world, deps, queue = bisect_world(budget=0)
+    [t] = track_job(result(6, "failure"), deps)
+    assert queue.sent == [] and t.bisect_runs == 0 and world.metrics.counts["BisectPaused"] == 1
+    deps = replace(deps, bisect_budget=DayBudget(5))
+    track_job(result(6, "failure", attempt=2), deps)  # the next look, another day
+    assert [m.head_sha for m in queue.sent] == [sha(4)]
+    [t] = bisected(world, deps, 4, "failure", failure_kind="infra")  # says nothing of the code
+    assert t.bisect_stopped == "no_result" and len(queue.sent) == 1
+
+    world, deps, queue = bisect_world()
+    track_job(result(6, "failure"), deps)
+    assert cancel(world.store, UPSTREAM, REPO) == 1
+    [t] = bisected(world, deps, 4, "success")
+    assert t.bisect_stopped == "cancelled" and len(queue.sent) == 1  # the range still narrows, nothing more is sent
+    assert [b.sha for b in t.blamelist] == [sha(5), sha(6)]
+
+
+def test_a_downstream_that_does_not_allow_it_is_never_bisected_and_bisection_runs_have_no_check_runs() -> None:
+    _, deps, queue = bisect_world()
+    deps = replace(deps, allowlist=StaticAllowlist(parse_allowlist(f"L3:\n  gpu:\n    {REPO}: [alice]\n")))
+    track_job(result(6, "failure"), deps)
+    assert queue.sent == []
+    run = replace(result(4, event="bisect"), level=4)
+    assert job_message(run) is None and job_message(replace(run, event_type="push")) is not None
+
+
+def test_a_sent_bisection_dispatch_books_no_check_run_pass() -> None:
+    image = {"pk": {"S": "DLV#bisect-1"}, "sk": {"S": f"DSP#{REPO}"}, "state": {"S": "dispatched"}}
+    image |= {"level": {"N": "4"}, "upstream": {"S": UPSTREAM}, "head_sha": {"S": sha(4)}, "repo": {"S": REPO}}
+    record = {"dynamodb": {"NewImage": image | {"event_type": {"S": "push"}}, "OldImage": {"state": {"S": "sending"}}}}
+    assert dispatched_row(record) is not None
+    record["dynamodb"]["NewImage"] = image | {"event_type": {"S": "bisect"}}
+    assert dispatched_row(record) is None

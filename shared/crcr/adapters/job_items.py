@@ -90,7 +90,8 @@ JUDGED_ATTRIBUTES = (
 BY_BASELINE_INDEX = "by_baseline"  # (baseline_key, dispatched_at): a job's results on the branch (sparse)
 
 
-BASELINE_EVENTS = frozenset({"push", "nightly"})
+# Branch results: a push's, a scheduled run's, and a bisection run's on a commit of the branch.
+BASELINE_EVENTS = frozenset({"push", "nightly", "bisect"})
 
 
 def baseline_key(repo: str, workflow_name: str, job_name: str) -> str:

@@ -10,6 +10,7 @@ from botocore.exceptions import ClientError
 from crcr.adapters.table import LEDGER_TTL_S, SWEEP_INDEX, applied, conditional_failed, ledger_key, num
 from crcr.app.ports.ledger import BuildRef, LedgerClaim, LedgerRow, LedgerState
 from crcr.contracts.messages import DispatchMessage
+from crcr.domain.regressions import BISECT
 from crcr.domain.ticket import TicketClaims
 
 BY_DISPATCH_INDEX = "by_dispatch"  # keys only, on `dispatch_id`: a run's title names its dispatch by that id
@@ -56,6 +57,8 @@ def dispatched_row(record: dict[str, Any]) -> LedgerRow | None:
         return None
     if int(new.get("level", {}).get("N", "0")) < 3 or "upstream" not in new or "head_sha" not in new:
         return None
+    if new.get("event_type", {}).get("S") == BISECT:
+        return None  # a bisection run has no upstream check runs
     return ledger_row(pk.removeprefix("DLV#"), new)
 
 

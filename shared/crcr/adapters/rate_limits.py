@@ -30,3 +30,16 @@ class DynamoRateLimiter:
         if int(got["Attributes"]["hits"]["N"]) > self._limit:
             return (window + 1) * self._window_s - now
         return 0.0
+
+
+class DynamoDailyBudget:
+    """Per repository, a budget of `per_day` a day (UTC days), whose size the caller names each time (the allowlist
+    may change it): `RATE#BISECT#<repo>` rows."""
+
+    def __init__(self, client: Any, table: str, budget: str = "BISECT") -> None:
+        self._ddb = client
+        self._table = table
+        self._budget = budget
+
+    def hit(self, repo: str, now: float, per_day: int) -> float:
+        return DynamoRateLimiter(self._ddb, self._table, per_day, window_s=86_400, budget=self._budget).hit(repo, now)

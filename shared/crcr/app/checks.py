@@ -67,6 +67,7 @@ from crcr.domain.comment import known_links
 from crcr.domain.ids import NO_RUN, ascii_lower
 from crcr.domain.pacing import WindowLevel
 from crcr.domain.planning import NO_MATCHING_FILES
+from crcr.domain.regressions import BISECT
 from crcr.domain.retry import RetryPolicy
 from crcr.domain.text import shown
 from crcr.domain.verdicts import VERDICT_MEANING, Attempt
@@ -512,7 +513,8 @@ def _plan(
     head: _Head, booked: frozenset[str], in_hand: dict[str, LedgerRow], deps: CheckDeps, budget: Budget, done: _Pass
 ) -> list[_Write]:
     """Every write that moves one of the head's check runs forward, the repositories' first (they decide merges)."""
-    jobs = head.jobs = deps.results.jobs_for_head(head.upstream, head.head_sha)
+    # Bisection runs have no upstream check runs (crcr.app.regressions).
+    jobs = head.jobs = [j for j in deps.results.jobs_for_head(head.upstream, head.head_sha) if j.event_type != BISECT]
     by_dispatch: dict[str, list[JobRecord]] = {}
     rows: dict[str, LedgerRow] = {}
     for job in jobs:
@@ -929,7 +931,7 @@ def _dead_letter(message: CheckSyncMessage, deps: CheckDeps, reason: str, outcom
 
 def job_message(job: JobRecord) -> CheckSyncMessage | None:
     """What the reporter asks the writer to look at after a job changed (None: nothing to mirror)."""
-    if job.level < 3 or not job.head_sha or job.delivery_id == SCHEDULED:
+    if job.level < 3 or not job.head_sha or job.delivery_id == SCHEDULED or job.event_type == BISECT:
         return None
     return CheckSyncMessage(
         kind="job",

@@ -208,6 +208,8 @@ def client_payload(message: DispatchMessage, ticket: str, callback_url: str, did
         payload["merged"] = message.merged  # a closed PR: GitHub's `merged` is false for what PyTorch's bot merged
     if message.changes is not None:
         payload["changes"] = message.changes  # advice for a downstream's own test selection, never a filter
+    if message.bisect is not None:
+        payload["bisect"] = message.bisect  # a bisection run: which job regressed, and the range it narrows
     return payload
 
 

@@ -6,32 +6,37 @@ failure here is counted and never fails the batch (the job's next result looks a
 
 from __future__ import annotations
 
+import hashlib
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from crcr.app.ports import Clock, Metrics
+from crcr.app.ports import AllowlistProvider, Clock, Metrics
 from crcr.app.ports.github import GitHubError
 from crcr.app.ports.jobs import JobRecord
-from crcr.app.ports.queues import ChecksQueue
+from crcr.app.ports.queues import ChecksQueue, DispatchQueue
 from crcr.app.ports.regressions import RegressionStore
 from crcr.app.summaries import SummaryConflict, SummaryDeps, update_document
 from crcr.app.verdicts import BASELINE_EVENTS, JobAttempts, attempt
-from crcr.contracts.messages import CheckSyncMessage
+from crcr.contracts.messages import CheckSyncMessage, DispatchMessage
+from crcr.domain.allowlist import Entry
 from crcr.domain.failed_tests import parse as parse_failed_tests
 from crcr.domain.ids import repo_key
 from crcr.domain.known import KnownFailures, known_issues
 from crcr.domain.paths import PathFilter
 from crcr.domain.regressions import (
+    BISECT,
     CLOSED_KEPT_S,
     Blamed,
     BranchCommit,
     Regression,
     Said,
     Tracked,
+    bisect_limit,
     merged,
+    midpoint,
     regressions,
     said,
 )
@@ -67,6 +72,12 @@ class BranchHistory(Protocol):
         ...
 
 
+class DailyBudget(Protocol):
+    def hit(self, repo: str, now: float, per_day: int) -> float:
+        """Spend one of the repository's `per_day` runs today; the wait until tomorrow when none was left."""
+        ...
+
+
 class HourlyBudget(Protocol):
     def hit(self, key: str, now: float) -> float:
         """Spend one of the hour's calls; the wait until the next window when none was left (0: spent)."""
@@ -84,6 +95,10 @@ class RegressionDeps:
     # The downstream's path filter (allowlist `paths`/`paths_ignore`), which narrows a blamelist to its suspects.
     paths: Callable[[str], PathFilter | None] = lambda repo: None
     notices: ChecksQueue | None = None  # a regression that opens asks the check-run writer to tell its owners once
+    # Opt-in bisection: the allowlist (who allows it, at what daily budget), the dispatcher's queue, the budget.
+    allowlist: AllowlistProvider | None = None
+    dispatches: DispatchQueue | None = None
+    bisect_budget: DailyBudget | None = None
     history: BranchHistory | None = None  # GitHub's comparison, for the commits of a range the relay never saw pushed
     # The tests upstream disables, and each attempt's failing tests: a failure they all explain opens nothing.
     known: Callable[[], KnownFailures] | None = None
@@ -95,9 +110,12 @@ class RegressionDeps:
     rand: Callable[[], float] = random.random
 
 
+REGRESSION_EVENTS = BASELINE_EVENTS | {BISECT}  # a bisection run's result is a result of the branch's commit too
+
+
 def tracked(job: JobRecord) -> bool:
     """A finished result on the branch: what a regression range is read from."""
-    return job.event_type in BASELINE_EVENTS and job.pr is None and job.state not in ("in_progress", "pending")
+    return job.event_type in REGRESSION_EVENTS and job.pr is None and job.state not in ("in_progress", "pending")
 
 
 JobKey = tuple[str, str, str, str]  # upstream, repository, workflow, job
@@ -124,7 +142,8 @@ def track_job(job: JobRecord, deps: RegressionDeps) -> list[Tracked]:
     """Recompute one job's regressions from its newest branch results; returns them as kept."""
     for tries in range(WRITE_TRIES):
         stored, version = deps.store.job_regressions(job.upstream, job.repo, job.workflow_name, job.job_name)
-        kept = _look(job, stored, deps)
+        kept, by_sha = _look(job, stored, deps)
+        kept, runs = _bisect(job, kept, by_sha, deps)
         if kept == stored:
             return kept
         if deps.store.save_job_regressions(job.upstream, job.repo, job.workflow_name, job.job_name, kept, version):
@@ -132,17 +151,23 @@ def track_job(job: JobRecord, deps: RegressionDeps) -> list[Tracked]:
             if deps.docs is not None:
                 _publish(job, kept, deps)
             _ask_notices(job, opened, deps)
+            if runs and deps.dispatches is not None:
+                deps.dispatches.send_dispatches(runs)
+                deps.metrics.count("BisectDispatched", len(runs))
             return kept
         deps.metrics.count("RegressionConflict")
         deps.sleep(deps.rand() * CONFLICT_WAIT_S * 2**tries)
     raise SummaryConflict(f"regressions of {job.repo} {job.workflow_name}/{job.job_name} kept changing")
 
 
-def _look(job: JobRecord, stored: list[Tracked], deps: RegressionDeps) -> list[Tracked]:
+def _look(
+    job: JobRecord, stored: list[Tracked], deps: RegressionDeps
+) -> tuple[list[Tracked], dict[str, list[JobRecord]]]:
+    """The job's regressions from its newest branch results, and those results by commit."""
     rows = [
         r
         for r in deps.results.branch_results(job.repo, job.workflow_name, job.job_name, RECENT_RESULTS)
-        if r.event_type in BASELINE_EVENTS and r.pr is None and r.upstream == job.upstream
+        if r.event_type in REGRESSION_EVENTS and r.pr is None and r.upstream == job.upstream
     ]
     by_sha: dict[str, list[JobRecord]] = {}
     for r in rows:
@@ -156,7 +181,7 @@ def _look(job: JobRecord, stored: list[Tracked], deps: RegressionDeps) -> list[T
     times = deps.branch.commit_times(job.upstream, [sha for sha, r in results.items() if r is not None])
     now = deps.clock.now()
     if not times:
-        return merged(stored, [], lambda r: (), _job(job), now, lambda sha: False)
+        return merged(stored, [], lambda r: (), _job(job), now, lambda sha: False), by_sha
     commits = deps.branch.commits_between(job.upstream, min(times.values()), max(times.values()))
     found = regressions(results, [c.sha for c in commits])
     seen = {(s.last_pass, s.first_fail) for s in stored}
@@ -167,7 +192,76 @@ def _look(job: JobRecord, stored: list[Tracked], deps: RegressionDeps) -> list[T
         found = regressions(results, [c.sha for c in commits])
     known = {c.sha: c for c in commits}
     blame = _blamer(known, deps.paths(job.repo))
-    return merged(stored, found, blame, _job(job), now, lambda sha: sha in known)
+    return merged(stored, found, blame, _job(job), now, lambda sha: sha in known), by_sha
+
+
+def _bisect(
+    job: JobRecord, kept: list[Tracked], by_sha: dict[str, list[JobRecord]], deps: RegressionDeps
+) -> tuple[list[Tracked], list[DispatchMessage]]:
+    """Opt-in bisection: an open regression of a downstream that allows it (`bisect: {runs_per_day: N}`) gets its job's
+    repository dispatched at the middle of its range, one run at a time, at most ceil(log2 n) runs, until one commit
+    is left; each run's result narrows the range like any branch result. Never while its run is pending, after it is
+    cancelled or closed, or past the day's budget (then the next look tries again)."""
+    if deps.allowlist is None or deps.dispatches is None:
+        return kept, []
+    entry = deps.allowlist.current().get(job.repo)
+    per_day = entry.settings.bisect_runs_per_day if entry is not None else 0
+    if entry is None or per_day == 0 or entry.settings.buildkite is not None:
+        return kept, []
+    runs: list[DispatchMessage] = []
+    out = [
+        _bisect_one(job, t, by_sha, per_day, deps, runs, entry) if t.open and not t.bisect_stopped else t for t in kept
+    ]
+    return out, runs
+
+
+def _bisect_one(
+    job: JobRecord,
+    t: Tracked,
+    by_sha: dict[str, list[JobRecord]],
+    per_day: int,
+    deps: RegressionDeps,
+    runs: list[DispatchMessage],
+    entry: Entry,
+) -> Tracked:
+    if t.bisect_pending is not None:
+        rows = [r for r in by_sha.get(t.bisect_pending, []) if r.event_type == BISECT]
+        if not rows or any(r.state == "in_progress" for r in rows):
+            return t  # its run has not reported yet
+        if said(attempt(r) for r in rows) is None:
+            deps.metrics.count("BisectStopped", reason="no_result")
+            return replace(t, bisect_pending=None, bisect_stopped="no_result")  # infra, timed out, cancelled
+        t = replace(t, bisect_pending=None)  # its result narrowed the range already
+    mid = midpoint(t)
+    limit = t.bisect_limit or bisect_limit(t)
+    if mid is None:
+        return t
+    if t.bisect_runs >= limit:
+        deps.metrics.count("BisectStopped", reason="limit")
+        return replace(t, bisect_stopped="limit")
+    if deps.bisect_budget is not None and deps.bisect_budget.hit(job.repo, deps.clock.now(), per_day) > 0:
+        deps.metrics.count("BisectPaused", reason="budget")
+        return t
+    runs.append(_bisect_message(job, t, mid, entry, deps.clock.now()))
+    return replace(t, bisect_pending=mid, bisect_runs=t.bisect_runs + 1, bisect_limit=limit)
+
+
+def _bisect_message(job: JobRecord, t: Tracked, mid: str, entry: Entry, now: float) -> DispatchMessage:
+    key = f"{repo_key(t.repo)}\n{t.workflow_name}\n{t.job_name}\n{mid}"
+    marker = {"workflow": t.workflow_name, "job": t.job_name, "last_pass": t.last_pass, "first_fail": t.first_fail}
+    return DispatchMessage(
+        delivery_id=f"bisect-{hashlib.sha256(key.encode()).hexdigest()[:32]}",
+        event_type=BISECT,
+        target_repo=entry.repo,
+        level=entry.level,
+        device=entry.device,
+        upstream=job.upstream,
+        head_sha=mid,
+        payload={"after": mid, "head_commit": {"id": mid}, "repository": {"full_name": job.upstream}},
+        planned_at=now,
+        workflow=entry.settings.workflow,
+        bisect=marker | {"testing": mid},
+    )
 
 
 KNOWN_LOOKS = 5  # first failures looked at per look for failures known upstream

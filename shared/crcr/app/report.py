@@ -25,6 +25,7 @@ from crcr.app.regressions import RegressionDeps, track
 from crcr.app.summaries import SummaryConflict, SummaryDeps, job_key, note_refusals, update_summaries
 from crcr.app.verdicts import VerdictDeps, attempt, flaky_predecessors, judged, judgement
 from crcr.contracts.messages import CheckSyncMessage
+from crcr.domain.regressions import BISECT
 
 
 class Hud(Protocol):
@@ -135,6 +136,9 @@ def report_change(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> st
         deps.checks.send_checks(follow_ups)
     if deps.hud is None:
         return "off"
+    if new.event_type == BISECT:
+        deps.metrics.count("HudPushWithheld")  # a bisection run is the relay's own question, not a row of PyTorch's
+        return "withheld"
     if not hud_due(old, new, deps):
         deps.metrics.count("HudPushWithheld")  # the HUD has this job as finished already: its rows are final
         return "withheld"

@@ -59,7 +59,7 @@ class DispatchMessage(_Msg):
 
     schema_version: Literal[1] = 1
     delivery_id: DeliveryId
-    event_type: Literal["pull_request", "push"]
+    event_type: Literal["pull_request", "push", "bisect"]
     action: str | None = None
     target_repo: RepoName
     level: Level
@@ -90,6 +90,8 @@ class DispatchMessage(_Msg):
     merged: bool | None = None
     # Planned but not to be sent (no file the repository's path filters select changed): the ledger records it.
     skip: str | None = None
+    # event_type "bisect" (the reporter): the regressed job and the range being bisected, client_payload.bisect.
+    bisect: dict[str, Any] | None = None
 
 
 class CheckSyncMessage(_Msg):

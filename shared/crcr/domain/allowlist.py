@@ -40,13 +40,14 @@ _SETTING_KEYS = frozenset(
         "oncalls",
         "check_runs",
     }
-    | {"buildkite", "ciflow", "paths", "paths_ignore", "workflow"}
+    | {"buildkite", "ciflow", "paths", "paths_ignore", "workflow", "bisect"}
 )
 # A workflow file as `workflow_dispatch` names it under .github/workflows/ (GitHub's `workflow_id` may be its name).
 _WORKFLOW_FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\.ya?ml$")
 _SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,99}$")  # Buildkite organization and pipeline slugs, as in its URLs
 _BRANCH_RE = re.compile(r"^[A-Za-z0-9._/-]{1,255}$")
 CHECK_RUN_MODES = ("auto", "per_job", "per_repo")
+MAX_BISECT_RUNS_PER_DAY = 100
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,8 @@ class RepoSettings:
     # GitHub Actions' path filters: a change none of whose files concern the downstream is not dispatched to it.
     paths: tuple[str, ...] = ()
     paths_ignore: tuple[str, ...] = ()
+    # `bisect: {runs_per_day: N}`: a regression of its jobs may be bisected with up to N dispatches a day (0: never).
+    bisect_runs_per_day: int = 0
 
     @property
     def path_filter(self) -> PathFilter:
@@ -226,6 +229,8 @@ def _settings(repo: object, raw: object, entry: Entry) -> tuple[RepoSettings, tu
             values[key] = _buildkite(where, value, key)
         elif key == "workflow":
             values[key] = _workflow(where, value, key)
+        elif key == "bisect":
+            values["bisect_runs_per_day"] = _bisect(where, value, key)
         elif key == "check_runs":
             if value not in CHECK_RUN_MODES:
                 raise AllowlistError(f"{where} must be one of {', '.join(CHECK_RUN_MODES)}", line=_line(key))
@@ -272,6 +277,15 @@ def _one_of(repo: object, raw: Mapping[Any, Any], values: dict[str, Any]) -> Non
     ):
         if first in values and second in values:
             raise AllowlistError(f"repos.{repo}: give {why}", line=_line(next(k for k in raw if k == second)))
+
+
+def _bisect(where: str, value: object, at: object) -> int:
+    """`bisect: {runs_per_day: N}`: the downstream's daily budget of bisection dispatches."""
+    runs = value.get("runs_per_day") if isinstance(value, Mapping) and set(value) == {"runs_per_day"} else None
+    if not isinstance(runs, int) or isinstance(runs, bool) or not 1 <= runs <= MAX_BISECT_RUNS_PER_DAY:
+        problem = f"{where} must be a mapping with runs_per_day (1 to {MAX_BISECT_RUNS_PER_DAY})"
+        raise AllowlistError(problem, line=_line(at))
+    return runs
 
 
 def _workflow(where: str, value: object, at: object) -> WorkflowTarget:

@@ -15,11 +15,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 from crcr.domain.verdicts import Attempt
 
 Said = Literal["pass", "fail"]
+BISECT = "bisect"  # the event type of a bisection run: its ledger row, its jobs and its repository_dispatch
 
 # A squash merge's first line ends with its PR: "Fix the thing (#1234)".
 _TITLE_PR = re.compile(r"\(#([1-9][0-9]{0,9})\)\s*$")
@@ -131,10 +132,21 @@ class Tracked:
     fixed_by: str | None = None
     closed_at: float | None = None
     told: bool = False  # the downstream's owners were told of it
+    # Bisection (opt-in): dispatches made, the most it may make (ceil(log2 n) of the range it started on), the commit
+    # whose run it waits for, and why it stopped (`cancelled`, `no_result`, `budget` is only a pause).
+    bisect_runs: int = 0
+    bisect_limit: int = 0
+    bisect_pending: str | None = None
+    bisect_stopped: str | None = None
 
     @property
     def open(self) -> bool:
         return self.fixed_by is None
+
+    @property
+    def culprit(self) -> str | None:
+        """The one commit bisection left in the range."""
+        return self.first_fail if self.bisect_runs and len(self.blamelist) == 1 else None
 
     @property
     def state(self) -> str:
@@ -157,10 +169,14 @@ class Tracked:
             ],
             "opened_at": self.opened_at,
             "closed_at": self.closed_at,
+            "culprit": self.culprit,
+            "bisect": {"runs": self.bisect_runs, "pending": self.bisect_pending, "stopped": self.bisect_stopped}
+            if self.bisect_runs or self.bisect_stopped
+            else None,
         }
 
     def stored(self) -> dict[str, object]:
-        return self.to_json() | {"told": self.told}
+        return self.to_json() | {"told": self.told, "bisect_limit": self.bisect_limit}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, object]) -> Tracked:
@@ -187,7 +203,20 @@ class Tracked:
             fixed_by=text("fixed_by"),
             closed_at=float(str(closed)) if closed is not None else None,
             told=bool(doc.get("told")),
+            **_bisect_of(doc),
         )
+
+
+def _bisect_of(doc: Mapping[str, object]) -> dict[str, Any]:
+    state = doc.get("bisect")
+    if not isinstance(state, dict):
+        return {}
+    return {
+        "bisect_runs": int(state.get("runs") or 0),
+        "bisect_limit": int(str(doc.get("bisect_limit") or 0)),
+        "bisect_pending": state.get("pending"),
+        "bisect_stopped": state.get("stopped"),
+    }
 
 
 def covers(t: Tracked, times: Mapping[str, float], base_sha: str) -> bool:
@@ -242,6 +271,10 @@ def merged(
                 fixed_by=r.fixed_by,
                 closed_at=closed_at,
                 told=before.told if before is not None else False,
+                bisect_runs=before.bisect_runs if before is not None else 0,
+                bisect_limit=before.bisect_limit if before is not None else 0,
+                bisect_pending=before.bisect_pending if before is not None else None,
+                bisect_stopped=before.bisect_stopped if before is not None else None,
             )
         )
     for i, s in enumerate(stored):
@@ -285,3 +318,17 @@ def notice_body(t: Tracked, owners: Sequence[str], job: str) -> str:
         "rule changes. A later pass closes it on the HUD.</sub>",
     ]
     return "\n".join(lines)
+
+
+def midpoint(t: Tracked) -> str | None:
+    """The commit a bisection run tests next: the middle of the range's commits before its first failure (for
+    (c0, c4]: c2, then c3 or c1), so ceil(log2 n) runs name one of n commits; None when one is left."""
+    untested = [b.sha for b in t.blamelist[:-1]]
+    if not untested:
+        return None
+    return untested[(len(untested) + 1) // 2 - 1]
+
+
+def bisect_limit(t: Tracked) -> int:
+    """ceil(log2 n) runs for a range of n commits."""
+    return max(0, (len(t.blamelist) - 1).bit_length())

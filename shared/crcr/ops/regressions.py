@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 
+from crcr.app.ports.regressions import RegressionStore
 from crcr.domain.regressions import Tracked
 
 
@@ -29,6 +31,10 @@ def render(found: Sequence[Tracked], as_json: bool) -> str:
         prs = ", ".join(f"#{b.pr}" if b.pr else b.sha[:7] for b in suspects[:5])
         more = f" +{len(suspects) - 5}" if len(suspects) > 5 else ""
         state = t.state if t.open else f"fixed by {t.fixed_by[:7] if t.fixed_by else '?'}"
+        if t.culprit:
+            state += f", culprit {t.culprit[:7]}"
+        elif t.bisect_pending:
+            state += f", bisecting ({t.bisect_runs} run{'s' if t.bisect_runs != 1 else ''})"
         opened = datetime.fromtimestamp(t.opened_at, UTC).strftime("%Y-%m-%d %H:%M")
         table.append(
             (t.repo, f"{t.workflow_name} / {t.job_name}", state, f"{t.last_pass[:7]}..{t.first_fail[:7]}",
@@ -36,3 +42,21 @@ def render(found: Sequence[Tracked], as_json: bool) -> str:
         )  # fmt: skip
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table)
+
+
+def cancel(store: RegressionStore, upstream: str, repo: str, job: str | None = None) -> int:
+    """Stop the bisection of the repository's open regressions (one job's, or all): no further run is dispatched;
+    a run already dispatched reports as any other. Returns how many were stopped."""
+    stopped = 0
+    for t in {(t.repo, t.workflow_name, t.job_name): t for t in select(store.regressions_of(upstream), repo)}.values():
+        if job is not None and t.job_name != job:
+            continue
+        for _ in range(8):
+            kept, version = store.job_regressions(upstream, t.repo, t.workflow_name, t.job_name)
+            changed = [replace(x, bisect_stopped="cancelled") if x.open and not x.bisect_stopped else x for x in kept]
+            if changed == kept:
+                break
+            if store.save_job_regressions(upstream, t.repo, t.workflow_name, t.job_name, changed, version):
+                stopped += sum(1 for a, b in zip(kept, changed, strict=True) if a != b)
+                break
+    return stopped
