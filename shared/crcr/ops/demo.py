@@ -1,6 +1,7 @@
 """`crcr demo`: the relay end to end on the embedded stack with the sandbox GitHub: first a PR and a push whose
 downstreams pass, each job's transitions shown as they happen; then a PR whose downstreams fail in the ways that
-matter (a new failure with its failing tests, a pre-existing one, an infrastructure failure retried once, a job
+matter (a new failure with its failing tests, one the default branch broke first (`broken trunk`, its regression
+named with the range), an infrastructure failure retried once, a job
 whose runner vanished, which GitHub's own record of the run ends instead of a time-out),
 the PR comment and check runs that result, a dead letter and its redrive; then the HUD pages to open."""
 
@@ -189,7 +190,8 @@ def failing_pr(stack: LocalStack, secret: str, live: Transitions) -> bool:
     stack.workflows.script = script
     print(
         f"\n2. A PR whose downstreams fail. First a push to main at {BASELINE[:12]} (each job's baseline: "
-        "rocm fails there already), then PR #{FAILING_PR} on it, labelled for both L3 devices; "
+        "rocm, which passed on the first push, fails there already: a regression of the branch), then PR "
+        "#{FAILING_PR} on it, labelled for both L3 devices; "
         f"{REFUSED}'s dispatch is refused (403):\n".replace("{FAILING_PR}", str(FAILING_PR))
     )
     live.resume()
@@ -209,7 +211,7 @@ def failing_pr(stack: LocalStack, secret: str, live: Transitions) -> bool:
     def complete(body: str) -> bool:
         """Every verdict in the comment's table, and the new failure's failing tests (as text, unescaped)."""
         plain = body.replace("\\", "").replace("**", "")
-        wanted = ("| new |", "| pre-existing |", "| infra |", "| no baseline |", "failing: test/test_nn.py")
+        wanted = ("| new |", "| broken trunk |", "| infra |", "| no baseline |", "failing: test/test_nn.py")
         return all(w in plain for w in wanted)
 
     _until(lambda: complete(comment()), 120)
