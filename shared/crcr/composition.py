@@ -515,18 +515,13 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
         from crcr.adapters.regressions import DynamoRegressions  # noqa: PLC0415
         from crcr.app.regression_notices import NoticeDeps  # noqa: PLC0415
 
-        # A regression's one notice: a comment on the PR of its first failing commit, the same budget.
-        notices = NoticeDeps(
-            api=GitHubIssueComments(_github(settings)),
-            store=DynamoRegressions(aws_client("dynamodb"), table),
-            allowlist=allowlist,
-            pacer=pacer,
-            metrics=metrics,
-            clock=clock,
-        )
+        conversation = GitHubIssueComments(_github(settings))
+        # A regression's one notice: a comment on the PR of its first failing commit, on the same budget.
+        regressions = DynamoRegressions(aws_client("dynamodb"), table)
+        notices = NoticeDeps(conversation, regressions, allowlist, pacer, metrics, clock)
         # The same queue, pacer (one budget per installation), allowlist and metrics as the check runs.
         comment = CommentDeps(
-            api=GitHubIssueComments(_github(settings)),
+            api=conversation,
             store=DynamoPrComment(aws_client("dynamodb"), table),
             prs=prs,
             jobs=results,

@@ -8,9 +8,10 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser, Page, sync_playwright
 
 # As the machine's probe runs it: no sandbox as root, and nothing that reaches for Google's hosts.
 ARGS = [
@@ -59,3 +60,16 @@ def headless() -> Iterator[Browser]:
             yield browser
         finally:
             browser.close()
+
+
+def open_page(browser: Browser, url: str, shot: Path, width: int = 1400) -> Page:
+    """A HUD page loaded at `width` (its script done), without a script error, its full-page screenshot in `shot`."""
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(url)
+    page.wait_for_selector("body[data-ready=true]", timeout=15_000)
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(shot), full_page=True)
+    assert errors == []
+    return page

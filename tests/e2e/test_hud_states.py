@@ -22,6 +22,7 @@ from crcr.domain.level_status import document, status_of
 from crcr.domain.levels import Level
 from tests.conftest import ROOT
 from tests.e2e.browser import headless
+from tests.e2e.browser import open_page as browser_page
 from tests.e2e.hud_server import MemoryDocs, Served, serve_docs
 from tests.unit.fakes import FakeResultsRows, RecordingMetrics
 
@@ -172,15 +173,7 @@ def browser() -> Iterator[Browser]:
 
 
 def open_page(browser: Browser, url: str, shot: str, width: int = 1400) -> Page:
-    page = browser.new_page(viewport={"width": width, "height": 900})
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(url)
-    page.wait_for_selector("body[data-ready=true]", timeout=15_000)
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{shot}-{width}.png"), full_page=True)
-    assert errors == []
-    return page
+    return browser_page(browser, url, SHOTS / f"{shot}-{width}.png", width)
 
 
 def cell(page: Page, sha: str, repo: str) -> str:

@@ -21,7 +21,7 @@ from playwright.sync_api import Browser, Page
 
 from tests.conftest import ROOT, Relay, event_body, http
 from tests.doubles.oidc_issuer import OidcIssuer
-from tests.e2e.browser import headless
+from tests.e2e.browser import headless, open_page
 from tests.e2e.test_callback import oidc  # noqa: F401 - a fixture
 from tests.e2e.test_pr_comment import COMMENT_PERMISSIONS
 from tests.e2e.test_verdicts_comment import row
@@ -114,14 +114,7 @@ class Reports:
 
 
 def shown(browser: Browser, url: str, shot: str, width: int) -> Page:
-    page = browser.new_page(viewport={"width": width, "height": 900})
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(url)
-    page.wait_for_selector("body[data-ready=true]", timeout=15_000)
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{shot}-{width}.png"), full_page=True)
-    assert errors == []
+    page = open_page(browser, url, SHOTS / f"{shot}-{width}.png", width)
     assert page.evaluate("document.documentElement.scrollWidth") <= width  # nothing to scroll sideways for
     return page
 

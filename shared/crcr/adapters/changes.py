@@ -29,6 +29,19 @@ KEPT_HEADS = 256
 SHA = re.compile(SHA_PATTERN)
 
 
+def compare(github: GitHubApp, upstream: str, base_sha: str, head_sha: str, query: str = "") -> dict[str, Any]:
+    """GitHub's comparison of two upstream commits with the upstream installation's `contents: read` ({} when the
+    answer is not an object)."""
+    token = github.repo_token(github.installation_for(upstream), upstream, {"contents": "read"})
+    resp = github.request(
+        "GET",
+        f"/repos/{quote(upstream, safe='/')}/compare/{base_sha}...{head_sha}{query}",
+        f"Bearer {token.token}",
+        kind="compare",
+    )
+    return resp.body if isinstance(resp.body, dict) else {}
+
+
 class GitHubCompareFiles:
     def __init__(self, github: GitHubApp) -> None:
         self._github = github
@@ -56,14 +69,8 @@ class GitHubCompareFiles:
         return files
 
     def _compare(self, upstream: str, base_sha: str, head_sha: str) -> tuple[str, ...] | None:
-        token = self._github.repo_token(self._github.installation_for(upstream), upstream, {"contents": "read"})
-        resp = self._github.request(
-            "GET",
-            f"/repos/{quote(upstream, safe='/')}/compare/{base_sha}...{head_sha}?per_page=1",
-            f"Bearer {token.token}",
-            kind="compare",
-        )
-        listed = resp.body.get("files") if isinstance(resp.body, dict) else None
+        body = compare(self._github, upstream, base_sha, head_sha, "?per_page=1")
+        listed = body.get("files")
         if not isinstance(listed, list) or len(listed) >= MAX_COMPARE_FILES:
             return None
         names: set[str] = set()
@@ -89,14 +96,7 @@ class GitHubBranchHistory:
         lists, not a comparison). Raises GitHubError for a failed request."""
         if not (SHA.match(base_sha) and SHA.match(head_sha)):
             return None
-        token = self._github.repo_token(self._github.installation_for(upstream), upstream, {"contents": "read"})
-        resp = self._github.request(
-            "GET",
-            f"/repos/{quote(upstream, safe='/')}/compare/{base_sha}...{head_sha}",
-            f"Bearer {token.token}",
-            kind="compare",
-        )
-        body = resp.body if isinstance(resp.body, dict) else {}
+        body = compare(self._github, upstream, base_sha, head_sha)
         listed = body.get("commits")
         if body.get("status") != "ahead" or not isinstance(listed, list) or body.get("total_commits") != len(listed):
             return None  # diverged, behind, or more commits than one answer lists
