@@ -612,14 +612,35 @@ def build_report_deps(settings: Settings) -> ReportDeps:
 
 
 def _known_failures(settings: Settings, metrics: PowertoolsMetrics) -> Callable[[], KnownFailures] | None:
-    """The tests upstream disables (CRCR_DISABLED_TESTS), read when a failure is first judged, then every 10 minutes
-    (test-infra regenerates the file every 15)."""
-    if not settings.disabled_tests:
+    """The tests upstream disables (CRCR_DISABLED_TESTS) and the known-issues file (CRCR_KNOWN_ISSUES), each read when
+    a failure is first judged, then every 10 minutes (test-infra regenerates its file every 15)."""
+    if not (settings.disabled_tests or settings.known_issues):
         return None
-    from crcr.adapters.allowlist_source import CachedKnownFailures, fetcher_for  # noqa: PLC0415
+    from crcr.adapters.allowlist_source import CachedKnownFailures, CachedKnownIssues, fetcher_for  # noqa: PLC0415
+    from crcr.domain.known import KnownFailures  # noqa: PLC0415
 
-    fetch = fetcher_for(settings.disabled_tests, lambda: aws_client("s3"), lambda: _github(settings))
-    return CachedKnownFailures(fetch, metrics, SystemClock().now, 600.0, on_error=logger.warning).current
+    sources: list[Callable[[], KnownFailures]] = []
+    for source, kind in ((settings.disabled_tests, CachedKnownFailures), (settings.known_issues, CachedKnownIssues)):
+        if source:
+            fetch = fetcher_for(source, lambda: aws_client("s3"), lambda: _github(settings))
+            sources.append(kind(fetch, metrics, SystemClock().now, 600.0, on_error=logger.warning).current)
+    if not sources:
+        return None
+
+    def known() -> KnownFailures:
+        """Both lists; one that cannot be read leaves the other (raises only when neither can be read)."""
+        found, errors = [], []
+        for current in sources:
+            try:
+                found.append(current())
+            except Exception as exc:
+                errors.append(exc)
+        if not found:
+            raise errors[0]
+        by_test = {k: v for f in found for k, v in f.by_test.items()}
+        return KnownFailures(by_test, tuple(i for f in found for i in f.issues))
+
+    return known
 
 
 def _regressions(

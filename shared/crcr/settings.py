@@ -80,6 +80,8 @@ class Settings(BaseModel):
     ci_providers: str | None = None
     # The tests upstream disables (test-infra's disabled-tests-condensed.json: a path, s3:// or github:), for `known`.
     disabled_tests: str | None = None
+    # Known issues kept beside the allowlist (YAML: repo, job, test or log pattern, issue, expires), for `known` too.
+    known_issues: str | None = None
     buildkite_api_url: str = "https://api.buildkite.com"
     hud_url: str | None = None
     start_timeout_s: int = 3600

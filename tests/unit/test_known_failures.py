@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import date
 
 import pytest
+import yaml
 
-from crcr.adapters.allowlist_source import CachedKnownFailures
+from crcr.adapters.allowlist_source import CachedKnownFailures, CachedKnownIssues
 from crcr.app.ports.pulls import PrInfo
 from crcr.app.verdicts import judgement
-from crcr.domain.known import KnownFailuresError, known_issues, parse_condensed
+from crcr.domain.errors import AllowlistError
+from crcr.domain.known import KnownFailures, KnownFailuresError, known_issues, parse_condensed, parse_known_issues
 from tests.unit.fakes import RecordingMetrics
 from tests.unit.test_verdicts import BASE, HEAD, OLDER, World, on_branch, record
 
@@ -86,3 +89,67 @@ def test_a_list_that_cannot_be_read_leaves_failures_unclassified_and_is_counted(
     assert metrics.counts["KnownFailuresUnavailable"] == 1 and metrics.counts["DisabledTestsRejected"] == 1
     good = CachedKnownFailures(lambda: json.dumps(CONDENSED).encode(), metrics, lambda: 0.0)
     assert judgement(job, replace(deps, known=good.current)).verdict == "known"
+
+
+FILE = """\
+- repo: Org/Backend
+  job: test
+  test: test_conv2d (TestConvolution)
+  issue: https://github.com/pytorch/pytorch/issues/170400
+  expires: 2027-01-31
+- repo: org/backend
+  log: "HIP error: .*out of memory"
+  issue: https://github.com/pytorch/pytorch/issues/170401
+  expires: 2026-12-31
+"""
+
+
+def from_file(text: str) -> CachedKnownIssues:
+    return CachedKnownIssues(text.encode, RecordingMetrics(), lambda: 0.0)
+
+
+@pytest.mark.parametrize(
+    ("tests", "job", "today", "issues"),
+    [
+        (failed(("test_conv2d", "test_nn.TestConvolution")), "test", "2026-12-06", [170400]),
+        (failed(("test_conv2d", "TestConvolution")), "build", "2026-12-06", None),  # another job of the downstream
+        (failed(("test_conv2d", "TestConvolution")), "test", "2027-02-01", None),  # expired
+        ([{"name": "test_x", "message": "HIP error: device out of memory"}], "any", "2026-12-06", [170401]),
+        ([{"name": "test_x", "message": "HIP error: invalid device"}], "any", "2026-12-06", None),
+        # One test from each list: known, both issues linked.
+        (
+            failed(("test_matmul", "TestLinalg"), ("test_conv2d", "TestConvolution")),
+            "test",
+            "2026-12-06",
+            [170300, 170400],
+        ),
+    ],
+)
+def test_a_known_issues_entry_explains_a_downstreams_failing_tests_until_it_expires(
+    tests: list[dict[str, str]], job: str, today: str, issues: list[int] | None
+) -> None:
+    entries = from_file(FILE).current()
+    both = KnownFailures(KNOWN.by_test, entries.issues)
+    found = known_issues(tests, both, None, ("org/BACKEND", job), date.fromisoformat(today))
+    assert (None if found is None else [d.number for d in found]) == issues
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("- repo: org/x\n  test: t\n  issue: https://github.com/o/r/issues/1\n", "needs expires"),
+        ("- repo: org/x\n  test: t\n  log: x\n  issue: https://github.com/o/r/issues/1\n  expires: 2027-01-01\n",
+         "one of them"),
+        ("- repo: org/x\n  log: '('\n  issue: https://github.com/o/r/issues/1\n  expires: 2027-01-01\n",
+         "not a regular expression"),
+        ("- repo: org/x\n  test: t\n  issue: http://evil/1\n  expires: 2027-01-01\n", "GitHub issue URL"),
+    ],
+)  # fmt: skip
+def test_a_bad_known_issues_file_names_the_entry_and_is_never_loaded(text: str, problem: str) -> None:
+    with pytest.raises(KnownFailuresError, match=problem):
+        parse_known_issues(yaml.safe_load(text))
+    metrics = RecordingMetrics()
+    source = CachedKnownIssues(text.encode, metrics, lambda: 0.0)
+    with pytest.raises(AllowlistError):
+        source.current()  # nothing loaded: a verdict fails open
+    assert metrics.counts["KnownIssuesRejected"] == 1

@@ -21,7 +21,7 @@ from crcr.adapters.github import GitHubApp
 from crcr.app.ports import Metrics
 from crcr.domain.allowlist import Allowlist, build_allowlist
 from crcr.domain.errors import AllowlistError
-from crcr.domain.known import KnownFailures, KnownFailuresError, parse_condensed
+from crcr.domain.known import KnownFailures, KnownFailuresError, parse_condensed, parse_known_issues
 from crcr.domain.providers import Providers, ProvidersError, build_providers
 
 T = TypeVar("T")
@@ -220,6 +220,20 @@ class CachedKnownFailures(CachedDocument[KnownFailures]):
         except ValueError as exc:
             raise KnownFailuresError(f"not JSON: {exc}") from exc
         return parse_condensed(doc)
+
+
+class CachedKnownIssues(CachedDocument[KnownFailures]):
+    """The known-issues file kept beside the allowlist (crcr.domain.known), reloaded like it."""
+
+    kind = "known-issues file"
+    metric = "KnownIssues"
+
+    def parse(self, data: bytes) -> KnownFailures:
+        try:
+            doc = yaml.load(data, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader subclass
+        except yaml.YAMLError as exc:
+            raise KnownFailuresError(f"not valid YAML: {exc}") from exc
+        return KnownFailures({}, parse_known_issues(doc or []))
 
 
 def parse_providers(text: str | bytes) -> Providers:

@@ -11,6 +11,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from crcr.app.ports import AllowlistProvider, Clock, Metrics
@@ -304,7 +305,9 @@ def _known_only(rows: list[JobRecord], deps: RegressionDeps) -> bool:
     for r in failing:
         attempts = deps.attempts.attempts_of_job(r.dispatch_id, r.run_id, r.job_name)
         full = next((j for j in attempts if j.run_attempt == r.run_attempt), None)
-        if full is None or known_issues(parse_failed_tests(full.failed_tests), known, full.device) is None:
+        today = datetime.fromtimestamp(deps.clock.now(), UTC).date()
+        failed = parse_failed_tests(full.failed_tests) if full is not None else []
+        if full is None or known_issues(failed, known, full.device, (full.repo, full.job_name), today) is None:
             return False
     deps.metrics.count("RegressionKnownUpstream")
     return True

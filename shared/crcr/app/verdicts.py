@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Protocol
 
 from crcr.app.ports import Clock
@@ -157,7 +158,8 @@ def known_failure(job: JobRecord, deps: VerdictDeps) -> tuple[Disabled, ...] | N
     except Exception as exc:
         deps.on_unknown(exc)
         return None
-    return known_issues(parse_failed_tests(job.failed_tests), known, job.device)
+    today = datetime.fromtimestamp(deps.clock.now(), UTC).date()
+    return known_issues(parse_failed_tests(job.failed_tests), known, job.device, (job.repo, job.job_name), today)
 
 
 def broken_trunk(job: JobRecord, deps: VerdictDeps) -> bool:

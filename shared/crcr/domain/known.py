@@ -2,16 +2,21 @@
 the shape of test-infra's `disabled-tests-condensed.json` (`{"test_x (__main__.TestY)": ["<number>", "<issue URL>",
 ["<platform>", ...]]}`, an empty platform list meaning every platform), read from a configured source.
 
-A failed job is `known` when every failing test it reported matches one of them: the test's name, and its class
-(the last dotted part: a downstream's module path differs from upstream's). A test disabled on some platforms only
-matches a downstream whose L3 device (`ciflow/crcr/<device>`) is one of them; with no platforms line, every
-downstream. A job that reported no failing tests is never known: nothing says what failed."""
+Beside them, a known-issues file kept beside the allowlist (YAML, a list): each entry names a downstream `repo`,
+optionally a `job`, a `test` (its name, or `name (Class)`) or a `log` pattern (a regular expression searched in the
+failing test's message), the `issue` URL, and an `expires` date after which it no longer counts.
+
+A failed job is `known` when every failing test it reported matches one of them: a disabled test's name and class
+(the last dotted part: a downstream's module path differs from upstream's), or a known-issues entry. A test disabled
+on some platforms only matches a downstream whose L3 device (`ciflow/crcr/<device>`) is one of them; with no
+platforms line, every downstream. A job that reported no failing tests is never known: nothing says what failed."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import date
 from typing import Any
 
 # parseTestName in test-infra's torchci/lib/flakyBot/utils.ts
@@ -32,11 +37,76 @@ class Disabled:
 
 
 @dataclass(frozen=True)
+class KnownIssue:
+    """One entry of the known-issues file."""
+
+    repo: str  # lower case
+    issue: Disabled  # its URL and number (the test it names, or its pattern, in `test`)
+    expires: date
+    job: str | None = None
+    test: tuple[str, str] | None = None  # (name, class's last part or "")
+    log: re.Pattern[str] | None = None
+
+    def matches(self, repo: str, job: str, test: Mapping[str, Any], today: date) -> bool:
+        if today > self.expires or repo.lower() != self.repo or (self.job is not None and self.job != job):
+            return False
+        if self.test is not None:
+            name, cls = self.test
+            if _key(str(test.get("name") or ""), str(test.get("classname") or "")) != (name, cls or _class_of(test)):
+                return False
+        return self.log is None or bool(self.log.search(str(test.get("message") or "")))
+
+
+@dataclass(frozen=True)
 class KnownFailures:
     by_test: Mapping[tuple[str, str], Disabled]  # (test name, class's last part) -> the issue
+    issues: tuple[KnownIssue, ...] = ()  # the known-issues file's entries
 
     def __len__(self) -> int:
-        return len(self.by_test)
+        return len(self.by_test) + len(self.issues)
+
+
+def _class_of(test: Mapping[str, Any]) -> str:
+    return str(test.get("classname") or "").strip().rsplit(".", 1)[-1]
+
+
+_ISSUE_URL = re.compile(r"^https://github\.com/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+/issues/([1-9][0-9]{0,9})$")
+MAX_ISSUES = 1000
+
+
+def parse_known_issues(doc: Any) -> tuple[KnownIssue, ...]:
+    """The known-issues file: a list of entries, each with `repo`, `issue`, `expires` and a `test` or a `log`; an
+    error names the entry."""
+    if not isinstance(doc, list) or len(doc) > MAX_ISSUES:
+        raise KnownFailuresError(f"expected a list of at most {MAX_ISSUES} known issues")
+    found = []
+    for n, entry in enumerate(doc, 1):
+        where = f"known issue {n}"
+        if not isinstance(entry, dict) or set(entry) - {"repo", "job", "test", "log", "issue", "expires"}:
+            raise KnownFailuresError(f"{where}: a mapping of repo, job, test or log, issue, expires")
+        url, expires, repo = entry.get("issue"), entry.get("expires"), entry.get("repo")
+        number = _ISSUE_URL.match(url) if isinstance(url, str) else None
+        if not isinstance(repo, str) or "/" not in repo or number is None:
+            raise KnownFailuresError(f"{where}: needs repo (owner/name) and issue (a GitHub issue URL)")
+        if not isinstance(expires, date):
+            raise KnownFailuresError(f"{where}: needs expires, a date (YYYY-MM-DD)")
+        test, log = entry.get("test"), entry.get("log")
+        if (test is None) == (log is None) or not isinstance(test or log, str):
+            raise KnownFailuresError(f"{where}: give test (a test name) or log (a pattern), one of them")
+        named = None
+        if isinstance(test, str):
+            parsed = re.match(r"^\s*([^\s(]+)\s*(?:\(([^)]*)\))?\s*$", test)
+            if parsed is None:
+                raise KnownFailuresError(f"{where}: test must be a name, or name (Class)")
+            named = _key(parsed.group(1), parsed.group(2) or "")
+        try:
+            pattern = re.compile(log) if isinstance(log, str) else None
+        except re.error as exc:
+            raise KnownFailuresError(f"{where}: log is not a regular expression: {exc}") from None
+        job = entry.get("job")
+        issue = Disabled(str(test or log), int(number.group(1)), str(url), ())
+        found.append(KnownIssue(repo.lower(), issue, expires, str(job) if job else None, named, pattern))
+    return tuple(found)
 
 
 def _key(name: str, classname: str) -> tuple[str, str]:
@@ -63,16 +133,25 @@ def parse_condensed(doc: Any) -> KnownFailures:
 
 
 def known_issues(
-    failed: Iterable[Mapping[str, Any]], known: KnownFailures, device: str | None
+    failed: Iterable[Mapping[str, Any]],
+    known: KnownFailures,
+    device: str | None,
+    where: tuple[str, str] = ("", ""),
+    today: date | None = None,
 ) -> tuple[Disabled, ...] | None:
-    """The issues that explain every failing test (each once, in the order found), or None when a failing test is
-    not known here, or none was reported."""
+    """The issues that explain every failing test of a job (`where`: its repository and name) (each once, in the
+    order found), or None when a failing test is not known here, or none was reported."""
     issues: dict[int, Disabled] = {}
     seen = False
     for test in failed:
         seen = True
         found = known.by_test.get(_key(str(test.get("name") or ""), str(test.get("classname") or "")))
-        if found is None or (found.platforms and (device is None or device not in found.platforms)):
+        if found is not None and found.platforms and (device is None or device not in found.platforms):
+            found = None
+        if found is None and today is not None:
+            entry = next((k for k in known.issues if k.matches(where[0], where[1], test, today)), None)
+            found = entry.issue if entry is not None else None
+        if found is None:
             return None
         issues.setdefault(found.number, found)
     return tuple(issues.values()) if seen else None
