@@ -441,3 +441,15 @@ def test_a_sent_bisection_dispatch_books_no_check_run_pass() -> None:
     assert dispatched_row(record) is not None
     record["dynamodb"]["NewImage"] = image | {"event_type": {"S": "bisect"}}
     assert dispatched_row(record) is None
+
+
+def test_an_allowlist_that_cannot_be_read_pauses_bisection_and_keeps_the_regression() -> None:
+    world, deps, queue = bisect_world()
+
+    class Unreadable:
+        def current(self) -> object:
+            raise ConnectionError("S3 unreachable")
+
+    [t] = track_job(result(6, "failure"), replace(deps, allowlist=Unreadable()))  # type: ignore[arg-type]
+    assert t.open and t.bisect_runs == 0 and queue.sent == []
+    assert world.metrics.counts["BisectPaused"] == 1

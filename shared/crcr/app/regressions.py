@@ -205,7 +205,11 @@ def _bisect(
     cancelled or closed, or past the day's budget (then the next look tries again)."""
     if deps.allowlist is None or deps.dispatches is None:
         return kept, []
-    entry = deps.allowlist.current().get(job.repo)
+    try:
+        entry = deps.allowlist.current().get(job.repo)
+    except Exception:
+        deps.metrics.count("BisectPaused", reason="allowlist")
+        return kept, []
     per_day = entry.settings.bisect_runs_per_day if entry is not None else 0
     if entry is None or per_day == 0 or entry.settings.buildkite is not None:
         return kept, []
