@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from crcr.app.verdicts import VerdictDeps
     from crcr.domain.known import KnownFailures
     from crcr.domain.pacing import Rate
-    from crcr.domain.paths import PathFilter
 
 # Adapters are imported inside each builder: a function pays at cold start only for the libraries it
 # uses (the webhook needs no JWT, YAML or HTTP client; see bench/README.md for the import times).
@@ -599,15 +598,16 @@ def build_report_deps(settings: Settings) -> ReportDeps:
     metrics = PowertoolsMetrics()
     checks = _checks_queue(settings)
     known = _known_failures(settings, metrics)
+    summaries = _summaries(settings, metrics)
     return ReportDeps(
         hud=hud,
         dead_letters=SqsDeadLetters(aws_client("sqs"), str(settings.reporter_dlq_url)),
         metrics=metrics,
         checks=checks,
         heads=_head_ask(settings, checks),
-        summaries=_summaries(settings, metrics),
+        summaries=summaries,
         verdicts=_verdicts(settings, known),
-        regressions=_regressions(settings, metrics, known),
+        regressions=_regressions(settings, metrics, known, summaries, checks),
     )
 
 
@@ -624,8 +624,6 @@ def _known_failures(settings: Settings, metrics: PowertoolsMetrics) -> Callable[
         if source:
             fetch = fetcher_for(source, lambda: aws_client("s3"), lambda: _github(settings))
             sources.append(kind(fetch, metrics, SystemClock().now, 600.0, on_error=logger.warning).current)
-    if not sources:
-        return None
 
     def known() -> KnownFailures:
         """Both lists; one that cannot be read leaves the other (raises only when neither can be read)."""
@@ -644,10 +642,15 @@ def _known_failures(settings: Settings, metrics: PowertoolsMetrics) -> Callable[
 
 
 def _regressions(
-    settings: Settings, metrics: PowertoolsMetrics, known: Callable[[], KnownFailures] | None = None
+    settings: Settings,
+    metrics: PowertoolsMetrics,
+    known: Callable[[], KnownFailures] | None,
+    summaries: SummaryDeps | None,
+    checks: SqsChecksQueue | None,
 ) -> RegressionDeps | None:
     """Regression ranges of branch jobs: their results and the branch's order, kept in the state table and listed in
-    the HUD's regressions.json; the allowlist's path filters name a blamelist's suspects (read when one opens)."""
+    the HUD's regressions.json (the reporter's own documents); the allowlist's entries narrow blamelists and allow
+    bisection; notices go on the reporter's check-run queue."""
     if not (settings.results_table and settings.state_table):
         return None
     from crcr.adapters.branch import DynamoBranch  # noqa: PLC0415
@@ -658,29 +661,20 @@ def _regressions(
     from crcr.app.regressions import RegressionDeps  # noqa: PLC0415
 
     clock = SystemClock()
-    allowlist = _allowlist(settings, metrics, clock) if settings.allowlist else None
-
-    def paths(repo: str) -> PathFilter | None:
-        try:
-            entry = allowlist.current().get(repo) if allowlist is not None else None
-        except Exception:
-            return None
-        return entry.settings.path_filter if entry is not None else None
-
     ddb = aws_client("dynamodb")
+    results = _results(settings)
     return RegressionDeps(
-        results=_results(settings),
+        results=results,
         branch=DynamoBranch(ddb, str(settings.state_table)),
         store=DynamoRegressions(ddb, str(settings.state_table)),
         metrics=metrics,
         clock=clock,
-        docs=_summaries(settings, metrics),
-        paths=paths,
-        notices=_checks_queue(settings) if settings.pr_comment == "on" else None,
+        docs=summaries,
+        notices=checks if settings.pr_comment == "on" else None,
         history=GitHubBranchHistory(_github(settings)) if settings.github_app_id else None,
         known=known,
-        attempts=_results(settings),
-        allowlist=allowlist,
+        attempts=results,
+        allowlist=_allowlist(settings, metrics, clock) if settings.allowlist else None,
         dispatches=SqsDispatchQueue(aws_client("sqs"), str(settings.dispatch_queue_url), str(settings.dispatch_dlq_url))
         if settings.dispatch_queue_url
         else None,

@@ -20,7 +20,6 @@ from crcr.app.regressions import DOC_KEY, RECENT_RESULTS, RegressionDeps, track,
 from crcr.app.summaries import SummaryDeps
 from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain.known import parse_condensed
-from crcr.domain.paths import PathFilter
 from crcr.domain.regressions import CLOSED_KEPT_S, BranchCommit, Tracked
 from crcr.ops.regressions import cancel
 from tests.unit.fakes import (
@@ -77,12 +76,13 @@ class World:
     docs: FakeDocs = field(default_factory=FakeDocs)
     metrics: RecordingMetrics = field(default_factory=RecordingMetrics)
     clock: FakeClock = field(default_factory=lambda: FakeClock(T0 + 86_400))
-    paths: PathFilter | None = None
+    allowlist: str = f"L2:\n  - {REPO}\n"
 
     def deps(self) -> RegressionDeps:
         return RegressionDeps(
             results=self.rows, branch=self.state, store=self.store, metrics=self.metrics, clock=self.clock,
-            docs=SummaryDeps(docs=self.docs, metrics=self.metrics, clock=self.clock), paths=lambda repo: self.paths,
+            docs=SummaryDeps(docs=self.docs, metrics=self.metrics, clock=self.clock),
+            allowlist=StaticAllowlist(parse_allowlist(self.allowlist)),
         )  # fmt: skip
 
     def push(self, *numbers: int) -> None:
@@ -113,7 +113,7 @@ def test_ten_pushes_failing_from_the_sixth_open_one_regression_blaming_the_sixth
 
 
 def test_a_nightly_testing_every_fourth_commit_blames_the_four_commits_and_its_path_filter_names_the_suspects() -> None:
-    world = World(paths=PathFilter(paths=("torch/backends/**",)))
+    world = World(allowlist=f"L2:\n  - {REPO}\nrepos:\n  {REPO}:\n    paths: ['torch/backends/**']\n")
     world.push(*range(1, 13))
     world.state.record_commits(UPSTREAM, [replace(pushed(7), files=("torch/backends/mine.py",))])
     world.state.record_commits(UPSTREAM, [replace(pushed(8), files=None)])  # too many files to tell: suspected

@@ -18,11 +18,13 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
+from pydantic import ValidationError
+
 from crcr.adapters.github import GitHubApp
 from crcr.app.ports.github import GitHubError
-from crcr.contracts.github import RESOLVED_TRAILER
-from crcr.domain.ids import SHA_PATTERN, repo_key
-from crcr.domain.regressions import BranchCommit, first_line, title_pr
+from crcr.contracts.github import PushCommit
+from crcr.domain.ids import SHA_PATTERN
+from crcr.domain.regressions import BranchCommit, landed_pr
 
 MAX_COMPARE_FILES = 300  # GitHub's comparison lists at most this many files
 KEPT_HEADS = 256
@@ -110,27 +112,28 @@ class GitHubBranchHistory:
 
 
 def _listed(item: object, i: int, upstream: str) -> BranchCommit | None:
-    if not isinstance(item, dict) or not isinstance(item.get("sha"), str) or not SHA.fullmatch(item["sha"]):
+    """One commit of a comparison, read as a push lists its commits (its first line, its merge bot's trailer)."""
+    if not isinstance(item, dict) or not isinstance(item.get("commit"), dict):
         return None
-    detail: dict[str, Any] = item["commit"] if isinstance(item.get("commit"), dict) else {}
-    message = detail["message"] if isinstance(detail.get("message"), str) else None
-    when = detail["committer"].get("date") if isinstance(detail.get("committer"), dict) else None
-    try:
-        t = datetime.fromisoformat(str(when)).timestamp()
-    except ValueError:
-        return None
+    detail = item["commit"]
+    committer = detail.get("committer") if isinstance(detail.get("committer"), dict) else {}
     parents = item.get("parents") if isinstance(item.get("parents"), list) else []
     parent = parents[0].get("sha") if parents and isinstance(parents[0], dict) else None
-    login = (item.get("author") or {}).get("login") if isinstance(item.get("author"), dict) else None
-    found = RESOLVED_TRAILER.search(message[-20_000:]) if message else None
-    landed = int(found.group(2)) if found and repo_key(found.group(1)) == repo_key(upstream) else None
+    login = item["author"].get("login") if isinstance(item.get("author"), dict) else None
+    try:
+        commit = PushCommit.model_validate(
+            {"id": item.get("sha"), "message": detail.get("message"), "timestamp": committer.get("date")}
+        )
+        t = datetime.fromisoformat(str(commit.timestamp)).timestamp()
+    except (ValidationError, ValueError):
+        return None
     return BranchCommit(
-        item["sha"].lower(),
+        commit.id.lower(),
         t,
         i=i,
         parent=parent if isinstance(parent, str) else None,
-        pr=landed or title_pr(message),
-        title=first_line(message)[:200] or None,
+        pr=landed_pr(commit.resolves, commit.message, upstream),
+        title=commit.message,
         author=login if isinstance(login, str) else None,
         files=None,  # a comparison's files are the whole range's: not known per commit
     )

@@ -40,7 +40,7 @@ from crcr.domain.planning import (
     needs_files,
     plan,
 )
-from crcr.domain.regressions import MAX_COMMIT_FILES, BranchCommit, first_line, title_pr
+from crcr.domain.regressions import MAX_COMMIT_FILES, BranchCommit, landed_pr
 
 
 class PullRequestLog(Protocol):
@@ -180,34 +180,33 @@ def to_upstream_event(event: str, doc: dict[str, Any]) -> UpstreamEvent:
 def _branch_commits(push: PushEvent) -> tuple[BranchCommit, ...]:
     """The pushed commits in the branch's order, each with its parent in the push (the first: the push's `before`) and
     what a blamelist shows of it: the PR it landed, its first line, its author, its files."""
-    upstream = repo_key(push.repository.full_name)
     found: list[BranchCommit] = []
     parent = push.before if push.before and push.before.strip("0") else None
     for i, c in enumerate(push.commits):
         t = _epoch(c.timestamp)
         if t is not None and i >= len(push.commits) - MAX_ORDERED_COMMITS:
-            landed = c.resolves[1] if c.resolves is not None and repo_key(c.resolves[0]) == upstream else None
+            files = _files_of(c)
             found.append(
                 BranchCommit(
                     c.id,
                     t,
                     i=i,
                     parent=parent,
-                    pr=landed or title_pr(c.message),
-                    title=first_line(c.message)[:200] or None,
+                    pr=landed_pr(c.resolves, c.message, push.repository.full_name),
+                    title=c.message,  # its first line (contracts' Title)
                     author=(c.author.username or c.author.name) if c.author else None,
-                    files=_commit_files(c),
+                    files=tuple(sorted(files)) if files is not None and len(files) <= MAX_COMMIT_FILES else None,
                 )
             )
         parent = c.id
     return tuple(found)
 
 
-def _commit_files(commit: PushCommit) -> tuple[str, ...] | None:
+def _files_of(commit: PushCommit) -> set[str] | None:
+    """The files a pushed commit added, modified or removed; None when the payload does not list them."""
     if commit.added is None or commit.modified is None or commit.removed is None:
         return None
-    files = {*commit.added, *commit.modified, *commit.removed}
-    return tuple(sorted(files)) if len(files) <= MAX_COMMIT_FILES else None
+    return {*commit.added, *commit.modified, *commit.removed}
 
 
 def _resolved(push: PushEvent) -> tuple[int, ...]:
@@ -229,9 +228,10 @@ def _pushed_files(push: PushEvent) -> tuple[str, ...] | None:
         return None
     files: set[str] = set()
     for commit in push.commits:
-        if commit.added is None or commit.modified is None or commit.removed is None:
+        listed = _files_of(commit)
+        if listed is None:
             return None
-        files.update(commit.added, commit.modified, commit.removed)
+        files |= listed
     return tuple(sorted(files))
 
 

@@ -11,7 +11,7 @@ from crcr.app.budget import Budget
 from crcr.app.ports import AllowlistProvider, Clock, Metrics
 from crcr.app.ports.github import GitHubRateLimited, GitHubRejected, GitHubUnavailable, NotInstalled
 from crcr.app.ports.pacing import Pacer
-from crcr.app.ports.regressions import RegressionStore
+from crcr.app.ports.regressions import RegressionStore, change_regressions
 from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain.comment import text
 from crcr.domain.regressions import Tracked, notice_body
@@ -77,10 +77,8 @@ def tell(message: CheckSyncMessage, deps: NoticeDeps, budget: Budget) -> str:
 def _release(message: CheckSyncMessage, t: Tracked, deps: NoticeDeps) -> None:
     """Give the claim back so the retried message can write the notice (best effort: a claim kept is a notice lost,
     never a second one)."""
-    for _ in range(WRITE_TRIES):
-        kept, version = deps.store.job_regressions(message.upstream, t.repo, t.workflow_name, t.job_name)
-        back = [replace(x, told=False) if x.first_fail == t.first_fail else x for x in kept]
-        if back == kept or deps.store.save_job_regressions(
-            message.upstream, t.repo, t.workflow_name, t.job_name, back, version
-        ):
-            return
+
+    def unclaim(x: Tracked) -> Tracked:
+        return replace(x, told=False) if x.first_fail == t.first_fail else x
+
+    change_regressions(deps.store, message.upstream, (t.repo, t.workflow_name, t.job_name), unclaim)

@@ -40,6 +40,7 @@ from crcr.domain.regressions import (
     midpoint,
     regressions,
     said,
+    same,
 )
 
 RECENT_RESULTS = 100  # the job's newest branch results looked at (an open regression older than them is kept)
@@ -93,11 +94,10 @@ class RegressionDeps:
     metrics: Metrics
     clock: Clock
     docs: SummaryDeps | None = None  # the HUD's regressions.json; None: kept in the table only
-    # The downstream's path filter (allowlist `paths`/`paths_ignore`), which narrows a blamelist to its suspects.
-    paths: Callable[[str], PathFilter | None] = lambda repo: None
     notices: ChecksQueue | None = None  # a regression that opens asks the check-run writer to tell its owners once
-    # Opt-in bisection: the allowlist (who allows it, at what daily budget), the dispatcher's queue, the budget.
+    # Each downstream's entry: its path filter names a blamelist's suspects, its `bisect` allows bisection.
     allowlist: AllowlistProvider | None = None
+    # Opt-in bisection: the dispatcher's queue and each downstream's daily budget.
     dispatches: DispatchQueue | None = None
     bisect_budget: DailyBudget | None = None
     history: BranchHistory | None = None  # GitHub's comparison, for the commits of a range the relay never saw pushed
@@ -141,10 +141,11 @@ def track(jobs: Sequence[JobRecord], deps: RegressionDeps) -> list[tuple[JobReco
 
 def track_job(job: JobRecord, deps: RegressionDeps) -> list[Tracked]:
     """Recompute one job's regressions from its newest branch results; returns them as kept."""
+    entry = _entry(job, deps)
     for tries in range(WRITE_TRIES):
         stored, version = deps.store.job_regressions(job.upstream, job.repo, job.workflow_name, job.job_name)
-        kept, by_sha = _look(job, stored, deps)
-        kept, runs = _bisect(job, kept, by_sha, deps)
+        kept, by_sha = _look(job, stored, entry, deps)
+        kept, runs = _bisect(job, kept, by_sha, entry, deps)
         if kept == stored:
             return kept
         if deps.store.save_job_regressions(job.upstream, job.repo, job.workflow_name, job.job_name, kept, version):
@@ -161,8 +162,18 @@ def track_job(job: JobRecord, deps: RegressionDeps) -> list[Tracked]:
     raise SummaryConflict(f"regressions of {job.repo} {job.workflow_name}/{job.job_name} kept changing")
 
 
+def _entry(job: JobRecord, deps: RegressionDeps) -> Entry | None:
+    """The downstream's allowlist entry; an allowlist that cannot be read narrows nothing and pauses bisection (the
+    regression itself is still kept)."""
+    try:
+        return deps.allowlist.current().get(job.repo) if deps.allowlist is not None else None
+    except Exception:
+        deps.metrics.count("BisectPaused", reason="allowlist")
+        return None
+
+
 def _look(
-    job: JobRecord, stored: list[Tracked], deps: RegressionDeps
+    job: JobRecord, stored: list[Tracked], entry: Entry | None, deps: RegressionDeps
 ) -> tuple[list[Tracked], dict[str, list[JobRecord]]]:
     """The job's regressions from its newest branch results, and those results by commit."""
     rows = [
@@ -192,23 +203,18 @@ def _look(
         commits = deps.branch.commits_between(job.upstream, min(times.values()), max(times.values()))
         found = regressions(results, [c.sha for c in commits])
     known = {c.sha: c for c in commits}
-    blame = _blamer(known, deps.paths(job.repo))
+    blame = _blamer(known, entry.settings.path_filter if entry is not None else None)
     return merged(stored, found, blame, _job(job), now, lambda sha: sha in known), by_sha
 
 
 def _bisect(
-    job: JobRecord, kept: list[Tracked], by_sha: dict[str, list[JobRecord]], deps: RegressionDeps
+    job: JobRecord, kept: list[Tracked], by_sha: dict[str, list[JobRecord]], entry: Entry | None, deps: RegressionDeps
 ) -> tuple[list[Tracked], list[DispatchMessage]]:
     """Opt-in bisection: an open regression of a downstream that allows it (`bisect: {runs_per_day: N}`) gets its job's
     repository dispatched at the middle of its range, one run at a time, at most ceil(log2 n) runs, until one commit
     is left; each run's result narrows the range like any branch result. Never while its run is pending, after it is
     cancelled or closed, or past the day's budget (then the next look tries again)."""
-    if deps.allowlist is None or deps.dispatches is None:
-        return kept, []
-    try:
-        entry = deps.allowlist.current().get(job.repo)
-    except Exception:
-        deps.metrics.count("BisectPaused", reason="allowlist")
+    if deps.dispatches is None:
         return kept, []
     per_day = entry.settings.bisect_runs_per_day if entry is not None else 0
     if entry is None or per_day == 0 or entry.settings.buildkite is not None:
@@ -306,10 +312,10 @@ def _known_only(rows: list[JobRecord], deps: RegressionDeps) -> bool:
     except Exception:
         deps.metrics.count("KnownFailuresUnavailable")
         return False
+    today = datetime.fromtimestamp(deps.clock.now(), UTC).date()
     for r in failing:
         attempts = deps.attempts.attempts_of_job(r.dispatch_id, r.run_id, r.job_name)
         full = next((j for j in attempts if j.run_attempt == r.run_attempt), None)
-        today = datetime.fromtimestamp(deps.clock.now(), UTC).date()
         failed = parse_failed_tests(full.failed_tests) if full is not None else []
         if full is None or known_issues(failed, known, full.device, (full.repo, full.job_name), today) is None:
             return False
@@ -365,7 +371,7 @@ def _blamer(known: dict[str, BranchCommit], paths: PathFilter | None) -> Callabl
             if c is None:
                 named.append(Blamed(sha))
                 continue
-            suspect = paths is None or not paths.active or c.files is None or paths.concerns(c.files)
+            suspect = paths is None or c.files is None or paths.concerns(c.files)  # no filter concerns everything
             named.append(Blamed(sha, c.pr, c.title, c.author, suspect))
         return tuple(named)
 
@@ -377,7 +383,7 @@ def _count_changes(before: list[Tracked], after: list[Tracked], deps: Regression
     was_open = {t.first_fail for t in before if t.open}
     opened = []
     for t in after:
-        if t.open and t.first_fail not in was_open and not any(_overlaps(t, b) for b in before):
+        if t.open and not any(same(t, b) for b in before):
             deps.metrics.count("RegressionOpened")
             opened.append(t)
         elif not t.open and t.first_fail in was_open:
@@ -404,10 +410,6 @@ def _ask_notices(job: JobRecord, opened: list[Tracked], deps: RegressionDeps) ->
         )  # fmt: skip
     if asks:
         deps.notices.send_checks(asks)
-
-
-def _overlaps(a: Tracked, b: Tracked) -> bool:
-    return a.first_fail == b.first_fail or a.last_pass == b.last_pass
 
 
 def _publish(job: JobRecord, kept: list[Tracked], deps: RegressionDeps) -> None:

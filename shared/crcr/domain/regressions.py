@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from crcr.domain.ids import repo_key
 from crcr.domain.verdicts import Attempt
 
 Said = Literal["pass", "fail"]
@@ -45,14 +46,17 @@ class BranchCommit:
         return (self.t, self.i)
 
 
-def title_pr(message: str | None) -> int | None:
+def title_pr(title: str | None) -> int | None:
     """The PR a squash merge's first line names, as GitHub writes it ("… (#1234)")."""
-    found = _TITLE_PR.search(first_line(message))
+    found = _TITLE_PR.search(title or "")
     return int(found.group(1)) if found else None
 
 
-def first_line(message: str | None) -> str:
-    return (message or "").split("\n", 1)[0].strip()
+def landed_pr(resolves: tuple[str, int] | None, title: str | None, upstream: str) -> int | None:
+    """The upstream PR a commit landed: its merge bot's trailer when it names the upstream, else its title's "(#N)"."""
+    if resolves is not None and repo_key(resolves[0]) == repo_key(upstream):
+        return resolves[1]
+    return title_pr(title)
 
 
 def said(attempts: Iterable[Attempt]) -> Said | None:
@@ -229,10 +233,13 @@ def covers(t: Tracked, times: Mapping[str, float], base_sha: str) -> bool:
     return t.fixed_by is None or (fixed is not None and base < fixed)
 
 
-def _same(a: Tracked, b: Regression) -> bool:
+def _shas(x: Tracked | Regression) -> set[str]:
+    return {b.sha if isinstance(b, Blamed) else b for b in x.blamelist}
+
+
+def same(a: Tracked | Regression, b: Tracked | Regression) -> bool:
     """The same regression seen again, perhaps with its range narrowed by a result that came late."""
-    blamed = {c.sha for c in a.blamelist}
-    return a.first_fail == b.first_fail or a.last_pass == b.last_pass or bool(blamed & set(b.blamelist))
+    return a.first_fail == b.first_fail or a.last_pass == b.last_pass or bool(_shas(a) & _shas(b))
 
 
 def merged(
@@ -251,30 +258,23 @@ def merged(
     kept: list[Tracked] = []
     used: set[int] = set()
     for r in found:
-        match = next((i for i, s in enumerate(stored) if i not in used and _same(s, r)), None)
+        match = next((i for i, s in enumerate(stored) if i not in used and same(s, r)), None)
         before = stored[match] if match is not None else None
         if match is not None:
             used.add(match)
         closed_at = None
         if r.fixed_by is not None:
             closed_at = before.closed_at if before is not None and before.fixed_by == r.fixed_by else now
+        seen = before or Tracked(repo, workflow_name, job_name, r.last_pass, r.first_fail, r.last_fail, (), now)
         kept.append(
-            Tracked(
-                repo=repo,
-                workflow_name=workflow_name,
-                job_name=job_name,
+            replace(
+                seen,
                 last_pass=r.last_pass,
                 first_fail=r.first_fail,
                 last_fail=r.last_fail,
                 blamelist=blame(r),
-                opened_at=before.opened_at if before is not None else now,
                 fixed_by=r.fixed_by,
                 closed_at=closed_at,
-                told=before.told if before is not None else False,
-                bisect_runs=before.bisect_runs if before is not None else 0,
-                bisect_limit=before.bisect_limit if before is not None else 0,
-                bisect_pending=before.bisect_pending if before is not None else None,
-                bisect_stopped=before.bisect_stopped if before is not None else None,
             )
         )
     for i, s in enumerate(stored):

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from crcr.app.ports.regressions import RegressionStore
+from crcr.app.ports.regressions import RegressionStore, change_regressions
 from crcr.domain.regressions import Tracked
 
 
@@ -47,16 +47,9 @@ def render(found: Sequence[Tracked], as_json: bool) -> str:
 def cancel(store: RegressionStore, upstream: str, repo: str, job: str | None = None) -> int:
     """Stop the bisection of the repository's open regressions (one job's, or all): no further run is dispatched;
     a run already dispatched reports as any other. Returns how many were stopped."""
-    stopped = 0
-    for t in {(t.repo, t.workflow_name, t.job_name): t for t in select(store.regressions_of(upstream), repo)}.values():
-        if job is not None and t.job_name != job:
-            continue
-        for _ in range(8):
-            kept, version = store.job_regressions(upstream, t.repo, t.workflow_name, t.job_name)
-            changed = [replace(x, bisect_stopped="cancelled") if x.open and not x.bisect_stopped else x for x in kept]
-            if changed == kept:
-                break
-            if store.save_job_regressions(upstream, t.repo, t.workflow_name, t.job_name, changed, version):
-                stopped += sum(1 for a, b in zip(kept, changed, strict=True) if a != b)
-                break
-    return stopped
+    jobs = {(t.repo, t.workflow_name, t.job_name) for t in select(store.regressions_of(upstream), repo)}
+
+    def stop(t: Tracked) -> Tracked:
+        return replace(t, bisect_stopped="cancelled") if t.open and not t.bisect_stopped else t
+
+    return sum(change_regressions(store, upstream, key, stop) for key in jobs if job is None or key[2] == job)

@@ -3,6 +3,7 @@ HUD's document and `crcr regressions`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from crcr.domain.regressions import Tracked
@@ -22,3 +23,20 @@ class RegressionStore(Protocol):
     def regressions_of(self, upstream: str) -> list[Tracked]:
         """Every regression kept for the upstream, open and recently closed."""
         ...
+
+
+CHANGE_TRIES = 8
+
+
+def change_regressions(
+    store: RegressionStore, upstream: str, job: tuple[str, str, str], change: Callable[[Tracked], Tracked]
+) -> int:
+    """Apply `change` to each of one job's (repository, workflow, job) regressions, written back at the version read
+    (read again when another writer got there first); how many it changed."""
+    for _ in range(CHANGE_TRIES):
+        kept, version = store.job_regressions(upstream, *job)
+        changed = [change(t) for t in kept]
+        moved = sum(1 for a, b in zip(kept, changed, strict=True) if a != b)
+        if not moved or store.save_job_regressions(upstream, *job, changed, version):
+            return moved
+    return 0
