@@ -49,6 +49,9 @@ from tests.doubles.oidc_issuer import OidcIssuer  # noqa: E402
 # product is reorganised, and a baseline run imports only what its section touches.
 INTERNALS = {
     "crcr.app.ports.jobs": "JobRecord",
+    "crcr.adapters.branch": "DynamoBranch",
+    "crcr.adapters.regressions": "DynamoRegressions",
+    "crcr.domain.regressions": "BranchCommit",
     "crcr.app.ports.ledger": "LedgerRow LedgerState",
     "crcr.adapters.pacer": "DynamoPacer",
     "crcr.adapters.job_items": "from_item to_item",

@@ -18,6 +18,7 @@ import coldstart
 import dispatch
 import ingest
 import pages
+import regressions
 import reporter
 import runs
 import summary
@@ -34,6 +35,12 @@ SECTIONS = [
     ("reporter", "7. reporter cost per recorded change", reporter.reporter_section, False),
     ("dispatch", "10. the dispatcher's cost per warm dispatch", dispatch.dispatch_section, False),
     ("pages", "11. HUD pages at PyTorch's scale", pages.pages_section, False),
+    (
+        "regressions",
+        "13. regression tracking per branch result; compare calls per regression",
+        regressions.regressions_section,
+        False,
+    ),
     ("runs", "12. GitHub's record of runs: events dropped at the door, a run reconciled", runs.runs_section, False),
     ("coldstart", "5. cold starts of each function", coldstart.coldstart_section, False),
 ]
@@ -47,7 +54,7 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--skip", default="", help="sections to leave out")
     parser.add_argument("--full", action="store_true", help="also section 9 and section 10's backlog (make bench-full)")
     parser.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for dispatches to land")
-    for module in (ingest, callbacks, checks, reporter, checkbudget, dispatch, pages, runs, coldstart):
+    for module in (ingest, callbacks, checks, reporter, checkbudget, dispatch, pages, regressions, runs, coldstart):
         module.add_arguments(parser)
     return parser
 

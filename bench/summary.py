@@ -75,6 +75,12 @@ def print_summary(results: dict[str, Any]) -> None:
             f"{rp['off']['aws_calls_per_change']['total']}), CPU {rp['on']['cpu_ms_per_change']} ms; "
             f"verified {rp['all_verified']}"
         )
+    if rg := results.get("regressions"):
+        print(
+            f"13 regression tracking per branch result: +{rg['aws_calls_per_branch_result_added']} AWS calls, "
+            f"+{rg['cpu_ms_per_branch_result_added']} CPU ms; {rg['compare_calls']} compare calls for "
+            f"{rg['regressions_opened']} regressions; verified {rg['verification']['ok']}"
+        )
     if hp := results.get("hud_pages"):
         shown = "; ".join(
             f"{k.replace('_', ' ')} overview {v['overview']['bytes_documents']:,}/{v['overview']['ready_ms_p50']:.0f} "

@@ -27,6 +27,7 @@ INPUTS = ROOT / "docs" / "cost_inputs.json"
 OPERATIONS = ROOT / "docs" / "operations.md"
 TEMPLATE = ROOT / "template.yaml"
 CHECKS_FLOW = "check runs and the PR comment"
+REGRESSIONS_FLOW = "regression tracking (push results, branch log)"
 SUMMARY_START, SUMMARY_END = "<!-- cost-summary:start -->", "<!-- cost-summary:end -->"
 
 REPOSITORIES = (10, 100)  # downstream repositories every upstream event is dispatched to
@@ -59,6 +60,7 @@ CALLBACKS_PER_JOB = 2  # `in_progress`, then `completed` (the action's pattern)
 CHANGES_PER_CALLBACK = 1  # each recorded callback is one results-table change the reporter handles
 REPORTING_SHARE = 1.0  # repositories at L2+ (L1 ones never report): all of them, the upper bound
 CHECKS_SHARE = 1.0  # repositories at L3/L4 with check runs and the PR comment: all of them, the upper bound
+PUSH_SHARE = 0.25  # upstream events that are pushes to the default branch: the bench's reporter sequence's share
 AWS_CALL_MS = 10.0  # an in-region DynamoDB, SQS or S3 call from Lambda (the bench's moto is on loopback)
 GITHUB_CALL_MS = 300.0  # a GitHub REST round trip (the bench's GitHub is an in-process double)
 RRU_PER_READ = 1.0  # a strongly consistent read of an item up to 4 KB (a Query of a few small items alike)
@@ -84,7 +86,7 @@ RECEIVES_PER_SQS_INVOCATION = 1.0  # Lambda's poller's ReceiveMessage that retur
 
 SQS_OPS = ("SendMessage", "SendMessageBatch", "DeleteMessage", "DeleteMessageBatch", "ChangeMessageVisibility")
 DYNAMODB_READS = ("GetItem", "Query", "Scan", "BatchGetItem")
-DYNAMODB_WRITES = ("PutItem", "UpdateItem", "DeleteItem")
+DYNAMODB_WRITES = ("PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem")
 S3_GETS = ("GetObject", "HeadObject")
 S3_PUTS = ("PutObject", "CopyObject", "ListObjects", "ListObjectsV2")
 NOT_BILLED_PER_CALL = ("secretsmanager.GetSecretValue",)  # cached by each instance; see "Not in the table"
@@ -127,6 +129,11 @@ class Figures:
     peak_rss_mb: dict[str, float]  # by function: the bench's interpreter after import and the first build
     # GitHub's record of the runs (bench section 12): a non-relay run event dropped at the door, a run reconciled.
     runs: dict[str, Any] | None = None
+    # Regression tracking (bench section 13): what it adds per branch job result in the reporter, the branch log the
+    # planner writes per push, and GitHub's comparisons.
+    regressions: Flow | None = None
+    branch_log: Flow | None = None
+    compare: dict[str, Any] | None = None
 
 
 def dig(results: dict[str, Any], path: str) -> Any:
@@ -210,6 +217,23 @@ def figures_from_bench(results: dict[str, Any]) -> Figures:
         invocations={"ChecksFunction": float(flow["invocations_per_dispatch"])},
         write_units=float(flow["write_units_per_dispatch"]),
     )
+    # Section 13: tracking on minus off, per branch job result; the planner's branch log per push.
+    on, off = get("regressions.on.aws_calls"), get("regressions.off.aws_calls")
+    regressions = Flow(
+        aws_calls={op: float(on.get(op, 0)) - float(off.get(op, 0)) for op in set(on) | set(off) if op != "total"},
+        cpu_ms=float(get("regressions.cpu_ms_per_branch_result_added")),
+        invocations={"ReporterFunction": 0.0},  # the same invocations as without tracking
+        write_units=float(get("regressions.write_units_per_branch_result_added")),
+    )
+    branch_log = Flow(
+        aws_calls={op: float(n) for op, n in get("regressions.branch_log_aws_calls_per_push").items()},
+        cpu_ms=0.0,
+        invocations={"PlannerFunction": 0.0},
+        write_units=float(get("regressions.branch_log_write_units_per_push")),
+    )
+    compare = {k: get(f"regressions.{k}") for k in ("regressions_opened", "ranges_over_missed_pushes", "compare_calls")}
+    compare["pushes_missed"] = get("regressions.sequence.pushes_missed")
+    compare["pushes"] = get("regressions.sequence.pushes")
     cold = get("cold_start.source.functions")
     rss = {ROLES[role]: float(row["rss_init_median_mb"]) for role, row in cold.items() if "rss_init_median_mb" in row}
     return Figures(
@@ -233,11 +257,15 @@ def figures_from_bench(results: dict[str, Any]) -> Figures:
         checks_sqs_records=float(flow["records_by_source_per_dispatch"].get("aws:sqs", 0.0)),
         peak_rss_mb=rss,
         runs=get("runs"),
+        regressions=regressions,
+        branch_log=branch_log,
+        compare=compare,
     )
 
 
 def figures_from_inputs(doc: dict[str, Any]) -> Figures:
-    flows = {k: Flow(**doc[k]) for k in ("dispatch", "callback", "reporter", "checks")}
+    flows = {k: Flow(**doc[k]) for k in ("dispatch", "callback", "reporter", "checks", "regressions", "branch_log")
+             if doc.get(k) is not None}  # fmt: skip
     return Figures(**{**doc, **flows})
 
 
@@ -392,6 +420,13 @@ def per_event(figures: Figures, repositories: int, memory: dict[str, float]) -> 
     check.sqs += checked * (max(0.0, figures.checks_sqs_records - own_sends) + figures.checks_sqs_records)
     check.sqs += sqs_receives(figures.checks, checked, ("ChecksFunction",))
     flows[CHECKS_FLOW] = check
+    if figures.regressions is not None and figures.branch_log is not None:
+        results = PUSH_SHARE * dispatches * REPORTING_SHARE * JOBS_PER_DISPATCH  # a push's branch job results
+        tracking = calls_usage(figures.regressions.aws_calls, results, figures.regressions.write_units)
+        tracking.add(lambda_usage(figures.regressions, results, memory))
+        tracking.add(calls_usage(figures.branch_log.aws_calls, PUSH_SHARE, figures.branch_log.write_units))
+        tracking.add(lambda_usage(figures.branch_log, PUSH_SHARE, memory))
+        flows[REGRESSIONS_FLOW] = tracking
     return flows
 
 
@@ -610,6 +645,7 @@ def measured_section(f: Figures) -> list[str]:
         f"{f.checks.invocations.get('ChecksFunction', 0):.2f} invocations, {f.checks_sqs_records:.2f} ChecksQueue "
         f"messages; with `per_job` check runs {f.check_writes_per_dispatch:.2f} writes per repository and commit |",
         *runs_rows(f),
+        *regression_rows(f),
         "",
         wrap(
             "The dispatch row is everything the webhook, the planner and the dispatcher did in the throughput run, "
@@ -653,6 +689,25 @@ def runs_rows(f: Figures) -> list[str]:
     ]
 
 
+def regression_rows(f: Figures) -> list[str]:
+    """Bench section 13: regression tracking, tracking on minus off on the same stream (in the per-event totals as
+    its own flow, for the pushes' share of the events)."""
+    if f.regressions is None or f.branch_log is None or f.compare is None:
+        return []
+    added, log, c = f.regressions, f.branch_log, f.compare
+    calls = ", ".join(f"`{op}` {n:+.2f}" for op, n in sorted(added.aws_calls.items()) if abs(n) >= 0.005)
+    log_calls = ", ".join(f"`{op}` {n:.2f}" for op, n in sorted(log.aws_calls.items()))
+    return [
+        f"| branch job result (a push's or a nightly's), regression tracking on minus off | {calls} | "
+        f"{added.write_units:.2f} | {added.cpu_ms:+.1f} | the same reporter invocations; GitHub compare calls: "
+        f"{c['compare_calls']} for {c['regressions_opened']} regressions opened, one per new range over a push the "
+        f"relay never saw ({c['ranges_over_missed_pushes']} such ranges; {c['pushes_missed']} of {c['pushes']} "
+        "pushes missed), none otherwise |",
+        f"| push to the default branch: the planner's branch log | {log_calls} | {log.write_units:.2f} | - | two "
+        "small items per commit pushed |",
+    ]
+
+
 def assumptions_section(f: Figures) -> list[str]:
     memory = memory_gb()
     counted = ("WebhookFunction", "PlannerFunction", "DispatchFunction", "CallbackFunction", "ReporterFunction",
@@ -664,6 +719,9 @@ def assumptions_section(f: Figures) -> list[str]:
         ("recorded changes per callback", CHANGES_PER_CALLBACK, "each callback records one change"),
         ("share of repositories that report (L2+)", REPORTING_SHARE, "all: the upper bound (L1 never reports)"),
         ("share with check runs and the comment (L3/L4)", CHECKS_SHARE, "all: the upper bound"),
+        ("share of upstream events that are pushes to the default branch", PUSH_SHARE,
+         "as the bench's reporter sequence; PR events outnumber a busy trunk's pushes, so an upper bound for "
+         "regression tracking (nightly results come on top, one per job a night)"),
         ("ms per AWS call", AWS_CALL_MS, "in-region DynamoDB/SQS/S3; the bench's moto answers on loopback"),
         ("ms per GitHub request", GITHUB_CALL_MS, "not measured: the bench's GitHub is a local double"),
         ("read request units per read", RRU_PER_READ, "items up to 4 KB read strongly consistent; sizes not measured"),

@@ -100,6 +100,18 @@ def bench() -> dict[str, Any]:
             "reconciled_run": {"jobs_per_run": 4, "jobs_listings_per_run": 1.0, "github_requests_per_run": 2.0}
             | {"aws_calls_per_run": 26.5, "cpu_ms_per_run": 165.0},
         },
+        "regressions": {
+            "sequence": {"pushes": 60, "pushes_missed": 12},
+            "on": {"aws_calls": {"dynamodb.Query": 2.0, "dynamodb.PutItem": 0.5, "s3.PutObject": 1.5, "total": 4.0}},
+            "off": {"aws_calls": {"s3.PutObject": 1.0, "total": 1.0}},
+            "cpu_ms_per_branch_result_added": 20.0,
+            "write_units_per_branch_result_added": 1.5,
+            "branch_log_aws_calls_per_push": {"dynamodb.BatchWriteItem": 1.0},
+            "branch_log_write_units_per_push": 4.0,
+            "regressions_opened": 9,
+            "ranges_over_missed_pushes": 2,
+            "compare_calls": 2,
+        },
     }
 
 
@@ -168,7 +180,9 @@ def test_costs_follow_the_measured_calls_and_the_repositories() -> None:
     per_dispatch = cost.JOBS_PER_DISPATCH * cost.CALLBACKS_PER_JOB * cost.REPORTING_SHARE
     assert at10.http_api == pytest.approx(1 + 10 * per_dispatch)
     assert at100.http_api == pytest.approx(1 + 100 * per_dispatch)
-    assert at100.wru == pytest.approx(10 * at10.wru)  # everything else grows with the dispatches
+    # Everything else grows with the dispatches, but for the branch log: once per push, whatever the downstreams.
+    log = cost.PUSH_SHARE * 4.0
+    assert at100.wru - log == pytest.approx(10 * (at10.wru - log))
     more = copy.deepcopy(bench())
     more["throughput"]["aws_calls_per_dispatch"]["dynamodb.UpdateItem"] = 2.0  # one write more per dispatch
     more["throughput"]["write_units_per_dispatch"] = 5.0  # of two units
@@ -178,6 +192,22 @@ def test_costs_follow_the_measured_calls_and_the_repositories() -> None:
     costs = at100.costs()
     assert costs["S3 PUT requests"] == pytest.approx(at100.s3_put * 0.005 / 1000)
     assert costs["DynamoDB write request units"] == pytest.approx(at100.wru * 0.625 / 1e6)
+
+
+def test_regression_tracking_is_priced_for_the_pushes_share_of_events() -> None:
+    f = cost.figures_from_bench(bench())
+    # What tracking adds over the same reporter without it, per branch job result.
+    assert f.regressions is not None and f.branch_log is not None
+    assert f.regressions.aws_calls == {"dynamodb.Query": 2.0, "dynamodb.PutItem": 0.5, "s3.PutObject": 0.5}
+    flows = cost.per_event(f, 10, cost.memory_gb())
+    tracking = flows[cost.REGRESSIONS_FLOW]
+    results = cost.PUSH_SHARE * 10 * cost.REPORTING_SHARE * cost.JOBS_PER_DISPATCH
+    assert tracking.rru == pytest.approx(results * 2.0 * cost.RRU_PER_READ)
+    assert tracking.wru == pytest.approx(results * 1.5 + cost.PUSH_SHARE * 4.0)  # measured units, branch log too
+    assert tracking.s3_put == pytest.approx(results * 0.5)
+    assert tracking.lambda_requests == 0  # the reporter's and planner's own invocations, already counted
+    page, _ = cost.render(f)
+    assert "regression tracking on minus off" in page and "2 for 9 regressions opened" in page
 
 
 def test_an_unknown_call_is_shown_not_dropped() -> None:

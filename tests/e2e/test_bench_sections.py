@@ -33,11 +33,12 @@ SMALL = {
     "dispatch": "--dispatch-events 2 --dispatch-targets 2 --dispatch-repeats 1 --dispatch-levels L1,L4 --full "
     "--dispatch-baseline HEAD --dispatch-backlog-events 3 --dispatch-backlog-repos 2",
     "pages": "--pages-days 1 --pages-loads 1 --pages-runs 1",
+    "regressions": "--regression-pushes 16 --regression-repos 2 --regression-missed 2",
     "runs": "--run-drops 5 --run-jobs 2",
     "coldstart": "--coldstart-runs 1",
 }
 # The seeds the sections draw from (fixed in bench/): a failure names them, so a run can be repeated as it was.
-SEEDS = {"reporter": "sequence seed 7, stream retries seed 11", "checkbudget": "arrivals seed 12, jobs seed 13"}
+SEEDS = {"reporter": "sequence seed 7, stream retries seed 11", "regressions": "branch and results seed 31", "checkbudget": "arrivals seed 12, jobs seed 13"}
 
 
 @cache
@@ -109,6 +110,14 @@ def check_dispatch(r: dict[str, Any]) -> None:
 def check_pages(r: dict[str, Any]) -> None:
     for page in ("overview", "pr"):
         assert r["hud_pages"]["1x_1d"][page]["bytes_documents"] > 0
+
+
+def check_regressions(r: dict[str, Any]) -> None:
+    rg = r["regressions"]
+    # The kept ranges are those the results call for, blamelists over every commit (missed pushes compared once).
+    assert rg["verification"]["ok"], rg["verification"]
+    assert rg["regressions_opened"] > 0 and rg["compare_calls"] == rg["ranges_over_missed_pushes"] > 0, rg
+    assert rg["aws_calls_per_branch_result_added"] > 0 and rg["branch_log_aws_calls_per_push"], rg
 
 
 def check_runs(r: dict[str, Any]) -> None:
