@@ -701,8 +701,9 @@ def regression_rows(f: Figures) -> list[str]:
         f"| branch job result (a push's or a nightly's), regression tracking on minus off | {calls} | "
         f"{added.write_units:.2f} | {added.cpu_ms:+.1f} | the same reporter invocations; GitHub compare calls: "
         f"{c['compare_calls']} for {c['regressions_opened']} regressions opened, one per new range over a push the "
-        f"relay never saw ({c['ranges_over_missed_pushes']} such ranges; {c['pushes_missed']} of {c['pushes']} "
-        "pushes missed), none otherwise |",
+        f"relay never saw ({c['ranges_over_missed_pushes']} such range"
+        f"{'' if c['ranges_over_missed_pushes'] == 1 else 's'}; {c['pushes_missed']} of {c['pushes']} pushes missed), "
+        "none otherwise |",
         f"| push to the default branch: the planner's branch log | {log_calls} | {log.write_units:.2f} | - | two "
         "small items per commit pushed |",
     ]

@@ -19,6 +19,7 @@ from crcr.settings import ConfigError, Settings
 if TYPE_CHECKING:
     from crcr.adapters.allowlist_source import CachedAllowlist, CachedProviders
     from crcr.adapters.github import GitHubApp
+    from crcr.adapters.rate_limits import DynamoRateLimiter
     from crcr.adapters.results import DynamoResults
     from crcr.adapters.s3 import S3HudDocs
     from crcr.adapters.sqs import SqsChecksQueue
@@ -616,12 +617,26 @@ def _known_failures(settings: Settings, metrics: PowertoolsMetrics) -> Callable[
     a failure is first judged, then every 10 minutes (test-infra regenerates its file every 15)."""
     if not (settings.disabled_tests or settings.known_issues):
         return None
-    from crcr.adapters.allowlist_source import CachedKnownFailures, CachedKnownIssues, fetcher_for  # noqa: PLC0415
+    from crcr.adapters.allowlist_source import (  # noqa: PLC0415
+        CachedKnownFailures,
+        CachedKnownIssues,
+        Fetcher,
+        fetcher_for,
+    )
+    from crcr.adapters.disabled_issues import PREFIX as SEARCHED  # noqa: PLC0415
+    from crcr.adapters.disabled_issues import GitHubDisabledIssues  # noqa: PLC0415
     from crcr.domain.known import KnownFailures  # noqa: PLC0415
 
     sources: list[Callable[[], KnownFailures]] = []
     for source, kind in ((settings.disabled_tests, CachedKnownFailures), (settings.known_issues, CachedKnownIssues)):
-        if source:
+        if source and source.startswith(SEARCHED):
+            # The issues themselves, searched every 30 minutes (pages of 100), within search's own limit of 30 a
+            # minute: 20 a minute for every instance together when the state table can count them.
+            fetch: Fetcher = GitHubDisabledIssues(
+                _github(settings), source.removeprefix(SEARCHED), metrics, SystemClock().now, _search_budget(settings)
+            )
+            sources.append(kind(fetch, metrics, SystemClock().now, 1800.0, on_error=logger.warning).current)
+        elif source:
             fetch = fetcher_for(source, lambda: aws_client("s3"), lambda: _github(settings))
             sources.append(kind(fetch, metrics, SystemClock().now, 600.0, on_error=logger.warning).current)
 
@@ -639,6 +654,14 @@ def _known_failures(settings: Settings, metrics: PowertoolsMetrics) -> Callable[
         return KnownFailures(by_test, tuple(i for f in found for i in f.issues))
 
     return known
+
+
+def _search_budget(settings: Settings) -> DynamoRateLimiter | None:
+    if not settings.state_table:
+        return None
+    from crcr.adapters.rate_limits import DynamoRateLimiter  # noqa: PLC0415
+
+    return DynamoRateLimiter(aws_client("dynamodb"), str(settings.state_table), 20, window_s=60, budget="SEARCH")
 
 
 def _regressions(

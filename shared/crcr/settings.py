@@ -78,7 +78,8 @@ class Settings(BaseModel):
     # ci_providers.yml: a path, s3:// or github:), and the REST API that creates builds.
     buildkite_oidc_issuer: str = "https://agent.buildkite.com"
     ci_providers: str | None = None
-    # The tests upstream disables (test-infra's disabled-tests-condensed.json: a path, s3:// or github:), for `known`.
+    # The tests upstream disables (test-infra's disabled-tests-condensed.json: a path, s3:// or github:; or
+    # github-issues:<owner>/<repo>, its open DISABLED issues from GitHub's issue search), for `known`.
     disabled_tests: str | None = None
     # Known issues kept beside the allowlist (YAML: repo, job, test or log pattern, issue, expires), for `known` too.
     known_issues: str | None = None

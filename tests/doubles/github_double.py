@@ -72,6 +72,14 @@ Endpoints (every other method/path is answered ``404 {"message": "Not Found"}`` 
 * ``GET /repos/{owner}/{repo}/commits/{ref}`` (contents: read)
 * ``GET /repos/{owner}/{repo}/compare/{base}...{head}`` (contents: read; SHAs): the files ``set_pull_files(...,
   head=)`` gave that head, at most 300 (GitHub leaves the rest out without saying so); 404 for an unknown head
+* ``GET /search/issues`` (an installation token; ``q`` must name ``repo:owner/name``, one the token's installation
+  has; the qualifiers ``is:issue``/``is:pr``, ``is:open``/``is:closed``, ``in:title`` and ``created:>=|>|<=|<DATE``,
+  other words all in the title (and the body unless ``in:title``), case-insensitive): the ``add_search_issue``
+  issues, ``sort=created`` with ``order`` (else newest number first), ``per_page`` at most 100 and ``page``, a
+  ``Link`` header; ``{"total_count", "incomplete_results": false, "items"}``. As documented: at most 1,000 results
+  per query (a page past them: 422 "Only the first 1000 search results are available"), and search's own limit of
+  ``search_rate_limit`` (30) requests a minute per installation (403, ``x-ratelimit-resource: search``, remaining
+  0 and the minute's reset), apart from the core limit; a repository the token cannot see: 422
 * ``POST /repos/{owner}/{repo}/issues/{number}/comments`` -> 201, ``PATCH .../issues/comments/{id}`` -> 200
   (issues: write, or pull_requests: write on a pull request)
 * ``GET /repos/{owner}/{repo}/issues/{number}/comments`` (issues: read, or pull_requests: read on a pull
@@ -248,6 +256,7 @@ DOC_PULLS_CREATE = "https://docs.github.com/rest/pulls/pulls#create-a-pull-reque
 DOC_PULLS_UPDATE = "https://docs.github.com/rest/pulls/pulls#update-a-pull-request"
 DOC_PULL_FILES = "https://docs.github.com/rest/pulls/pulls#list-pull-requests-files"
 DOC_COMPARE = "https://docs.github.com/rest/commits/commits#compare-two-commits"
+DOC_SEARCH_ISSUES = "https://docs.github.com/rest/search/search#search-issues-and-pull-requests"
 MAX_COMPARE_FILES = 300  # a comparison names at most this many files (more are left out, unannounced)
 DOC_COLLABORATOR_PERMISSION = (
     "https://docs.github.com/rest/collaborators/collaborators#get-repository-permissions-for-a-user"
@@ -661,6 +670,32 @@ def _not_found(doc: str = DOCS) -> _Resp:
     return _error(404, "Not Found", doc)
 
 
+def _search_match(item: Mapping[str, Any], words: list[str]) -> bool:
+    """GitHub's issue search, for the qualifiers the double knows (the others are ignored)."""
+    in_title = "in:title" in (w.lower() for w in words)
+    text = item["title"] if in_title else f"{item['title']} {item['body']}"
+    for word in words:
+        key, _, value = word.partition(":")
+        key = key.lower()
+        if key in ("repo", "in"):
+            continue
+        if key == "is" and value in ("issue", "pr"):
+            if (value == "pr") != ("pull_request" in item):
+                return False
+        elif (key == "is" and value in ("open", "closed")) or key == "state":
+            if item["state"] != value:
+                return False
+        elif key == "created":
+            op = next(o for o in (">=", "<=", ">", "<", "") if value.startswith(o))
+            at, bound = item["created_at"][: len(value) - len(op)], value[len(op) :]
+            ok = {">=": at >= bound, "<=": at <= bound, ">": at > bound, "<": at < bound, "": at == bound}[op]
+            if not ok:
+                return False
+        elif not value and word.lower() not in text.lower():
+            return False
+    return True
+
+
 def run_conclusion(job_conclusions: Iterable[str | None]) -> str:
     """A completed run's conclusion as GitHub derives it from its jobs': ``failure`` if one failed (or timed out),
     else ``cancelled`` if one was cancelled, else ``skipped`` if all were skipped, else ``success``."""
@@ -812,6 +847,9 @@ class GitHubDouble:
         self._commits: dict[str, set[str]] = {}
         # A repository's commit history (add_history): sha -> (first parent, message, author login, ISO date).
         self._history: dict[tuple[str, str], tuple[str | None, str, str, str]] = {}
+        self._searchable: dict[str, dict[int, dict[str, Any]]] = {}  # repo key -> number -> issue item
+        self._search_hits: dict[tuple[int, int], int] = {}  # (installation, minute) -> searches
+        self.search_rate_limit = 30
         self._branches: dict[tuple[str, str], str] = {}
         self._refs: dict[str, set[str]] = {}
         self._buckets: dict[str, list[float]] = {}  # key -> [window_start, used]
@@ -860,6 +898,7 @@ class GitHubDouble:
             ("POST", re.compile(r"/repos/([^/]+)/([^/]+)/issues/(\d+)/comments"), self._h_comment_create),
             ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/issues/(\d+)/comments"), self._h_comment_list),
             ("PATCH", re.compile(r"/repos/([^/]+)/([^/]+)/issues/comments/(\d+)"), self._h_comment_update),
+            ("GET", re.compile(r"/search/issues"), self._h_search_issues),
             ("GET", re.compile(r"/app/hook/deliveries"), self._h_hook_deliveries),
             ("POST", re.compile(r"/app/hook/deliveries/(\d+)/attempts"), self._h_hook_redeliver),
             ("GET", re.compile(r"/repos/([^/]+)/([^/]+)/actions/runs/(\d+)/jobs"), self._h_jobs_list),
@@ -1113,6 +1152,31 @@ class GitHubDouble:
                 self._commits.setdefault(repo.lower(), set()).add(sha)
                 parent = str(c["parent"]).lower() if c.get("parent") else None
                 self._history[(repo.lower(), sha)] = (parent, str(c["message"]), str(c["author"]), str(c["date"]))
+
+    def add_search_issue(
+        self,
+        repo: str,
+        number: int,
+        title: str,
+        body: str = "",
+        *,
+        created_at: str = "2026-12-01T00:00:00Z",
+        state: str = "open",
+        pull_request: bool = False,
+    ) -> None:
+        """An issue (or pull request) of ``repo`` that ``GET /search/issues`` finds."""
+        full = self._repos[repo.lower()].full_name if repo.lower() in self._repos else repo
+        item: dict[str, Any] = {
+            "url": f"{self.url}/repos/{full}/issues/{number}",
+            "html_url": f"https://github.com/{full}/{'pull' if pull_request else 'issues'}/{number}",
+            "number": number, "title": title, "body": body, "state": state, "created_at": created_at,
+            "updated_at": created_at, "user": {"login": "pytorch-bot[bot]", "type": "Bot"}, "labels": [],
+            "comments": 0, "score": 1.0,
+        }  # fmt: skip
+        if pull_request:
+            item["pull_request"] = {"url": f"{self.url}/repos/{full}/pulls/{number}"}
+        with self._lock:
+            self._searchable.setdefault(repo.lower(), {})[number] = item
 
     def add_commit(self, repo: str, sha: str, *, branch: str | None = None) -> None:
         """Make ``sha`` a commit of ``repo`` (and, with ``branch``, that branch's head)."""
@@ -3293,6 +3357,66 @@ class GitHubDouble:
             "files": [],
         }
         return _json_resp(200, body)
+
+    def _h_search_issues(self, ctx: _Ctx) -> _Resp:
+        query = {k: v[-1] for k, v in ctx.rec.query.items()}
+        words = query.get("q", "").split()
+        repos = [w.split(":", 1)[1] for w in words if w.lower().startswith("repo:")]
+        if len(repos) != 1 or repos[0].count("/") != 1:
+            return _error(
+                422, "Validation Failed: the double searches one repository (repo:owner/name)", DOC_SEARCH_ISSUES
+            )
+        owner, name = repos[0].split("/")
+        auth = self._auth_repo(ctx, owner, name, ("issues", "metadata"), "read", DOC_SEARCH_ISSUES)
+        if isinstance(auth, _Resp):
+            if auth.status != 404:
+                return auth
+            return _error(
+                422,
+                "Validation Failed: The listed users and repositories cannot be searched either because "
+                "the resources do not exist or you do not have permission to view them.",
+                DOC_SEARCH_ISSUES,
+            )
+        repo, info = auth
+        ctx.count = False  # search has its own limit, apart from the core one
+        minute = int(self.clock() // 60)
+        with self._lock:
+            hits = self._search_hits.get((info.installation_id, minute), 0) + 1
+            self._search_hits[(info.installation_id, minute)] = hits
+        limits = {
+            "x-ratelimit-limit": str(self.search_rate_limit),
+            "x-ratelimit-resource": "search",
+            "x-ratelimit-remaining": str(max(0, self.search_rate_limit - hits)),
+            "x-ratelimit-used": str(min(hits, self.search_rate_limit)),
+            "x-ratelimit-reset": str((minute + 1) * 60),
+        }
+        if hits > self.search_rate_limit:
+            message = f"API rate limit exceeded for installation ID {info.installation_id}."
+            return _error(403, message, DOC_PRIMARY + "#about-secondary-rate-limits", limits)
+        try:
+            per_page = min(max(int(query.get("per_page", "30")), 1), 100)
+            page = max(int(query.get("page", "1")), 1)
+        except ValueError:
+            return _invalid("per_page and page must be integers.", DOC_SEARCH_ISSUES)
+        if (page - 1) * per_page >= 1000:
+            return _error(422, "Only the first 1000 search results are available", DOC_SEARCH_ISSUES, limits)
+        with self._lock:
+            items = [copy.deepcopy(i) for i in self._searchable.get(repo.key, {}).values() if _search_match(i, words)]
+        if query.get("sort") == "created":
+            items.sort(key=lambda i: (i["created_at"], i["number"]), reverse=query.get("order", "desc") == "desc")
+        else:
+            items.sort(key=lambda i: -i["number"])
+        listed = items[:1000]
+        last = max(1, math.ceil(len(listed) / per_page))
+        rest = "&".join(f"{quote(k)}={quote(v)}" for k, v in query.items() if k not in ("page", "per_page"))
+        base = f"{self.url}/search/issues?{rest}&per_page={per_page}"
+        links = [f'<{base}&page={page + 1}>; rel="next"', f'<{base}&page={last}>; rel="last"'] if page < last else []
+        body = {
+            "total_count": len(items),
+            "incomplete_results": False,
+            "items": listed[(page - 1) * per_page : page * per_page],
+        }
+        return _json_resp(200, body, limits | ({"link": ", ".join(links)} if links else {}))
 
     def _h_permission(self, ctx: _Ctx, owner: str, name: str, login: str) -> _Resp:
         auth = self._auth_repo(ctx, owner, name, "metadata", "read", DOC_COLLABORATOR_PERMISSION)

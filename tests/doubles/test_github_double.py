@@ -1473,3 +1473,40 @@ def test_lost_webhooks_are_failed_deliveries_or_never_tried(gh: GitHubDouble, ke
     assert [(d.action, d.ok) for d in gh.hook_deliveries[4:]] == [("completed", True)]
     assert run_hooks(receiver)[-1]["workflow_run"]["conclusion"] == "cancelled"
     assert not gh.internal_errors
+
+
+# ----------------------------------------------------------------------------- issue search
+
+
+def test_issue_search_pages_caps_at_a_thousand_and_has_its_own_limit(gh: GitHubDouble, keys: Keys) -> None:
+    now = time.time()
+    gh.clock = lambda: now  # one minute of search's limit throughout
+    for i in range(1005):
+        gh.add_search_issue(
+            "Org/Repo", i + 1, f"DISABLED test_{i} (__main__.T)", created_at=f"2026-11-{1 + i % 28:02d}T00:00:00Z"
+        )
+    gh.add_search_issue("Org/Repo", 2000, "Mentions it in the body only", "DISABLED")
+    gh.add_search_issue("Org/Repo", 2001, "DISABLED test_pr (__main__.T)", pull_request=True)
+    tok = f"token {token(gh, keys)}"
+
+    def search(q: str, **params: Any) -> Answer:
+        query = "&".join(f"{k}={v}" for k, v in params.items())
+        return call(gh, "GET", f"/search/issues?q={urllib.request.quote(q)}&{query}", auth=tok)
+
+    first = search("repo:Org/Repo is:issue is:open in:title DISABLED", per_page=100, sort="created", order="asc")
+    assert first.status == 200 and first.json["total_count"] == 1005 and not first.json["incomplete_results"]
+    created = [i["created_at"] for i in first.json["items"]]
+    assert created == sorted(created) and 'rel="next"' in first.headers["link"]
+    assert first.headers["x-ratelimit-resource"] == "search" and first.headers["x-ratelimit-remaining"] == "29"
+    past = search("repo:Org/Repo in:title DISABLED", per_page=100, page=11)
+    assert past.status == 422 and "first 1000 search results" in past.json["message"]
+    # Without in:title the body counts; is:pr finds the pull request only.
+    assert [i["number"] for i in search("repo:Org/Repo DISABLED", per_page=2).json["items"]] == [2001, 2000]
+    assert [i["number"] for i in search("repo:Org/Repo in:title DISABLED", per_page=2).json["items"]] == [2001, 1005]
+    assert [i["number"] for i in search("repo:Org/Repo is:pr DISABLED").json["items"]] == [2001]
+    assert search("repo:Org/Elsewhere DISABLED").status == 422  # a repository the token cannot see
+    for _ in range(30 - 5):
+        search("repo:Org/Repo DISABLED")
+    limited = search("repo:Org/Repo DISABLED")
+    assert limited.status == 403 and "rate limit exceeded" in limited.json["message"]
+    assert (limited.headers["x-ratelimit-remaining"], limited.headers["x-ratelimit-resource"]) == ("0", "search")

@@ -38,7 +38,11 @@ SMALL = {
     "coldstart": "--coldstart-runs 1",
 }
 # The seeds the sections draw from (fixed in bench/): a failure names them, so a run can be repeated as it was.
-SEEDS = {"reporter": "sequence seed 7, stream retries seed 11", "regressions": "branch and results seed 31", "checkbudget": "arrivals seed 12, jobs seed 13"}
+SEEDS = {
+    "reporter": "sequence seed 7, stream retries seed 11",
+    "regressions": "branch and results seed 31",
+    "checkbudget": "arrivals seed 12, jobs seed 13",
+}
 
 
 @cache

@@ -13,15 +13,17 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from crcr.adapters.allowlist_source import CachedAllowlist, fetcher_for
+from crcr.adapters.allowlist_source import CachedAllowlist, CachedKnownFailures, fetcher_for
 from crcr.adapters.changes import GitHubBranchHistory
 from crcr.adapters.check_runs import DynamoCheckRuns
 from crcr.adapters.deliveries import DynamoDeliveries
+from crcr.adapters.disabled_issues import GitHubDisabledIssues
 from crcr.adapters.github import GitHubApp, GitHubIssueComments
 from crcr.adapters.hud_keys import DynamoHudKeys
 from crcr.adapters.pacer import DynamoPacer
 from crcr.adapters.pr_comment import DynamoPrComment
 from crcr.adapters.pulls import DynamoPullRequests
+from crcr.adapters.rate_limits import DynamoRateLimiter
 from crcr.adapters.reruns import DynamoReruns
 from crcr.app.ports.comment import CommentRow
 from crcr.app.ports.deliveries import Claim
@@ -30,13 +32,16 @@ from crcr.app.ports.jobs import JobLimitReached
 from crcr.app.ports.pulls import HeadRecord
 from crcr.domain.checks import Known
 from crcr.domain.comment import Posted
+from crcr.domain.errors import AllowlistError
+from crcr.domain.known import parse_condensed
 from crcr.local.stack import free_port
 from tests.conftest import APP_ID, ROOT, http
-from tests.doubles.github_double import GitHubDouble
+from tests.doubles.github_double import DEFAULT_PERMISSIONS, GitHubDouble
 from tests.unit.fakes import RecordingMetrics
 
 GOOD = b"L1:\n  - org-one/l1-repo\nL4:\n  - org-four/L4-Repo: oncall\n"
 BAD = b"L1:\n  - org-one/l1-repo\n  - org-one/L1-REPO\n"
+UPSTREAM = {**DEFAULT_PERMISSIONS, "issues": "write"}  # the App on the upstream (it comments on PRs)
 
 
 @pytest.fixture(scope="module")
@@ -354,3 +359,62 @@ def test_the_branchs_missing_commits_come_from_githubs_comparison_in_order(
     assert found[1].title == "Land it" and found[0].t < found[1].t < found[2].t and found[0].files is None
     assert history.commits_between("pytorch/pytorch", shas[4], shas[1]) is None  # not an ancestor: cannot say
     assert next(r.path for r in github.requests if "/compare/" in r.path).endswith(f"{shas[1]}...{shas[4]}")
+
+
+def _disable_issues(github: GitHubDouble, n: int) -> None:
+    """`n` open DISABLED issues a minute apart, the 1,000th to 1,002nd in one second; beside them what the search
+    finds and the list leaves out: a pull request, a closed issue, a title that only mentions DISABLED."""
+    for i in range(n):
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(1_790_000_000 + 60 * min(i, 999) + 60 * max(0, i - 1001)))
+        github.add_search_issue(
+            "pytorch/pytorch", 100_000 + i, f"DISABLED test_{i} (__main__.TestSuite{i % 7})",
+            "Platforms: rocm" if i % 2 else "", created_at=at,
+        )  # fmt: skip
+    github.add_search_issue("pytorch/pytorch", 99_001, "DISABLED test_pr (__main__.T)", pull_request=True)
+    github.add_search_issue("pytorch/pytorch", 99_002, "DISABLED test_closed (__main__.T)", state="closed")
+    github.add_search_issue("pytorch/pytorch", 99_003, "Why was test_x DISABLED (__main__.T)")
+
+
+def test_the_disabled_tests_come_from_githubs_issue_search_past_its_thousand_results(
+    github: GitHubDouble, app_key_pem: str, aws: dict[str, Any]
+) -> None:
+    github.install("pytorch/pytorch", installation_id=1, repo_id=65600975, permissions=UPSTREAM)
+    _disable_issues(github, 1150)
+    metrics = RecordingMetrics()
+    app = GitHubApp(github.url, APP_ID, app_key_pem, time.time)
+    fetch = GitHubDisabledIssues(app, "pytorch/pytorch", metrics, time.time)
+    known = parse_condensed(json.loads(fetch()))
+    # Every open issue's test, once, with its platforms; a PR, a closed issue and a title that merely mentions
+    # DISABLED are none of them. Search lists 1,000 per query: the walk went on from the last creation time.
+    assert len(known.by_test) == 1150
+    assert known.by_test[("test_1001", "TestSuite0")].platforms == ("rocm",)
+    assert known.by_test[("test_1000", "TestSuite6")].platforms == ()
+    assert {("test_pr", "T"), ("test_closed", "T"), ("test_x", "T")}.isdisjoint(known.by_test)
+    searches = [r for r in github.requests if r.path == "/search/issues"]
+    assert len(searches) == 12 and all(r.status == 200 for r in searches)
+    assert "created:>=" in searches[-1].query["q"][-1] and not metrics.counts.get("DisabledTestsIncomplete")
+    # Within a budget of searches a minute shared by every instance: spent, the walk stops and the list stays.
+    _table(aws["dynamodb"], "search-budget")
+    budget = DynamoRateLimiter(aws["dynamodb"], "search-budget", 5, window_s=60, budget="SEARCH")
+    clock = lambda: 1_800_000_000.0  # noqa: E731 - one minute throughout
+    cached = CachedKnownFailures(
+        GitHubDisabledIssues(app, "pytorch/pytorch", metrics, clock, budget), metrics, clock, 1800.0
+    )
+    with pytest.raises(AllowlistError):
+        cached.current()  # nothing loaded yet: the verdicts fail open
+    assert metrics.counts["DisabledTestsSearchPaused"] == 1 and metrics.counts["DisabledTestsRejected"] == 1
+
+
+def test_a_search_refused_by_githubs_search_limit_keeps_the_last_list(github: GitHubDouble, app_key_pem: str) -> None:
+    github.install("pytorch/pytorch", installation_id=1, repo_id=65600975, permissions=UPSTREAM)
+    _disable_issues(github, 150)
+    metrics, now = RecordingMetrics(), [1_800_000_000.0]
+    fetch = GitHubDisabledIssues(GitHubApp(github.url, APP_ID, app_key_pem, time.time), "pytorch/pytorch", metrics,
+                                 lambda: now[0])  # fmt: skip
+    cached = CachedKnownFailures(fetch, metrics, lambda: now[0], 1800.0)
+    assert len(cached.current()) == 150
+    github.search_rate_limit = 0  # every search now answered 403, x-ratelimit-resource: search
+    now[0] += 1800
+    assert len(cached.current()) == 150 and metrics.counts["DisabledTestsRejected"] == 1
+    refused = [r for r in github.requests if r.path == "/search/issues"][-1]
+    assert (refused.status, refused.response_headers["x-ratelimit-resource"]) == (403, "search")

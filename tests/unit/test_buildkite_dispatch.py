@@ -139,6 +139,17 @@ def test_a_push_names_the_branch_and_leaves_the_pr_empty_and_without_a_pin_repo_
     assert ledger(deps).dispatched_claims[0].repo_id == 0
 
 
+def test_a_bisection_build_carries_its_marker_in_env_and_says_what_it_bisects(
+    deps: DispatchDeps, builds: FakeBuilds
+) -> None:
+    marker = {"workflow": "CI", "job": "test", "last_pass": "b" * 40, "first_fail": "c" * 40, "testing": "a" * 40}
+    run = message(event_type="bisect", action=None, pr_number=None, delivery_id="bisect-1", bisect=marker)
+    assert dispatch(run, deps).result is Result.DISPATCHED
+    build = builds.builds[0][2]
+    assert build.env["CRCR_EVENT_TYPE"] == "bisect" and json.loads(build.env["CRCR_BISECT"]) == marker
+    assert build.message == f"crcr: pytorch/pytorch bisecting CI/test at {'a' * 40}"
+
+
 def test_without_a_token_a_buildkite_repository_is_dead_lettered_naming_the_variable(deps: DispatchDeps) -> None:
     bare = dataclasses.replace(deps, buildkite=None)
     assert dispatch(message(), bare).result is Result.DEAD_LETTERED

@@ -14,7 +14,15 @@ from crcr.adapters.allowlist_source import CachedKnownFailures, CachedKnownIssue
 from crcr.app.ports.pulls import PrInfo
 from crcr.app.verdicts import judgement
 from crcr.domain.errors import AllowlistError
-from crcr.domain.known import KnownFailures, KnownFailuresError, known_issues, parse_condensed, parse_known_issues
+from crcr.domain.known import (
+    DisableIssue,
+    KnownFailures,
+    KnownFailuresError,
+    condensed_from_issues,
+    known_issues,
+    parse_condensed,
+    parse_known_issues,
+)
 from tests.unit.fakes import RecordingMetrics
 from tests.unit.test_verdicts import BASE, HEAD, OLDER, World, on_branch, record
 
@@ -153,3 +161,45 @@ def test_a_bad_known_issues_file_names_the_entry_and_is_never_loaded(text: str, 
     with pytest.raises(AllowlistError):
         source.current()  # nothing loaded: a verdict fails open
     assert metrics.counts["KnownIssuesRejected"] == 1
+
+
+def issue(number: int, title: str, body: str = "", url: str | None = None) -> DisableIssue:
+    return DisableIssue(number, url or ISSUE.format(number), title, body)
+
+
+# The cases of test-infra's torchci/test/flakyBotTests/getDisabledTestsAndJobs.test.ts, on its issue shapes.
+TITLE_A = "DISABLED test_a (__main__.suite_a)"
+
+
+def test_disable_issues_condense_as_test_infra_condenses_them() -> None:
+    # One test: its platforms from the body's line.
+    assert condensed_from_issues([issue(1, TITLE_A, "Platforms: win", "url")]) == {
+        "test_a (__main__.suite_a)": ["1", "url", ["win"]]
+    }
+    # Two issues for one test: the first (by URL) gives number and link, the platforms merge.
+    two = [issue(2, TITLE_A, "Platforms: linux", "url2"), issue(1, TITLE_A, "Platforms: win", "url")]
+    assert condensed_from_issues(two) == {"test_a (__main__.suite_a)": ["1", "url", ["linux", "win"]]}
+    # One of them names no platform: every platform.
+    many = [*two, issue(3, TITLE_A, "Platforms:", "url2"), issue(4, TITLE_A, "Platforms: mac", "url2")]
+    assert condensed_from_issues(many) == {"test_a (__main__.suite_a)": ["1", "url", []]}
+    # A title that is not a test (a disabled job, a malformed name) disables no test; an unknown platform is dropped.
+    assert condensed_from_issues([issue(5, "DISABLED Lint / Link checks / lint-urls / linux-job")]) == {}
+    assert condensed_from_issues([issue(6, TITLE_A + " 2")]) == {}
+    only_rocm = condensed_from_issues([issue(7, TITLE_A, "Platforms: rocm, toaster\n\nflaky since #1")])
+    assert only_rocm["test_a (__main__.suite_a)"][2] == ["rocm"]
+
+
+def test_an_aggregate_disable_issue_disables_each_test_it_lists() -> None:
+    body = (
+        "There are multiple flaky tests in file_a.py. Please investigate and fix the flakiness.\n\n"
+        "disable the following tests:\n```\n"
+        + "".join(f"test_{i} (__main__.suite_{i}): win, linux\n" for i in range(11))
+        + "not a test: win\n```\n\nHere is an example for test_0 (suite_0):\n```\nno tests here (x): mac\n```"
+    )
+    found = condensed_from_issues([issue(9, "DISABLED MULTIPLE There are multiple flaky tests in file_a.py", body)])
+    assert len(found) == 11
+    assert found["test_5 (__main__.suite_5)"] == ["9", ISSUE.format(9), ["linux", "win"]]
+    # And what it makes is the document the relay reads: a failing test_5 on a Windows downstream is known.
+    known = parse_condensed(found)
+    assert known_issues(failed(("test_5", "suite_5")), known, "win") is not None
+    assert known_issues(failed(("test_5", "suite_5")), known, "rocm") is None

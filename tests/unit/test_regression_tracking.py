@@ -407,6 +407,19 @@ def test_a_range_of_four_commits_is_bisected_one_run_at_a_time_and_two_runs_name
     assert first.delivery_id.startswith("bisect-") and first.delivery_id != queue.sent[1].delivery_id
 
 
+def test_a_buildkite_downstream_is_bisected_through_its_pipeline() -> None:
+    _, deps, queue = bisect_world()
+    allow = (
+        f"L3:\n  gpu:\n    {REPO}: [alice]\nrepos:\n  {REPO}:\n    bisect: {{runs_per_day: 6}}\n"
+        "    repository_id: 42\n    buildkite: {organization: vllm, pipeline: ci, branch: dev}\n"
+    )
+    deps = replace(deps, allowlist=StaticAllowlist(parse_allowlist(allow)))
+    track_job(result(6, "failure"), deps)
+    [first] = queue.sent
+    assert (first.event_type, first.head_sha, first.repository_id) == ("bisect", sha(4), 42)
+    assert first.buildkite is not None and (first.buildkite.pipeline, first.buildkite.branch) == ("ci", "dev")
+
+
 def test_bisection_waits_for_its_budget_stops_without_a_result_and_when_cancelled() -> None:
     world, deps, queue = bisect_world(budget=0)
     [t] = track_job(result(6, "failure"), deps)

@@ -8,6 +8,7 @@ a delay (never sleeping in the Lambda), permanent ones are recorded and dead-let
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import threading
 import uuid
@@ -220,20 +221,25 @@ def new_build(message: DispatchMessage, ticket: str, callback_url: str, did: str
     pr = message.pr_number
     if pr is not None:
         about = f"{message.upstream}#{pr} ({message.action or message.event_type})"
+    elif message.bisect is not None:
+        about = f"{message.upstream} bisecting {message.bisect.get('workflow')}/{message.bisect.get('job')}"
     else:
         about = f"{message.upstream} push to {message.ref or 'a branch'}"
+    env = {
+        "CRCR_TICKET": ticket,
+        "CRCR_CALLBACK_URL": callback_url,
+        "CRCR_DELIVERY_ID": message.delivery_id,
+        "CRCR_EVENT_TYPE": message.event_type,
+        "CRCR_UPSTREAM_REPO": message.upstream,
+        "CRCR_UPSTREAM_SHA": message.head_sha,
+        "CRCR_UPSTREAM_PR": str(pr) if pr is not None else "",
+    }
+    if message.bisect is not None:  # the job that regressed and the range this build narrows (client_payload.bisect)
+        env["CRCR_BISECT"] = json.dumps(message.bisect, sort_keys=True)
     return NewBuild(
         branch=message.buildkite.branch,
         message=f"crcr: {about} at {message.head_sha}",
-        env={
-            "CRCR_TICKET": ticket,
-            "CRCR_CALLBACK_URL": callback_url,
-            "CRCR_DELIVERY_ID": message.delivery_id,
-            "CRCR_EVENT_TYPE": message.event_type,
-            "CRCR_UPSTREAM_REPO": message.upstream,
-            "CRCR_UPSTREAM_SHA": message.head_sha,
-            "CRCR_UPSTREAM_PR": str(pr) if pr is not None else "",
-        },
+        env=env,
         meta_data={DISPATCH_META_KEY: did, DELIVERY_META_KEY: message.delivery_id},
     )
 

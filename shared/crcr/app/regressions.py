@@ -21,7 +21,7 @@ from crcr.app.ports.queues import ChecksQueue, DispatchQueue
 from crcr.app.ports.regressions import RegressionStore
 from crcr.app.summaries import SummaryConflict, SummaryDeps, update_document
 from crcr.app.verdicts import BASELINE_EVENTS, JobAttempts, attempt
-from crcr.contracts.messages import CheckSyncMessage, DispatchMessage
+from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, downstream_target
 from crcr.domain.allowlist import Entry
 from crcr.domain.failed_tests import parse as parse_failed_tests
 from crcr.domain.ids import repo_key
@@ -217,7 +217,7 @@ def _bisect(
     if deps.dispatches is None:
         return kept, []
     per_day = entry.settings.bisect_runs_per_day if entry is not None else 0
-    if entry is None or per_day == 0 or entry.settings.buildkite is not None:
+    if entry is None or per_day == 0:
         return kept, []
     runs: list[DispatchMessage] = []
     out = [
@@ -270,8 +270,8 @@ def _bisect_message(job: JobRecord, t: Tracked, mid: str, entry: Entry, now: flo
         head_sha=mid,
         payload={"after": mid, "head_commit": {"id": mid}, "repository": {"full_name": job.upstream}},
         planned_at=now,
-        workflow=entry.settings.workflow,
         bisect=marker | {"testing": mid},
+        **downstream_target(entry),  # a Buildkite pipeline, a workflow file, or repository_dispatch
     )
 
 

@@ -132,6 +132,80 @@ def parse_condensed(doc: Any) -> KnownFailures:
     return KnownFailures(found)
 
 
+# supportedPlatforms in test-infra's torchci/lib/flakyBot/utils.ts: a platform not among them is not parsed
+PLATFORMS = frozenset({"asan", "linux", "mac", "macos", "rocm", "xpu", "slow", "win", "windows", "dynamo", "inductor"})
+_PLATFORM_SPLIT = re.compile(r"^\s+|\s*,\s*|\s+$")
+
+
+@dataclass(frozen=True)
+class DisableIssue:
+    """An open issue of the upstream whose title starts with `DISABLED `, as GitHub's issue search lists it."""
+
+    number: int
+    url: str
+    title: str
+    body: str
+
+
+def _test_name(text: str) -> str | None:
+    parsed = _TEST.match(text)
+    return f"{parsed.group(1)} ({parsed.group(2)})" if parsed else None
+
+
+def _single_platforms(body: str) -> list[str]:
+    """singleDisableIssue.parseBody: the supported platforms of the body's `Platforms:` lines (none: every one)."""
+    found: list[str] = []
+    for line in re.findall(r"[^\r\n]+", body):
+        lower = line.lower().strip()
+        if lower.startswith("platforms:"):
+            for platform in _PLATFORM_SPLIT.split(lower[len("platforms:") :]):
+                if platform in PLATFORMS and platform not in found:
+                    found.append(platform)
+    return found
+
+
+def _aggregate_tests(body: str) -> list[tuple[str, list[str]]]:
+    """aggregateDisableIssue.parseBody: the code block after "disable the following tests:", one `test (Class):
+    platform, platform` per line."""
+    start = body.lower().find("disable the following tests:")
+    if start == -1:
+        return []
+    blocks = body[start:].split("```")
+    found = []
+    for line in (blocks[1] if len(blocks) > 1 else "").split("\n"):
+        if not line.strip():
+            continue
+        head, _, platforms = line.partition(":")
+        name = _test_name(head)
+        if name is not None:
+            listed = [p.strip().lower() for p in platforms.split(",") if p.strip()]
+            found.append((name, [p for p in listed if p in PLATFORMS]))
+    return found
+
+
+def condensed_from_issues(issues: Iterable[DisableIssue]) -> dict[str, list[Any]]:
+    """test-infra's getDisabledTests (torchci/pages/api/flaky-tests/getDisabledTestsAndJobs.ts): the condensed
+    document from the open `DISABLED` issues, taken in the order of their URLs; a test named twice keeps its first
+    issue, and every platform named for it (none named by any one of them: every platform)."""
+    tests: dict[str, tuple[int, str, list[str]]] = {}
+
+    def add(name: str, number: int, url: str, platforms: list[str]) -> None:
+        if name not in tests:
+            tests[name] = (number, url, list(platforms))
+        elif not platforms:
+            tests[name][2].clear()
+        elif tests[name][2]:
+            tests[name][2].extend(platforms)
+
+    for issue in sorted(issues, key=lambda i: i.url):
+        if issue.title.startswith("DISABLED MULTIPLE "):
+            for name, platforms in _aggregate_tests(issue.body):
+                add(name, issue.number, issue.url, platforms)
+        elif issue.title.startswith("DISABLED ") and (single := _test_name(issue.title[len("DISABLED ") :])):
+            add(single, issue.number, issue.url, _single_platforms(issue.body))
+    return {name: [str(n), url, sorted(set(p))] for name, (n, url, p) in tests.items()}
+
+
 def known_issues(
     failed: Iterable[Mapping[str, Any]],
     known: KnownFailures,
