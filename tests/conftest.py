@@ -204,15 +204,22 @@ def relay_factory(
 ) -> Iterator[Callable[..., Relay]]:
     stacks: list[LocalStack] = []
 
-    def make(allowlist: str = DEFAULT_ALLOWLIST, env: dict[str, str] | None = None, **kwargs: Any) -> Relay:
+    def make(
+        allowlist: str = DEFAULT_ALLOWLIST,
+        env: dict[str, str] | None = None,
+        double: GitHubDouble | None = None,
+        **kwargs: Any,
+    ) -> Relay:
+        """A stack on the test's GitHub double, or on `double` (a second relay that must not share what it sees)."""
+        gh = double or github
         path = tmp_path / f"allowlist-{len(stacks)}.yaml"
         path.write_text(allowlist)
         for i, repo in enumerate(LISTED):
-            github.install(repo, installation_id=100 + i, repo_id=5000 + i)
-        github.install("org-one/installed-not-listed", installation_id=100, repo_id=5999)
+            gh.install(repo, installation_id=100 + i, repo_id=5000 + i)
+        gh.install("org-one/installed-not-listed", installation_id=100, repo_id=5999)
         config = {
             "CRCR_UPSTREAM_REPO": "pytorch/pytorch",
-            "CRCR_GITHUB_API_URL": github.url,
+            "CRCR_GITHUB_API_URL": gh.url,
             "CRCR_GITHUB_APP_ID": APP_ID,
             "CRCR_GITHUB_APP_PRIVATE_KEY": app_key_pem,
             "CRCR_WEBHOOK_SECRET": WEBHOOK_SECRET,
@@ -228,7 +235,7 @@ def relay_factory(
         } | (env or {})
         stack = LocalStack(port=0, env=config, root=ROOT, **kwargs).start()
         stacks.append(stack)
-        return Relay(stack, github, path)
+        return Relay(stack, gh, path)
 
     yield make
     try:

@@ -6,21 +6,20 @@ import base64
 from pathlib import Path
 from typing import Any
 
-from crcr.app.pages import Compose, serve
+from crcr.app.pages import Compose, Shadow, serve
 from crcr.composition import build_hud_pages, kept
 from crcr.settings import Settings
 
 STATIC = Path(__file__).resolve().parent / "static"
-_ready: tuple[Any, dict[str, bytes], Compose | None] | None = None
+Built = tuple[Any, dict[str, bytes], Compose | None, Shadow | None]
+_ready: Built | None = None
 
 
-def lambda_handler(
-    event: dict[str, Any], context: Any, deps: tuple[Any, dict[str, bytes], Compose | None] | None = None
-) -> dict[str, Any]:
+def lambda_handler(event: dict[str, Any], context: Any, deps: Built | None = None) -> dict[str, Any]:
     global _ready
     # No secrets here (the pages are public): Settings straight from the environment.
-    docs, assets, compose = deps or _ready or (_ready := kept(_build()))
-    answer = serve(str(event.get("rawPath") or "/hud/"), docs, assets, compose)
+    docs, assets, compose, shadow = deps or _ready or (_ready := kept(_build()))
+    answer = serve(str(event.get("rawPath") or "/hud/"), docs, assets, compose, shadow)
     return {
         "statusCode": answer.status,
         "headers": answer.headers,
@@ -29,9 +28,9 @@ def lambda_handler(
     }
 
 
-def _build() -> tuple[Any, dict[str, bytes], Compose | None]:
-    docs, compose = build_hud_pages(Settings.from_env())
-    return docs, _assets(), compose
+def _build() -> Built:
+    docs, compose, shadow = build_hud_pages(Settings.from_env())
+    return docs, _assets(), compose, shadow
 
 
 def _assets() -> dict[str, bytes]:

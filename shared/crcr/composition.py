@@ -277,6 +277,7 @@ def build_planner_deps(settings: Settings) -> PlannerDeps:
     from crcr.adapters.branch import DynamoBranch  # noqa: PLC0415
     from crcr.adapters.pulls import DynamoPullRequests  # noqa: PLC0415
     from crcr.adapters.s3 import S3Blobs  # noqa: PLC0415
+    from crcr.adapters.shadow import DynamoShadow  # noqa: PLC0415
     from crcr.adapters.sqs import SqsDispatchQueue  # noqa: PLC0415
     from crcr.app.plan import PlannerDeps  # noqa: PLC0415
 
@@ -320,6 +321,8 @@ def build_planner_deps(settings: Settings) -> PlannerDeps:
         ),
         metrics=metrics,
         clock=clock,
+        mode=settings.mode,
+        shadow=DynamoShadow(aws_client("dynamodb"), str(settings.state_table)),
     )
 
 
@@ -801,15 +804,24 @@ def build_hud_reader(settings: Settings) -> S3HudDocs | None:
     return S3HudDocs(aws_client("s3"), settings.hud_bucket)
 
 
-def build_hud_pages(settings: Settings) -> tuple[S3HudDocs | None, Callable[[str], dict[str, Any] | None] | None]:
-    """The HUD pages' documents, and what composes the PR and repository pages when read (their commits' documents,
-    the results table's newest rows of the repository)."""
+def build_hud_pages(
+    settings: Settings,
+) -> tuple[S3HudDocs | None, Callable[[str], dict[str, Any] | None] | None, Callable[[], dict[str, Any]] | None]:
+    """The HUD pages' documents, what composes the PR and repository pages when read (their commits' documents, the
+    results table's newest rows of the repository), and what reads a shadow relay's newest decisions."""
+    shadow = None
+    if settings.state_table:
+        from crcr.adapters.shadow import DynamoShadow  # noqa: PLC0415
+        from crcr.app.shadow import shadow_page  # noqa: PLC0415
+
+        log = DynamoShadow(aws_client("dynamodb"), str(settings.state_table))
+        shadow = functools.partial(shadow_page, log, settings.upstream_repo, settings.mode)
     docs = build_hud_reader(settings)
     if docs is None:
-        return None, None
+        return None, None, shadow
     from crcr.app.summaries import composer  # noqa: PLC0415
 
-    return docs, composer(docs, _results(settings) if settings.results_table else None)
+    return docs, composer(docs, _results(settings) if settings.results_table else None), shadow
 
 
 def build_runs_deps(settings: Settings) -> RunsDeps:

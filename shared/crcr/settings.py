@@ -127,6 +127,9 @@ class Settings(BaseModel):
     check_settle_s: int = 60
     # The PR comment (docs/contracts.md), whatever the allowlist says: `off` writes none (requests are skipped).
     pr_comment: Literal["on", "off"] = "on"
+    # shadow: every downstream without its own allowlist `mode` is planned and recorded, never dispatched to, and the
+    # relay writes nothing upstream for it (a deployment beside the relay in service); live: dispatched.
+    mode: Literal["live", "shadow"] = "live"
     # A request for the comment waits this long for the rest of its burst of callbacks before it renders.
     comment_settle_s: float = 5.0
     callback_rate_per_min: int = 600

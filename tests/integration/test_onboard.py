@@ -236,6 +236,15 @@ def test_app_manifest_fills_the_webhook_url_and_writes_a_form(tmp_path: Path) ->
     assert value is not None and json.loads(html.unescape(value.group(1))) == manifest
 
 
+def test_a_shadow_relays_app_may_only_read_and_hears_only_what_it_plans_from(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRCR_")}
+    done = crcr(env, tmp_path, "app-manifest", "--shadow", "--webhook-url", "https://shadow.acme.dev/webhook")
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads(done.stdout)
+    assert set(manifest["default_permissions"].values()) == {"read"}
+    assert manifest["default_events"] == ["pull_request", "push"] and "shadow" in manifest["description"]
+
+
 def test_app_manifest_refuses_a_webhook_url_that_is_not_https(tmp_path: Path) -> None:
     done = crcr(dict(os.environ), tmp_path, "app-manifest", "--webhook-url", "http://crcr.acme.dev/webhook")
 

@@ -485,7 +485,8 @@ function plannedLine(repo, plan, doc) {
 // ---------------------------------------------------------------- pages
 
 function tabs(active) {
-  const items = [["prs", "/hud/", "Pull requests"], ["trunk", "/hud/trunk", "Trunk"], ["nightly", "/hud/nightly", "Nightly"]];
+  const items = [["prs", "/hud/", "Pull requests"], ["trunk", "/hud/trunk", "Trunk"], ["nightly", "/hud/nightly", "Nightly"],
+    ["shadow", "/hud/shadow", "Shadow"]];
   return el("nav", { class: "tabs", "aria-label": "views" }, items.map(([key, href, text]) =>
     el("a", { href, class: key === active ? "tab active" : "tab", "aria-current": key === active ? "page" : null }, text)));
 }
@@ -511,6 +512,44 @@ function renderOverview(doc, view, regs) {
 function worstOf(jobs) {
   const states = Object.values(jobs).map((j) => j.state);
   return states.sort((a, b) => severity(a) - severity(b))[0] || "none";
+}
+
+// A shadow relay's decisions: what it would have sent, apart from anything live, newest event first.
+const SHADOWED = { dispatch: "WOULD DISPATCH", hold: "HELD", skip: "SKIPPED" };
+
+function shadowEvent(first) {
+  const what = first.pr ? `PR #${first.pr}` : first.event === "push" ? "push" : first.event;
+  return el("div", { class: "meta" }, el("strong", {}, what), first.action ? ` ${first.action}` : "", " at ",
+    el("a", { class: "mono", href: `/hud/commit/${first.head_sha}` }, shortSha(first.head_sha)), " · delivery ",
+    el("span", { class: "mono" }, first.delivery_id), " · ", when(first.received_at));
+}
+
+function shadowLine(d) {
+  const payload = d.payload ? el("details", {}, el("summary", {}, "payload it would have sent"),
+    el("pre", { class: "payload" }, JSON.stringify({ ...d.payload, ...(d.target || {}) }, null, 2))) : null;
+  return el("li", { class: `shadow-decision decided-${d.decision}`, "data-repo": d.repo },
+    el("a", { href: repoPath(d.repo) }, d.repo), ` L${d.level} `,
+    el("span", { class: `sstate s-${d.decision}` }, SHADOWED[d.decision] || d.decision),
+    d.reason ? el("span", { class: "reason" }, ` · ${d.reason.replace(/_/g, " ")}`) : null, payload);
+}
+
+function renderShadow(doc) {
+  const decisions = (doc && doc.decisions) || [];
+  const events = new Map();
+  for (const d of decisions) events.set(d.delivery_id, [...(events.get(d.delivery_id) || []), d]);
+  const intro = doc && doc.mode === "shadow"
+    ? "This relay runs in shadow: it plans every upstream event as it would live and sends nothing to these downstreams."
+    : "Downstreams whose allowlist entry says mode: shadow are planned and recorded here; nothing is sent to them.";
+  return [
+    tabs("shadow"),
+    el("h1", {}, "Shadow decisions"),
+    el("p", { class: "meta" }, intro, " Each event lists, per downstream, the dispatch it would have sent or why it was held or skipped. ",
+      "None of it reached a downstream, a check run, a comment or PyTorch's HUD."),
+    events.size ? el("ol", { class: "shadow-events" }, [...events.values()].map((ds) =>
+      el("li", { class: "shadow-event", "data-delivery": ds[0].delivery_id }, shadowEvent(ds[0]),
+        el("ul", { class: "shadow-decisions" }, ds.sort((a, b) => a.repo.localeCompare(b.repo)).map(shadowLine)))))
+      : el("p", { class: "empty" }, "No shadow decisions recorded: every downstream is live."),
+  ];
 }
 
 function renderNightly(doc, index, regs) {
@@ -795,6 +834,7 @@ function route(path) {
   if (path === "/hud/" || path === "/hud") return { kind: "overview", view: "prs" };
   if (path === "/hud/trunk") return { kind: "overview", view: "trunk" };
   if (path === "/hud/nightly") return { kind: "nightly" };
+  if (path === "/hud/shadow") return { kind: "shadow" };
   if ((m = path.match(/^\/hud\/commit\/([0-9a-fA-F]{7,40})$/))) return { kind: "commit", sha: m[1].toLowerCase() };
   if ((m = path.match(/^\/hud\/pr\/([1-9][0-9]{0,9})$/))) return { kind: "pr", pr: m[1] };
   if ((m = path.match(/^\/hud\/repo\/([A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+)$/))) return { kind: "repo", repo: m[1] };
@@ -807,6 +847,7 @@ function crumbs(r) {
   if (r.kind === "pr") parts.push(` › PR #${r.pr}`);
   if (r.kind === "repo") parts.push(` › ${r.repo}`);
   if (r.kind === "nightly") parts.push(" › nightly");
+  if (r.kind === "shadow") parts.push(" › shadow");
   return parts;
 }
 
@@ -887,6 +928,10 @@ async function load(r) {
     return { doc: await fetchDoc(`/hud/data/commit/${r.sha}.json`) };
   }
   if (r.kind === "pr") return { doc: await fetchDoc(`/hud/data/pr/${r.pr}.json`) };
+  if (r.kind === "shadow") {
+    const doc = await fetchDoc("/hud/api/crcr/shadow");
+    return { doc: doc ? { ...doc, stamp: (doc.decisions || []).map((d) => `${d.delivery_id}/${d.repo}`).join(",") } : { decisions: [] } };
+  }
   if (r.kind === "repo") {
     const [doc, published, regs] = await Promise.all([fetchDoc(repoDoc(r.repo)),
       fetchDoc("/hud/api/crcr/level-status").catch(() => null), regressions()]);
@@ -915,6 +960,7 @@ async function render() {
   let content;
   if (r.kind === "overview") content = renderOverview(doc || { commits: [] }, r.view, loaded.regs);
   else if (r.kind === "nightly") content = renderNightly(doc, loaded.extra, loaded.regs);
+  else if (r.kind === "shadow") content = renderShadow(doc);
   else if (!doc) content = renderNotFound(r, loaded.detail);
   else if (r.kind === "commit") content = renderCommit(doc);
   else if (r.kind === "pr") content = await renderPr(doc);
@@ -922,8 +968,8 @@ async function render() {
   main.replaceChildren(...[content].flat(Infinity).filter(Boolean));
   document.getElementById("crumbs").replaceChildren(...crumbs(r));
   document.getElementById("updated").replaceChildren(stamp ? el("span", {}, "data updated ", when(stamp)) : "");
-  const titles = { overview: r.view === "trunk" ? "trunk" : "pull requests", nightly: "nightly", commit: shortSha(r.sha), pr: `PR #${r.pr}`, repo: r.repo, page: "not found" };
-  document.title = `crcr HUD · ${doc || ["overview", "nightly"].includes(r.kind) ? titles[r.kind] : "not found"}`;
+  const titles = { overview: r.view === "trunk" ? "trunk" : "pull requests", nightly: "nightly", shadow: "shadow", commit: shortSha(r.sha), pr: `PR #${r.pr}`, repo: r.repo, page: "not found" };
+  document.title = `crcr HUD · ${doc || ["overview", "nightly", "shadow"].includes(r.kind) ? titles[r.kind] : "not found"}`;
   const target = targetOfHash();
   if (target) target.scrollIntoView();
   document.body.dataset.ready = "true";

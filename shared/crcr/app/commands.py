@@ -29,6 +29,7 @@ from crcr.domain.commands import may_rerun, parse_command
 from crcr.domain.errors import BadRequest
 from crcr.domain.ids import is_github_run, repo_key
 from crcr.domain.levels import Level
+from crcr.domain.shadow import LIVE, SHADOW, mode_of
 from crcr.domain.verdicts import Attempt
 
 
@@ -81,6 +82,7 @@ class CommandContext:
     dispatches: DispatchQueue
     metrics: Metrics
     clock: Clock
+    mode: str = LIVE  # the deployment's CRCR_MODE: a command acts on live downstreams only
 
 
 @dataclass
@@ -132,8 +134,10 @@ def plan_command(
     info = deps.prs.pr_info(deps.upstream, pr)
     react = CheckSyncMessage(kind="react", upstream=deps.upstream, head_sha=info.head_sha if info else "", pr=pr,
                              comment_id=event.comment.id, delivery_id=message.delivery_id)  # fmt: skip
-    allowlist = deps.allowlist.current()
-    entries = _targets(command.repos, allowlist.entries, info.labels if info else ())
+    live = [e for e in deps.allowlist.current().entries if mode_of(e, deps.mode) != SHADOW]
+    if not live:
+        return _ignored(summary, deps, "shadow")  # nothing is ever sent to a shadow downstream: no reaction either
+    entries = _targets(command.repos, live, info.labels if info else ())
     if info is None or entries is None:
         deps.checks.send_checks([react.model_copy(update={"reaction": "confused"})])
         return _ignored(summary, deps, "unknown_pr" if info is None else "unknown_repo")

@@ -19,7 +19,7 @@ class HudDocReader(Protocol):
 # its full or short SHA in any case (the script finds the full one); any other path under /hud/ gets the shell
 # with a 404, and the script says there is no such page, in words, with the way back.
 PAGE = re.compile(
-    r"^/hud/(trunk|nightly|commit/[0-9a-fA-F]{7,40}|pr/[1-9][0-9]{0,9}"
+    r"^/hud/(trunk|nightly|shadow|commit/[0-9a-fA-F]{7,40}|pr/[1-9][0-9]{0,9}"
     r"|repo/[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100})?$"
 )
 DOC = re.compile(
@@ -29,6 +29,8 @@ DOC = re.compile(
 LEVEL_STATUS = "/hud/api/crcr/level-status"  # PyTorch's GET /api/crcr/level-status, as LevelFunction last wrote it
 REGRESSIONS = "/hud/api/crcr/regressions"  # open and recently closed regressions, as the reporter last wrote them
 NO_REGRESSIONS = b'{"schema":1,"regressions":[]}'
+SHADOW = "/hud/api/crcr/shadow"  # what a shadow relay decided, newest first (crcr.app.shadow)
+NO_SHADOW = b'{"schema":1,"decisions":[]}'
 ASSET = re.compile(r"^/hud/static/([a-z0-9-]+\.(?:css|js|svg))$")
 TYPES = {"html": "text/html; charset=utf-8", "css": "text/css; charset=utf-8", "js": "text/javascript; charset=utf-8"}
 TYPES |= {"json": "application/json", "svg": "image/svg+xml"}
@@ -54,10 +56,17 @@ def _answer(status: int, body: bytes, kind: str, cache: str) -> Answer:
 
 # The PR and repository pages' documents are composed when read (crcr.app.summaries.pr_page, repo_page).
 Compose = Callable[[str], dict[str, Any] | None]
+Shadow = Callable[[], dict[str, Any]]  # a shadow relay's newest decisions (crcr.app.shadow)
 COMPOSED = ("pr/", "repo/")
 
 
-def serve(path: str, docs: HudDocReader | None, assets: dict[str, bytes], compose: Compose | None = None) -> Answer:
+def serve(
+    path: str,
+    docs: HudDocReader | None,
+    assets: dict[str, bytes],
+    compose: Compose | None = None,
+    shadow: Shadow | None = None,
+) -> Answer:
     if path == "/hud":
         return Answer(308, b"", {"location": "/hud/"} | SECURITY)
     if path == LEVEL_STATUS:
@@ -68,6 +77,8 @@ def serve(path: str, docs: HudDocReader | None, assets: dict[str, bytes], compos
     if path == REGRESSIONS:
         body = docs.read("regressions.json") if docs is not None else None
         return _answer(200, body if body is not None else NO_REGRESSIONS, "json", "no-cache")
+    if path == SHADOW:
+        return _answer(200, json.dumps(shadow()).encode() if shadow is not None else NO_SHADOW, "json", "no-cache")
     if PAGE.fullmatch(path):
         return _answer(200, assets["index.html"], "html", "no-cache")
     if match := ASSET.fullmatch(path):

@@ -11,11 +11,13 @@ from pydantic import ValidationError
 
 from crcr.app.checks import backfill
 from crcr.app.commands import CommandContext, CommandDeps, plan_command
+from crcr.app.dispatch import client_payload
 from crcr.app.ports import AllowlistProvider, Clock, Metrics
 from crcr.app.ports.github import GitHubRejected, NotInstalled
 from crcr.app.ports.jobs import JobsByHead
 from crcr.app.ports.pulls import HeadRecord, PrInfo
 from crcr.app.ports.queues import BlobStore, ChecksQueue, DispatchQueue
+from crcr.app.ports.shadow import ShadowLog
 from crcr.app.rerun import RerunDeps, check_run_target, check_suite_targets
 from crcr.app.summaries import PlanNote, SummaryDeps, note_plan
 from crcr.contracts.github import CheckRunEvent, CheckSuiteEvent, PullRequestEvent, PushCommit, PushEvent
@@ -41,6 +43,7 @@ from crcr.domain.planning import (
     plan,
 )
 from crcr.domain.regressions import MAX_COMMIT_FILES, BranchCommit, landed_pr
+from crcr.domain.shadow import DISPATCH, HOLD, LIVE, SHADOW, SKIP, ShadowDecision, mode_of
 
 
 class PullRequestLog(Protocol):
@@ -107,12 +110,15 @@ class PlannerDeps:
     files: ChangedFiles | None = None  # path filters: a PR's files (None: unknown, so filtered repositories get it)
     commands: CommandDeps | None = None  # `@<app> rerun …` comments (None: comments are not acted on)
     pages: SummaryDeps | None = None  # the HUD pages' documents (None: the stack has no HUD bucket)
+    mode: str = LIVE  # the deployment's CRCR_MODE: every downstream's unless its allowlist entry says otherwise
+    shadow: ShadowLog | None = None  # where a shadow downstream's decisions are kept (None: counted only)
 
 
 @dataclass
 class PlanSummary:
     dispatched: list[str] = field(default_factory=list)
     held: list[str] = field(default_factory=list)
+    shadowed: dict[str, str] = field(default_factory=dict)  # repository -> what a shadow downstream was decided
     skipped: dict[str, str] = field(default_factory=dict)
     page_note: str = "off"  # the HUD pages told what was planned: noted, nothing, off, or failed: <why>
 
@@ -369,35 +375,51 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
             )
         deps.checks.send_checks(mirrored)
 
-    targets = []
-    skipped: list[Entry] = []  # by path filters: recorded (and an L4 one's required check concluded), not sent
-    for decision in decisions:
-        repo = decision.entry.repo
-        verdict = decision.verdict
-        if verdict is Verdict.HOLD:
-            summary.held.append(repo)  # released by a ciflow/ label (RELEASE below): nothing to store
-            deps.metrics.count("TargetHeld")
-            continue
+    targets, skipped, shadowed = _sorted(message, event, decisions, now, deps, summary)
+    if targets or skipped:
+        _send(message, event, doc, targets, skipped, (head_at, hints), now, deps, summary)
+    if shadowed:
+        _shadow(message, event, doc, shadowed, (head_at, hints), now, deps, summary)
+    live = [d for d in decisions if mode_of(d.entry, deps.mode) != SHADOW]  # the pages show live plans only
+    summary.page_note = _note_plan(event, live, replaced, deps)
+    return summary
+
+
+def _sorted(
+    message: EventMessage,
+    event: UpstreamEvent,
+    decisions: list[Decision],
+    now: float,
+    deps: PlannerDeps,
+    summary: PlanSummary,
+) -> tuple[list[Entry], list[Entry], list[tuple[Entry, str, str]]]:
+    """The downstreams to send to, those path filters skipped (recorded, not sent), and the shadow downstreams'
+    decisions (entry, decision, reason): never sent."""
+    targets: list[Entry] = []
+    skipped: list[Entry] = []
+    shadowed: list[tuple[Entry, str, str]] = []
+    for decided in decisions:
+        repo, verdict, reason = decided.entry.repo, decided.verdict, decided.reason
+        shadow = mode_of(decided.entry, deps.mode) == SHADOW
         if verdict is Verdict.RELEASE:
             assert event.pr_number is not None
             if not deps.prs.mark_released(
                 deps.upstream, event.pr_number, event.head_sha, repo, message.delivery_id, now
             ):
-                verdict, summary.skipped[repo] = Verdict.SKIP, "already_released"
-                deps.metrics.count("TargetSkipped", reason="already_released")
-                continue
-        if verdict is Verdict.SKIP:
-            summary.skipped[repo] = decision.reason
-            deps.metrics.count("TargetSkipped", reason=decision.reason)
-            if decision.reason == NO_MATCHING_FILES:
-                skipped.append(decision.entry)
-            continue
-        targets.append(decision.entry)
-
-    if targets or skipped:
-        _send(message, event, doc, targets, skipped, (head_at, hints), now, deps, summary)
-    summary.page_note = _note_plan(event, decisions, replaced, deps)
-    return summary
+                verdict, reason = Verdict.SKIP, "already_released"
+        if shadow:
+            shadowed.append((decided.entry, {Verdict.HOLD: HOLD, Verdict.SKIP: SKIP}.get(verdict, DISPATCH), reason))
+        elif verdict is Verdict.HOLD:
+            summary.held.append(repo)  # released by a ciflow/ label (RELEASE above): nothing to store
+            deps.metrics.count("TargetHeld")
+        elif verdict is Verdict.SKIP:
+            summary.skipped[repo] = reason
+            deps.metrics.count("TargetSkipped", reason=reason)
+            if reason == NO_MATCHING_FILES:
+                skipped.append(decided.entry)
+        else:
+            targets.append(decided.entry)
+    return targets, skipped, shadowed
 
 
 def _with_merge(event: UpstreamEvent, deps: PlannerDeps) -> UpstreamEvent:
@@ -430,14 +452,77 @@ def _send(
     deps: PlannerDeps,
     summary: PlanSummary,
 ) -> None:
+    messages = _messages(message, event, doc, targets + skipped, skipped, known, now, deps)
+    deps.dispatches.send_dispatches(messages)
+    deps.metrics.count("DispatchPlanned", len(targets))
+    summary.dispatched = [m.target_repo for m in messages if m.skip is None]
+    _skip_checks([m for m in messages if m.skip is not None and m.level >= Level.L4], deps)
+
+
+def _shadow(
+    message: EventMessage,
+    event: UpstreamEvent,
+    doc: dict[str, Any],
+    shadowed: list[tuple[Entry, str, str]],
+    known: tuple[float | None, dict[str, Any] | None],
+    now: float,
+    deps: PlannerDeps,
+    summary: PlanSummary,
+) -> None:
+    """Keep what each shadow downstream was decided: the dispatch it would have been sent (its client_payload but the
+    ticket and callback URL, minted when sent), or why it was held or skipped. Nothing is sent."""
+    would = [entry for entry, decided, _ in shadowed if decided == DISPATCH]
+    sent = {m.target_repo: m for m in _messages(message, event, doc, would, [], known, now, deps)} if would else {}
+    decisions = []
+    for entry, decided, reason in shadowed:
+        m = sent.get(entry.repo)
+        payload = None
+        if m is not None:
+            payload = {k: v for k, v in client_payload(m, "", "").items() if k not in ("ticket", "callback_url")}
+        decisions.append(
+            ShadowDecision(
+                delivery_id=message.delivery_id, received_at=message.received_at, event=_event_type(event),
+                action=event.action, upstream=deps.upstream, pr=event.pr_number, head_sha=event.head_sha,
+                repo=entry.repo, level=int(entry.level), decision=decided, reason=reason, payload=payload,
+                target=_target(m) if m is not None else {},
+            )
+        )  # fmt: skip
+        summary.shadowed[entry.repo] = f"{decided}: {reason}" if reason else decided
+        deps.metrics.count("ShadowDecided", decision=decided)
+    if deps.shadow is not None:
+        deps.shadow.record(decisions)
+
+
+def _target(m: DispatchMessage) -> dict[str, Any]:
+    if m.buildkite is not None:
+        return {"buildkite": m.buildkite.model_dump()}
+    if m.workflow is not None:
+        return {"workflow": m.workflow.model_dump()}
+    return {}
+
+
+def _event_type(event: UpstreamEvent) -> str:
+    return "push" if event.kind == "push" else "pull_request"
+
+
+def _messages(
+    message: EventMessage,
+    event: UpstreamEvent,
+    doc: dict[str, Any],
+    entries: list[Entry],
+    skipped: list[Entry],
+    known: tuple[float | None, dict[str, Any] | None],
+    now: float,
+    deps: PlannerDeps,
+) -> list[DispatchMessage]:
     head_at, hints = known  # when head_sha was stored as the PR's head; the change hints
     payload, trimmed = fit_payload(doc, PAYLOAD_BUDGET_BYTES)
     if trimmed:
         deps.metrics.count("PayloadTrimmed")
-    messages = [
+    return [
         DispatchMessage(
             delivery_id=message.delivery_id,
-            event_type="push" if event.kind == "push" else "pull_request",
+            event_type=_event_type(event),
             action=event.action,
             target_repo=entry.repo,
             level=entry.level,
@@ -455,12 +540,8 @@ def _send(
             skip=NO_MATCHING_FILES if entry in skipped else None,
             **downstream_target(entry),
         )
-        for entry in targets + skipped
+        for entry in entries
     ]
-    deps.dispatches.send_dispatches(messages)
-    deps.metrics.count("DispatchPlanned", len(targets))
-    summary.dispatched = [m.target_repo for m in messages if m.skip is None]
-    _skip_checks([m for m in messages if m.skip is not None and m.level >= Level.L4], deps)
 
 
 # Skips that say nothing about the commit (this event changes nothing for the repository): not noted.
@@ -554,6 +635,6 @@ def _command(message: EventMessage, doc: dict[str, Any], deps: PlannerDeps) -> P
     if deps.checks is not None and deps.jobs is not None:
         context = CommandContext(upstream=deps.upstream, allowlist=deps.allowlist, prs=deps.prs, jobs=deps.jobs,
                                  checks=deps.checks, dispatches=deps.dispatches, metrics=deps.metrics,
-                                 clock=deps.clock)  # fmt: skip
+                                 clock=deps.clock, mode=deps.mode)  # fmt: skip
     outcome = plan_command(message, doc, deps.commands, context)
     return PlanSummary(dispatched=outcome.dispatched, skipped=outcome.skipped)

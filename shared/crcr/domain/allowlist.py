@@ -40,13 +40,14 @@ _SETTING_KEYS = frozenset(
         "oncalls",
         "check_runs",
     }
-    | {"buildkite", "ciflow", "paths", "paths_ignore", "workflow", "bisect"}
+    | {"buildkite", "ciflow", "paths", "paths_ignore", "workflow", "bisect", "mode"}
 )
 # A workflow file as `workflow_dispatch` names it under .github/workflows/ (GitHub's `workflow_id` may be its name).
 _WORKFLOW_FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\.ya?ml$")
 _SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,99}$")  # Buildkite organization and pipeline slugs, as in its URLs
 _BRANCH_RE = re.compile(r"^[A-Za-z0-9._/-]{1,255}$")
 CHECK_RUN_MODES = ("auto", "per_job", "per_repo")
+MODES = ("live", "shadow")  # `mode`: dispatched for real, or planned and recorded only (crcr.domain.shadow)
 MAX_BISECT_RUNS_PER_DAY = 100
 
 
@@ -91,6 +92,7 @@ class RepoSettings:
     paths_ignore: tuple[str, ...] = ()
     # `bisect: {runs_per_day: N}`: a regression of its jobs may be bisected with up to N dispatches a day (0: never).
     bisect_runs_per_day: int = 0
+    mode: str | None = None  # live or shadow; None: the deployment's CRCR_MODE
 
     @property
     def path_filter(self) -> PathFilter:
@@ -206,14 +208,8 @@ def _entry(repo: str, value: object) -> tuple[tuple[str, ...], frozenset[str] | 
 
 
 def _settings(repo: object, raw: object, entry: Entry) -> tuple[RepoSettings, tuple[str, ...] | None]:
-    if not isinstance(raw, Mapping):
-        raise AllowlistError(f"repos.{repo}: settings must be a mapping", line=_line(repo))
-    for key in raw:
-        if key not in _SETTING_KEYS:
-            raise AllowlistError(
-                f"repos.{repo}: unknown key {key!r} (known: {', '.join(sorted(_SETTING_KEYS))})",
-                line=_line(key),
-            )
+    _known_keys(repo, raw)
+    assert isinstance(raw, Mapping)
     values: dict[str, Any] = {}
     for key, value in raw.items():
         where = f"repos.{repo}.{key}"
@@ -231,9 +227,10 @@ def _settings(repo: object, raw: object, entry: Entry) -> tuple[RepoSettings, tu
             values[key] = _workflow(where, value, key)
         elif key == "bisect":
             values["bisect_runs_per_day"] = _bisect(where, value, key)
-        elif key == "check_runs":
-            if value not in CHECK_RUN_MODES:
-                raise AllowlistError(f"{where} must be one of {', '.join(CHECK_RUN_MODES)}", line=_line(key))
+        elif key in ("mode", "check_runs"):
+            choices = MODES if key == "mode" else CHECK_RUN_MODES
+            if value not in choices:
+                raise AllowlistError(f"{where} must be one of {', '.join(choices)}", line=_line(key))
             values[key] = value
         elif key == "events":
             values[key] = _events(where, value, key)
@@ -267,6 +264,17 @@ def _settings(repo: object, raw: object, entry: Entry) -> tuple[RepoSettings, tu
         values["events"] = entry.settings.events
     oncalls = _oncalls(raw["oncalls"], raw["oncalls"]) if "oncalls" in raw else None
     return RepoSettings(**values), oncalls
+
+
+def _known_keys(repo: object, raw: object) -> None:
+    if not isinstance(raw, Mapping):
+        raise AllowlistError(f"repos.{repo}: settings must be a mapping", line=_line(repo))
+    for key in raw:
+        if key not in _SETTING_KEYS:
+            raise AllowlistError(
+                f"repos.{repo}: unknown key {key!r} (known: {', '.join(sorted(_SETTING_KEYS))})",
+                line=_line(key),
+            )
 
 
 def _one_of(repo: object, raw: Mapping[Any, Any], values: dict[str, Any]) -> None:

@@ -236,7 +236,7 @@ def _app_manifest(args: argparse.Namespace) -> int:
     from crcr.ops.onboard import OnboardFailed, app_manifest, manifest_form  # noqa: PLC0415
 
     try:
-        manifest = app_manifest(args.webhook_url, args.name)
+        manifest = app_manifest(args.webhook_url, args.name, shadow=args.shadow)
         if args.form:
             state = secrets.token_urlsafe(16)
             Path(args.form).write_text(manifest_form(manifest, state, args.org, args.github_url), encoding="utf-8")
@@ -495,6 +495,9 @@ def _add_onboarding(sub: Any) -> None:
     manifest.add_argument("--org", help="register the App for this organization instead of your account")
     manifest.add_argument("--form", metavar="PATH", help="also write an HTML page whose form registers the App")
     manifest.add_argument("--github-url", default="https://github.com", help="GitHub's web URL (GHES: your host)")
+    manifest.add_argument(
+        "--shadow", action="store_true", help="a shadow relay's App: read-only on the upstream, sends nothing"
+    )
 
 
 def _add_dlq(sub: Any) -> None:

@@ -343,8 +343,14 @@ def as_json(done: Done) -> str:
 MANIFEST_PATH = Path("infra") / "github-app-manifest.json"
 
 
-def app_manifest(webhook_url: str, name: str | None = None) -> dict[str, Any]:
-    """infra/github-app-manifest.json with the relay's webhook URL (and its origin as the App's homepage)."""
+# A shadow relay (CRCR_MODE=shadow) reads the upstream's events and writes nothing anywhere on GitHub.
+SHADOW_PERMISSIONS = {"contents": "read", "issues": "read", "metadata": "read", "pull_requests": "read"}
+SHADOW_EVENTS = ["pull_request", "push"]
+
+
+def app_manifest(webhook_url: str, name: str | None = None, *, shadow: bool = False) -> dict[str, Any]:
+    """infra/github-app-manifest.json with the relay's webhook URL (and its origin as the App's homepage); `shadow`:
+    read-only permissions and only the events a shadow relay plans from."""
     parts = urllib.parse.urlsplit(webhook_url)
     loopback = parts.hostname in ("127.0.0.1", "localhost", "::1")
     if not parts.hostname or not (parts.scheme == "https" or (parts.scheme == "http" and loopback)):
@@ -362,6 +368,13 @@ def app_manifest(webhook_url: str, name: str | None = None) -> dict[str, Any]:
         raise OnboardFailed(USAGE, f"{path}: {exc.strerror}") from None
     manifest["url"] = f"{parts.scheme}://{parts.netloc}"
     manifest["hook_attributes"] = {**manifest["hook_attributes"], "url": webhook_url}
+    if shadow:
+        manifest["description"] = (
+            "Cross-Repository CI Relay in shadow: plans upstream pull requests and pushes for downstream CI and "
+            "records what it would send, beside the relay in service. Read-only: it dispatches and writes nothing."
+        )
+        manifest["default_permissions"] = dict(SHADOW_PERMISSIONS)
+        manifest["default_events"] = list(SHADOW_EVENTS)
     if name:
         manifest = {"name": name, **manifest}
     return manifest

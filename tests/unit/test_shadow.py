@@ -1,0 +1,128 @@
+"""Shadow mode (crcr.domain.shadow): a shadow downstream is planned as it would be live, its decision kept with the
+payload it would have been sent or the reason it was not, and nothing is sent to it or written upstream for it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from crcr.adapters.allowlist_source import parse_allowlist
+from crcr.app.dispatch import client_payload
+from crcr.app.plan import PlannerDeps, plan_event
+from crcr.app.summaries import SummaryDeps
+from crcr.domain.errors import AllowlistError
+from crcr.domain.shadow import ShadowDecision
+from tests.unit.fakes import (
+    FakeBlobs,
+    FakeChecksQueue,
+    FakeClock,
+    FakeDispatchQueue,
+    FakeState,
+    RecordingMetrics,
+    StaticAllowlist,
+)
+from tests.unit.test_plan_usecase import BODY, _event
+from tests.unit.test_summaries import FakeDocs
+
+ALLOWLIST = (
+    "L4:\n  - org/sent\n  - org/held\n  - org/paths\nL1:\n  - org/plain\n"
+    "repos:\n  org/held:\n    trusted_authors_only: true\n  org/paths:\n    paths: ['docs/**']\n"
+)
+
+
+class Log:
+    def __init__(self) -> None:
+        self.kept: dict[tuple[str, str], ShadowDecision] = {}
+
+    def record(self, decisions: list[ShadowDecision]) -> None:
+        self.kept.update({(d.delivery_id, d.repo): d for d in decisions})
+
+
+class Files:
+    def change_files(self, upstream: str, base_sha: str, head_sha: str) -> tuple[str, ...]:
+        return ("torch/nn/linear.py",)
+
+
+def world(text: str = ALLOWLIST, mode: str = "shadow") -> tuple[PlannerDeps, Log, FakeDocs]:
+    metrics, docs, log = RecordingMetrics(), FakeDocs(), Log()
+    deps = PlannerDeps(
+        upstream="pytorch/pytorch", allowlist=StaticAllowlist(parse_allowlist(text)), blobs=FakeBlobs(),
+        prs=FakeState(), branch=FakeState(), dispatches=FakeDispatchQueue(), metrics=metrics, clock=FakeClock(),
+        files=Files(), checks=FakeChecksQueue(), pages=SummaryDeps(docs=docs, metrics=metrics, clock=FakeClock()),
+        mode=mode, shadow=log,  # type: ignore[arg-type]
+    )  # fmt: skip
+    return deps, log, docs
+
+
+def first_timer() -> dict[str, object]:
+    doc = json.loads(json.dumps(BODY))
+    doc["pull_request"]["author_association"] = "FIRST_TIME_CONTRIBUTOR"
+    doc["pull_request"]["changed_files"] = 1
+    return doc
+
+
+def test_a_shadow_relay_sends_nothing_and_keeps_each_decision_with_its_payload_or_reason() -> None:
+    shadow, log, docs = world()
+    summary = plan_event(_event(first_timer(), "d-1"), shadow)
+    assert shadow.dispatches.sent == [] and shadow.checks.sent == []  # type: ignore[attr-defined]
+    decided = {repo: (d.decision, d.reason) for (_, repo), d in log.kept.items()}
+    assert decided == {
+        "org/sent": ("dispatch", "opened"),  # what it would have been sent for
+        "org/plain": ("dispatch", "opened"),
+        "org/held": ("hold", "untrusted_author"),
+        "org/paths": ("skip", "no_matching_files"),  # an L4 one: no concluded check run either
+    }
+    assert summary.dispatched == [] and summary.shadowed["org/held"] == "hold: untrusted_author"
+    # The payload is what the live relay sends, but the ticket and callback URL it mints when sending.
+    live, _, _ = world(mode="live")
+    plan_event(_event(first_timer(), "d-1"), live)
+    sent = {m.target_repo: m for m in live.dispatches.sent}  # type: ignore[attr-defined]
+    for repo in ("org/sent", "org/plain"):
+        want = client_payload(sent[repo], "t", "u")
+        del want["ticket"], want["callback_url"]
+        assert log.kept[("d-1", repo)].payload == want
+    # The pages plan live downstreams only: a shadow one would stay "pending" for ever.
+    assert "planned" not in docs.docs.get(f"commit/{BODY['pull_request']['head']['sha']}.json", {})
+
+
+def test_one_downstream_moves_by_its_allowlist_mode_without_a_redeploy() -> None:
+    moved = ALLOWLIST + "  org/sent:\n    mode: live\n"
+    deps, log, _ = world(moved)  # a shadow deployment, one downstream live
+    plan_event(_event(first_timer(), "d-1"), deps)
+    assert [m.target_repo for m in deps.dispatches.sent] == ["org/sent"]  # type: ignore[attr-defined]
+    assert ("d-1", "org/sent") not in log.kept and ("d-1", "org/plain") in log.kept
+    back = ALLOWLIST + "  org/sent:\n    mode: shadow\n"
+    deps, log, _ = world(back, mode="live")  # a live deployment, one downstream shadowed
+    plan_event(_event(first_timer(), "d-2"), deps)
+    sent = deps.dispatches.sent  # type: ignore[attr-defined]
+    assert sorted(m.target_repo for m in sent if m.skip is None) == ["org/plain"]
+    assert log.kept[("d-2", "org/sent")].decision == "dispatch"
+
+
+def test_a_label_releases_a_held_shadow_downstream_once_as_live_would() -> None:
+    deps, log, _ = world()
+    doc = first_timer()
+    doc["action"], doc["label"] = "labeled", {"name": "ciflow/trunk"}
+    plan_event(_event(doc, "d-1"), deps)
+    assert log.kept[("d-1", "org/held")].decision == "dispatch"
+    plan_event(_event(doc, "d-2"), deps)
+    assert (log.kept[("d-2", "org/held")].decision, log.kept[("d-2", "org/held")].reason) == (
+        "skip",
+        "already_released",
+    )
+
+
+def test_the_allowlist_mode_is_live_or_shadow_and_pytorchs_file_needs_none() -> None:
+    assert parse_allowlist(ALLOWLIST).get("org/sent").settings.mode is None  # type: ignore[union-attr]
+    with pytest.raises(AllowlistError, match=r"repos.org/sent.mode must be one of live, shadow"):
+        parse_allowlist(ALLOWLIST + "  org/sent:\n    mode: maybe\n")
+
+
+def test_a_planned_event_again_keeps_the_same_decisions() -> None:
+    deps, log, _ = world()
+    plan_event(_event(first_timer(), "d-1"), deps)
+    first = dict(log.kept)
+    plan_event(_event(first_timer(), "d-1"), replace(deps, dispatches=FakeDispatchQueue()))
+    assert log.kept == first
