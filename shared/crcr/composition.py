@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from crcr.app.plan import PlannerDeps
     from crcr.app.ports.jobs import JobRecord
     from crcr.app.ports.regressions import RegressionStore
+    from crcr.app.ports.shadow import ShadowLog
     from crcr.app.reconcile import ReconcileDeps
     from crcr.app.regressions import RegressionDeps
     from crcr.app.report import ReportDeps
@@ -1002,6 +1003,15 @@ def build_onboard_github(settings: Settings) -> RepoLookup:
 def build_jwks(settings: Settings) -> Ed25519Tickets:
     """The ticket keys whose public halves the JWKS serves (the current key, then the previous one)."""
     return _tickets(settings)
+
+
+def build_shadow_reader(settings: Settings) -> tuple[str, ShadowLog, S3HudDocs | None]:
+    """`crcr shadow compare`: the upstream, the state table's shadow decisions, and the HUD bucket it may publish to."""
+    from crcr.adapters.shadow import DynamoShadow  # noqa: PLC0415
+
+    settings.require("state_table")
+    log = DynamoShadow(aws_client("dynamodb"), str(settings.state_table))
+    return settings.upstream_repo, log, build_hud_reader(settings)
 
 
 def build_regression_store(settings: Settings) -> tuple[str, RegressionStore]:

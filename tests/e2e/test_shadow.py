@@ -7,6 +7,8 @@ next event on, and moved back is not."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -136,8 +138,23 @@ def second(app_key: rsa.RSAPrivateKey) -> Any:
         assert double.internal_errors == []
 
 
+def in_service(
+    sent: dict[tuple[str, str], dict[str, Any]], events: list[tuple[str, str, bytes]]
+) -> list[dict[str, Any]]:
+    """`crcr_workflow_job` rows a relay in service would have left for the stream, with what it does differently:
+    no holds or path filters (a first-time contributor's PR and a docs-only change dispatched), one dispatch lost, one
+    redelivery dispatched twice, and an event the shadow relay never saw. L1 downstreams never report: no rows."""
+    pairs = [(d, r) for d, r in sent if r != "org-one/l1-repo"]
+    pairs.remove((events[7][1], L4))  # lost
+    pairs += [(events[2][1], HELD), (events[8][1], L4), (str(uuid.UUID(int=99)), L4)]
+    rows = [{"delivery_id": d, "downstream_repo": r, "run_id": 9000 + n, "event_type": "pull_request"}
+            for n, (d, r) in enumerate(pairs)]  # fmt: skip
+    twice = {"delivery_id": events[0][1], "downstream_repo": L4, "run_id": 8999, "event_type": "pull_request"}
+    return [*rows, twice]
+
+
 def test_a_shadow_relay_decides_what_the_live_one_sends_and_sends_nothing(
-    relay_factory: Callable[..., Relay], second: tuple[GitHubDouble, HudDouble]
+    relay_factory: Callable[..., Relay], second: tuple[GitHubDouble, HudDouble], tmp_path: Any
 ) -> None:
     events = stream()
     live = relay_factory(ALLOWLIST)
@@ -171,6 +188,29 @@ def test_a_shadow_relay_decides_what_the_live_one_sends_and_sends_nothing(
     assert {r.installation_id for r in double.requests if r.installation_id} == {1}  # the upstream's installation
     assert hud.attempts == [] and shadow.metric("DispatchSent") == 0
     assert shadow.metric("ShadowDecided") == len(found)
+
+    # `crcr shadow compare` against the relay in service's rows names every difference with its reason.
+    rows = in_service(sent, events)
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = subprocess.run(
+        [sys.executable, "-m", "crcr.ops.cli", "shadow", "compare", "--rows", str(tmp_path / "rows.jsonl"), "--json",
+         "--publish"], capture_output=True, text=True, timeout=60, env=shadow.stack.operator_env(), check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert report["differences"] == {
+        "dispatched_twice_in_service": 1, "hold: untrusted_author": 1, "no_rows_in_service": 1,
+        "not_seen_by_shadow": 1, "skip: no_matching_files": 1,
+    }  # fmt: skip
+    by_delivery = {e["delivery_id"]: e for e in report["events"]}
+    assert by_delivery[events[7][1]]["only_shadow"] == [{"repo": L4, "reason": "no_rows_in_service"}]
+    assert by_delivery[events[2][1]]["only_in_service"] == [
+        {"repo": HELD, "reason": "hold: untrusted_author", "runs": 1}
+    ]
+    assert report["pairs_compared"] == report["pairs_agreeing"] + 5 and 0 < report["agreement"] < 1
+    assert {"repo": "org-one/l1-repo", "reason": "l1_never_reports"} in by_delivery[events[0][1]]["not_compared"]
+    status, published = http("GET", f"{shadow.url}/hud/api/crcr/shadow/compare")
+    assert status == 200 and published["differences"] == report["differences"]
     # The pages show the decisions apart from live results, in words, at desktop and phone widths.
     with headless() as browser:
         for width in (1400, 390):
@@ -181,6 +221,12 @@ def test_a_shadow_relay_decides_what_the_live_one_sends_and_sends_nothing(
             member = page.locator(f'li[data-delivery="{events[0][1]}"] li[data-repo="{L4}"]')
             assert "WOULD DISPATCH" in member.inner_text() and member.locator("details").count() == 1
             assert page.locator("li.shadow-event").count() == len(events) - 1
+            agreement = page.locator("#agreement").inner_text()
+            assert agreement.startswith(
+                f"{report['pairs_agreeing']} of {report['pairs_compared']} event and downstream"
+            )
+            lost = page.locator(f'ul.differences li[data-delivery="{events[7][1]}"]').inner_text()
+            assert lost.endswith("only this relay would dispatch · no rows in service")
             skipped = page.locator(f'li[data-delivery="{events[-1][1]}"] li[data-repo="{L4}"]')
             said = " ".join(skipped.inner_text().split())
             assert skipped.locator(".sstate").is_visible() and said == f"{L4} L4 SKIPPED · no matching files"

@@ -98,3 +98,29 @@ def test_allowlist_check_refuses_an_empty_allowlist_unless_allowed(tmp_path: Pat
 
     assert allowed.returncode == 0, allowed.stderr
     assert allowed.stdout.splitlines()[-1] == "0 repositories"
+
+
+@pytest.mark.parametrize(
+    ("rows", "line"),
+    [
+        (None, "crcr shadow compare: {path}: No such file or directory"),
+        (
+            '{"delivery_id": "d-1", "run_id": 5}\n',
+            "crcr shadow compare: {path}: row 1 needs delivery_id, downstream_repo",
+        ),
+        (
+            '[{"delivery_id": "d-1", "downstream_repo": "o/r", "run_id": 1}]',
+            "crcr shadow compare: missing configuration",
+        ),
+    ],
+    ids=["no-file", "row-without-repo", "no-state-table"],
+)
+def test_shadow_compare_names_the_row_or_setting_it_cannot_use(tmp_path: Path, rows: str | None, line: str) -> None:
+    path = tmp_path / "rows.jsonl"
+    if rows is not None:
+        path.write_text(rows)
+    done = crcr(tmp_path, "shadow", "compare", "--rows", str(path))
+
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(line.format(path=path)), done.stderr
+    assert len(done.stderr.splitlines()) == 1

@@ -13,7 +13,7 @@ from crcr.app.dispatch import client_payload
 from crcr.app.plan import PlannerDeps, plan_event
 from crcr.app.summaries import SummaryDeps
 from crcr.domain.errors import AllowlistError
-from crcr.domain.shadow import ShadowDecision
+from crcr.domain.shadow import LiveRow, ShadowDecision, compare
 from tests.unit.fakes import (
     FakeBlobs,
     FakeChecksQueue,
@@ -126,3 +126,35 @@ def test_a_planned_event_again_keeps_the_same_decisions() -> None:
     first = dict(log.kept)
     plan_event(_event(first_timer(), "d-1"), replace(deps, dispatches=FakeDispatchQueue()))
     assert log.kept == first
+
+
+def decided(
+    delivery: str, repo: str, decision: str = "dispatch", reason: str = "opened", level: int = 2
+) -> ShadowDecision:
+    return ShadowDecision(
+        delivery_id=delivery, received_at=float(ord(delivery[-1])), event="pull_request", action="opened",
+        upstream="pytorch/pytorch", pr=1, head_sha="a" * 40, repo=repo, level=level, decision=decision, reason=reason,
+    )  # fmt: skip
+
+
+def test_the_comparison_names_each_difference_and_leaves_l1_out() -> None:
+    decisions = [
+        decided("d-1", "org/a"), decided("d-1", "Org/B"), decided("d-1", "org/l1", level=1),
+        decided("d-1", "org/held", "hold", "untrusted_author"), decided("d-1", "org/quiet", "skip", "label_only"),
+        decided("d-2", "org/a"),
+    ]  # fmt: skip
+    rows = [
+        LiveRow("d-1", "org/a", "1"), LiveRow("d-1", "org/a", "1"),  # two jobs of one run: one dispatch
+        LiveRow("d-1", "org/b", "2"), LiveRow("d-1", "org/b", "3"),  # two runs: dispatched twice (names any case)
+        LiveRow("d-1", "org/held", "4"), LiveRow("d-9", "org/a", "5"),
+    ]  # fmt: skip
+    report = compare(decisions, rows)
+    assert report["differences"] == {
+        "dispatched_twice_in_service": 1, "hold: untrusted_author": 1, "no_rows_in_service": 1, "not_seen_by_shadow": 1
+    }  # fmt: skip
+    assert (report["pairs_compared"], report["pairs_agreeing"], report["agreement"]) == (5, 1, 0.2)
+    first = next(e for e in report["events"] if e["delivery_id"] == "d-1")
+    assert first["not_compared"] == [{"repo": "org/l1", "reason": "l1_never_reports"}]
+    assert {d["repo"] for d in first["both"]} == {"org/a", "Org/B"}  # org/quiet: neither dispatched, not listed
+    assert report["events"][-1]["delivery_id"] == "d-9"  # never seen by shadow: last
+    assert compare([], [])["agreement"] is None

@@ -533,7 +533,26 @@ function shadowLine(d) {
     d.reason ? el("span", { class: "reason" }, ` · ${d.reason.replace(/_/g, " ")}`) : null, payload);
 }
 
-function renderShadow(doc) {
+// The last comparison with the relay in service (crcr shadow compare --publish): its agreement and each difference.
+function renderCompared(report) {
+  if (!report) return el("p", { class: "meta" }, "No comparison with the relay in service published yet (crcr shadow compare --publish).");
+  const share = report.agreement === null || report.agreement === undefined ? "" : ` (${(report.agreement * 100).toFixed(1)}%)`;
+  const lines = [];
+  for (const e of report.events || []) {
+    const what = e.pr ? `PR #${e.pr}` : e.event || "event";
+    for (const d of e.only_shadow || []) lines.push([e, what, d, "only this relay would dispatch"]);
+    for (const d of e.only_in_service || []) lines.push([e, what, d, "only the relay in service dispatched"]);
+    for (const d of (e.both || []).filter((b) => b.reason)) lines.push([e, what, d, "both dispatched"]);
+  }
+  return el("section", { class: "compared", "aria-label": "comparison with the relay in service" },
+    el("h2", {}, "Compared with the relay in service"),
+    el("p", { class: "meta", id: "agreement" }, `${report.pairs_agreeing} of ${plural(report.pairs_compared, "event and downstream pair")} agree${share}, compared `, when(report.compared_at), "."),
+    lines.length ? el("ul", { class: "differences" }, lines.map(([e, what, d, side]) =>
+      el("li", { "data-delivery": e.delivery_id, "data-repo": d.repo }, el("strong", {}, what), ` · ${d.repo}: ${side} · `,
+        el("span", { class: "reason" }, String(d.reason).replace(/_/g, " "))))) : el("p", { class: "empty" }, "No difference."));
+}
+
+function renderShadow(doc, compared) {
   const decisions = (doc && doc.decisions) || [];
   const events = new Map();
   for (const d of decisions) events.set(d.delivery_id, [...(events.get(d.delivery_id) || []), d]);
@@ -545,6 +564,8 @@ function renderShadow(doc) {
     el("h1", {}, "Shadow decisions"),
     el("p", { class: "meta" }, intro, " Each event lists, per downstream, the dispatch it would have sent or why it was held or skipped. ",
       "None of it reached a downstream, a check run, a comment or PyTorch's HUD."),
+    renderCompared(compared),
+    el("h2", {}, "Decisions, newest event first"),
     events.size ? el("ol", { class: "shadow-events" }, [...events.values()].map((ds) =>
       el("li", { class: "shadow-event", "data-delivery": ds[0].delivery_id }, shadowEvent(ds[0]),
         el("ul", { class: "shadow-decisions" }, ds.sort((a, b) => a.repo.localeCompare(b.repo)).map(shadowLine)))))
@@ -929,8 +950,9 @@ async function load(r) {
   }
   if (r.kind === "pr") return { doc: await fetchDoc(`/hud/data/pr/${r.pr}.json`) };
   if (r.kind === "shadow") {
-    const doc = await fetchDoc("/hud/api/crcr/shadow");
-    return { doc: doc ? { ...doc, stamp: (doc.decisions || []).map((d) => `${d.delivery_id}/${d.repo}`).join(",") } : { decisions: [] } };
+    const [doc, compared] = await Promise.all([fetchDoc("/hud/api/crcr/shadow"), fetchDoc("/hud/api/crcr/shadow/compare").catch(() => null)]);
+    const stamp = [(doc && doc.decisions || []).map((d) => `${d.delivery_id}/${d.repo}`).join(","), compared ? compared.compared_at : ""].join("|");
+    return { doc: { ...(doc || { decisions: [] }), stamp }, extra: compared };
   }
   if (r.kind === "repo") {
     const [doc, published, regs] = await Promise.all([fetchDoc(repoDoc(r.repo)),
@@ -960,7 +982,7 @@ async function render() {
   let content;
   if (r.kind === "overview") content = renderOverview(doc || { commits: [] }, r.view, loaded.regs);
   else if (r.kind === "nightly") content = renderNightly(doc, loaded.extra, loaded.regs);
-  else if (r.kind === "shadow") content = renderShadow(doc);
+  else if (r.kind === "shadow") content = renderShadow(doc, loaded.extra);
   else if (!doc) content = renderNotFound(r, loaded.detail);
   else if (r.kind === "commit") content = renderCommit(doc);
   else if (r.kind === "pr") content = await renderPr(doc);

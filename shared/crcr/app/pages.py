@@ -30,6 +30,7 @@ LEVEL_STATUS = "/hud/api/crcr/level-status"  # PyTorch's GET /api/crcr/level-sta
 REGRESSIONS = "/hud/api/crcr/regressions"  # open and recently closed regressions, as the reporter last wrote them
 NO_REGRESSIONS = b'{"schema":1,"regressions":[]}'
 SHADOW = "/hud/api/crcr/shadow"  # what a shadow relay decided, newest first (crcr.app.shadow)
+SHADOW_COMPARE = "/hud/api/crcr/shadow/compare"  # the last `crcr shadow compare --publish` report
 NO_SHADOW = b'{"schema":1,"decisions":[]}'
 ASSET = re.compile(r"^/hud/static/([a-z0-9-]+\.(?:css|js|svg))$")
 TYPES = {"html": "text/html; charset=utf-8", "css": "text/css; charset=utf-8", "js": "text/javascript; charset=utf-8"}
@@ -77,6 +78,12 @@ def serve(
     if path == REGRESSIONS:
         body = docs.read("regressions.json") if docs is not None else None
         return _answer(200, body if body is not None else NO_REGRESSIONS, "json", "no-cache")
+    if path == SHADOW_COMPARE:
+        body = docs.read("shadow-compare.json") if docs is not None else None
+        if body is not None:
+            return _answer(200, body, "json", "no-cache")
+        message = b'{"error":"not_computed","message":"no comparison published yet: crcr shadow compare --publish"}'
+        return _answer(503, message, "json", "no-cache")
     if path == SHADOW:
         return _answer(200, json.dumps(shadow()).encode() if shadow is not None else NO_SHADOW, "json", "no-cache")
     if PAGE.fullmatch(path):

@@ -47,3 +47,88 @@ class ShadowDecision:
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ShadowDecision:
         return cls(**{k: doc[k] for k in cls.__dataclass_fields__ if k in doc})
+
+
+@dataclass(frozen=True)
+class LiveRow:
+    """One job row the relay in service left in PyTorch's HUD (`crcr_workflow_job`): which delivery dispatched which
+    downstream, and the run it started."""
+
+    delivery_id: str
+    repo: str
+    run_id: str
+    event_type: str = ""
+    pr: int | None = None
+    head_sha: str = ""
+
+
+# Why the two relays differ on one downstream of one event, as the comparison names it.
+HELD_OR_SKIPPED = "shadow did not dispatch"  # followed by the shadow decision's reason
+NOT_SEEN = "not_seen_by_shadow"  # the shadow relay has no decision for the event (it was not running, or never got it)
+LOST = "no_rows_in_service"  # shadow would dispatch; the relay in service has no row (lost, or never reported)
+DUPLICATED = "dispatched_twice_in_service"  # the relay in service started more than one run for the delivery
+L1_NO_ROWS = "l1_never_reports"  # an L1 downstream never reports: nothing to compare
+
+
+def compare(decisions: list[ShadowDecision], rows: list[LiveRow]) -> dict[str, Any]:
+    """Per upstream event, the downstreams both relays dispatched, those only one did, each difference with its
+    reason, and the share of (event, downstream) pairs on which they agree. L1 downstreams, which never report, are
+    listed apart, not compared."""
+    runs: dict[tuple[str, str], set[str]] = {}
+    for r in rows:
+        runs.setdefault((r.delivery_id, r.repo.lower()), set()).add(r.run_id)
+    shadow = {(d.delivery_id, d.repo.lower()): d for d in decisions}
+    about = {d.delivery_id: d for d in decisions}
+    events: dict[str, dict[str, Any]] = {}
+
+    def event(delivery: str) -> dict[str, Any]:
+        if delivery not in events:
+            d = about.get(delivery)
+            live = next((r for r in rows if r.delivery_id == delivery), None)
+            events[delivery] = {
+                "delivery_id": delivery,
+                "event": d.event if d else (live.event_type if live else ""),
+                "pr": d.pr if d else (live.pr if live else None),
+                "head_sha": d.head_sha if d else (live.head_sha if live else ""),
+                "received_at": d.received_at if d else None,
+                "both": [], "only_shadow": [], "only_in_service": [], "not_compared": [],
+            }  # fmt: skip
+        return events[delivery]
+
+    agree = compared = 0
+    reasons: dict[str, int] = {}
+    for key in sorted(set(shadow) | set(runs)):
+        delivery, repo = key
+        d, started = shadow.get(key), runs.get(key, set())
+        out = event(delivery)
+        name = d.repo if d else repo
+        if d is not None and d.decision == DISPATCH and not started and d.level == 1:
+            out["not_compared"].append({"repo": name, "reason": L1_NO_ROWS})
+            continue
+        if not started and (d is None or d.decision != DISPATCH):
+            continue  # neither relay dispatched it: nothing to compare
+        compared += 1
+        reason = None
+        if d is not None and d.decision == DISPATCH and started:
+            if len(started) > 1:
+                reason = DUPLICATED
+            out["both"].append({"repo": name, "runs": len(started)} | ({"reason": reason} if reason else {}))
+        elif d is not None and d.decision == DISPATCH:
+            reason = LOST
+            out["only_shadow"].append({"repo": name, "reason": reason})
+        else:
+            reason = f"{d.decision}: {d.reason}" if d is not None else NOT_SEEN
+            out["only_in_service"].append({"repo": name, "reason": reason, "runs": len(started)})
+        if reason is None:
+            agree += 1
+        else:
+            reasons[reason] = reasons.get(reason, 0) + 1
+    listed = sorted(events.values(), key=lambda e: (e["received_at"] is None, -(e["received_at"] or 0)))
+    return {
+        "schema": 1,
+        "events": listed,
+        "pairs_compared": compared,
+        "pairs_agreeing": agree,
+        "agreement": round(agree / compared, 4) if compared else None,
+        "differences": dict(sorted(reasons.items())),
+    }

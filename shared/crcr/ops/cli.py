@@ -170,6 +170,40 @@ def _secs(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
+def _shadow(args: argparse.Namespace) -> int:
+    import time  # noqa: PLC0415
+
+    from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
+
+    from crcr.composition import build_shadow_reader, load_settings  # noqa: PLC0415
+    from crcr.domain.shadow import compare  # noqa: PLC0415
+    from crcr.ops.export import ExportError, parse_since  # noqa: PLC0415
+    from crcr.ops.shadow import KEEP, CompareError, read_rows, render  # noqa: PLC0415
+    from crcr.settings import ConfigError  # noqa: PLC0415
+
+    try:
+        rows = read_rows(Path(args.rows))
+        since = parse_since(args.since).timestamp() if args.since else 0.0
+        until = parse_since(args.until).timestamp() if args.until else time.time()
+    except (CompareError, ExportError, ValueError) as exc:
+        print(f"crcr shadow compare: {exc}", file=sys.stderr)
+        return 2
+    try:
+        upstream, log, docs = build_shadow_reader(load_settings())
+        report = compare(log.between(upstream, since, until), rows) | {"upstream": upstream, "compared_at": time.time()}
+        if args.publish:
+            if docs is None:
+                raise ConfigError("--publish needs the HUD bucket (CRCR_HUD_BUCKET)")
+            _, tag = docs.get(KEEP)
+            if not docs.put(KEEP, report, tag):
+                raise ConfigError(f"{KEEP} changed while it was written: run again")
+    except (ConfigError, OSError, BotoCoreError, ClientError) as exc:
+        print(f"crcr shadow compare: {_problem(exc)}", file=sys.stderr)
+        return 2
+    print(render(report, args.json))
+    return 0
+
+
 def _problem(exc: Exception) -> str:
     """One line naming what is missing or wrong."""
     from botocore.exceptions import (  # noqa: PLC0415
@@ -565,6 +599,32 @@ def _add_send_follow(sub: Any) -> None:
     follow.add_argument("--json", action="store_true", help="the raw JSON lines of those steps instead")
 
 
+def _add_shadow(sub: Any) -> None:
+    shadow = sub.add_parser("shadow", help="a shadow relay's decisions (uses AWS like dlq)")
+    shadow_sub = shadow.add_subparsers(dest="shadow_command", required=True)
+    against = shadow_sub.add_parser(
+        "compare", help="against what the relay in service did: the rows PyTorch's HUD keeps for it (crcr_workflow_job)"
+    )
+    against.add_argument("--rows", required=True, help="its crcr_workflow_job rows: JSON lines, CSV with names or JSON")
+    against.add_argument("--since", help="events received from (ISO 8601; default: every decision kept)")
+    against.add_argument("--until", help="events received up to (ISO 8601; default: now)")
+    against.add_argument("--json", action="store_true", help="print the report as JSON")
+    against.add_argument("--publish", action="store_true", help="also keep it for GET /hud/api/crcr/shadow/compare")
+
+
+def _add_regressions(sub: Any) -> None:
+    regressions = sub.add_parser(
+        "regressions", help="downstream jobs broken on the default branch, with their ranges (uses AWS like dlq)"
+    )
+    regressions.add_argument(
+        "action", nargs="?", choices=["list", "cancel"], default="list", help="cancel: stop bisecting (--repo, --job)"
+    )
+    regressions.add_argument("--job", help="with cancel: one job only")
+    regressions.add_argument("--json", action="store_true", help="print the HUD route's entries as JSON")
+    regressions.add_argument("--repo", help="one downstream repository only")
+    regressions.add_argument("--open", action="store_true", help="open regressions only")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="crcr", description="Cross-Repository CI Relay")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -591,16 +651,8 @@ def main(argv: list[str] | None = None) -> int:
     health.add_argument("--json", action="store_true", help="print a JSON list instead of the table")
     health.add_argument("--window-days", type=_positive, default=None, help="days of dispatches to judge (default 14)")
     health.add_argument("--min-jobs", type=_positive, default=None, help="fewest finished jobs to judge (default 10)")
-    regressions = sub.add_parser(
-        "regressions", help="downstream jobs broken on the default branch, with their ranges (uses AWS like dlq)"
-    )
-    regressions.add_argument(
-        "action", nargs="?", choices=["list", "cancel"], default="list", help="cancel: stop bisecting (--repo, --job)"
-    )
-    regressions.add_argument("--job", help="with cancel: one job only")
-    regressions.add_argument("--json", action="store_true", help="print the HUD route's entries as JSON")
-    regressions.add_argument("--repo", help="one downstream repository only")
-    regressions.add_argument("--open", action="store_true", help="open regressions only")
+    _add_shadow(sub)
+    _add_regressions(sub)
     hud = sub.add_parser("hud", help="PyTorch's HUD data (uses AWS credentials / AWS_ENDPOINT_URL)")
     hud_sub = hud.add_subparsers(dest="hud_command", required=True)
     export = hud_sub.add_parser(
@@ -629,26 +681,13 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "local":
         return _local(args.port, args.host, args.follow)
-    if args.command == "send":
-        return _send(args)
-    if args.command == "follow":
-        return _follow(args)
     if args.command == "allowlist":
         return _allowlist_check(args.file, args.allow_empty)
-    if args.command == "dlq":
-        return _dlq(args)
-    if args.command == "health":
-        return _health(args)
-    if args.command == "hud":
-        return _hud_export(args)
-    if args.command == "regressions":
-        return _regressions(args)
-    if args.command == "onboard":
-        return _onboard(args)
-    if args.command == "app-manifest":
-        return _app_manifest(args)
-    if args.command == "keys":
-        return _keys_rotate(args)
+    commands = {"send": _send, "follow": _follow, "dlq": _dlq, "health": _health, "hud": _hud_export,
+                "regressions": _regressions, "shadow": _shadow, "onboard": _onboard, "app-manifest": _app_manifest,
+                "keys": _keys_rotate}  # fmt: skip
+    if args.command in commands:
+        return commands[args.command](args)
     from crcr.ops.demo import run_demo  # noqa: PLC0415
 
     return run_demo(None if args.keep < 0 else args.keep)
