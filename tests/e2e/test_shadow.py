@@ -21,7 +21,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from tests.conftest import APP_ID, LISTED, ROOT, Relay, event_body, http
 from tests.doubles.github_double import DEFAULT_PERMISSIONS, GitHubDouble
 from tests.doubles.hud import HudDouble
+from tests.doubles.oidc_issuer import OidcIssuer
 from tests.e2e.browser import headless, open_page
+from tests.e2e.test_callback import Scenario, oidc  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.e2e
 UPSTREAM, L4, HELD = "pytorch/pytorch", "org-four/L4-Repo", "org-two/l2-repo"
@@ -234,22 +236,37 @@ def test_a_shadow_relay_decides_what_the_live_one_sends_and_sends_nothing(
 
 def test_a_downstream_moved_to_live_in_the_allowlist_is_dispatched_from_the_next_event_and_moved_back_is_not(
     relay_factory: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811 - the fixture
 ) -> None:
-    relay = relay_factory(ALLOWLIST, env={"CRCR_MODE": "shadow", "CRCR_ALLOWLIST_REFRESH_S": "1"})
+    env = {"CRCR_MODE": "shadow", "CRCR_ALLOWLIST_REFRESH_S": "1", "CRCR_OIDC_ISSUER": oidc.url,
+           "CRCR_OIDC_AUDIENCE": "crcr,pytorch-cross-repo-ci-relay"}  # fmt: skip
+    relay = relay_factory(ALLOWLIST, env=env)
     prepare(relay.github)
     events = stream()
-    send(relay, events[:2])
-    decisions(relay, want=len(LISTED))
+    send(relay, events[:3])
+    decisions(relay, want=2 * len(LISTED))
     assert all(relay.github.dispatches(r) == [] for r in LISTED)
-    relay.allowlist.write_text(ALLOWLIST + "  org-one/l1-repo:\n    mode: live\n")
-    time.sleep(1.5)  # the allowlist is read again within a second on `crcr local`
-    send(relay, events[2:3])
-    relay.wait_dispatches({"org-one/l1-repo": 1})
-    assert [d["client_payload"]["delivery_id"] for d in relay.github.dispatches("org-one/l1-repo")] == [events[2][1]]
-    assert all(relay.github.dispatches(r) == [] for r in LISTED if r != "org-one/l1-repo")
-    relay.allowlist.write_text(ALLOWLIST + "  org-one/l1-repo:\n    mode: shadow\n")
+    relay.allowlist.write_text(ALLOWLIST.replace("    skip_drafts: true\n", "    skip_drafts: true\n    mode: live\n"))
+    time.sleep(1.5)  # the allowlist is read again after a second here (CRCR_ALLOWLIST_REFRESH_S)
+    push = events[6][1]
+    send(relay, events[6:7])
+    relay.wait_dispatches({HELD: 1})
+    assert [d["client_payload"]["delivery_id"] for d in relay.github.dispatches(HELD)] == [push]
+    assert all(relay.github.dispatches(r) == [] for r in LISTED if r != HELD)
+    # Its run reports with PyTorch's callback action unchanged: its body, its audience.
+    s = Scenario(relay, oidc, push, "")
+    theirs = {
+        "schema_version": "1", "delivery_id": push, "payload": {},
+        "workflow": {"status": "completed", "conclusion": "success", "name": "OOT L2 CI", "job_name": "build",
+                     "url": f"https://github.com/{HELD}/actions/runs/777", "run_id": "777", "run_attempt": 1},
+    }  # fmt: skip
+    assert s.post(theirs, s.token(HELD, audience="pytorch-cross-repo-ci-relay")) == (200, {"status": "recorded"})
+    [job] = s.jobs()
+    assert (job["repo"], job["state"], job["conclusion"], job["delivery_id"]) == (HELD, "completed", "success", push)
+    # Moved back: the next event is recorded, not sent.
+    relay.allowlist.write_text(ALLOWLIST)
     time.sleep(1.5)
-    send(relay, events[3:4])
-    found = decisions(relay, want=len(LISTED) * 2 + 3 + len(LISTED))
-    assert len(relay.github.dispatches("org-one/l1-repo")) == 1
-    assert {d["repo"] for d in found if d["delivery_id"] == events[3][1]} == set(LISTED)
+    send(relay, events[8:9])
+    found = decisions(relay, want=2 * len(LISTED) + 3 + len(LISTED))
+    assert len(relay.github.dispatches(HELD)) == 1
+    assert {(d["repo"], d["decision"]) for d in found if d["delivery_id"] == events[8][1]} >= {(HELD, "dispatch")}
