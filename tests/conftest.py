@@ -94,6 +94,7 @@ LONGEST_FIRST = (
     "tests/e2e/test_callback.py",
     "tests/e2e/test_pr_comment.py",
     "tests/e2e/test_relay.py",
+    "tests/e2e/test_replay.py",
     "tests/e2e/test_soak_small.py",
     "tests/e2e/test_check_runs.py",
     "tests/e2e/test_buildkite_dispatch.py",
@@ -103,6 +104,7 @@ LONGEST_FIRST = (
     "tests/e2e/test_demo.py",
     "tests/e2e/test_webhook_edge.py",
     "tests/e2e/test_send_follow.py",
+    "tests/e2e/test_shadow.py",
 )
 
 

@@ -124,3 +124,24 @@ def test_shadow_compare_names_the_row_or_setting_it_cannot_use(tmp_path: Path, r
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith(line.format(path=path)), done.stderr
     assert len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "extra", "line"),
+    [
+        ('[{"guid": "g"}]', ["--secret", "s"], "crcr replay: entry 1: needs request.payload"),
+        ('{"request": {"payload": {}}, "event": "push"}\n', ["--secret", "s"], "crcr replay: entry 1: a delivery log"),
+        ("not json", ["--secret", "s"], "crcr replay: {path}: not JSON"),
+        ("[]", [], "crcr replay: the relay's webhook secret: --secret, or CRCR_WEBHOOK_SECRET"),
+    ],
+    ids=["neither-shape", "no-guid", "not-json", "no-secret"],
+)
+def test_replay_names_the_entry_it_cannot_send_before_sending_any(
+    tmp_path: Path, content: str, extra: list[str], line: str
+) -> None:
+    path = tmp_path / "deliveries.json"
+    path.write_text(content)
+    done = crcr(tmp_path, "replay", str(path), "--url", "http://127.0.0.1:9", *extra)
+
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(line.format(path=path)), done.stderr

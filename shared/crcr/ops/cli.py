@@ -204,6 +204,27 @@ def _shadow(args: argparse.Namespace) -> int:
     return 0
 
 
+def _replay(args: argparse.Namespace) -> int:
+    import os  # noqa: PLC0415
+
+    from crcr.ops.replay import ReplayError, read, replay  # noqa: PLC0415
+
+    secret = args.secret or os.environ.get("CRCR_WEBHOOK_SECRET", "")
+    try:
+        if not secret:
+            raise ReplayError("the relay's webhook secret: --secret, or CRCR_WEBHOOK_SECRET")
+        deliveries, skipped = read(Path(args.file))
+    except ReplayError as exc:
+        print(f"crcr replay: {exc}", file=sys.stderr)
+        return 2
+    done = replay(deliveries, args.url, secret, args.rate)
+    done.skipped = skipped
+    print(json.dumps(done.to_json()) if args.json else done.line())
+    for line in done.refused:
+        print(f"refused: {line}", file=sys.stderr)
+    return 1 if done.refused else 0
+
+
 def _problem(exc: Exception) -> str:
     """One line naming what is missing or wrong."""
     from botocore.exceptions import (  # noqa: PLC0415
@@ -612,6 +633,15 @@ def _add_shadow(sub: Any) -> None:
     against.add_argument("--publish", action="store_true", help="also keep it for GET /hud/api/crcr/shadow/compare")
 
 
+def _add_replay(sub: Any) -> None:
+    replay = sub.add_parser("replay", help="send recorded webhook deliveries through a relay again, in order")
+    replay.add_argument("file", help="GitHub's delivery log entries, or {headers, body} per delivery (JSON)")
+    replay.add_argument("--url", required=True, help="the relay (crcr local's url, or the stack's base URL)")
+    replay.add_argument("--secret", help="its webhook secret (default CRCR_WEBHOOK_SECRET)")
+    replay.add_argument("--rate", type=float, default=0.0, help="deliveries a second at most (default: one by one)")
+    replay.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
 def _add_regressions(sub: Any) -> None:
     regressions = sub.add_parser(
         "regressions", help="downstream jobs broken on the default branch, with their ranges (uses AWS like dlq)"
@@ -652,6 +682,7 @@ def main(argv: list[str] | None = None) -> int:
     health.add_argument("--window-days", type=_positive, default=None, help="days of dispatches to judge (default 14)")
     health.add_argument("--min-jobs", type=_positive, default=None, help="fewest finished jobs to judge (default 10)")
     _add_shadow(sub)
+    _add_replay(sub)
     _add_regressions(sub)
     hud = sub.add_parser("hud", help="PyTorch's HUD data (uses AWS credentials / AWS_ENDPOINT_URL)")
     hud_sub = hud.add_subparsers(dest="hud_command", required=True)
@@ -684,8 +715,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "allowlist":
         return _allowlist_check(args.file, args.allow_empty)
     commands = {"send": _send, "follow": _follow, "dlq": _dlq, "health": _health, "hud": _hud_export,
-                "regressions": _regressions, "shadow": _shadow, "onboard": _onboard, "app-manifest": _app_manifest,
-                "keys": _keys_rotate}  # fmt: skip
+                "regressions": _regressions, "shadow": _shadow, "replay": _replay, "onboard": _onboard,
+                "app-manifest": _app_manifest, "keys": _keys_rotate}  # fmt: skip
     if args.command in commands:
         return commands[args.command](args)
     from crcr.ops.demo import run_demo  # noqa: PLC0415
