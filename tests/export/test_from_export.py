@@ -8,6 +8,7 @@ import json
 import time
 import uuid
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,9 +16,9 @@ import pytest
 from crcr.adapters.results import DynamoResults
 from crcr.adapters.table_export import ExportUnreadable, export_jobs
 from crcr.local.template import load_template
-from crcr.ops.export import select_rows
+from crcr.ops.export import select_rows, write
 from tests.conftest import ROOT
-from tests.export.conftest import BUCKET, RESULTS_TABLE, Aws, create_results_table
+from tests.export.conftest import BUCKET, RESULTS_TABLE, Aws, ClickHouse, create_results_table
 from tests.export.jobs import recorded_jobs
 
 
@@ -117,7 +118,7 @@ def test_an_export_laid_out_as_aws_documents_it(aws: Aws) -> None:
         ({}, "no DynamoDB export under it"),
         ({"AWSDynamoDB/e/data/a.json.gz": b"plain text"}, "not a gzip of UTF-8 lines"),
         ({"AWSDynamoDB/e/data/a.json.gz": gzip.compress(b'{"Item": {"pk": ')}, "line 1: not JSON"),
-        ({"AWSDynamoDB/e/data/a.json.gz": gzip.compress(b'{"Keys": {}}\n')}, 'not a full-export line ({"Item"'),
+        ({"AWSDynamoDB/e/data/a.json.gz": gzip.compress(b'{"Image": {}}\n')}, 'not an export line ({"Item"'),
         (
             {"AWSDynamoDB/e/data/a.json.gz": gzip.compress(b'{"Item": {"pk": {"S": "DSP#x"}, "sk": {"S": "JOB#1"}}}')},
             "line 1: not a job record (KeyError: 'dispatch_id')",
@@ -128,7 +129,7 @@ def test_an_export_laid_out_as_aws_documents_it(aws: Aws) -> None:
                 "AWSDynamoDB/e/manifest-summary.json": b'{"outputFormat": "ION", "exportType": "FULL_EXPORT"}',
                 "AWSDynamoDB/e/manifest-files.json": b"",
             },
-            "a ION FULL_EXPORT; export the table in full as DYNAMODB_JSON",
+            "a ION FULL_EXPORT; export the table as DYNAMODB_JSON",
         ),
     ],
 )
@@ -144,3 +145,54 @@ def test_an_unreadable_export_says_where_and_why(aws: Aws, files: dict[str, byte
 def test_a_missing_bucket_is_unreadable(aws: Aws) -> None:
     with pytest.raises(ExportUnreadable, match="NoSuchBucket"):
         list(export_jobs(aws.s3, "s3://no-such-bucket/exports"))
+
+
+def of(item: dict[str, Any], job: Any) -> bool:
+    return bool(item.get("run_id", {}).get("S") == job.run_id and item.get("job_name", {}).get("S") == job.job_name)
+
+
+def test_a_full_export_and_the_incremental_ones_after_it_give_the_tables_rows_in_clickhouse(
+    aws: Aws, clickhouse: ClickHouse, tmp_path: Path
+) -> None:
+    """The schedule's exports under one prefix (a full one as moto writes it, then an incremental one laid out as
+    AWS documents it, with a job finished and another deleted since): the newest image of each job wins, the deletion
+    holds, and ClickHouse loads the rows `crcr hud export` makes of them as it loads the table's own."""
+    table = "crcr-test-Results-incremental"
+    create_results_table(aws.dynamodb, table)
+    results = DynamoResults(aws.dynamodb, table)
+    jobs = recorded_jobs()
+    for job in jobs:
+        assert results.put_job(job, None)
+    moto_export(aws, table, "exports/scheduled/full")
+    running = next(job for job in jobs if job.state == "in_progress")
+    done = replace(running, state="completed", conclusion="success", completed_at=running.started_at + 60, version=2)
+    assert results.put_job(done, running.version)
+    gone = next(job for job in jobs if job.state == "completed")
+    items = {(i["pk"]["S"], i["sk"]["S"]): i for i in aws.dynamodb.scan(TableName=table, ConsistentRead=True)["Items"]}
+    gone_key = next(k for k, i in items.items() if of(i, gone))
+    aws.dynamodb.delete_item(TableName=table, Key={"pk": {"S": gone_key[0]}, "sk": {"S": gone_key[1]}})
+    finished = next(i for i in items.values() if of(i, running) and i["state"]["S"] == "completed")
+    now_us = int((time.time() + 5) * 1e6)
+    lines = [
+        {"Metadata": {"WriteTimestampMicros": {"N": str(now_us)}}, "Keys": {"pk": finished["pk"], "sk": finished["sk"]},
+         "NewImage": finished},
+        {"Metadata": {"WriteTimestampMicros": {"N": str(now_us)}},
+         "Keys": {"pk": {"S": gone_key[0]}, "sk": {"S": gone_key[1]}}},
+    ]  # fmt: skip
+    root = "exports/scheduled/incremental/AWSDynamoDB/01764550800000-e5f6a7b8"
+    put(aws, f"{root}/data/abc.json.gz", gzip.compress("".join(json.dumps(x) + "\n" for x in lines).encode()))
+    put(aws, f"{root}/manifest-files.json", json.dumps({"dataFileS3Key": f"{root}/data/abc.json.gz"}).encode())
+    to_time = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(now_us / 1e6))
+    summary = {"outputFormat": "DYNAMODB_JSON", "exportType": "INCREMENTAL_EXPORT", "exportToTime": to_time,
+               "exportFromTime": "2026-12-01T00:00:00.000Z", "outputView": "NEW_AND_OLD_IMAGES"}  # fmt: skip
+    put(aws, f"{root}/manifest-summary.json", json.dumps(summary).encode())
+
+    rows = select_rows(export_jobs(aws.s3, f"s3://{BUCKET}/exports/scheduled"))
+    assert rows == table_rows(aws, table)
+    assert not [r for r in rows if r["run_id"] == int(gone.run_id) and r["job_name"] == gone.job_name]
+    for name, source in (("exported", rows), ("table", table_rows(aws, table))):
+        write(source, "jsonl", str(tmp_path / f"{name}.jsonl"))
+    clickhouse.load(tmp_path / "exported.jsonl", "jsonl")
+    loaded = clickhouse.rows()
+    clickhouse.load(tmp_path / "table.jsonl", "jsonl")
+    assert loaded == clickhouse.rows() and len(loaded) == len(rows)

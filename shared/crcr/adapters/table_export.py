@@ -1,9 +1,12 @@
-"""A DynamoDB table export in S3, read back as job records for `crcr hud export --from-export`.
+"""DynamoDB table exports in S3, read back as job records for `crcr hud export --from-export`.
 
-AWS writes a full export as `<prefix>/AWSDynamoDB/<exportId>/manifest-summary.json`, `manifest-files.json`
-(one JSON line per data file, naming its `dataFileS3Key`) and `data/*.json.gz`, whose lines are
-`{"Item": {...}}` in DynamoDB JSON. moto writes only the data file (`data/<uuid>.gz`): without any
-manifest, every `.gz` under the prefix is read.
+AWS writes an export as `<prefix>/AWSDynamoDB/<exportId>/manifest-summary.json`, `manifest-files.json` (one JSON
+line per data file, naming its `dataFileS3Key`) and `data/*.json.gz` in DynamoDB JSON: a full export's lines are
+`{"Item": {...}}`, an incremental export's `{"Metadata": {"WriteTimestampMicros": …}, "Keys": {...}, "NewImage":
+{...}, "OldImage": {...}}`, with no `NewImage` for an item deleted in its window. moto writes only the data file
+(`data/<uuid>.gz`, full-export lines) and no manifest: then every `.gz` under the prefix is read, each at the time
+S3 took it. Under one prefix, any number of full and incremental exports: the newest image of each item wins, and a
+deletion newer than every image removes it.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -36,51 +40,77 @@ def parse_s3_url(url: str) -> tuple[str, str]:
 
 
 def export_jobs(s3: Any, url: str) -> Iterator[JobRecord]:
-    """Every job item of every export under the prefix (an item appears once per export holding it)."""
+    """Every job item of the exports under the prefix, each once: its newest image, unless deleted after it."""
     bucket, prefix = parse_s3_url(url)
+    newest: dict[tuple[str, str], tuple[float, int, JobRecord | None]] = {}
     try:
-        for key in _data_files(s3, bucket, prefix):
-            yield from _jobs_in(s3, bucket, key)
+        for key, at in _data_files(s3, bucket, prefix):
+            for when, item_key, job in _changes_in(s3, bucket, key, at):
+                seen = newest.get(item_key)
+                rank = (when, job.version if job is not None else 1 << 62)  # a deletion at the same time wins
+                if seen is None or rank > seen[:2]:
+                    newest[item_key] = (*rank, job)
     except ClientError as exc:
         error = exc.response.get("Error", {})
         raise ExportUnreadable(f"{error.get('Code', 'error')}: {error.get('Message', exc)}") from exc
+    yield from (job for _, _, job in newest.values() if job is not None)
 
 
-def _data_files(s3: Any, bucket: str, prefix: str) -> list[str]:
-    keys = [
-        obj["Key"]
+def _data_files(s3: Any, bucket: str, prefix: str) -> list[tuple[str, float]]:
+    """Each data file with the time its export reads the table at: a full export's `exportTime`, an incremental
+    one's `exportToTime` (lines carry their own write time too), or, for an export folder with no manifest (moto's),
+    each `.gz` at the time S3 took it."""
+    objects = [
+        obj
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/" if prefix else "")
         for obj in page.get("Contents", [])
     ]
-    manifests = sorted(k for k in keys if k.rpartition("/")[2] == FILES_MANIFEST)
-    if not manifests:
-        files = sorted(k for k in keys if k.endswith(".gz"))
-        if not files:
-            raise ExportUnreadable(f"no DynamoDB export under it (no {FILES_MANIFEST}, no .gz data file)")
-        return files
-    present = set(keys)
-    files = []
-    for manifest in manifests:
-        folder = manifest.removesuffix(FILES_MANIFEST)
-        if folder + SUMMARY_MANIFEST in present:
-            _check_summary(s3, bucket, folder + SUMMARY_MANIFEST)
-        for n, line in enumerate(_read(s3, bucket, manifest).decode().splitlines(), 1):
-            if line.strip():
-                try:
-                    files.append(_resolve(manifest, json.loads(line)["dataFileS3Key"]))
-                except (ValueError, KeyError, TypeError) as exc:
-                    raise ExportUnreadable(f"{manifest} line {n}: no dataFileS3Key") from exc
+    folders: dict[str, list[dict[str, Any]]] = {}
+    for obj in objects:
+        key = obj["Key"]
+        at = key.find(EXPORT_FOLDER)
+        folder = key[: key.find("/", at + len(EXPORT_FOLDER)) + 1] if at >= 0 else ""
+        folders.setdefault(folder, []).append(obj)
+    files: list[tuple[str, float]] = []
+    for folder, held in sorted(folders.items()):
+        names = {obj["Key"] for obj in held}
+        manifest = folder + FILES_MANIFEST
+        if folder and manifest in names:
+            summary = folder + SUMMARY_MANIFEST
+            at = _check_summary(s3, bucket, summary) if summary in names else 0.0
+            files += _listed(s3, bucket, manifest, at)
+        else:
+            files += sorted((o["Key"], o["LastModified"].timestamp()) for o in held if o["Key"].endswith(".gz"))
+    if not files and not any(k.rpartition("/")[2] == FILES_MANIFEST for k in (o["Key"] for o in objects)):
+        raise ExportUnreadable(f"no DynamoDB export under it (no {FILES_MANIFEST}, no .gz data file)")
     return files
 
 
-def _check_summary(s3: Any, bucket: str, key: str) -> None:
+def _listed(s3: Any, bucket: str, manifest: str, at: float) -> list[tuple[str, float]]:
+    files = []
+    for n, line in enumerate(_read(s3, bucket, manifest).decode().splitlines(), 1):
+        if line.strip():
+            try:
+                files.append((_resolve(manifest, json.loads(line)["dataFileS3Key"]), at))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ExportUnreadable(f"{manifest} line {n}: no dataFileS3Key") from exc
+    return files
+
+
+def _check_summary(s3: Any, bucket: str, key: str) -> float:
+    """The export's time, from its summary; a format this cannot read names itself."""
     try:
         summary = json.loads(_read(s3, bucket, key))
     except ValueError as exc:
         raise ExportUnreadable(f"{key}: not JSON") from exc
     output, kind = summary.get("outputFormat", "DYNAMODB_JSON"), summary.get("exportType", "FULL_EXPORT")
-    if output != "DYNAMODB_JSON" or kind != "FULL_EXPORT":
-        raise ExportUnreadable(f"{key}: a {output} {kind}; export the table in full as DYNAMODB_JSON")
+    if output != "DYNAMODB_JSON" or kind not in ("FULL_EXPORT", "INCREMENTAL_EXPORT"):
+        raise ExportUnreadable(f"{key}: a {output} {kind}; export the table as DYNAMODB_JSON")
+    moment = summary.get("exportToTime" if kind == "INCREMENTAL_EXPORT" else "exportTime") or summary.get("endTime")
+    try:
+        return datetime.fromisoformat(str(moment).replace("Z", "+00:00")).timestamp()
+    except ValueError as exc:
+        raise ExportUnreadable(f"{key}: no export time") from exc
 
 
 def _resolve(manifest: str, data_key: str) -> str:
@@ -104,7 +134,8 @@ def _read(s3: Any, bucket: str, key: str) -> bytes:
     return data
 
 
-def _jobs_in(s3: Any, bucket: str, key: str) -> Iterator[JobRecord]:
+def _changes_in(s3: Any, bucket: str, key: str, at: float) -> Iterator[tuple[float, tuple[str, str], JobRecord | None]]:
+    """(when, the item's key, its job record or None for a deletion) for each job item of one data file."""
     stream = _body(s3, bucket, key)
     n = 0
     try:
@@ -113,11 +144,16 @@ def _jobs_in(s3: Any, bucket: str, key: str) -> Iterator[JobRecord]:
                 if not line.strip():
                     continue
                 doc = json.loads(line)
-                item = doc.get("Item") if isinstance(doc, dict) else None
-                if not isinstance(item, dict):
-                    raise ExportUnreadable(f'{key} line {n}: not a full-export line ({{"Item": …}})')
-                if is_job_item(item):
-                    yield _job(item, f"{key} line {n}")
+                if not isinstance(doc, dict) or not isinstance(doc.get("Item") or doc.get("Keys"), dict):
+                    raise ExportUnreadable(f'{key} line {n}: not an export line ({{"Item": …}} or {{"Keys": …}})')
+                item = doc.get("Item") or doc.get("NewImage")
+                keys = doc.get("Keys") or item
+                if not isinstance(keys, dict) or not is_job_item(keys):
+                    continue
+                written = (doc.get("Metadata") or {}).get("WriteTimestampMicros", {}).get("N")
+                when = int(written) / 1e6 if written else at
+                item_key = (str(keys["pk"]["S"]), str(keys["sk"]["S"]))
+                yield when, item_key, _job(item, f"{key} line {n}") if isinstance(item, dict) else None
     except json.JSONDecodeError as exc:
         raise ExportUnreadable(f"{key} line {n}: not JSON ({exc.msg})") from exc
     except (OSError, EOFError, ValueError) as exc:  # not gzip, cut short, or not UTF-8
