@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from crcr.app.callback import CallbackDeps
     from crcr.app.checks import CheckDeps, HeadAsk
     from crcr.app.dispatch import BuildkiteDeps, DispatchDeps
+    from crcr.app.exports import ExportDeps
     from crcr.app.health import HealthDeps
     from crcr.app.ingest import IngestDeps
     from crcr.app.levels import LevelDeps
@@ -1003,6 +1004,22 @@ def build_onboard_github(settings: Settings) -> RepoLookup:
 def build_jwks(settings: Settings) -> Ed25519Tickets:
     """The ticket keys whose public halves the JWKS serves (the current key, then the previous one)."""
     return _tickets(settings)
+
+
+def build_export_deps(settings: Settings) -> ExportDeps:
+    """The results table's scheduled export: DynamoDB's exports into the exports bucket, the last one's end kept in
+    the state table."""
+    from crcr.adapters.exports import DynamoExportMarks, DynamoTableExports  # noqa: PLC0415
+    from crcr.app.exports import ExportDeps  # noqa: PLC0415
+
+    settings.require("results_table", "state_table", "exports_bucket")
+    ddb = aws_client("dynamodb")
+    return ExportDeps(
+        exports=DynamoTableExports(ddb, str(settings.results_table), str(settings.exports_bucket)),
+        marks=DynamoExportMarks(ddb, str(settings.state_table), str(settings.results_table)),
+        metrics=PowertoolsMetrics(),
+        clock=SystemClock(),
+    )
 
 
 def build_shadow_reader(settings: Settings) -> tuple[str, ShadowLog, S3HudDocs | None]:

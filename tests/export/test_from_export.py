@@ -4,6 +4,7 @@ gzip, no manifest) and one laid out as AWS documents it (manifests naming each d
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import time
 import uuid
@@ -13,13 +14,24 @@ from typing import Any
 
 import pytest
 
+from crcr.adapters.exports import DynamoExportMarks, DynamoTableExports
 from crcr.adapters.results import DynamoResults
 from crcr.adapters.table_export import ExportUnreadable, export_jobs
+from crcr.app.exports import ExportDeps
+from crcr.local.stack import Context
 from crcr.local.template import load_template
 from crcr.ops.export import select_rows, write
 from tests.conftest import ROOT
 from tests.export.conftest import BUCKET, RESULTS_TABLE, Aws, ClickHouse, create_results_table
 from tests.export.jobs import recorded_jobs
+from tests.unit.fakes import FakeClock, RecordingMetrics
+
+_spec = importlib.util.spec_from_file_location("export_handler", ROOT / "functions" / "export" / "handler.py")
+assert _spec is not None and _spec.loader is not None
+_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_module)
+lambda_handler = _module.lambda_handler
+CONTEXT = Context("crcr-test-ExportFunction", 30)
 
 
 def table_rows(aws: Aws, table: str = RESULTS_TABLE) -> list[dict[str, Any]]:
@@ -196,3 +208,32 @@ def test_a_full_export_and_the_incremental_ones_after_it_give_the_tables_rows_in
     loaded = clickhouse.rows()
     clickhouse.load(tmp_path / "table.jsonl", "jsonl")
     assert loaded == clickhouse.rows() and len(loaded) == len(rows)
+
+
+def test_the_schedules_exports_read_back_as_the_tables_rows(aws: Aws) -> None:
+    """ExportFunction's adapters against moto: its first run exports the table in full, the next what changed since
+    (moto writes the whole table for it, as of then); `crcr hud export --from-export` of the exports' root gives the
+    table's rows, and the mark of the last export only moves forward."""
+    state = "crcr-test-State-exports"
+    aws.dynamodb.create_table(
+        TableName=state, BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[{"AttributeName": k, "AttributeType": "S"} for k in ("pk", "sk")],
+    )  # fmt: skip
+    clock = FakeClock()
+    clock.t = time.time()
+    deps = ExportDeps(
+        DynamoTableExports(aws.dynamodb, RESULTS_TABLE, BUCKET, root="scheduled"),
+        DynamoExportMarks(aws.dynamodb, state, RESULTS_TABLE), RecordingMetrics(), clock,
+    )  # fmt: skip
+    assert lambda_handler({"kind": "incremental"}, CONTEXT, deps)["kind"] == "full"
+    clock.t += 20 * 60
+    second = lambda_handler({"kind": "incremental"}, CONTEXT, deps)
+    assert second["kind"] == "incremental" and second["end"] == clock.t
+    assert not deps.marks.advance(clock.t - 60)  # a slower run never moves it back
+    prefixes = {
+        o["Key"].split("/AWSDynamoDB/")[0]
+        for o in aws.s3.list_objects_v2(Bucket=BUCKET, Prefix="scheduled/")["Contents"]
+    }
+    assert {p.split("/")[1] for p in prefixes} == {"full", "incremental"}
+    assert select_rows(export_jobs(aws.s3, f"s3://{BUCKET}/scheduled")) == table_rows(aws)

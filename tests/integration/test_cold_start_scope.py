@@ -19,7 +19,7 @@ from tests.conftest import ROOT
 # One class per aggregate of the two tables (shared/crcr/adapters), each in its module.
 DATA_ACCESS = {
     "deliveries", "redeliveries", "ledger", "pulls", "branch", "check_runs", "pr_comment", "reruns", "pacer",
-    "results", "hud_keys", "rate_limits", "refusals", "levels", "runs", "regressions",
+    "results", "hud_keys", "rate_limits", "refusals", "levels", "runs", "regressions", "shadow", "exports",
 }  # fmt: skip
 
 # function -> (its builder in crcr.composition, the data access it needs)
@@ -27,7 +27,8 @@ EXPECTED = {
     # A downstream's run event is dropped with at most one read of a bound run (crcr.app.ingest).
     "webhook": ("build_ingest_deps", {"deliveries", "runs"}),
     # A `rerun` comment's budgets per author and per PR are fixed windows in the state table (crcr.app.commands).
-    "planner": ("build_planner_deps", {"pulls", "branch", "check_runs", "results", "rate_limits"}),
+    # A shadow downstream's decisions are kept (crcr.domain.shadow).
+    "planner": ("build_planner_deps", {"pulls", "branch", "check_runs", "results", "rate_limits", "shadow"}),
     # A workflow_dispatch downstream's run is recorded when GitHub names it (crcr.app.dispatch).
     "dispatch": ("build_dispatch_deps", {"ledger", "pulls", "pacer", "runs"}),
     "callback": ("build_callback_deps", {"ledger", "branch", "results", "hud_keys", "rate_limits", "refusals"}),
@@ -45,8 +46,11 @@ EXPECTED = {
     "reconciler": ("build_reconcile_deps", {"redeliveries", "pacer"}),
     "levels": ("build_level_deps", {"results", "levels"}),
     "jwks": ("build_jwks", set()),
+    # The results table's scheduled export: DynamoDB's exports, and where the last one ended.
+    "export": ("build_export_deps", {"exports"}),
     # The PR and repository pages are composed when read: the repository's newest rows come from the results table.
-    "hud": ("build_hud_pages", {"results"}),
+    # A shadow relay's decisions are read for GET /hud/api/crcr/shadow.
+    "hud": ("build_hud_pages", {"results", "shadow"}),
 }  # fmt: skip
 
 PROBE = """
@@ -94,6 +98,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "CRCR_RUNS_QUEUE_URL": queue + "runs",
         "CRCR_BODIES_BUCKET": "bodies",
         "CRCR_HUD_BUCKET": "hud",
+        "CRCR_EXPORTS_BUCKET": "exports",
         "CRCR_CALLBACK_URL": "https://relay.example/callback",
     }
 

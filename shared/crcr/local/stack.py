@@ -51,9 +51,11 @@ SANDBOX_BUILDKITE_OIDC_PREFIX = "/_sandbox/buildkite-oidc"
 SCHEDULE_INTERVALS = {
     "ReconcilerFunction": ("CRCR_RECONCILE_INTERVAL_S", 300.0),
     "LevelFunction": ("CRCR_LEVEL_INTERVAL_S", 3600.0),
+    "ExportFunction": ("CRCR_EXPORT_INTERVAL_S", 3 * 3600.0),
 }
-# Scheduled functions `crcr local` runs at start too, not only after their first interval: the level status.
-RUN_AT_START = frozenset({"LevelFunction"})
+# Scheduled functions `crcr local` runs at start too, not only after their first interval: the level status, and
+# the results table's export (its first run is a full export, each later one incremental).
+RUN_AT_START = frozenset({"LevelFunction", "ExportFunction"})
 # What an operator command needs to reach this stack (the ready line's `env`); never secrets.
 OPERATOR_ENV_KEYS = (
     "AWS_ENDPOINT_URL",
@@ -403,6 +405,11 @@ class LocalStack:
             name = self._physical(logical)
             with contextlib.suppress(ddb.exceptions.ResourceInUseException):
                 ddb.create_table(**table_spec(name, props))
+            if (props.get("PointInTimeRecoverySpecification") or {}).get("PointInTimeRecoveryEnabled"):
+                # As CloudFormation would (moto's ignores it): the scheduled export needs it.
+                ddb.update_continuous_backups(
+                    TableName=name, PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True}
+                )
             refs[logical] = name
             attrs[(logical, "Arn")] = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{name}"
             stream_arn = ddb.describe_table(TableName=name)["Table"].get("LatestStreamArn")
