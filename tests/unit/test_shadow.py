@@ -3,8 +3,10 @@ payload it would have been sent or the reason it was not, and nothing is sent to
 
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,7 @@ from crcr.app.plan import PlannerDeps, plan_event
 from crcr.app.summaries import SummaryDeps
 from crcr.domain.errors import AllowlistError
 from crcr.domain.shadow import LiveRow, ShadowDecision, compare
+from crcr.ops.shadow import read_rows
 from tests.unit.fakes import (
     FakeBlobs,
     FakeChecksQueue,
@@ -158,3 +161,17 @@ def test_the_comparison_names_each_difference_and_leaves_l1_out() -> None:
     assert {d["repo"] for d in first["both"]} == {"org/a", "Org/B"}  # org/quiet: neither dispatched, not listed
     assert report["events"][-1]["delivery_id"] == "d-9"  # never seen by shadow: last
     assert compare([], [])["agreement"] is None
+
+
+def test_the_rows_are_read_from_an_export_of_pytorchs_hud_table_or_of_crcr_workflow_job(tmp_path: Path) -> None:
+    # torchci's record (lib/crcr/crcrUtils.ts): dynamoKey, downstream_repo, delivery_id, run_id, pr_number, …
+    item = {"dynamoKey": {"S": "o/r/d-1/CI/build/9"}, "downstream_repo": {"S": "o/r"}, "delivery_id": {"S": "d-1"},
+            "run_id": {"S": "77"}, "pr_number": {"N": "5"}, "event_type": {"S": "pull_request"}}  # fmt: skip
+    (tmp_path / "hud.json.gz").write_bytes(gzip.compress(json.dumps({"Item": item}).encode() + b"\n"))
+    flat = {"downstream_repo": "o/r", "delivery_id": "d-1", "run_id": 77, "pr_number": 5, "event_type": "pull_request"}
+    (tmp_path / "rows.jsonl").write_text(json.dumps(flat) + "\n")
+    (tmp_path / "rows.csv").write_text(
+        "delivery_id,downstream_repo,run_id,pr_number,event_type\nd-1,o/r,77,5,pull_request\n"
+    )
+    want = [LiveRow("d-1", "o/r", "77", "pull_request", 5)]
+    assert all(read_rows(tmp_path / name) == want for name in ("hud.json.gz", "rows.jsonl", "rows.csv"))

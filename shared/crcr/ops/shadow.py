@@ -1,9 +1,11 @@
 """Operator tool behind `crcr shadow compare`: what a shadow relay decided against what the relay in service did, as
-the rows PyTorch's HUD keeps for it (`crcr_workflow_job`, exported as JSON lines or CSV with names, or a JSON array)."""
+the rows PyTorch's HUD keeps for it: `crcr_workflow_job` exported as JSON lines or CSV with names, a JSON array, or
+a DynamoDB export of the HUD's table (`torchci-oot-workflow-job`: `{"Item": …}` lines in DynamoDB JSON, gzipped)."""
 
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 from collections.abc import Iterable
@@ -23,9 +25,12 @@ def read_rows(path: Path) -> list[LiveRow]:
     """The relay in service's rows: each needs `delivery_id`, the downstream (`downstream_repo`, or `verified_repo`
     as PyTorch's HUD table names it) and the run (`run_id`); a row without them names the line."""
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
+        text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode("utf-8")
     except OSError as exc:
-        raise CompareError(f"{path}: {exc.strerror}") from None
+        raise CompareError(f"{path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise CompareError(f"{path}: not UTF-8 text ({exc.reason})") from None
     stripped = text.lstrip()
     if stripped.startswith("["):
         docs: Iterable[Any] = json.loads(stripped)
@@ -34,7 +39,8 @@ def read_rows(path: Path) -> list[LiveRow]:
     else:
         docs = csv.DictReader(io.StringIO(text))
     rows = []
-    for n, doc in enumerate(docs, 1):
+    for n, found in enumerate(docs, 1):
+        doc = _plain(found["Item"]) if isinstance(found, dict) and isinstance(found.get("Item"), dict) else found
         repo = doc.get("downstream_repo") or doc.get("verified_repo") if isinstance(doc, dict) else None
         if not isinstance(doc, dict) or not doc.get("delivery_id") or not repo or doc.get("run_id") in (None, ""):
             raise CompareError(f"{path}: row {n} needs delivery_id, downstream_repo (or verified_repo) and run_id")
@@ -47,6 +53,14 @@ def read_rows(path: Path) -> list[LiveRow]:
             )
         )  # fmt: skip
     return rows
+
+
+def _plain(item: dict[str, Any]) -> dict[str, Any]:
+    """A DynamoDB JSON item (`{"name": {"S": …}}`) as plain values."""
+    from boto3.dynamodb.types import TypeDeserializer  # noqa: PLC0415 - only for a table export
+
+    reader = TypeDeserializer()
+    return {k: reader.deserialize(v) for k, v in item.items()}
 
 
 def render(report: dict[str, Any], as_json: bool) -> str:
