@@ -376,10 +376,11 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
         deps.checks.send_checks(mirrored)
 
     targets, skipped, shadowed = _sorted(message, event, decisions, now, deps, summary)
+    planned = Planned(message, event, doc, head_at, hints, now)
     if targets or skipped:
-        _send(message, event, doc, targets, skipped, (head_at, hints), now, deps, summary)
+        _send(planned, targets, skipped, deps, summary)
     if shadowed:
-        _shadow(message, event, doc, shadowed, (head_at, hints), now, deps, summary)
+        _shadow(planned, shadowed, deps, summary)
     live = [d for d in decisions if mode_of(d.entry, deps.mode) != SHADOW]  # the pages show live plans only
     summary.page_note = _note_plan(event, live, replaced, deps)
     return summary
@@ -441,38 +442,34 @@ def _landed(event: UpstreamEvent, deps: PlannerDeps, now: float, summary: PlanSu
             summary.page_note = _noted(note, deps)
 
 
+@dataclass(frozen=True)
+class Planned:
+    """One event as the planner turns it into dispatch messages."""
+
+    message: EventMessage
+    event: UpstreamEvent
+    doc: dict[str, Any]
+    head_at: float | None  # when head_sha was stored as the PR's head
+    hints: dict[str, Any] | None  # the change hints
+    now: float
+
+
 def _send(
-    message: EventMessage,
-    event: UpstreamEvent,
-    doc: dict[str, Any],
-    targets: list[Entry],
-    skipped: list[Entry],
-    known: tuple[float | None, dict[str, Any] | None],
-    now: float,
-    deps: PlannerDeps,
-    summary: PlanSummary,
+    planned: Planned, targets: list[Entry], skipped: list[Entry], deps: PlannerDeps, summary: PlanSummary
 ) -> None:
-    messages = _messages(message, event, doc, targets + skipped, skipped, known, now, deps)
+    messages = _messages(planned, targets + skipped, skipped, deps)
     deps.dispatches.send_dispatches(messages)
     deps.metrics.count("DispatchPlanned", len(targets))
     summary.dispatched = [m.target_repo for m in messages if m.skip is None]
     _skip_checks([m for m in messages if m.skip is not None and m.level >= Level.L4], deps)
 
 
-def _shadow(
-    message: EventMessage,
-    event: UpstreamEvent,
-    doc: dict[str, Any],
-    shadowed: list[tuple[Entry, str, str]],
-    known: tuple[float | None, dict[str, Any] | None],
-    now: float,
-    deps: PlannerDeps,
-    summary: PlanSummary,
-) -> None:
+def _shadow(planned: Planned, shadowed: list[tuple[Entry, str, str]], deps: PlannerDeps, summary: PlanSummary) -> None:
     """Keep what each shadow downstream was decided: the dispatch it would have been sent (its client_payload but the
     ticket and callback URL, minted when sent), or why it was held or skipped. Nothing is sent."""
     would = [entry for entry, decided, _ in shadowed if decided == DISPATCH]
-    sent = {m.target_repo: m for m in _messages(message, event, doc, would, [], known, now, deps)} if would else {}
+    message, event = planned.message, planned.event
+    sent = {m.target_repo: m for m in _messages(planned, would, [], deps)} if would else {}
     decisions = []
     for entry, decided, reason in shadowed:
         m = sent.get(entry.repo)
@@ -505,18 +502,9 @@ def _event_type(event: UpstreamEvent) -> str:
     return "push" if event.kind == "push" else "pull_request"
 
 
-def _messages(
-    message: EventMessage,
-    event: UpstreamEvent,
-    doc: dict[str, Any],
-    entries: list[Entry],
-    skipped: list[Entry],
-    known: tuple[float | None, dict[str, Any] | None],
-    now: float,
-    deps: PlannerDeps,
-) -> list[DispatchMessage]:
-    head_at, hints = known  # when head_sha was stored as the PR's head; the change hints
-    payload, trimmed = fit_payload(doc, PAYLOAD_BUDGET_BYTES)
+def _messages(planned: Planned, entries: list[Entry], skipped: list[Entry], deps: PlannerDeps) -> list[DispatchMessage]:
+    message, event, now = planned.message, planned.event, planned.now
+    payload, trimmed = fit_payload(planned.doc, PAYLOAD_BUDGET_BYTES)
     if trimmed:
         deps.metrics.count("PayloadTrimmed")
     return [
@@ -533,9 +521,9 @@ def _messages(
             ref=event.ref,
             payload=payload,
             planned_at=now,
-            head_at=head_at,
+            head_at=planned.head_at,
             ciflow=event.ciflow,
-            changes=hints,
+            changes=planned.hints,
             merged=event.merged if event.action == "closed" else None,
             skip=NO_MATCHING_FILES if entry in skipped else None,
             **downstream_target(entry),
