@@ -77,7 +77,7 @@ def serve_docs(docs: MemoryDocs, rows: NewestJobs | None = None) -> Iterator[Ser
         def do_GET(self) -> None:  # http.server's name for it
             path = self.path.split("?", 1)[0]
             event = {"rawPath": path, "requestContext": {"http": {"method": "GET"}}}
-            answer = handler(event, None, (docs, assets, compose))
+            answer = handler(event, None, (docs, assets, compose, None))
             body = base64.b64decode(answer["body"]) if answer.get("isBase64Encoded") else answer["body"].encode()
             with lock:
                 served.fetched.append((path, len(body)))
