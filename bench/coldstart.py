@@ -111,6 +111,7 @@ def init_env(folder: Path) -> dict[str, str]:
         "CRCR_RESULTS_TABLE": "results",
         "CRCR_BODIES_BUCKET": "bodies",
         "CRCR_HUD_BUCKET": "hud",
+        "CRCR_EXPORTS_BUCKET": "exports",
         "CRCR_EVENTS_QUEUE_URL": queue + "events",
         "CRCR_DISPATCH_QUEUE_URL": queue + "dispatch",
         "CRCR_DISPATCH_DLQ_URL": queue + "dispatch-dlq",
