@@ -152,7 +152,7 @@ def _setting(key: h.AppKey, mode: str, load: int, *, drain_hours: float, budget_
             api=h.GitHubCheckRuns(h.GitHubApp(double.url, h.APP_ID, key.private_pem, clock.now)),
             store=fakes.FakeCheckStore(), results=jobs, ledger=ledger, prs=ledger, queue=sim, pacer=pacer,
             allowlist=fakes.StaticAllowlist(h.parse_allowlist(allowlist)), metrics=metrics, clock=clock, settle_s=60.0,
-            gauge=pacer,
+            gauge=pacer, door=fakes.door()
         )  # fmt: skip
         finished: dict[tuple[str, str], float] = {}  # (head, repo) -> when its last job finished
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from crcr.app.ingest import IngestDeps
     from crcr.app.levels import LevelDeps
     from crcr.app.onboard import RepoLookup
+    from crcr.app.outbound import Outbound
     from crcr.app.plan import PlannerDeps
     from crcr.app.ports.jobs import JobRecord
     from crcr.app.ports.regressions import RegressionStore
@@ -265,6 +266,21 @@ def _allowlist(settings: Settings, metrics: PowertoolsMetrics, clock: SystemCloc
     return CachedAllowlist(fetch, metrics, clock.now, settings.allowlist_refresh_s, on_error=logger.error)
 
 
+def _door(
+    settings: Settings, metrics: PowertoolsMetrics, clock: SystemClock, allowlist: CachedAllowlist | None
+) -> Outbound:
+    """The outbound door (crcr.app.outbound): every function that writes outside the relay gets its writes' permits
+    here, with each downstream's mode read from the allowlist and the withheld writes kept in the state table."""
+    from crcr.app.outbound import Outbound  # noqa: PLC0415
+
+    log = None
+    if settings.state_table:
+        from crcr.adapters.shadow import DynamoShadow  # noqa: PLC0415
+
+        log = DynamoShadow(aws_client("dynamodb"), str(settings.state_table))
+    return Outbound(settings.mode, allowlist, log, metrics, clock, settings.upstream_repo)
+
+
 def _providers(settings: Settings, metrics: PowertoolsMetrics, clock: SystemClock) -> CachedProviders | None:
     """PyTorch's ci_providers.yml (Buildkite pipelines -> repositories), reloaded like the allowlist."""
     if not settings.ci_providers:
@@ -279,7 +295,6 @@ def build_planner_deps(settings: Settings) -> PlannerDeps:
     from crcr.adapters.branch import DynamoBranch  # noqa: PLC0415
     from crcr.adapters.pulls import DynamoPullRequests  # noqa: PLC0415
     from crcr.adapters.s3 import S3Blobs  # noqa: PLC0415
-    from crcr.adapters.shadow import DynamoShadow  # noqa: PLC0415
     from crcr.adapters.sqs import SqsDispatchQueue  # noqa: PLC0415
     from crcr.app.plan import PlannerDeps  # noqa: PLC0415
 
@@ -287,6 +302,7 @@ def build_planner_deps(settings: Settings) -> PlannerDeps:
     metrics = PowertoolsMetrics()
     clock = SystemClock()
     allowlist = _allowlist(settings, metrics, clock)
+    door = _door(settings, metrics, clock, allowlist)
     files = commands = None
     pulls = DynamoPullRequests(aws_client("dynamodb"), str(settings.state_table))
     if settings.github_app_id:
@@ -309,7 +325,7 @@ def build_planner_deps(settings: Settings) -> PlannerDeps:
     return PlannerDeps(
         checks=_checks_queue(settings),
         jobs=_results(settings) if settings.results_table else None,
-        reruns=_rerun_deps(settings, allowlist, metrics),
+        reruns=_rerun_deps(settings, allowlist, metrics, door),
         files=files,
         commands=commands,
         pages=_pages(settings, metrics),
@@ -323,8 +339,7 @@ def build_planner_deps(settings: Settings) -> PlannerDeps:
         ),
         metrics=metrics,
         clock=clock,
-        mode=settings.mode,
-        shadow=DynamoShadow(aws_client("dynamodb"), str(settings.state_table)),
+        door=door,
     )
 
 
@@ -339,11 +354,13 @@ def build_dispatch_deps(settings: Settings) -> DispatchDeps:
     from crcr.app.dispatch import DispatchDeps  # noqa: PLC0415
     from crcr.domain.retry import RetryPolicy  # noqa: PLC0415
 
-    settings.require("state_table", "dispatch_queue_url", "dispatch_dlq_url", "callback_url")
+    settings.require("state_table", "dispatch_queue_url", "dispatch_dlq_url", "callback_url", "allowlist")
     table = str(settings.state_table)
     github = _github(settings)
+    metrics, clock = PowertoolsMetrics(), SystemClock()
     return DispatchDeps(
         github=github,
+        door=_door(settings, metrics, clock, _allowlist(settings, metrics, clock)),
         runs=GitHubDispatchRuns(github),
         run_settle_s=settings.run_settle_s,
         workflows=GitHubWorkflows(github),
@@ -359,8 +376,8 @@ def build_dispatch_deps(settings: Settings) -> DispatchDeps:
         queue=SqsDispatchQueue(aws_client("sqs"), str(settings.dispatch_queue_url), str(settings.dispatch_dlq_url)),
         pacer=DynamoPacer(aws_client("dynamodb"), table, rates=_write_rates(settings)),
         signer=_tickets(settings),
-        metrics=PowertoolsMetrics(),
-        clock=SystemClock(),
+        metrics=metrics,
+        clock=clock,
         callback_url=str(settings.callback_url),
         # A ticket lives as long as its ledger row, so re-runs days later still report (the OIDC token,
         # not the ticket's age, proves which run is calling).
@@ -514,6 +531,7 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
         else None
     )
     allowlist = _allowlist(settings, metrics, clock)
+    door = _door(settings, metrics, clock, allowlist)
     results = _results(settings)
     comment, notices = None, None
     if settings.pr_comment == "on":
@@ -523,7 +541,7 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
         conversation = GitHubIssueComments(_github(settings))
         # A regression's one notice: a comment on the PR of its first failing commit, on the same budget.
         regressions = DynamoRegressions(aws_client("dynamodb"), table)
-        notices = NoticeDeps(conversation, regressions, allowlist, pacer, metrics, clock)
+        notices = NoticeDeps(conversation, regressions, allowlist, pacer, metrics, clock, door)
         # The same queue, pacer (one budget per installation), allowlist and metrics as the check runs.
         comment = CommentDeps(
             api=conversation,
@@ -536,6 +554,7 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
             allowlist=allowlist,
             metrics=metrics,
             clock=clock,
+            door=door,
             settle_s=settings.comment_settle_s,
             lease_s=2 * settings.github_timeout_s + 15.0,  # a render may list the conversation, then write
             # The relay's re-run of an infrastructure failure waits for its run (up to the run timeout), then
@@ -553,10 +572,13 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
         allowlist=allowlist,
         metrics=metrics,
         clock=clock,
+        door=door,
         settle_s=settings.check_settle_s,
         gauge=pacer,  # check_runs: auto reads the hourly window the writes above book in
         share=share,
-        reruns=RerunDeps(github=GitHubReruns(_github(settings)), store=checks, allowlist=allowlist, metrics=metrics),
+        reruns=RerunDeps(
+            github=GitHubReruns(_github(settings)), store=checks, allowlist=allowlist, metrics=metrics, door=door
+        ),
         retries=RetryDeps(
             results=results,
             marks=reruns,
@@ -573,7 +595,9 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
     )
 
 
-def _rerun_deps(settings: Settings, allowlist: CachedAllowlist, metrics: PowertoolsMetrics) -> RerunDeps | None:
+def _rerun_deps(
+    settings: Settings, allowlist: CachedAllowlist, metrics: PowertoolsMetrics, door: Outbound
+) -> RerunDeps | None:
     if not (settings.github_app_id and settings.state_table):
         return None
     from crcr.adapters.check_runs import DynamoCheckRuns  # noqa: PLC0415
@@ -585,6 +609,7 @@ def _rerun_deps(settings: Settings, allowlist: CachedAllowlist, metrics: Powerto
         store=DynamoCheckRuns(aws_client("dynamodb"), str(settings.state_table)),
         allowlist=allowlist,
         metrics=metrics,
+        door=door,
     )
 
 
@@ -605,15 +630,18 @@ def build_report_deps(settings: Settings) -> ReportDeps:
     checks = _checks_queue(settings)
     known = _known_failures(settings, metrics)
     summaries = _summaries(settings, metrics)
+    clock = SystemClock()
+    allowlist = _allowlist(settings, metrics, clock) if settings.allowlist else None
     return ReportDeps(
         hud=hud,
         dead_letters=SqsDeadLetters(aws_client("sqs"), str(settings.reporter_dlq_url)),
         metrics=metrics,
+        door=_door(settings, metrics, clock, allowlist),
         checks=checks,
         heads=_head_ask(settings, checks),
         summaries=summaries,
         verdicts=_verdicts(settings, known),
-        regressions=_regressions(settings, metrics, known, summaries, checks),
+        regressions=_regressions(settings, metrics, known, summaries, checks, allowlist),
     )
 
 
@@ -675,6 +703,7 @@ def _regressions(
     known: Callable[[], KnownFailures] | None,
     summaries: SummaryDeps | None,
     checks: SqsChecksQueue | None,
+    allowlist: CachedAllowlist | None,
 ) -> RegressionDeps | None:
     """Regression ranges of branch jobs: their results and the branch's order, kept in the state table and listed in
     the HUD's regressions.json (the reporter's own documents); the allowlist's entries narrow blamelists and allow
@@ -702,7 +731,7 @@ def _regressions(
         history=GitHubBranchHistory(_github(settings)) if settings.github_app_id else None,
         known=known,
         attempts=results,
-        allowlist=_allowlist(settings, metrics, clock) if settings.allowlist else None,
+        allowlist=allowlist,
         dispatches=SqsDispatchQueue(aws_client("sqs"), str(settings.dispatch_queue_url), str(settings.dispatch_dlq_url))
         if settings.dispatch_queue_url
         else None,
@@ -918,6 +947,7 @@ def build_reconcile_deps(settings: Settings) -> ReconcileDeps:
     from crcr.adapters.github import GitHubHookDeliveries  # noqa: PLC0415
     from crcr.adapters.pacer import DynamoPacer  # noqa: PLC0415
     from crcr.adapters.redeliveries import DynamoRedeliveries  # noqa: PLC0415
+    from crcr.app.outbound import Outbound  # noqa: PLC0415
     from crcr.app.reconcile import ReconcileDeps  # noqa: PLC0415
     from crcr.domain.pacing import REDELIVERY_RATES  # noqa: PLC0415
 
@@ -930,6 +960,8 @@ def build_reconcile_deps(settings: Settings) -> ReconcileDeps:
         metrics=PowertoolsMetrics(),
         clock=SystemClock(),
         sleep=time.sleep,
+        # Redeliveries are the relay's own writes (let through in shadow too): no allowlist, no shadow log needed.
+        door=Outbound(settings.mode, None, None, PowertoolsMetrics(), SystemClock(), settings.upstream_repo),
         lookback_s=float(settings.reconcile_lookback_s),
         # One POST: connect + read timeout, and room to spare.
         lease_s=settings.github_timeout_s + 15.0,
@@ -956,8 +988,9 @@ def build_level_deps(settings: Settings) -> LevelDeps:
         spec, _, base = source.removeprefix("github:").rpartition("@")
         owner, name, path = spec.split("/", 2)
         pulls = GitHubAllowlistPulls(_github(settings), f"{owner}/{name}", path, base)
+    allowlist = _allowlist(settings, metrics, clock)
     return LevelDeps(
-        allowlist=_allowlist(settings, metrics, clock),
+        allowlist=allowlist,
         jobs=results,
         history=DynamoLevels(aws_client("dynamodb"), str(settings.state_table), results.first_l2_job),
         demotions=DynamoLevels(aws_client("dynamodb"), str(settings.state_table)),
@@ -965,6 +998,7 @@ def build_level_deps(settings: Settings) -> LevelDeps:
         metrics=metrics,
         clock=clock,
         parse=parse_allowlist,
+        door=_door(settings, metrics, clock, allowlist),
         pulls=pulls,
         runs=GitHubDispatchRuns(_github(settings)) if settings.github_app_id else None,
         hud_url=f"{settings.callback_url.rsplit('/callback', 1)[0]}/hud" if settings.callback_url else None,

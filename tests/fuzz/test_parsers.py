@@ -45,6 +45,7 @@ from tests.unit.fakes import (
     FakeState,
     RecordingMetrics,
     StaticAllowlist,
+    door,
 )
 
 UPSTREAM = "pytorch/pytorch"
@@ -207,6 +208,7 @@ def planner_deps(blobs: FakeBlobs, queue: FakeDispatchQueue) -> PlannerDeps:
         metrics=RecordingMetrics(),
         clock=FakeClock(),
         checks=FakeChecksQueue(),
+        door=door(),
     )
 
 

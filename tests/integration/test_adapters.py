@@ -37,7 +37,7 @@ from crcr.domain.known import parse_condensed
 from crcr.local.stack import free_port
 from tests.conftest import APP_ID, ROOT, http
 from tests.doubles.github_double import DEFAULT_PERMISSIONS, GitHubDouble
-from tests.unit.fakes import RecordingMetrics
+from tests.unit.fakes import RecordingMetrics, permit
 
 GOOD = b"L1:\n  - org-one/l1-repo\nL4:\n  - org-four/L4-Repo: oncall\n"
 BAD = b"L1:\n  - org-one/l1-repo\n  - org-one/L1-REPO\n"
@@ -273,15 +273,15 @@ def test_issue_comments_through_the_app_token_find_only_the_apps_own(github: Git
     github.add_comment("pytorch/pytorch", 5, "another App's words", app_slug="other-app")
     for i in range(120):
         github.add_comment("pytorch/pytorch", 5, f"chatter {i}")
-    cid = comments.create_comment("pytorch/pytorch", 5, "ours")
-    comments.update_comment("pytorch/pytorch", cid, "ours, edited")
+    cid = comments.create_comment("pytorch/pytorch", 5, "ours", permit=permit(action="comment"))
+    comments.update_comment("pytorch/pytorch", cid, "ours, edited", permit=permit(action="comment"))
     found = comments.list_comments("pytorch/pytorch", 5)
     assert len(found) == 123 and [c.body for c in found if c.ours] == ["ours, edited"]
     token = github.token_info(github.requests[-1].headers["authorization"].split()[1])
     assert token is not None and token.repository_ids == frozenset({65600975})  # the upstream alone
     assert dict(token.permissions) == {"issues": "write", "pull_requests": "write", "metadata": "read"}
     with pytest.raises(GitHubRejected) as refused:
-        comments.update_comment("pytorch/pytorch", cid, "x" * 70_000)
+        comments.update_comment("pytorch/pytorch", cid, "x" * 70_000, permit=permit(action="comment"))
     assert refused.value.status == 422
 
 

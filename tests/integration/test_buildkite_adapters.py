@@ -14,6 +14,7 @@ from crcr.adapters.buildkite import BuildkiteClient
 from crcr.adapters.ledger import DynamoLedger
 from crcr.adapters.pacer import DynamoPacer
 from crcr.app.dispatch import new_build
+from crcr.app.outbound import BUILDKITE
 from crcr.app.ports.buildkite import BuildkiteBuild, BuildkiteRateLimited, BuildkiteRejected, BuildkiteUnavailable
 from crcr.app.ports.ledger import LedgerState
 from crcr.contracts.messages import BuildkiteTarget, DispatchMessage
@@ -21,6 +22,7 @@ from crcr.domain.levels import Level
 from crcr.domain.pacing import BUILDKITE_RATES
 from tests.doubles.buildkite_double import BuildkiteDouble, Reply
 from tests.integration.aws import dynamodb
+from tests.unit.fakes import permit
 
 BUILDS = "/v2/organizations/vllm/pipelines/ci/builds"
 MESSAGE = DispatchMessage(
@@ -51,7 +53,9 @@ def client(bk: BuildkiteDouble, token: str | None = None, read_timeout_s: float 
 
 
 def test_create_sends_the_documented_body_with_a_bearer_token_and_returns_the_build(bk: BuildkiteDouble) -> None:
-    ref = client(bk).create("vllm", "ci", new_build(MESSAGE, "the-ticket", "https://relay/callback", "did-1"))
+    ref = client(bk).create(
+        "vllm", "ci", new_build(MESSAGE, "the-ticket", "https://relay/callback", "did-1"), permit=permit(BUILDKITE)
+    )
     [build] = bk.builds("vllm", "ci")
     assert (ref.id, ref.number, ref.url) == (build["id"], 1, "https://buildkite.com/vllm/ci/builds/1")
     [request] = bk.requests
@@ -64,7 +68,7 @@ def test_create_sends_the_documented_body_with_a_bearer_token_and_returns_the_bu
 def test_find_returns_the_dispatch_builds_oldest_first(bk: BuildkiteDouble) -> None:
     api = client(bk)
     for did in ("did-1", "did-2", "did-1"):
-        api.create("vllm", "ci", new_build(MESSAGE, "t", "u", did))
+        api.create("vllm", "ci", new_build(MESSAGE, "t", "u", did), permit=permit(BUILDKITE))
     assert [b.number for b in api.find("vllm", "ci", "did-1")] == [1, 3]
     assert api.find("vllm", "ci", "did-3") == []
     lookups = [r for r in bk.requests if r.method == "GET"]
@@ -73,7 +77,7 @@ def test_find_returns_the_dispatch_builds_oldest_first(bk: BuildkiteDouble) -> N
 
 def test_a_build_is_read_by_number_with_each_command_jobs_latest_retry_and_conclusion(bk: BuildkiteDouble) -> None:
     api = client(bk)
-    ref = api.create("vllm", "ci", new_build(MESSAGE, "t", "u", "did-1"))
+    ref = api.create("vllm", "ci", new_build(MESSAGE, "t", "u", "did-1"), permit=permit(BUILDKITE))
     assert ref.pipeline == "vllm/ci"  # where the sweeper asks about it later
     assert api.build("vllm", "ci", ref.number) == BuildkiteBuild("scheduled", False, ())
     ids = {j["name"]: j["id"] for j in bk.play("vllm", "ci", ref.number, [("test", "running")], "running")}
@@ -103,7 +107,7 @@ def test_a_build_is_read_by_number_with_each_command_jobs_latest_retry_and_concl
 
 def test_find_checks_the_meta_data_itself(bk: BuildkiteDouble) -> None:
     api = client(bk)
-    api.create("vllm", "ci", new_build(MESSAGE, "t", "u", "did-1"))
+    api.create("vllm", "ci", new_build(MESSAGE, "t", "u", "did-1"), permit=permit(BUILDKITE))
     # A proxy that drops the query string would answer every build: none of them is this dispatch's.
     bk.script("GET", BUILDS, [Reply(200, body=[{"id": "x", "number": 9, "web_url": "", "meta_data": {}}])])
     assert api.find("vllm", "ci", "did-1") == []
@@ -125,7 +129,9 @@ def test_failures_after_sending_are_unavailable_and_may_have_created(
 ) -> None:
     bk.script("POST", BUILDS, [reply])
     with pytest.raises(BuildkiteUnavailable) as caught:
-        client(bk, read_timeout_s=1.0).create("vllm", "ci", new_build(MESSAGE, "t", "u", "did-1"))
+        client(bk, read_timeout_s=1.0).create(
+            "vllm", "ci", new_build(MESSAGE, "t", "u", "did-1"), permit=permit(BUILDKITE)
+        )
     assert caught.value.maybe_sent is maybe_sent
     assert len(bk.builds("vllm", "ci")) == created
 
@@ -136,14 +142,14 @@ def test_a_connection_never_made_is_known_not_to_have_created() -> None:
         port = sock.getsockname()[1]  # closed again: nothing listens there
     api = BuildkiteClient(f"http://127.0.0.1:{port}", "bkua_secret")
     with pytest.raises(BuildkiteUnavailable) as caught:
-        api.create("vllm", "ci", new_build(MESSAGE, "t", "u", "did-1"))
+        api.create("vllm", "ci", new_build(MESSAGE, "t", "u", "did-1"), permit=permit(BUILDKITE))
     assert caught.value.maybe_sent is False
 
 
 def test_a_429_says_how_long_from_the_later_reset_header(bk: BuildkiteDouble) -> None:
     bk.script("POST", BUILDS, [Reply.rate_limited(reset=3, user_reset=9)])
     with pytest.raises(BuildkiteRateLimited) as caught:
-        client(bk).create("vllm", "ci", new_build(MESSAGE, "t", "u", "did-1"))
+        client(bk).create("vllm", "ci", new_build(MESSAGE, "t", "u", "did-1"), permit=permit(BUILDKITE))
     assert caught.value.wait_s == 10.0
     assert bk.builds("vllm", "ci") == []
 
@@ -153,7 +159,7 @@ def test_a_429_over_the_double_user_limit_is_read_the_same_way() -> None:
     with BuildkiteDouble(user_limit=1, clock=lambda: now[0]) as bk:
         bk.add_pipeline("vllm", "ci")
         api = client(bk)
-        api.create("vllm", "ci", new_build(MESSAGE, "t", "u", "did-1"))
+        api.create("vllm", "ci", new_build(MESSAGE, "t", "u", "did-1"), permit=permit(BUILDKITE))
         now[0] += 15
         with pytest.raises(BuildkiteRateLimited) as caught:
             api.find("vllm", "ci", "did-1")
@@ -179,7 +185,7 @@ def test_refusals_carry_buildkite_message_and_never_the_token(
         bk.script("POST", BUILDS, [Reply.error(422, "Branch 'main' does not match the pipeline's branch filter")])
     api = client(bk, token)
     with pytest.raises(BuildkiteRejected) as caught:
-        api.create("vllm", pipeline, build)
+        api.create("vllm", pipeline, build, permit=permit(BUILDKITE))
     assert caught.value.status == status and message in str(caught.value)
     assert token not in str(caught.value) and token not in repr(api)
 

@@ -36,7 +36,7 @@ from crcr.local.template import StreamSource
 from tests.conftest import APP_ID
 from tests.doubles.github_double import GitHubDouble
 from tests.integration.aws import checks_handler, checks_stream_source, dynamodb_and_streams
-from tests.unit.fakes import FakeClock, RecordingMetrics, StaticAllowlist
+from tests.unit.fakes import FakeClock, RecordingMetrics, StaticAllowlist, door
 
 UPSTREAM, REPO = "pytorch/pytorch", "org-four/L4-Repo"
 # The installation's budget, small enough to fill with a few pull requests: 60 writes an hour (one a minute)
@@ -177,6 +177,7 @@ def world(aws: tuple[Any, Any], app_key: rsa.RSAPrivateKey, app_key_pem: str) ->
             store=DynamoCheckRuns(ddb, "state"), results=results, ledger=ledger, prs=DynamoPullRequests(ddb, "state"),
             queue=checks, pacer=pacer, allowlist=StaticAllowlist(
                 parse_allowlist(f"L4:\n  - {REPO}\n")), metrics=metrics, clock=clock, settle_s=60.0, gauge=pacer,
+            door=door(),
         )  # fmt: skip
         yield World(ddb, github, checks, results, ledger, metrics, clock, reader)
         assert github.internal_errors == []

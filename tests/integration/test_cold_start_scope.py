@@ -29,22 +29,27 @@ EXPECTED = {
     # A `rerun` comment's budgets per author and per PR are fixed windows in the state table (crcr.app.commands).
     # A shadow downstream's decisions are kept (crcr.domain.shadow).
     "planner": ("build_planner_deps", {"pulls", "branch", "check_runs", "results", "rate_limits", "shadow"}),
-    # A workflow_dispatch downstream's run is recorded when GitHub names it (crcr.app.dispatch).
-    "dispatch": ("build_dispatch_deps", {"ledger", "pulls", "pacer", "runs"}),
+    # A workflow_dispatch downstream's run is recorded when GitHub names it (crcr.app.dispatch). Every function that
+    # writes outside the relay keeps the writes its outbound door withholds for shadow downstreams (shadow).
+    "dispatch": ("build_dispatch_deps", {"ledger", "pulls", "pacer", "runs", "shadow"}),
     "callback": ("build_callback_deps", {"ledger", "branch", "results", "hud_keys", "rate_limits", "refusals"}),
     # A regression's one notice is claimed on the regression (crcr.app.regression_notices).
     "checks": (
         "build_checks_deps",
-        {"check_runs", "pr_comment", "reruns", "pulls", "ledger", "pacer", "results", "levels", "regressions"},
+        {"check_runs", "pr_comment", "reruns", "pulls", "ledger", "pacer", "results", "levels", "regressions",
+         "shadow"},
     ),
     # The check runs' aggregate: the reporter books each changed commit's check-run pass in it. It keeps the
     # branch jobs' regressions, and GitHub's comparisons for their ranges are budgeted per hour (rate_limits).
-    "reporter": ("build_report_deps", {"results", "pulls", "branch", "check_runs", "regressions", "rate_limits"}),
+    "reporter": (
+        "build_report_deps",
+        {"results", "pulls", "branch", "check_runs", "regressions", "rate_limits", "shadow"},
+    ),
     # The sweeper asks GitHub's record first, and reconciles a run it finds completed as the runs worker does.
     "sweeper": ("build_sweep_deps", {"ledger", "results", "runs", "hud_keys"}),
     "runs": ("build_runs_deps", {"ledger", "runs", "results", "hud_keys"}),
     "reconciler": ("build_reconcile_deps", {"redeliveries", "pacer"}),
-    "levels": ("build_level_deps", {"results", "levels"}),
+    "levels": ("build_level_deps", {"results", "levels", "shadow"}),
     "jwks": ("build_jwks", set()),
     # The results table's scheduled export: DynamoDB's exports, and where the last one ended.
     "export": ("build_export_deps", {"exports"}),

@@ -16,12 +16,14 @@ import pytest
 
 from crcr.adapters.buildkite import BuildkiteClient
 from crcr.adapters.github import GitHubApp
+from crcr.app.outbound import BUILDKITE
 from crcr.app.ports.buildkite import BuildkiteUnavailable, NewBuild
 from crcr.app.ports.github import GitHubUnavailable
 from tests.conftest import APP_ID
 from tests.doubles.aws_proxy import AwsProxy, make_tls
 from tests.doubles.buildkite_double import BuildkiteDouble
 from tests.doubles.github_double import GitHubDouble
+from tests.unit.fakes import permit
 
 REPO = "org-one/repo-one"
 
@@ -45,7 +47,7 @@ def tls_proxy(github: GitHubDouble, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def dispatch(github: GitHubDouble, app_key_pem: str) -> None:
     app = GitHubApp(github.url, APP_ID, app_key_pem, time.time)
     token = app.repo_token(app.installation_for(REPO), REPO)
-    app.dispatch(REPO, token, "pull_request", {"delivery_id": "d-1"})
+    app.dispatch(REPO, token, "pull_request", {"delivery_id": "d-1"}, permit=permit(repo=REPO))
 
 
 def test_github_calls_go_through_the_named_proxy_with_its_credentials_over_tls(
@@ -116,7 +118,7 @@ def test_a_redirect_is_never_followed_with_the_token(github: GitHubDouble, app_k
         buildkite = BuildkiteClient(moved.url, "bk-token")
         build = NewBuild(branch="main", message="m", env={}, meta_data={})
         with pytest.raises(BuildkiteUnavailable, match="unexpected HTTP 307"):
-            buildkite.create("org", "pipe", build)
+            buildkite.create("org", "pipe", build, permit=permit(BUILDKITE))
     finally:
         moved.stop()
     assert moved.requests == 2 and github.requests == []
@@ -129,7 +131,7 @@ def test_buildkite_calls_go_through_the_named_proxy(monkeypatch: pytest.MonkeyPa
         try:
             monkeypatch.setenv("HTTP_PROXY", proxy.url)
             build = NewBuild(branch="main", message="m", env={}, meta_data={"crcr_dispatch_id": "did-1"})
-            BuildkiteClient(buildkite.url, buildkite.token).create("vllm", "ci", build)
+            BuildkiteClient(buildkite.url, buildkite.token).create("vllm", "ci", build, permit=permit(BUILDKITE))
             assert len(buildkite.builds("vllm", "ci")) == 1
         finally:
             proxy.stop()

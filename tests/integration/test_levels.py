@@ -31,7 +31,7 @@ from crcr.app.ports.ledger import LedgerRow, LedgerState
 from tests.conftest import APP_ID
 from tests.doubles.github_double import GitHubDouble
 from tests.integration.aws import create_tables, moto_server
-from tests.unit.fakes import FakeClock, RecordingMetrics
+from tests.unit.fakes import FakeClock, RecordingMetrics, door
 
 UPSTREAM = "pytorch/pytorch"
 MAIN = "2" * 40
@@ -96,13 +96,13 @@ def world(app_key_pem: str, app_key: Any) -> Iterator[World]:
         deps = LevelDeps(
             allowlist=allowlist, jobs=results, history=levels, demotions=levels, docs=S3HudDocs(s3, "hud"),
             metrics=metrics, clock=clock, parse=parse_allowlist,
-            pulls=GitHubAllowlistPulls(app, UPSTREAM, ".github/allowlist.yml", "main"),
+            pulls=GitHubAllowlistPulls(app, UPSTREAM, ".github/allowlist.yml", "main"), door=door()
         )  # fmt: skip
         checks = CheckDeps(
             api=GitHubCheckRuns(app), store=DynamoCheckRuns(ddb, "state"), results=results, ledger=ledger, prs=prs,
             queue=_NoQueue(),
             pacer=DynamoPacer(ddb, "state"), allowlist=allowlist, metrics=metrics, clock=clock,
-            demotions=CachedDemotions(DynamoLevels(ddb, "state"), clock.now, ttl_s=0.0),
+            demotions=CachedDemotions(DynamoLevels(ddb, "state"), clock.now, ttl_s=0.0), door=door()
         )  # fmt: skip
         yield World(github, results, prs, ledger, deps, checks, clock, s3, metrics, ddb)
         assert github.internal_errors == [] and github.unexpected == []

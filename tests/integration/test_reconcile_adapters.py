@@ -21,7 +21,7 @@ from crcr.local.stack import free_port
 from tests.conftest import APP_ID
 from tests.doubles.github_double import GitHubDouble, Reply
 from tests.integration.aws import dynamodb
-from tests.unit.fakes import RecordingMetrics
+from tests.unit.fakes import RecordingMetrics, door, permit
 
 TABLE = "state"
 UPSTREAM = "pytorch/pytorch"
@@ -132,15 +132,15 @@ def test_a_redelivery_is_asked_with_the_apps_jwt(sender: GitHubDouble, app_key_p
     app = GitHubApp(sender.url, APP_ID, app_key_pem, time.time)
     hooks = GitHubHookDeliveries(app, UPSTREAM)
     failed = sender.deliver("push", {"ref": "refs/heads/main"})
-    hooks.redeliver(failed.id)
+    hooks.redeliver(failed.id, permit=permit(action="redelivery"))
     assert sender.wait_redeliveries()
     assert [d.redelivery for d in sender.deliveries_of(failed.guid)] == [False, True]
     with pytest.raises(GitHubRejected) as refused:
-        hooks.redeliver(1)
+        hooks.redeliver(1, permit=permit(action="redelivery"))
     assert refused.value.status == 404
     sender.script("POST", r"/app/hook/deliveries/\d+/attempts", [Reply(502)])
     with pytest.raises(GitHubUnavailable):
-        hooks.redeliver(failed.id)
+        hooks.redeliver(failed.id, permit=permit(action="redelivery"))
 
 
 def test_the_use_case_on_both_asks_once_per_failed_attempt(sender: GitHubDouble, app_key_pem: str, ddb: Any) -> None:
@@ -154,7 +154,8 @@ def test_the_use_case_on_both_asks_once_per_failed_attempt(sender: GitHubDouble,
         metrics=metrics,
         clock=type("Clock", (), {"now": staticmethod(time.time)})(),
         sleep=time.sleep,
-        edge_settle_s=0.0,  # every delivery here fails: the test does not wait for the edge to answer again
+        edge_settle_s=0.0,
+        door=door(),  # every delivery here fails: the test does not wait for the edge to answer again
     )
     summary = reconcile(deps)
     assert sender.wait_redeliveries()

@@ -17,6 +17,7 @@ from crcr.app.ports.reruns import RerunClaim, WorkflowRun
 from tests.conftest import APP_ID
 from tests.doubles.github_double import GitHubDouble, Reply
 from tests.integration.aws import dynamodb
+from tests.unit.fakes import permit
 
 TABLE = "state"
 
@@ -64,18 +65,20 @@ def test_the_run_is_read_with_its_attempt_and_only_already_running_is_a_no_op(
     reruns = GitHubReruns(GitHubApp(github.url, APP_ID, app_key_pem, time.time))
     assert reruns.installation_for(repo) == 104
     assert reruns.workflow_run(repo, "777") == WorkflowRun("completed", 1)
-    assert reruns.rerun_failed_jobs(repo, "777")
+    assert reruns.rerun_failed_jobs(repo, "777", permit=permit(action="rerun", repo=repo))
     assert reruns.workflow_run(repo, "777") == WorkflowRun("queued", 2)
-    assert not reruns.rerun_failed_jobs(repo, "777")  # 403 "This workflow is already running"
+    assert not reruns.rerun_failed_jobs(
+        repo, "777", permit=permit(action="rerun", repo=repo)
+    )  # 403 "This workflow is already running"
     assert github.reruns(repo) == [777]
 
     github.add_workflow_run(repo, 778, status="completed", conclusion="success")
     with pytest.raises(GitHubRejected, match="cannot be retried"):
-        reruns.rerun_failed_jobs(repo, "778")
+        reruns.rerun_failed_jobs(repo, "778", permit=permit(action="rerun", repo=repo))
     github.script("POST", r"/repos/.*/actions/runs/779/rerun-failed-jobs", [Reply.error(404)])
     github.add_workflow_run(repo, 779, status="completed", conclusion="failure")
     with pytest.raises(GitHubRejected):
-        reruns.rerun_failed_jobs(repo, "779")
+        reruns.rerun_failed_jobs(repo, "779", permit=permit(action="rerun", repo=repo))
     # Each call used a token down-scoped to the downstream with actions:write (GitHub adds metadata:read).
     used = {r.headers["authorization"].split()[-1] for r in github.requests if "/actions/runs/" in r.path}
     for token in used:

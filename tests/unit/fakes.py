@@ -7,6 +7,8 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from crcr.app.outbound import BUILDKITE, GITHUB, Outbound, Permit, Write, require
+from crcr.app.ports import AllowlistProvider
 from crcr.app.ports.buildkite import DISPATCH_META_KEY, BuildkiteError, NewBuild
 from crcr.app.ports.checkruns import HeadSync
 from crcr.app.ports.comment import CommentRow, IssueComment
@@ -23,6 +25,7 @@ from crcr.domain.ids import repo_key
 from crcr.domain.pacing import WindowLevel
 from crcr.domain.redelivery import Attempt
 from crcr.domain.regressions import BranchCommit, Tracked
+from crcr.domain.shadow import ShadowDecision
 from crcr.domain.ticket import TicketClaims
 
 
@@ -88,6 +91,41 @@ class FakeBlobs:
 
     def get(self, key: str) -> bytes:
         return self.items[key]
+
+
+@dataclass
+class FakeShadowLog:
+    """The ShadowLog port: every decision kept, in the order recorded."""
+
+    kept: list[ShadowDecision] = field(default_factory=list)
+
+    def record(self, decisions: list[ShadowDecision]) -> None:
+        self.kept += decisions
+
+    def recent(self, upstream: str, limit: int, before: float | None = None) -> list[ShadowDecision]:
+        found = [d for d in self.kept if before is None or d.received_at < before]
+        return sorted(found, key=lambda d: -d.received_at)[:limit]
+
+    def between(self, upstream: str, start: float, end: float) -> list[ShadowDecision]:
+        return [d for d in self.kept if start <= d.received_at <= end]
+
+
+def door(
+    mode: str = "live",
+    allowlist: AllowlistProvider | None = None,
+    log: FakeShadowLog | None = None,
+    metrics: RecordingMetrics | None = None,
+    upstream: str = "pytorch/pytorch",
+) -> Outbound:
+    """The outbound door as a function builds it: the deployment's mode, each downstream's from the allowlist."""
+    return Outbound(mode, allowlist, log, metrics or RecordingMetrics(), FakeClock(), upstream)
+
+
+def permit(system: str = GITHUB, action: str = "dispatch", repo: str | None = None) -> Permit:
+    """A live door's permit for one write a test makes itself (seeding a double, as an earlier attempt did)."""
+    granted = door().permit(Write(system, action, repo, "pytorch/pytorch", "test"))
+    assert granted is not None
+    return granted
 
 
 @dataclass
@@ -274,7 +312,10 @@ class FakeGitHub:
     def forget_token(self, repo: str) -> None:
         self.forgotten.append(repo)
 
-    def dispatch(self, repo: str, token: RepoToken, event_type: str, client_payload: dict[str, Any]) -> None:
+    def dispatch(
+        self, repo: str, token: RepoToken, event_type: str, client_payload: dict[str, Any], *, permit: Permit
+    ) -> None:
+        require(permit, GITHUB, "dispatch", repo)
         queue = self.errors.get(repo.lower()) or []
         if queue:
             raise queue.pop(0)
@@ -315,7 +356,8 @@ class FakeBuilds:
     builds: list[tuple[str, str, NewBuild, BuildRef]] = field(default_factory=list)
     calls: list[tuple[str, str, str]] = field(default_factory=list)  # (kind, organization/pipeline, detail)
 
-    def create(self, organization: str, pipeline: str, build: NewBuild) -> BuildRef:
+    def create(self, organization: str, pipeline: str, build: NewBuild, *, permit: Permit) -> BuildRef:
+        require(permit, BUILDKITE, "dispatch")
         self.calls.append(("create", f"{organization}/{pipeline}", build.meta_data[DISPATCH_META_KEY]))
         queue = self.errors.get("create") or []
         if queue and not self.created_anyway:
@@ -439,14 +481,16 @@ class FakeIssueComments:
         if self.errors:
             raise self.errors.pop(0)
 
-    def create_comment(self, upstream: str, pr: int, body: str) -> int:
+    def create_comment(self, upstream: str, pr: int, body: str, *, permit: Permit) -> int:
+        require(permit, GITHUB)
         self._fail()
         self.next_id += 1
         self.comments[self.next_id] = IssueComment(self.next_id, body, True)
         self.writes.append(("create", self.next_id, body))
         return self.next_id
 
-    def update_comment(self, upstream: str, comment_id: int, body: str) -> None:
+    def update_comment(self, upstream: str, comment_id: int, body: str, *, permit: Permit) -> None:
+        require(permit, GITHUB, "comment")
         self._fail()
         if comment_id not in self.comments:
             raise GitHubRejected(404, "Not Found")
@@ -506,7 +550,8 @@ class FakeHookDeliveries:
         found = [a for a in self.attempts if a.delivered_at >= since]
         return DeliveryListing(found, self.truncated, self.incomplete)
 
-    def redeliver(self, delivery_id: int) -> None:
+    def redeliver(self, delivery_id: int, *, permit: Permit) -> None:
+        require(permit, GITHUB, "redelivery")
         if self.errors:
             raise self.errors.pop(0)
         self.asked.append(delivery_id)
@@ -695,13 +740,15 @@ class FakeCheckRunApi:
     def installation_for(self, upstream: str) -> int:
         return self.installation
 
-    def create_check_run(self, upstream: str, fields: dict[str, Any]) -> int:
+    def create_check_run(self, upstream: str, fields: dict[str, Any], *, permit: Permit) -> int:
+        require(permit, GITHUB, "check_run")
         self.calls.append(("create", fields))
         run_id = 1000 + len(self.runs)
         self.runs[run_id] = dict(fields)
         return run_id
 
-    def update_check_run(self, upstream: str, check_run_id: int, fields: dict[str, Any]) -> None:
+    def update_check_run(self, upstream: str, check_run_id: int, fields: dict[str, Any], *, permit: Permit) -> None:
+        require(permit, GITHUB, "check_run")
         self.calls.append(("update", fields))
         self.runs[check_run_id] |= fields
 

@@ -11,6 +11,7 @@ import pytest
 
 from crcr.adapters.allowlist_source import parse_allowlist
 from crcr.app.dispatch import BuildkiteDeps, DispatchDeps, Result, dispatch, dispatch_id, new_build
+from crcr.app.outbound import BUILDKITE
 from crcr.app.plan import PlannerDeps, plan_event
 from crcr.app.ports.buildkite import BuildkiteRateLimited, BuildkiteRejected, BuildkiteUnavailable
 from crcr.app.ports.ledger import LedgerState
@@ -29,6 +30,8 @@ from tests.unit.fakes import (
     FakeState,
     RecordingMetrics,
     StaticAllowlist,
+    door,
+    permit,
 )
 
 REPO = "vllm-project/vllm"
@@ -77,6 +80,7 @@ def deps(builds: FakeBuilds) -> DispatchDeps:
         policy=RetryPolicy(base_s=2, cap_s=900, max_attempts=4),
         rand=lambda: 0.5,
         buildkite=BuildkiteDeps(builds=builds, pacer=FakePacer(), lease_s=50.0, settle_s=SETTLE_S),
+        door=door(),
     )
 
 
@@ -195,7 +199,7 @@ def test_a_worker_that_died_after_its_claim_leaves_the_next_attempt_looking(
 ) -> None:
     # The dead worker claimed, sent (Buildkite created build 1) and never recorded anything.
     assert deps.ledger.claim(message(), DID, FakeClock().t - 100, 50.0, "dead-worker", 42, REPO)
-    builds.create("vllm", "ci", new_build(message(), "t", "u", DID))
+    builds.create("vllm", "ci", new_build(message(), "t", "u", DID), permit=permit(BUILDKITE))
     builds.calls.clear()
     assert dispatch(message(), deps).result is Result.DISPATCHED
     assert [c[0] for c in builds.calls] == ["find"] and len(builds.builds) == 1
@@ -302,7 +306,7 @@ def test_an_older_commit_is_superseded(deps: DispatchDeps, builds: FakeBuilds) -
 
 def test_two_builds_found_record_the_oldest_and_count_the_duplicate(deps: DispatchDeps, builds: FakeBuilds) -> None:
     for _ in range(2):  # two earlier attempts both created, neither heard back
-        builds.create("vllm", "ci", new_build(message(), "t", "u", DID))
+        builds.create("vllm", "ci", new_build(message(), "t", "u", DID), permit=permit(BUILDKITE))
     assert deps.ledger.claim(message(), DID, FakeClock().t - 100, 50.0, "dead-worker", 42, REPO)
     assert dispatch(message(), deps).result is Result.DISPATCHED
     assert deps.ledger.get("d-1", REPO).build_number == 1  # type: ignore[union-attr]
@@ -339,6 +343,7 @@ def planned(action: str) -> tuple[list[DispatchMessage], dict[str, str]]:
         dispatches=out,
         metrics=RecordingMetrics(),
         clock=FakeClock(),
+        door=door(),
     )
     return out.sent, plan_event(event, deps).skipped
 

@@ -26,6 +26,7 @@ from tests.unit.fakes import (
     FakeState,
     RecordingMetrics,
     StaticAllowlist,
+    door,
 )
 
 UPSTREAM, REPO = "pytorch/pytorch", "o/r"
@@ -175,7 +176,7 @@ class World:
             api=self.api, store=self.store, results=self.jobs, ledger=self.state, prs=self.state, queue=self.queue,
             pacer=FakePacer(),
             allowlist=StaticAllowlist(parse_allowlist(self.allowlist)), metrics=self.metrics, clock=self.clock,
-            settle_s=60.0, gauge=self.gauge,
+            settle_s=60.0, gauge=self.gauge, door=door()
         )  # fmt: skip
 
     def dispatched(self, dispatch: str, sha: str) -> None:

@@ -9,13 +9,14 @@ import pytest
 
 from crcr.adapters.allowlist_source import parse_allowlist
 from crcr.app.checks import CheckDeps, SyncOutcome, check_run_fields, job_message, sync
+from crcr.app.outbound import Permit
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.ledger import LedgerRow, LedgerState
 from crcr.app.ports.pulls import PrInfo
 from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain.checks import JobOutcome, Known, check_run_name, rollup, should_write, wants_check_run
 from crcr.domain.failed_tests import cap, to_json
-from tests.unit.fakes import FakeCheckStore, FakeClock, FakePacer, FakeState, RecordingMetrics, StaticAllowlist
+from tests.unit.fakes import FakeCheckStore, FakeClock, FakePacer, FakeState, RecordingMetrics, StaticAllowlist, door
 
 
 @pytest.mark.parametrize(
@@ -71,11 +72,11 @@ class _Api:
     def installation_for(self, upstream: str) -> int:
         return 1
 
-    def create_check_run(self, upstream: str, fields: dict[str, Any]) -> int:
+    def create_check_run(self, upstream: str, fields: dict[str, Any], *, permit: Permit) -> int:
         self.calls.append(("create", fields))
         return 99
 
-    def update_check_run(self, upstream: str, check_run_id: int, fields: dict[str, Any]) -> None:
+    def update_check_run(self, upstream: str, check_run_id: int, fields: dict[str, Any], *, permit: Permit) -> None:
         self.calls.append(("update", fields))
 
 
@@ -119,7 +120,7 @@ def _deps(latest: JobRecord, pacer: FakePacer | None = None, now: float = 1000.0
         api=api, store=FakeCheckStore(), results=_Results(latest), ledger=state, prs=state, queue=queue,
         pacer=pacer or FakePacer(),
         allowlist=StaticAllowlist(parse_allowlist("L4:\n  - o/r\n")), metrics=RecordingMetrics(),
-        clock=FakeClock(now), settle_s=60.0,
+        clock=FakeClock(now), settle_s=60.0, door=door()
     )  # fmt: skip
     return deps, api, queue
 

@@ -13,6 +13,7 @@ import pytest
 from crcr.adapters.allowlist_source import parse_allowlist
 from crcr.app.checks import CheckDeps, sync
 from crcr.app.comment import CommentDeps, sync_comment
+from crcr.app.outbound import Permit
 from crcr.app.ports.comment import IssueComment
 from crcr.app.ports.github import GitHubRateLimited, GitHubRejected, GitHubUnavailable
 from crcr.app.ports.jobs import JobRecord
@@ -42,6 +43,7 @@ from tests.unit.fakes import (
     FakeRerunMarks,
     RecordingMetrics,
     StaticAllowlist,
+    door,
 )
 
 UPSTREAM, PR, HEAD = "pytorch/pytorch", 170001, "a" * 40
@@ -350,7 +352,7 @@ class World:
             api=self.api, store=self.store, prs=self.store, jobs=self.jobs, reruns=self.marks, queue=self.queue,
             pacer=self.pacer,
             allowlist=StaticAllowlist(parse_allowlist(ALLOWLIST)), metrics=self.metrics, clock=self.clock,
-            settle_s=5.0, max_wait_s=60.0, rand=lambda: 0.5, new_ticket=lambda: f"t{next(tickets)}",
+            settle_s=5.0, max_wait_s=60.0, rand=lambda: 0.5, new_ticket=lambda: f"t{next(tickets)}", door=door()
         )  # fmt: skip
 
     def sync(self, message: CheckSyncMessage) -> str:
@@ -405,10 +407,10 @@ def test_a_change_asked_for_while_it_renders_is_rendered_once_more() -> None:
     w.clock.t = message.not_before or 0
 
     class RequestWhileWriting(FakeIssueComments):
-        def create_comment(self, upstream: str, pr: int, body: str) -> int:
+        def create_comment(self, upstream: str, pr: int, body: str, *, permit: Permit) -> int:
             w.jobs.rows.append(job("org/other", name="late"))
             assert w.sync(request()) == "coalesced"  # the render in progress owns the booking
-            return super().create_comment(upstream, pr, body)
+            return super().create_comment(upstream, pr, body, permit=permit)
 
     w.api = RequestWhileWriting()
     w.deps = replace(w.deps, api=w.api)
@@ -530,6 +532,7 @@ def test_the_setting_that_turns_the_comment_off() -> None:
     deps: Any = CheckDeps(
         api=None, store=None, results=None, ledger=None, prs=None, queue=FakeChecksQueue(), pacer=FakePacer(),  # type: ignore[arg-type]
         allowlist=StaticAllowlist(parse_allowlist(ALLOWLIST)), metrics=RecordingMetrics(), clock=FakeClock(),
+        door=door(),
     )  # fmt: skip
     assert sync(request(), deps).detail == "comment off"
     assert deps.metrics.counts["PrCommentSkipped.reason=off"] == 1

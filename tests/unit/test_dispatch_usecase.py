@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from crcr.app.dispatch import DispatchBatch, DispatchDeps, PrHeads, Result, dispatch, dispatch_id
+from crcr.app.outbound import Permit
 from crcr.app.ports.github import GitHubRateLimited, GitHubRejected, GitHubUnavailable
 from crcr.app.ports.ledger import LedgerState
 from crcr.contracts.messages import DispatchMessage
@@ -20,6 +21,7 @@ from tests.unit.fakes import (
     FakeSigner,
     FakeState,
     RecordingMetrics,
+    door,
 )
 
 REPO = "Org/Backend"
@@ -57,6 +59,7 @@ def deps() -> DispatchDeps:
         ticket_ttl_s=3600,
         policy=RetryPolicy(base_s=2, cap_s=900, max_attempts=4),
         rand=lambda: 0.5,
+        door=door(),
     )
 
 
@@ -307,7 +310,9 @@ class Workflows:
         self.answers = answers
         self.sent: list[tuple[str, str, str, dict[str, str]]] = []
 
-    def dispatch_workflow(self, repo: str, file: str, ref: str, inputs: dict[str, str]) -> str | None:
+    def dispatch_workflow(
+        self, repo: str, file: str, ref: str, inputs: dict[str, str], *, permit: Permit
+    ) -> str | None:
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
             raise answer

@@ -47,6 +47,7 @@ from tests.unit.fakes import (
     FakeState,
     RecordingMetrics,
     StaticAllowlist,
+    door,
 )
 
 EVENTS = Path(__file__).resolve().parents[2] / "examples" / "events"
@@ -226,6 +227,7 @@ def test_ingest_refuses_with_a_field_or_accepts_what_the_planner_and_dispatcher_
         metrics=RecordingMetrics(),
         clock=FakeClock(),
         checks=FakeChecksQueue(),
+        door=door(),
     )
     plan_event(message, planner)
     for info in state.prs.values():  # the PR's row: under DynamoDB's 400 KB item limit
@@ -258,6 +260,7 @@ def test_ingest_refuses_with_a_field_or_accepts_what_the_planner_and_dispatcher_
             ticket_ttl_s=3600,
             policy=RetryPolicy(),
             rand=lambda: 0.5,
+            door=door(),
         )
         assert dispatch(carried, deps).result is Result.DISPATCHED
         [(_repo, _event_type, client_payload)] = github.sent

@@ -10,6 +10,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+from crcr.app.outbound import Permit
 from crcr.app.ports.hud import HudRejected, HudUnavailable
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.pulls import PrInfo
@@ -17,7 +18,7 @@ from crcr.app.report import ReportDeps, judge, report_change
 from crcr.app.summaries import SummaryDeps
 from crcr.domain.failed_tests import cap, to_json
 from crcr.local.torchci import TorchciHud
-from tests.unit.fakes import FakeClock, RecordingMetrics
+from tests.unit.fakes import FakeClock, RecordingMetrics, door
 from tests.unit.test_summaries import FakeDocs
 from tests.unit.test_verdicts import BASE, World, on_branch, record
 
@@ -28,7 +29,7 @@ class PortedHud:
     def __init__(self) -> None:
         self.torchci = TorchciHud("t")
 
-    def push(self, envelope: dict[str, Any]) -> None:
+    def push(self, envelope: dict[str, Any], *, permit: Permit) -> None:
         status, reply = self.torchci.handle("POST", {"x-hud-internal-bot": "t"}, json.dumps(envelope).encode())
         if status >= 500:
             raise HudUnavailable(f"HUD answered {status}")
@@ -46,7 +47,9 @@ class Letters:
 
 def reporter(world: World) -> tuple[ReportDeps, PortedHud, Letters, RecordingMetrics]:
     hud, letters, metrics = PortedHud(), Letters(), RecordingMetrics()
-    deps = ReportDeps(hud=hud, dead_letters=letters, metrics=metrics, verdicts=world.deps(), sleep=lambda _: None)
+    deps = ReportDeps(
+        hud=hud, dead_letters=letters, metrics=metrics, verdicts=world.deps(), sleep=lambda _: None, door=door()
+    )
     return deps, hud, letters, metrics
 
 
@@ -105,7 +108,7 @@ def test_the_one_finished_push_of_a_judged_failure_carries_its_verdict() -> None
     deps, hud, _, _ = reporter(world)
     pushed: list[dict[str, Any]] = []
     real = hud.push
-    hud.push = lambda envelope: (pushed.append(envelope), real(envelope))[1]  # type: ignore[method-assign]
+    hud.push = lambda envelope, permit: (pushed.append(envelope), real(envelope, permit=permit))[1]  # type: ignore[method-assign]
     stream([failed], deps, world)
     assert [p["trusted"]["verdict"] for p in pushed] == ["new"]
 
@@ -154,7 +157,7 @@ def test_a_ciflow_push_is_filed_under_its_pr_and_is_never_a_baseline() -> None:
 
 def test_a_push_the_hud_refuses_is_counted_on_its_repository_page_once() -> None:
     class Refusing:
-        def push(self, envelope: dict[str, Any]) -> None:
+        def push(self, envelope: dict[str, Any], *, permit: Permit) -> None:
             raise HudRejected(400, "workflow.name is too long")
 
     world = World()

@@ -11,11 +11,12 @@ import pytest
 
 from crcr.adapters.allowlist_source import parse_allowlist
 from crcr.app.levels import LEVEL_STATUS_DOC, LevelDeps, check_levels
+from crcr.app.outbound import Permit
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.levels import Demotion, PullRef
 from crcr.domain.ids import repo_key
 from crcr.domain.level_status import duration_display, js_round, to_fixed
-from tests.unit.fakes import FakeClock, RecordingMetrics, StaticAllowlist
+from tests.unit.fakes import FakeClock, RecordingMetrics, StaticAllowlist, door
 
 DAY = 86_400.0
 NOW = 1_800_000_000.0
@@ -150,25 +151,25 @@ class Pulls:
         assert ref == "base-sha"
         return self.text, "blob-sha"
 
-    def prepare_branch(self, branch: str, sha: str) -> None:
+    def prepare_branch(self, branch: str, sha: str, *, permit: Permit) -> None:
         self.branches[branch] = self.text
         self.writes.append(f"branch {branch}")
 
-    def write_file(self, branch: str, text: str, blob_sha: str, message: str) -> None:
+    def write_file(self, branch: str, text: str, blob_sha: str, message: str, *, permit: Permit) -> None:
         self.branches[branch] = text
         self.writes.append(f"file {branch}")
 
-    def open_pull(self, branch: str, title: str, body: str, labels: list[str]) -> int:
+    def open_pull(self, branch: str, title: str, body: str, labels: list[str], *, permit: Permit) -> int:
         number = 100 + len(self.pulls)
         self.pulls[number] = {"branch": branch, "title": title, "body": body, "state": "open", "labels": labels}
         self.writes.append(f"open {number}")
         return number
 
-    def update_pull(self, number: int, title: str, body: str) -> None:
+    def update_pull(self, number: int, title: str, body: str, *, permit: Permit) -> None:
         self.pulls[number] |= {"title": title, "body": body}
         self.writes.append(f"update {number}")
 
-    def close_pull(self, number: int, comment: str) -> None:
+    def close_pull(self, number: int, comment: str, *, permit: Permit) -> None:
         self.pulls[number] |= {"state": "closed", "closing_comment": comment}
         self.writes.append(f"close {number}")
 
@@ -179,7 +180,7 @@ def world() -> tuple[LevelDeps, Jobs, Levels, Docs, Pulls]:
     levels.first_seen = {"org/promote": NOW - 40 * DAY, "org/young": NOW - 10 * DAY}
     deps = LevelDeps(
         allowlist=StaticAllowlist(parse_allowlist(ALLOWLIST)), jobs=jobs, history=levels, demotions=levels, docs=docs,
-        metrics=RecordingMetrics(), clock=FakeClock(NOW), parse=parse_allowlist, pulls=pulls,
+        metrics=RecordingMetrics(), clock=FakeClock(NOW), parse=parse_allowlist, pulls=pulls, door=door(),
         hud_url="https://relay.example.com/hud", demotion_min_jobs=5,  # the seeded history's few jobs count
     )  # fmt: skip
     return deps, jobs, levels, docs, pulls

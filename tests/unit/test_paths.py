@@ -21,6 +21,7 @@ from tests.unit.fakes import (
     FakeState,
     RecordingMetrics,
     StaticAllowlist,
+    door,
 )
 
 EVENTS = Path(__file__).resolve().parents[2] / "examples" / "events"
@@ -102,7 +103,7 @@ def run(
     deps = PlannerDeps(
         upstream="pytorch/pytorch", allowlist=StaticAllowlist(parse_allowlist(allowlist)), blobs=FakeBlobs(),
         prs=FakeState(), branch=FakeState(), dispatches=queue, metrics=metrics, clock=FakeClock(), checks=checks,
-        files=files,
+        files=files, door=door()
     )  # fmt: skip
     text = json.dumps(doc)
     message = EventMessage(

@@ -20,6 +20,7 @@ from tests.unit.fakes import (
     FakeState,
     RecordingMetrics,
     StaticAllowlist,
+    door,
 )
 from tests.unit.test_summaries import FakeDocs
 
@@ -62,6 +63,7 @@ def test_a_release_whose_send_failed_is_released_again_on_retry() -> None:
         dispatches=queue,
         metrics=RecordingMetrics(),
         clock=FakeClock(),
+        door=door(),
     )
     with pytest.raises(ConnectionError):
         plan_event(labeled_event("d-1"), deps)  # SQS redelivers the event
@@ -85,7 +87,7 @@ def test_a_new_head_cancels_the_old_heads_queued_runs_and_asks_for_the_prs_comme
         upstream="pytorch/pytorch", allowlist=StaticAllowlist(parse_allowlist("L4:\n  - org/repo\n")),
         blobs=FakeBlobs(), prs=FakeState(), branch=FakeState(), dispatches=FakeDispatchQueue(),
         metrics=RecordingMetrics(),
-        clock=FakeClock(), checks=checks,
+        clock=FakeClock(), checks=checks, door=door()
     )  # fmt: skip
     plan_event(_event(BODY, "d-1"), deps)
     assert checks.sent == []
@@ -109,7 +111,7 @@ def test_a_dispatch_carries_when_its_commit_was_stored_as_the_prs_head_and_a_lat
         upstream="pytorch/pytorch",
         allowlist=StaticAllowlist(parse_allowlist("L4:\n  - org/repo\n")),
         blobs=FakeBlobs(), prs=FakeState(), branch=FakeState(), dispatches=queue, metrics=RecordingMetrics(),
-        clock=clock,
+        clock=clock, door=door()
     )  # fmt: skip
     newer = json.loads(json.dumps(BODY))
     newer["action"] = "synchronize"
@@ -137,6 +139,7 @@ def test_a_ciflow_trunk_tag_push_is_dispatched_as_its_prs_ci_at_the_tags_commit(
         dispatches=queue,
         metrics=RecordingMetrics(),
         clock=FakeClock(),
+        door=door(),
     )
     doc = json.loads(json.dumps(PUSH)) | {"ref": "refs/tags/ciflow/trunk/171234", "base_ref": None}
     text = json.dumps(doc)
@@ -174,7 +177,7 @@ def test_the_hud_pages_hear_what_was_planned_for_each_downstream() -> None:
         upstream="pytorch/pytorch", allowlist=StaticAllowlist(allowlist), blobs=FakeBlobs(), prs=FakeState(),
         branch=FakeState(),
         dispatches=FakeDispatchQueue(), metrics=metrics, clock=FakeClock(), files=Files(),
-        pages=SummaryDeps(docs=docs, metrics=metrics, clock=FakeClock()),
+        pages=SummaryDeps(docs=docs, metrics=metrics, clock=FakeClock()), door=door()
     )  # fmt: skip
     doc = json.loads(json.dumps(BODY))
     doc["pull_request"]["author_association"] = "FIRST_TIME_CONTRIBUTOR"
@@ -220,7 +223,7 @@ def test_a_pr_the_merge_bot_landed_is_merged_for_downstreams_and_the_pages_whate
     deps = PlannerDeps(
         upstream="pytorch/pytorch", allowlist=StaticAllowlist(parse_allowlist("L2:\n  - org/cleans-up\n")),
         blobs=FakeBlobs(), prs=state, branch=state, dispatches=queue, metrics=metrics, clock=FakeClock(),
-        pages=SummaryDeps(docs=docs, metrics=metrics, clock=FakeClock()),
+        pages=SummaryDeps(docs=docs, metrics=metrics, clock=FakeClock()), door=door()
     )  # fmt: skip
 
     def pr(number: int, action: str, **changes: object) -> EventMessage:
@@ -290,7 +293,7 @@ def test_a_push_to_main_records_its_commits_in_order_with_what_a_blamelist_shows
     deps = PlannerDeps(
         upstream="pytorch/pytorch", allowlist=StaticAllowlist(parse_allowlist("L2:\n  - org/repo\n")),
         blobs=FakeBlobs(), prs=state, branch=state, dispatches=FakeDispatchQueue(), metrics=RecordingMetrics(),
-        clock=FakeClock(),
+        clock=FakeClock(), door=door()
     )  # fmt: skip
     doc = json.loads(json.dumps(PUSH))
     squashed, landed = dict(doc["commits"][0]), dict(doc["commits"][0])

@@ -10,7 +10,7 @@ import pytest
 from crcr.app.ports.github import GitHubRateLimited, GitHubRejected, GitHubUnavailable
 from crcr.app.reconcile import PACER_KEY, ReconcileDeps, reconcile, relay_acts_on
 from crcr.domain.redelivery import MAX_ASKS_PER_EVENT, OVERLAP_S, Attempt, edge_failing, missed, window_start
-from tests.unit.fakes import FakeClock, FakeHookDeliveries, FakePacer, FakeRedeliveries, RecordingMetrics
+from tests.unit.fakes import FakeClock, FakeHookDeliveries, FakePacer, FakeRedeliveries, RecordingMetrics, door
 
 T0 = 1_800_000_000.0
 UPSTREAM_ID = 65600975
@@ -52,6 +52,7 @@ class World:
             clock=self.clock,
             sleep=sleep,
             **kw,
+            door=door(),
         )  # type: ignore[arg-type]
 
     def run(self, **kw: float):  # type: ignore[no-untyped-def]

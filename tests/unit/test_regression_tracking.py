@@ -33,6 +33,7 @@ from tests.unit.fakes import (
     FakeState,
     RecordingMetrics,
     StaticAllowlist,
+    door,
 )
 from tests.unit.test_summaries import FakeDocs
 
@@ -243,7 +244,7 @@ def notice_world() -> tuple[World, NoticeDeps, FakeIssueComments, CheckSyncMessa
     api = FakeIssueComments()
     allowlist = StaticAllowlist(parse_allowlist(f"L2:\n  - {REPO}: [alice, bob]\n"))
     deps = NoticeDeps(api=api, store=world.store, allowlist=allowlist, pacer=FakePacer(), metrics=world.metrics,
-                      clock=world.clock)  # fmt: skip
+                      clock=world.clock, door=door())  # fmt: skip
     message = CheckSyncMessage(kind="notice", upstream=UPSTREAM, head_sha=sha(2), repo=REPO, pr=1002, job_name="test")
     return world, deps, api, message.model_copy(update={"workflow_name": "CI"})
 

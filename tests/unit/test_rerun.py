@@ -13,6 +13,7 @@ import pytest
 
 from crcr.adapters.allowlist_source import parse_allowlist
 from crcr.app.checks import CheckDeps, sync
+from crcr.app.outbound import Permit
 from crcr.app.plan import PlannerDeps, plan_event
 from crcr.app.ports.github import GitHubError, GitHubRateLimited, GitHubRejected, GitHubUnavailable
 from crcr.app.ports.jobs import JobRecord
@@ -29,6 +30,7 @@ from tests.unit.fakes import (
     FakeState,
     RecordingMetrics,
     StaticAllowlist,
+    door,
 )
 
 UPSTREAM, HEAD = "pytorch/pytorch", "a" * 40
@@ -80,7 +82,7 @@ class FakeReruns:
         self._call("get", repo, run_id)
         return self.runs.get((repo, run_id), WorkflowRun("completed", 1))
 
-    def rerun_failed_jobs(self, repo: str, run_id: str) -> bool:
+    def rerun_failed_jobs(self, repo: str, run_id: str, *, permit: Permit) -> bool:
         self._call("rerun", repo, run_id)
         if self.already_running:
             return False
@@ -168,10 +170,10 @@ class NoCheckRuns:
     def installation_for(self, upstream: str) -> int:
         return UPSTREAM_INSTALLATION
 
-    def create_check_run(self, upstream: str, fields: dict[str, Any]) -> int:
+    def create_check_run(self, upstream: str, fields: dict[str, Any], *, permit: Permit) -> int:
         raise AssertionError("a re-run writes no check run")
 
-    def update_check_run(self, upstream: str, check_run_id: int, fields: dict[str, Any]) -> None:
+    def update_check_run(self, upstream: str, check_run_id: int, fields: dict[str, Any], *, permit: Permit) -> None:
         raise AssertionError("a re-run writes no check run")
 
 
@@ -207,7 +209,7 @@ class World:
     @property
     def reruns(self) -> RerunDeps:
         return RerunDeps(github=self.github, store=self.store, allowlist=StaticAllowlist(ALLOWLIST),
-                         metrics=self.metrics)  # fmt: skip
+                         metrics=self.metrics, door=door())  # fmt: skip
 
     @property
     def deps(self) -> CheckDeps:
@@ -217,7 +219,7 @@ class World:
             pacer=self.pacer, allowlist=StaticAllowlist(ALLOWLIST), metrics=self.metrics, clock=self.clock,
             reruns=self.reruns,
             retries=RetryDeps(results=self.results, marks=self.marks, clock=self.clock, lease_s=30.0, give_up_s=3600.0),
-            rand=lambda: 0.5,
+            rand=lambda: 0.5, door=door()
         )  # fmt: skip
 
     def sync(self, msg: CheckSyncMessage) -> str:
@@ -455,7 +457,7 @@ def rerequested(event: str, doc: dict[str, Any]) -> EventMessage:
 def planner(w: World) -> PlannerDeps:
     return PlannerDeps(
         upstream=UPSTREAM, allowlist=StaticAllowlist(ALLOWLIST), blobs=FakeBlobs(), prs=FakeState(), branch=FakeState(),
-        dispatches=FakeDispatchQueue(), metrics=w.metrics, clock=w.clock, checks=w.queue, reruns=w.reruns,
+        dispatches=FakeDispatchQueue(), metrics=w.metrics, clock=w.clock, checks=w.queue, reruns=w.reruns, door=door()
     )  # fmt: skip
 
 

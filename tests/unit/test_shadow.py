@@ -25,6 +25,7 @@ from tests.unit.fakes import (
     FakeState,
     RecordingMetrics,
     StaticAllowlist,
+    door,
 )
 from tests.unit.test_plan_usecase import BODY, _event
 from tests.unit.test_summaries import FakeDocs
@@ -50,11 +51,12 @@ class Files:
 
 def world(text: str = ALLOWLIST, mode: str = "shadow") -> tuple[PlannerDeps, Log, FakeDocs]:
     metrics, docs, log = RecordingMetrics(), FakeDocs(), Log()
+    allowlist = StaticAllowlist(parse_allowlist(text))
     deps = PlannerDeps(
-        upstream="pytorch/pytorch", allowlist=StaticAllowlist(parse_allowlist(text)), blobs=FakeBlobs(),
+        upstream="pytorch/pytorch", allowlist=allowlist, blobs=FakeBlobs(),
         prs=FakeState(), branch=FakeState(), dispatches=FakeDispatchQueue(), metrics=metrics, clock=FakeClock(),
         files=Files(), checks=FakeChecksQueue(), pages=SummaryDeps(docs=docs, metrics=metrics, clock=FakeClock()),
-        mode=mode, shadow=log,  # type: ignore[arg-type]
+        door=door(mode, allowlist, log, metrics),  # type: ignore[arg-type]
     )  # fmt: skip
     return deps, log, docs
 

@@ -12,6 +12,7 @@ import base64
 from urllib.parse import quote
 
 from crcr.adapters.github import GitHubApp
+from crcr.app.outbound import GITHUB, Permit, require
 from crcr.app.ports.github import GitHubRejected
 from crcr.app.ports.levels import PullRef
 
@@ -75,10 +76,15 @@ class GitHubAllowlistPulls:
         )
         return base64.b64decode(resp.body["content"]).decode(), str(resp.body["sha"])
 
-    def prepare_branch(self, branch: str, sha: str) -> None:
+    def prepare_branch(self, branch: str, sha: str, *, permit: Permit) -> None:
         try:
             self._github.request(
-                "POST", self._url("git/refs"), self._auth(), {"ref": f"refs/heads/{branch}", "sha": sha}, kind="git"
+                "POST",
+                self._url("git/refs"),
+                self._auth(),
+                {"ref": f"refs/heads/{branch}", "sha": sha},
+                kind="git",
+                permit=require(permit, GITHUB, "level_pr"),
             )
         except GitHubRejected as exc:
             if exc.status != 422:  # 422: the branch exists (an earlier PR's): start it again at the base
@@ -89,18 +95,26 @@ class GitHubAllowlistPulls:
                 self._auth(),
                 {"sha": sha, "force": True},
                 kind="git",
+                permit=require(permit, GITHUB, "level_pr"),
             )
 
-    def write_file(self, branch: str, text: str, blob_sha: str, message: str) -> None:
+    def write_file(self, branch: str, text: str, blob_sha: str, message: str, *, permit: Permit) -> None:
         body = {
             "message": message,
             "content": base64.b64encode(text.encode()).decode(),
             "sha": blob_sha,
             "branch": branch,
         }
-        self._github.request("PUT", self._url(f"contents/{_q(self._path)}"), self._auth(), body, kind="contents")
+        self._github.request(
+            "PUT",
+            self._url(f"contents/{_q(self._path)}"),
+            self._auth(),
+            body,
+            kind="contents",
+            permit=require(permit, GITHUB, "level_pr"),
+        )
 
-    def open_pull(self, branch: str, title: str, body: str, labels: list[str]) -> int:
+    def open_pull(self, branch: str, title: str, body: str, labels: list[str], *, permit: Permit) -> int:
         try:
             resp = self._github.request(
                 "POST",
@@ -108,6 +122,7 @@ class GitHubAllowlistPulls:
                 self._auth(),
                 {"title": title, "head": branch, "base": self._base, "body": body, "maintainer_can_modify": True},
                 kind="pulls",
+                permit=require(permit, GITHUB, "level_pr"),
             )
             number = int(resp.body["number"])
         except GitHubRejected as exc:
@@ -118,17 +133,39 @@ class GitHubAllowlistPulls:
             number = existing.number
         if labels:
             self._github.request(
-                "POST", self._url(f"issues/{number}/labels"), self._auth(), {"labels": labels}, kind="labels"
+                "POST",
+                self._url(f"issues/{number}/labels"),
+                self._auth(),
+                {"labels": labels},
+                kind="labels",
+                permit=require(permit, GITHUB, "level_pr"),
             )
         return number
 
-    def update_pull(self, number: int, title: str, body: str) -> None:
+    def update_pull(self, number: int, title: str, body: str, *, permit: Permit) -> None:
         self._github.request(
-            "PATCH", self._url(f"pulls/{number}"), self._auth(), {"title": title, "body": body}, kind="pulls"
+            "PATCH",
+            self._url(f"pulls/{number}"),
+            self._auth(),
+            {"title": title, "body": body},
+            kind="pulls",
+            permit=require(permit, GITHUB, "level_pr"),
         )
 
-    def close_pull(self, number: int, comment: str) -> None:
+    def close_pull(self, number: int, comment: str, *, permit: Permit) -> None:
         self._github.request(
-            "POST", self._url(f"issues/{number}/comments"), self._auth(), {"body": comment}, kind="comment"
+            "POST",
+            self._url(f"issues/{number}/comments"),
+            self._auth(),
+            {"body": comment},
+            kind="comment",
+            permit=require(permit, GITHUB, "level_pr"),
         )
-        self._github.request("PATCH", self._url(f"pulls/{number}"), self._auth(), {"state": "closed"}, kind="pulls")
+        self._github.request(
+            "PATCH",
+            self._url(f"pulls/{number}"),
+            self._auth(),
+            {"state": "closed"},
+            kind="pulls",
+            permit=require(permit, GITHUB, "level_pr"),
+        )

@@ -16,6 +16,7 @@ from urllib.parse import quote, urlencode, urlsplit
 import urllib3
 
 from crcr.adapters.http_pool import pool_for
+from crcr.app.outbound import BUILDKITE, Permit, require
 from crcr.app.ports.buildkite import (
     DISPATCH_META_KEY,
     BuildkiteBuild,
@@ -57,7 +58,7 @@ class BuildkiteClient:
     def __repr__(self) -> str:  # never the token
         return f"BuildkiteClient({self._api!r})"
 
-    def create(self, organization: str, pipeline: str, build: NewBuild) -> BuildRef:
+    def create(self, organization: str, pipeline: str, build: NewBuild, *, permit: Permit) -> BuildRef:
         body = {
             "commit": build.commit,
             "branch": build.branch,
@@ -67,7 +68,7 @@ class BuildkiteClient:
             "env": build.env,
             "meta_data": build.meta_data,
         }
-        status, parsed = self._request("POST", _builds_path(organization, pipeline), body)
+        status, parsed = self._request("POST", _builds_path(organization, pipeline), body, permit=permit)
         if status != 201 or not isinstance(parsed, dict):
             # Not Buildkite's documented answer to a create: it may still have created the build.
             raise BuildkiteUnavailable(f"POST {_builds_path(organization, pipeline)}: unexpected HTTP {status}")
@@ -110,7 +111,9 @@ class BuildkiteClient:
         state = parsed["state"]
         return BuildkiteBuild(state=state, finished=state in BUILDKITE_BUILD_FINAL, jobs=tuple(latest.values()))
 
-    def _request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    def _request(self, method: str, path: str, body: Any = None, *, permit: Permit | None = None) -> tuple[int, Any]:
+        if method != "GET":
+            require(permit, BUILDKITE, "dispatch")  # the outbound door's word (crcr.app.outbound), or nothing is sent
         headers = {"Authorization": self._auth, "Accept": "application/json", "User-Agent": USER_AGENT}
         data = None
         if body is not None:

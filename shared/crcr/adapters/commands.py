@@ -10,6 +10,7 @@ from collections.abc import Callable
 from urllib.parse import quote
 
 from crcr.adapters.github import COMMENT_PERMISSIONS, GitHubApp
+from crcr.app.outbound import GITHUB, Permit, require
 from crcr.app.ports.github import GitHubRejected
 
 ROLE_MEMORY_S = 600.0  # a person's role is asked again after this (a removed collaborator loses it within it)
@@ -63,11 +64,12 @@ class GitHubCommands:
         role = body.get("role_name") or body.get("permission")
         return str(role) if role else None
 
-    def react(self, upstream: str, comment_id: int, content: str) -> None:
+    def react(self, upstream: str, comment_id: int, content: str, *, permit: Permit) -> None:
         self._github.request(
             "POST",
             f"/repos/{quote(upstream, safe='/')}/issues/comments/{comment_id}/reactions",
             self._auth(upstream, COMMENT_PERMISSIONS),
             {"content": content},
             kind="reaction",
+            permit=require(permit, GITHUB, "reaction"),
         )

@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import quote
 
 from crcr.adapters.github import GitHubApp
+from crcr.app.outbound import GITHUB, Permit, require
 from crcr.app.ports.github import GitHubRejected
 from crcr.app.ports.runs import GitHubJob, GitHubRun, RunSearch, Search
 from crcr.domain.runs import RELAY_EVENTS, timestamp
@@ -131,7 +132,9 @@ class GitHubWorkflows:
     def __init__(self, github: GitHubApp) -> None:
         self._github = github
 
-    def dispatch_workflow(self, repo: str, file: str, ref: str, inputs: dict[str, str]) -> str | None:
+    def dispatch_workflow(
+        self, repo: str, file: str, ref: str, inputs: dict[str, str], *, permit: Permit
+    ) -> str | None:
         """The new run's id, or None when GitHub answered 204 without it (GitHub Enterprise Server before the
         parameter, which it ignores)."""
         token = self._github.repo_token(self._github.installation_for(repo), repo, {"actions": "write"})
@@ -141,6 +144,7 @@ class GitHubWorkflows:
             f"Bearer {token.token}",
             {"ref": ref, "inputs": inputs, "return_run_details": True},
             kind="dispatch",
+            permit=require(permit, GITHUB, "dispatch", repo),
         )
         body = resp.body if isinstance(resp.body, dict) else {}
         run_id = body.get("workflow_run_id")

@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from crcr.adapters.http_pool import pool_for
+from crcr.app.outbound import GITHUB, Permit, require
 from crcr.app.ports.comment import IssueComment
 from crcr.app.ports.deliveries import DeliveryListing
 from crcr.app.ports.github import (
@@ -53,6 +54,7 @@ DISPATCH_PERMISSIONS = {"contents": "write"}
 COMMENT_PERMISSIONS = {"issues": "write", "pull_requests": "write"}
 MAX_COMMENT_PAGES = 30  # 3,000 comments: a PR's conversation is looked through once, after a lost row
 DELIVERIES_PER_PAGE = 100  # GitHub's maximum
+_TOKEN_MINT = re.compile(r"/app/installations/\d+/access_tokens")
 _NEXT_CURSOR = re.compile(r'<[^>]*[?&]cursor=([^&>]+)[^>]*>;\s*rel="next"')
 
 
@@ -119,7 +121,13 @@ class GitHubApp:
         body: Any = None,
         kind: str = "other",
         extra_headers: dict[str, str] | None = None,
+        *,
+        permit: Permit | None = None,
     ) -> Response:
+        """One request. A GET, and the installation tokens the App mints for itself, need nothing more; every other
+        request needs the outbound door's permit (crcr.app.outbound), so no path writes to GitHub around it."""
+        if method != "GET" and not _TOKEN_MINT.fullmatch(path):
+            require(permit, GITHUB)
         if any(part in (".", "..") for part in unquote(path.split("?", 1)[0]).split("/")):
             # A name that walks the path (`../x`) would aim the App's credentials at another endpoint: never sent.
             raise GitHubRejected(400, f"{method} {path}: a path segment is '.' or '..'; not sent")
@@ -238,13 +246,16 @@ class GitHubApp:
             self._tokens.pop(key, None)
 
     # -- calls --------------------------------------------------------------------------------------
-    def dispatch(self, repo: str, token: RepoToken, event_type: str, client_payload: dict[str, Any]) -> None:
+    def dispatch(
+        self, repo: str, token: RepoToken, event_type: str, client_payload: dict[str, Any], *, permit: Permit
+    ) -> None:
         self.request(
             "POST",
             f"/repos/{_path(repo)}/dispatches",
             f"Bearer {token.token}",
             {"event_type": event_type, "client_payload": client_payload},
             kind="dispatch",
+            permit=require(permit, GITHUB, "dispatch", repo),
         )
 
     def get_contents(self, repo: str, path: str, ref: str, token: RepoToken, etag: str | None) -> Response:
@@ -271,19 +282,25 @@ class GitHubCheckRuns:
     def installation_for(self, upstream: str) -> int:
         return self._github.installation_for(upstream)
 
-    def create_check_run(self, upstream: str, fields: dict[str, Any]) -> int:
+    def create_check_run(self, upstream: str, fields: dict[str, Any], *, permit: Permit) -> int:
         resp = self._github.request(
-            "POST", f"/repos/{_path(upstream)}/check-runs", self._auth(upstream), fields, kind="check_run"
+            "POST",
+            f"/repos/{_path(upstream)}/check-runs",
+            self._auth(upstream),
+            fields,
+            kind="check_run",
+            permit=require(permit, GITHUB, "check_run"),
         )
         return int(resp.body["id"])
 
-    def update_check_run(self, upstream: str, check_run_id: int, fields: dict[str, Any]) -> None:
+    def update_check_run(self, upstream: str, check_run_id: int, fields: dict[str, Any], *, permit: Permit) -> None:
         self._github.request(
             "PATCH",
             f"/repos/{_path(upstream)}/check-runs/{check_run_id}",
             self._auth(upstream),
             fields,
             kind="check_run",
+            permit=require(permit, GITHUB, "check_run"),
         )
 
 
@@ -300,23 +317,25 @@ class GitHubIssueComments:
     def installation_for(self, upstream: str) -> int:
         return self._github.installation_for(upstream)
 
-    def create_comment(self, upstream: str, pr: int, body: str) -> int:
+    def create_comment(self, upstream: str, pr: int, body: str, *, permit: Permit) -> int:
         resp = self._github.request(
             "POST",
             f"/repos/{_path(upstream)}/issues/{pr}/comments",
             self._auth(upstream),
             {"body": body},
             kind="comment",
+            permit=require(permit, GITHUB),
         )
         return int(resp.body["id"])
 
-    def update_comment(self, upstream: str, comment_id: int, body: str) -> None:
+    def update_comment(self, upstream: str, comment_id: int, body: str, *, permit: Permit) -> None:
         self._github.request(
             "PATCH",
             f"/repos/{_path(upstream)}/issues/comments/{comment_id}",
             self._auth(upstream),
             {"body": body},
             kind="comment",
+            permit=require(permit, GITHUB),
         )
 
     def list_comments(self, upstream: str, pr: int) -> list[IssueComment]:
@@ -360,13 +379,14 @@ class GitHubReruns:
         )
         return WorkflowRun(status=str(resp.body.get("status")), run_attempt=int(resp.body.get("run_attempt") or 1))
 
-    def rerun_failed_jobs(self, repo: str, run_id: str) -> bool:
+    def rerun_failed_jobs(self, repo: str, run_id: str, *, permit: Permit) -> bool:
         try:
             self._github.request(
                 "POST",
                 f"/repos/{_path(repo)}/actions/runs/{run_id}/rerun-failed-jobs",
                 self._auth(repo, {"actions": "write"}),
                 kind="rerun",
+                permit=require(permit, GITHUB, "rerun", repo),
             )
         except GitHubRejected as exc:
             # "This workflow is already running": someone re-ran it since it was read, a no-op as asked.
@@ -474,12 +494,13 @@ class GitHubHookDeliveries:
             path = f"/app/hook/deliveries?per_page={DELIVERIES_PER_PAGE}&cursor={quote(unquote(match.group(1)))}"
         return DeliveryListing(attempts, truncated=True)
 
-    def redeliver(self, delivery_id: int) -> None:
+    def redeliver(self, delivery_id: int, *, permit: Permit) -> None:
         self._github.request(
             "POST",
             f"/app/hook/deliveries/{int(delivery_id)}/attempts",
             f"Bearer {self._github.app_jwt()}",
             kind="redelivery",
+            permit=require(permit, GITHUB, "redelivery"),
         )
 
     def upstream_id(self) -> int | None:

@@ -8,6 +8,7 @@ from typing import Any
 import urllib3
 
 from crcr.adapters.http_pool import pool_for
+from crcr.app.outbound import HUD, Permit, require
 from crcr.app.ports.hud import HudRejected, HudUnavailable
 
 
@@ -18,7 +19,8 @@ class HudClient:
         self._timeout = urllib3.Timeout(connect=3.0, read=timeout_s)
         self._http = pool_for(url, maxsize=4)
 
-    def push(self, envelope: dict[str, Any]) -> None:
+    def push(self, envelope: dict[str, Any], *, permit: Permit) -> None:
+        require(permit, HUD, "hud_push")  # the outbound door's word (crcr.app.outbound), or nothing is sent
         try:
             resp = self._http.request(
                 "POST",

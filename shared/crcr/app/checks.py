@@ -29,12 +29,13 @@ import json
 import random
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from crcr.app.budget import Budget, Paced
 from crcr.app.comment import CommentDeps, ask_render, sync_comment
+from crcr.app.outbound import GITHUB, Outbound, Permit, Write
 from crcr.app.ports import AllowlistProvider, Clock, Metrics
 from crcr.app.ports.checkruns import CheckRunStore
 from crcr.app.ports.github import GitHubRateLimited, GitHubRejected, GitHubUnavailable, NotInstalled
@@ -55,6 +56,7 @@ from crcr.domain.checks import (
     Need,
     Rollup,
     check_run_name,
+    downstream_of,
     job_run_need,
     latest_attempts,
     makes,
@@ -78,13 +80,13 @@ class CheckRunApi(Protocol):
         """The installation whose budget the writes spend (paced per installation, like dispatches)."""
         ...
 
-    def create_check_run(self, upstream: str, fields: dict[str, Any]) -> int: ...
-    def update_check_run(self, upstream: str, check_run_id: int, fields: dict[str, Any]) -> None: ...
+    def create_check_run(self, upstream: str, fields: dict[str, Any], *, permit: Permit) -> int: ...
+    def update_check_run(self, upstream: str, check_run_id: int, fields: dict[str, Any], *, permit: Permit) -> None: ...
 
 
 class Reactions(Protocol):
     def installation_for(self, upstream: str) -> int: ...
-    def react(self, upstream: str, comment_id: int, content: str) -> None:
+    def react(self, upstream: str, comment_id: int, content: str, *, permit: Permit) -> None:
         """A reaction on an issue comment (`+1`, `rocket`, `confused`, …)."""
         ...
 
@@ -106,6 +108,7 @@ class CheckDeps:
     allowlist: AllowlistProvider
     metrics: Metrics
     clock: Clock
+    door: Outbound  # every check run and reaction is written only with its permit (crcr.app.outbound)
     settle_s: float = 60.0
     reruns: RerunDeps | None = None  # kind "rerun": re-runs from the Checks tab and the relay's own retries
     retries: RetryDeps | None = None
@@ -339,6 +342,7 @@ class _Write:
     row: str | None = None  # the booked dispatch ("<delivery id> <repository>") it settles, if any
     counted: str | None = None  # a metric counted once written (CheckRunCancelled, CheckRunSkippedByPaths)
     delivery_id: str = ""  # the delivery whose dispatch the check run shows (for the log)
+    permit: Permit | None = None  # the outbound door's, once asked (_permitted)
 
 
 class _Head:
@@ -590,15 +594,16 @@ def _made(write: _Write, deps: CheckDeps) -> bool:
     """One write, under the head's lock (one writer per check run, so two PATCHes never land out of order), then
     recorded at the version the pass read. A 4xx for this check run is dead-lettered with the reason; the rest of
     the pass goes on."""
-    check, fields = write.check, write.fields
+    check, fields, permit = write.check, write.fields, write.permit
+    assert permit is not None  # _permitted kept only the writes the door let through
     try:
         if check.known is None:
-            check_run_id = deps.api.create_check_run(check.upstream, fields)
+            check_run_id = deps.api.create_check_run(check.upstream, fields, permit=permit)
             deps.metrics.count("CheckRunCreated")
         else:
             check_run_id = check.known.check_run_id
             deps.api.update_check_run(
-                check.upstream, check_run_id, {k: v for k, v in fields.items() if k != "head_sha"}
+                check.upstream, check_run_id, {k: v for k, v in fields.items() if k != "head_sha"}, permit=permit
             )
             deps.metrics.count("CheckRunUpdated")
     except GitHubRejected as exc:
@@ -610,6 +615,28 @@ def _made(write: _Write, deps: CheckDeps) -> bool:
     if not deps.store.record_check(check.upstream, check.head_sha, check.name, known, check.version, deps.clock.now()):
         deps.metrics.count("CheckRunRecordLost")  # only a pass whose lock lapsed gets here: the next pass reads again
     return True
+
+
+def _permitted(writes: list[_Write], deps: CheckDeps) -> list[_Write]:
+    """The writes the outbound door lets through, each holding its permit; a shadow downstream's check run is kept
+    as a shadow decision instead, and spends no budget."""
+    kept = []
+    for write in writes:
+        check, fields = write.check, write.fields
+        permit = deps.door.permit(
+            Write(
+                system=GITHUB,
+                action="check_run",
+                repo=downstream_of(check.name),
+                upstream=check.upstream,
+                key=f"{check.head_sha}:{check.name}:{fields.get('status')}:{fields.get('conclusion')}",
+                body=fields,
+                head_sha=check.head_sha,
+            )
+        )
+        if permit is not None:
+            kept.append(replace(write, permit=permit))
+    return kept
 
 
 def cancel_superseded(message: CheckSyncMessage, head: _Head, deps: CheckDeps) -> list[_Write]:
@@ -769,11 +796,11 @@ def _run(
     try:
         head = _Head(message.upstream, message.head_sha, deps)
         if message.kind == "cancel":
-            writes = cancel_superseded(message, head, deps)
+            writes = _permitted(cancel_superseded(message, head, deps), deps)
         elif message.kind == "skip":
-            writes = skip_repo(message, head, deps)
+            writes = _permitted(skip_repo(message, head, deps), deps)
         else:
-            writes = _shares(_plan(head, booked, in_hand, deps, budget, done), deps, done)
+            writes = _shares(_permitted(_plan(head, booked, in_hand, deps, budget, done), deps), deps, done)
         _make(writes, deps, budget, done)
         _comment_after(head, deps)
     except Paced as exc:
@@ -897,7 +924,7 @@ def rerun(message: CheckSyncMessage, deps: CheckDeps, budget: Budget) -> SyncOut
         budget.spend(deps.pacer, lambda: installation, deps.clock.now())
 
     if message.requested_by in ("checks_tab", "comment"):
-        return SyncOutcome(detail=rerun_requested(message.repo, message.run_id, deps.reruns, pace))
+        return SyncOutcome(detail=rerun_requested(message.upstream, message.repo, message.run_id, deps.reruns, pace))
     assert deps.retries is not None
     retried = retry_infra(message, deps.reruns, deps.retries, pace)
     if retried.wait_s is not None:
@@ -913,9 +940,14 @@ def react(message: CheckSyncMessage, deps: CheckDeps, budget: Budget) -> SyncOut
     if deps.reactions is None or message.comment_id is None or not message.reaction:
         return SyncOutcome(detail="reactions_off")
     reactions = deps.reactions
+    what = Write(GITHUB, "reaction", message.repo or None, message.upstream, f"{message.comment_id}:{message.reaction}",
+                 {"content": message.reaction}, message.pr)  # fmt: skip
+    permit = deps.door.permit(what)
+    if permit is None:
+        return SyncOutcome(detail="withheld")
     budget.spend(deps.pacer, lambda: reactions.installation_for(message.upstream), deps.clock.now())
     try:
-        reactions.react(message.upstream, message.comment_id, message.reaction)
+        reactions.react(message.upstream, message.comment_id, message.reaction, permit=permit)
     except (GitHubRejected, NotInstalled) as exc:
         deps.metrics.count("CommandReactionRefused")
         return SyncOutcome(detail=f"refused: {exc}")

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from crcr.app.outbound import Outbound
 from crcr.app.ports import AllowlistProvider, Clock, Metrics
 from crcr.app.ports.github import GitHubRejected, NotInstalled
 from crcr.app.ports.jobs import JobRecord, JobsByHead
@@ -29,7 +30,6 @@ from crcr.domain.commands import may_rerun, parse_command
 from crcr.domain.errors import BadRequest
 from crcr.domain.ids import is_github_run, repo_key
 from crcr.domain.levels import Level
-from crcr.domain.shadow import LIVE, SHADOW, mode_of
 from crcr.domain.verdicts import Attempt
 
 
@@ -82,7 +82,7 @@ class CommandContext:
     dispatches: DispatchQueue
     metrics: Metrics
     clock: Clock
-    mode: str = LIVE  # the deployment's CRCR_MODE: a command acts on live downstreams only
+    door: Outbound  # a command acts on live downstreams only (crcr.app.outbound)
 
 
 @dataclass
@@ -134,7 +134,7 @@ def plan_command(
     info = deps.prs.pr_info(deps.upstream, pr)
     react = CheckSyncMessage(kind="react", upstream=deps.upstream, head_sha=info.head_sha if info else "", pr=pr,
                              comment_id=event.comment.id, delivery_id=message.delivery_id)  # fmt: skip
-    live = [e for e in deps.allowlist.current().entries if mode_of(e, deps.mode) != SHADOW]
+    live = [e for e in deps.allowlist.current().entries if deps.door.live(e.repo)]
     if not live:
         return _ignored(summary, deps, "shadow")  # nothing is ever sent to a shadow downstream: no reaction either
     entries = _targets(command.repos, live, info.labels if info else ())

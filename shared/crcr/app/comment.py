@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from crcr.app.budget import Budget, Paced
+from crcr.app.outbound import GITHUB, Outbound, Permit, Write
 from crcr.app.ports import AllowlistProvider, Clock, Metrics
 from crcr.app.ports.comment import CommentRow, IssueComment
 from crcr.app.ports.github import GitHubRateLimited, GitHubRejected, GitHubUnavailable, NotInstalled
@@ -38,11 +39,11 @@ class IssueComments(Protocol):
     (issues: write, pull_requests: write). Writes spend the installation's budget, like check runs."""
 
     def installation_for(self, upstream: str) -> int: ...
-    def create_comment(self, upstream: str, pr: int, body: str) -> int:
+    def create_comment(self, upstream: str, pr: int, body: str, *, permit: Permit) -> int:
         """POST /repos/{o}/{r}/issues/{n}/comments; the new comment's id."""
         ...
 
-    def update_comment(self, upstream: str, comment_id: int, body: str) -> None:
+    def update_comment(self, upstream: str, comment_id: int, body: str, *, permit: Permit) -> None:
         """PATCH /repos/{o}/{r}/issues/comments/{id}."""
         ...
 
@@ -104,6 +105,7 @@ class CommentDeps:
     allowlist: AllowlistProvider
     metrics: Metrics
     clock: Clock
+    door: Outbound  # the comment shows live downstreams only, and is written only with its permit
     settle_s: float = 5.0  # a request waits this long for the rest of its burst before the comment renders
     max_wait_s: float = 60.0  # a steady stream of changes still shows at least this often
     lease_s: float = 30.0  # one render with its GitHub calls: a crashed writer's lock lapses after this
@@ -234,7 +236,8 @@ def _write(
     if info is None or info.closed:
         deps.store.release_comment(upstream, pr, locked, now)
         return _skip(deps, "closed" if info is not None else "unknown_pr")
-    jobs = deps.jobs.jobs_for_head(upstream, info.head_sha)
+    # A shadow downstream's jobs are never told upstream (crcr.app.outbound): the comment shows the live ones.
+    jobs = [j for j in deps.jobs.jobs_for_head(upstream, info.head_sha) if deps.door.live(j.repo)]
     view = select(jobs, pr, info.head_sha, info.labels, deps.reruns.rerun_state, now, deps.retry_hold_s)
     owners = {entry.key: entry.oncalls for entry in deps.allowlist.current().entries}
     posted = row.posted
@@ -253,15 +256,22 @@ def _write(
     if posted.comment_id is not None and digest == posted.body_hash:
         deps.store.release_comment(upstream, pr, locked, now, posted)
         return replace(_skip(deps, "unchanged"), recheck_at=view.recheck_at)
+    speaks_for = next((j.repo for j in jobs), None)  # every job shown is a live downstream's; None: the relay's own
+    permit = deps.door.permit(
+        Write(GITHUB, "comment", speaks_for, upstream, f"{pr}:{digest}", {"body": rendered.body}, pr, info.head_sha)
+    )
+    if permit is None:
+        deps.store.release_comment(upstream, pr, locked, now, posted)
+        return _skip(deps, "withheld")
     budget.spend(deps.pacer, lambda: deps.api.installation_for(upstream), now)
     if posted.comment_id is None:
-        comment_id = deps.api.create_comment(upstream, pr, rendered.body)
+        comment_id = deps.api.create_comment(upstream, pr, rendered.body, permit=permit)
         deps.metrics.count("PrCommentCreated")
         detail = "created"
     else:
         comment_id = posted.comment_id
         try:
-            deps.api.update_comment(upstream, comment_id, rendered.body)
+            deps.api.update_comment(upstream, comment_id, rendered.body, permit=permit)
         except GitHubRejected as exc:
             if exc.status != 404:
                 raise

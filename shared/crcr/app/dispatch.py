@@ -18,6 +18,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from crcr.app.budget import STALE_SLOT_S
+from crcr.app.outbound import BUILDKITE, GITHUB, Outbound, Permit, Write
 from crcr.app.ports import Clock, Metrics
 from crcr.app.ports.buildkite import (
     DELIVERY_META_KEY,
@@ -53,11 +54,15 @@ class GitHub(Protocol):
     def installation_for(self, repo: str) -> int: ...
     def repo_token(self, installation_id: int, repo: str) -> RepoToken: ...
     def forget_token(self, repo: str) -> None: ...
-    def dispatch(self, repo: str, token: RepoToken, event_type: str, client_payload: dict[str, Any]) -> None: ...
+    def dispatch(
+        self, repo: str, token: RepoToken, event_type: str, client_payload: dict[str, Any], *, permit: Permit
+    ) -> None: ...
 
 
 class Workflows(Protocol):
-    def dispatch_workflow(self, repo: str, file: str, ref: str, inputs: dict[str, str]) -> str | None:
+    def dispatch_workflow(
+        self, repo: str, file: str, ref: str, inputs: dict[str, str], *, permit: Permit
+    ) -> str | None:
         """`workflow_dispatch` with `return_run_details`: the new run's id, None when GitHub gave none (204)."""
         ...
 
@@ -113,7 +118,7 @@ class Ledger(Protocol):
 class Builds(Protocol):
     """Buildkite's REST API, as far as dispatching goes: create a build, and find one by dispatch id."""
 
-    def create(self, organization: str, pipeline: str, build: NewBuild) -> BuildRef: ...
+    def create(self, organization: str, pipeline: str, build: NewBuild, *, permit: Permit) -> BuildRef: ...
 
     def find(self, organization: str, pipeline: str, dispatch_id: str) -> list[BuildRef]:
         """Builds of the pipeline whose meta_data crcr_dispatch_id is this dispatch id, oldest first."""
@@ -135,6 +140,7 @@ class Result(Enum):
     SKIPPED = "skipped"
     RESCHEDULED = "rescheduled"
     DEAD_LETTERED = "dead_lettered"
+    WITHHELD = "withheld"  # a shadow downstream: kept as a shadow decision by the outbound door, never sent
 
 
 @dataclass(frozen=True)
@@ -161,6 +167,7 @@ class BuildkiteDeps:
 @dataclass(frozen=True)
 class DispatchDeps:
     github: GitHub
+    door: Outbound  # every dispatch, of every event type, is sent only with its permit (crcr.app.outbound)
     ledger: Ledger
     prs: PrInfos  # the PR's head: a dispatch of an older commit is superseded
     queue: DispatchQueue
@@ -431,9 +438,14 @@ def dispatch(message: DispatchMessage, deps: DispatchDeps, heads: PrHeads | None
         return DispatchOutcome(Result.SKIPPED, message.skip)
     heads = heads or PrHeads(deps.prs, deps.clock)
     did = dispatch_id(message.delivery_id, message.target_repo)
+    permit = deps.door.permit(_write(message, did))
+    if permit is None:
+        # A shadow downstream (now: its mode is read when the message is sent, whatever it was when planned): no
+        # claim, no ledger row, nothing for the sweeper or the check runs to follow.
+        return DispatchOutcome(Result.WITHHELD, "shadow")
     owner = uuid.uuid4().hex  # this attempt's claim: only it may release the claim early
     if message.buildkite is not None:
-        return _dispatch_build(message, deps, did, owner, heads)
+        return _dispatch_build(message, deps, did, owner, heads, permit)
     try:
         # The installation and its token (cached while valid) before the claim, which writes the repository's
         # id: a run may report before its dispatch is marked sent.
@@ -461,7 +473,7 @@ def dispatch(message: DispatchMessage, deps: DispatchDeps, heads: PrHeads | None
             return _reschedule(message, deps, 1.0, "claim_lapsing", attempt=message.attempt, owner=owner, settled=True)
         claims = _claims(message, token.full_name, token.repo_id, did, int(deps.clock.now()), deps)
         ticket = deps.signer.sign(claims)
-        run_id = _send(message, deps, token, client_payload(message, ticket, deps.callback_url, did))
+        run_id = _send(message, deps, token, client_payload(message, ticket, deps.callback_url, did), permit)
     except NotInstalled as exc:
         return _dead_letter(message, deps, f"not_installed: {exc}", owner)
     except GitHubRateLimited as exc:
@@ -497,14 +509,36 @@ def dispatch(message: DispatchMessage, deps: DispatchDeps, heads: PrHeads | None
     return DispatchOutcome(Result.DISPATCHED)
 
 
-def _send(message: DispatchMessage, deps: DispatchDeps, token: RepoToken, sent: dict[str, Any]) -> str | None:
+def _write(message: DispatchMessage, did: str) -> Write:
+    """What the door is asked about: this dispatch, as it would be sent but for the ticket and callback URL."""
+    sent = {k: v for k, v in client_payload(message, "", "").items() if k not in ("ticket", "callback_url")}
+    target = {"buildkite": message.buildkite.model_dump()} if message.buildkite is not None else {}
+    if message.workflow is not None:
+        target = {"workflow": message.workflow.model_dump()}
+    return Write(
+        system=BUILDKITE if message.buildkite is not None else GITHUB,
+        action="dispatch",
+        repo=message.target_repo,
+        upstream=message.upstream,
+        key=did,
+        body={"event_type": message.event_type, "client_payload": sent} | target,
+        pr=message.pr_number,
+        head_sha=message.head_sha,
+        level=int(message.level),
+    )
+
+
+def _send(
+    message: DispatchMessage, deps: DispatchDeps, token: RepoToken, sent: dict[str, Any], permit: Permit
+) -> str | None:
     """repository_dispatch, or workflow_dispatch of the allowlist's workflow file: the run GitHub said it started."""
     if message.workflow is None or deps.workflows is None:
-        deps.github.dispatch(message.target_repo, token, message.event_type, sent)
+        deps.github.dispatch(message.target_repo, token, message.event_type, sent, permit=permit)
         return None
     # A workflow declares each input it takes (GitHub refuses any other): only the documented six are sent.
     inputs = as_inputs({k: v for k, v in sent.items() if k in WORKFLOW_INPUTS})
-    run_id = deps.workflows.dispatch_workflow(message.target_repo, message.workflow.file, message.workflow.ref, inputs)
+    workflow = message.workflow
+    run_id = deps.workflows.dispatch_workflow(message.target_repo, workflow.file, workflow.ref, inputs, permit=permit)
     if run_id is None:
         deps.metrics.count("DispatchRunDetailsMissing")  # GitHub Enterprise Server without the parameter
     return run_id
@@ -570,7 +604,7 @@ BUILDKITE_NOT_CONFIGURED = (
 
 
 def _dispatch_build(
-    message: DispatchMessage, deps: DispatchDeps, did: str, owner: str, heads: PrHeads
+    message: DispatchMessage, deps: DispatchDeps, did: str, owner: str, heads: PrHeads, permit: Permit
 ) -> DispatchOutcome:
     """A Buildkite downstream: create one build of its pipeline, under the same claim, lease and outcomes
     as a repository_dispatch. Buildkite has no idempotency key, so an attempt that follows one whose send
@@ -624,7 +658,7 @@ def _dispatch_build(
     try:
         ticket = deps.signer.sign(claims)
         build = bk.builds.create(
-            target.organization, target.pipeline, new_build(message, ticket, deps.callback_url, did)
+            target.organization, target.pipeline, new_build(message, ticket, deps.callback_url, did), permit=permit
         )
     except BuildkiteRateLimited as exc:
         reason = f"rate_limited: {exc}"

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from crcr.app.health import sample
+from crcr.app.outbound import GITHUB, Outbound, Permit, Write
 from crcr.app.ports import AllowlistProvider, Clock, Metrics
 from crcr.app.ports.github import DispatchRuns, GitHubError
 from crcr.app.ports.hud import HudDocs
@@ -58,14 +59,14 @@ class AllowlistPulls(Protocol):
         """The allowlist's text and blob sha at `ref` (a branch or commit)."""
         ...
 
-    def prepare_branch(self, branch: str, sha: str) -> None:
+    def prepare_branch(self, branch: str, sha: str, *, permit: Permit) -> None:
         """Create `branch` at `sha`, or move it there when it is left over from an earlier PR."""
         ...
 
-    def write_file(self, branch: str, text: str, blob_sha: str, message: str) -> None: ...
-    def open_pull(self, branch: str, title: str, body: str, labels: list[str]) -> int: ...
-    def update_pull(self, number: int, title: str, body: str) -> None: ...
-    def close_pull(self, number: int, comment: str) -> None: ...
+    def write_file(self, branch: str, text: str, blob_sha: str, message: str, *, permit: Permit) -> None: ...
+    def open_pull(self, branch: str, title: str, body: str, labels: list[str], *, permit: Permit) -> int: ...
+    def update_pull(self, number: int, title: str, body: str, *, permit: Permit) -> None: ...
+    def close_pull(self, number: int, comment: str, *, permit: Permit) -> None: ...
 
 
 BRANCH_PREFIX = "crcr-demotion/"
@@ -83,6 +84,7 @@ class LevelDeps:
     metrics: Metrics
     clock: Clock
     parse: Callable[[str], Allowlist]  # the allowlist's own loader, to check an edit
+    door: Outbound  # a shadow downstream's demotion PR is kept as a shadow decision, never opened or closed
     pulls: AllowlistPulls | None = None  # None: the allowlist is not in a GitHub repository (no PR can be opened)
     hud_url: str | None = None  # the HUD's base URL, linked from the PR
     runs: DispatchRuns | None = None  # whether a downstream's runs carry the dispatch id (looked at once a day)
@@ -196,14 +198,21 @@ def _sync_pulls(
     prs = {repo: pull.number for repo, pull in open_prs.items()}
     actions = plan_demotions(known, l3_known, prs, cooling, deps.demotion_min_jobs)
     for action, repo, reason in actions:
+        what = {"action": action, "reason": reason, "pull": open_prs[repo].number if repo in open_prs else None}
+        permit = deps.door.permit(
+            Write(GITHUB, "level_pr", repo, deps.door.upstream, f"{repo}:{action}:{reason}", what)
+        )
+        if permit is None:
+            continue  # a shadow downstream: kept as a shadow decision
         try:
             if action == "close":
-                pulls.close_pull(open_prs[repo].number, f"`{repo}` {reason}, so this demotion is no longer proposed.")
+                comment = f"`{repo}` {reason}, so this demotion is no longer proposed."
+                pulls.close_pull(open_prs[repo].number, comment, permit=permit)
                 deps.demotions.clear_demotion(repo, closed_at=now)
             else:
                 status = by_key[repo_key(repo)]
                 entry = l3[repo_key(repo)]
-                number = _propose(deps, pulls, entry, status, open_prs.get(repo))
+                number = _propose(deps, pulls, entry, status, open_prs.get(repo), permit)
                 deps.demotions.set_demotion(repo, number, now)
             deps.metrics.count("DemotionSynced", action=action)
         except (GitHubError, AllowlistError) as exc:
@@ -212,13 +221,15 @@ def _sync_pulls(
     return LevelOutcome(list(by_key.values()), actions, failed)
 
 
-def _propose(deps: LevelDeps, pulls: AllowlistPulls, entry: Entry, status: RepoStatus, pull: PullRef | None) -> int:
+def _propose(
+    deps: LevelDeps, pulls: AllowlistPulls, entry: Entry, status: RepoStatus, pull: PullRef | None, permit: Permit
+) -> int:
     """Open the PR, or bring an open one's description up to date (the same PR: never a second one)."""
     title = pr_title(entry.repo)
     body = pr_body(status, entry.oncalls, pulls.path, deps.hud_url)
     if pull is not None:
         if (pull.title, pull.body.strip()) != (title, body.strip()):
-            pulls.update_pull(pull.number, title, body)
+            pulls.update_pull(pull.number, title, body, permit=permit)
             deps.metrics.count("DemotionUpdated")
         return pull.number
     base = pulls.base_sha()
@@ -229,9 +240,9 @@ def _propose(deps: LevelDeps, pulls: AllowlistPulls, entry: Entry, status: RepoS
     edited = demote_to_l2(text, current)
     _check_edit(deps, text, edited, current)
     branch = branch_of(entry.repo)
-    pulls.prepare_branch(branch, base)
-    pulls.write_file(branch, edited, blob, title)
-    return pulls.open_pull(branch, title, body, [DEMOTION_LABEL])
+    pulls.prepare_branch(branch, base, permit=permit)
+    pulls.write_file(branch, edited, blob, title, permit=permit)
+    return pulls.open_pull(branch, title, body, [DEMOTION_LABEL], permit=permit)
 
 
 def _check_edit(deps: LevelDeps, before: str, after: str, entry: Entry) -> None:

@@ -12,12 +12,12 @@ from pydantic import ValidationError
 from crcr.app.checks import backfill
 from crcr.app.commands import CommandContext, CommandDeps, plan_command
 from crcr.app.dispatch import client_payload
+from crcr.app.outbound import Outbound
 from crcr.app.ports import AllowlistProvider, Clock, Metrics
 from crcr.app.ports.github import GitHubRejected, NotInstalled
 from crcr.app.ports.jobs import JobsByHead
 from crcr.app.ports.pulls import HeadRecord, PrInfo
 from crcr.app.ports.queues import BlobStore, ChecksQueue, DispatchQueue
-from crcr.app.ports.shadow import ShadowLog
 from crcr.app.rerun import RerunDeps, check_run_target, check_suite_targets
 from crcr.app.summaries import PlanNote, SummaryDeps, note_plan
 from crcr.contracts.github import CheckRunEvent, CheckSuiteEvent, PullRequestEvent, PushCommit, PushEvent
@@ -43,7 +43,7 @@ from crcr.domain.planning import (
     plan,
 )
 from crcr.domain.regressions import MAX_COMMIT_FILES, BranchCommit, landed_pr
-from crcr.domain.shadow import DISPATCH, HOLD, LIVE, SHADOW, SKIP, ShadowDecision, mode_of
+from crcr.domain.shadow import DISPATCH, HOLD, SKIP, ShadowDecision
 
 
 class PullRequestLog(Protocol):
@@ -104,14 +104,13 @@ class PlannerDeps:
     dispatches: DispatchQueue
     metrics: Metrics
     clock: Clock
+    door: Outbound  # each downstream's mode (shadow: planned and kept, never sent), and where its decisions go
     checks: ChecksQueue | None = None
     jobs: JobsByHead | None = None
     reruns: RerunDeps | None = None
     files: ChangedFiles | None = None  # path filters: a PR's files (None: unknown, so filtered repositories get it)
     commands: CommandDeps | None = None  # `@<app> rerun …` comments (None: comments are not acted on)
     pages: SummaryDeps | None = None  # the HUD pages' documents (None: the stack has no HUD bucket)
-    mode: str = LIVE  # the deployment's CRCR_MODE: every downstream's unless its allowlist entry says otherwise
-    shadow: ShadowLog | None = None  # where a shadow downstream's decisions are kept (None: counted only)
 
 
 @dataclass
@@ -381,7 +380,7 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
         _send(planned, targets, skipped, deps, summary)
     if shadowed:
         _shadow(planned, shadowed, deps, summary)
-    live = [d for d in decisions if mode_of(d.entry, deps.mode) != SHADOW]  # the pages show live plans only
+    live = [d for d in decisions if deps.door.live(d.entry.repo)]  # the pages show live plans only
     summary.page_note = _note_plan(event, live, replaced, deps)
     return summary
 
@@ -401,7 +400,7 @@ def _sorted(
     shadowed: list[tuple[Entry, str, str]] = []
     for decided in decisions:
         repo, verdict, reason = decided.entry.repo, decided.verdict, decided.reason
-        shadow = mode_of(decided.entry, deps.mode) == SHADOW
+        shadow = not deps.door.live(repo)
         if verdict is Verdict.RELEASE:
             assert event.pr_number is not None
             if not deps.prs.mark_released(
@@ -486,8 +485,7 @@ def _shadow(planned: Planned, shadowed: list[tuple[Entry, str, str]], deps: Plan
         )  # fmt: skip
         summary.shadowed[entry.repo] = f"{decided}: {reason}" if reason else decided
         deps.metrics.count("ShadowDecided", decision=decided)
-    if deps.shadow is not None:
-        deps.shadow.record(decisions)
+    deps.door.record(decisions)
 
 
 def _target(m: DispatchMessage) -> dict[str, Any]:
@@ -623,6 +621,6 @@ def _command(message: EventMessage, doc: dict[str, Any], deps: PlannerDeps) -> P
     if deps.checks is not None and deps.jobs is not None:
         context = CommandContext(upstream=deps.upstream, allowlist=deps.allowlist, prs=deps.prs, jobs=deps.jobs,
                                  checks=deps.checks, dispatches=deps.dispatches, metrics=deps.metrics,
-                                 clock=deps.clock, mode=deps.mode)  # fmt: skip
+                                 clock=deps.clock, door=deps.door)  # fmt: skip
     outcome = plan_command(message, doc, deps.commands, context)
     return PlanSummary(dispatched=outcome.dispatched, skipped=outcome.skipped)

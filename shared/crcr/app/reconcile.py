@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Protocol
 
 from crcr.app.ingest import ACTED_ON, ACTIONS_READ
+from crcr.app.outbound import GITHUB, Outbound, Permit, Write
 from crcr.app.ports import Clock, Metrics
 from crcr.app.ports.deliveries import DeliveryListing, RedeliveryClaim
 from crcr.app.ports.github import GitHubRateLimited, GitHubRejected, GitHubUnavailable
@@ -39,7 +40,7 @@ class HookDeliveries(Protocol):
         """GET /app/hook/deliveries, following `cursor` pages back to `since` (at most `max_pages` pages)."""
         ...
 
-    def redeliver(self, delivery_id: int) -> None:
+    def redeliver(self, delivery_id: int, *, permit: Permit) -> None:
         """POST /app/hook/deliveries/{id}/attempts (202: GitHub will deliver the event again, same guid)."""
         ...
 
@@ -100,6 +101,7 @@ class ReconcileDeps:
     metrics: Metrics
     clock: Clock
     sleep: Callable[[float], None]
+    door: Outbound  # redeliveries are the relay's own writes: let through in shadow too, but through the door
     lookback_s: float = 3600.0  # the first run (or one after a long gap) looks back this far
     overlap_s: float = OVERLAP_S
     max_pages: int = 100  # 10,000 deliveries a run
@@ -183,8 +185,10 @@ def _ask(attempt: Attempt, deps: ReconcileDeps, started: float, summary: Reconci
         return Step.STOP
     if wait > 0:
         deps.sleep(wait)  # a booked slot: a background run may wait for it
+    permit = deps.door.permit(Write(GITHUB, "redelivery", None, deps.door.upstream, str(attempt.id)))
+    assert permit is not None  # the relay's own deliveries are never held back (crcr.app.outbound.OWN_WRITES)
     try:
-        deps.hooks.redeliver(attempt.id)
+        deps.hooks.redeliver(attempt.id, permit=permit)
     except GitHubRejected as exc:
         # 404 or 422: GitHub will not redeliver this one (gone, too old). It is lost unless someone acts.
         deps.store.finish_redelivery(attempt.guid, attempt.id, owner, "refused", deps.clock.now())

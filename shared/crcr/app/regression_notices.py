@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from crcr.app.budget import Budget
+from crcr.app.outbound import GITHUB, Outbound, Permit, Write
 from crcr.app.ports import AllowlistProvider, Clock, Metrics
 from crcr.app.ports.github import GitHubRateLimited, GitHubRejected, GitHubUnavailable, NotInstalled
 from crcr.app.ports.pacing import Pacer
@@ -24,7 +25,7 @@ class Notices(Protocol):
 
     def installation_for(self, upstream: str) -> int: ...
 
-    def create_comment(self, upstream: str, pr: int, body: str) -> int: ...
+    def create_comment(self, upstream: str, pr: int, body: str, *, permit: Permit) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class NoticeDeps:
     pacer: Pacer
     metrics: Metrics
     clock: Clock
+    door: Outbound  # a shadow downstream's regression is kept as a shadow decision, never told upstream
 
 
 class NoticeBusy(Exception):
@@ -46,12 +48,24 @@ def tell(message: CheckSyncMessage, deps: NoticeDeps, budget: Budget) -> str:
     message never writes a second; a write GitHub could not take now releases the claim (the message is retried),
     one GitHub refuses is counted and not retried. Paced on the upstream installation like every upstream write."""
     upstream, spent = message.upstream, False
+    permit: Permit | None = None
     for _ in range(WRITE_TRIES):
         kept, version = deps.store.job_regressions(upstream, message.repo, message.workflow_name, message.job_name)
         t = next((t for t in kept if t.first_fail == message.head_sha and t.open), None)
         if t is None or t.told or message.pr is None:
             deps.metrics.count("RegressionNoticeSkipped", reason="told" if t is not None else "gone")
             return "told" if t is not None else "gone"
+        if permit is None:
+            entry = deps.allowlist.current().get(t.repo)
+            body = notice_body(
+                t, entry.oncalls if entry is not None else (), text(f"{t.workflow_name} / {t.job_name}", 200)
+            )
+            key = f"{t.repo}:{t.workflow_name}:{t.job_name}:{t.first_fail}"
+            permit = deps.door.permit(
+                Write(GITHUB, "notice", t.repo, upstream, key, {"body": body}, message.pr, t.first_fail)
+            )
+            if permit is None:
+                return "withheld"  # a shadow downstream: not claimed, so its notice is kept, never written
         if not spent:
             budget.spend(deps.pacer, lambda: deps.api.installation_for(upstream), deps.clock.now())
             spent = True
@@ -60,10 +74,8 @@ def tell(message: CheckSyncMessage, deps: NoticeDeps, budget: Budget) -> str:
             break
     else:
         raise NoticeBusy(f"regressions of {message.repo} kept changing")
-    entry = deps.allowlist.current().get(t.repo)
-    body = notice_body(t, entry.oncalls if entry is not None else (), text(f"{t.workflow_name} / {t.job_name}", 200))
     try:
-        deps.api.create_comment(upstream, message.pr, body)
+        deps.api.create_comment(upstream, message.pr, permit.write.body["body"], permit=permit)
     except (GitHubRejected, NotInstalled):
         deps.metrics.count("RegressionNoticeRefused")
         return "refused"

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from crcr.app.checks import HeadAsk, job_message, request_head
 from crcr.app.hud import envelope
+from crcr.app.outbound import HUD, Outbound, Permit, Write
 from crcr.app.ports import Metrics
 from crcr.app.ports.hud import HudRejected, HudUnavailable
 from crcr.app.ports.jobs import JobRecord
@@ -29,7 +30,7 @@ from crcr.domain.regressions import BISECT
 
 
 class Hud(Protocol):
-    def push(self, envelope: dict[str, Any]) -> None: ...
+    def push(self, envelope: dict[str, Any], *, permit: Permit) -> None: ...
 
 
 class DeadLetters(Protocol):
@@ -45,6 +46,7 @@ class ReportDeps:
     hud: Hud | None
     dead_letters: DeadLetters
     metrics: Metrics
+    door: Outbound  # a shadow downstream's rows are recorded, never pushed (crcr.app.outbound)
     checks: ChecksQueue | None = None  # check runs are written by the check-run writer, paced
     # Each changed commit's check-run pass, booked (one message per burst); None: a message per change, as before
     # passes existed (the writer books the pass itself).
@@ -143,9 +145,12 @@ def report_change(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> st
         deps.metrics.count("HudPushWithheld")  # the HUD has this job as finished already: its rows are final
         return "withheld"
     push = envelope(new)
+    permit = deps.door.permit(_write(new, push))
+    if permit is None:
+        return "withheld"  # a shadow downstream's row: kept as a shadow decision, and on crcr's own pages
     for tries in range(deps.attempts):
         try:
-            deps.hud.push(push)
+            deps.hud.push(push, permit=permit)
         except HudRejected as exc:
             if exc.status == HUD_DUPLICATE:
                 deps.metrics.count("HudDuplicate")
@@ -163,6 +168,20 @@ def report_change(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> st
         deps.metrics.count("HudPushed")
         return "pushed"
     return None
+
+
+def _write(job: JobRecord, push: dict[str, Any]) -> Write:
+    return Write(
+        system=HUD,
+        action="hud_push",
+        repo=job.repo,
+        upstream=job.upstream,
+        key=f"{job_key(job)}:{job.version}",
+        body=push,
+        pr=job.pr,
+        head_sha=job.head_sha,
+        level=job.level,
+    )
 
 
 def _count_refusal(job: JobRecord, exc: HudRejected, deps: ReportDeps) -> None:

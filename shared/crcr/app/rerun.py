@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from crcr.app.outbound import GITHUB, Outbound, Permit, Write
 from crcr.app.ports import AllowlistProvider, Clock, Metrics
 from crcr.app.ports.checkruns import CheckRunStore
 from crcr.app.ports.github import GitHubRejected, NotInstalled
@@ -37,7 +38,7 @@ class Reruns(Protocol):
         ...
 
     def workflow_run(self, repo: str, run_id: str) -> WorkflowRun: ...
-    def rerun_failed_jobs(self, repo: str, run_id: str) -> bool:
+    def rerun_failed_jobs(self, repo: str, run_id: str, *, permit: Permit) -> bool:
         """True when GitHub started a new attempt; False when GitHub says the run is already running.
         Any other refusal raises GitHubRejected."""
         ...
@@ -74,6 +75,7 @@ class RerunDeps:
     store: CheckRunStore
     allowlist: AllowlistProvider
     metrics: Metrics
+    door: Outbound  # a shadow downstream's run is never re-run (crcr.app.outbound)
 
 
 @dataclass(frozen=True)
@@ -140,14 +142,18 @@ def _blocked(repo: str, run_id: str, deps: RerunDeps) -> str | None:
     return None
 
 
-def _request(repo: str, run_id: str, deps: RerunDeps, pace: Pace) -> bool:
-    """The run is completed: spend a slot of the downstream installation's budget, then ask GitHub.
-    False: GitHub says it is already running (someone re-ran it since it was read)."""
+def _request(upstream: str, repo: str, run_id: str, deps: RerunDeps, pace: Pace) -> bool | None:
+    """The run is completed: with the door's permit, spend a slot of the downstream installation's budget, then ask
+    GitHub. False: GitHub says it is already running (someone re-ran it since it was read); None: withheld (a shadow
+    downstream, kept as a shadow decision)."""
+    permit = deps.door.permit(Write(GITHUB, "rerun", repo, upstream, f"{repo}:{run_id}", {"run_id": run_id}))
+    if permit is None:
+        return None
     pace(deps.github.installation_for(repo))
-    return deps.github.rerun_failed_jobs(repo, run_id)
+    return deps.github.rerun_failed_jobs(repo, run_id, permit=permit)
 
 
-def rerun_requested(repo: str, run_id: str, deps: RerunDeps, pace: Pace) -> str:
+def rerun_requested(upstream: str, repo: str, run_id: str, deps: RerunDeps, pace: Pace) -> str:
     """A re-run asked for from the Checks tab: any attempt, as often as asked; a running run is left alone."""
     outcome = _blocked(repo, run_id, deps)
     if outcome is None:
@@ -155,7 +161,8 @@ def rerun_requested(repo: str, run_id: str, deps: RerunDeps, pace: Pace) -> str:
             if deps.github.workflow_run(repo, run_id).status != "completed":
                 outcome = "running"
             else:
-                outcome = "requested" if _request(repo, run_id, deps, pace) else "running"
+                asked = _request(upstream, repo, run_id, deps, pace)
+                outcome = "withheld" if asked is None else "requested" if asked else "running"
         except (GitHubRejected, NotInstalled):
             outcome = "refused"  # a 4xx will not change on retry (5xx and rate limits propagate: retried)
     deps.metrics.count("RerunRequested" if outcome == "requested" else "RerunIgnored", reason=outcome)
@@ -205,7 +212,10 @@ def _retry_claimed(job: JobRecord, deps: RerunDeps, retry: RetryDeps, pace: Pace
                 return _decided(job, "not_retryable", "still_running", deps, retry)
             # Other jobs of the run go on: GitHub re-runs a run's failed jobs only once it has completed.
             return RetryOutcome("running", wait_s=min(MAX_WAIT_S, max(MIN_WAIT_S, waited / 2)))
-        if not _request(job.repo, job.run_id, deps, pace):
+        asked = _request(job.upstream, job.repo, job.run_id, deps, pace)
+        if asked is None:
+            return _decided(job, "not_retryable", "withheld", deps, retry)
+        if not asked:
             return _decided(job, "not_retryable", "rerun_already", deps, retry)
     except (GitHubRejected, NotInstalled):
         return _decided(job, "refused", "refused", deps, retry)

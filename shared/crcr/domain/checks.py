@@ -41,6 +41,11 @@ def check_run_name(repo: str, workflow_name: str, job_name: str, ciflow: str | N
     return f"{name} (ciflow/{ciflow})" if ciflow else name
 
 
+def downstream_of(name: str) -> str:
+    """The downstream repository a check run named by check_run_name speaks for."""
+    return "/".join(name.removeprefix("crcr/").split(" (ciflow/", 1)[0].split("/")[:2])
+
+
 @dataclass(frozen=True)
 class Known:
     """What the relay last wrote to a check run."""

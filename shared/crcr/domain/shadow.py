@@ -13,6 +13,9 @@ LIVE, SHADOW = "live", "shadow"
 # What a shadow decision says of a downstream: dispatched (it would have been), held (until a ciflow label or an
 # approval), skipped (its rules or path filter left it out, with the reason).
 DISPATCH, HOLD, SKIP = "dispatch", "hold", "skip"
+# A write the relay would have made for a shadow downstream (a dispatch, a check run, a comment, a HUD push, ...),
+# kept by the outbound door (crcr.app.outbound) with what it would have carried; not a planning decision.
+WITHHELD = "withheld"
 SHADOW_KEPT_S = 30 * 86_400  # decisions kept this long
 
 
@@ -77,6 +80,7 @@ def compare(decisions: list[ShadowDecision], rows: list[LiveRow]) -> dict[str, A
     runs: dict[tuple[str, str], set[str]] = {}
     for r in rows:
         runs.setdefault((r.delivery_id, r.repo.lower()), set()).add(r.run_id)
+    decisions = [d for d in decisions if d.decision != WITHHELD]  # the planner's decisions are what is compared
     shadow = {(d.delivery_id, d.repo.lower()): d for d in decisions}
     about = {d.delivery_id: d for d in decisions}
     events: dict[str, dict[str, Any]] = {}
