@@ -115,6 +115,11 @@ def test_a_bots_issue_counts_without_a_lookup_and_a_none_association_costs_none(
     assert setup.known() == {"test_bot": "pytorch-bot[bot]"}
     assert setup.lookups() == [] and setup.kept.rows == {}
     assert setup.metrics.counts["DisabledIssueRefused.reason=association"] == 3
+    # An issue whose author GitHub no longer names (or names oddly) counts for nothing either.
+    nobody = [DisableIssue(1, ISSUE.format(1), "DISABLED test_a (__main__.A)", "", author, "MEMBER")
+              for author in (None, "", "not a login")]  # fmt: skip
+    assert setup.fetch.authors.accepted(UPSTREAM, nobody) == [] and setup.lookups() == []
+    assert setup.metrics.counts["DisabledIssueRefused.reason=no_author"] == 3
 
 
 def test_a_bot_counts_only_when_the_settings_name_it() -> None:
