@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from crcr.adapters.tickets import Ed25519Tickets
     from crcr.app.callback import CallbackDeps
     from crcr.app.checks import CheckDeps, HeadAsk
+    from crcr.app.disable_authors import DisableAuthors
     from crcr.app.dispatch import BuildkiteDeps, DispatchDeps
     from crcr.app.exports import ExportDeps
     from crcr.app.health import HealthDeps
@@ -666,8 +667,9 @@ def _known_failures(settings: Settings, metrics: PowertoolsMetrics) -> Callable[
             # The issues themselves, searched every 30 minutes (pages of 100), within search's own limit of 30 a
             # minute: 20 a minute for every instance together when the state table can count them.
             fetch: Fetcher = GitHubDisabledIssues(
-                _github(settings), source.removeprefix(SEARCHED), metrics, SystemClock().now, _search_budget(settings)
-            )
+                _github(settings), source.removeprefix(SEARCHED), metrics, SystemClock().now,
+                _disable_authors(settings, metrics), _search_budget(settings),
+            )  # fmt: skip
             sources.append(kind(fetch, metrics, SystemClock().now, 1800.0, on_error=logger.warning).current)
         elif source:
             fetch = fetcher_for(source, lambda: aws_client("s3"), lambda: _github(settings))
@@ -687,6 +689,19 @@ def _known_failures(settings: Settings, metrics: PowertoolsMetrics) -> Callable[
         return KnownFailures(by_test, tuple(i for f in found for i in f.issues))
 
     return known
+
+
+def _disable_authors(settings: Settings, metrics: PowertoolsMetrics) -> DisableAuthors:
+    """Whose searched DISABLED issues count: the bots named, and people with write access (GitHub's answers kept in
+    the state table an hour, for every reporter instance)."""
+    from crcr.adapters.author_answers import DynamoAuthorAnswers  # noqa: PLC0415
+    from crcr.adapters.disabled_issues import GitHubAuthorPermissions  # noqa: PLC0415
+    from crcr.app.disable_authors import DisableAuthors  # noqa: PLC0415
+
+    settings.require("state_table")
+    kept = DynamoAuthorAnswers(aws_client("dynamodb"), str(settings.state_table))
+    bots = frozenset(b.lower() for b in settings.disabled_tests_bots.split(",") if b)
+    return DisableAuthors(GitHubAuthorPermissions(_github(settings)), kept, metrics, SystemClock().now, bots)
 
 
 def _search_budget(settings: Settings) -> DynamoRateLimiter | None:

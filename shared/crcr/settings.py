@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError, field_validator
 
 from crcr.domain.ids import is_repo_name
+from crcr.domain.known import LOGIN
 from crcr.domain.limits import MAX_JOBS_PER_DISPATCH
 from crcr.domain.pacing import parse_rates
 
@@ -81,6 +82,9 @@ class Settings(BaseModel):
     # The tests upstream disables (test-infra's disabled-tests-condensed.json: a path, s3:// or github:; or
     # github-issues:<owner>/<repo>, its open DISABLED issues from GitHub's issue search), for `known`.
     disabled_tests: str | None = None
+    # Whose searched DISABLED issues count without asking GitHub (besides anyone with write access upstream): logins
+    # separated by commas, or `none`; test-infra's verifyDisableTestIssueBot accepts PyTorch's bot.
+    disabled_tests_bots: str = "pytorch-bot[bot]"
     # Known issues kept beside the allowlist (YAML: repo, job, test or log pattern, issue, expires), for `known` too.
     known_issues: str | None = None
     buildkite_api_url: str = "https://api.buildkite.com"
@@ -185,6 +189,14 @@ class Settings(BaseModel):
     @property
     def oidc_audiences(self) -> tuple[str, ...]:
         return tuple(self.oidc_audience.split(","))
+
+    @field_validator("disabled_tests_bots")
+    @classmethod
+    def _bots(cls, value: str) -> str:
+        names = [] if value.strip().lower() == "none" else [name.strip() for name in value.split(",") if name.strip()]
+        if not all(LOGIN.fullmatch(name) for name in names):
+            raise ValueError(f"must be GitHub logins separated by commas (e.g. pytorch-bot[bot]), got {value!r}")
+        return ",".join(names)
 
     @field_validator("github_write_rates")
     @classmethod

@@ -76,7 +76,8 @@ Endpoints (every other method/path is answered ``404 {"message": "Not Found"}`` 
   has; the qualifiers ``is:issue``/``is:pr``, ``is:open``/``is:closed``, ``in:title`` and ``created:>=|>|<=|<DATE``,
   other words all in the title (and the body unless ``in:title``), case-insensitive): the ``add_search_issue``
   issues, ``sort=created`` with ``order`` (else newest number first), ``per_page`` at most 100 and ``page``, a
-  ``Link`` header; ``{"total_count", "incomplete_results": false, "items"}``. As documented: at most 1,000 results
+  ``Link`` header; ``{"total_count", "incomplete_results": false, "items"}``, each item with its author's ``user``
+  (``login``, ``id``, ``type``) and ``author_association``. As documented: at most 1,000 results
   per query (a page past them: 422 "Only the first 1000 search results are available"), and search's own limit of
   ``search_rate_limit`` (30) requests a minute per installation (403, ``x-ratelimit-resource: search``, remaining
   0 and the minute's reset), apart from the core limit; a repository the token cannot see: 422
@@ -1163,14 +1164,18 @@ class GitHubDouble:
         created_at: str = "2026-12-01T00:00:00Z",
         state: str = "open",
         pull_request: bool = False,
+        author: str = "pytorch-bot[bot]",
+        association: str = "NONE",
     ) -> None:
-        """An issue (or pull request) of ``repo`` that ``GET /search/issues`` finds."""
+        """An issue (or pull request) of ``repo`` that ``GET /search/issues`` finds, opened by ``author`` whose
+        ``author_association`` with the repository is ``association`` (an App's bot user has none)."""
         full = self._repos[repo.lower()].full_name if repo.lower() in self._repos else repo
+        user = {"login": author, "id": _login_number(author), "type": "Bot" if author.endswith("[bot]") else "User"}
         item: dict[str, Any] = {
             "url": f"{self.url}/repos/{full}/issues/{number}",
             "html_url": f"https://github.com/{full}/{'pull' if pull_request else 'issues'}/{number}",
             "number": number, "title": title, "body": body, "state": state, "created_at": created_at,
-            "updated_at": created_at, "user": {"login": "pytorch-bot[bot]", "type": "Bot"}, "labels": [],
+            "updated_at": created_at, "user": user, "author_association": association, "labels": [],
             "comments": 0, "score": 1.0,
         }  # fmt: skip
         if pull_request:

@@ -1487,6 +1487,7 @@ def test_issue_search_pages_caps_at_a_thousand_and_has_its_own_limit(gh: GitHubD
         )
     gh.add_search_issue("Org/Repo", 2000, "Mentions it in the body only", "DISABLED")
     gh.add_search_issue("Org/Repo", 2001, "DISABLED test_pr (__main__.T)", pull_request=True)
+    gh.add_search_issue("Org/Repo", 2002, "Flaky test", author="dev", association="MEMBER")
     tok = f"token {token(gh, keys)}"
 
     def search(q: str, **params: Any) -> Answer:
@@ -1504,6 +1505,13 @@ def test_issue_search_pages_caps_at_a_thousand_and_has_its_own_limit(gh: GitHubD
     assert [i["number"] for i in search("repo:Org/Repo DISABLED", per_page=2).json["items"]] == [2001, 2000]
     assert [i["number"] for i in search("repo:Org/Repo in:title DISABLED", per_page=2).json["items"]] == [2001, 1005]
     assert [i["number"] for i in search("repo:Org/Repo is:pr DISABLED").json["items"]] == [2001]
+    # Each item names its author and the author's association with the repository, as GitHub's issue objects do.
+    [mine] = search("repo:Org/Repo Flaky").json["items"]
+    assert (mine["user"]["login"], mine["user"]["type"], mine["author_association"]) == ("dev", "User", "MEMBER")
+    assert (
+        first.json["items"][0]["user"]["login"] == "pytorch-bot[bot]"
+        and first.json["items"][0]["user"]["type"] == "Bot"
+    )
     assert search("repo:Org/Elsewhere DISABLED").status == 422  # a repository the token cannot see
     for _ in range(30 - 5):
         search("repo:Org/Repo DISABLED")

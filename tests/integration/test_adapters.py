@@ -14,10 +14,11 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from crcr.adapters.allowlist_source import CachedAllowlist, CachedKnownFailures, fetcher_for
+from crcr.adapters.author_answers import DynamoAuthorAnswers
 from crcr.adapters.changes import GitHubBranchHistory
 from crcr.adapters.check_runs import DynamoCheckRuns
 from crcr.adapters.deliveries import DynamoDeliveries
-from crcr.adapters.disabled_issues import GitHubDisabledIssues
+from crcr.adapters.disabled_issues import GitHubAuthorPermissions, GitHubDisabledIssues
 from crcr.adapters.github import GitHubApp, GitHubIssueComments
 from crcr.adapters.hud_keys import DynamoHudKeys
 from crcr.adapters.pacer import DynamoPacer
@@ -25,6 +26,7 @@ from crcr.adapters.pr_comment import DynamoPrComment
 from crcr.adapters.pulls import DynamoPullRequests
 from crcr.adapters.rate_limits import DynamoRateLimiter
 from crcr.adapters.reruns import DynamoReruns
+from crcr.app.disable_authors import DisableAuthors
 from crcr.app.ports.comment import CommentRow
 from crcr.app.ports.deliveries import Claim
 from crcr.app.ports.github import GitHubRejected
@@ -375,6 +377,13 @@ def _disable_issues(github: GitHubDouble, n: int) -> None:
     github.add_search_issue("pytorch/pytorch", 99_003, "Why was test_x DISABLED (__main__.T)")
 
 
+def _authors(app: GitHubApp, ddb: Any, metrics: RecordingMetrics, clock: Any) -> DisableAuthors:
+    """Whose issues count, GitHub's answers kept in the state table (`authors`)."""
+    if "authors" not in ddb.list_tables()["TableNames"]:
+        _table(ddb, "authors")
+    return DisableAuthors(GitHubAuthorPermissions(app), DynamoAuthorAnswers(ddb, "authors"), metrics, clock)
+
+
 def test_the_disabled_tests_come_from_githubs_issue_search_past_its_thousand_results(
     github: GitHubDouble, app_key_pem: str, aws: dict[str, Any]
 ) -> None:
@@ -382,7 +391,8 @@ def test_the_disabled_tests_come_from_githubs_issue_search_past_its_thousand_res
     _disable_issues(github, 1150)
     metrics = RecordingMetrics()
     app = GitHubApp(github.url, APP_ID, app_key_pem, time.time)
-    fetch = GitHubDisabledIssues(app, "pytorch/pytorch", metrics, time.time)
+    fetch = GitHubDisabledIssues(app, "pytorch/pytorch", metrics, time.time, _authors(app, aws["dynamodb"], metrics,
+                                 time.time))  # fmt: skip
     known = parse_condensed(json.loads(fetch()))
     # Every open issue's test, once, with its platforms; a PR, a closed issue and a title that merely mentions
     # DISABLED are none of them. Search lists 1,000 per query: the walk went on from the last creation time.
@@ -398,19 +408,23 @@ def test_the_disabled_tests_come_from_githubs_issue_search_past_its_thousand_res
     budget = DynamoRateLimiter(aws["dynamodb"], "search-budget", 5, window_s=60, budget="SEARCH")
     clock = lambda: 1_800_000_000.0  # noqa: E731 - one minute throughout
     cached = CachedKnownFailures(
-        GitHubDisabledIssues(app, "pytorch/pytorch", metrics, clock, budget), metrics, clock, 1800.0
-    )
+        GitHubDisabledIssues(app, "pytorch/pytorch", metrics, clock, _authors(app, aws["dynamodb"], metrics, clock),
+                             budget), metrics, clock, 1800.0,
+    )  # fmt: skip
     with pytest.raises(AllowlistError):
         cached.current()  # nothing loaded yet: the verdicts fail open
     assert metrics.counts["DisabledTestsSearchPaused"] == 1 and metrics.counts["DisabledTestsRejected"] == 1
 
 
-def test_a_search_refused_by_githubs_search_limit_keeps_the_last_list(github: GitHubDouble, app_key_pem: str) -> None:
+def test_a_search_refused_by_githubs_search_limit_keeps_the_last_list(
+    github: GitHubDouble, app_key_pem: str, aws: dict[str, Any]
+) -> None:
     github.install("pytorch/pytorch", installation_id=1, repo_id=65600975, permissions=UPSTREAM)
     _disable_issues(github, 150)
     metrics, now = RecordingMetrics(), [1_800_000_000.0]
-    fetch = GitHubDisabledIssues(GitHubApp(github.url, APP_ID, app_key_pem, time.time), "pytorch/pytorch", metrics,
-                                 lambda: now[0])  # fmt: skip
+    app = GitHubApp(github.url, APP_ID, app_key_pem, time.time)
+    fetch = GitHubDisabledIssues(app, "pytorch/pytorch", metrics, lambda: now[0],
+                                 _authors(app, aws["dynamodb"], metrics, lambda: now[0]))  # fmt: skip
     cached = CachedKnownFailures(fetch, metrics, lambda: now[0], 1800.0)
     assert len(cached.current()) == 150
     github.search_rate_limit = 0  # every search now answered 403, x-ratelimit-resource: search
@@ -418,3 +432,40 @@ def test_a_search_refused_by_githubs_search_limit_keeps_the_last_list(github: Gi
     assert len(cached.current()) == 150 and metrics.counts["DisabledTestsRejected"] == 1
     refused = [r for r in github.requests if r.path == "/search/issues"][-1]
     assert (refused.status, refused.response_headers["x-ratelimit-resource"]) == (403, "search")
+
+
+def test_who_may_disable_a_test_is_asked_once_an_hour_for_every_reporter_instance(
+    github: GitHubDouble, app_key_pem: str, aws: dict[str, Any]
+) -> None:
+    """GitHub's answers live in the state table: a second instance (a cold start, or one of the stream's parallel
+    batches) counts a maintainer's issue at once, without asking again within the hour."""
+    github.install("pytorch/pytorch", installation_id=1, repo_id=65600975, permissions=UPSTREAM)
+    github.add_collaborator("pytorch/pytorch", "Maintainer", "admin")
+    github.add_search_issue("pytorch/pytorch", 170300, "DISABLED test_a (__main__.T)", author="Maintainer",
+                            association="MEMBER")  # fmt: skip
+    github.add_search_issue("pytorch/pytorch", 170301, "DISABLED test_b (__main__.T)", author="reader",
+                            association="CONTRIBUTOR")  # fmt: skip
+    now = [1_800_000_000.0]
+
+    def instance() -> tuple[GitHubDisabledIssues, RecordingMetrics]:
+        metrics = RecordingMetrics()
+        app = GitHubApp(github.url, APP_ID, app_key_pem, time.time)
+        authors = _authors(app, aws["dynamodb"], metrics, lambda: now[0])
+        return GitHubDisabledIssues(app, "pytorch/pytorch", metrics, lambda: now[0], authors), metrics
+
+    def known(fetch: GitHubDisabledIssues) -> dict[str, str | None]:
+        return {name: d.author for (name, _), d in parse_condensed(json.loads(fetch())).by_test.items()}
+
+    first, metrics = instance()
+    assert known(first) == {"test_a": "Maintainer"} and metrics.counts["IssueAuthorLookedUp"] == 2
+    second, metrics = instance()
+    now[0] += 600
+    assert known(second) == {"test_a": "Maintainer"} and metrics.counts["IssueAuthorLookedUp"] == 0
+    assert metrics.counts["DisabledIssueRefused.reason=permission"] == 1  # the reader's answer, kept too
+    now[0] += 3000  # an hour after the first answers: asked again
+    assert known(second) == {"test_a": "Maintainer"} and metrics.counts["IssueAuthorLookedUp"] == 2
+    asked = [r for r in github.requests if r.path.endswith("/permission")]
+    assert len(asked) == 4 and all(r.status == 200 for r in asked)
+    # On the upstream's installation, with a token for the upstream alone that may read its metadata only.
+    token = github.token_info(asked[0].headers["authorization"].split()[-1])
+    assert token is not None and token.installation_id == 1 and token.permissions == {"metadata": "read"}

@@ -3,6 +3,8 @@ callback function that can write nothing in the state table but rate-limit count
 
 from __future__ import annotations
 
+import re
+
 from crcr.local.template import load_template, resources_of
 from tests.conftest import ROOT
 
@@ -28,3 +30,15 @@ def test_the_callback_function_may_write_only_rate_limit_ledger_and_hud_key_rows
     assert put["Resource"] == {"Fn::GetAtt": ["StateTable", "Arn"]}
     state_writes = [p for p in policies if isinstance(p, dict) and "DynamoDBCrudPolicy" in p]
     assert all(p["DynamoDBCrudPolicy"]["TableName"] != {"Ref": "StateTable"} for p in state_writes)
+
+
+def test_the_reporter_may_keep_who_may_disable_a_test_and_the_stack_takes_the_issue_search_source() -> None:
+    """The search source's answers on issue authors are `AUTHOR#` rows the reporter writes; the stack parameter that
+    names the source admits `github-issues:owner/repo` (CloudFormation refuses a value outside AllowedPattern)."""
+    policies = resources_of(TEMPLATE, "AWS::Serverless::Function")["ReporterFunction"]["Policies"]
+    statements = [s for p in policies if isinstance(p, dict) for s in p.get("Statement", [])]
+    [write] = [s for s in statements if s.get("Resource") == {"Fn::GetAtt": ["StateTable", "Arn"]}]
+    assert "AUTHOR#*" in write["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
+    pattern = re.compile(TEMPLATE["Parameters"]["DisabledTests"]["AllowedPattern"])
+    assert pattern.fullmatch("github-issues:pytorch/pytorch") and pattern.fullmatch("s3://config/disabled.json")
+    assert not pattern.fullmatch("github-issues:pytorch")

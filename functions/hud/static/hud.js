@@ -377,6 +377,12 @@ function severity(state) {
   return i < 0 ? 0 : i;
 }
 
+// A known failure's issue, and who opened it when the relay searched the issues itself (a file names no one).
+function knownIssue(url, author) {
+  const issue = external(url, `#${String(url).split("/").pop()}`);
+  return issue && author ? el("span", { class: "known-issue" }, issue, " by ", el("span", { class: "author" }, `@${author}`)) : issue;
+}
+
 function failureDetails(e, context) {
   const parts = [];
   if (e.verdict) {
@@ -392,7 +398,7 @@ function failureDetails(e, context) {
             el("a", { class: "mono", href: `/hud/commit/${base}` }, shortSha(base)), "."]
           : null,
       e.verdict === "known" && (e.known_issues || []).length
-        ? [" — ", (e.known_issues || []).map((url) => external(url, `#${String(url).split("/").pop()}`)).flatMap((a, i) => i ? [", ", a] : [a]), "."]
+        ? [" — ", (e.known_issues || []).map((url) => knownIssue(url, (e.known_authors || {})[url])).flatMap((a, i) => i ? [", ", a] : [a]), "."]
         : null));
   }
   if (e.reason) parts.push(el("p", { class: "why" }, el("strong", {}, "Why: "), e.reason));

@@ -40,6 +40,7 @@ from crcr.app.ports.hud import HudDocs
 from crcr.app.ports.jobs import JobRecord, NewestJobs
 from crcr.domain import failed_tests
 from crcr.domain.ids import repo_key, run_order
+from crcr.domain.known import parse_known_refs
 from crcr.domain.payload import encoded_size
 
 SCHEMA = 1
@@ -154,8 +155,10 @@ def _failure(job: JobRecord) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if job.verdict_baseline:
         out["verdict_baseline"] = job.verdict_baseline
-    if job.known_issues:
-        out["known_issues"] = job.known_issues.split()
+    if refs := parse_known_refs(job.known_issues):
+        out["known_issues"] = [url for url, _ in refs]
+        if authors := {url: author for url, author in refs if author}:
+            out["known_authors"] = authors  # the issue search's: a file names none
     if job.ciflow:
         out["ciflow"] = job.ciflow
     if job.failure_kind:

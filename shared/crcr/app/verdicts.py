@@ -19,7 +19,7 @@ from crcr.app.ports.pulls import PrInfos
 from crcr.app.ports.regressions import RegressionStore
 from crcr.domain.failed_tests import parse as parse_failed_tests
 from crcr.domain.ids import run_order
-from crcr.domain.known import Disabled, KnownFailures, known_issues
+from crcr.domain.known import Disabled, KnownFailures, known_issues, known_refs
 from crcr.domain.regressions import covers
 from crcr.domain.verdicts import BROKEN_TRUNK, FLAKY, KNOWN, TRUNK_MAY_EXPLAIN, Attempt, classify
 
@@ -125,7 +125,7 @@ def baseline(job: JobRecord, deps: VerdictDeps) -> JobRecord | None:
 class Judgement:
     verdict: str | None  # None when none of the job's attempts failed
     baseline_sha: str | None = None  # the upstream commit of the baseline result it compared, if one was found
-    known_issues: str = ""  # `known`: the issues' URLs, spaced
+    known_issues: str = ""  # `known`: the issues' URLs (each with its author, if known), spaced: known_refs
 
 
 def judgement(job: JobRecord, deps: VerdictDeps) -> Judgement:
@@ -139,7 +139,7 @@ def judgement(job: JobRecord, deps: VerdictDeps) -> Judgement:
     if verdict in TRUNK_MAY_EXPLAIN:
         issues = known_failure(attempts[-1], deps)
         if issues:
-            return Judgement(KNOWN, None, " ".join(d.url for d in issues[:MAX_KNOWN_LINKS]))
+            return Judgement(KNOWN, None, known_refs(issues[:MAX_KNOWN_LINKS]))
         if broken_trunk(job, deps):
             verdict = BROKEN_TRUNK
     return Judgement(verdict, base.head_sha if base is not None and verdict is not None else None)

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from crcr.domain import failed_tests
 from crcr.domain.checks import wants_check_run
 from crcr.domain.ids import repo_key, run_order
+from crcr.domain.known import parse_known_refs
 from crcr.domain.runs import NOT_STARTED
 from crcr.domain.text import NAME_FORBIDDEN
 from crcr.domain.verdicts import BROKEN_TRUNK, FLAKY, INFRA, KNOWN, NEW, NO_BASELINE, PRE_EXISTING, Attempt
@@ -203,7 +204,7 @@ class Row:
     failed: bool  # False: passed on a retry after failing (flaky)
     ciflow: str | None = None  # the job ran for a ciflow/<name> tag push of the PR
     failed_tests: str = ""  # its failing tests as recorded (JSON, crcr.domain.failed_tests)
-    known_issues: str = ""  # `known`: the upstream issues that explain its failing tests (URLs, spaced)
+    known_issues: str = ""  # `known`: the upstream issues that explain its failing tests (known_refs)
 
 
 @dataclass(frozen=True)
@@ -392,15 +393,15 @@ def _verdict_cell(row: Row) -> str:
     return f"{word} (timed out)" if row.outcome == "timed_out" else word
 
 
-def known_links(urls: str) -> str:
+def known_links(refs: str) -> str:
     """A `known` verdict's issues as links `[#123](…/issues/123)` (URLs from the configured disabled-tests list,
-    checked like every link)."""
+    checked like every link), each `by @login` when the issue search named its author (a mention that pings no one)."""
     links = []
-    for url in urls.split():
+    for url, author in parse_known_refs(refs):
         safe = safe_url(url)
         number = url.rstrip("/").rsplit("/", 1)[-1]
         if safe and number.isdigit():
-            links.append(f"[#{ZWSP}{number}]({safe})")
+            links.append(f"[#{ZWSP}{number}]({safe})" + (f" by {text('@' + author, 60)}" if author else ""))
     return "(" + ", ".join(links) + ")" if links else ""
 
 

@@ -1,6 +1,7 @@
 """Failures already known upstream: the tests PyTorch disables with `DISABLED <test> (<module>.<Class>)` issues, in
 the shape of test-infra's `disabled-tests-condensed.json` (`{"test_x (__main__.TestY)": ["<number>", "<issue URL>",
-["<platform>", ...]]}`, an empty platform list meaning every platform), read from a configured source.
+["<platform>", ...]]}`, an empty platform list meaning every platform), read from a configured source. The relay's
+own issue search writes the issue's author after the platforms; test-infra's file names none.
 
 Beside them, a known-issues file kept beside the allowlist (YAML, a list): each entry names a downstream `repo`,
 optionally a `job`, a `test` (its name, or `name (Class)`) or a `log` pattern (a regular expression searched in the
@@ -9,7 +10,10 @@ failing test's message), the `issue` URL, and an `expires` date after which it n
 A failed job is `known` when every failing test it reported matches one of them: a disabled test's name and class
 (the last dotted part: a downstream's module path differs from upstream's), or a known-issues entry. A test disabled
 on some platforms only matches a downstream whose L3 device (`ciflow/crcr/<device>`) is one of them; with no
-platforms line, every downstream. A job that reported no failing tests is never known: nothing says what failed."""
+platforms line, every downstream. A job that reported no failing tests is never known: nothing says what failed.
+
+A searched issue counts only when its author may disable a test, as test-infra's verifyDisableTestIssueBot decides:
+one of PyTorch's bots, or someone with write access to the upstream (crcr.app.disable_authors asks GitHub)."""
 
 from __future__ import annotations
 
@@ -22,6 +26,14 @@ from typing import Any
 # parseTestName in test-infra's torchci/lib/flakyBot/utils.ts
 _TEST = re.compile(r"^\s*(test_[a-zA-Z0-9\-_.]+)\s+\(([a-zA-Z0-9\-_.]+)\)\s*$")
 MAX_ENTRIES = 100_000
+# A GitHub login (older accounts may hold a double or trailing hyphen), or an App's bot user: `[` is no user's.
+LOGIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,38}(?:\[bot\])?$")
+# author_association of someone who cannot have write access (it would say COLLABORATOR, MEMBER or OWNER): refused
+# without asking GitHub.
+NO_ACCESS_ASSOCIATIONS = frozenset({"NONE", "FIRST_TIMER", "FIRST_TIME_CONTRIBUTOR"})
+# A collaborator's permission that may disable a test: `permission` folds maintain into write (and a custom role into
+# its base), `role_name` names the role.
+WRITE_ACCESS = frozenset({"admin", "maintain", "write"})
 
 
 class KnownFailuresError(ValueError):
@@ -34,6 +46,7 @@ class Disabled:
     number: int
     url: str
     platforms: tuple[str, ...]  # empty: every platform
+    author: str | None = None  # the issue's author, when the relay searched the issues itself
 
 
 @dataclass(frozen=True)
@@ -125,9 +138,11 @@ def parse_condensed(doc: Any) -> KnownFailures:
             continue  # a title test-infra would not parse either
         number, url = value[0], value[1]
         platforms = value[2] if len(value) > 2 and isinstance(value[2], list) else []
+        author = value[3] if len(value) > 3 and isinstance(value[3], str) and LOGIN.fullmatch(value[3]) else None
         if not str(number).isdigit() or not isinstance(url, str) or not url.startswith("https://github.com/"):
             continue
-        disabled = Disabled(f"{parsed.group(1)} ({parsed.group(2)})", int(number), url, tuple(map(str, platforms)))
+        name = f"{parsed.group(1)} ({parsed.group(2)})"
+        disabled = Disabled(name, int(number), url, tuple(map(str, platforms)), author)
         found[_key(parsed.group(1), parsed.group(2))] = disabled
     return KnownFailures(found)
 
@@ -145,6 +160,13 @@ class DisableIssue:
     url: str
     title: str
     body: str
+    author: str | None = None  # `user.login`
+    association: str | None = None  # `author_association`: OWNER, MEMBER, COLLABORATOR, CONTRIBUTOR, NONE, ...
+
+
+def may_disable(permission: str | None, role_name: str | None) -> bool:
+    """GitHub's answer for a collaborator (`permission`, `role_name`) gives write access to the repository."""
+    return (permission or "").lower() in WRITE_ACCESS or (role_name or "").lower() in WRITE_ACCESS
 
 
 def _test_name(text: str) -> str | None:
@@ -186,12 +208,13 @@ def _aggregate_tests(body: str) -> list[tuple[str, list[str]]]:
 def condensed_from_issues(issues: Iterable[DisableIssue]) -> dict[str, list[Any]]:
     """test-infra's getDisabledTests (torchci/pages/api/flaky-tests/getDisabledTestsAndJobs.ts): the condensed
     document from the open `DISABLED` issues, taken in the order of their URLs; a test named twice keeps its first
-    issue, and every platform named for it (none named by any one of them: every platform)."""
-    tests: dict[str, tuple[int, str, list[str]]] = {}
+    issue (and its author, after the platforms), and every platform named for it (none named by any one of them:
+    every platform)."""
+    tests: dict[str, tuple[int, str, list[str], str | None]] = {}
 
-    def add(name: str, number: int, url: str, platforms: list[str]) -> None:
+    def add(name: str, issue: DisableIssue, platforms: list[str]) -> None:
         if name not in tests:
-            tests[name] = (number, url, list(platforms))
+            tests[name] = (issue.number, issue.url, list(platforms), issue.author)
         elif not platforms:
             tests[name][2].clear()
         elif tests[name][2]:
@@ -200,10 +223,25 @@ def condensed_from_issues(issues: Iterable[DisableIssue]) -> dict[str, list[Any]
     for issue in sorted(issues, key=lambda i: i.url):
         if issue.title.startswith("DISABLED MULTIPLE "):
             for name, platforms in _aggregate_tests(issue.body):
-                add(name, issue.number, issue.url, platforms)
+                add(name, issue, platforms)
         elif issue.title.startswith("DISABLED ") and (single := _test_name(issue.title[len("DISABLED ") :])):
-            add(single, issue.number, issue.url, _single_platforms(issue.body))
-    return {name: [str(n), url, sorted(set(p))] for name, (n, url, p) in tests.items()}
+            add(single, issue, _single_platforms(issue.body))
+    return {name: [str(n), url, sorted(set(p)), *([a] if a else [])] for name, (n, url, p, a) in tests.items()}
+
+
+def known_refs(issues: Iterable[Disabled]) -> str:
+    """A `known` verdict's issues as the job's row keeps them: each URL, `@<author>` after it when the issue search
+    named one, spaced."""
+    return " ".join(d.url + (f"@{d.author}" if d.author else "") for d in issues)
+
+
+def parse_known_refs(refs: str) -> list[tuple[str, str | None]]:
+    """The row's `known_issues`: (URL, author or None) each; a row written before authors were kept has URLs only."""
+    found: list[tuple[str, str | None]] = []
+    for ref in refs.split():
+        url, at, author = ref.rpartition("@")
+        found.append((url, author) if at and url and LOGIN.fullmatch(author) else (ref, None))
+    return found
 
 
 def known_issues(

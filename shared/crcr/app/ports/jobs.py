@@ -43,7 +43,7 @@ class JobRecord:
     triage: str = ""  # the downstream's triage verdict, validated and capped (JSON), advice only
     verdict: str | None = None  # new, pre-existing, infra, flaky, no baseline (crcr.domain.verdicts)
     verdict_baseline: str | None = None  # the upstream commit whose result a new or pre-existing verdict compared
-    known_issues: str = ""  # a `known` verdict: the upstream issues that explain its failing tests (URLs, spaced)
+    known_issues: str = ""  # a `known` verdict: the upstream issues explaining its failing tests (known_refs)
     ciflow: str | None = None  # dispatched for a ciflow/<name>/<pr> tag push (from the ledger)
     failed_tests: str = ""  # failed_tests_detail as PyTorch's HUD keeps it (JSON, crcr.domain.failed_tests)
     # Who said what is recorded: "" the downstream's reports alone; "github" GitHub's record of the run alone (its
