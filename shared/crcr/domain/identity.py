@@ -20,7 +20,7 @@ class Channel(Enum):
 
 
 # What each channel can say, so which pins it must prove. A pin a channel cannot speak to is proven by the channel
-# that binds the run (docs/security.md, "The inbound door").
+# that binds the run (docs/contracts.md, "The inbound door").
 STATES: dict[Channel, frozenset[str]] = {
     Channel.GITHUB_OIDC: frozenset({"repository", "repository_id", "repository_owner_id", "workflow"}),
     Channel.RUN_EVENT: frozenset(
