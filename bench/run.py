@@ -42,6 +42,7 @@ SECTIONS = [
         False,
     ),
     ("runs", "12. GitHub's record of runs: events dropped at the door, a run reconciled", runs.runs_section, False),
+    ("inbound", "14. the inbound door on a callback and a run event, and at the baseline", runs.inbound_section, False),
     ("coldstart", "5. cold starts of each function", coldstart.coldstart_section, False),
 ]
 NAMES = [name for name, _, _, _ in SECTIONS]

@@ -1,5 +1,6 @@
 """Section 12: GitHub's record of the runs the relay started: what a downstream's run event costs when it is not the
-relay's (dropped at the door), and what reconciling one completed run costs (its jobs read once, recorded)."""
+relay's (dropped at the door), and what reconciling one completed run costs (its jobs read once, recorded). Section 14:
+what the inbound door costs a callback and a run event, side by side with the baseline commit."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ import harness as h
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-drops", type=int, default=200, help="non-relay workflow_job/workflow_run deliveries")
     parser.add_argument("--run-jobs", type=int, default=4, help="jobs of each reconciled run")
+    parser.add_argument(
+        "--inbound-events", type=int, default=100, help="section 14: callbacks and run events of each kind"
+    )
 
 
 def _run_event(repo: str, i: int, **run: Any) -> dict[str, Any]:
@@ -81,3 +85,70 @@ def runs_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
     bench.out.say(f"  a push run's workflow_run {w['aws_calls']} AWS calls, {w['cpu_ms']} ms CPU")
     bench.out.say(f"  reconciled run of {rr['jobs_per_run']} jobs: {rr['jobs_listings_per_run']} jobs listing(s)")
     return {"runs": results}
+
+
+def inbound_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
+    """Section 14 in a process of its own, and the same at `--dispatch-baseline` (`baseline`)."""
+    argv = [f"--inbound-events={args.inbound_events}"]
+    result = {"now": h.in_own_process(__file__, argv)}
+    if ref := getattr(args, "dispatch_baseline", None):
+        bench.out.say(f"   and at {ref}, in a process of its own")
+        result["baseline"] = h.at_baseline(ref, lambda _, code: h.in_own_process(__file__, argv, code))
+    for code, row in result.items():
+        if not row.get("skipped"):
+            cb, ev, out = row["callback"], row["run_event"], row["outsider_run_event"]
+            bench.out.say(
+                f"  {code}: callback {cb['aws_calls']} AWS calls {cb['cpu_ms']} ms CPU; run event "
+                f"{ev['webhook']['cpu_ms'] + ev['runs_worker']['cpu_ms']:.2f} ms CPU; outsider's "
+                f"{out['runs_queue_messages']} RunsQueue messages"
+            )
+    return {"inbound_door": result}
+
+
+def _per(work: h.FunctionWork, since: tuple[Counter[str], float], n: int) -> dict[str, float]:
+    calls = sum((Counter(work.calls) - since[0]).values())
+    return {"aws_calls": round(calls / n, 3), "cpu_ms": round((work.cpu_s - since[1]) * 1000 / n, 3)}
+
+
+def inbound_measure(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
+    """One L2 target dispatched once, its run playing: `n` warm callbacks (each a new job), `n` `workflow_run` events
+    of its own runs titled with the dispatch id (each binds a run), and `n` an outsider sends with the same title;
+    AWS calls and CPU of each function per report or event, after one of each warmed it."""
+    n = args.inbound_events
+    env = {"CRCR_CALLBACK_RATE_PER_MIN": "100000", "CRCR_RUN_REPORT_SETTLE_S": "0"}
+    with h.relay(bench.key, 1, installations=1, level="L2", oidc=True, env=env) as r:
+        repo, aws = r.repos[0], bench.aws
+        r.github.set_webhook(f"{r.stack.url}/webhook", r.stack.secrets["webhook_secret"])
+        r.github.set_dispatch_workflow(repo, h.run_name, jobs=("build",))
+        r.post(h.event_body())
+        h.wait_until(lambda: r.github.runs_of(repo), 90.0, 0.1)
+        [run], ticket = r.github.runs_of(repo), r.github.dispatches(repo)[0]["client_payload"]["ticket"]
+        callbacks = h.FunctionWork(r.stack, "CallbackFunction", aws)
+        r.report(0, ticket, "warm-up", run["id"], "in_progress")  # builds the function (section 5's cold start)
+        since = (Counter(callbacks.calls), callbacks.cpu_s)
+        for i in range(n):
+            r.report(0, ticket, f"job-{i}", run["id"], "in_progress")
+        result: dict[str, Any] = {"callback": _per(callbacks, since, n)}
+        hooks, worker = h.FunctionWork(r.stack, "WebhookFunction", aws), h.FunctionWork(r.stack, "RunsFunction", aws)
+        outsider = {"id": 66_000, "full_name": "outsider/repo-0", "owner": {"id": 66}}
+        for kind, who, installation in (("run_event", run["repository"], 7000), ("outsider_run_event", outsider, 66)):
+            start = 990_000 if kind == "run_event" else 660_000
+            for i in range(n + 1):  # the first warms the functions up (the door's first allowlist load)
+                event = {"action": "in_progress", "repository": who, "installation": {"id": installation}}
+                event["workflow_run"] = run | {"id": start + i, "status": "in_progress", "head_repository": who}
+                r.post(json.dumps(event).encode(), "workflow_run", keep_alive=True)
+                time.sleep(1.0 if i == 0 else 0.0)  # its queue message handled too, if it was queued
+                if i == 0:
+                    marks = (Counter(hooks.calls), hooks.cpu_s), (Counter(worker.calls), worker.cpu_s), worker.records
+            time.sleep(2.0)  # what reached RunsQueue is handled by then (no settle time here)
+            result[kind] = {
+                "webhook": _per(hooks, marks[0], n),
+                "runs_worker": _per(worker, marks[1], n),
+                "runs_queue_messages": round((worker.records - marks[2]) / n, 3),
+            }
+        result["run_events_recorded"] = r.stack.status()["metrics"].get("RunEventRecorded", 0)  # each bound: n + 1
+    return result
+
+
+if __name__ == "__main__":
+    raise SystemExit(h.child_main(add_arguments, inbound_measure))

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from crcr.app.summaries import SummaryDeps
     from crcr.app.sweep import BuildkiteRecord, SweepDeps
     from crcr.app.verdicts import VerdictDeps
+    from crcr.domain.allowlist import Allowlist
     from crcr.domain.known import KnownFailures
     from crcr.domain.pacing import Rate
 
@@ -253,7 +254,28 @@ def build_ingest_deps(settings: Settings) -> IngestDeps:
         runs=SqsRunQueue(aws_client("sqs"), settings.runs_queue_url) if settings.runs_queue_url else None,
         run_settle_s=settings.run_report_settle_s,
         bound_runs=DynamoRuns(aws_client("dynamodb"), str(settings.state_table)) if settings.runs_queue_url else None,
+        allowlist=_AllowlistOnFirstUse(settings) if settings.allowlist else None,
     )
+
+
+class _AllowlistOnFirstUse:
+    """The allowlist loaded when first asked for: the webhook reads it for a downstream's run event only, so its cold
+    start for upstream events does not pay for YAML and the allowlist's source."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._loaded: CachedAllowlist | None = None
+
+    def current(self) -> Allowlist:
+        if self._loaded is None:
+            from crcr.adapters.allowlist_source import CachedAllowlist, fetcher_for  # noqa: PLC0415
+
+            source = str(self._settings.allowlist)
+            fetch = fetcher_for(source, lambda: aws_client("s3"), lambda: _github(self._settings))
+            self._loaded = CachedAllowlist(
+                fetch, PowertoolsMetrics(), SystemClock().now, self._settings.allowlist_refresh_s, on_error=logger.error
+            )
+        return self._loaded.current()
 
 
 def _allowlist(settings: Settings, metrics: PowertoolsMetrics, clock: SystemClock) -> CachedAllowlist:
@@ -880,16 +902,18 @@ def build_runs_deps(settings: Settings) -> RunsDeps:
     from crcr.adapters.runs import DynamoRuns  # noqa: PLC0415
     from crcr.app.runs import RunsDeps  # noqa: PLC0415
 
-    settings.require("state_table", "results_table", "github_app_id")
+    settings.require("state_table", "results_table", "github_app_id", "allowlist")
     ddb = aws_client("dynamodb")
+    metrics, clock = PowertoolsMetrics(), SystemClock()
     return RunsDeps(
         ledger=DynamoLedger(ddb, str(settings.state_table)),
         runs=DynamoRuns(ddb, str(settings.state_table)),
         github=GitHubDispatchRuns(_github(settings)),
         results=DynamoResults(ddb, str(settings.results_table), settings.run_timeout_s),
         hud_keys=DynamoHudKeys(ddb, str(settings.state_table)),
-        metrics=PowertoolsMetrics(),
-        clock=SystemClock(),
+        metrics=metrics,
+        clock=clock,
+        allowlist=_allowlist(settings, metrics, clock),
         run_timeout_s=settings.run_timeout_s,
         max_jobs_per_dispatch=settings.max_jobs_per_dispatch,
     )
@@ -949,6 +973,7 @@ def _buildkite_record(settings: Settings, runs: RunsDeps | None) -> BuildkiteRec
         recording=recording,
         start_timeout_s=settings.start_timeout_s,
         run_timeout_s=settings.run_timeout_s,
+        allowlist=runs.allowlist if runs is not None else _allowlist(settings, PowertoolsMetrics(), SystemClock()),
         recheck_s=min(3600.0, float(settings.run_timeout_s)),
         retry_s=min(300.0, float(settings.start_timeout_s)),
     )

@@ -35,6 +35,7 @@ SMALL = {
     "pages": "--pages-days 1 --pages-loads 1 --pages-runs 1",
     "regressions": "--regression-pushes 16 --regression-repos 2 --regression-missed 2",
     "runs": "--run-drops 5 --run-jobs 2",
+    "inbound": "--inbound-events 3 --dispatch-baseline HEAD",
     "coldstart": "--coldstart-runs 1",
 }
 # The seeds the sections draw from (fixed in bench/): a failure names them, so a run can be repeated as it was.
@@ -130,6 +131,16 @@ def check_runs(r: dict[str, Any]) -> None:
     assert runs["dropped_workflow_job"]["aws_calls"] == runs["dropped_workflow_run"]["aws_calls"] == 0, runs
     assert runs["reconciled_run"]["jobs_listings_per_run"] == 1.0, runs
     assert runs["reconciled_run"]["jobs_recorded"] == 2 * runs["reconciled_run"]["jobs_per_run"], runs
+
+
+def check_inbound(r: dict[str, Any]) -> None:
+    for code in ("now", "baseline"):  # HEAD: the door itself, on both sides
+        row = r["inbound_door"][code]
+        assert row["callback"]["aws_calls"] > 0 and row["run_events_recorded"] == 3 + 1, row  # and the warm-up
+        assert row["run_event"]["runs_queue_messages"] == 1.0, row
+        # An outsider's run event: dropped at the webhook, nothing queued, nothing asked of AWS.
+        outsider = row["outsider_run_event"]
+        assert outsider["runs_queue_messages"] == outsider["webhook"]["aws_calls"] == 0, row
 
 
 def check_coldstart(r: dict[str, Any]) -> None:

@@ -279,10 +279,13 @@ def test_runs_that_are_not_the_relays_are_dropped_at_the_door_and_bind_nothing(
     base = github.runs_of(L4)[0]
 
     def event(repo: str, **run: Any) -> dict[str, Any]:
+        repository = {"full_name": repo, "id": REPO_IDS[repo]}
         return {
             "action": "completed",
-            "workflow_run": base | {"id": 990001, "status": "completed", "conclusion": "success"} | run,
-            "repository": {"full_name": repo, "id": REPO_IDS[repo]},
+            "workflow_run": base
+            | {"id": 990001, "status": "completed", "conclusion": "success", "head_repository": repository}
+            | run,
+            "repository": repository,
             "installation": {"id": 101},
         }
 

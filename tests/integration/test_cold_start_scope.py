@@ -24,7 +24,8 @@ DATA_ACCESS = {
 
 # function -> (its builder in crcr.composition, the data access it needs)
 EXPECTED = {
-    # A downstream's run event is dropped with at most one read of a bound run (crcr.app.ingest).
+    # A downstream's run event is dropped with at most one read of a bound run (crcr.app.ingest), past the inbound
+    # door (the allowlist, loaded on the first run event).
     "webhook": ("build_ingest_deps", {"deliveries", "runs"}),
     # A `rerun` comment's budgets per author and per PR are fixed windows in the state table (crcr.app.commands).
     # A shadow downstream's decisions are kept (crcr.domain.shadow).
@@ -132,3 +133,6 @@ def test_each_function_builds_only_the_data_access_it_uses(env: dict[str, str]) 
     assert found == {function: needed for function, (_, needed) in EXPECTED.items()}
     # The JWKS function reaches no table at all.
     assert not {"table", "job_items"} & loaded["jwks"]
+    # The webhook loads the allowlist when a downstream's run event first asks the inbound door (crcr.app.ingest),
+    # never for an upstream event: its cold start imports neither the allowlist's source nor YAML.
+    assert "allowlist_source" not in loaded["webhook"] and "allowlist_source" in loaded["runs"]

@@ -22,6 +22,7 @@ from crcr.app.dispatch import DispatchDeps, Result, dispatch
 from crcr.app.ingest import IngestDeps, Outcome, ingest
 from crcr.app.plan import PAYLOAD_BUDGET_BYTES, PlannerDeps, plan_event
 from crcr.contracts.messages import DispatchMessage, EventMessage
+from crcr.domain.allowlist import Entry, RepoSettings
 from crcr.domain.callback_rules import (
     buildkite_pipeline,
     check_buildkite_build,
@@ -29,6 +30,8 @@ from crcr.domain.callback_rules import (
     check_identity,
 )
 from crcr.domain.errors import CrcrError
+from crcr.domain.identity import Known
+from crcr.domain.levels import Level
 from crcr.domain.providers import build_providers
 from crcr.domain.retry import RetryPolicy
 from crcr.domain.signature import sign
@@ -358,6 +361,7 @@ PROVIDERS = build_providers(
     {"providers": {"buildkite": {"repo_map": {f"{ORG}/{PIPELINE}": {"repo": "v/v", "required_claims": {
         "build_branch": ["main"]}}}}}}
 )  # fmt: skip
+ENTRY = Entry("v/v", Level.L2)
 
 
 def _claims(base: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
@@ -375,12 +379,10 @@ def test_the_github_identity_rules_refuse_naming_the_claim_or_pass(claims: dict[
     try:
         check_identity(
             claims,
-            repo="org/backend",
-            repo_id=5001,
+            entry=Entry("org/backend", Level.L2, settings=RepoSettings(workflows=("Org/Backend/*",))),
+            known=Known(repository_id=5001),
             run_id="42",
             run_attempt=2,
-            pinned_repo_id=None,
-            workflows=("Org/Backend/*",),
         )
     except CrcrError as exc:
         assert exc.field in {*GITHUB_CLAIMS, "job_workflow_ref"}
@@ -393,7 +395,9 @@ def test_the_github_identity_rules_refuse_naming_the_claim_or_pass(claims: dict[
 def test_the_buildkite_identity_rules_refuse_naming_the_claim_or_pass(claims: dict[str, Any]) -> None:
     for rule in (
         lambda: buildkite_pipeline(claims, PROVIDERS),
-        lambda: check_buildkite_build(claims, build_number=1514, build_id=BUILD, run_id=BUILD, check_run_id=None),
+        lambda: check_buildkite_build(
+            claims, entry=ENTRY, repo=ENTRY.repo, build_number=1514, build_id=BUILD, run_id=BUILD, check_run_id=None
+        ),
         lambda: check_buildkite_scheduled(claims, run_id=BUILD, check_run_id=None),
     ):
         try:

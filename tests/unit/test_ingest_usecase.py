@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 from crcr.app.ingest import IngestDeps, Outcome, ingest
+from crcr.domain.allowlist import Allowlist, Entry
 from crcr.domain.errors import BadRequest, PayloadTooLarge
+from crcr.domain.levels import Level
 from crcr.domain.signature import sign
-from tests.unit.fakes import FakeBlobs, FakeClock, FakeDeliveries, FakeEventQueue, RecordingMetrics
+from tests.unit.fakes import FakeBlobs, FakeClock, FakeDeliveries, FakeEventQueue, RecordingMetrics, StaticAllowlist
 
 BODY = (Path(__file__).resolve().parents[2] / "examples" / "events" / "pull_request.opened.json").read_bytes()
 
@@ -177,6 +179,9 @@ class Runs:
         return object() if run_id in self._bound else None
 
 
+BACKEND = {"full_name": "org/backend", "id": 5001, "owner": {"id": 77}}
+
+
 def run_event(action: str = "completed", **run: object) -> bytes:
     return json.dumps(
         {
@@ -190,9 +195,12 @@ def run_event(action: str = "completed", **run: object) -> bytes:
                 "conclusion": "success",
                 "run_attempt": 1,
                 "html_url": "https://github.com/org/backend/actions/runs/30433642",
+                "path": ".github/workflows/ci.yml",
+                "head_branch": "main",
+                "head_repository": BACKEND,
             }
             | run,
-            "repository": {"full_name": "org/backend", "id": 5001},
+            "repository": BACKEND,
             "installation": {"id": 101},
         }
     ).encode()
@@ -205,7 +213,10 @@ def run_headers(body: bytes, event: str = "workflow_run") -> dict[str, str]:
 def with_runs(runs: Runs, deliveries: FakeDeliveries, queue: FakeEventQueue) -> IngestDeps:
     import dataclasses  # noqa: PLC0415
 
-    return dataclasses.replace(deps(queue, deliveries), runs=runs, bound_runs=runs, run_settle_s=30.0)
+    allowlist = StaticAllowlist(Allowlist((Entry("org/backend", Level.L2),)))
+    return dataclasses.replace(
+        deps(queue, deliveries), runs=runs, bound_runs=runs, run_settle_s=30.0, allowlist=allowlist
+    )
 
 
 def test_a_run_the_relay_started_goes_to_the_runs_queue_a_completion_after_the_settle_time() -> None:

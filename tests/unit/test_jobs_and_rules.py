@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from crcr.domain.allowlist import Entry, RepoSettings
 from crcr.domain.callback_rules import check_identity
 from crcr.domain.errors import Forbidden
+from crcr.domain.identity import Known
 from crcr.domain.jobs import Current, Decision, JobState, decide
+from crcr.domain.levels import Level
 
 
 @pytest.mark.parametrize(
@@ -41,8 +44,9 @@ CLAIMS = {
 
 
 def check(**changes: object) -> None:
+    """The dispatch to org/backend (GitHub's id 5001 then), its allowlist entry pinned as `pinned_repo_id` and
+    `workflows` say, and the token's claims with `changes`."""
     kwargs: dict[str, object] = {
-        "repo": "org/backend",
         "repo_id": 5001,
         "run_id": 42,
         "run_attempt": 2,
@@ -57,7 +61,14 @@ def check(**changes: object) -> None:
             claims.pop(key)
         else:
             claims[key] = value
-    check_identity(claims, **kwargs)  # type: ignore[arg-type]
+    pins = RepoSettings(repository_id=kwargs["pinned_repo_id"], workflows=kwargs["workflows"])  # type: ignore[arg-type]
+    check_identity(
+        claims,
+        entry=Entry("org/backend", Level.L2, settings=pins),
+        known=Known(repository_id=kwargs["repo_id"]),  # type: ignore[arg-type]
+        run_id=kwargs["run_id"],  # type: ignore[arg-type]
+        run_attempt=kwargs["run_attempt"],  # type: ignore[arg-type]
+    )
 
 
 def test_the_dispatched_run_passes() -> None:

@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from crcr.adapters.allowlist_source import parse_providers
+from crcr.domain.allowlist import Entry
 from crcr.domain.callback_rules import buildkite_pipeline, check_buildkite_build, check_buildkite_scheduled
 from crcr.domain.errors import Forbidden, Unavailable
+from crcr.domain.levels import Level
 from crcr.domain.providers import PipelineRule, ProvidersError
 
 EVENTS = Path(__file__).resolve().parents[1] / "events" / "pytorch"
@@ -94,8 +96,20 @@ def test_a_mapped_pipeline_speaks_for_its_repository_and_nothing_else_does() -> 
         buildkite_pipeline(claims(pipeline_id="0190a2f4-1111-4111-8111-111111111111"), PROVIDERS)
 
 
+VLLM_ENTRY = Entry("vllm-project/vllm", Level.L2)
+
+
+def build_check(token: dict[str, object], run_id: str = BUILD, **changes: object) -> str:
+    """The relay created build 1514 (BUILD) for vLLM's dispatch: the job id `token` may report on it with."""
+    kwargs: dict[str, Any] = {"entry": VLLM_ENTRY, "repo": VLLM_ENTRY.repo, "build_number": 1514, "build_id": BUILD}
+    kwargs |= {"run_id": run_id, "check_run_id": None} | changes
+    entry, job = check_buildkite_build(token, **kwargs)
+    assert entry is VLLM_ENTRY
+    return job
+
+
 def test_only_the_build_the_relay_created_reports_on_its_dispatch() -> None:
-    assert check_buildkite_build(claims(), build_number=1514, build_id=BUILD, run_id=BUILD, check_run_id=None) == JOB
+    assert build_check(claims()) == JOB
     for token, run_id, check_run_id, field in (
         (claims(build_number=1515), BUILD, None, "build_number"),  # another build of the pipeline (a fork's PR)
         (claims(), "019583d7-0000-4e38-af67-f7cc356bd580", None, "run_id"),
@@ -103,10 +117,10 @@ def test_only_the_build_the_relay_created_reports_on_its_dispatch() -> None:
         (claims(job_id=None), BUILD, None, "job_id"),
     ):
         with pytest.raises(Forbidden) as caught:
-            check_buildkite_build(token, build_number=1514, build_id=BUILD, run_id=run_id, check_run_id=check_run_id)
+            build_check(token, run_id, check_run_id=check_run_id)
         assert caught.value.field == field
     with pytest.raises(Unavailable):  # the 201 not recorded yet: retry shortly
-        check_buildkite_build(claims(), build_number=None, build_id=None, run_id=BUILD, check_run_id=None)
+        build_check(claims(), build_number=None, build_id=None)
 
 
 def test_a_scheduled_build_must_not_come_from_a_webhook() -> None:
@@ -148,9 +162,7 @@ def test_buildkite_claims_of_the_wrong_type_are_refused_naming_them(claim: str) 
     for value in (["1514"], {"n": 1}, True, 15.14):
         with pytest.raises(Forbidden) as caught:
             if claim == "build_number":
-                check_buildkite_build(
-                    claims(build_number=value), build_number=1514, build_id=BUILD, run_id=BUILD, check_run_id=None
-                )
+                build_check(claims(build_number=value))
             else:
                 check_buildkite_scheduled(claims(build_source="api") | {claim: value}, run_id=BUILD, check_run_id=None)
         assert caught.value.field == claim

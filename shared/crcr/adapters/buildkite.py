@@ -108,8 +108,14 @@ class BuildkiteClient:
             job = _job(item)
             if job is not None and not item.get("retried"):  # a retried job's place is its retry's
                 latest[job.id] = job
-        state = parsed["state"]
-        return BuildkiteBuild(state=state, finished=state in BUILDKITE_BUILD_FINAL, jobs=tuple(latest.values()))
+        state, said = parsed["state"], parsed.get("number")
+        return BuildkiteBuild(
+            state=state,
+            finished=state in BUILDKITE_BUILD_FINAL,
+            jobs=tuple(latest.values()),
+            id=str(parsed.get("id") or ""),
+            number=said if isinstance(said, int) and not isinstance(said, bool) else None,
+        )
 
     def _request(self, method: str, path: str, body: Any = None, *, permit: Permit | None = None) -> tuple[int, Any]:
         if method != "GET":

@@ -13,6 +13,7 @@ from crcr.adapters.github import GitHubApp
 from crcr.app.outbound import GITHUB, Permit, require
 from crcr.app.ports.github import GitHubRejected
 from crcr.app.ports.runs import GitHubJob, GitHubRun, RunSearch, Search
+from crcr.domain.identity import workflow_ref
 from crcr.domain.runs import RELAY_EVENTS, timestamp
 
 RUNS_PER_PAGE = 100
@@ -82,6 +83,9 @@ class GitHubDispatchRuns:
                 return None
             raise
         body = resp.body if isinstance(resp.body, dict) else {}
+        repository, head = _object(body.get("repository")), _object(body.get("head_repository"))
+        name = str(repository.get("full_name") or "")
+        path, branch = body.get("path"), body.get("head_branch")
         return GitHubRun(
             run_id=str(body.get("id") or run_id),
             attempt=int(body.get("run_attempt") or 1),
@@ -89,7 +93,17 @@ class GitHubDispatchRuns:
             conclusion=body.get("conclusion") if isinstance(body.get("conclusion"), str) else None,
             url=str(body.get("html_url") or ""),
             workflow_name=str(body.get("name") or ""),
+            repo=name,
+            repository_id=_id(repository.get("id")),
+            owner_id=_id(_object(repository.get("owner")).get("id")),
+            workflow=workflow_ref(
+                name, path if isinstance(path, str) else None, branch if isinstance(branch, str) else None
+            ),
+            head_repository_id=_id(head.get("id")),
         )
+
+    def installation_for(self, repo: str) -> int:
+        return self._github.installation_for(repo)
 
     def run_jobs(self, repo: str, run_id: str, attempt: int) -> list[GitHubJob]:
         auth = self._auth(repo)
@@ -107,6 +121,14 @@ class GitHubDispatchRuns:
             if 'rel="next"' not in resp.headers.get("link", "") or len(listed) < JOBS_PER_PAGE:
                 break
         return jobs
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _id(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _job(item: Any) -> GitHubJob | None:

@@ -44,6 +44,7 @@ from crcr.domain.errors import (
     invalid_field,
 )
 from crcr.domain.failed_tests import cap, to_json
+from crcr.domain.identity import Channel, Evidence, Known, Refused, admit
 from crcr.domain.ids import is_repo_name, repo_key
 from crcr.domain.jobs import Current, Decision, JobState, decide
 from crcr.domain.jsondoc import MAX_DEPTH, dumps, loads
@@ -341,6 +342,8 @@ def handle_callback(body: bytes, authorization: str | None, deps: CallbackDeps) 
         reply = _handle(body, authorization, deps)
     except CrcrError as exc:
         deps.metrics.count("CallbackRejected", reason=exc.reason)
+        if isinstance(exc, Refused):
+            deps.metrics.count("IdentityRefused", channel=exc.channel, reason=exc.check)
         raise
     deps.metrics.count(f"Callback{reply.value.capitalize()}")
     return reply
@@ -355,12 +358,13 @@ def _handle(body: bytes, authorization: str | None, deps: CallbackDeps) -> Reply
     if isinstance(parsed, ScheduledBody):
         return _scheduled(parsed, report, identity, caller, deps)
     row = _dispatch_of(parsed, identity, caller, deps)
+    # The inbound door (crcr.domain.identity), against the dispatched repository's entry and what its row says.
     entry = _allowlist(deps).get(row.repo)
-    if entry is None:
-        raise Forbidden(f"{row.repo} is no longer on the allowlist", field="repository")
     if identity.ci == "buildkite":
-        job_id = check_buildkite_build(
+        entry, job_id = check_buildkite_build(
             identity.claims,
+            entry=entry,
+            repo=caller,
             build_number=row.build_number,
             build_id=row.build_id,
             run_id=report.run_id,
@@ -368,15 +372,9 @@ def _handle(body: bytes, authorization: str | None, deps: CallbackDeps) -> Reply
         )
         report = replace(report, check_run_id=job_id)
     else:
-        check_identity(
-            identity.claims,
-            repo=row.repo,
-            repo_id=row.repo_id or 0,
-            run_id=report.run_id,
-            run_attempt=report.run_attempt,
-            pinned_repo_id=entry.settings.repository_id,
-            pinned_owner_id=entry.settings.repository_owner_id,
-            workflows=entry.settings.workflows,
+        known = Known(repository_id=row.repo_id or 0)
+        entry = check_identity(
+            identity.claims, entry=entry, known=known, run_id=report.run_id, run_attempt=report.run_attempt
         )
     if not Level(row.level or entry.level).records_results:
         return Reply.IGNORED  # L1: dispatch only; results are not recorded
@@ -401,30 +399,26 @@ def _allowlist(deps: CallbackDeps) -> Allowlist:
 def _scheduled(body: ScheduledBody, report: Report, identity: VerifiedToken, caller: str, deps: CallbackDeps) -> Reply:
     """A nightly run on an upstream commit: L2+ only, completed only, and the commit must be upstream's."""
     entry = _allowlist(deps).get(caller)
-    if entry is None:
-        raise Forbidden(f"{caller or 'the caller'} is not on the allowlist", field="repository")
     if identity.ci == "buildkite":
         # The pipeline's map entry is the identity; a Buildkite downstream need not have the App installed.
+        entry = admit(entry, Evidence(Channel.BUILDKITE_OIDC, repository=caller))
         repo_id = entry.settings.repository_id or 0
         job_id = check_buildkite_scheduled(identity.claims, run_id=report.run_id, check_run_id=report.check_run_id)
         report = replace(report, check_run_id=job_id)
     else:
         try:
             # No dispatch to bind to: bind to GitHub's id of the allowlisted name, so a deleted and recreated
-            # repository of the same name cannot report as the old one.
-            repo_id = deps.commits.repo_id(entry.repo) if deps.commits is not None else 0
+            # repository of the same name cannot report as the old one (a name not listed: the door refuses it).
+            repo_id = deps.commits.repo_id(entry.repo) if deps.commits is not None and entry is not None else 0
         except GitHubError as exc:
-            raise Unavailable(f"cannot ask GitHub about {entry.repo} now: {exc}", retry_after_s=30) from exc
-        check_identity(
+            raise Unavailable(f"cannot ask GitHub about {caller} now: {exc}", retry_after_s=30) from exc
+        entry = check_identity(
             identity.claims,
+            entry=entry,
+            known=Known(repository_id=repo_id),
             events=SCHEDULED_EVENTS,
-            repo=entry.repo,
-            repo_id=repo_id,
             run_id=report.run_id,
             run_attempt=report.run_attempt,
-            pinned_repo_id=entry.settings.repository_id,
-            pinned_owner_id=entry.settings.repository_owner_id,
-            workflows=entry.settings.workflows,
         )
     if not entry.level.records_results:
         return Reply.IGNORED

@@ -10,7 +10,7 @@ from typing import Protocol
 
 from pydantic import ValidationError
 
-from crcr.app.ports import Clock, Metrics
+from crcr.app.ports import AllowlistProvider, Clock, Metrics
 from crcr.app.ports.deliveries import Claim
 from crcr.app.ports.queues import BlobStore, RunQueue
 from crcr.contracts.github import (
@@ -24,7 +24,8 @@ from crcr.contracts.github import (
 )
 from crcr.contracts.messages import EventMessage, RunMessage
 from crcr.domain.commands import looks_like_command
-from crcr.domain.errors import BadRequest, BadSignature, CrcrError, PayloadTooLarge, invalid_field
+from crcr.domain.errors import AllowlistError, BadRequest, BadSignature, CrcrError, PayloadTooLarge, invalid_field
+from crcr.domain.identity import Refused, admit, workflow_ref
 from crcr.domain.ids import is_delivery_id, repo_key
 from crcr.domain.jsondoc import loads
 from crcr.domain.planning import PR_ACTIONS_READ
@@ -95,6 +96,9 @@ class IngestDeps:
     runs: RunQueue | None = None
     run_settle_s: float = 30.0  # a completed run waits this long for late reports before GitHub's record is read
     bound_runs: BoundRuns | None = None  # a workflow_dispatch run without the dispatch id in its title: by run id
+    # The allowlist, loaded when the first downstream run event asks for it (an upstream event never does); None:
+    # run events are not taken.
+    allowlist: AllowlistProvider | None = None
 
 
 _OUTCOME_METRIC = {
@@ -208,31 +212,30 @@ DOWNSTREAM_EVENTS = frozenset({"workflow_run", "workflow_job"})
 
 
 def _downstream_run(event: str, body: bytes, delivery_id: str, deps: IngestDeps) -> IngestResult:
-    """A downstream's run event, dropped at the door unless it can be one the relay started: no state written, no
-    GitHub call, at most one read (a workflow_dispatch run whose title carries no dispatch id)."""
-    if event != "workflow_run" or deps.runs is None:
+    """A downstream's run event, dropped at the door unless it can be one the relay started by an allowlisted
+    downstream: no state written, no GitHub call, at most one read (a workflow_dispatch run whose title carries no
+    dispatch id) besides the allowlist's first load."""
+    if event != "workflow_run" or deps.runs is None or deps.allowlist is None:
         return _dropped(deps, delivery_id, "not_taken", f"{event} is not acted on")
     try:
         parsed = WorkflowRunEvent.model_validate(loads(body.decode("utf-8")))
     except (ValidationError, UnicodeDecodeError) as exc:
         where = invalid_field(exc) if isinstance(exc, ValidationError) else "body"
         raise BadRequest(f"workflow_run payload is malformed at {where}", field=where) from exc
-    run = parsed.workflow_run
-    if repo_key(parsed.repository.full_name) == repo_key(deps.upstream):
+    run, repo = parsed.workflow_run, parsed.repository
+    if repo_key(repo.full_name) == repo_key(deps.upstream):
         return _dropped(deps, delivery_id, "upstream", "the upstream's own runs are not the relay's")
     if parsed.action not in RUN_ACTIONS:
         return _dropped(deps, delivery_id, "action", f"workflow_run action {parsed.action} is not acted on")
     if run.event not in RELAY_EVENTS:
         return _dropped(deps, delivery_id, "event", f"a {run.event} run is not one the relay started")
     dispatch_id = dispatch_id_in(run.display_title)
-    if dispatch_id is None:
-        if run.event != "workflow_dispatch" or deps.bound_runs is None:
-            return _dropped(deps, delivery_id, "untitled", "the run's title carries no dispatch id")
-        if deps.bound_runs.bound(parsed.repository.full_name, str(run.id)) is None:
-            return _dropped(deps, delivery_id, "unbound", "no dispatch of the relay started this run")
+    if dispatch_id is None and (run.event != "workflow_dispatch" or deps.bound_runs is None):
+        return _dropped(deps, delivery_id, "untitled", "the run's title carries no dispatch id")
+    head = run.head_repository
     message = RunMessage(
         delivery_id=delivery_id,
-        repo=parsed.repository.full_name,
+        repo=repo.full_name,
         run_id=run.id,
         run_attempt=run.run_attempt,
         action=parsed.action,
@@ -242,7 +245,23 @@ def _downstream_run(event: str, body: bytes, delivery_id: str, deps: IngestDeps)
         url=run.html_url,
         dispatch_id=dispatch_id,
         received_at=deps.clock.now(),
+        repository_id=repo.id,
+        owner_id=repo.owner.id if repo.owner else None,
+        workflow=workflow_ref(repo.full_name, run.path, run.head_branch),
+        head_repository_id=head.id if head else None,
+        installation_id=parsed.installation.id if parsed.installation else None,
     )
+    # The inbound door, with what the allowlist pins (the runs worker checks the dispatch's row too): a run of a
+    # repository the allowlist does not serve, or of another id, owner, workflow or fork, costs no read or message.
+    try:
+        admit(deps.allowlist.current().get(repo.full_name), message.evidence())
+    except Refused as exc:
+        deps.metrics.count("IdentityRefused", channel=exc.channel, reason=exc.check)
+        return _dropped(deps, delivery_id, exc.check, exc.message)
+    except AllowlistError:  # none loaded yet: GitHub's record is read by the sweeper instead (its start watch)
+        return _dropped(deps, delivery_id, "allowlist_unavailable", "the relay has no valid allowlist loaded")
+    if dispatch_id is None and (deps.bound_runs is None or deps.bound_runs.bound(repo.full_name, str(run.id)) is None):
+        return _dropped(deps, delivery_id, "unbound", "no dispatch of the relay started this run")
     deps.runs.send_run(message, deps.run_settle_s if parsed.action == "completed" else 0.0)
     deps.metrics.count("RunEventAccepted", action=parsed.action)
     return IngestResult(Outcome.ACCEPTED, delivery_id)

@@ -1,10 +1,10 @@
 """Runs use case: GitHub's own record of each run the relay started, reconciled with the downstream's reports.
 
 A `workflow_run` event of a downstream binds its run to the dispatch its title names (or whose run id GitHub gave
-back), only when the signed repository is the dispatched one. When an attempt completes, its jobs are read once
-from GitHub (the downstream's installation) and every job no report completed is recorded as GitHub says it
-ended; a report that said otherwise is overruled and counted. What only the downstream knows (test counts,
-failing tests, triage) comes with its reports, before or after.
+back), only when the inbound door admits it as the dispatched repository's own run. When an attempt completes, its
+jobs are read once from GitHub (the downstream's installation) and every job no report completed is recorded as
+GitHub says it ended; a report that said otherwise is overruled and counted. What only the downstream knows (test
+counts, failing tests, triage) comes with its reports, before or after.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from crcr.app.ports import Clock, Metrics
-from crcr.app.ports.github import GitHubError
+from crcr.app.ports import AllowlistProvider, Clock, Metrics
+from crcr.app.ports.github import GitHubError, NotInstalled
 from crcr.app.ports.jobs import HudKeys, JobLimitReached, JobRecord, ResultsStore
 from crcr.app.ports.ledger import LedgerRow
 from crcr.app.ports.runs import BoundRun, DispatchLookup, GitHubJob, RunRecords, RunStore
 from crcr.contracts.messages import RunMessage
-from crcr.domain.ids import repo_key
+from crcr.domain.identity import Known, Refused, admit
 from crcr.domain.levels import Level
 from crcr.domain.limits import MAX_JOBS_PER_DISPATCH
 from crcr.domain.runs import GITHUB, is_report_job, run_progress, with_report
@@ -40,6 +40,7 @@ class RunsDeps:
     hud_keys: HudKeys
     metrics: Metrics
     clock: Clock
+    allowlist: AllowlistProvider  # the inbound door's pins
     run_timeout_s: float = 43200.0  # a bound run not completed by then is asked about (a lost `completed` event)
     lease_s: float = 60.0  # one jobs listing with its pages
     bind_grace_s: float = 120.0  # an unknown dispatch id is looked for again this long (the index catching up)
@@ -93,15 +94,27 @@ def _dispatch_of(message: RunMessage, deps: RunsDeps) -> LedgerRow | None:
             raise RunNotYetKnown(f"no dispatch {message.dispatch_id} in the ledger yet")
         deps.metrics.count("RunUnbound", reason="unknown_dispatch")
         return None
-    if repo_key(row.repo) != repo_key(message.repo):
-        # A title naming another repository's dispatch binds nothing (only the dispatched repository's runs may).
-        deps.metrics.count("RunUnbound", reason="other_repository")
-        return None
     if row.ci != "github":
         deps.metrics.count("RunUnbound", reason="not_github")
         return None
     if not Level(row.level or 1).records_results:
         deps.metrics.count("RunUnbound", reason="level")
+        return None
+    # The inbound door, against the dispatch: its repository's entry (a title naming another repository's dispatch
+    # binds nothing), GitHub's id of it when dispatched, and, for a run that passes all that, the installation the
+    # relay dispatches and reads through.
+    try:
+        entry = deps.allowlist.current().get(row.repo)
+        known = Known(repository_id=row.repo_id or 0)
+        admit(entry, message.evidence(), known)
+        try:
+            installation = deps.github.installation_for(row.repo)
+        except NotInstalled:
+            installation = 0  # no installation has it now: no event speaks for it
+        admit(entry, message.evidence(), replace(known, installation_id=installation))
+    except Refused as exc:
+        deps.metrics.count("IdentityRefused", channel=exc.channel, reason=exc.check)
+        deps.metrics.count("RunUnbound", reason=exc.check)
         return None
     return row
 

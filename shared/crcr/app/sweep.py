@@ -17,13 +17,15 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from crcr.app.checks import SWEPT
-from crcr.app.ports import Clock, Metrics
+from crcr.app.ports import AllowlistProvider, Clock, Metrics
 from crcr.app.ports.buildkite import BuildkiteError, BuildReader
 from crcr.app.ports.github import GitHubError, GitHubRejected
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.ledger import LedgerRow
 from crcr.app.ports.runs import BoundRun, GitHubJob, RunFinder, Search
 from crcr.app.runs import JobRecording, RunsDeps, reconcile_attempt, record_jobs
+from crcr.domain.errors import AllowlistError
+from crcr.domain.identity import Known, Refused, admit
 from crcr.domain.ids import NO_RUN, is_github_run
 from crcr.domain.runs import BUILDKITE, GITHUB, NOT_STARTED, not_started_reason, run_progress
 
@@ -47,6 +49,7 @@ class Finder(RunFinder, Protocol):
 
 
 GONE = "gone"  # GitHub has no such run
+REFUSED = "refused"  # GitHub's run is not the dispatched repository's own (crcr.domain.identity)
 MIN_ASKS = 5  # GitHub unavailable at a job's deadline: asked at least this many times before it is timed out
 
 
@@ -71,6 +74,7 @@ class BuildkiteRecord:
     recording: JobRecording
     start_timeout_s: float
     run_timeout_s: float  # Buildkite unavailable for twice this past a deadline: timed out
+    allowlist: AllowlistProvider  # the inbound door's entry for the build's repository
     recheck_s: float = 3600.0  # a build Buildkite says is still running is asked about again after this
     retry_s: float = 300.0  # Buildkite unavailable: asked again after this
 
@@ -184,20 +188,26 @@ def _asked_about_start(row: LedgerRow, gh: GitHubRecord, deps: SweepDeps, now: f
         deps.starts.clear_start_watch(row.delivery_id, row.repo)
         return True
     run_id = str(found.run_id)
+    if _bind_and_settle(row, run_id, gh, deps, now) == REFUSED:
+        # Titled with the dispatch id, but not the dispatched repository's own run: not this dispatch's.
+        deps.starts.rewatch_start(row.delivery_id, row.repo, dispatched + gh.start_timeout_s)
+        return True
     deps.metrics.count("DispatchRunFound")
     summary.runs_found.append(f"{row.repo}#{run_id}")
     deps.starts.clear_start_watch(row.delivery_id, row.repo)
-    _bind_and_settle(row, run_id, gh, deps, now)
     return True
 
 
 def _bind_and_settle(row: LedgerRow, run_id: str, gh: GitHubRecord, deps: SweepDeps, now: float) -> str | None:
     """Bind a run GitHub has and, if it completed, reconcile its attempt: the run's status, GONE when GitHub has no
-    such run, or None when GitHub cannot tell now."""
+    such run, REFUSED when the inbound door says it is not the dispatched repository's own, or None when GitHub (or
+    the allowlist) cannot tell now."""
     try:
         current = gh.runs.github.run(row.repo, run_id)
         if current is None:
             return GONE
+        entry = gh.runs.allowlist.current().get(row.repo)
+        admit(entry, current.evidence(), Known(repository_id=row.repo_id or 0))
         completed = current.status == "completed"
         action = "completed" if completed else ("in_progress" if current.status == "in_progress" else "requested")
         bound = BoundRun(
@@ -216,12 +226,18 @@ def _bind_and_settle(row: LedgerRow, run_id: str, gh: GitHubRecord, deps: SweepD
         if completed:
             reconcile_attempt(row, bound, gh.runs)
         return current.status
+    except Refused as exc:
+        deps.metrics.count("IdentityRefused", channel=exc.channel, reason=exc.check)
+        return REFUSED
     except GitHubRejected:
         # A 4xx (no actions: read on the installation, a listing GitHub will not give): asking again will not help.
         deps.metrics.count("SweepGitHubRefused")
         return GONE
     except GitHubError:
         deps.metrics.count("SweepGitHubUnavailable")
+        return None
+    except AllowlistError:
+        deps.metrics.count("SweepAllowlistUnavailable")
         return None
 
 
@@ -234,7 +250,7 @@ def _ask_about_run(run: BoundRun, gh: GitHubRecord, deps: SweepDeps, now: float)
         )
         return
     status = _bind_and_settle(row, run.run_id, gh, deps, now)
-    if status == GONE:
+    if status in (GONE, REFUSED):
         gh.runs.runs.record(
             replace(run, status="completed", progress=run_progress(run.attempt, "completed")), now, None
         )
@@ -250,8 +266,8 @@ def _asked_about_job(job: JobRecord, gh: GitHubRecord, deps: SweepDeps, now: flo
     if row is None:
         return False
     status = _bind_and_settle(row, job.run_id, gh, deps, now)
-    if status == GONE:
-        return False  # GitHub has no such run (deleted, or a run id only the report named) or will not say
+    if status in (GONE, REFUSED):
+        return False  # GitHub has no such run of the dispatched repository (deleted, a run id only the report named)
     if status is None:
         # GitHub unavailable: asked again up to twice the run's time-out and at least MIN_ASKS times in all (counted
         # on the job, so a sweeper slower than retry_s still asks that often), then timed out.
@@ -302,6 +318,15 @@ def _asked_buildkite(row: LedgerRow, job: JobRecord | None, bk: BuildkiteRecord,
     if build is None:
         deps.metrics.count("SweepBuildkiteRefused")
         return False
+    try:  # the inbound door: the build Buildkite answered with is the one the relay created
+        known = Known(build_number=row.build_number, build_id=row.build_id)
+        admit(bk.allowlist.current().get(row.repo), build.evidence(), known)
+    except Refused as exc:
+        deps.metrics.count("IdentityRefused", channel=exc.channel, reason=exc.check)
+        return False
+    except AllowlistError:
+        deps.metrics.count("SweepAllowlistUnavailable")
+        return _ask_again(row, job, now + bk.retry_s, deps)
     if not build.finished:
         deps.metrics.count("BuildStillRunning")  # it runs: asked again, as GitHub's runs are
         return _ask_again(row, job, now + bk.recheck_s, deps)

@@ -233,10 +233,25 @@ class AnyEvent(_In):
     repository: Repository | None = None
 
 
+class Owner(_In):
+    id: GitHubId | None = None
+
+
+class RunRepository(_In):
+    """A run's repository (or its head repository, a fork's for a fork's run): who ran it, for the inbound door."""
+
+    id: GitHubId | None = None
+    full_name: RepoName
+    owner: Owner | None = None
+
+
 class WorkflowRunRef(_In):
     """`workflow_run` of a downstream's run event: what binds the run to a dispatch and what it became."""
 
     id: GitHubId
+    path: Annotated[str, Field(max_length=1_000)] = ""  # the workflow file, `.github/workflows/ci.yml`
+    head_branch: Annotated[str, Field(max_length=MAX_REF_BYTES)] | None = None
+    head_repository: RunRepository | None = None
     name: Title = None  # the workflow's name
     display_title: Annotated[str, Field(max_length=4_096)] = ""  # the resolved run-name
     event: ShortText  # repository_dispatch, workflow_dispatch, push, schedule...
@@ -252,5 +267,5 @@ class WorkflowRunEvent(_In):
 
     action: ShortText
     workflow_run: WorkflowRunRef
-    repository: Repository
+    repository: RunRepository
     installation: Installation | None = None

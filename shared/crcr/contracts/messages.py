@@ -8,6 +8,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from crcr.contracts.github import RepoName
 from crcr.domain.allowlist import Entry
+from crcr.domain.identity import Channel, Evidence, id_text
 from crcr.domain.ids import is_delivery_id
 from crcr.domain.levels import Level
 
@@ -147,6 +148,24 @@ class RunMessage(_Msg):
     url: str = ""
     dispatch_id: str | None = None  # from the run's title; None: bound by the run id the dispatch recorded
     received_at: float
+    # Who ran it, as the signed event says (crcr.domain.identity): the runs worker checks it against the dispatch.
+    repository_id: int | None = None
+    owner_id: int | None = None
+    workflow: str | None = None  # the run's workflow file as a job_workflow_ref (crcr.domain.identity.workflow_ref)
+    head_repository_id: int | None = None
+    installation_id: int | None = None
+
+    def evidence(self) -> Evidence:
+        """What the event says of who ran it, for the inbound door."""
+        return Evidence(
+            Channel.RUN_EVENT,
+            repository=self.repo,
+            repository_id=id_text(self.repository_id),
+            repository_owner_id=id_text(self.owner_id),
+            workflow=self.workflow,
+            head_repository_id=id_text(self.head_repository_id),
+            installation_id=id_text(self.installation_id),
+        )
 
 
 def downstream_target(entry: Entry) -> dict[str, Any]:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Mapping
 from typing import Any
 
+from crcr.domain.allowlist import Entry
 from crcr.domain.errors import Forbidden, Unavailable
-from crcr.domain.ids import is_repo_name, repo_key
+from crcr.domain.identity import Channel, Evidence, Known, admit
 from crcr.domain.providers import PipelineRule, Providers
 
 REQUIRED_CLAIMS = ("repository", "repository_id", "event_name", "run_id", "run_attempt")
@@ -35,16 +35,14 @@ SCHEDULED_EVENTS = frozenset({"schedule", "workflow_dispatch"})
 def check_identity(
     claims: Mapping[str, Any],
     *,
+    entry: Entry | None,
+    known: Known,
     events: frozenset[str] = frozenset({"repository_dispatch"}),
-    repo: str,
-    repo_id: int,
     run_id: str,
     run_attempt: int,
-    pinned_repo_id: int | None,
-    workflows: tuple[str, ...],
-    pinned_owner_id: int | None = None,
-) -> None:
-    """Raise Forbidden unless the OIDC claims are the dispatched repository's own run of this report.
+) -> Entry:
+    """The entry a GitHub OIDC token speaks for, through the inbound door (crcr.domain.identity), when it is that
+    repository's own run of this report; Forbidden naming the claim otherwise.
 
     Identity comes from `repository`/`repository_id` (and `repository_owner_id` when the allowlist pins it), never
     from splitting `sub`: GitHub issues the immutable form `repo:<owner>@<owner_id>/<repo>@<repo_id>:…` since
@@ -56,25 +54,21 @@ def check_identity(
         if not value:
             raise Forbidden(f"the token has no {name} claim", field=name)
         got[name] = value
-    # ASCII names only, compared folding ASCII letters alone: a look-alike never matches (Kelvin sign, Cyrillic).
-    if not is_repo_name(got["repository"]) or repo_key(got["repository"]) != repo_key(repo):
-        raise Forbidden(f"the token is for {got['repository'][:200]!r}, the dispatch was to {repo}", field="repository")
-    if got["repository_id"] != str(repo_id):
-        raise Forbidden("the token's repository_id is not the dispatched repository's", field="repository_id")
-    if pinned_repo_id is not None and got["repository_id"] != str(pinned_repo_id):
-        raise Forbidden("the token's repository_id does not match the allowlist pin", field="repository_id")
-    if pinned_owner_id is not None and claim_text(claims, "repository_owner_id") != str(pinned_owner_id):
-        raise Forbidden("the token's repository_owner_id does not match the allowlist pin", field="repository_owner_id")
+    said = Evidence(
+        Channel.GITHUB_OIDC,
+        repository=got["repository"],
+        repository_id=got["repository_id"],
+        repository_owner_id=claim_text(claims, "repository_owner_id"),
+        workflow=claim_text(claims, "job_workflow_ref"),
+    )
+    admitted = admit(entry, said, known)
     if got["event_name"] not in events:
         raise Forbidden(f"runs started by {got['event_name'][:100]!r} cannot report", field="event_name")
     if got["run_id"] != str(run_id):
         raise Forbidden("run_id does not match the token's run", field="run_id")
     if got["run_attempt"] != str(run_attempt):
         raise Forbidden("run_attempt does not match the token's run", field="run_attempt")
-    if workflows:
-        ref = claim_text(claims, "job_workflow_ref") or ""
-        if not any(fnmatch.fnmatchcase(ref, pattern) for pattern in workflows):
-            raise Forbidden(f"workflow {ref or '(none)'} is not allowed to report for {repo}", field="job_workflow_ref")
+    return admitted
 
 
 # Buildkite (docs/contracts.md). Builds a person or a schedule started, never one a webhook (a push or a pull
@@ -114,24 +108,23 @@ def buildkite_pipeline(claims: Mapping[str, Any], providers: Providers) -> Pipel
 def check_buildkite_build(
     claims: Mapping[str, Any],
     *,
+    entry: Entry | None,
+    repo: str,
     build_number: int | None,
     build_id: str | None,
     run_id: str,
     check_run_id: str | None,
-) -> str:
+) -> tuple[Entry, str]:
     """Only the build the relay created for this dispatch may report on it (a fork's build of the same
-    pipeline, or any other build, has another number); returns the job's id, its check_run_id."""
+    pipeline, or any other build, has another number), through the inbound door as the pipeline's repository `repo`:
+    the entry admitted and the job's id, its check_run_id."""
     if build_number is None or build_id is None:
         raise Unavailable("the relay has not recorded the build it created yet; retry shortly", retry_after_s=5)
-    number = claim_text(claims, "build_number")
-    if number != str(build_number):
-        raise Forbidden(
-            f"the token is from build {(number or '')[:40]!r}; this dispatch is build {build_number}",
-            field="build_number",
-        )
-    if run_id != build_id:
-        raise Forbidden("run_id is not the id of the build the relay created for this dispatch", field="run_id")
-    return _job_id(claims, check_run_id)
+    said = Evidence(
+        Channel.BUILDKITE_OIDC, repository=repo, build_number=claim_text(claims, "build_number"), build_id=run_id
+    )
+    admitted = admit(entry, said, Known(build_number=build_number, build_id=build_id))
+    return admitted, _job_id(claims, check_run_id)
 
 
 def check_buildkite_scheduled(claims: Mapping[str, Any], *, run_id: str, check_run_id: str | None) -> str:

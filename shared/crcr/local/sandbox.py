@@ -44,6 +44,12 @@ def _ids(repo: str) -> tuple[int, int]:
     return 1000 + zlib.crc32(owner.encode()) % 100_000, 100_000 + zlib.crc32(repo.lower().encode()) % 10_000_000
 
 
+def _repository(repo: str, repo_id: int) -> dict[str, Any]:
+    """A run's repository as GitHub's run objects and events carry it: its id and its owner's."""
+    owner = repo.split("/", 1)[0].lower()
+    return {"id": repo_id, "full_name": repo, "owner": {"id": 2_000_000 + zlib.crc32(owner.encode()) % 1_000_000}}
+
+
 class SandboxGitHub:
     """`installed(repo)` says where the App is installed (`crcr local`: the upstream, the allowlist's repositories and
     CRCR_SANDBOX_INSTALLED); elsewhere GitHub's answers: 404 for the installation, 422 for a token."""
@@ -353,10 +359,13 @@ class SandboxWorkflows:
 
     @staticmethod
     def _run_obj(run_id: int, run: dict[str, Any]) -> dict[str, Any]:
+        repository = _repository(run["repo"], run["repo_id"])  # who ran it, for the relay's inbound door
         return {
             "id": run_id, "name": run["workflow"], "display_title": run["title"], "event": "repository_dispatch",
             "status": run["status"], "conclusion": run["conclusion"], "run_attempt": run["attempt"],
             "html_url": f"https://github.com/{run['repo']}/actions/runs/{run_id}", "created_at": _iso(run["created"]),
+            "path": ".github/workflows/crcr.yml", "head_branch": "main", "repository": repository,
+            "head_repository": repository,
         }  # fmt: skip
 
     def _hook(self, run_id: int, action: str) -> None:
@@ -365,7 +374,7 @@ class SandboxWorkflows:
             payload = {
                 "action": action,
                 "workflow_run": self._run_obj(run_id, run),
-                "repository": {"id": run["repo_id"], "full_name": run["repo"]},
+                "repository": _repository(run["repo"], run["repo_id"]),
                 "installation": {"id": _ids(run["repo"])[0]},
             }
         if self.deliver is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from crcr.domain.identity import Channel, Evidence, id_text
+
 # Buildkite meta_data keys of a relay-created build; the dispatch id finds the build again
 # (GET .../builds?meta_data[crcr_dispatch_id]=<id>).
 DISPATCH_META_KEY = "crcr_dispatch_id"
@@ -71,6 +73,11 @@ class BuildkiteBuild:
     state: str
     finished: bool  # the build is over: each job's conclusion is final
     jobs: tuple[BuildkiteJob, ...]  # its command jobs, the latest retry of each
+    id: str = ""  # which build Buildkite's answer is of (for the inbound door): its UUID and number
+    number: int | None = None
+
+    def evidence(self) -> Evidence:
+        return Evidence(Channel.BUILD_READ, build_number=id_text(self.number), build_id=self.id or None)
 
 
 class BuildReader(Protocol):

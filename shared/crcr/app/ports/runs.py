@@ -8,6 +8,7 @@ from enum import Enum
 from typing import Protocol
 
 from crcr.app.ports.ledger import LedgerRow
+from crcr.domain.identity import Channel, Evidence, id_text
 
 
 @dataclass(frozen=True)
@@ -34,10 +35,31 @@ class GitHubRun:
     conclusion: str | None
     url: str
     workflow_name: str
+    # Who ran it, as GitHub's answer says (for the inbound door): `repository` and `head_repository` (a fork's
+    # differs), the workflow file as a job_workflow_ref (crcr.domain.identity.workflow_ref).
+    repo: str = ""
+    repository_id: int | None = None
+    owner_id: int | None = None
+    workflow: str | None = None
+    head_repository_id: int | None = None
+
+    def evidence(self) -> Evidence:
+        return Evidence(
+            Channel.RUN_READ,
+            repository=self.repo,
+            repository_id=id_text(self.repository_id),
+            repository_owner_id=id_text(self.owner_id),
+            workflow=self.workflow,
+            head_repository_id=id_text(self.head_repository_id),
+        )
 
 
 class RunRecords(Protocol):
     """GitHub's Actions API for one downstream, with its own installation's token (never the upstream's)."""
+
+    def installation_for(self, repo: str) -> int:
+        """The installation the relay dispatches to and reads `repo` through (GitHub's answer, cached)."""
+        ...
 
     def run(self, repo: str, run_id: str) -> GitHubRun | None:
         """None: GitHub has no such run (deleted, or never)."""
