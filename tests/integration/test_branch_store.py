@@ -1,7 +1,7 @@
 """The upstream's default branch and its regressions in the state table, on moto's DynamoDB with the template's state
 table: a commit GitHub did not have is refused from memory for minutes only, and only to the downstream that asked, so
-one downstream's early report cannot get every downstream's reports on that commit refused; the branch's commits come back in order with what a
-blamelist shows; a job's regressions are kept with a version."""
+one downstream's early report cannot get every downstream's reports on that commit refused; the branch's commits come
+back in order with what a blamelist shows; a job's regressions are kept with a version."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from crcr.adapters.branch import DynamoBranch
-from crcr.adapters.table import lookup_key
 from crcr.adapters.regressions import DynamoRegressions
+from crcr.adapters.table import lookup_key
 from crcr.domain.regressions import Blamed, BranchCommit, Tracked
 from tests.integration.aws import dynamodb
 

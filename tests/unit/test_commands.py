@@ -54,7 +54,6 @@ def test_only_write_or_triage_access_may_rerun(role: str | None, allowed: bool) 
     assert may_rerun(role) is allowed
 
 
-
 @pytest.mark.parametrize(
     ("association", "refused"),
     [("NONE", True), ("FIRST_TIMER", True), ("first_time_contributor", True), ("CONTRIBUTOR", False),

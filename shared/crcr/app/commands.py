@@ -118,10 +118,8 @@ def plan_command(
     login = event.comment.user.login if event.comment.user else ""
     if command is None or event.issue.pull_request is None:
         return _ignored(summary, deps, "not_a_command")
-    if event.comment.user is None or (event.comment.user.type or "").lower() == "bot":
-        return _ignored(summary, deps, "bot")
-    if stranger(event.comment.author_association):
-        return _ignored(summary, deps, "stranger")  # free: no permission read, no budget spent, no reaction
+    if (unasked := _unasked(event)) is not None:
+        return _ignored(summary, deps, unasked)  # free: no permission read, no budget spent, no reaction
     if commands.per_author and commands.per_author.hit(login, deps.clock.now()):
         return _ignored(summary, deps, "over_budget")  # before any GitHub request: nothing read, no reaction
     try:
@@ -177,6 +175,14 @@ def plan_command(
     summary.dispatched = [m.target_repo for m in dispatches]
     summary.skipped.update({f"{m.repo}:{m.run_id}": "rerun_queued" for m in reruns})
     return summary
+
+
+def _unasked(event: IssueCommentEvent) -> str | None:
+    """Why a command is ignored before GitHub is asked anything: a bot's, or a stranger's by the comment's
+    `author_association`."""
+    if event.comment.user is None or (event.comment.user.type or "").lower() == "bot":
+        return "bot"
+    return "stranger" if stranger(event.comment.author_association) else None
 
 
 def _ignored(summary: CommandOutcome, deps: CommandContext, reason: str) -> CommandOutcome:
