@@ -524,6 +524,33 @@ def test_scheduled_commits_cost_the_upstream_one_lookup_each_within_the_reposito
     assert reasons["commit_lookups_per_hour"]["count"] == 1
 
 
+def test_one_downstreams_unknown_commit_is_not_refused_to_another_once_github_has_it(
+    relay_factory: Callable[..., Relay], oidc: OidcIssuer
+) -> None:
+    """Red team: the relay remembered "not an upstream commit" for everyone, so a downstream reporting a commit before
+    it reached the upstream got every other downstream's report of that commit refused, unasked, for ten minutes."""
+    relay = relay_factory(env={"CRCR_OIDC_ISSUER": oidc.url, "CRCR_OIDC_AUDIENCE": "crcr"})
+    github = relay.github
+    github.install("pytorch/pytorch", installation_id=1, repo_id=65600975)
+    s, early, late = Scenario(relay, oidc, "", ""), "org-two/l2-repo", "org-four/L4-Repo"
+    sha = "ab" * 20
+
+    def lookups() -> int:
+        return len([r for r in github.requests if r.method == "GET" and r.path.endswith(f"/commits/{sha}")])
+
+    status, reply = s.post(scheduled_body(sha), s.token(early, event_name="schedule"))
+    assert (status, reply["field"], lookups()) == (403, "head_sha", 1)  # GitHub has no such commit yet
+    github.add_commit("pytorch/pytorch", sha)  # now it has (pushed to a branch, not the default one)
+    body = scheduled_body(sha) | {"url": f"https://github.com/{late}/actions/runs/777"}
+    assert s.post(body, s.token(late, event_name="schedule")) == (200, {"status": "recorded"})
+    assert lookups() == 2  # the other downstream asked GitHub itself
+    # "Found" is everyone's: the first downstream's next report is taken without asking again.
+    assert s.post(scheduled_body(sha, job_name="again"), s.token(early, event_name="schedule"))[1] == {
+        "status": "recorded"
+    }
+    assert lookups() == 2
+
+
 def test_hostile_bodies_get_400_or_413_never_500(scenario: Scenario) -> None:
     s = scenario
     nested = b"[" * 100_000 + b"]" * 100_000

@@ -307,6 +307,46 @@ def test_a_newer_commit_cancels_the_old_commits_queued_runs_and_leaves_running_o
     assert writes(s, REPO4) == ["POST 201", "PATCH 200"]
 
 
+def test_a_head_that_comes_back_after_a_force_push_has_its_check_runs_current_again(
+    relay_factory: Callable[..., Relay],
+    oidc: OidcIssuer,  # noqa: F811
+) -> None:
+    """Red team: force-pushing A, then B, then A again left A's required check `cancelled` ("superseded by B") for
+    good, while the relay dispatched A again and B was the commit no longer wanted."""
+    s = start(relay_factory, oidc)
+    wait_runs(s, shows(REPO4, "queued"))
+    other = "b" * 40
+    s.relay.github.add_commit(UPSTREAM, other)
+
+    def push(sha: str, at: str) -> None:
+        doc = json.loads(event_body("pull_request.opened.json"))
+        doc["action"] = "synchronize"
+        doc["pull_request"]["head"]["sha"] = sha
+        doc["pull_request"]["updated_at"] = at
+        assert s.relay.post("pull_request", json.dumps(doc).encode())[0] == 202
+
+    push(other, "2026-11-29T19:00:00Z")
+    wait_runs(s, shows(REPO4, "completed", "cancelled"))
+    on_other = Scenario(s.relay, s.oidc, s.delivery, other)
+    wait_runs(on_other, shows(REPO4, "queued"))
+
+    push(s.head_sha, "2026-11-29T19:05:00Z")  # back to A
+    s.relay.wait_dispatches({L4: 3}, settle_s=0)  # A, B, then A again
+    wait_runs(s, shows(REPO4, "queued"))  # A's required check is waiting for its dispatch again
+    assert "waiting for the first job" in runs(s)[REPO4]["output"]["summary"]
+    wait_runs(on_other, shows(REPO4, "completed", "cancelled"))  # B is the superseded one now
+    assert s.head_sha in runs(on_other)[REPO4]["output"]["summary"]
+
+    # A's new dispatch reports: the same check run follows it to its end.
+    latest = s.relay.github.dispatches(L4)[-1]["client_payload"]
+    done = {"schema_version": 1, "ticket": latest["ticket"], "status": "completed", "conclusion": "success",
+            "workflow_name": "CI", "job_name": "build-and-test", "run_id": 777, "run_attempt": 1,
+            "url": f"https://github.com/{L4}/actions/runs/777"}  # fmt: skip
+    assert s.post(done, s.token(L4))[0] == 200
+    wait_runs(s, shows(REPO4, "completed", "success"))
+    assert writes(s, REPO4)[0] == "POST 201" and len(writes(s, REPO4)) >= 3  # one run, PATCHed in place
+
+
 PER_REPO = DEFAULT_ALLOWLIST + "repos:\n  org-four/L4-Repo:\n    check_runs: per_repo\n"
 
 

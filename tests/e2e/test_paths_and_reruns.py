@@ -125,11 +125,12 @@ def oidc() -> Iterator[OidcIssuer]:
         yield issuer
 
 
-def _comment_event(number: int, comment: dict[str, Any], login: str) -> bytes:
+def _comment_event(number: int, comment: dict[str, Any], login: str, association: str | None = None) -> bytes:
+    made = {"id": comment["id"], "body": comment["body"], "user": {"login": login, "type": "User"}}
     doc = {
         "action": "created",
         "issue": {"number": number, "pull_request": {"url": f"https://api.github.com/repos/{UPSTREAM}/pulls/{number}"}},
-        "comment": {"id": comment["id"], "body": comment["body"], "user": {"login": login, "type": "User"}},
+        "comment": made | ({"author_association": association} if association else {}),
         "repository": {"id": 65600975, "full_name": UPSTREAM, "default_branch": "main"},
         "sender": {"login": login, "type": "User"},
     }
@@ -281,3 +282,36 @@ def test_command_comments_from_anyone_cost_one_permission_read_a_while_and_stop_
     assert (ignored("not_allowed"), ignored("over_budget")) == (20, 5)  # 20 an hour from one author
     reads = [r for r in github.requests if r.path.endswith("/collaborators/outsider/permission")]
     assert len(reads) == 1  # the answer is remembered: one read for the lot
+
+
+def test_command_comments_from_strangers_are_refused_without_asking_github_anything(
+    relay_factory: Callable[..., Relay],
+) -> None:
+    """Red team: 60 logins commenting `@<app> rerun all` cost 60 permission reads of the upstream's installation, each
+    login its own (the per-author budget and the remembered answer are per login)."""
+    relay = relay_factory(ALLOWLIST, env={"CRCR_GITHUB_APP_SLUG": "crcr-bot"})
+    github = relay.github
+    grants = {"contents": "write", "checks": "write", "issues": "write", "pull_requests": "write", "metadata": "read"}
+    github.install(UPSTREAM, installation_id=1, repo_id=65600975, permissions=grants)
+    number = json.loads(event_body("pull_request.opened.json"))["pull_request"]["number"]
+    github.add_issue(UPSTREAM, number)
+    strangers = ("NONE", "FIRST_TIMER", "FIRST_TIME_CONTRIBUTOR")
+    for n in range(60):
+        login = f"stranger-{n}"
+        made = github.add_comment(UPSTREAM, number, "@crcr-bot rerun all", user=login)
+        assert relay.post("issue_comment", _comment_event(number, made, login, strangers[n % 3]))[0] == 202
+    # Anyone GitHub shows a tie for is still asked about, as before: a contributor with no access is refused by role.
+    made = github.add_comment(UPSTREAM, number, "@crcr-bot rerun all", user="contributor")
+    assert relay.post("issue_comment", _comment_event(number, made, "contributor", "CONTRIBUTOR"))[0] == 202
+
+    def ignored() -> int:
+        return sum(relay.metric(f"CommandIgnored.reason={why}") for why in ("stranger", "not_allowed", "over_budget"))
+
+    deadline = time.time() + 60
+    while time.time() < deadline and ignored() < 61:
+        time.sleep(0.2)
+    assert relay.metric("CommandIgnored.reason=stranger") == 60
+    assert relay.metric("CommandIgnored.reason=not_allowed") == 1
+    reads = [r.path for r in github.requests if "/collaborators/" in r.path]
+    assert reads == [f"/repos/{UPSTREAM}/collaborators/contributor/permission"]  # one, for the contributor only
+    assert not any("/reactions" in r.path for r in github.requests)  # nobody was answered

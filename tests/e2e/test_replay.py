@@ -4,6 +4,7 @@ GitHub sent them, then replayed from GitHub's delivery log to a fresh relay: the
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 import subprocess
@@ -87,10 +88,13 @@ def test_a_recorded_day_replayed_to_a_fresh_relay_gives_the_same_dispatches(
 
     double, _ = second
     fresh = relay_factory(ALLOWLIST, env=FAST, double=double)
-    (tmp_path / "deliveries.json").write_text(json.dumps(list(reversed(log))))  # newest first, as GitHub lists them
+    # Newest first, as GitHub lists them, gzipped; the secret from a file, never on the command line.
+    (tmp_path / "deliveries.json.gz").write_bytes(gzip.compress(json.dumps(list(reversed(log))).encode()))
+    (tmp_path / "secret").write_text(WEBHOOK_SECRET + "\n")
     run = subprocess.run(
-        [sys.executable, "-m", "crcr.ops.cli", "replay", str(tmp_path / "deliveries.json"), "--url", fresh.url,
-         "--secret", WEBHOOK_SECRET, "--json"], capture_output=True, text=True, timeout=300, check=False,
+        [sys.executable, "-m", "crcr.ops.cli", "replay", str(tmp_path / "deliveries.json.gz"), "--url", fresh.url,
+         "--secret-file", str(tmp_path / "secret"), "--json"], capture_output=True, text=True, timeout=300,
+        check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout)

@@ -106,7 +106,7 @@ def test_allowlist_check_refuses_an_empty_allowlist_unless_allowed(tmp_path: Pat
         (None, "crcr shadow compare: {path}: No such file or directory"),
         (
             '{"delivery_id": "d-1", "run_id": 5}\n',
-            "crcr shadow compare: {path}: row 1 needs delivery_id, downstream_repo",
+            "crcr shadow compare: {path}: line 1: needs delivery_id, downstream_repo",
         ),
         (
             '[{"delivery_id": "d-1", "downstream_repo": "o/r", "run_id": 1}]',
@@ -129,19 +129,73 @@ def test_shadow_compare_names_the_row_or_setting_it_cannot_use(tmp_path: Path, r
 @pytest.mark.parametrize(
     ("content", "extra", "line"),
     [
-        ('[{"guid": "g"}]', ["--secret", "s"], "crcr replay: entry 1: needs request.payload"),
-        ('{"request": {"payload": {}}, "event": "push"}\n', ["--secret", "s"], "crcr replay: entry 1: a delivery log"),
-        ("not json", ["--secret", "s"], "crcr replay: {path}: not JSON"),
-        ("[]", [], "crcr replay: the relay's webhook secret: --secret, or CRCR_WEBHOOK_SECRET"),
+        ('[{"guid": "g"}]', ["--secret-file", "secret"], "crcr replay: {path}: entry 1: needs request.payload"),
+        (
+            '{"request": {"payload": {}}, "event": "push"}\n',
+            ["--secret-file", "secret"],
+            "crcr replay: {path}: line 1: a delivery log entry needs guid and event",
+        ),
+        ("not json", ["--secret-file", "secret"], "crcr replay: {path}: line 1 is not JSON it takes (Expecting value"),
+        ("[]", [], "crcr replay: the relay's webhook secret: set CRCR_WEBHOOK_SECRET, or give --secret-file PATH"),
+        ("[]", ["--secret-file", "secret"], "crcr replay: {path}: no deliveries in it"),
+        (
+            "[]",
+            ["--secret", "s3cr3t"],
+            "crcr replay: --secret is refused: a command line is readable by every local user (/proc/<pid>/cmdline); "
+            "set CRCR_WEBHOOK_SECRET or give --secret-file PATH",
+        ),
+        ("[]", ["--secret-file", "missing"], "crcr replay: --secret-file missing: No such file or directory"),
+        ("[]", ["--secret-file", "empty"], "crcr replay: --secret-file empty: one line holding the secret"),
+        ("[]", ["--secret-file", "two-lines"], "crcr replay: --secret-file two-lines: one line holding the secret"),
     ],
-    ids=["neither-shape", "no-guid", "not-json", "no-secret"],
-)
+    ids=["neither-shape", "no-guid", "not-json", "no-secret", "no-deliveries", "secret-on-the-command-line",
+         "no-secret-file", "empty-secret-file", "secret-file-of-two-lines"],
+)  # fmt: skip
 def test_replay_names_the_entry_it_cannot_send_before_sending_any(
     tmp_path: Path, content: str, extra: list[str], line: str
 ) -> None:
     path = tmp_path / "deliveries.json"
     path.write_text(content)
+    (tmp_path / "secret").write_text("s3cr3t\n")  # as `echo` writes it: the line end is not the secret's
+    (tmp_path / "empty").write_text("\n")
+    (tmp_path / "two-lines").write_text("s3cr3t\nmore\n")
     done = crcr(tmp_path, "replay", str(path), "--url", "http://127.0.0.1:9", *extra)
 
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith(line.format(path=path)), done.stderr
+    assert len(done.stderr.splitlines()) == 1 and "s3cr3t" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("body", "extra", "line"),
+    [
+        (
+            b"[" * 100_000 + b"]" * 100_000,
+            [],
+            "crcr send: body.json: its body is not JSON it takes (JSON nested deeper than 64",
+        ),
+        (b"[1, 2]", [], "crcr send: body.json: a webhook body is a JSON object"),
+        (b'{"action": NaN}', [], "crcr send: body.json: its body is not JSON it takes (NaN (not JSON) at action)"),
+        (b'{"a": "' + b"a" * (11 * 1024 * 1024) + b'"}', [], "crcr send: body.json: over the relay's body limit"),
+        (b"{}", ["--secret-file", "missing"], "crcr send: --secret-file missing: No such file or directory"),
+    ],
+    ids=["deep", "not-an-object", "nan", "over-the-body-limit", "no-secret-file"],
+)
+def test_send_refuses_a_body_file_it_would_not_send_in_one_line(
+    tmp_path: Path, body: bytes, extra: list[str], line: str
+) -> None:
+    (tmp_path / "body.json").write_bytes(body)
+    args = ["send", "--file", "body.json", "--event", "push", "--url", "http://127.0.0.1:9", *extra]
+    done = crcr(tmp_path, *args) if extra else crcr_with_secret(tmp_path, *args)
+
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith(line), done.stderr
+    assert len(done.stderr.splitlines()) == 1 and "cannot reach" not in done.stderr
+
+
+def crcr_with_secret(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CRCR_", "AWS_"))} | {"CRCR_WEBHOOK_SECRET": "s"}
+    return subprocess.run(
+        [sys.executable, "-m", "crcr.ops.cli", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip

@@ -220,6 +220,60 @@ def test_the_relay_never_overwrites_a_completed_run_with_its_own_verdict() -> No
     assert should_write(cancelled, "completed", "success", genuine=True)  # the job ran after all
 
 
+@pytest.mark.parametrize(
+    ("known", "status", "head_again", "expected"),
+    [
+        (Known(1, "completed", "cancelled", 0), "queued", True, True),  # superseded, its commit the head again
+        (Known(1, "completed", "cancelled", 0), "queued", False, False),  # still superseded: never back to queued
+        (Known(1, "completed", "cancelled", 1), "queued", True, False),  # its jobs were cancelled: a result
+        (Known(1, "completed", "timed_out", 0), "queued", True, False),  # the sweeper's: not a supersession
+    ],
+)
+def test_a_run_cancelled_as_superseded_starts_over_only_when_its_commit_is_the_head_again(
+    known: Known, status: str, head_again: bool, expected: bool
+) -> None:
+    assert should_write(known, status, None, 0, True, head_again) is expected
+
+
+def test_a_commit_its_pr_went_back_to_is_not_cancelled_and_its_superseded_run_is_queued_again() -> None:
+    """Red team: A, B, then A force-pushed left A's required check `cancelled` ("superseded by B") for good."""
+    deps, api, queue = _deps(_job("in_progress", None))
+    deps = replace(deps, results=_NoJobs())
+    head, name = "a" * 40, "crcr/o/r"
+    deps.prs.record_pr_head("pytorch/pytorch", 5, head, "2026-12-07T10:00:00Z")  # type: ignore[attr-defined]
+    deps.store.rows[("pytorch/pytorch", head, name)] = (Known(7, "queued", None), 1)  # type: ignore[attr-defined]
+    # B's cancel of A, run after the PR went back to A: A is its head, nothing on it is cancelled.
+    late = CheckSyncMessage(kind="cancel", upstream="pytorch/pytorch", head_sha=head, superseded_by="b" * 40, pr=5)
+    assert sync(late, deps).written == [] and api.calls == []
+    # A's run was cancelled when B came; A is the head again and dispatched again: its run is queued again.
+    deps.store.rows[("pytorch/pytorch", head, name)] = (Known(7, "completed", "cancelled"), 2)  # type: ignore[attr-defined]
+    booked = CheckSyncMessage(kind="repo", upstream="pytorch/pytorch", head_sha=head, delivery_id="x", repo="o/r")
+    assert sync(booked, deps).detail == "booked"
+    [(message, _)] = queue.sent
+    deps.clock.t += deps.pass_settle_s  # type: ignore[attr-defined]
+    assert sync(message.model_copy(update={"not_before": None}), deps).written == [name]
+    [(kind, fields)] = api.calls
+    assert (kind, fields["status"], fields.get("conclusion")) == ("update", "queued", None)
+    assert "waiting for the first job" in fields["output"]["summary"]
+    # While the PR's head is another commit, the same pass leaves the cancelled run as it is.
+    deps.store.rows[("pytorch/pytorch", head, name)] = (Known(7, "completed", "cancelled"), 3)  # type: ignore[attr-defined]
+    deps.prs.record_pr_head("pytorch/pytorch", 5, "b" * 40, "2026-12-07T11:00:00Z")  # type: ignore[attr-defined]
+    api.calls.clear()
+    queue.sent.clear()
+    assert sync(booked, deps).detail == "booked"
+    deps.clock.t += deps.pass_settle_s  # type: ignore[attr-defined]
+    sync(queue.sent[0][0].model_copy(update={"not_before": None}), deps)
+    assert api.calls == []
+
+
+class _NoJobs(_Results):
+    def __init__(self) -> None:
+        super().__init__(_job("in_progress", None))
+
+    def jobs_for_head(self, upstream: str, head_sha: str) -> list[JobRecord]:
+        return []  # a dispatch no job of which has started
+
+
 def test_a_summary_is_shown_without_control_or_bidi_characters() -> None:
     import json  # noqa: PLC0415
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crcr.domain.commands import RerunCommand, looks_like_command, may_rerun, parse_command
+from crcr.domain.commands import RerunCommand, looks_like_command, may_rerun, parse_command, stranger
 
 
 @pytest.mark.parametrize(
@@ -52,3 +52,12 @@ ROLES = [("admin", True), ("maintain", True), ("write", True), ("triage", True),
 @pytest.mark.parametrize(("role", "allowed"), [*ROLES, (None, False)])
 def test_only_write_or_triage_access_may_rerun(role: str | None, allowed: bool) -> None:
     assert may_rerun(role) is allowed
+
+
+@pytest.mark.parametrize(
+    ("association", "refused"),
+    [("NONE", True), ("FIRST_TIMER", True), ("first_time_contributor", True), ("CONTRIBUTOR", False),
+     ("COLLABORATOR", False), ("MEMBER", False), ("OWNER", False), (None, False), ("", False)],
+)  # fmt: skip
+def test_a_stranger_is_known_from_the_comment_alone(association: str | None, refused: bool) -> None:
+    assert stranger(association) is refused

@@ -97,10 +97,11 @@ def test_a_new_head_cancels_the_old_heads_queued_runs_and_asks_for_the_prs_comme
     newer["pull_request"]["updated_at"] = "2099-01-01T00:00:00Z"
     plan_event(_event(newer, "d-2"), deps)
     cancel, comment = (m for m, _ in checks.sent)
-    assert (cancel.kind, cancel.head_sha, cancel.superseded_by) == (
+    assert (cancel.kind, cancel.head_sha, cancel.superseded_by, cancel.pr) == (
         "cancel",
         BODY["pull_request"]["head"]["sha"],
         "b" * 40,
+        BODY["pull_request"]["number"],  # the pass reads the PR's head: one it went back to is not cancelled
     )
     assert (comment.kind, comment.head_sha, comment.pr) == ("comment", "b" * 40, BODY["pull_request"]["number"])
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from crcr.app.plan import PlannerDeps, plan_event
 from crcr.app.summaries import SummaryDeps
 from crcr.domain.errors import AllowlistError
 from crcr.domain.shadow import LiveRow, ShadowDecision, compare
-from crcr.ops.shadow import read_rows
+from crcr.ops.shadow import read_rows, render
 from tests.unit.fakes import (
     FakeBlobs,
     FakeChecksQueue,
@@ -177,3 +178,16 @@ def test_the_rows_are_read_from_an_export_of_pytorchs_hud_table_or_of_crcr_workf
     )
     want = [LiveRow("d-1", "o/r", "77", "pull_request", 5)]
     assert all(read_rows(tmp_path / name) == want for name in ("hud.json.gz", "rows.jsonl", "rows.csv"))
+
+
+def test_nothing_of_a_row_or_a_decision_reaches_the_terminal_as_a_control_sequence() -> None:
+    """Red team: a delivery id or repository holding ESC, CSI or bidirectional characters was printed as it was: a
+    row (or a decision, from the shadow relay's own table) could clear the screen or retitle the terminal."""
+    escape = "\x1b]0;pwned\x07\x1b[2J\x9b31m\u202e"
+    decisions = [decided(f"d-1{escape}", f"org/a{escape}"), decided("d-2", "org/b", "hold", f"why{escape}")]
+    rows = [LiveRow("d-2", "org/b", "1"), LiveRow(f"d-9{escape}", f"org/c{escape}", "2")]
+    table = render(compare(decisions, rows), as_json=False)
+    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", table), repr(table)
+    assert "org/a ]0;pwned [2J 31m" in table and "hold: why ]0;pwned" in table  # what is left is inert text
+    as_json = render(compare(decisions, rows), as_json=True)
+    assert "\x1b" not in as_json and "\\u001b" in as_json  # JSON escapes them

@@ -403,6 +403,11 @@ def test_a_new_head_supersedes_the_old_ones_pending_dispatches(docs: FakeDocs, d
     assert by_sha[SHA]["repos"]["org/paths"]["state"] == "success"
     assert by_sha[new]["repos"]["org/backend"]["state"] == "pending"
     assert {c["sha"] for c in docs.doc("pr/5.json")["commits"]} == {new, SHA}
+    # Force-pushed back (A -> B -> A): the old commit is the head again, waiting on its dispatch again.
+    note_plan(note(replaced=new), deps)
+    by_sha = {c["sha"]: c for c in docs.doc("index.json")["commits"]}
+    assert "superseded_by" not in by_sha[SHA] and by_sha[SHA]["repos"]["org/backend"]["state"] == "pending"
+    assert by_sha[new]["superseded_by"] == SHA
 
 
 def test_refused_reports_are_counted_by_reason_and_keep_the_repository_on_the_grid(

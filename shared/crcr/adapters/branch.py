@@ -1,5 +1,6 @@
 """The upstream default branch in the state table: the order of the commits pushed to it (for baselines and
-blamelists), and what GitHub said of commits a scheduled report named.
+blamelists), and what GitHub said of commits a scheduled report named (found: for everyone; not found: for the
+downstream whose report asked).
 
 Each pushed commit is two items in the branch's partition: `C#<sha>` (its time, read by SHA) and `O#<ms>#<i>#<sha>`
 (its place in the branch's order with what a blamelist shows of it, read as a range)."""
@@ -10,6 +11,7 @@ import json
 from typing import Any
 
 from crcr.adapters.table import BRANCH_TTL_S, MISSING_COMMIT_TTL_S, branch_pk, lookup_key, num, query_all
+from crcr.domain.ids import repo_key
 from crcr.domain.regressions import BranchCommit
 
 
@@ -89,25 +91,32 @@ class DynamoBranch:
             found.setdefault(commit.sha, commit)
         return sorted(found.values(), key=lambda c: c.order)
 
-    def commit_seen(self, upstream: str, sha: str, now: float) -> bool | None:
-        keys = [{"pk": branch_pk(upstream), "sk": {"S": f"C#{sha}"}}, lookup_key(upstream, sha)]
+    def commit_seen(self, upstream: str, sha: str, now: float, repo: str) -> bool | None:
+        found_key = lookup_key(upstream, sha)
+        missing_key = found_key | {"sk": {"S": f"MISSING#{repo_key(repo)}"}}  # what `repo`'s own report was told
+        keys = [{"pk": branch_pk(upstream), "sk": {"S": f"C#{sha}"}}, found_key, missing_key]
         got = self._ddb.batch_get_item(RequestItems={self._table: {"Keys": keys, "ConsistentRead": True}})
         items = got.get("Responses", {}).get(self._table, [])
         if got.get("UnprocessedKeys"):
             return None  # throttled: look it up as if never seen (the lookup's own budget still holds)
         if any(item["pk"]["S"].startswith("BRANCH#") for item in items):
             return True
-        # An answer past its time is no answer (DynamoDB deletes expired items only within a day or two).
-        lookups = [
-            item
+        # An answer past its time is no answer (DynamoDB deletes expired items only within a day or two). A commit
+        # found is found for everyone; "no such commit" answers only the downstream whose report asked (a LOOKUP item
+        # saying not found, as kept before 2026-12-07, answers no one).
+        answers = {
+            item["sk"]["S"]: bool(item["found"]["BOOL"])
             for item in items
             if item["pk"]["S"].startswith("SHA#") and float(item.get("expires_at", {}).get("N", "inf")) > now
-        ]
-        return bool(lookups[0]["found"]["BOOL"]) if lookups else None
+        }
+        if answers.get(found_key["sk"]["S"]):
+            return True
+        return False if missing_key["sk"]["S"] in answers else None
 
-    def remember_commit(self, upstream: str, sha: str, found: bool, now: float) -> None:
+    def remember_commit(self, upstream: str, sha: str, found: bool, now: float, repo: str) -> None:
         ttl = BRANCH_TTL_S if found else MISSING_COMMIT_TTL_S
+        key = lookup_key(upstream, sha) | ({} if found else {"sk": {"S": f"MISSING#{repo_key(repo)}"}})
         self._ddb.put_item(
             TableName=self._table,
-            Item=lookup_key(upstream, sha) | {"found": {"BOOL": found}, "expires_at": {"N": str(int(now) + ttl)}},
+            Item=key | {"found": {"BOOL": found}, "expires_at": {"N": str(int(now) + ttl)}},
         )

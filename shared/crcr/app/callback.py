@@ -76,13 +76,16 @@ class RefusalLog(Protocol):
 
 
 class CommitMemory(Protocol):
-    def commit_seen(self, upstream: str, sha: str, now: float) -> bool | None:
+    def commit_seen(self, upstream: str, sha: str, now: float, repo: str) -> bool | None:
         """What the relay knows of an upstream commit without asking GitHub: True when it saw it pushed to the default
-        branch or GitHub found it before, False when GitHub said it has no such commit (remembered ten minutes),
-        None when it never asked or its answer is past its time."""
+        branch or GitHub found it before (for anyone), False when GitHub said it has no such commit when `repo`'s own
+        report asked (remembered ten minutes), None when it never asked for `repo` or its answer is past its time."""
         ...
 
-    def remember_commit(self, upstream: str, sha: str, found: bool, now: float) -> None: ...
+    def remember_commit(self, upstream: str, sha: str, found: bool, now: float, repo: str) -> None:
+        """GitHub's answer to `repo`'s report: found is kept for everyone, not found for `repo` alone (a commit not
+        pushed yet when one downstream asked may be there when another does)."""
+        ...
 
 
 class UpstreamCommits(Protocol):
@@ -540,7 +543,7 @@ def _upstream_commit(sha: str, repo: str, deps: CallbackDeps) -> bool:
     """Whether a scheduled report's commit is the upstream's: known from a push or an earlier lookup at no cost;
     otherwise one GitHub lookup from the reporting repository's hourly budget, its answer remembered either way."""
     now = deps.clock.now()
-    known = deps.known_commits.commit_seen(deps.upstream, sha, now) if deps.known_commits is not None else None
+    known = deps.known_commits.commit_seen(deps.upstream, sha, now, repo) if deps.known_commits is not None else None
     if known is not None:
         deps.metrics.count("CommitLookupSaved")
         return known
@@ -565,7 +568,7 @@ def _upstream_commit(sha: str, repo: str, deps: CallbackDeps) -> bool:
         raise Unavailable(f"cannot ask GitHub about {sha} now: {exc}", retry_after_s=30) from exc
     deps.metrics.count("CommitLookedUp")
     if deps.known_commits is not None:
-        deps.known_commits.remember_commit(deps.upstream, sha, found, deps.clock.now())
+        deps.known_commits.remember_commit(deps.upstream, sha, found, deps.clock.now(), repo)
     return found
 
 

@@ -63,6 +63,7 @@ from crcr.domain.checks import (
     repo_run_need,
     rollup,
     should_write,
+    superseded,
     wants_check_run,
 )
 from crcr.domain.comment import known_links
@@ -480,7 +481,9 @@ def _repo_write(
     if known is None and state.status == "queued" and head.not_to_show(row):
         return None, None
     fields = repo_check_fields(row, jobs, state, check.name)
-    if not should_write(known, fields["status"], fields.get("conclusion"), state.run_attempt, state.genuine):
+    info = head.pr_info(row.pr) if row.pr is not None and superseded(known) else None
+    again = info is not None and info.head_sha == row.head_sha  # its PR went back to this commit (A -> B -> A)
+    if not should_write(known, fields["status"], fields.get("conclusion"), state.run_attempt, state.genuine, again):
         return None, state.settles_at
     if known is None and _demoted(row.repo, row.level or 0, row.dispatched_at, deps):
         return None, None
@@ -643,6 +646,9 @@ def cancel_superseded(message: CheckSyncMessage, head: _Head, deps: CheckDeps) -
     """A newer commit was pushed to the PR: the old commit's check runs still queued (nothing started)
     are completed as cancelled, naming the newer commit. Only GitHub itself may set `stale`."""
     newer, writes = message.superseded_by or "", []
+    info = head.pr_info(message.pr) if message.pr is not None else None
+    if info is not None and info.head_sha == message.head_sha:
+        return []  # the PR went back to this commit before the cancel ran (A -> B -> A): it is the head again
     for name, (known, version) in head.checks.items():
         if known is None or known.status != "queued":
             continue

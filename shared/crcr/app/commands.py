@@ -5,7 +5,8 @@ comment): for each named L3/L4 downstream (or all of them), the failed GitHub ru
 re-run (`rerun-failed-jobs`, through the check-run writer and its pacer, as from the Checks tab); a downstream
 with nothing recorded on that head is dispatched again, unless the command says `failed`. The comment gets a
 reaction (`rocket` when something was asked for, `confused` when nothing could be), the PR comment is rendered
-again; anyone else's command is ignored and counted, without a reaction.
+again; anyone else's command is ignored and counted, without a reaction (a stranger's, by the comment's
+`author_association`, before GitHub is asked anything).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from crcr.contracts.github import IssueCommentEvent
 from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage, downstream_target
 from crcr.domain.allowlist import Entry
 from crcr.domain.checks import Known, check_run_name, latest_attempts, wants_check_run
-from crcr.domain.commands import may_rerun, parse_command
+from crcr.domain.commands import may_rerun, parse_command, stranger
 from crcr.domain.errors import BadRequest
 from crcr.domain.ids import is_github_run, repo_key
 from crcr.domain.levels import Level
@@ -117,8 +118,8 @@ def plan_command(
     login = event.comment.user.login if event.comment.user else ""
     if command is None or event.issue.pull_request is None:
         return _ignored(summary, deps, "not_a_command")
-    if event.comment.user is None or (event.comment.user.type or "").lower() == "bot":
-        return _ignored(summary, deps, "bot")
+    if (unasked := _unasked(event)) is not None:
+        return _ignored(summary, deps, unasked)  # free: no permission read, no budget spent, no reaction
     if commands.per_author and commands.per_author.hit(login, deps.clock.now()):
         return _ignored(summary, deps, "over_budget")  # before any GitHub request: nothing read, no reaction
     try:
@@ -174,6 +175,14 @@ def plan_command(
     summary.dispatched = [m.target_repo for m in dispatches]
     summary.skipped.update({f"{m.repo}:{m.run_id}": "rerun_queued" for m in reruns})
     return summary
+
+
+def _unasked(event: IssueCommentEvent) -> str | None:
+    """Why a command is ignored before GitHub is asked anything: a bot's, or a stranger's by the comment's
+    `author_association`."""
+    if event.comment.user is None or (event.comment.user.type or "").lower() == "bot":
+        return "bot"
+    return "stranger" if stranger(event.comment.author_association) else None
 
 
 def _ignored(summary: CommandOutcome, deps: CommandContext, reason: str) -> CommandOutcome:

@@ -329,7 +329,11 @@ def _record_head(event: UpstreamEvent, deps: PlannerDeps, now: float) -> tuple[f
     if recorded.replaced is not None and deps.checks is not None:
         # The old commit's check runs still queued are cancelled, naming this one (never left hanging).
         cancel = CheckSyncMessage(
-            kind="cancel", upstream=deps.upstream, head_sha=recorded.replaced, superseded_by=event.head_sha
+            kind="cancel",
+            upstream=deps.upstream,
+            head_sha=recorded.replaced,
+            superseded_by=event.head_sha,
+            pr=event.pr_number,  # the pass reads the PR's head: a commit it went back to meanwhile stays
         )
         # The PR's comment follows the new head at once (not when its first job reports, which may be hours).
         comment = CheckSyncMessage(kind="comment", upstream=deps.upstream, head_sha=event.head_sha, pr=event.pr_number)

@@ -631,6 +631,8 @@ def _merge_plan(doc: dict[str, Any], note: PlanNote, now: float) -> bool:
     if note.ciflow and doc.get("ciflow") != note.ciflow:
         doc["ciflow"] = note.ciflow
         changed = True
+    if note.replaced and doc.pop("superseded_by", None):  # its PR went back to it (A -> B -> A): the head again
+        changed = True
     doc.setdefault("event_type", note.event_type)
     if changed:
         _first_seen(doc, now)

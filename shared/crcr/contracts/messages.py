@@ -119,7 +119,7 @@ class CheckSyncMessage(_Msg):
     ciflow: str | None = None  # kind "skip": of a ciflow/<name> tag push (its check run carries the name)
     comment_id: int | None = None  # kind "react": the command's comment
     reaction: str | None = None  # kind "react": GitHub's reaction content (rocket, confused)
-    pr: int | None = None  # kind "comment": the upstream PR whose comment to bring up to date
+    pr: int | None = None  # kind "comment": the upstream PR whose comment to bring up to date; "cancel": its PR
     # kind "rerun": the relay's one automatic retry of an infrastructure failure (the reporter, naming the
     # failed job), or a re-run asked for from the upstream's Checks tab (the planner, naming repo and run_id)
     requested_by: Literal["relay", "checks_tab", "comment"] = "relay"

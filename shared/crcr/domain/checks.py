@@ -56,14 +56,28 @@ class Known:
     run_attempt: int = 0
 
 
+def superseded(known: Known | None) -> bool:
+    """The relay's own `cancelled`, written on a repository's run still queued when a newer commit replaced its PR's
+    head (no job had started: attempt 0). A rollup never completes `cancelled` without a job, so nothing else looks
+    like it."""
+    return known is not None and (known.status, known.conclusion, known.run_attempt) == ("completed", "cancelled", 0)
+
+
 def should_write(
-    known: Known | None, status: str, conclusion: str | None, run_attempt: int = 0, genuine: bool = True
+    known: Known | None,
+    status: str,
+    conclusion: str | None,
+    run_attempt: int = 0,
+    genuine: bool = True,
+    head_again: bool = False,
 ) -> bool:
     """Create when unknown; then only forward: never back to an earlier status, and a completed run is
     rewritten only by a genuine result with another conclusion (one replacing the relay's own timed_out
     or cancelled; the relay never overwrites a completed run with its own verdict).
-    A newer run attempt (a re-run from the Checks tab) starts the same check run over."""
-    if known is None:
+    A newer run attempt (a re-run from the Checks tab) starts the same check run over, and so does a dispatch of a
+    commit that is its PR's head again (`head_again`: A, B, then A force-pushed) when the relay had cancelled the
+    run as superseded."""
+    if known is None or (head_again and superseded(known)):
         return True
     if run_attempt != known.run_attempt:
         return run_attempt > known.run_attempt

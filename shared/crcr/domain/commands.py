@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 # GitHub's role names (`role_name` of a collaborator's permission) that may re-run CI: those who can push or triage.
 ALLOWED_ROLES = frozenset({"admin", "maintain", "write", "triage"})
+# A comment's `author_association` when GitHub knows no tie between its author and the upstream (never a commit, no
+# membership or collaborator grant it shows): refused before their role is asked, so a crowd of strangers costs nothing.
+STRANGERS = frozenset({"NONE", "FIRST_TIMER", "FIRST_TIME_CONTRIBUTOR"})
 MAX_LINES = 200
 _LINE_END = re.compile(r"\r\n|\n|\r")  # what ends a line in GitHub's Markdown (not U+2028, U+0085, \v or \f)
 _HTML_COMMENT = re.compile(r"<!--.*?(?:-->|$)", re.DOTALL)
@@ -52,3 +55,8 @@ def parse_command(body: str, slug: str) -> RerunCommand | None:
 
 def may_rerun(role: str | None) -> bool:
     return (role or "").lower() in ALLOWED_ROLES
+
+
+def stranger(author_association: str | None) -> bool:
+    """A comment's author GitHub shows no tie to the upstream for; an absent association is asked about as before."""
+    return (author_association or "").upper() in STRANGERS

@@ -178,6 +178,7 @@ def _shadow(args: argparse.Namespace) -> int:
     from crcr.composition import build_shadow_reader, load_settings  # noqa: PLC0415
     from crcr.domain.shadow import compare  # noqa: PLC0415
     from crcr.ops.export import ExportError, parse_since  # noqa: PLC0415
+    from crcr.ops.input_file import FileRefused, one_line  # noqa: PLC0415
     from crcr.ops.shadow import KEEP, CompareError, read_rows, render  # noqa: PLC0415
     from crcr.settings import ConfigError  # noqa: PLC0415
 
@@ -185,8 +186,8 @@ def _shadow(args: argparse.Namespace) -> int:
         rows = read_rows(Path(args.rows))
         since = parse_since(args.since).timestamp() if args.since else 0.0
         until = parse_since(args.until).timestamp() if args.until else time.time()
-    except (CompareError, ExportError, ValueError) as exc:
-        print(f"crcr shadow compare: {exc}", file=sys.stderr)
+    except (CompareError, FileRefused, ExportError, ValueError) as exc:
+        print(f"crcr shadow compare: {one_line(exc)}", file=sys.stderr)  # nothing of the file's reaches a terminal raw
         return 2
     try:
         upstream, log, docs = build_shadow_reader(load_settings())
@@ -205,23 +206,23 @@ def _shadow(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    import os  # noqa: PLC0415
-
+    from crcr.ops.input_file import FileRefused, one_line, read_secret  # noqa: PLC0415
     from crcr.ops.replay import ReplayError, read, replay  # noqa: PLC0415
 
-    secret = args.secret or os.environ.get("CRCR_WEBHOOK_SECRET", "")
     try:
-        if not secret:
-            raise ReplayError("the relay's webhook secret: --secret, or CRCR_WEBHOOK_SECRET")
+        if args.secret is not None:  # every local user can read a command line (/proc/<pid>/cmdline)
+            raise ReplayError("--secret is refused: a command line is readable by every local user "
+                              "(/proc/<pid>/cmdline); set CRCR_WEBHOOK_SECRET or give --secret-file PATH")  # fmt: skip
+        secret = read_secret(args.secret_file)
         deliveries, skipped = read(Path(args.file))
-    except ReplayError as exc:
-        print(f"crcr replay: {exc}", file=sys.stderr)
+    except (ReplayError, FileRefused) as exc:
+        print(f"crcr replay: {one_line(exc)}", file=sys.stderr)  # nothing of the file's reaches a terminal raw
         return 2
     done = replay(deliveries, args.url, secret, args.rate)
     done.skipped = skipped
     print(json.dumps(done.to_json()) if args.json else done.line())
     for line in done.refused:
-        print(f"refused: {line}", file=sys.stderr)
+        print(f"refused: {one_line(line)}", file=sys.stderr)
     return 1 if done.refused else 0
 
 
@@ -376,13 +377,16 @@ def _add_keys(sub: Any) -> None:
 
 
 def _send(args: argparse.Namespace) -> int:
+    from crcr.ops.input_file import FileRefused, one_line, read_secret  # noqa: PLC0415
     from crcr.ops.send import SendFailed, Sent, build, from_file, post, webhook_url  # noqa: PLC0415
 
     try:
         url = webhook_url(args.url)
-        secret = os.environ.get("CRCR_WEBHOOK_SECRET")
-        if not secret:
-            raise SendFailed(2, "CRCR_WEBHOOK_SECRET is not set: the relay's webhook secret signs the event")
+        if not args.secret_file and not os.environ.get("CRCR_WEBHOOK_SECRET"):
+            raise SendFailed(
+                2, "CRCR_WEBHOOK_SECRET is not set: the relay's webhook secret signs the event (or --secret-file PATH)"
+            )
+        secret = read_secret(args.secret_file)
         if args.file:
             if not args.event:
                 raise SendFailed(2, "--file needs --event (the X-GitHub-Event header, e.g. pull_request)")
@@ -407,8 +411,11 @@ def _send(args: argparse.Namespace) -> int:
             pr = doc.get("number") or args.pr
         delivery, status, reply = post(url, secret, event, body, args.delivery)
     except SendFailed as exc:
-        print(f"crcr send: {exc}", file=sys.stderr)
+        print(f"crcr send: {one_line(exc)}", file=sys.stderr)
         return exc.code
+    except FileRefused as exc:
+        print(f"crcr send: {one_line(exc)}", file=sys.stderr)
+        return 2
     sent = Sent(event, action, delivery, url, status, reply, sha, pr)
     print(json.dumps(sent.as_json()) if args.json else sent.line())
     return 0 if 200 <= status < 300 else 1
@@ -606,6 +613,7 @@ def _add_send_follow(sub: Any) -> None:
     send.add_argument(
         "--delivery", type=_delivery, help="the X-GitHub-Delivery id (default: a new one; repeat one to redeliver)"
     )
+    send.add_argument("--secret-file", metavar="PATH", help="a file holding the webhook secret (CRCR_WEBHOOK_SECRET)")
     send.add_argument("--json", action="store_true", help="print the result as JSON")
     follow = sub.add_parser(
         "follow",
@@ -626,7 +634,9 @@ def _add_shadow(sub: Any) -> None:
     against = shadow_sub.add_parser(
         "compare", help="against what the relay in service did: the rows PyTorch's HUD keeps for it (crcr_workflow_job)"
     )
-    against.add_argument("--rows", required=True, help="its crcr_workflow_job rows: JSON lines, CSV with names or JSON")
+    against.add_argument(
+        "--rows", required=True, help="its crcr_workflow_job rows: JSON lines, CSV with names or JSON (or gzip)"
+    )
     against.add_argument("--since", help="events received from (ISO 8601; default: every decision kept)")
     against.add_argument("--until", help="events received up to (ISO 8601; default: now)")
     against.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -635,9 +645,12 @@ def _add_shadow(sub: Any) -> None:
 
 def _add_replay(sub: Any) -> None:
     replay = sub.add_parser("replay", help="send recorded webhook deliveries through a relay again, in order")
-    replay.add_argument("file", help="GitHub's delivery log entries, or {headers, body} per delivery (JSON)")
+    replay.add_argument("file", help="GitHub's delivery log entries, or {headers, body} per delivery (JSON, or gzip)")
     replay.add_argument("--url", required=True, help="the relay (crcr local's url, or the stack's base URL)")
-    replay.add_argument("--secret", help="its webhook secret (default CRCR_WEBHOOK_SECRET)")
+    replay.add_argument(
+        "--secret-file", metavar="PATH", help="a file holding its webhook secret (default: CRCR_WEBHOOK_SECRET)"
+    )
+    replay.add_argument("--secret", help=argparse.SUPPRESS)  # refused, saying why: a command line is public
     replay.add_argument("--rate", type=float, default=0.0, help="deliveries a second at most (default: one by one)")
     replay.add_argument("--json", action="store_true", help="print the summary as JSON")
 

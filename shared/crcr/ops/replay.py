@@ -4,7 +4,8 @@ shadow deployment fed what the relay in service received.
 
 A file holds GitHub's delivery log entries (`GET /app/hook/deliveries/{id}`: `guid`, `event`, `delivered_at`,
 `redelivery` and `request.payload`), or raw deliveries (`headers` with `X-GitHub-Event` and `X-GitHub-Delivery`, and
-`body` as sent), as a JSON array or one per line. Each keeps its delivery id, so a redelivery is one again."""
+`body` as sent), as a JSON array or one per line, gzipped or not. Each keeps its delivery id, so a redelivery is one
+again."""
 
 from __future__ import annotations
 
@@ -18,8 +19,14 @@ from typing import Any
 import urllib3
 
 from crcr.domain.signature import sign
+from crcr.domain.text import control_in
+from crcr.ops.input_file import Caps, json_entries, one_line, size
 
 TIMEOUT_S = 10.0  # GitHub's own delivery timeout
+MAX_BODY_BYTES = 10 * 1024 * 1024  # the relay's own webhook body limit (crcr.composition.MAX_WEBHOOK_BYTES)
+# A day of an App's deliveries is tens of thousands of a few tens of KB each; a larger file is split, never held.
+CAPS = Caps(total_bytes=256 * 1024 * 1024, entry_bytes=MAX_BODY_BYTES, entries=100_000)
+MAX_HEADER_CHARS = 200
 
 
 class ReplayError(Exception):
@@ -52,51 +59,95 @@ class Replayed:
         return f"replayed {self.sent} deliveries: {answers or 'none'}{skipped}"
 
 
-def _header(headers: dict[str, Any], name: str) -> str:
-    return str(next((v for k, v in headers.items() if k.lower() == name), "") or "")
+def _kind(value: Any) -> str:
+    """A JSON value's type, as a refusal names it."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, dict | list | str):
+        return "an object" if isinstance(value, dict) else "an array" if isinstance(value, list) else "a string"
+    return "a number"
 
 
-def _entry(n: int, doc: Any, skipped: list[str]) -> Delivery | None:
+def _header(where: str, name: str, value: Any) -> str:
+    """A recorded header's value, as it would be sent: a string of printable ASCII on one line."""
+    if not isinstance(value, str):
+        raise ReplayError(f"{where}: {name} must be a string, not {_kind(value)}")
+    if "\r" in value or "\n" in value:
+        raise ReplayError(f"{where}: {name} holds a line break (CR or LF): a header value cannot carry one")
+    if (bad := control_in(value)) is not None or not value.isascii():
+        raise ReplayError(f"{where}: {name} holds {bad or 'a character other than ASCII'}: not a header value")
+    if len(value) > MAX_HEADER_CHARS:
+        raise ReplayError(f"{where}: {name} is longer than {MAX_HEADER_CHARS} characters")
+    return value
+
+
+def _recorded_headers(where: str, headers: Any, name: str) -> dict[str, str]:
+    if not isinstance(headers, dict):
+        raise ReplayError(f"{where}: {name} must be an object, not {_kind(headers)}")
+    return {str(k): _header(where, f"{name}.{one_line(k)[:60]}", v) for k, v in headers.items()}
+
+
+def _optional(where: str, doc: dict[str, Any], name: str, kind: type) -> Any:
+    value = doc.get(name)
+    if value is not None and not isinstance(value, kind):
+        wanted = "true or false" if kind is bool else "a string"
+        raise ReplayError(f"{where}: {name} must be {wanted}, not {_kind(value)}")
+    return value
+
+
+def _entry(where: str, doc: Any, skipped: list[str]) -> Delivery | None:
     if not isinstance(doc, dict):
-        raise ReplayError(f"entry {n}: a JSON object, GitHub's delivery log entry or {{headers, body}}")
+        raise ReplayError(f"{where}: a JSON object, GitHub's delivery log entry or {{headers, body}}")
+    at = _optional(where, doc, "delivered_at", str) or ""
+    if len(at) > 64:
+        raise ReplayError(f"{where}: delivered_at is longer than an ISO 8601 time")
     if "request" in doc:  # GitHub's delivery log
         request = doc.get("request") or {}
-        payload = request.get("payload") if isinstance(request, dict) else None
-        guid, event = str(doc.get("guid") or ""), str(doc.get("event") or "")
-        if not guid or not event:
-            raise ReplayError(f"entry {n}: a delivery log entry needs guid and event")
+        if not isinstance(request, dict):
+            raise ReplayError(f"{where}: request must be an object, not {_kind(request)}")
+        if "headers" in request:
+            _recorded_headers(where, request["headers"], "request.headers")
+        if not doc.get("guid") or not doc.get("event"):
+            raise ReplayError(f"{where}: a delivery log entry needs guid and event")
+        guid, event = _header(where, "guid", doc["guid"]), _header(where, "event", doc["event"])
+        redelivery = bool(_optional(where, doc, "redelivery", bool))
+        payload = request.get("payload")
         if payload is None:
             skipped.append(guid)
             return None
+        if not isinstance(payload, dict):
+            raise ReplayError(f"{where}: request.payload must be an object (a webhook's body), not {_kind(payload)}")
         body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
-        return Delivery(guid, event, body, str(doc.get("delivered_at") or ""), bool(doc.get("redelivery")))
+        return Delivery(guid, event, _capped(where, body), at, redelivery)
     headers, raw = doc.get("headers"), doc.get("body")
-    if not isinstance(headers, dict) or not isinstance(raw, str):
-        raise ReplayError(f"entry {n}: needs request.payload (a delivery log entry) or headers and body")
-    guid, event = _header(headers, "x-github-delivery"), _header(headers, "x-github-event")
-    if not guid or not event:
-        raise ReplayError(f"entry {n}: its headers need X-GitHub-Delivery and X-GitHub-Event")
-    return Delivery(guid, event, raw.encode(), str(doc.get("delivered_at") or ""))
+    if headers is None or raw is None:
+        raise ReplayError(f"{where}: needs request.payload (a delivery log entry) or headers and body")
+    sent = {k.lower(): v for k, v in _recorded_headers(where, headers, "headers").items()}
+    if not isinstance(raw, str):
+        raise ReplayError(f"{where}: body must be a string (the body as sent), not {_kind(raw)}")
+    delivery_id, event_name = sent.get("x-github-delivery"), sent.get("x-github-event")
+    if not delivery_id or not event_name:
+        raise ReplayError(f"{where}: its headers need X-GitHub-Delivery and X-GitHub-Event")
+    return Delivery(delivery_id, event_name, _capped(where, raw.encode()), at)
+
+
+def _capped(where: str, body: bytes) -> bytes:
+    if len(body) > MAX_BODY_BYTES:
+        raise ReplayError(f"{where}: its body is over {size(MAX_BODY_BYTES)}, the relay's limit")
+    return body
 
 
 def read(path: Path) -> tuple[list[Delivery], list[str]]:
     """The deliveries in the order GitHub made them (their `delivered_at`, else the file's), and the guids of entries
-    with no payload recorded."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ReplayError(f"{path}: {exc.strerror}") from None
-    try:
-        stripped = text.lstrip()
-        docs = (
-            json.loads(stripped)
-            if stripped.startswith("[")
-            else [json.loads(x) for x in text.splitlines() if x.strip()]
-        )
-    except ValueError as exc:
-        raise ReplayError(f"{path}: not JSON (an array, or one entry per line): {exc}") from None
+    with no payload recorded: read as a stream (gzip or not) within CAPS, every entry checked before any is sent."""
     skipped: list[str] = []
-    found = [d for n, doc in enumerate(docs, 1) if (d := _entry(n, doc, skipped)) is not None]
+    found = []
+    for where, doc in json_entries(path, CAPS):
+        delivery = _entry(f"{path}: {where}", doc, skipped)
+        if delivery is not None:
+            found.append(delivery)
+    if not found and not skipped:
+        raise ReplayError(f"{path}: no deliveries in it")
     order = {id(d): i for i, d in enumerate(found)}
     return sorted(found, key=lambda d: (d.at, order[id(d)])), skipped
 

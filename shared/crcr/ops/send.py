@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from crcr.domain.signature import sign
+from crcr.ops.input_file import FileRefused, loads
 from crcr.ops.onboard import checkout_root
 
 KINDS = (
@@ -169,14 +170,27 @@ def _upstream(body: dict[str, Any], upstream: str) -> None:
         repo["owner"]["login"] = owner
 
 
+MAX_BODY_BYTES = 10 * 1024 * 1024  # the relay's own webhook body limit (crcr.composition.MAX_WEBHOOK_BYTES)
+
+
 def from_file(path: str) -> bytes:
+    """A webhook body from a file, sent as it is: a JSON object (standard JSON, nested at most 64 deep) within the
+    relay's body limit, read no further than that."""
     try:
-        data = Path(path).read_bytes()
-        json.loads(data)
+        with Path(path).open("rb") as handle:
+            data = handle.read(MAX_BODY_BYTES + 1)
     except OSError as exc:
         raise SendFailed(2, f"{path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise SendFailed(2, f"{path}: not JSON ({exc})") from None
+    if len(data) > MAX_BODY_BYTES:
+        raise SendFailed(2, f"{path}: over the relay's body limit ({MAX_BODY_BYTES // (1024 * 1024)} MiB)")
+    try:
+        doc = loads(Path(path), "its body", data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise SendFailed(2, f"{path}: not UTF-8 text") from None
+    except FileRefused as exc:
+        raise SendFailed(2, str(exc)) from None
+    if not isinstance(doc, dict):
+        raise SendFailed(2, f"{path}: a webhook body is a JSON object")
     return data
 
 
