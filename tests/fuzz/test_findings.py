@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from crcr.adapters.allowlist_source import parse_allowlist, parse_providers
-from crcr.app.callback import _parse
+from crcr.app.callback_body import parse_report
 from crcr.domain.errors import AllowlistError
 from crcr.domain.onboarding import allowlist_entry, parse_request
 from crcr.domain.providers import ProvidersError
@@ -71,7 +71,7 @@ def test_a_report_whose_check_run_id_is_null_is_read_as_not_given(shape: str) ->
         body |= {"status": "completed", "conclusion": "success"}
     else:
         body = {"delivery_id": "d-1", "workflow": {"name": "CI", **REPORT}}
-    _, report = _parse(json.dumps(body).encode())
+    _, report = parse_report(json.dumps(body).encode())
     assert report.check_run_id is None
 
 

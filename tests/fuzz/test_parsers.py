@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crcr.adapters.allowlist_source import parse_allowlist, parse_providers
-from crcr.app.callback import _fingerprint, _parse, _stored_payload
+from crcr.app.callback_body import fingerprint_of, parse_report, stored_payload
 from crcr.app.ingest import IngestDeps, Outcome, ingest
 from crcr.app.plan import PlannerDeps, plan_event
 from crcr.domain.allowlist import Allowlist
@@ -300,14 +300,14 @@ def callback_bodies(draw: st.DrawFn) -> bytes:
 @given(callback_bodies())
 def test_the_callback_parser_answers_or_names_the_field_and_a_parsed_report_can_be_stored(body: bytes) -> None:
     try:
-        _, report = _parse(body)
+        _, report = parse_report(body)
     except BadRequest as exc:
         assert isinstance(exc.field, str) and exc.field, f"bad_request names no field: {exc.message}"
         return
     # Every report the parser lets through is fingerprinted and stored as text (the results table, the HUD).
-    _fingerprint(report.raw)
+    fingerprint_of(report.raw)
     try:
-        _stored_payload(report.raw)
+        stored_payload(report.raw)
     except PayloadTooLarge as exc:
         assert exc.field
 

@@ -1,4 +1,4 @@
-"""The callback body at the door (`_parse`): what cannot be recorded, stored or shown is a 400 naming the field."""
+"""The callback body at the door (`parse_report`): what cannot be stored or shown is a 400 naming the field."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from crcr.app.callback import CALLBACK_MAX_DEPTH, _fingerprint, _parse, _stored_payload
+from crcr.app.callback_body import CALLBACK_MAX_DEPTH, fingerprint_of, parse_report, stored_payload
 from crcr.domain.errors import BadRequest
 from crcr.domain.jsondoc import MAX_DEPTH
 from tests.strategies import nested_text
@@ -40,7 +40,7 @@ THEIRS: dict[str, Any] = {
 def refused(body: dict[str, Any] | bytes) -> BadRequest:
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     with pytest.raises(BadRequest) as caught:
-        _parse(raw)
+        parse_report(raw)
     return caught.value
 
 
@@ -51,15 +51,15 @@ def with_raw(body: dict[str, Any], key: str, literal: str) -> bytes:
 
 def test_bodies_as_downstreams_send_them_pass() -> None:
     for body in (OURS, THEIRS, OURS | {"summary": "line\n\ttab \U0001f680", "artifact_url": "http://a.example/x"}):
-        _parsed, report = _parse(json.dumps(body).encode())
-        assert _stored_payload(report.raw) and _fingerprint(report.raw)
+        _parsed, report = parse_report(json.dumps(body).encode())
+        assert stored_payload(report.raw) and fingerprint_of(report.raw)
 
 
 def test_a_null_check_run_id_is_no_check_run_id() -> None:
     """Found by the callback property: `"check_run_id": null` was a TypeError inside pydantic (a 500)."""
     for body in (OURS | {"check_run_id": None}, THEIRS | {"workflow": THEIRS["workflow"] | {"check_run_id": None}}):
-        _parsed, report = _parse(json.dumps(body).encode())
-        assert _stored_payload(report.raw)
+        _parsed, report = parse_report(json.dumps(body).encode())
+        assert stored_payload(report.raw)
     assert refused(OURS | {"check_run_id": "a/b"}).field == "check_run_id"
 
 
@@ -71,7 +71,7 @@ def test_a_check_run_id_in_the_relays_own_namespace_is_refused() -> None:
         THEIRS | {"workflow": THEIRS["workflow"] | {"check_run_id": "crcr-900-1"}},
     ):
         assert "check_run_id" in (refused(body).field or "")
-    _parsed, report = _parse(json.dumps(OURS | {"check_run_id": "900-crcr-1"}).encode())
+    _parsed, report = parse_report(json.dumps(OURS | {"check_run_id": "900-crcr-1"}).encode())
     assert report.check_run_id == "900-crcr-1"
 
 
@@ -128,7 +128,7 @@ def test_pytorchs_body_may_echo_a_payload_as_deep_as_ingest_took_one() -> None:
     payload: Any = 1
     for _ in range(MAX_DEPTH):
         payload = {"a": payload}
-    _parse(json.dumps(THEIRS | {"payload": payload}).encode())
+    parse_report(json.dumps(THEIRS | {"payload": payload}).encode())
     assert refused(THEIRS | {"payload": {"a": payload}}).field == "payload." + ".".join(["a"] * MAX_DEPTH)
 
 

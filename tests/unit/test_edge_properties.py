@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from crcr.adapters.allowlist_source import parse_allowlist
-from crcr.app.callback import MAX_CALLBACK_BYTES, _fingerprint, _parse, _stored_payload
+from crcr.app.callback_body import fingerprint_of, parse_report, stored_payload
+from crcr.app.callback_deps import MAX_CALLBACK_BYTES
 from crcr.app.dispatch import DispatchDeps, Result, dispatch
 from crcr.app.ingest import IngestDeps, Outcome, ingest
 from crcr.app.plan import PAYLOAD_BUDGET_BYTES, PlannerDeps, plan_event
@@ -324,15 +325,15 @@ def test_the_callback_parser_refuses_with_a_field_or_accepts_what_can_be_stored_
     if len(body) > MAX_CALLBACK_BYTES:  # answered 413 before anything is parsed
         return
     try:
-        _parsed, report = _parse(body)
-        stored = _stored_payload(report.raw)  # 413 for a report too large to store
+        _parsed, report = parse_report(body)
+        stored = stored_payload(report.raw)  # 413 for a report too large to store
     except CrcrError as exc:
         event(type(exc).__name__)
         assert exc.field, exc.message
         return
     event("accepted")
     json.loads(stored, parse_constant=lambda c: (_ for _ in ()).throw(AssertionError(c)))
-    assert stored.encode() and _fingerprint(report.raw)
+    assert stored.encode() and fingerprint_of(report.raw)
     for name in (report.workflow_name, report.job_name, report.url):
         assert control_in(name) is None
     assert 1 <= report.run_attempt < 2**31
