@@ -887,7 +887,7 @@ def build_hud_pages(
     docs = build_hud_reader(settings)
     if docs is None:
         return None, None, shadow
-    from crcr.app.summaries import composer  # noqa: PLC0415
+    from crcr.app.page_compose import composer  # noqa: PLC0415
 
     return docs, composer(docs, _results(settings) if settings.results_table else None), shadow
 

@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from crcr.app.page_compose import composer
 from crcr.app.ports.jobs import NewestJobs
-from crcr.app.summaries import composer
 
 ROOT = Path(__file__).resolve().parents[2]
 STATIC = ROOT / "functions" / "hud" / "static"

@@ -15,8 +15,9 @@ import pytest
 from playwright.sync_api import Browser, Page
 
 from crcr.app.health import page_health, sample
+from crcr.app.page_notes import PlanNote, note_plan, note_refusals
 from crcr.app.ports.jobs import JobRecord
-from crcr.app.summaries import PlanNote, SummaryDeps, note_plan, note_refusals, update_summaries
+from crcr.app.summaries import SummaryDeps, update_summaries
 from crcr.domain.health import parse_policy
 from crcr.domain.level_status import document, status_of
 from crcr.domain.levels import Level

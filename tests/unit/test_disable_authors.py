@@ -13,8 +13,8 @@ from crcr.adapters.allowlist_source import CachedKnownFailures
 from crcr.adapters.disabled_issues import GitHubAuthorPermissions, GitHubDisabledIssues
 from crcr.adapters.github import GitHubApp
 from crcr.app.disable_authors import AuthorAnswer, DisableAuthors
+from crcr.app.page_entries import _failure
 from crcr.app.ports.pulls import PrInfo
-from crcr.app.summaries import _failure
 from crcr.app.verdicts import judgement
 from crcr.domain.comment import known_links
 from crcr.domain.known import DisableIssue, condensed_from_issues, known_refs, parse_condensed, parse_known_refs

@@ -11,21 +11,11 @@ from typing import Any
 import pytest
 
 from crcr.app.hud import NO_JOB_NAME, envelope, row
+from crcr.app.page_compose import composer, pr_page, repo_page
+from crcr.app.page_notes import PlanNote, note_plan, note_refusals
 from crcr.app.pages import serve
 from crcr.app.ports.jobs import JobRecord
-from crcr.app.summaries import (
-    INDEX_COMMITS,
-    PR_LIVE_COMMITS,
-    PlanNote,
-    SummaryConflict,
-    SummaryDeps,
-    composer,
-    note_plan,
-    note_refusals,
-    pr_page,
-    repo_page,
-    update_summaries,
-)
+from crcr.app.summaries import INDEX_COMMITS, PR_LIVE_COMMITS, SummaryConflict, SummaryDeps, update_summaries
 from tests.unit.fakes import FakeClock, FakeResultsRows, RecordingMetrics
 
 

@@ -8,9 +8,9 @@ from dataclasses import replace
 from crcr.app.callback_body import Report, fingerprint_of, stored_payload
 from crcr.app.callback_deps import CallbackDeps, Reply
 from crcr.app.hud import derived_check_run_id
+from crcr.app.page_notes import note_refusals
 from crcr.app.ports.jobs import JobLimitReached, JobRecord
 from crcr.app.ports.ledger import LedgerRow
-from crcr.app.summaries import note_refusals
 from crcr.domain.errors import (
     Conflict,
     CrcrError,

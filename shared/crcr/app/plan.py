@@ -13,13 +13,14 @@ from crcr.app.checks import backfill
 from crcr.app.commands import CommandContext, CommandDeps, plan_command
 from crcr.app.dispatch import client_payload
 from crcr.app.outbound import Outbound
+from crcr.app.page_notes import PlanNote, note_plan
 from crcr.app.ports import AllowlistProvider, Clock, Metrics
 from crcr.app.ports.github import GitHubRejected, NotInstalled
 from crcr.app.ports.jobs import JobsByHead
 from crcr.app.ports.pulls import HeadRecord, PrInfo
 from crcr.app.ports.queues import BlobStore, ChecksQueue, DispatchQueue
 from crcr.app.rerun import RerunDeps, check_run_target, check_suite_targets
-from crcr.app.summaries import PlanNote, SummaryDeps, note_plan
+from crcr.app.summaries import SummaryDeps
 from crcr.contracts.github import CheckRunEvent, CheckSuiteEvent, PullRequestEvent, PushCommit, PushEvent
 from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage, downstream_target
 from crcr.domain.allowlist import Entry

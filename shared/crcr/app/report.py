@@ -18,12 +18,14 @@ from typing import Any, Protocol
 from crcr.app.checks import HeadAsk, job_message, request_head
 from crcr.app.hud import envelope
 from crcr.app.outbound import HUD, Outbound, Permit, Write
+from crcr.app.page_entries import job_key
+from crcr.app.page_notes import note_refusals
 from crcr.app.ports import Metrics
 from crcr.app.ports.hud import HudRejected, HudUnavailable
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.queues import ChecksQueue
 from crcr.app.regressions import RegressionDeps, track
-from crcr.app.summaries import SummaryConflict, SummaryDeps, job_key, note_refusals, update_summaries
+from crcr.app.summaries import SummaryConflict, SummaryDeps, update_summaries
 from crcr.app.verdicts import VerdictDeps, attempt, flaky_predecessors, judged, judgement
 from crcr.contracts.messages import CheckSyncMessage
 from crcr.domain.regressions import BISECT
