@@ -1,9 +1,5 @@
-"""Dispatch use case: one DispatchMessage -> at most one repository_dispatch (or Buildkite build), whatever
-GitHub, Buildkite or SQS do.
-
-Idempotent on (delivery, repository) through the ledger; transient failures go back to the queue with
-a delay (never sleeping in the Lambda), permanent ones are recorded and dead-lettered with the reason.
-"""
+"""Dispatch use case: one DispatchMessage -> at most one repository_dispatch, workflow_dispatch or Buildkite build,
+idempotent on (delivery, repository) through the ledger, whatever GitHub, Buildkite or SQS do."""
 
 from __future__ import annotations
 

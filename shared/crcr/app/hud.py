@@ -1,11 +1,5 @@
-"""What PyTorch's HUD records about a job: the push it accepts and the `crcr_workflow_job` row it builds.
-
-PyTorch's HUD (torchci `POST /api/crcr/results`) reads `untrusted.callback_payload` in the shape its
-callback action sends — `delivery_id`, `event_type`, `payload.pull_request`, `workflow{…}` — and keys
-its row `verified_repo/delivery_id/workflow.name/job_name/check_run_id`. Whatever body the downstream
-sent, the push is built in that shape here: identity (PR, commit, upstream, delivery, level) from the
-ledger, the job's own words (times, test counts, artifact) from its latest report.
-"""
+"""What PyTorch's HUD records about a job: the push it accepts (torchci `POST /api/crcr/results`) and the
+`crcr_workflow_job` row it builds, identity from the ledger whatever body the downstream sent."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""Level check (LevelFunction, on a schedule): each L2-L4 downstream's level status, served to the HUD as PyTorch's
-`GET /api/crcr/level-status` serves it, and one allowlist PR per L3 repository to demote.
-
-The PR (branch `crcr-demotion/<owner>/<repo>`, label `crcr-auto-demotion`) moves the entry from L3 to L2, mentions
-its owners and names the criteria it missed. It is updated while the repository keeps missing them, closed when
-it recovers or leaves L3, and never merged: a person decides. While it is open the relay creates no new upstream
-check runs for that repository (crcr.app.checks reads the open demotions); jobs already running keep theirs.
-A repository that reported nothing over the window is listed (`noData`) and never demoted for it.
-"""
+"""Level check (LevelFunction, on a schedule): each L2-L4 downstream's level status as PyTorch's level-status route
+serves it, and one allowlist PR per L3 repository to demote (opened, updated, closed, never merged)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Reconciler use case: webhook deliveries GitHub failed to hand the relay, that it has no record of queueing, are
-asked for again (`POST /app/hook/deliveries/{id}/attempts`), each failed attempt once, paced.
-
-GitHub never redelivers by itself. A redelivery keeps the event's `X-GitHub-Delivery` guid, so the webhook's
-dedupe (`DLV#<guid>`/`META`) holds: an event that did reach the queue is answered `200 duplicate`, one whose
-enqueue failed (`received`) is queued now. Every failed attempt is asked for once (a conditional row per event);
-an event is asked for at most MAX_ASKS_PER_EVENT times, then given up and alarmed.
-"""
+"""Reconciler use case: webhook deliveries GitHub failed to hand the relay, that it has no record of queueing, asked
+for again (`POST /app/hook/deliveries/{id}/attempts`), each failed attempt once, paced."""
 
 from __future__ import annotations
 

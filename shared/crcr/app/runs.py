@@ -1,11 +1,5 @@
-"""Runs use case: GitHub's own record of each run the relay started, reconciled with the downstream's reports.
-
-A `workflow_run` event of a downstream binds its run to the dispatch its title names (or whose run id GitHub gave
-back), only when the inbound door admits it as the dispatched repository's own run. When an attempt completes, its
-jobs are read once from GitHub (the downstream's installation) and every job no report completed is recorded as
-GitHub says it ended; a report that said otherwise is overruled and counted. What only the downstream knows (test
-counts, failing tests, triage) comes with its reports, before or after.
-"""
+"""Runs use case: GitHub's own record of each run the relay started, bound through the inbound door and reconciled
+with the downstream's reports (GitHub's word on how a job ended stands)."""
 
 from __future__ import annotations
 

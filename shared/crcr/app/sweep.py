@@ -1,15 +1,5 @@
-"""Sweeper use case: dispatches no job reported on in time, and jobs that never finished, asked about first.
-
-GitHub's record of the run decides where it can: a dispatch whose run GitHub never created is `not_started` with
-the reason, one whose run exists is bound to it; a job GitHub says finished gets GitHub's conclusion, one it says is
-still running keeps running; a bound run whose `completed` event never came is asked about. A Buildkite build the
-relay created is read once when it should have finished: its jobs recorded as Buildkite says they ended, or asked
-about again while it runs. Only what neither can tell (a run without the dispatch id in its title, a build older
-than its pipeline's record in the ledger, GitHub or Buildkite unavailable for long) becomes timed_out.
-
-Found through sparse indexes (only watched rows carry the key), never a scan. The reporter then pushes the change to
-the HUD and the check run like any other; a later genuine completion replaces timed_out.
-"""
+"""Sweeper use case: dispatches no job reported on in time and jobs that never finished, asked of GitHub's or
+Buildkite's record first; only what neither can tell becomes timed_out."""
 
 from __future__ import annotations
 

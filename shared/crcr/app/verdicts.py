@@ -1,10 +1,5 @@
-"""Verdicts of failed L3/L4 jobs on pull requests (docs/contracts.md), computed by the reporter and kept on the job.
-
-The baseline of a job is its latest result, from a push to the default branch or a scheduled run, on an
-upstream commit at or before the PR's base commit. "At or before" uses the commit times the planner keeps
-for every commit pushed to the default branch: no GitHub call per callback, and a base the relay never
-saw pushed has no baseline.
-"""
+"""Verdicts of failed L3/L4 jobs on pull requests, computed by the reporter against the job's baseline (its latest
+branch result at or before the PR's base, from the commit order the planner keeps)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Inbound GitHub payloads (webhooks, the App's delivery list): only the fields the relay reads, others ignored.
-
-Whatever ingest answers 202 the planner, the queues and every downstream must be able to carry, so the fields
-read here are held to what GitHub itself sends: 40-hex SHAs, refs within GitHub's length and git's characters,
-ASCII repository names, bounded labels and ids that fit the tables and JavaScript readers.
-"""
+"""Inbound GitHub payloads (webhooks, the App's delivery list): only the fields the relay reads, held to what GitHub
+itself sends (40-hex SHAs, bounded refs, ASCII names, ids that fit the tables)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The allowlist edit a demotion PR proposes: one L3 entry moved to the end of L2, every other line as it was.
-
-Hand-written because no YAML library round-trips comments and layout: the text is edited by lines (the entry,
-the comment lines directly above it, and its device group when nothing else is left in it), and the caller
-parses the result back and refuses it unless it is exactly the intended change.
-"""
+"""The allowlist edit a demotion PR proposes: one L3 entry moved to the end of L2, every other line as it was
+(hand-written: no YAML library round-trips comments and layout; the caller parses the result back and checks it)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""A job's failing tests (`failed_tests_detail`): kept as PyTorch's HUD keeps them, so every reader agrees.
-
-torchci keeps at most 50 entries of `{name, classname?, message?, duration?}`, each message cut to 500 characters
-(JavaScript's, UTF-16 code units), a falsy classname or message left out, and writes them with `JSON.stringify`
-as `failed_tests_json`. The relay caps them the same way when it records them, so what it pushes is what the
-HUD stores, and what its own pages, check runs and PR comment name is what the HUD shows.
-"""
+"""A job's failing tests (`failed_tests_detail`), capped as PyTorch's HUD keeps them (50 entries, messages cut to 500
+UTF-16 units), so the pages, check runs, comment and HUD name the same tests."""
 
 from __future__ import annotations
 

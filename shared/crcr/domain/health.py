@@ -1,46 +1,5 @@
-"""Repository health (docs/contracts.md): figures from recorded job attempts, judged against PyTorch's L3 criteria.
-
-Definitions follow PyTorch's HUD queries `crcr_l3_summary` / `crcr_backend_summary` (pytorch/test-infra,
-torchci/clickhouse_queries) over `crcr_workflow_job`, whose `queue_time`/`execution_time` are the ones
-this relay pushes (dispatch → `in_progress` callback, `in_progress` → completion, on the relay's clock).
-
-Matched:
-- jobs: finished attempts only (`status = 'completed'`: our `completed`, and the sweeper's `timed_out`,
-  which the HUD sees as completed/timed_out), of upstream pull requests only (`pr_number > 0`: push and
-  scheduled runs are left out), the latest attempt of each job (`ROW_NUMBER() … ORDER BY run_attempt
-  DESC`, per run and job name).
-- pass rate: conclusion `success` / jobs. Every other conclusion — `failure`, `cancelled`, `skipped`,
-  `neutral`, `action_required`, `timed_out` — counts as a job that did not pass, as PyTorch's `count()`
-  does: a cancelled or skipped job is in the denominator and never in the numerator.
-- timeout rate: conclusion `timed_out` / jobs (the downstream's own or the sweeper's).
-- average queue: mean queue time over jobs that have one (ClickHouse's `avg` skips NULL: a job never
-  seen starting has none).
-- P50 end-to-end: per run, the longest queue time of its jobs plus the span from its first job's start
-  to its last job's completion (`max(queue_time) + dateDiff(min(started_at), max(completed_at))`), one
-  sample per run that has a queue time; the median is ClickHouse's `quantileExact(0.5)`, i.e. the upper
-  middle value of an even count.
-- max execution: longest execution time among jobs that did not time out (the newer query's `maxIf(…,
-  conclusion != 'timed_out')`: a timed-out job's time is the relay's timeout, not a run).
-- thresholds and directions: `l3Thresholds.ts` (pass rate ≥ 90 %, average queue < 30 min, P50
-  end-to-end < 3 h, timeout rate < 1 %, max execution < 3 h; demotion on pass rate, timeout rate and
-  P50 end-to-end only) and its 14-day promotion window.
-
-Deviations, where our data differs or the brief asks:
-- The window is on dispatch time (`dispatched_at`, the index's range key), not `started_at`: a dispatch
-  no job ever started on has no start and must still count.
-- The sweeper's record of a dispatch no job started on (`job_name == ""`) counts as one timed-out job
-  per dispatch. In the HUD it has no start time, so PyTorch's `started_at > now() - days` drops it.
-- Start and completion are the relay's clock; the HUD prefers the downstream's reported timestamps.
-- PyTorch's special case for its own `pytorch/crcr-test` (xfail/xcancel/xtimeout job names) is not
-  copied; neither is tenure at L2 (the allowlist records no history) nor the newer overrun-rate
-  criterion (PyTorch now judges the share of jobs running over 3 h instead of the maximum).
-
-Added (docs/contracts.md), a figure and never a criterion: flaky jobs. A job (dispatch, run and job name) is flaky
-when its attempts include a failure (`failure` or `timed_out`) followed by a later passing one (`success`):
-it failed, then passed on a retry of the same commit. Counted over the same jobs (finished attempts of
-pull-request dispatches in the window), each job once however many times it flipped, and per
-`<workflow>/<job>` name.
-"""
+"""Repository health: figures from recorded job attempts, judged against PyTorch's L3 criteria as its HUD's
+`crcr_l3_summary` query computes them (docs/contracts.md; matches and deviations in docs/decisions.md)."""
 
 from __future__ import annotations
 

@@ -1,23 +1,5 @@
-"""Level status: which downstreams should change level, judged as PyTorch's HUD judges them.
-
-The criteria, windows and formats are torchci's (`lib/crcr/l3Thresholds.ts`, `l3Readiness.ts`,
-`demotionStatus.ts`, `pages/api/crcr/level-status.ts`) and the figures its `crcr_l3_summary` query computes
-over `crcr_workflow_job`:
-- jobs: finished attempts of pull-request jobs (`pr_number > 0`) in the window, the latest attempt of each
-  (repository, run, job name);
-- pass rate successes / jobs; timeout rate timed-out / jobs; average queue over jobs that have one;
-- max execution among jobs that did not time out; overrun rate: jobs that did not time out and ran over 3 h,
-  over the jobs that did not time out;
-- end-to-end per run: its longest queue plus the span from its first start to its last completion, one sample
-  per run with a queue time, the median as ClickHouse's quantileExact(0.5);
-- promotion (an L2 repository): at least 30 days at L2 and every metric met over the last 14 days;
-- demotion (L3 and L4): a demotion criterion (end-to-end, timeout rate, pass rate) failed over the last 7
-  days. A repository that reported nothing in the window is listed with `noData` and is never demoted for it.
-Measured values are formatted as torchci formats them (JavaScript's `toFixed`, `Math.round`).
-
-The relay's own deviations are those of crcr.domain.health (the window on dispatch time; a dispatch no job
-started on counts as one timed-out job); "time at L2" is from the relay's level history.
-"""
+"""Level status: which downstreams should change level, judged as torchci's `l3Thresholds.ts` and level-status route
+judge them (windows, criteria and formats in docs/decisions.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Which of GitHub's webhook deliveries the relay missed and should ask GitHub to make again.
-
-GitHub never redelivers a failed webhook by itself. It lists the App's deliveries (each attempt of an event,
-its `guid` shared by every attempt) and redelivers one on request, with the same guid, so the relay's dedupe
-still holds. An event is missed when no attempt of it was answered 2xx and the relay acts on it.
-"""
+"""Which of GitHub's webhook deliveries the relay missed (no attempt answered 2xx, and the relay acts on it) and should
+ask GitHub to make again, with the same guid."""
 
 from __future__ import annotations
 
