@@ -294,6 +294,7 @@ def test_the_repository_page_agrees_with_itself(seeded: Seeded, browser: Browser
     page = open_page(browser, f"{seeded.served.url}/hud/repo/{FAIL}", "repo")
     assert page.locator("[data-dedupe]").get_attribute("data-dedupe") == "none"
     assert page.locator("[data-dedupe]").inner_text().startswith("Runs can be started twice")
+    assert "end the workflow's run-name with" in page.locator("[data-dedupe]").inner_text()  # and how to fix it
     verdict = page.locator("div.verdict")
     assert verdict.get_attribute("data-verdict") == "demote"  # 6 of 9 passed: below 90 %
     figures = {
@@ -306,6 +307,7 @@ def test_the_repository_page_agrees_with_itself(seeded: Seeded, browser: Browser
     assert page.locator(".trend svg").count() == 2
     assert "66.7% of 9 finished PR jobs" in (page.locator(".trend svg").first.get_attribute("aria-label") or "")
     page = open_page(browser, f"{seeded.served.url}/hud/repo/{REFUSED}", "repo-refused")
+    assert page.locator("[data-dedupe]").count() == 0  # no run looked at yet: no bookkeeping in a maintainer's face
     refused = page.locator("section#refused")
     assert refused.locator("h2").inner_text() == "⚠ 8 reports refused"
     reasons = refused.locator("tbody tr td:first-child")

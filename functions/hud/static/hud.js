@@ -63,9 +63,8 @@ const HEALTH_VERDICTS = {
 };
 const DEDUPE = {
   "run-name": ["ok", "A repeated dispatch cannot start a second run: the workflow's run-name carries the dispatch id."],
-  none: ["bad", "Runs can be started twice: the workflow's run-name does not carry the dispatch id, so a dispatch whose answer was lost may be sent again and start a second run."],
+  none: ["bad", "Runs can be started twice: the workflow's run-name does not carry the dispatch id, so a dispatch whose answer was lost may be sent again and start a second run. To fix it, end the workflow's run-name with ${{ github.event.client_payload.dispatch_id }} (the example workflow and crcr onboard's have it)."],
   buildkite: ["ok", "A repeated dispatch cannot start a second build: Buildkite builds are found again by their meta-data."],
-  unknown: ["muted", "Not known yet whether a repeated dispatch could start a second run (no run looked at yet)."],
 };
 const FAILED = ["failure", "timed_out", "not_started", "cancelled", "action_required"];
 const FINISHED = ["success", "failure", "timed_out", "not_started", "cancelled", "action_required", "neutral", "skipped"];
@@ -808,7 +807,7 @@ function renderRepo(doc, repo, published, regs) {
   const history = doc.history || [];
   const status = published ? (published.repos || []).find((r) => r.repo.toLowerCase() === (doc.repo || repo).toLowerCase()) : null;
   const dedupe = status && status.figures ? status.figures.dispatch_dedupe : null;
-  const [cls, words] = DEDUPE[dedupe] || DEDUPE.unknown;
+  const said = DEDUPE[dedupe];  // not looked at yet: nothing a maintainer could act on, so nothing shown
   const counts = historyCount(doc);
   const other = history.length - history.filter((e) => e.pr).length;
   const h = doc.health;
@@ -817,7 +816,7 @@ function renderRepo(doc, repo, published, regs) {
     el("p", { class: "meta" }, joinMeta([
       external(`https://github.com/${doc.repo || repo}`, "repository on GitHub ↗"),
       doc.level ? el("span", {}, `participation level L${doc.level}`) : null])),
-    el("p", { class: `dedupe ${cls}`, "data-dedupe": dedupe || "unknown" }, words),
+    said ? el("p", { class: `dedupe ${said[0]}`, "data-dedupe": dedupe }, said[1]) : null,
     renderRefused(doc.refused),
     renderRegressions(regs, doc.repo || repo),
     el("h2", {}, "Health"),
