@@ -175,14 +175,14 @@ def play(w: Writes, s: Stream) -> None:
     """The recorded stream. Each step waits for the relay to settle before the next; the actions of one step touch
     different commits (the PR's head, a push), so how they interleave changes nothing the relay writes."""
     b, push2 = "golden-pr-synchronize", "golden-push-2"
-    w.step("stack started: the level check and the export at start", lambda: None)
-    w.step("PR opened at head A; push 1", lambda: (s.pull_request("golden-pr-opened", "opened", HEAD_A), s.push(1)))
+    w.step("1 stack started (level check, export)", lambda: None)
+    w.step("2 PR opened at A; push 1", lambda: (s.pull_request("golden-pr-opened", "opened", HEAD_A), s.push(1)))
     w.step(
-        "PR synchronized to head B (A's runs cancelled); push 2",
+        "3 PR moved to B (A cancelled); push 2",
         lambda: (s.pull_request(b, "synchronize", HEAD_B, updated_at="2026-11-30T09:00:00Z"), s.push(2)),
     )
     w.step(
-        "docs-only PR (skipped by L3's and L4's paths); push 3; L4 starts on B; L4 passes on push 1",
+        "4 docs-only PR (paths skip); push 3; L4 starts on B, passes on 1",
         lambda: (
             s.pull_request("golden-docs-pr", "opened", HEAD_DOCS, number=DOCS_PR),
             s.push(3),
@@ -193,8 +193,9 @@ def play(w: Writes, s: Stream) -> None:
     detail = [{"name": "test_add", "classname": "TestOps", "message": "mismatch"}]
     counts = {"passed": 9, "failed": 1, "skipped": 0, "total": 10}
     w.step(
-        "on B: L4 fails (the PR comment), L3 fails before its label, L2 reports with PyTorch's body and starts a job "
-        "that never ends, L1 and Buildkite pass; L4 fails on push 2 (a regression, its notice); a nightly passes on 1",
+        # On B: L4 fails (the PR comment), L3 fails before its label, L2 reports with PyTorch's body and starts a job
+        # that never ends, L1 and Buildkite pass. L4 fails on push 2 (a regression, its notice); a nightly passes on 1.
+        "5 every body kind on B; push 2 regresses; nightly passes on 1",
         lambda: (
             s.job(L4, b, "build", "failure", failure_kind="test", test_results=counts, failed_tests_detail=detail),
             s.job(L3, b, "test", "failure", run_id=778, failure_kind="test"),
@@ -208,11 +209,11 @@ def play(w: Writes, s: Stream) -> None:
     )
     label = {"label": "ciflow/crcr/gpu", "labels": [{"name": "ciflow/crcr/gpu"}], "updated_at": "2026-11-30T09:10:00Z"}
     w.step(
-        "ciflow label added after L3 finished (the backfill); a nightly fails on push 3 (notice, bisection)",
+        "6 label backfill on B; nightly fails on 3 (notice, bisection)",
         lambda: (s.pull_request("golden-pr-labeled", "labeled", HEAD_B, **label), s.nightly(sha(3), "failure", 5003)),
     )
     w.step(
-        "re-run from the Checks tab (L4); re-run by a comment command (L3)",
+        "7 re-runs: Checks tab (L4), comment command (L3)",
         lambda: (
             s.github.add_workflow_run(L4, 777, head_sha=HEAD_B, status="completed", conclusion="failure"),
             s.github.add_workflow_run(L3, 778, head_sha=HEAD_B, status="completed", conclusion="failure"),
@@ -222,14 +223,14 @@ def play(w: Writes, s: Stream) -> None:
     )
     legacy_job = {"delivery_id": push2, "repo": L4, "run_id": "3002", "run_attempt": 1, "job_name": "test"}
     w.step(
-        "L4's attempt 2 passes on B; `job` and `repo` messages queued by the previous version",
+        "8 L4 attempt 2 passes on B; old `job` and `repo` messages",
         lambda: (
             s.job(L4, b, "build", "success", attempt=2),
             s.checks_message(kind="job", head_sha=sha(2), **legacy_job),
             s.checks_message(kind="repo", head_sha=HEAD_DOCS, delivery_id="golden-docs-pr", repo=L4),
         ),
     )
-    w.step("the sweeper: L2's job that never ended times out", s.sweep)
+    w.step("9 sweeper times out L2's unended job", s.sweep)
 
 
 def test_what_the_relay_writes_for_the_recorded_stream_is_the_golden_file(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -12,8 +13,9 @@ from tests.golden.normalise import Numbering, Rules, Volatile, canonical, shape,
 
 # Queue bodies, check-run bodies and pushes of one step may come in any order (the relay runs side by side).
 STEP_SECTIONS = ("github", "buildkite", "torchci", "queues")
-# How many differing lines a failure prints before it says how many more there are.
+# How many differing lines a failure prints before it says how many more there are, after the places they are at.
 DIFF_LINES = 80
+PLACES = 20
 # An object this large (compact JSON) written more than once (the event each dispatch carries, echoed in its queue
 # message, its shadow decision) is kept once, under `payloads`, and named by its digest where it was.
 SHARED_BYTES = 1024
@@ -152,9 +154,18 @@ def _label(value: Any, index: int) -> str:
 
 
 def readable_diff(expected: str, got: str) -> str:
-    """The lines that differ, a couple of lines of context each, at most DIFF_LINES of them."""
+    """Where the two differ (paths with what is in brackets folded, counted), then the differing lines with a couple
+    of lines of context each, at most DIFF_LINES of them."""
     before, after = flatten(json.loads(expected)), flatten(json.loads(got))
     lines = list(difflib.unified_diff(before, after, "golden", "this run", n=2, lineterm=""))
+    changed = [line for line in lines[2:] if line[:1] in "+-"]
+    places: dict[str, int] = {}
+    for line in changed:
+        place = re.sub(r"\[[^\]]*\]", "[…]", line[1:].partition(" = ")[0])
+        places[place] = places.get(place, 0) + 1
+    summary = [f"{len(changed)} lines differ, at:"] + [
+        f"  {n:4d}  {place}" for place, n in sorted(places.items(), key=lambda kv: -kv[1])[:PLACES]
+    ]
     shown = lines[: DIFF_LINES + 2]
     more = len([line for line in lines[DIFF_LINES + 2 :] if line[:1] in "+-"])
-    return "\n".join(shown + ([f"... and {more} more differing lines"] if more else []))
+    return "\n".join(summary + [""] + shown + ([f"... and {more} more differing lines"] if more else []))

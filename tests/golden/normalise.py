@@ -83,24 +83,24 @@ class Rules:
 
 
 def number_shape(text: str) -> str:
-    """Integer, a float with nothing after the point, or a decimal: a change between them is a change of format."""
+    """Integer, a float with nothing after the point, a decimal as Python prints a float (at most 7 places for a time
+    of this century), or longer (a Decimal made from a float): a change between them is a change of format."""
     if "." not in text and "e" not in text.lower():
         return ""
-    return ".0" if re.fullmatch(r"-?\d+\.0+", text) else ".dec"
+    if re.fullmatch(r"-?\d+\.0+", text):
+        return ".0"
+    return ".long" if len(text.partition(".")[2]) > 9 else ".dec"
 
 
 def epoch(text: str, rules: Rules, number: bool = False) -> Volatile | None:
-    """Epoch seconds or milliseconds the run made. Integer seconds are too coarse for equality to mean anything;
-    milliseconds and fractions of a second are numbered."""
+    """Epoch seconds or milliseconds the run made: numbered when finer than a second (whole seconds coincide by
+    chance), equal to the microsecond (the relay writes one instant both as Python prints it and to 6 places)."""
     digits = text.lstrip("0") or "0"
     value = float(digits)
     if rules.window.holds(value):
-        integer = number_shape(text) == ""
-        # Equal to the microsecond: the relay writes one instant both as Python prints it and to 6 decimals.
-        same = f"{value:.6f}"
-        return Volatile(
-            "t", same, numbered=not (integer or rules.coarse_times), shape=number_shape(text), number=number
-        )
+        form = number_shape(text)
+        fine = form in (".dec", ".long") and not rules.coarse_times
+        return Volatile("t", f"{value:.6f}", numbered=fine, shape=form, number=number)
     if "." not in digits and rules.window.holds(value / 1000):
         return Volatile("ms", digits, numbered=not rules.coarse_times, number=number)
     return None
