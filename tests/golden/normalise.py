@@ -56,7 +56,7 @@ class Volatile:
     kind: str
     raw: str
     numbered: bool = True
-    shape: str = ""  # how it was written: `.0`, `.dec` or `` for a number; kept so a change of formatting shows
+    shape: str = ""  # how it was written (`.0`, `.dec`, `.long`; `.3` for an ISO time's fraction): a change shows
     number: bool = False  # a JSON number, not a string
 
 
@@ -172,12 +172,12 @@ def random_uuid(match: re.Match[str], rules: Rules) -> Volatile | None:
     return Volatile("uuid", match.group(0))
 
 
-def duration(text: str) -> Volatile:
+def duration(text: str, number: bool = False) -> Volatile:
     """How long something took on this machine: it varies with the load."""
-    return Volatile("duration", text, numbered=False, number=True)
+    return Volatile("duration", text, numbered=False, number=number)
 
 
-def token(text: str, rules: Rules) -> Any:
+def token(text: str) -> Any:
     """A JWT (a dispatch's ticket): its header and claims, but when it was made and expires, and no signature (it
     signs those times)."""
     header, claims, _signature = text.split(".")
@@ -211,7 +211,7 @@ SCANNERS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str], Rules], Volatile
 def shape_string(text: str, rules: Rules) -> Any:
     """A string as parts: JSON inside it parsed, a whole JWT decoded, volatile pieces found."""
     stripped = text.strip()
-    if JWT.fullmatch(stripped) and (decoded := token(stripped, rules)) is not None:
+    if JWT.fullmatch(stripped) and (decoded := token(stripped)) is not None:
         return shape(decoded, rules)
     if stripped[:1] in "{[" and len(text) > 1:
         try:
@@ -274,7 +274,7 @@ def shape(value: Any, rules: Rules, key: str = "") -> Any:
             return abs(value)  # -0.0: see negative_zero
         text = repr(value)
         if key in DURATION_KEYS:
-            return duration(text)
+            return duration(text, number=True)
         return epoch(text, rules, number=True) or double_id(text, rules, number=True) or value
     if isinstance(value, str):
         if key in DURATION_KEYS:
@@ -337,7 +337,10 @@ class Numbering:
         if isinstance(value, dict):
             rendered = {}
             for k in sorted(value, key=lambda k: (order_key(k), order_key(value[k]))):
-                rendered[self.render(k)] = self.render(value[k])
+                name = self.render(k)
+                if name in rendered:  # keys that differ only by a coarse placeholder: one would hide the other
+                    raise ValueError(f"two keys read alike in the normal form: {name}")
+                rendered[name] = self.render(value[k])
             return rendered
         if isinstance(value, list):
             return [self.render(v) for v in value]
