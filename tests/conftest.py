@@ -100,6 +100,7 @@ LONGEST_FIRST = (
     "tests/e2e/test_buildkite_dispatch.py",
     "tests/fuzz/test_http.py",
     "tests/e2e/test_one_downstream_flood.py",
+    "tests/e2e/test_golden_writes.py",
     "tests/e2e/test_hud_injection.py",
     "tests/e2e/test_demo.py",
     "tests/e2e/test_webhook_edge.py",

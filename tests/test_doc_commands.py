@@ -276,6 +276,8 @@ def check_python(command: Command) -> None:
         assert words[0] == ".venv/bin/python", f"{command}: the venv's interpreter is .venv/bin/python"
     if words[1:2] == ["-c"]:
         compile(words[2], f"{command.block} (python -c)", "exec")
+    elif words[1:2] == ["-m"]:
+        assert words[2:3] == ["pytest"], f"{command}: python -m runs pytest in the docs, nothing else"
     elif words[1:2] == ["-"]:
         assert command.heredoc, f"{command}: python reads a script from standard input, and none is given"
         compile(command.heredoc, f"{command.block} (python heredoc)", "exec")
