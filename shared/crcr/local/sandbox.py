@@ -20,8 +20,6 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 
-from crcr.domain.signature import sign
-
 INSTALLATION_DOCS = "https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app"
 
 
@@ -469,31 +467,6 @@ class SandboxWorkflows:
 
 
 REPORT_TRIES = 5
-
-
-def post_webhook(
-    url: str, secret: str, event: str, body: bytes, delivery_id: str, agent: str = "GitHub-Hookshot/crcr-sandbox"
-) -> tuple[int, dict[str, Any]]:
-    """One webhook to the relay at `url`, signed as GitHub signs it."""
-    request = urllib.request.Request(  # noqa: S310 - a local http URL we started ourselves
-        f"{url}/webhook",
-        data=body,
-        method="POST",
-        headers={
-            "content-type": "application/json",
-            "x-github-event": event,
-            "x-github-delivery": delivery_id,
-            "x-hub-signature-256": sign(secret.encode(), body),
-            "user-agent": agent,
-        },
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
-            return resp.status, json.loads(resp.read() or b"{}")
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}")
-    except OSError as exc:
-        return 0, {"error": repr(exc)}
 
 
 def _iso(at: float) -> str:

@@ -30,9 +30,10 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
+from crcr.adapters.webhook_sender import Unreachable, WebhookSender
 from crcr.local.filters import passes
 from crcr.local.front import FrontEnd
-from crcr.local.sandbox import SandboxGitHub, SandboxWorkflows, post_webhook
+from crcr.local.sandbox import SandboxGitHub, SandboxWorkflows
 from crcr.local.sandbox_buildkite import SandboxBuildkite, new_api_token
 from crcr.local.sandbox_oidc import SandboxOidc
 from crcr.local.template import FunctionDecl, Resolver, StreamSource, functions_of, load_template, resources_of
@@ -342,6 +343,7 @@ class LocalStack:
         self._moto: Any = None
         self._http: FrontEnd | None = None
         self._sandbox_http: FrontEnd | None = None
+        self._webhooks: WebhookSender | None = None  # the sandbox's runs, telling the App about themselves
         self.invocations: dict[str, int] = {}
         self._saved_environ: dict[str, str] = {}
         self._warm: set[str] = set()
@@ -867,13 +869,18 @@ class LocalStack:
         self._configure_functions(resolver)
         self._serve()
         if self.workflows is not None:
+            self._webhooks = WebhookSender(
+                self.url, self.secrets["webhook_secret"], agent="GitHub-Hookshot/crcr-sandbox"
+            )
             self.workflows.deliver = self._sandbox_webhook
         self._start_pollers()
         return self
 
     def _sandbox_webhook(self, event: str, doc: dict[str, Any]) -> None:
         """The sandbox's runs tell the App about themselves (`workflow_run`), signed as GitHub signs them."""
-        post_webhook(self.url, self.secrets["webhook_secret"], event, json.dumps(doc).encode(), str(uuid.uuid4()))
+        assert self._webhooks is not None
+        with contextlib.suppress(Unreachable):  # GitHub does not redeliver a failed webhook either
+            self._webhooks.post(event, json.dumps(doc).encode(), str(uuid.uuid4()))
 
     def _sandbox_audience(self) -> str:
         """The audience sandbox runs request: the first of CRCR_OIDC_AUDIENCE's (default crcr)."""
@@ -902,6 +909,8 @@ class LocalStack:
         _close(self._sandbox_http)
         for thread in self._threads:
             thread.join(timeout=5)
+        if self._webhooks is not None:
+            self._webhooks.close()
         if self._moto is not None:
             self._moto.stop()
         # Leave the process environment as found, so stacks started one after another do not mix.
