@@ -126,7 +126,7 @@ class Settings(BaseModel):
     checks_queue_url: str | None = None
     checks_dlq_url: str | None = None
     hud_bucket: str | None = None  # the HUD pages' documents (written by the reporter, served under /hud/)
-    exports_bucket: str | None = None  # the results table's scheduled exports (crcr.app.exports)
+    exports_bucket: str | None = None  # the results table's scheduled exports (crcr.app.scheduled_export)
     # A repository's check run completes once all its jobs finished and nothing changed for this long
     # (jobs of a workflow can run one after another; the next one reports only when it starts).
     check_settle_s: int = 60

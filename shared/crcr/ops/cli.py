@@ -177,9 +177,9 @@ def _shadow(args: argparse.Namespace) -> int:
 
     from crcr.composition import build_shadow_reader, load_settings  # noqa: PLC0415
     from crcr.domain.shadow import compare  # noqa: PLC0415
-    from crcr.ops.export import ExportError, parse_since  # noqa: PLC0415
     from crcr.ops.input_file import FileRefused, one_line  # noqa: PLC0415
     from crcr.ops.shadow import KEEP, CompareError, read_rows, render  # noqa: PLC0415
+    from crcr.ops.torchci_rows import ExportError, parse_since  # noqa: PLC0415
     from crcr.settings import ConfigError  # noqa: PLC0415
 
     try:
@@ -260,7 +260,7 @@ def _problem(exc: Exception) -> str:
 
 
 def _hud_export(args: argparse.Namespace) -> int:
-    from crcr.ops.export import ExportError, export_from_env  # noqa: PLC0415
+    from crcr.ops.torchci_rows import ExportError, export_from_env  # noqa: PLC0415
 
     try:
         done = export_from_env(args.format, args.out, args.since, args.from_export)
