@@ -38,6 +38,7 @@ from crcr.local.sandbox_buildkite import SandboxBuildkite, new_api_token
 from crcr.local.sandbox_oidc import SandboxOidc
 from crcr.local.template import FunctionDecl, Resolver, StreamSource, functions_of, load_template, resources_of
 from crcr.local.torchci import TorchciHud
+from crcr.settings import ConfigError, Settings
 
 Handler = Callable[..., Any]
 REGION = "us-east-1"
@@ -48,12 +49,18 @@ SANDBOX_OIDC_PREFIX = "/_sandbox/oidc"
 SANDBOX_HUD_PATH = "/_sandbox/hud/api/crcr/results"
 SANDBOX_BUILDKITE_PREFIX = "/_sandbox/buildkite"
 SANDBOX_BUILDKITE_OIDC_PREFIX = "/_sandbox/buildkite-oidc"
-# Each scheduled function's local period (variable, default seconds); the sweeper's is the default.
-SCHEDULE_INTERVALS = {
-    "ReconcilerFunction": ("CRCR_RECONCILE_INTERVAL_S", 300.0),
-    "LevelFunction": ("CRCR_LEVEL_INTERVAL_S", 3600.0),
-    "ExportFunction": ("CRCR_EXPORT_INTERVAL_S", 3 * 3600.0),
+# Each scheduled function's local period, from Settings; any other scheduled function runs at the sweeper's.
+SCHEDULE_INTERVALS: dict[str, Callable[[Settings], float]] = {
+    "ReconcilerFunction": lambda settings: settings.reconcile_interval_s,
+    "LevelFunction": lambda settings: settings.level_interval_s,
+    "ExportFunction": lambda settings: settings.export_interval_s,
 }
+
+
+def _sweep_interval(settings: Settings) -> float:
+    return settings.sweep_interval_s
+
+
 # Scheduled functions `crcr local` runs at start too, not only after their first interval: the level status, and
 # the results table's export (its first run is a full export, each later one incremental).
 RUN_AT_START = frozenset({"LevelFunction", "ExportFunction"})
@@ -311,7 +318,6 @@ class LocalStack:
         root: Path | None = None,
         env: dict[str, str] | None = None,
         pollers_per_queue: int = 2,
-        visibility_timeout_s: int | None = None,
     ) -> None:
         self.root = root or project_root()
         self.host = host
@@ -323,7 +329,7 @@ class LocalStack:
         self.sandbox_url = ""
         self.env = dict(os.environ if env is None else env)
         self.pollers_per_queue = pollers_per_queue
-        self.visibility_timeout_s = visibility_timeout_s
+        self.settings = Settings()  # read from `env` when the stack starts (preflight)
         self.template = load_template(self.root / "template.yaml")
         self.functions = functions_of(self.template)
         self.sandbox: SandboxGitHub | None = None
@@ -390,8 +396,8 @@ class LocalStack:
                 if prop in props
             }
             if "RedrivePolicy" in props:
-                if self.visibility_timeout_s is not None:
-                    attributes["VisibilityTimeout"] = str(self.visibility_timeout_s)
+                if self.settings.local_visibility_timeout_s is not None:
+                    attributes["VisibilityTimeout"] = str(self.settings.local_visibility_timeout_s)
                 policy = dict(props["RedrivePolicy"])
                 policy["deadLetterTargetArn"] = attrs[(policy["deadLetterTargetArn"]["Fn::GetAtt"][0], "Arn")]
                 attributes["RedrivePolicy"] = json.dumps(policy)
@@ -643,10 +649,8 @@ class LocalStack:
         self._stop.wait(min(2.0 ** retries[shard] * 0.1, 5.0))  # Lambda backs off between stream retries
 
     def _run_schedule(self, fn: FunctionDecl) -> None:
-        """EventBridge's schedule: locally every CRCR_SWEEP_INTERVAL_S seconds, the reconciler every
-        CRCR_RECONCILE_INTERVAL_S (docs/configuration.md, docs/local-stack.md)."""
-        variable, default = SCHEDULE_INTERVALS.get(fn.logical_id, ("CRCR_SWEEP_INTERVAL_S", 60.0))
-        interval = float(self.env.get(variable) or default)
+        """EventBridge's schedule, at the function's local period (SCHEDULE_INTERVALS; docs/configuration.md)."""
+        interval = SCHEDULE_INTERVALS.get(fn.logical_id, _sweep_interval)(self.settings)
         wait = 0.0 if fn.logical_id in RUN_AT_START else interval  # the level status: computed now, then each interval
         while not self._stop.wait(wait):
             wait = interval
@@ -806,14 +810,13 @@ class LocalStack:
     def preflight(self) -> None:
         """Everything `crcr local` can know is wrong before it starts, as ConfigError: one line per problem."""
         from crcr.adapters import preflight  # noqa: PLC0415
-        from crcr.settings import ConfigError, Settings  # noqa: PLC0415
 
         busy = port_problem(self.host, self.port)
         try:
-            settings = Settings.from_env(self.env)
+            self.settings = Settings.from_env(self.env)
         except ConfigError as exc:
             raise ConfigError(*([busy] if busy else []), *exc.problems) from None
-        problems = ([busy] if busy else []) + preflight.documents(settings) + preflight.keys(settings)
+        problems = ([busy] if busy else []) + preflight.documents(self.settings) + preflight.keys(self.settings)
         if problems:
             raise ConfigError(*problems)
 
@@ -847,7 +850,7 @@ class LocalStack:
             installs = SandboxInstalls(
                 self.env.get("CRCR_UPSTREAM_REPO") or "pytorch/pytorch",
                 self.env.get("CRCR_ALLOWLIST"),
-                self.env.get("CRCR_SANDBOX_INSTALLED", ""),
+                self.settings.sandbox_installed,
             )
             self.sandbox = SandboxGitHub(self.env["CRCR_GITHUB_APP_ID"], private.public_key(), installs)
             if not self.env.get("CRCR_OIDC_ISSUER"):

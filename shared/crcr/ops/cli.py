@@ -446,19 +446,11 @@ def _local(port: int, host: str, follow: bool = False) -> int:
     from crcr.local.stack import LocalStack  # noqa: PLC0415
     from crcr.settings import ConfigError  # noqa: PLC0415
 
-    visibility = os.environ.get("CRCR_LOCAL_VISIBILITY_TIMEOUT_S")
     try:
-        timeout = int(visibility) if visibility else None
-        stack = LocalStack(port=port, host=host, visibility_timeout_s=timeout).start()
+        stack = LocalStack(port=port, host=host).start()
     except ConfigError as exc:  # every problem at once, one line each, before anything runs
         for problem in exc.problems:
             print(f"crcr local: {problem}", file=sys.stderr)
-        return 2
-    except ValueError:
-        print(
-            f"crcr local: CRCR_LOCAL_VISIBILITY_TIMEOUT_S: not a whole number of seconds: {visibility!r}",
-            file=sys.stderr,
-        )
         return 2
     except OSError as exc:  # e.g. a --host that does not resolve or is not this machine's
         print(f"crcr local: --host {host}: cannot listen there: {exc.strerror or exc}", file=sys.stderr)
