@@ -14,14 +14,14 @@ from urllib.parse import unquote
 
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
-from crcr.local.front import FrontEnd, Limits, Route
-from crcr.local.stack import (
+from crcr.local.aws import (
     atomic_dynamodb,
     forget_spent_shard_iterators,
     item_maps_without_shape_walk,
     partition_queries,
     transactions_without_table_copies,
 )
+from crcr.local.front import FrontEnd, Limits, Route
 
 SOAK_AGENT = "crcr-soak"
 COUNTS_PATH = "/_soak/aws-calls"

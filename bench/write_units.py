@@ -85,7 +85,7 @@ def record_units(record: dict[str, Any], shape: TableShape) -> dict[str, int]:
 
 
 class StreamUnits:
-    """A table's stream from its start (a crcr.local.stack.StreamReader); `take()`: the write units since the last
+    """A table's stream from its start (a crcr.local.pollers.StreamReader); `take()`: the write units since the last
     take, by kind of row and by where."""
 
     def __init__(self, reader: Any, shape: TableShape, row_of: Any = None) -> None:

@@ -11,7 +11,8 @@ from typing import Any
 import boto3
 from moto.server import ThreadedMotoServer
 
-from crcr.local.stack import free_port, table_spec
+from crcr.local.resources import table_spec
+from crcr.local.stack import free_port
 from crcr.local.template import StreamSource, functions_of, load_template, resources_of
 from tests.conftest import ROOT, http
 

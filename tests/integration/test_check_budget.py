@@ -31,7 +31,8 @@ from crcr.domain.levels import Level
 from crcr.domain.pacing import parse_rates
 from crcr.domain.ticket import TicketClaims
 from crcr.local.filters import passes
-from crcr.local.stack import Context, StreamReader
+from crcr.local.pollers import StreamReader
+from crcr.local.stack import Context
 from crcr.local.template import StreamSource
 from tests.conftest import APP_ID
 from tests.doubles.github_double import GitHubDouble

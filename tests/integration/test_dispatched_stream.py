@@ -19,7 +19,8 @@ from crcr.contracts.messages import CheckSyncMessage, DispatchMessage
 from crcr.domain.levels import Level
 from crcr.domain.ticket import TicketClaims
 from crcr.local.filters import passes
-from crcr.local.stack import Context, StreamReader
+from crcr.local.pollers import StreamReader
+from crcr.local.stack import Context
 from crcr.ops.dlq import redrive
 from tests.integration.aws import checks_handler, checks_stream_source, dynamodb_and_streams, moto_server
 from tests.unit.fakes import FakeChecksQueue, RecordingMetrics

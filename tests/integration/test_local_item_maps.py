@@ -8,7 +8,7 @@ from typing import Any
 
 from moto.core.serialize import BaseJSONSerializer
 
-from crcr.local.stack import item_maps_without_shape_walk
+from crcr.local.aws import item_maps_without_shape_walk
 
 # Every kind of attribute value, nested where DynamoDB allows it, binary ones with bytes no text encoding keeps.
 EVERY_KIND = {

@@ -11,12 +11,8 @@ import pytest
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.dynamodbstreams.models import dynamodbstreams_backends
 
-from crcr.local.stack import (
-    ParallelStream,
-    StreamReader,
-    forget_spent_shard_iterators,
-    transactions_without_table_copies,
-)
+from crcr.local.aws import forget_spent_shard_iterators, transactions_without_table_copies
+from crcr.local.pollers import ParallelStream, StreamReader
 from crcr.local.template import FunctionDecl, StreamSource
 
 
@@ -44,12 +40,12 @@ def test_polling_a_stream_keeps_one_shard_iterator_not_one_per_poll(ddb: tuple[A
 
 
 class Lambda:
-    """What ParallelStream needs of the stack: the stream, the stop flag, and the function (recording its batches;
-    a batch holding `hold_key` waits for `release`)."""
+    """What ParallelStream needs of the stack (crcr.local.pollers.Host): the stream, the stop flag, and the function
+    (recording its batches; a batch holding `hold_key` waits for `release`)."""
 
     def __init__(self, streams: Any, arn: str, hold_key: str) -> None:
         self.streams, self.stream_arns = streams, {"Jobs": arn}
-        self._stop = threading.Event()
+        self.stopping = threading.Event()
         self.batches: list[list[str]] = []
         self.release, self.hold_key = threading.Event(), hold_key
         self.lock = threading.Lock()
@@ -64,9 +60,6 @@ class Lambda:
         if any(k.startswith(self.hold_key) for k in keys):
             self.release.wait(10)
         return {"batchItemFailures": []}
-
-    def stream_failed(self, *args: Any) -> None:
-        raise AssertionError("nothing fails here")
 
 
 def test_a_partition_with_hundreds_of_records_holds_one_batch_at_a_time_never_the_others_turn(
@@ -103,7 +96,7 @@ def test_a_partition_with_hundreds_of_records_holds_one_batch_at_a_time_never_th
     fake.release.set()
     while time.monotonic() < deadline + 20 and sum(len(b) for b in fake.batches) < 301:
         time.sleep(0.01)
-    fake._stop.set()
+    fake.stopping.set()
     poller.join(15)
     flood = [key for batch in fake.batches for key in batch if key.startswith("DSP#flood")]
     assert flood == [f"DSP#flood/JOB#{i:03d}" for i in range(300)]  # every record once, in order

@@ -1,4 +1,4 @@
-"""The results table's stream as `crcr local` (and the reporter bench) read it: crcr.local.stack.StreamReader over
+"""The results table's stream as `crcr local` (and the reporter bench) read it: crcr.local.pollers.StreamReader over
 moto server, with the table made from template.yaml's ResultsTable."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from crcr.adapters.results import DynamoResults
 from crcr.adapters.stream import images
 from crcr.adapters.table import job_key
 from crcr.app.ports.jobs import JobRecord
-from crcr.local.stack import StreamReader
+from crcr.local.pollers import StreamReader
 from tests.integration.aws import create_tables, moto_server
 
 TABLE = "results"
