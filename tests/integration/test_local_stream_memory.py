@@ -14,6 +14,7 @@ from moto.dynamodbstreams.models import dynamodbstreams_backends
 from crcr.local.aws import forget_spent_shard_iterators, transactions_without_table_copies
 from crcr.local.pollers import ParallelStream, StreamReader
 from crcr.local.template import FunctionDecl, StreamSource
+from tests.integration.aws import read_all
 
 
 def test_polling_a_stream_keeps_one_shard_iterator_not_one_per_poll(ddb: tuple[Any, Any]) -> None:
@@ -34,7 +35,7 @@ def test_polling_a_stream_keeps_one_shard_iterator_not_one_per_poll(ddb: tuple[A
     for poll in range(200):  # a poller's life: mostly empty polls, a write now and then
         if poll % 20 == 0:
             client.put_item(TableName="polled", Item={"pk": {"S": f"item-{poll}"}})
-        seen += [r["dynamodb"]["Keys"]["pk"]["S"] for r in reader.read_all()]
+        seen += [r["dynamodb"]["Keys"]["pk"]["S"] for r in read_all(reader)]
     assert seen == [f"item-{poll}" for poll in range(0, 200, 20)]  # every record, once, in order
     assert len(kept) - before <= 1  # the shard's current iterator, not 200 of them
 
@@ -142,11 +143,11 @@ def test_a_cancelled_transaction_puts_its_items_back_and_the_stream_goes_on(ddb:
         )
 
     claim("x", "D")
-    assert sorted(r["dynamodb"]["Keys"]["pk"]["S"] for r in reader.read_all()) == ["BODY#x", "DLV#D"]
+    assert sorted(r["dynamodb"]["Keys"]["pk"]["S"] for r in read_all(reader)) == ["BODY#x", "DLV#D"]
     with pytest.raises(client.exceptions.TransactionCanceledException):
         claim("y", "D")  # the body's put passes, the delivery's fails: neither stays
     assert "Item" not in client.get_item(TableName="claims", Key={"pk": {"S": "BODY#y"}, "sk": {"S": "META"}})
-    assert reader.read_all() == []  # nothing of it reached the stream
+    assert read_all(reader) == []  # nothing of it reached the stream
     client.put_item(TableName="claims", Item={"pk": {"S": "later"}, "sk": {"S": "META"}})
     claim("y", "E")
-    assert sorted(r["dynamodb"]["Keys"]["pk"]["S"] for r in reader.read_all()) == ["BODY#y", "DLV#E", "later"]
+    assert sorted(r["dynamodb"]["Keys"]["pk"]["S"] for r in read_all(reader)) == ["BODY#y", "DLV#E", "later"]

@@ -68,17 +68,17 @@ def partition_queries() -> None:
     Table.query, Table.all_items = query, all_items  # type: ignore[method-assign]
 
 
-def item_maps_without_shape_walk() -> None:
+def item_maps_without_shape_walk() -> Any:
     """moto writes every DynamoDB answer through its generic shape serializer, attribute by attribute (about 0.3 ms
     each): a Query of 200 job rows took 2 s of CPU, and since each DynamoDB request is handled whole before the next
     (`atomic_dynamodb`), every other caller waited behind it and timed out under the soak's load. An item's map of
     attribute values (Item, Items, Attributes, keys; the streams' images) is written here in one step, with the same
-    JSON: binary values base64, everything else as it is. Idempotent."""
+    JSON: binary values base64, everything else as it is. Idempotent; returns moto's own serializer it replaced."""
     from moto.core.serialize import BaseJSONSerializer  # noqa: PLC0415 - dev dependency, local stack only
 
-    if getattr(BaseJSONSerializer._serialize_type_map, "_crcr_fast", False):
-        return
     walk = BaseJSONSerializer._serialize_type_map
+    if getattr(walk, "_crcr_fast", False):
+        return walk._crcr_walk  # type: ignore[attr-defined]
 
     def serialize_map(self: Any, serialized: dict[str, Any], value: Any, shape: Any, key: str) -> None:
         if getattr(shape.value, "name", None) != "AttributeValue" or not isinstance(value, dict):
@@ -89,6 +89,7 @@ def item_maps_without_shape_walk() -> None:
     serialize_map._crcr_fast = True  # type: ignore[attr-defined]
     serialize_map._crcr_walk = walk  # type: ignore[attr-defined]
     BaseJSONSerializer._serialize_type_map = serialize_map  # type: ignore[method-assign,assignment]
+    return walk
 
 
 def attribute_json(av: Any) -> Any:

@@ -226,14 +226,6 @@ class StreamReader:
         """The shard's next records (at most `limit` of them, fewer once unchanged writes are left out)."""
         return [r | {"eventSourceARN": self.arn} for r in self._next(shard, limit) if not _unchanged(r)]
 
-    def read_all(self) -> list[dict[str, Any]]:
-        """Every record written since the last read, shard by shard (moto answers with all there is)."""
-        records: list[dict[str, Any]] = []
-        for sid in self.shards():
-            while page := self._next(sid, 1000):
-                records.extend(r | {"eventSourceARN": self.arn} for r in page if not _unchanged(r))
-        return records
-
     def _next(self, shard: str, limit: int) -> list[dict[str, Any]]:
         got = self._streams.get_records(ShardIterator=self._iterators[shard], Limit=limit)
         self._iterators[shard] = got.get("NextShardIterator") or self._iterators[shard]
