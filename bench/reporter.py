@@ -394,7 +394,7 @@ class Feed:
     def _take(self) -> list[dict[str, Any]]:
         start = self.length
         for setting in self._settings:
-            setting.stream.extend(setting.reader.read_all())
+            setting.stream.extend(h.read_all(setting.reader))
 
         def images(s: Setting) -> list[tuple[str, Any, Any]]:
             return [

@@ -94,7 +94,7 @@ class StreamUnits:
         self._row_of = row_of or _prefix
 
     def _records(self) -> list[dict[str, Any]]:
-        """Unchanged writes too, which the reader's `read_all` leaves out (as Lambda sees none): DynamoDB bills them."""
+        """Unchanged writes too, which the reader's `read` leaves out (as Lambda sees none): DynamoDB bills them."""
         out: list[dict[str, Any]] = []
         for sid in self._reader.shards():
             while page := self._reader._next(sid, 1000):
