@@ -121,7 +121,8 @@ def metrics_delta(before: Counter[str], prefixes: tuple[str, ...] = ("",)) -> di
 
 
 def is_polling(operation: str) -> bool:
-    return operation.endswith(POLLING[0]) or operation.startswith(POLLING[1])
+    """A poller's call (botocore's `dynamodbstreams.GetRecords` or soak_moto's `DynamoDBStreams.GetRecords`)."""
+    return operation.endswith(POLLING[0]) or operation.lower().startswith(POLLING[1])
 
 
 def calls_per(before: Counter[str], after: Counter[str], n: int, unit: str) -> dict[str, Any]:

@@ -202,6 +202,14 @@ def transactions_without_table_copies() -> None:
     backend.transact_write_items = transact_write_items  # type: ignore[method-assign]
 
 
+def patch_moto() -> None:
+    """Every fix above, as `crcr local` (and the bench's and the soak's moto) runs moto; idempotent."""
+    partition_queries()
+    item_maps_without_shape_walk()
+    forget_spent_shard_iterators()
+    transactions_without_table_copies()
+
+
 def moto_server(port: int) -> Any:
     """moto in server mode, with each DynamoDB request handled whole before the next (`atomic_dynamodb`)."""
     from moto.moto_server.werkzeug_app import (  # noqa: PLC0415
@@ -214,10 +222,7 @@ def moto_server(port: int) -> Any:
 
     class Server(ThreadedMotoServer):
         def _server_entry(self) -> None:
-            partition_queries()
-            item_maps_without_shape_walk()
-            forget_spent_shard_iterators()
-            transactions_without_table_copies()
+            patch_moto()
             app = atomic_dynamodb(DomainDispatcherApplication(create_backend_app))
             self._server = make_server(self._ip_address, self._port, app, True, request_handler=MotoRequestHandler)
             self._server_ready_event.set()
