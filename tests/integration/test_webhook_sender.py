@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from crcr.adapters.webhook_sender import Unreachable, WebhookSender, webhook_url
 from crcr.domain.signature import verify_signature
+from crcr.local.webhook_sender import Unreachable, WebhookSender, webhook_url
 
 SECRET = "s3cret"
 

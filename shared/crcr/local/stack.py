@@ -28,7 +28,6 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
-from crcr.adapters.webhook_sender import Unreachable, WebhookSender
 from crcr.local.aws import ACCOUNT, REGION, moto_server
 from crcr.local.front import FrontEnd
 from crcr.local.http_api import JSON, NOT_FOUND, Answer, match_route, proxy_answer, proxy_event
@@ -39,6 +38,7 @@ from crcr.local.sandbox_buildkite import SandboxBuildkite, new_api_token
 from crcr.local.sandbox_oidc import SandboxOidc
 from crcr.local.template import FunctionDecl, Resolver, functions_of, load_template
 from crcr.local.torchci import TorchciHud
+from crcr.local.webhook_sender import Unreachable, WebhookSender
 from crcr.settings import ConfigError, Settings
 
 Handler = Callable[..., Any]

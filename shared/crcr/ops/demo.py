@@ -14,9 +14,9 @@ import time
 import uuid
 from typing import Any
 
-from crcr.adapters.webhook_sender import WebhookSender
 from crcr.local.sandbox import SandboxJob
 from crcr.local.stack import LocalStack, project_root
+from crcr.local.webhook_sender import WebhookSender
 
 
 def _wait_for(stack: LocalStack, count: int, timeout_s: float = 60.0) -> list[dict[str, Any]]:

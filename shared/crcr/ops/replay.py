@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crcr.adapters.webhook_sender import Unreachable, WebhookSender
 from crcr.domain.text import control_in
+from crcr.local.webhook_sender import Unreachable, WebhookSender
 from crcr.ops.input_file import Caps, json_entries, one_line, size
 
 TIMEOUT_S = 10.0  # GitHub's own delivery timeout

@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from crcr.adapters.webhook_sender import Unreachable, WebhookSender
-from crcr.adapters.webhook_sender import webhook_url as webhook_route
+from crcr.local.webhook_sender import Unreachable, WebhookSender
+from crcr.local.webhook_sender import webhook_url as webhook_route
 from crcr.ops.input_file import FileRefused, loads
 from crcr.ops.onboard import checkout_root
 
