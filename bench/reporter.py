@@ -394,7 +394,7 @@ class Feed:
     def _take(self) -> list[dict[str, Any]]:
         start = self.length
         for setting in self._settings:
-            setting.stream.extend(setting.reader.read_all())
+            setting.stream.extend(h.read_all(setting.reader))
 
         def images(s: Setting) -> list[tuple[str, Any, Any]]:
             return [
@@ -481,7 +481,7 @@ def reporter_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]
     results["method"] = (
         "one moto_server process and local stack (template.yaml's resources, no pollers); "
         "functions/reporter/handler.py lambda_handler called directly with the records of each setting's own "
-        "copy of the results table's stream (NEW_AND_OLD_IMAGES, read as crcr.local.stack.StreamReader reads "
+        "copy of the results table's stream (NEW_AND_OLD_IMAGES, read as crcr.local.pollers.StreamReader reads "
         "it): the changes, written to every copy as the callback function would, and the verdicts the reporter "
         f"writes back, in batches of {batch_size}; each batch goes to every setting in turn (alternating which goes "
         "first), each with its own dependencies from build_report_deps: off = no CRCR_HUD_BUCKET, on = the "

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
 import itertools
 import json
 import os
@@ -31,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import boto3
 import harness as h
+import urllib3
 from botocore.config import Config
 from soak_moto import SOAK_AGENT
 
@@ -67,9 +67,6 @@ RUN_TIMEOUT_S, SWEEP_S, REPORT_SETTLE_S = 20, 5, 2  # a job not finished is aske
 MARKS = ("start", "fed", "settled", "reported", "drained")  # the phases between them: PHASES
 PHASES = ("feed", "settle", "callbacks", "reporter_drain")
 POLL_S = 1.0  # how often the soak looks whether the relay has settled or the reporter drained
-POLLING = {"SQS.ReceiveMessage"} | {
-    f"DynamoDBStreams.{op}" for op in ("GetRecords", "DescribeStream", "GetShardIterator")
-}
 
 
 def say(text: str) -> None:
@@ -269,9 +266,14 @@ class Soak:
     aws_marks: dict[str, dict[str, Counter[str]]] = field(default_factory=dict)
     relay_cpu: dict[str, float] = field(default_factory=dict)  # at each mark
     stop_monitor: threading.Event = field(default_factory=threading.Event)
+    callbacks_pool: Any = None
 
     def __post_init__(self) -> None:
         self.sqs, self.ddb = aws("sqs", self.moto.url), aws("dynamodb", self.moto.url)
+        # The report action's sends, a connection kept per runner: 429, 5xx and dropped connections tried 12 times.
+        retry = urllib3.Retry(total=11, backoff_factor=0.2, backoff_max=5, status_forcelist=(429, *range(500, 600)),
+                              allowed_methods=None, raise_on_status=False)  # fmt: skip
+        self.callbacks_pool = urllib3.PoolManager(maxsize=CALLBACK_WORKERS, timeout=30, retries=retry)
 
     @property
     def expected(self) -> set[tuple[str, str]]:
@@ -446,11 +448,10 @@ class Soak:
         )
         tally: Counter[str] = Counter()
         lock = threading.Lock()
-        local = threading.local()
 
         def report(job: Job, token: str, status: str, again: bool) -> None:
             for _ in range(2 if again else 1):
-                answer = self.post_callback(local, job.body(status), token)
+                answer = self.post_callback(job.body(status), token)
                 job.answers.append((status, answer))
                 with lock:
                     tally[answer] += 1
@@ -480,32 +481,18 @@ class Soak:
             list(pool.map(lambda r: (self.gh.start_run(*r), self.gh.finish_run(*r)), untitled))
         return {"jobs": jobs, "answers": tally, "lost_hooks": len(lost_hooks)}
 
-    def post_callback(self, local: threading.local, body: bytes, token: str) -> str:
+    def post_callback(self, body: bytes, token: str) -> str:
         """One report as the report action sends it: 429, 5xx and dropped connections retried with backoff."""
         headers = {"content-type": "application/json", "authorization": f"Bearer {token}", "user-agent": "crcr-soak"}
-        delay = 0.2
-        for _ in range(12):
-            if getattr(local, "conn", None) is None:
-                local.conn = http.client.HTTPConnection("127.0.0.1", self.relay.port, timeout=30)
-            try:
-                local.conn.request("POST", "/callback", body=body, headers=headers)
-                resp = local.conn.getresponse()
-                raw = resp.read()
-            except (OSError, http.client.HTTPException):
-                local.conn.close()
-                local.conn = None
-                time.sleep(delay)
-                delay = min(delay * 2, 5)
-                continue
-            if resp.status == 429 or resp.status >= 500:
-                time.sleep(float(resp.getheader("retry-after") or delay))
-                delay = min(delay * 2, 5)
-                continue
-            try:
-                return f"{resp.status} {json.loads(raw).get('status') or json.loads(raw).get('error')}"
-            except ValueError:
-                return f"{resp.status} ?"
-        return "gave up"
+        try:
+            resp = self.callbacks_pool.request("POST", f"{self.relay.url}/callback", body=body, headers=headers)
+        except urllib3.exceptions.HTTPError:
+            return "gave up"
+        try:
+            answer = json.loads(resp.data)
+        except ValueError:
+            return f"{resp.status} ?"
+        return f"{resp.status} {answer.get('status') or answer.get('error')}"
 
     def wait_reporter(self, hud: HudDouble, jobs: int) -> None:
         """Until PyTorch's HUD holds a completed row per job (some only the sweeper's question to GitHub completes),
@@ -639,7 +626,7 @@ def runs_report(soak: Soak, jobs: list[Job], hud: HudDouble, lost_hooks: int) ->
 
 
 def per(calls: Counter[str], n: int) -> dict[str, Any]:
-    total, work = sum(calls.values()), sum(v for k, v in calls.items() if k not in POLLING)
+    total, work = sum(calls.values()), sum(v for k, v in calls.items() if not h.is_polling(k))
     return {
         "calls": total, "per_unit": round(total / n, 2) if n else None, "without_polling": work,
         "without_polling_per_unit": round(work / n, 2) if n else None, "by_operation": dict(calls.most_common()),

@@ -14,14 +14,8 @@ from urllib.parse import unquote
 
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
+from crcr.local.aws import atomic_dynamodb, patch_moto
 from crcr.local.front import FrontEnd, Limits, Route
-from crcr.local.stack import (
-    atomic_dynamodb,
-    forget_spent_shard_iterators,
-    item_maps_without_shape_walk,
-    partition_queries,
-    transactions_without_table_copies,
-)
 
 SOAK_AGENT = "crcr-soak"
 COUNTS_PATH = "/_soak/aws-calls"
@@ -145,16 +139,9 @@ def wsgi_route(app: Callable[..., Iterable[bytes]], port: int) -> Route:
 def main() -> None:
     port = int(sys.argv[1])
     fast_clock()
-    partition_queries()
-    item_maps_without_shape_walk()
-    # As `crcr local` runs moto: a transaction keeps only the items it names (moto's own copies every table it names,
-    # items and stream records, per transaction: with one per webhook the soak's moto grew past 20 GB), and a stream
-    # shard iterator is forgotten once the next one is handed out.
-    transactions_without_table_copies()
-    forget_spent_shard_iterators()
-    # Each DynamoDB request whole before the next, as in `crcr local` and as DynamoDB makes a conditional write one
-    # step: otherwise two racing claims of one dispatch could both pass here, and the soak would count a duplicate
-    # that DynamoDB never lets happen.
+    patch_moto()  # as `crcr local` runs moto (crcr.local.aws): its Query, item maps, transactions and stream iterators
+    # Each DynamoDB request whole before the next, as DynamoDB makes a conditional write one step: two racing claims
+    # of one dispatch could otherwise both pass, and the soak would count a duplicate DynamoDB never lets happen.
     app = Counting(atomic_dynamodb(Dispatcher(create_backend_app)))
     # S3 holds webhook bodies up to API Gateway's 10 MB, plus the request's own framing.
     limits = Limits(max_body=64 * 1024 * 1024, body_budget=512 * 1024 * 1024, request_s=120.0, write_s=120.0)

@@ -85,7 +85,7 @@ def record_units(record: dict[str, Any], shape: TableShape) -> dict[str, int]:
 
 
 class StreamUnits:
-    """A table's stream from its start (a crcr.local.stack.StreamReader); `take()`: the write units since the last
+    """A table's stream from its start (a crcr.local.pollers.StreamReader); `take()`: the write units since the last
     take, by kind of row and by where."""
 
     def __init__(self, reader: Any, shape: TableShape, row_of: Any = None) -> None:
@@ -94,7 +94,7 @@ class StreamUnits:
         self._row_of = row_of or _prefix
 
     def _records(self) -> list[dict[str, Any]]:
-        """Unchanged writes too, which the reader's `read_all` leaves out (as Lambda sees none): DynamoDB bills them."""
+        """Unchanged writes too, which the reader's `read` leaves out (as Lambda sees none): DynamoDB bills them."""
         out: list[dict[str, Any]] = []
         for sid in self._reader.shards():
             while page := self._reader._next(sid, 1000):

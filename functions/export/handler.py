@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from crcr.adapters.observability import logger, metrics
-from crcr.app.exports import INCREMENTAL, ExportDeps, run_export
+from crcr.app.scheduled_export import INCREMENTAL, ExportDeps, run_export
 from crcr.composition import build_export_deps, kept, load_settings
 
 _deps: ExportDeps | None = None

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from crcr.app.checks import CheckDeps, HeadAsk
     from crcr.app.disable_authors import DisableAuthors
     from crcr.app.dispatch import BuildkiteDeps, DispatchDeps
-    from crcr.app.exports import ExportDeps
     from crcr.app.health import HealthDeps
     from crcr.app.ingest import IngestDeps
     from crcr.app.levels import LevelDeps
@@ -43,6 +42,7 @@ if TYPE_CHECKING:
     from crcr.app.report import ReportDeps
     from crcr.app.rerun import RerunDeps
     from crcr.app.runs import RunsDeps
+    from crcr.app.scheduled_export import ExportDeps
     from crcr.app.summaries import SummaryDeps
     from crcr.app.sweep import BuildkiteRecord, SweepDeps
     from crcr.app.verdicts import VerdictDeps
@@ -1083,8 +1083,8 @@ def build_jwks(settings: Settings) -> Ed25519Tickets:
 def build_export_deps(settings: Settings) -> ExportDeps:
     """The results table's scheduled export: DynamoDB's exports into the exports bucket, the last one's end kept in
     the state table."""
-    from crcr.adapters.exports import DynamoExportMarks, DynamoTableExports  # noqa: PLC0415
-    from crcr.app.exports import ExportDeps  # noqa: PLC0415
+    from crcr.adapters.scheduled_export import DynamoExportMarks, DynamoTableExports  # noqa: PLC0415
+    from crcr.app.scheduled_export import ExportDeps  # noqa: PLC0415
 
     settings.require("results_table", "state_table", "exports_bucket")
     ddb = aws_client("dynamodb")

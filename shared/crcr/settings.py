@@ -96,11 +96,18 @@ class Settings(BaseModel):
     run_report_settle_s: int = Field(default=30, ge=0, le=900)
     runs_queue_url: str | None = None
     run_timeout_s: int = 43200
-    sweep_interval_s: int = 60
-    # The missed-webhook reconciler's local period (a schedule in AWS), and how far back its first run looks.
-    reconcile_interval_s: int = 300
-    reconcile_lookback_s: int = 3600
-    level_interval_s: int = 3600  # the level check's local period (hourly in AWS)
+    # `crcr local` runs the scheduled functions at these periods (EventBridge schedules in AWS, template.yaml): the
+    # sweeper (and any scheduled function not named here), the missed-webhook reconciler, the level check and the
+    # results table's export.
+    sweep_interval_s: float = Field(default=60.0, gt=0)
+    reconcile_interval_s: float = Field(default=300.0, gt=0)
+    level_interval_s: float = Field(default=3600.0, gt=0)
+    export_interval_s: float = Field(default=3 * 3600.0, gt=0)
+    reconcile_lookback_s: int = 3600  # how far back the reconciler's first run looks
+    # `crcr local` only: its queues' visibility timeout instead of the template's (a crash test's redelivery in
+    # seconds), and repositories its sandbox GitHub has the App installed on besides the upstream and the allowlist's.
+    local_visibility_timeout_s: int | None = Field(default=None, ge=0)
+    sandbox_installed: str = ""
     github_app_slug: str = "crcr"  # PR comment commands are addressed to @<slug>
     # After a dispatch whose outcome is unknown: how long GitHub gets to create its run before the next attempt
     # looks for it (by the dispatch id in its run-name) instead of sending again.
@@ -126,7 +133,7 @@ class Settings(BaseModel):
     checks_queue_url: str | None = None
     checks_dlq_url: str | None = None
     hud_bucket: str | None = None  # the HUD pages' documents (written by the reporter, served under /hud/)
-    exports_bucket: str | None = None  # the results table's scheduled exports (crcr.app.exports)
+    exports_bucket: str | None = None  # the results table's scheduled exports (crcr.app.scheduled_export)
     # A repository's check run completes once all its jobs finished and nothing changed for this long
     # (jobs of a workflow can run one after another; the next one reports only when it starts).
     check_settle_s: int = 60

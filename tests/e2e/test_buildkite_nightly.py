@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from crcr.adapters.results import DynamoResults
-from crcr.ops.export import select_rows
+from crcr.ops.torchci_rows import select_rows
 from tests.conftest import HUD_TOKEN, Relay, http
 from tests.doubles.buildkite_double import BuildkiteDouble
 from tests.doubles.buildkite_oidc import BuildkiteOidc

@@ -19,7 +19,7 @@ from crcr.app.hud import COLUMNS
 from crcr.app.ports.jobs import JobRecord
 from crcr.local.stack import free_port
 from crcr.local.template import load_template
-from crcr.ops.export import FORMATS
+from crcr.ops.torchci_rows import FORMATS
 from tests.conftest import ROOT, http
 from tests.export.jobs import recorded_jobs
 

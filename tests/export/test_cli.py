@@ -14,7 +14,7 @@ import pytest
 
 from crcr.app.hud import COLUMNS
 from crcr.local.stack import OPERATOR_CRCR_KEYS, OPERATOR_ENV_KEYS, free_port
-from crcr.ops.export import last_change, select_rows, write
+from crcr.ops.torchci_rows import last_change, select_rows, write
 from tests.export.conftest import BUCKET, RESULTS_TABLE, Aws
 from tests.export.jobs import recorded_jobs
 from tests.export.test_from_export import moto_export, table_rows

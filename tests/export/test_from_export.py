@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from crcr.adapters.exports import DynamoExportMarks, DynamoTableExports
 from crcr.adapters.results import DynamoResults
-from crcr.adapters.table_export import ExportUnreadable, export_jobs
-from crcr.app.exports import ExportDeps
+from crcr.adapters.scheduled_export import DynamoExportMarks, DynamoTableExports
+from crcr.app.scheduled_export import ExportDeps
 from crcr.local.stack import Context
 from crcr.local.template import load_template
-from crcr.ops.export import select_rows, write
+from crcr.ops.export_files import ExportUnreadable, export_jobs
+from crcr.ops.torchci_rows import select_rows, write
 from tests.conftest import ROOT
 from tests.export.conftest import BUCKET, RESULTS_TABLE, Aws, ClickHouse, create_results_table
 from tests.export.jobs import recorded_jobs

@@ -9,7 +9,7 @@ from pathlib import Path
 from crcr.app.hud import envelope
 from crcr.app.ports.jobs import JobRecord
 from crcr.local.torchci import TorchciHud
-from crcr.ops.export import select_rows, write
+from crcr.ops.torchci_rows import select_rows, write
 from tests.export.conftest import ClickHouse
 from tests.export.test_formats import as_stored, by_key
 

@@ -11,9 +11,20 @@ from typing import Any
 import boto3
 from moto.server import ThreadedMotoServer
 
-from crcr.local.stack import free_port, table_spec
+from crcr.local.pollers import StreamReader
+from crcr.local.resources import table_spec
+from crcr.local.stack import free_port
 from crcr.local.template import StreamSource, functions_of, load_template, resources_of
 from tests.conftest import ROOT, http
+
+
+def read_all(reader: StreamReader) -> list[dict[str, Any]]:
+    """Every record written since the last read, shard by shard, as the pollers see them (unchanged writes left out)."""
+    records: list[dict[str, Any]] = []
+    for shard in reader.shards():
+        while page := reader.read(shard, 1000):
+            records += page
+    return records
 
 
 @contextlib.contextmanager

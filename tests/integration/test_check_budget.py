@@ -31,11 +31,12 @@ from crcr.domain.levels import Level
 from crcr.domain.pacing import parse_rates
 from crcr.domain.ticket import TicketClaims
 from crcr.local.filters import passes
-from crcr.local.stack import Context, StreamReader
+from crcr.local.pollers import StreamReader
+from crcr.local.stack import Context
 from crcr.local.template import StreamSource
 from tests.conftest import APP_ID
 from tests.doubles.github_double import GitHubDouble
-from tests.integration.aws import checks_handler, checks_stream_source, dynamodb_and_streams
+from tests.integration.aws import checks_handler, checks_stream_source, dynamodb_and_streams, read_all
 from tests.unit.fakes import FakeClock, RecordingMetrics, StaticAllowlist, door
 
 UPSTREAM, REPO = "pytorch/pytorch", "org-four/L4-Repo"
@@ -85,7 +86,7 @@ class Checks:
 
     def take_stream(self, reader: StreamReader, source: StreamSource) -> int:
         """The state table's new stream records that pass the template's filter, handed over as Lambda does."""
-        records = [r for r in reader.read_all() if passes(source.filters, r)]
+        records = [r for r in read_all(reader) if passes(source.filters, r)]
         if records:
             result = self.handler({"Records": records}, Context("ChecksFunction", 60), deps=self.deps)
             assert result == {"batchItemFailures": []}
@@ -161,7 +162,7 @@ def world(aws: tuple[Any, Any], app_key: rsa.RSAPrivateKey, app_key_pem: str) ->
     ddb, streams = aws
     [stream] = streams.list_streams(TableName="state")["Streams"]
     reader = StreamReader(streams, stream["StreamArn"])
-    reader.read_all()  # what earlier tests of the module wrote
+    read_all(reader)  # what earlier tests of the module wrote
     clock = FakeClock(1_800_000_000.0)
     public = app_key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo

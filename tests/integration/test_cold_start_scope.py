@@ -19,7 +19,7 @@ from tests.conftest import ROOT
 # One class per aggregate of the two tables (shared/crcr/adapters), each in its module.
 DATA_ACCESS = {
     "deliveries", "redeliveries", "ledger", "pulls", "branch", "check_runs", "pr_comment", "reruns", "pacer",
-    "results", "hud_keys", "rate_limits", "refusals", "levels", "runs", "regressions", "shadow", "exports",
+    "results", "hud_keys", "rate_limits", "refusals", "levels", "runs", "regressions", "shadow", "scheduled_export",
 }  # fmt: skip
 
 # function -> (its builder in crcr.composition, the data access it needs)
@@ -53,7 +53,7 @@ EXPECTED = {
     "levels": ("build_level_deps", {"results", "levels", "shadow"}),
     "jwks": ("build_jwks", set()),
     # The results table's scheduled export: DynamoDB's exports, and where the last one ended.
-    "export": ("build_export_deps", {"exports"}),
+    "export": ("build_export_deps", {"scheduled_export"}),
     # The PR and repository pages are composed when read: the repository's newest rows come from the results table.
     # A shadow relay's decisions are read for GET /hud/api/crcr/shadow.
     "hud": ("build_hud_pages", {"results", "shadow"}),

@@ -19,9 +19,10 @@ from crcr.contracts.messages import CheckSyncMessage, DispatchMessage
 from crcr.domain.levels import Level
 from crcr.domain.ticket import TicketClaims
 from crcr.local.filters import passes
-from crcr.local.stack import Context, StreamReader
+from crcr.local.pollers import StreamReader
+from crcr.local.stack import Context
 from crcr.ops.dlq import redrive
-from tests.integration.aws import checks_handler, checks_stream_source, dynamodb_and_streams, moto_server
+from tests.integration.aws import checks_handler, checks_stream_source, dynamodb_and_streams, moto_server, read_all
 from tests.unit.fakes import FakeChecksQueue, RecordingMetrics
 from tests.unit.test_checks import _deps, _job
 
@@ -79,7 +80,7 @@ def test_only_an_l3_or_l4_dispatch_marked_sent_reaches_the_check_run_writer_and_
     )
     DynamoPacer(ddb, TABLE).acquire(42, 1000.0)  # another kind of row on the same table
 
-    records = reader.read_all()
+    records = read_all(reader)
     passed = [r for r in records if passes(source.filters, r)]
     rows = [dispatched_row(r) for r in passed]
     assert [(row.delivery_id, row.repo, row.level, row.head_sha, row.upstream) for row in rows if row] == [

@@ -11,13 +11,10 @@ import pytest
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.dynamodbstreams.models import dynamodbstreams_backends
 
-from crcr.local.stack import (
-    ParallelStream,
-    StreamReader,
-    forget_spent_shard_iterators,
-    transactions_without_table_copies,
-)
+from crcr.local.aws import forget_spent_shard_iterators, transactions_without_table_copies
+from crcr.local.pollers import ParallelStream, StreamReader
 from crcr.local.template import FunctionDecl, StreamSource
+from tests.integration.aws import read_all
 
 
 def test_polling_a_stream_keeps_one_shard_iterator_not_one_per_poll(ddb: tuple[Any, Any]) -> None:
@@ -38,18 +35,18 @@ def test_polling_a_stream_keeps_one_shard_iterator_not_one_per_poll(ddb: tuple[A
     for poll in range(200):  # a poller's life: mostly empty polls, a write now and then
         if poll % 20 == 0:
             client.put_item(TableName="polled", Item={"pk": {"S": f"item-{poll}"}})
-        seen += [r["dynamodb"]["Keys"]["pk"]["S"] for r in reader.read_all()]
+        seen += [r["dynamodb"]["Keys"]["pk"]["S"] for r in read_all(reader)]
     assert seen == [f"item-{poll}" for poll in range(0, 200, 20)]  # every record, once, in order
     assert len(kept) - before <= 1  # the shard's current iterator, not 200 of them
 
 
 class Lambda:
-    """What ParallelStream needs of the stack: the stream, the stop flag, and the function (recording its batches;
-    a batch holding `hold_key` waits for `release`)."""
+    """What ParallelStream needs of the stack (crcr.local.pollers.Host): the stream, the stop flag, and the function
+    (recording its batches; a batch holding `hold_key` waits for `release`)."""
 
     def __init__(self, streams: Any, arn: str, hold_key: str) -> None:
         self.streams, self.stream_arns = streams, {"Jobs": arn}
-        self._stop = threading.Event()
+        self.stopping = threading.Event()
         self.batches: list[list[str]] = []
         self.release, self.hold_key = threading.Event(), hold_key
         self.lock = threading.Lock()
@@ -64,9 +61,6 @@ class Lambda:
         if any(k.startswith(self.hold_key) for k in keys):
             self.release.wait(10)
         return {"batchItemFailures": []}
-
-    def stream_failed(self, *args: Any) -> None:
-        raise AssertionError("nothing fails here")
 
 
 def test_a_partition_with_hundreds_of_records_holds_one_batch_at_a_time_never_the_others_turn(
@@ -103,7 +97,7 @@ def test_a_partition_with_hundreds_of_records_holds_one_batch_at_a_time_never_th
     fake.release.set()
     while time.monotonic() < deadline + 20 and sum(len(b) for b in fake.batches) < 301:
         time.sleep(0.01)
-    fake._stop.set()
+    fake.stopping.set()
     poller.join(15)
     flood = [key for batch in fake.batches for key in batch if key.startswith("DSP#flood")]
     assert flood == [f"DSP#flood/JOB#{i:03d}" for i in range(300)]  # every record once, in order
@@ -149,11 +143,11 @@ def test_a_cancelled_transaction_puts_its_items_back_and_the_stream_goes_on(ddb:
         )
 
     claim("x", "D")
-    assert sorted(r["dynamodb"]["Keys"]["pk"]["S"] for r in reader.read_all()) == ["BODY#x", "DLV#D"]
+    assert sorted(r["dynamodb"]["Keys"]["pk"]["S"] for r in read_all(reader)) == ["BODY#x", "DLV#D"]
     with pytest.raises(client.exceptions.TransactionCanceledException):
         claim("y", "D")  # the body's put passes, the delivery's fails: neither stays
     assert "Item" not in client.get_item(TableName="claims", Key={"pk": {"S": "BODY#y"}, "sk": {"S": "META"}})
-    assert reader.read_all() == []  # nothing of it reached the stream
+    assert read_all(reader) == []  # nothing of it reached the stream
     client.put_item(TableName="claims", Item={"pk": {"S": "later"}, "sk": {"S": "META"}})
     claim("y", "E")
-    assert sorted(r["dynamodb"]["Keys"]["pk"]["S"] for r in reader.read_all()) == ["BODY#y", "DLV#E", "later"]
+    assert sorted(r["dynamodb"]["Keys"]["pk"]["S"] for r in read_all(reader)) == ["BODY#y", "DLV#E", "later"]

@@ -113,8 +113,9 @@ def test_only_the_door_issues_permits() -> None:
 
 def test_no_other_http_client_talks_to_github_buildkite_or_the_hud() -> None:
     """Outside the adapters, only the operator's tools and the embedded stack's sandboxes make HTTP requests (to the
-    relay itself, or playing GitHub and Buildkite), none of them on the relay's behalf."""
-    allowed = {"ops/replay.py", "ops/send.py", "ops/onboard.py", "local/stack.py", "local/sandbox.py",
+    relay itself, through the one webhook sender, or playing GitHub and Buildkite), none of them on the relay's
+    behalf."""
+    allowed = {"local/webhook_sender.py", "ops/onboard.py", "local/stack.py", "local/sandbox.py",
                "local/sandbox_buildkite.py"}  # fmt: skip
     for path in sorted(PACKAGE.rglob("*.py")):
         where = str(path.relative_to(PACKAGE))

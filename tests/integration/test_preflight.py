@@ -81,6 +81,31 @@ def test_every_problem_is_its_own_line_naming_its_variable(tmp_path: Path) -> No
     ]
 
 
+def test_crcr_locals_schedules_and_queue_timeout_are_settings_checked_before_ready(tmp_path: Path) -> None:
+    """The schedule periods and the visibility timeout are read once, in Settings: a period of zero would run a
+    function without a pause, and a word is no number of seconds; each is refused naming its variable."""
+    (tmp_path / "a.yaml").write_text(GOOD)
+    done = local(
+        {
+            "CRCR_ALLOWLIST": str(tmp_path / "a.yaml"),
+            "CRCR_SWEEP_INTERVAL_S": "0",
+            "CRCR_EXPORT_INTERVAL_S": "-1",
+            "CRCR_LEVEL_INTERVAL_S": "0.5",  # a fraction of a second is a period
+            "CRCR_LOCAL_VISIBILITY_TIMEOUT_S": "soon",
+        },
+        "--port",
+        "0",
+    )
+
+    assert done.returncode == 2 and done.stdout == ""
+    assert sorted(done.stderr.splitlines()) == [
+        "crcr local: CRCR_EXPORT_INTERVAL_S: Input should be greater than 0 (got '-1')",
+        "crcr local: CRCR_LOCAL_VISIBILITY_TIMEOUT_S: Input should be a valid integer, unable to parse string as an "
+        "integer (got 'soon')",
+        "crcr local: CRCR_SWEEP_INTERVAL_S: Input should be greater than 0 (got '0')",
+    ]
+
+
 def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(GOOD)
     with socket.socket() as taken:

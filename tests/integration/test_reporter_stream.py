@@ -1,4 +1,4 @@
-"""The results table's stream as `crcr local` (and the reporter bench) read it: crcr.local.stack.StreamReader over
+"""The results table's stream as `crcr local` (and the reporter bench) read it: crcr.local.pollers.StreamReader over
 moto server, with the table made from template.yaml's ResultsTable."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from crcr.adapters.results import DynamoResults
 from crcr.adapters.stream import images
 from crcr.adapters.table import job_key
 from crcr.app.ports.jobs import JobRecord
-from crcr.local.stack import StreamReader
-from tests.integration.aws import create_tables, moto_server
+from crcr.local.pollers import StreamReader
+from tests.integration.aws import create_tables, moto_server, read_all
 
 TABLE = "results"
 
@@ -46,7 +46,7 @@ def test_the_reporters_verdict_write_back_comes_back_as_the_next_image_and_a_rew
     ddb, reader, results = aws["dynamodb"], aws["reader"], DynamoResults(aws["dynamodb"], TABLE)
     job = failed_job()
     ddb.put_item(TableName=TABLE, Item=to_item(job))  # the callback function records the failure
-    [recorded] = reader.read_all()
+    [recorded] = read_all(reader)
     assert recorded["eventName"] == "INSERT" and recorded["eventSourceARN"] == aws["arn"]
     assert images(recorded) == (None, job)
 
@@ -60,22 +60,22 @@ def test_the_reporters_verdict_write_back_comes_back_as_the_next_image_and_a_rew
         UpdateExpression="SET verdict = :v",
         ExpressionAttributeValues={":v": {"S": "no baseline"}},
     )
-    [judged] = reader.read_all()  # one record, as DynamoDB writes none for a write that changes nothing
+    [judged] = read_all(reader)  # one record, as DynamoDB writes none for a write that changes nothing
     old, new = images(judged)
     assert judged["eventName"] == "MODIFY" and old == job
     assert new is not None and new.verdict == "no baseline" and new.version == job.version
 
     assert results.set_verdict(job, "flaky")  # a passing re-run turns it flaky: a change again
-    [flaky] = reader.read_all()
+    [flaky] = read_all(reader)
     assert [image.verdict if image else None for image in images(flaky)] == ["no baseline", "flaky"]
     assert not results.set_verdict(failed_job(version=1), "infra")  # never on an older state
-    assert reader.read_all() == []
+    assert read_all(reader) == []
     [item] = ddb.scan(TableName=TABLE)["Items"]
     assert from_item(item).verdict == "flaky"
 
     # A verdict that compared a baseline names its commit, which comes with the image; one that compared none drops it.
     assert results.set_verdict(job, "new", "b" * 40)
-    [compared] = reader.read_all()
+    [compared] = read_all(reader)
     assert [(i.verdict, i.verdict_baseline) if i else None for i in images(compared)] == [
         ("flaky", None),
         ("new", "b" * 40),

@@ -17,7 +17,7 @@ from crcr.app.plan import PlannerDeps, plan_event
 from crcr.app.summaries import SummaryDeps
 from crcr.domain.errors import AllowlistError
 from crcr.domain.shadow import LiveRow, ShadowDecision, compare
-from crcr.ops.shadow import read_rows, render
+from crcr.ops.shadow import CompareError, read_rows, render
 from tests.unit.fakes import (
     FakeBlobs,
     FakeChecksQueue,
@@ -178,6 +178,22 @@ def test_the_rows_are_read_from_an_export_of_pytorchs_hud_table_or_of_crcr_workf
     )
     want = [LiveRow("d-1", "o/r", "77", "pull_request", 5)]
     assert all(read_rows(tmp_path / name) == want for name in ("hud.json.gz", "rows.jsonl", "rows.csv"))
+
+
+def test_an_incremental_export_of_the_hud_table_is_read_by_the_same_reader_as_the_results_tables(
+    tmp_path: Path,
+) -> None:
+    """One reader of DynamoDB export lines (crcr.ops.export_files): an incremental export's `NewImage` line gives the
+    row as a full export's `Item` does, and a bad value in it is named as `NewImage.<field>`."""
+    image = {"downstream_repo": {"S": "o/r"}, "delivery_id": {"S": "d-1"}, "run_id": {"N": "77"}}
+    line = {"Metadata": {"WriteTimestampMicros": {"N": "1765000000000000"}}, "Keys": {"dynamoKey": {"S": "k"}},
+            "NewImage": image}  # fmt: skip
+    (tmp_path / "incremental.json.gz").write_bytes(gzip.compress(json.dumps(line).encode() + b"\n"))
+    assert read_rows(tmp_path / "incremental.json.gz") == [LiveRow("d-1", "o/r", "77")]
+    bad = line | {"NewImage": image | {"delivery_id": {"X": "1"}}}
+    (tmp_path / "bad.json").write_text(json.dumps(bad) + "\n")
+    with pytest.raises(CompareError, match=r"line 1: NewImage\.delivery_id is not a DynamoDB JSON value"):
+        read_rows(tmp_path / "bad.json")
 
 
 def test_nothing_of_a_row_or_a_decision_reaches_the_terminal_as_a_control_sequence() -> None:

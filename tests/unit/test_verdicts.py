@@ -11,7 +11,7 @@ import pytest
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.pulls import PrInfo
 from crcr.app.report import ReportDeps, judge
-from crcr.app.verdicts import Judgement, VerdictDeps, baseline, judgement, verdict_of
+from crcr.app.verdicts import Judgement, VerdictDeps, baseline, judgement
 from crcr.domain.regressions import Tracked
 from crcr.domain.verdicts import Attempt, classify
 from tests.unit.fakes import FakeClock, FakeRegressions, RecordingMetrics, door
@@ -111,7 +111,7 @@ def test_a_failure_is_judged_against_the_latest_result_at_or_before_the_base(
 ) -> None:
     failed = record()
     world.rows = [*history, failed]
-    assert verdict_of(failed, world.deps()) == expected
+    assert judgement(failed, world.deps()).verdict == expected
 
 
 def test_a_verdict_names_the_commit_of_the_result_it_compared(world: World) -> None:
@@ -133,17 +133,17 @@ def test_a_base_the_relay_never_saw_pushed_has_no_baseline(world: World) -> None
 def test_infra_failures_and_timeouts_are_infra_and_retries_decide(world: World) -> None:
     infra = record(kind="infra")
     world.rows = [on_branch(BASE, "success", "p1"), infra]
-    assert verdict_of(infra, world.deps()) == "infra"
+    assert judgement(infra, world.deps()).verdict == "infra"
     swept = record("timed_out")
-    assert verdict_of(swept, world.deps()) == "infra"
+    assert judgement(swept, world.deps()).verdict == "infra"
     # The retry passes: the job was flaky.
     passed = record("completed", "success", attempt=2)
     world.rows.append(passed)
-    assert verdict_of(passed, world.deps()) == "flaky"
+    assert judgement(passed, world.deps()).verdict == "flaky"
     # A retry that fails for real is judged against the baseline.
     failed_again = record("completed", "failure", attempt=2)
     world.rows[-1] = failed_again
-    assert verdict_of(failed_again, world.deps()) == "new"
+    assert judgement(failed_again, world.deps()).verdict == "new"
 
 
 def test_classify_needs_a_finished_latest_attempt() -> None:
@@ -181,11 +181,11 @@ def test_judging_a_job_reads_its_own_attempts_and_nothing_else(world: World) -> 
     others = [record("completed", "failure", job=f"shard-{i}") for i in range(300)]
     first, second = record("completed", "failure"), record("completed", "success", attempt=2)
     world.rows = [on_branch(BASE, "success", "p1"), *others, first, second]
-    assert verdict_of(second, world.deps()) == "flaky"
+    assert judgement(second, world.deps()).verdict == "flaky"
     assert world.reads == [("dsp-pr", "900", "test")]
     world.reads.clear()
     # The first attempt's image, judged again once the retry passed, stays flaky: it sees its run's later attempts.
-    assert verdict_of(first, world.deps()) == "flaky"
+    assert judgement(first, world.deps()).verdict == "flaky"
     assert world.reads == [("dsp-pr", "900", "test")]
 
 
@@ -211,6 +211,6 @@ def test_a_failure_the_branchs_open_regression_explains_is_broken_trunk(
     other_job = replace(tracked, job_name="build")
     regressions.save_job_regressions("pytorch/pytorch", "org/backend", "CI", "build", [other_job], 0)
     deps = replace(world.deps(), regressions=regressions)
-    assert verdict_of(failed, deps) == expected
-    assert verdict_of(record(job="lint"), deps) != "broken trunk"  # another job's regression says nothing of it
-    assert verdict_of(record(kind="infra"), deps) == "infra"  # infra and flaky say more than the branch
+    assert judgement(failed, deps).verdict == expected
+    assert judgement(record(job="lint"), deps).verdict != "broken trunk"  # another job's regression says nothing of it
+    assert judgement(record(kind="infra"), deps).verdict == "infra"  # infra and flaky say more than the branch

@@ -143,7 +143,6 @@ def _job(item: Any) -> GitHubJob | None:
         started_at=timestamp(item.get("started_at")),
         completed_at=timestamp(item.get("completed_at")),
         url=str(item.get("html_url") or ""),
-        runner=str(item.get("runner_name") or ""),
     )
 
 

@@ -81,7 +81,6 @@ class OidcVerifier:
         self._fetched_at = float("-inf")
         self._unknown_kid_fetch_at = float("-inf")  # only these refetches are rate-limited
         self._jwks_uri: str | None = None
-        self.fetches = 0
 
     def _get_json(self, url: str) -> Any:
         try:
@@ -96,7 +95,6 @@ class OidcVerifier:
             raise Unavailable("OIDC issuer sent a document that is not JSON", retry_after_s=5) from exc
 
     def _refresh(self) -> None:
-        self.fetches += 1
         self._fetched_at = self._clock()
         if self._jwks_uri is None:
             discovery = self._get_json(f"{self.issuer}/.well-known/openid-configuration")

@@ -138,7 +138,6 @@ class Ed25519Tickets:
         self._on_error = on_error
         self._lock = threading.Lock()
         self._unknown_kid_fetch_at = float("-inf")
-        self.fetches = 0  # forced reads of the source, for an unknown kid
         self._bad_pems: tuple[str, str | None] | None = None
         self._quiet_until = float("-inf")  # after a failed read, the last good keys are used until then
         # The first keys must be good: a function whose keys do not load fails its cold start, naming them.
@@ -191,7 +190,6 @@ class Ed25519Tickets:
             if now - self._unknown_kid_fetch_at < self._refetch_interval_s:
                 raise Unavailable("ticket signed with a key not seen yet; retry shortly", retry_after_s=2)
             self._unknown_kid_fetch_at = now
-            self.fetches += 1
             key = self._load(True).verifying.get(kid)
         if key is None:
             raise Unauthorized("the ticket was not signed by this relay (unknown key id)", field="ticket")

@@ -25,10 +25,6 @@ class HealthDeps:
     history: LevelHistory | None = None  # which downstreams a repeated dispatch could run twice
 
 
-class NotListed(LookupError):
-    """The repository is not in the allowlist: it has no level to judge."""
-
-
 def sample(job: JobRecord) -> Sample:
     return Sample(
         dispatch_id=job.dispatch_id,
@@ -57,14 +53,6 @@ def health_report(deps: HealthDeps, window_days: int | None = None, min_jobs: in
         state = "buildkite" if entry.settings.buildkite is not None else dedupe.get(entry.key, ("unknown", 0.0))[0]
         found.append(health.model_copy(update={"dispatch_dedupe": state}))
     return found
-
-
-def health_of(deps: HealthDeps, repo: str, window_days: int | None = None, min_jobs: int | None = None) -> RepoHealth:
-    """One repository; raises NotListed when the allowlist does not name it."""
-    entry = deps.allowlist.current().get(repo)
-    if entry is None:
-        raise NotListed(f"{repo} is not in the allowlist")
-    return _assess(deps, entry, deps.clock.now(), window_days, min_jobs)
 
 
 def _assess(deps: HealthDeps, entry: Entry, now: float, window_days: int | None, min_jobs: int | None) -> RepoHealth:

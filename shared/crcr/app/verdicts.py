@@ -173,11 +173,6 @@ def broken_trunk(job: JobRecord, deps: VerdictDeps) -> bool:
     return any(covers(t, times, pr.base_sha) for t in kept)
 
 
-def verdict_of(job: JobRecord, deps: VerdictDeps) -> str | None:
-    """The verdict of the job as this change leaves it; None when none of its attempts failed."""
-    return judgement(job, deps).verdict
-
-
 def flaky_predecessors(job: JobRecord, deps: VerdictDeps) -> list[JobRecord]:
     """A passing attempt turns the failed earlier attempts of its run into `flaky` ones (their rows are
     updated, so the HUD and the pages say so too)."""

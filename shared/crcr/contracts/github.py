@@ -255,7 +255,6 @@ class WorkflowRunRef(_In):
     conclusion: ShortText | None = None
     run_attempt: Annotated[int, Field(ge=1, le=1_000)] = 1
     html_url: Annotated[str, Field(max_length=2_048)] = ""
-    created_at: ShortText | None = None
 
 
 class WorkflowRunEvent(_In):

@@ -30,8 +30,9 @@ from crcr.domain.runs import NOT_STARTED
 from crcr.domain.text import NAME_FORBIDDEN
 from crcr.domain.verdicts import BROKEN_TRUNK, FLAKY, INFRA, KNOWN, NEW, NO_BASELINE, PRE_EXISTING, Attempt
 
-MAX_BODY = 65_536  # GitHub's limit on an issue comment's body
-BODY_BUDGET = 65_000  # what the relay writes at most, counted in UTF-16 code units (GitHub's count or more)
+# What the relay writes at most, counted in UTF-16 code units (GitHub's count or more), under GitHub's limit on an issue
+# comment's body (65,536).
+BODY_BUDGET = 65_000
 HISTORY_KEPT = 5
 EARLIER = "…"  # the history entry standing for older ones dropped
 SCHEDULED = "scheduled"  # delivery id of scheduled runs: they report on a commit, not on a PR
@@ -353,7 +354,6 @@ class Rendered:
     history: tuple[str, ...]
     status: str  # failing, passing or waiting
     worth_creating: bool  # a failure to tell about (or a job that failed, then passed): never only green
-    newly_mentioned: tuple[str, ...] = ()
 
 
 _VERDICT_WORDS = {
@@ -550,7 +550,6 @@ def render(
     )
     mentioned = set(posted.mentioned)
     live: set[str] = set()
-    new_mentions: list[str] = []
     body: list[str] = []
     omitted = 0
     for key in order:
@@ -581,13 +580,12 @@ def render(
         body += section
         mentioned.update(pending)  # only mentions that made it into the body count as made
         live.update(pending, kept)
-        new_mentions += pending
     if omitted:
         body += ["", f"… and {_plural(omitted, 'more job', 'more jobs')} not shown (the comment's size limit)."]
     head.insert(1, state_line(frozenset(mentioned), frozenset(live), history))
     full = "\n".join(head + body + tail)
     worth = status == "failing" or any(not r.failed for r in view.rows)
-    return Rendered(full, frozenset(mentioned), frozenset(live), history, status, worth, tuple(new_mentions))
+    return Rendered(full, frozenset(mentioned), frozenset(live), history, status, worth)
 
 
 def _tells_owners(row: Row) -> bool:

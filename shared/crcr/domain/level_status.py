@@ -31,7 +31,6 @@ class Threshold:
 
 TENURE = Threshold("tenureAtL2Days", "Time at L2", "≥ 1 month", 30, True, False, "days")
 E2E = Threshold("e2eTimeS", "End-to-End Time (P50)", "< 3 h", 3 * 3600, False, True, "duration")
-MAX_EXEC = Threshold("maxExecTimeS", "Max Execution Time", "< 3 h", 3 * 3600, False, False, "duration")
 AVG_QUEUE = Threshold("avgQueueTimeS", "Avg Queue Time", "< 30 min", 30 * 60, False, False, "duration")
 TIMEOUT = Threshold("timeoutRate", "Timeout Rate", "< 1%", 0.01, False, True, "percent")
 PASS = Threshold("passRate", "Job Pass Rate", "≥ 90%", 0.9, True, True, "percent")

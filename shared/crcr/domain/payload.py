@@ -125,8 +125,8 @@ def fit_payload(payload: dict[str, Any], budget: int) -> tuple[dict[str, Any], b
     return out, True
 
 
-# GitHub's limits on a workflow_dispatch's inputs: 25 of them, 65,535 characters in all (as their JSON).
-MAX_INPUTS = 25
+# GitHub's limits on a workflow_dispatch's inputs: 25 of them (a client_payload has at most 10 keys), 65,535 characters
+# in all (as their JSON).
 MAX_INPUTS_CHARS = 65_535
 
 

@@ -13,13 +13,8 @@ _DISPATCH_ID = re.compile(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")
 RELAY_EVENTS = frozenset({"repository_dispatch", "workflow_dispatch"})
 # GitHub's run actions, in the order a run attempt goes through them.
 RUN_ACTIONS = ("requested", "in_progress", "completed")
-# Job conclusions GitHub gives (the jobs listing); null while the job runs.
-JOB_CONCLUSIONS = frozenset(
-    {"success", "failure", "cancelled", "skipped", "neutral", "timed_out", "action_required", "stale"}
-)
 # Who a job record's state comes from (JobRecord.source): "" the downstream's reports alone.
 GITHUB = "github"  # GitHub's record of the run (its jobs listing) alone
-GITHUB_AND_REPORT = "github+report"  # both: GitHub's conclusion and times stand, the report's words are kept
 BUILDKITE = "buildkite"  # Buildkite's record of the build (one read of it, by the sweeper) alone
 # Jobs whose name starts so are report steps (examples/workflows/downstream.yml): GitHub lists them among the run's
 # jobs, and the relay never records them as jobs of the downstream.

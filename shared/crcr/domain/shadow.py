@@ -66,7 +66,6 @@ class LiveRow:
 
 
 # Why the two relays differ on one downstream of one event, as the comparison names it.
-HELD_OR_SKIPPED = "shadow did not dispatch"  # followed by the shadow decision's reason
 NOT_SEEN = "not_seen_by_shadow"  # the shadow relay has no decision for the event (it was not running, or never got it)
 LOST = "no_rows_in_service"  # shadow would dispatch; the relay in service has no row (lost, or never reported)
 DUPLICATED = "dispatched_twice_in_service"  # the relay in service started more than one run for the delivery

@@ -26,7 +26,6 @@ FLAKY = "flaky"
 NO_BASELINE = "no baseline"
 BROKEN_TRUNK = "broken trunk"
 KNOWN = "known"
-VERDICTS = (NEW, PRE_EXISTING, INFRA, FLAKY, NO_BASELINE, BROKEN_TRUNK, KNOWN)
 # What a regression open at the PR's base turns into `broken trunk`: never infra or flaky, which say more.
 TRUNK_MAY_EXPLAIN = frozenset({NEW, PRE_EXISTING, NO_BASELINE})
 VERDICT_MEANING = {
@@ -38,7 +37,6 @@ VERDICT_MEANING = {
     BROKEN_TRUNK: "the job is broken on the default branch at the base commit (an open regression): not this change",
     KNOWN: "every failing test is one PyTorch has disabled (a DISABLED issue): a failure already known upstream",
 }
-FAILURE_KINDS = ("infra", "build", "test")
 FAILED_CONCLUSIONS = frozenset({"failure", "timed_out"})
 
 

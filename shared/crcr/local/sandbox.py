@@ -15,12 +15,11 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
-
-from crcr.domain.signature import sign
 
 INSTALLATION_DOCS = "https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app"
 
@@ -471,29 +470,41 @@ class SandboxWorkflows:
 REPORT_TRIES = 5
 
 
-def post_webhook(
-    url: str, secret: str, event: str, body: bytes, delivery_id: str, agent: str = "GitHub-Hookshot/crcr-sandbox"
-) -> tuple[int, dict[str, Any]]:
-    """One webhook to the relay at `url`, signed as GitHub signs it."""
-    request = urllib.request.Request(  # noqa: S310 - a local http URL we started ourselves
-        f"{url}/webhook",
-        data=body,
-        method="POST",
-        headers={
-            "content-type": "application/json",
-            "x-github-event": event,
-            "x-github-delivery": delivery_id,
-            "x-hub-signature-256": sign(secret.encode(), body),
-            "user-agent": agent,
-        },
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
-            return resp.status, json.loads(resp.read() or b"{}")
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}")
-    except OSError as exc:
-        return 0, {"error": repr(exc)}
+class SandboxInstalls:
+    """Where the sandbox's App is installed: the upstream, every repository the allowlist names (read again when its
+    file changes, so a repository added while the stack runs is installed at once) and CRCR_SANDBOX_INSTALLED
+    (`owner/repo` or `owner/*`, comma-separated): a repository onboarding would find on GitHub. Elsewhere the
+    sandbox answers as GitHub does where the App is not installed."""
+
+    def __init__(self, upstream: str, allowlist: str | None, option: str) -> None:
+        from crcr.domain.ids import repo_key  # noqa: PLC0415
+
+        self._key = repo_key
+        self._fixed = {repo_key(upstream)} | {repo_key(r.strip()) for r in option.split(",") if r.strip()}
+        self._path = Path(allowlist) if allowlist and not allowlist.startswith(("s3://", "github:")) else None
+        self._mtime: float | None = None
+        self._listed: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, repo: str) -> bool:
+        key = self._key(repo)
+        return key in self._fixed or f"{key.split('/')[0]}/*" in self._fixed or key in self._allowlisted()
+
+    def _allowlisted(self) -> set[str]:
+        from crcr.adapters.allowlist_source import parse_allowlist  # noqa: PLC0415
+        from crcr.domain.errors import AllowlistError  # noqa: PLC0415
+
+        if self._path is None:
+            return set()
+        with self._lock:
+            try:
+                mtime = self._path.stat().st_mtime
+                if mtime != self._mtime:
+                    self._listed = {e.key for e in parse_allowlist(self._path.read_bytes()).entries}
+                    self._mtime = mtime
+            except (OSError, AllowlistError):
+                pass  # the last good list stays, as the relay keeps its last good allowlist
+            return self._listed
 
 
 def _iso(at: float) -> str:

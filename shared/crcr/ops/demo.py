@@ -14,8 +14,9 @@ import time
 import uuid
 from typing import Any
 
-from crcr.local.sandbox import SandboxJob, post_webhook
+from crcr.local.sandbox import SandboxJob
 from crcr.local.stack import LocalStack, project_root
+from crcr.local.webhook_sender import WebhookSender
 
 
 def _wait_for(stack: LocalStack, count: int, timeout_s: float = 60.0) -> list[dict[str, Any]]:
@@ -50,7 +51,7 @@ def run_demo(keep_s: float | None = 0.0) -> int:
         "Starting the local stack (moto server, queues and table from template.yaml, sandbox GitHub and Buildkite)..."
     )
     with LocalStack(port=0, env=env) as stack:
-        secret = stack.secrets["webhook_secret"]
+        webhooks = WebhookSender(stack.url, stack.secrets["webhook_secret"], agent="GitHub-Hookshot/crcr-demo")
         print(f"Relay listening at {stack.url}")
         print(f"HUD pages at {stack.url}/hud/ (live while the demo runs)\n")
         print("1. A PR and a push; every downstream passes. Each job's transitions as they happen:\n")
@@ -63,8 +64,8 @@ def run_demo(keep_s: float | None = 0.0) -> int:
             ("push to main", "push", push_body, push_delivery),
             ("redelivery of the pull_request", "pull_request", pr_body, pr_delivery),
         ):
-            status, reply = post_webhook(stack.url, secret, event, body, delivery)
-            sent.append((label, delivery, status, reply.get("status")))
+            answer = webhooks.post(event, body, delivery)
+            sent.append((label, delivery, answer.status, answer.json().get("status")))
         print(f"{'webhook':34} {'delivery':38} {'HTTP':4}  status")
         for label, delivery, status, outcome in sent:
             print(f"{label:34} {delivery:38} {status:<4}  {outcome}")
@@ -125,7 +126,7 @@ def run_demo(keep_s: float | None = 0.0) -> int:
             and accepted >= len(_jobs(stack))
             and hud_rows == len(_jobs(stack))
         )
-        failures_ok = failing_pr(stack, secret, live)
+        failures_ok = failing_pr(stack, webhooks, live)
         live.stop()
         _hud_pages(stack)
         ok = ok and failures_ok
@@ -181,7 +182,7 @@ def script(repo: str, payload: dict[str, Any]) -> list[tuple[str, list[SandboxJo
     return None
 
 
-def failing_pr(stack: LocalStack, secret: str, live: Transitions) -> bool:
+def failing_pr(stack: LocalStack, webhooks: WebhookSender, live: Transitions) -> bool:
     """Part two: a base commit, then a PR whose downstreams fail; the comment, check runs, a dead letter."""
     from crcr.ops.dlq import list_dead_letters, redrive, target_for  # noqa: PLC0415
     from crcr.ops.send import build  # noqa: PLC0415
@@ -196,13 +197,13 @@ def failing_pr(stack: LocalStack, secret: str, live: Transitions) -> bool:
     )
     live.resume()
     _, _, push = build("push", "pytorch/pytorch", sha=BASELINE)
-    post_webhook(stack.url, secret, "push", json.dumps(push).encode(), str(uuid.uuid4()))
+    webhooks.post("push", json.dumps(push).encode(), str(uuid.uuid4()))
     _until(lambda: _finished(stack, BASELINE) >= 4, 40)
     stack.sandbox.refuse_dispatch[REFUSED] = "Repository access blocked"
     _, _, pr = build("pull_request.opened", "pytorch/pytorch", sha=FAILING_HEAD, pr=FAILING_PR)
     pr["pull_request"]["base"]["sha"] = BASELINE
     pr["pull_request"]["labels"] = [{"name": name} for name in LABELS]
-    post_webhook(stack.url, secret, "pull_request", json.dumps(pr).encode(), str(uuid.uuid4()))
+    webhooks.post("pull_request", json.dumps(pr).encode(), str(uuid.uuid4()))
 
     def comment() -> str:
         found = [c for c in stack.sandbox.comments.values() if c["pr"] == FAILING_PR] if stack.sandbox else []
@@ -454,14 +455,6 @@ def _jobs(stack: LocalStack) -> list[dict[str, Any]]:
             }
         )
     return rows
-
-
-def _level(client_payload: dict[str, Any]) -> str:
-    import base64  # noqa: PLC0415
-
-    claims = client_payload["ticket"].split(".")[1]
-    doc = json.loads(base64.urlsafe_b64decode(claims + "=" * (-len(claims) % 4)))
-    return f"L{doc['level']}"
 
 
 if __name__ == "__main__":

@@ -16,10 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import urllib3
-
-from crcr.domain.signature import sign
 from crcr.domain.text import control_in
+from crcr.local.webhook_sender import Unreachable, WebhookSender
 from crcr.ops.input_file import Caps, json_entries, one_line, size
 
 TIMEOUT_S = 10.0  # GitHub's own delivery timeout
@@ -156,25 +154,19 @@ def replay(deliveries: list[Delivery], url: str, secret: str, rate: float = 0.0)
     """Send each delivery to the relay's webhook in turn, as GitHub sends it; `rate` deliveries a second at most (0:
     one after another). A refusal is reported, never retried: the relay's answer is the result."""
     done = Replayed()
-    pool = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=TIMEOUT_S))
+    sender = WebhookSender(url, secret, agent="GitHub-Hookshot/crcr-replay", timeout_s=TIMEOUT_S, connections=1)
     started = time.monotonic()
     for n, d in enumerate(deliveries):
         if rate > 0:
             time.sleep(max(0.0, started + n / rate - time.monotonic()))
-        headers = {
-            "content-type": "application/json",
-            "user-agent": "GitHub-Hookshot/crcr-replay",
-            "x-github-event": d.event,
-            "x-github-delivery": d.guid,
-            "x-hub-signature-256": sign(secret.encode(), d.body),
-        }
         try:
-            answer = pool.request("POST", f"{url.rstrip('/')}/webhook", body=d.body, headers=headers)
-            status, reason = answer.status, answer.data[:200].decode("utf-8", "replace")
-        except urllib3.exceptions.HTTPError as exc:
-            status, reason = 0, type(exc).__name__
+            answer = sender.post(d.event, d.body, d.guid)
+            status, reason = answer.status, answer.body[:200].decode("utf-8", "replace")
+        except Unreachable as exc:
+            status, reason = 0, str(exc)
         done.sent += 1
         done.answers[status] += 1
         if status not in (200, 202) and len(done.refused) < 20:
             done.refused.append(f"{d.guid}: {status} {reason}".strip())
+    sender.close()
     return done

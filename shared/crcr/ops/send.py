@@ -6,16 +6,15 @@ from __future__ import annotations
 import copy
 import json
 import secrets
-import urllib.error
 import urllib.parse
-import urllib.request
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from crcr.domain.signature import sign
+from crcr.local.webhook_sender import Unreachable, WebhookSender
+from crcr.local.webhook_sender import webhook_url as webhook_route
 from crcr.ops.input_file import FileRefused, loads
 from crcr.ops.onboard import checkout_root
 
@@ -89,7 +88,7 @@ def webhook_url(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise SendFailed(2, f"--url must be the relay's http(s) URL (or its WebhookUrl), got {url!r}")
-    return url if parts.path.rstrip("/").endswith("/webhook") else url.rstrip("/") + "/webhook"
+    return webhook_route(url)
 
 
 def _template(name: str) -> dict[str, Any]:
@@ -199,28 +198,11 @@ def post(
 ) -> tuple[str, int, dict[str, Any]]:
     """POST the body to the relay's webhook as GitHub delivers it: (delivery id, status, parsed answer)."""
     delivery = delivery_id or str(uuid.uuid4())
-    request = urllib.request.Request(  # noqa: S310 - the operator's relay URL, http(s) checked
-        url,
-        data=body,
-        method="POST",
-        headers={
-            "content-type": "application/json",
-            "x-github-event": event,
-            "x-github-delivery": delivery,
-            "x-hub-signature-256": sign(secret.encode(), body),
-            "user-agent": "GitHub-Hookshot/crcr-send",
-        },
-    )
+    sender = WebhookSender(url, secret, agent="GitHub-Hookshot/crcr-send", timeout_s=30.0, connections=1)
     try:
-        with urllib.request.urlopen(request, timeout=30) as resp:  # noqa: S310
-            status, data = resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        status, data = exc.code, exc.read()
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise SendFailed(1, f"cannot reach {url}: {reason} (is crcr local running there?)") from None
-    try:
-        reply = json.loads(data or b"{}")
-    except ValueError:
-        reply = {"message": data[:200].decode("utf-8", "replace")}
-    return delivery, status, reply if isinstance(reply, dict) else {"message": str(reply)}
+        answer = sender.post(event, body, delivery)
+    except Unreachable as exc:
+        raise SendFailed(1, f"cannot reach {url}: {exc} (is crcr local running there?)") from None
+    finally:
+        sender.close()
+    return delivery, answer.status, answer.json()

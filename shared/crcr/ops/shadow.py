@@ -1,6 +1,6 @@
 """Operator tool behind `crcr shadow compare`: what a shadow relay decided against what the relay in service did, as
 the rows PyTorch's HUD keeps for it: `crcr_workflow_job` exported as JSON lines or CSV with names, a JSON array, or
-a DynamoDB export of the HUD's table (`torchci-oot-workflow-job`: `{"Item": …}` lines in DynamoDB JSON, gzipped)."""
+a DynamoDB export of the HUD's table (`torchci-oot-workflow-job`, read by crcr.ops.export_files)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 
 from crcr.domain.shadow import LiveRow
 from crcr.domain.text import control_in
+from crcr.ops.export_files import ExportUnreadable, export_line, plain
 from crcr.ops.input_file import Caps, Opened, chunks, json_entries, lines, one_line, opened
 
 KEEP = "shadow-compare.json"  # the HUD document `--publish` writes, served at GET /hud/api/crcr/shadow/compare
@@ -56,7 +57,7 @@ def _csv_rows(path: Path, file: Opened) -> Iterator[tuple[str, Any]]:
 
 
 def _row(where: str, found: Any) -> LiveRow:
-    doc = _plain(where, found["Item"]) if isinstance(found, dict) and "Item" in found else found
+    doc = _exported(where, found) if isinstance(found, dict) and ("Item" in found or "Keys" in found) else found
     if not isinstance(doc, dict):
         raise CompareError(f"{where}: {NEEDS}")
     delivery, repo = doc.get("delivery_id"), doc.get("downstream_repo") or doc.get("verified_repo")
@@ -101,20 +102,13 @@ def _run_id(where: str, value: Any) -> str:
     return _text(where, "run_id", value)
 
 
-def _plain(where: str, item: Any) -> dict[str, Any]:
-    """The fields read of a DynamoDB JSON item (`{"name": {"S": …}}`), as plain values."""
-    from boto3.dynamodb.types import TypeDeserializer  # noqa: PLC0415 - only for a table export
-
-    if not isinstance(item, dict):
-        raise CompareError(f"{where}: Item must be an object (DynamoDB JSON)")
-    reader, plain = TypeDeserializer(), {}
-    for name in READ:
-        if name in item:
-            try:
-                plain[name] = reader.deserialize(item[name])
-            except (TypeError, ValueError, AttributeError, KeyError, IndexError, ArithmeticError):
-                raise CompareError(f"{where}: Item.{name} is not a DynamoDB JSON value") from None
-    return plain
+def _exported(where: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """The fields read of a line of the HUD table's DynamoDB export (a full or an incremental one), as plain values."""
+    try:
+        line = export_line(doc, where)
+        return plain(line.image or {}, READ, f"{where}: {'Item' if 'Item' in doc else 'NewImage'}")
+    except ExportUnreadable as exc:
+        raise CompareError(str(exc)) from None
 
 
 def render(report: dict[str, Any], as_json: bool) -> str:

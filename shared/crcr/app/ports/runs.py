@@ -22,7 +22,6 @@ class GitHubJob:
     started_at: float | None
     completed_at: float | None
     url: str
-    runner: str = ""
 
 
 @dataclass(frozen=True)

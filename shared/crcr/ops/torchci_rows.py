@@ -1,5 +1,5 @@
-"""Operator tool behind `crcr hud export`: one `crcr_workflow_job` row per job attempt, in a file that
-PyTorch's ClickHouse loads as it is (and DuckDB or Athena read)."""
+"""`crcr hud export`: PyTorch's HUD (torchci) rows, one `crcr_workflow_job` row per job attempt, written to a file
+that PyTorch's ClickHouse loads as it is (and DuckDB or Athena read)."""
 
 from __future__ import annotations
 
@@ -178,7 +178,7 @@ def export_from_env(fmt: str, out: str | None, since: str | None, from_export: s
     if fmt == "parquet":
         require_pyarrow()  # before reading anything
     if from_export:
-        from crcr.adapters.table_export import ExportUnreadable, export_jobs, parse_s3_url  # noqa: PLC0415
+        from crcr.ops.export_files import ExportUnreadable, export_jobs, parse_s3_url  # noqa: PLC0415
 
         source = f"export {from_export}"
         try:

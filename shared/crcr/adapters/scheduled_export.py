@@ -1,5 +1,5 @@
-"""DynamoDB's exports of the results table to the exports bucket (TableExports), and where the last one ended, in the
-state table (`EXPORT#<table>`, `LAST`; ExportMarks)."""
+"""The scheduled export's ports on DynamoDB: exports of the results table started into the exports bucket
+(TableExports), and the export marks, where the last one ended (state table `EXPORT#<table>`, `LAST`; ExportMarks)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""The results table's scheduled export (crcr.app.exports): the first run exports in full, each later one what
+"""The results table's scheduled export (crcr.app.scheduled_export): the first run exports in full, each later one what
 changed since the last ended, never a window DynamoDB refuses, a long gap a day at a time."""
 
 from __future__ import annotations
 
-from crcr.app.exports import ExportDeps, run_export
+from crcr.app.scheduled_export import ExportDeps, run_export
 from tests.unit.fakes import FakeClock, RecordingMetrics
 
 

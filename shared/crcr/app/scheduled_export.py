@@ -1,6 +1,5 @@
-"""The results table's scheduled export to S3 (ExportFunction, EventBridge schedules): a full export once a day and an
-incremental one every few hours, each from where the last one ended, with DynamoDB's own exports (point-in-time
-recovery). `crcr hud export --from-export` reads them back (crcr.adapters.table_export)."""
+"""The scheduled export starter (ExportFunction): DynamoDB exports of the results table, full daily, incremental from
+where the last one ended; `crcr hud export --from-export` reads them back (crcr.ops.export_files)."""
 
 from __future__ import annotations
 

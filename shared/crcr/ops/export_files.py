@@ -1,34 +1,68 @@
-"""DynamoDB table exports in S3, read back as job records for `crcr hud export --from-export`.
-
-AWS writes an export as `<prefix>/AWSDynamoDB/<exportId>/manifest-summary.json`, `manifest-files.json` (one JSON
-line per data file, naming its `dataFileS3Key`) and `data/*.json.gz` in DynamoDB JSON: a full export's lines are
-`{"Item": {...}}`, an incremental export's `{"Metadata": {"WriteTimestampMicros": …}, "Keys": {...}, "NewImage":
-{...}, "OldImage": {...}}`, with no `NewImage` for an item deleted in its window. moto writes only the data file
-(`data/<uuid>.gz`, full-export lines) and no manifest: then every `.gz` under the prefix is read, each at the time
-S3 took it. Under one prefix, any number of full and incremental exports: the newest image of each item wins, and a
-deletion newer than every image removes it.
-"""
+"""DynamoDB's table export files read back: the results table's exports in S3 for `crcr hud export --from-export`,
+and export lines of PyTorch's HUD table for `crcr shadow compare` (the one reader of DYNAMODB_JSON export lines)."""
 
 from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
 
 from crcr.adapters.job_items import from_item, is_job_item
 from crcr.app.ports.jobs import JobRecord
 
+# AWS writes an export as `<prefix>/AWSDynamoDB/<exportId>/manifest-summary.json`, `manifest-files.json` (one JSON
+# line per data file, naming its `dataFileS3Key`) and `data/*.json.gz`; moto writes only the data file
+# (`data/<uuid>.gz`) and no manifest: then every `.gz` under the prefix is read, each at the time S3 took it.
 EXPORT_FOLDER = "AWSDynamoDB/"
 FILES_MANIFEST = "manifest-files.json"
 SUMMARY_MANIFEST = "manifest-summary.json"
 
 
 class ExportUnreadable(Exception):
-    """The export cannot be read as a full DYNAMODB_JSON table export; the message names why and where."""
+    """The export cannot be read as a DYNAMODB_JSON table export; the message names why and where."""
+
+
+@dataclass(frozen=True)
+class ExportLine:
+    """One line of a DYNAMODB_JSON export, its attribute maps as DynamoDB JSON."""
+
+    keys: dict[str, Any]
+    image: dict[str, Any] | None  # the item (full export) or its new image (incremental); None: deleted
+    written_s: float | None  # when it was written, as an incremental export says; None in a full export
+
+
+def export_line(doc: Any, where: str) -> ExportLine:
+    """A full export's `{"Item": {...}}` or an incremental export's `{"Metadata": {"WriteTimestampMicros": …},
+    "Keys": {...}, "NewImage": {...}, "OldImage": {...}}` (no `NewImage`: the item was deleted in its window)."""
+    if not isinstance(doc, dict) or not ("Item" in doc or "Keys" in doc):
+        raise ExportUnreadable(f'{where}: not an export line ({{"Item": …}} or {{"Keys": …}})')
+    for name in ("Item", "Keys", "NewImage"):
+        if name in doc and not isinstance(doc[name], dict):
+            raise ExportUnreadable(f"{where}: {name} must be an object (DynamoDB JSON)")
+    image = doc.get("Item") or doc.get("NewImage")
+    metadata = doc.get("Metadata")
+    written = plain(metadata, ("WriteTimestampMicros",), f"{where}: Metadata") if isinstance(metadata, dict) else {}
+    micros = written.get("WriteTimestampMicros")
+    return ExportLine(doc.get("Keys") or image or {}, image, float(micros) / 1e6 if micros is not None else None)
+
+
+def plain(item: dict[str, Any], names: Iterable[str], where: str) -> dict[str, Any]:
+    """The named attributes of a DynamoDB JSON map as plain values (numbers as Decimal); an attribute that is not
+    DynamoDB JSON is named."""
+    reader, values = TypeDeserializer(), {}
+    for name in names:
+        if name in item:
+            try:
+                values[name] = reader.deserialize(item[name])
+            except (TypeError, ValueError, AttributeError, KeyError, IndexError, ArithmeticError):
+                raise ExportUnreadable(f"{where}.{name} is not a DynamoDB JSON value") from None
+    return values
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
@@ -143,17 +177,13 @@ def _changes_in(s3: Any, bucket: str, key: str, at: float) -> Iterator[tuple[flo
             for n, line in enumerate(lines, 1):
                 if not line.strip():
                     continue
-                doc = json.loads(line)
-                if not isinstance(doc, dict) or not isinstance(doc.get("Item") or doc.get("Keys"), dict):
-                    raise ExportUnreadable(f'{key} line {n}: not an export line ({{"Item": …}} or {{"Keys": …}})')
-                item = doc.get("Item") or doc.get("NewImage")
-                keys = doc.get("Keys") or item
-                if not isinstance(keys, dict) or not is_job_item(keys):
+                found = export_line(json.loads(line), f"{key} line {n}")
+                if not is_job_item(found.keys):
                     continue
-                written = (doc.get("Metadata") or {}).get("WriteTimestampMicros", {}).get("N")
-                when = int(written) / 1e6 if written else at
-                item_key = (str(keys["pk"]["S"]), str(keys["sk"]["S"]))
-                yield when, item_key, _job(item, f"{key} line {n}") if isinstance(item, dict) else None
+                ids = plain(found.keys, ("pk", "sk"), f"{key} line {n}: Keys")
+                when = found.written_s if found.written_s is not None else at
+                job = _job(found.image, f"{key} line {n}") if found.image is not None else None
+                yield when, (str(ids.get("pk")), str(ids.get("sk"))), job
     except json.JSONDecodeError as exc:
         raise ExportUnreadable(f"{key} line {n}: not JSON ({exc.msg})") from exc
     except (OSError, EOFError, ValueError) as exc:  # not gzip, cut short, or not UTF-8
