@@ -93,16 +93,16 @@ class Sim:
         heapq.heappush(self.agenda, _Due(t, next(self.seq), act))
 
     # -- the ChecksQueue port, as SQS delays messages
-    def send_checks(self, messages: list[h.CheckSyncMessage], delay_s: float = 0.0) -> None:
+    def send_checks(self, messages: list[Any], delay_s: float = 0.0) -> None:
         delay = max(0.0, min(SQS_MAX_DELAY_S, math.ceil(delay_s)))
         for message in messages:
             self.waiting += 1
             self.at(self.clock.t + delay, lambda m=message: self._deliver(m))  # type: ignore[misc]
 
-    def dead_letter(self, message: h.CheckSyncMessage, reason: str) -> None:
+    def dead_letter(self, message: Any, reason: str) -> None:
         self.dead.append(reason)
 
-    def _deliver(self, message: h.CheckSyncMessage) -> None:
+    def _deliver(self, message: Any) -> None:
         self.waiting -= 1
         self.handled += 1
         assert self.deps is not None
@@ -166,8 +166,9 @@ def _setting(key: h.AppKey, mode: str, load: int, *, drain_hours: float, budget_
                     delivery, repo, h.LedgerState.DISPATCHED, dispatch_id, dispatched_at=clock.t, upstream=h.UPSTREAM,
                     head_sha=head, pr=pr, level=4, event_type="pull_request",
                 )  # fmt: skip
-                sim.send_checks([h.CheckSyncMessage(kind="repo", upstream=h.UPSTREAM, head_sha=head,
-                                                  delivery_id=delivery, repo=repo)])  # fmt: skip
+                sim.send_checks(
+                    [h.DispatchChanged(upstream=h.UPSTREAM, head_sha=head, delivery_id=delivery, repo=repo)]
+                )
                 for j, name in enumerate(JOBS):
                     job = plans[n][r][j]
                     row = h.JobRecord(
@@ -188,7 +189,7 @@ def _setting(key: h.AppKey, mode: str, load: int, *, drain_hours: float, budget_
         def report(row: h.JobRecord, expected: int | None) -> None:
             """The reporter: the callback's row is recorded, then the writer is asked to look (about 1 s later)."""
             assert jobs.put_job(row, expected)
-            message = h.checks.job_message(row)
+            message = h.job_message(row)
             assert message is not None
             sim.at(clock.t + 1.0, lambda: sim.send_checks([message]))
 

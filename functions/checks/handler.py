@@ -9,10 +9,12 @@ from typing import Any
 
 from crcr.adapters.ledger import dispatched_row
 from crcr.adapters.observability import logger, metrics
-from crcr.app.checks import CheckDeps, ask_head, head_message, row_key, sync, sync_head
+from crcr.app.checks import CheckDeps, sync
+from crcr.app.checks_booking import ask_head, head_message, row_key
+from crcr.app.checks_pass import sync_head
 from crcr.app.ports.ledger import LedgerRow
 from crcr.composition import build_checks_deps, kept, load_settings
-from crcr.contracts.messages import CheckSyncMessage
+from crcr.contracts.check_messages import CheckSync, HeadPass, read_check_sync
 from crcr.sqs_batch import process_batch
 
 _deps: CheckDeps | None = None
@@ -28,7 +30,7 @@ def lambda_handler(event: dict[str, Any], context: Any, deps: CheckDeps | None =
         return _dispatched(event, ready)
 
     def handle(record: dict[str, Any]) -> None:
-        _sync(CheckSyncMessage.model_validate_json(record["body"]), ready)
+        _sync(read_check_sync(record["body"]), ready)
 
     def failed(record: dict[str, Any], exc: BaseException) -> None:
         ready.metrics.count("CheckRunFailed")
@@ -89,22 +91,25 @@ def _head_of(record: dict[str, Any]) -> tuple[str, str] | None:
     return (row.upstream or "", row.head_sha or "") if row is not None else None
 
 
-def _sync(message: CheckSyncMessage, ready: CheckDeps, rows: dict[str, LedgerRow] | None = None) -> None:
-    outcome = sync_head(message, ready, rows) if rows is not None else sync(message, ready)
+def _sync(message: CheckSync, ready: CheckDeps, rows: dict[str, LedgerRow] | None = None) -> None:
+    outcome = (
+        sync_head(message, ready, rows) if isinstance(message, HeadPass) and rows is not None else sync(message, ready)
+    )
     # A pass writes for every dispatch of its commit: one line per delivery, so each delivery's story has its own.
+    wire = message.model_dump()  # every key of the queue body, whichever the kind
     by_delivery: dict[str, list[str]] = {}
     for name in outcome.written:
-        by_delivery.setdefault(outcome.delivery_of.get(name) or message.delivery_id, []).append(name)
-    for delivery_id, written in by_delivery.items() or [(message.delivery_id, [])]:
+        by_delivery.setdefault(outcome.delivery_of.get(name) or wire["delivery_id"], []).append(name)
+    for delivery_id, written in by_delivery.items() or [(wire["delivery_id"], [])]:
         logger.info(
             "check runs synced",
             extra={
                 "kind": message.kind,
                 "delivery_id": delivery_id,
-                "target_repo": message.repo,
+                "target_repo": wire["repo"],
                 "head_sha": message.head_sha,
-                "pr": message.pr,
-                "run_id": message.run_id,
+                "pr": wire["pr"],
+                "run_id": wire["run_id"],
                 "written": written,
                 "outcome": outcome.detail,
                 "delay_s": outcome.delay_s,

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from crcr.adapters.sqs import SqsChecksQueue
     from crcr.adapters.tickets import Ed25519Tickets
     from crcr.app.callback import CallbackDeps
-    from crcr.app.checks import CheckDeps, HeadAsk
+    from crcr.app.checks import CheckDeps
+    from crcr.app.checks_booking import HeadAsk
     from crcr.app.disable_authors import DisableAuthors
     from crcr.app.dispatch import BuildkiteDeps, DispatchDeps
     from crcr.app.exports import ExportDeps
@@ -784,7 +785,7 @@ def _head_ask(settings: Settings, queue: SqsChecksQueue | None) -> HeadAsk | Non
     if queue is None or not settings.state_table:
         return None
     from crcr.adapters.check_runs import DynamoCheckRuns  # noqa: PLC0415
-    from crcr.app.checks import HeadAsk  # noqa: PLC0415
+    from crcr.app.checks_booking import HeadAsk  # noqa: PLC0415
 
     return HeadAsk(DynamoCheckRuns(aws_client("dynamodb"), str(settings.state_table)), queue, SystemClock())
 

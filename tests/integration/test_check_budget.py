@@ -24,9 +24,11 @@ from crcr.adapters.ledger import DynamoLedger
 from crcr.adapters.pacer import DynamoPacer
 from crcr.adapters.pulls import DynamoPullRequests
 from crcr.adapters.results import DynamoResults
-from crcr.app.checks import CheckDeps, job_message
+from crcr.app.checks import CheckDeps
+from crcr.app.checks_booking import job_message
 from crcr.app.ports.jobs import JobRecord
-from crcr.contracts.messages import CheckSyncMessage, DispatchMessage
+from crcr.contracts.check_messages import CheckSync
+from crcr.contracts.messages import DispatchMessage
 from crcr.domain.levels import Level
 from crcr.domain.pacing import parse_rates
 from crcr.domain.ticket import TicketClaims
@@ -67,11 +69,11 @@ class Checks:
     seq: Iterator[int] = field(default_factory=itertools.count)
     dead: list[str] = field(default_factory=list)
 
-    def send_checks(self, messages: list[CheckSyncMessage], delay_s: float = 0.0) -> None:
+    def send_checks(self, messages: list[CheckSync], delay_s: float = 0.0) -> None:
         for m in messages:
             heapq.heappush(self.due, (self.clock.t + min(900.0, delay_s), next(self.seq), m.model_dump_json()))
 
-    def dead_letter(self, message: CheckSyncMessage, reason: str) -> None:
+    def dead_letter(self, message: CheckSync, reason: str) -> None:
         self.dead.append(reason)
 
     def run_until(self, t: float) -> None:

@@ -15,7 +15,8 @@ import pytest
 from crcr.adapters.ledger import DynamoLedger, dispatched_row
 from crcr.adapters.pacer import DynamoPacer
 from crcr.app.ports.ledger import LedgerState
-from crcr.contracts.messages import CheckSyncMessage, DispatchMessage
+from crcr.contracts.check_messages import CheckSync, DispatchChanged, read_check_sync
+from crcr.contracts.messages import DispatchMessage
 from crcr.domain.levels import Level
 from crcr.domain.ticket import TicketClaims
 from crcr.local.filters import passes
@@ -133,7 +134,7 @@ def test_a_pass_the_writer_cannot_run_goes_to_checks_queue_and_only_one_sqs_refu
     assert metrics.counts["CheckRequestQueued"] == 1
 
     class QueueDown(FakeChecksQueue):
-        def send_checks(self, messages: list[CheckSyncMessage], delay_s: float = 0.0) -> None:
+        def send_checks(self, messages: list[CheckSync], delay_s: float = 0.0) -> None:
             raise ConnectionError("SQS unreachable")
 
     both = dataclasses.replace(broken, queue=QueueDown())
@@ -150,7 +151,7 @@ def test_redrive_moves_check_run_messages_back_and_leaves_a_stream_batchs_record
     with moto_server() as reach:
         sqs = boto3.client("sqs", **reach)
         dlq, queue = (sqs.create_queue(QueueName=n)["QueueUrl"] for n in ("crcr-ChecksDLQ", "crcr-ChecksQueue"))
-        request = CheckSyncMessage(kind="repo", upstream=UPSTREAM, head_sha="a" * 40, delivery_id="x", repo="o/r")
+        request = DispatchChanged(upstream=UPSTREAM, head_sha="a" * 40, delivery_id="x", repo="o/r")
         # Lambda's on-failure record of a state-table stream batch ChecksFunction could not take.
         batch = {"requestContext": {"condition": "RetryAttemptsExhausted"}, "DDBStreamBatchInfo": {"batchSize": 1}}
         sqs.send_message(QueueUrl=dlq, MessageBody=request.model_dump_json())
@@ -158,6 +159,6 @@ def test_redrive_moves_check_run_messages_back_and_leaves_a_stream_batchs_record
         done = redrive(sqs, dlq, queue)
         assert done.moved == 1 and [row["message_id"] for row in done.left] == [batch_id]
         [moved] = sqs.receive_message(QueueUrl=queue)["Messages"]
-        assert CheckSyncMessage.model_validate_json(moved["Body"]) == request
+        assert read_check_sync(moved["Body"]) == request
         attributes = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["ApproximateNumberOfMessages"])
         assert attributes["Attributes"]["ApproximateNumberOfMessages"] == "1"  # still there, and visible

@@ -17,7 +17,8 @@ from crcr.app.ports.github import GitHubError, GitHubRejected, NotInstalled, Rep
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.ledger import BuildRef, LedgerClaim, LedgerRow, LedgerState
 from crcr.app.ports.pulls import HeadRecord, PrInfo
-from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage
+from crcr.contracts.check_messages import CheckSync
+from crcr.contracts.messages import DispatchMessage, EventMessage
 from crcr.domain.allowlist import Allowlist
 from crcr.domain.checks import Known
 from crcr.domain.comment import Posted
@@ -520,15 +521,15 @@ class FakeRerunMarks:
 
 @dataclass
 class FakeChecksQueue:
-    sent: list[tuple[CheckSyncMessage, float]] = field(default_factory=list)
-    dead: list[tuple[CheckSyncMessage, str]] = field(default_factory=list)
+    sent: list[tuple[CheckSync, float]] = field(default_factory=list)
+    dead: list[tuple[CheckSync, str]] = field(default_factory=list)
     sends: int = 0  # calls to send_checks (each an SQS call, however many messages)
 
-    def send_checks(self, messages: list[CheckSyncMessage], delay_s: float = 0.0) -> None:
+    def send_checks(self, messages: list[CheckSync], delay_s: float = 0.0) -> None:
         self.sends += 1
         self.sent += [(m, delay_s) for m in messages]
 
-    def dead_letter(self, message: CheckSyncMessage, reason: str) -> None:
+    def dead_letter(self, message: CheckSync, reason: str) -> None:
         self.dead.append((message, reason))
 
 
