@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-FUNCTIONS = ("webhook", "planner", "dispatch", "callback", "reporter", "checks")
+FUNCTIONS = ("webhook", "planner", "dispatch", "callback", "reporter", "checks", "dispatched")
 
 
 def _get(doc: Any, path: str, default: Any = None) -> Any:

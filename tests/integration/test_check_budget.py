@@ -37,7 +37,7 @@ from crcr.local.stack import Context, StreamReader
 from crcr.local.template import StreamSource
 from tests.conftest import APP_ID
 from tests.doubles.github_double import GitHubDouble
-from tests.integration.aws import checks_handler, checks_stream_source, dynamodb_and_streams
+from tests.integration.aws import checks_handler, dispatched_stream_source, dynamodb_and_streams
 from tests.unit.fakes import FakeClock, RecordingMetrics, StaticAllowlist, door
 
 UPSTREAM, REPO = "pytorch/pytorch", "org-four/L4-Repo"
@@ -64,6 +64,7 @@ class Checks:
 
     handler: Callable[..., dict[str, Any]]
     clock: FakeClock
+    stream: Callable[..., dict[str, Any]]  # DispatchedFunction's handler: the state table's stream
     deps: CheckDeps | None = None
     due: list[tuple[float, int, str]] = field(default_factory=list)
     seq: Iterator[int] = field(default_factory=itertools.count)
@@ -89,7 +90,7 @@ class Checks:
         """The state table's new stream records that pass the template's filter, handed over as Lambda does."""
         records = [r for r in reader.read_all() if passes(source.filters, r)]
         if records:
-            result = self.handler({"Records": records}, Context("ChecksFunction", 60), deps=self.deps)
+            result = self.stream({"Records": records}, Context("DispatchedFunction", 60), deps=self.deps)
             assert result == {"batchItemFailures": []}
         return len(records)
 
@@ -105,7 +106,7 @@ class World:
     clock: FakeClock
     stream: StreamReader
     prs: Iterator[int] = field(default_factory=lambda: itertools.count(1001))
-    source: StreamSource = field(default_factory=checks_stream_source)
+    source: StreamSource = field(default_factory=dispatched_stream_source)
 
     def dispatch(self) -> tuple[str, str]:
         """A pull request's new head dispatched to the L4 repository, as the dispatcher records it: its ledger row
@@ -173,7 +174,9 @@ def world(aws: tuple[Any, Any], app_key: rsa.RSAPrivateKey, app_key_pem: str) ->
         metrics = RecordingMetrics()
         ledger, results = DynamoLedger(ddb, "state"), DynamoResults(ddb, "results")
         pacer = DynamoPacer(ddb, "state", rates=parse_rates(RATES))
-        checks = Checks(checks_handler("crcr_fn_checks_budget"), clock)
+        checks = Checks(
+            checks_handler("crcr_fn_checks_budget"), clock, checks_handler("crcr_fn_dispatched", "dispatched")
+        )
         checks.deps = CheckDeps(
             api=GitHubCheckRuns(GitHubApp(github.url, APP_ID, app_key_pem, clock.now)),
             store=DynamoCheckRuns(ddb, "state"), results=results, ledger=ledger, prs=DynamoPullRequests(ddb, "state"),
