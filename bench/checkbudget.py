@@ -203,23 +203,15 @@ def _setting(key: h.AppKey, mode: str, load: int, *, drain_hours: float, budget_
             at_day_end = {"waiting_messages": sim.waiting, "repository_runs_open": len(finished) - completed}
             stopped = sim.run(START + DAY + drain_hours * 3600, budget_s - (time.perf_counter() - started))
         result = _measure(double, finished, clock.t)
+        # repository_runs_dispatched: fewer than expected when a wall-time budget stopped the day early
         result.update(
-            setting=mode,
-            load=f"{load}x",
-            events=len(events),
-            repository_runs_expected=len(events) * len(REPOS),
-            repository_runs_dispatched=len(finished),  # fewer when a wall-time budget stopped the day early
-            stopped=stopped,
-            simulated_hours=round((clock.t - START) / 3600, 1),
-            at_end_of_day=at_day_end,
-            waiting_messages_at_stop=sim.waiting,
-            dead_lettered=len(sim.dead),
-            messages_handled=sim.handled,
-            outcomes=dict(sim.outcomes),
+            setting=mode, load=f"{load}x", events=len(events), repository_runs_expected=len(events) * len(REPOS),
+            repository_runs_dispatched=len(finished), stopped=stopped, at_end_of_day=at_day_end,
+            simulated_hours=round((clock.t - START) / 3600, 1), waiting_messages_at_stop=sim.waiting,
+            dead_lettered=len(sim.dead), messages_handled=sim.handled, outcomes=dict(sim.outcomes),
             relay_metrics={k: v for k, v in metrics.counts.items() if k.startswith("CheckRun")},
-            pacer_aws_calls=dict(calls),
-            wall_s=round(time.perf_counter() - started, 1),
-        )
+            pacer_aws_calls=dict(calls), wall_s=round(time.perf_counter() - started, 1),
+        )  # fmt: skip
         writes = result["writes"]["total"]
         result["pacer_aws_calls_per_write"] = round(sum(calls.values()) / writes, 2) if writes else None
         assert double.internal_errors == [], double.internal_errors
@@ -248,27 +240,18 @@ def _measure(double: h.GitHubDouble, finished: dict[tuple[str, str], float], now
     job_runs = [r for r in runs if r["name"].count("/") > 2]
     done = sum(1 for r in runs if r["status"] == "completed")
     return {
-        "writes": {
-            "total": len(ok),
-            "refused": len(writes) - len(ok),
-            "create": sum(1 for q in writes if q.method == "POST"),
-        },
-        "max_writes_in_any_3600_s": h.most_in_any(ok, 3600.0),
-        "max_writes_in_any_60_s": h.most_in_any(ok, 60.0),
-        "check_runs": {
-            "repository": len(repo_runs),
-            "per_job": len(job_runs),
-            "completed": done,
-            "not_completed": len(runs) - done,
-        },
+        "writes": {"total": len(ok), "refused": len(writes) - len(ok),
+                   "create": sum(q.method == "POST" for q in writes)},
+        "max_writes_in_any_3600_s": h.most_in_any(ok, 3600.0), "max_writes_in_any_60_s": h.most_in_any(ok, 60.0),
+        "check_runs": {"repository": len(repo_runs), "per_job": len(job_runs), "completed": done,
+                       "not_completed": len(runs) - done},
         "repository_runs_completed": sum(1 for r in repo_runs if r["status"] == "completed"),
         "minutes_from_last_job_to_repository_result": {
             "p50": round(h.percentile(lags, 50), 1) if lags else None,
-            "p95": round(h.percentile(lags, 95), 1) if lags else None,
-            "max": round(max(lags), 1) if lags else None,
+            "p95": round(h.percentile(lags, 95), 1) if lags else None, "max": round(max(lags), 1) if lags else None,
         },
         "all_completed": bool(runs) and done == len(runs) and len(lags) == len(finished),
-    }
+    }  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

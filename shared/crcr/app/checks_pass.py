@@ -66,7 +66,10 @@ def sync_head(message: PassMessage, deps: PassDeps, in_hand: dict[str, LedgerRow
         return dead_letter(message, deps.queue, deps.metrics, failed, done.outcome.written)
     now = deps.clock.now()
     rerun = done.next_at(None) is not None
-    asked = deps.store.finish_head(upstream, head_sha, ticket, locked, now, done.done, rerun)
+    # Kept only to wait for a timer of its own (a repository settling, a downstream's share): a request for sooner (a
+    # late label, a job that moved) takes the booking over instead of waiting for it (crcr.app.ports.checkruns).
+    timer_at = done.again_at if rerun and not keep and done.budget_at is None else None
+    asked = deps.store.finish_head(upstream, head_sha, ticket, locked, now, done.done, rerun, timer_at)
     if ticket is None:
         if rerun:  # a write of its own that could not go yet: its message again
             delay = max(1.0, (done.next_at(None) or now) - now)
