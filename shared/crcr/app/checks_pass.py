@@ -221,7 +221,7 @@ def _write_one(write: PlannedWrite, deps: PassDeps) -> bool:
 
 
 def permitted(writes: list[PlannedWrite], deps: PassDeps) -> list[PlannedWrite]:
-    """The writes the outbound door lets through, each holding its permit; a shadow downstream's check run is kept
+    """The writes the outbound door lets through, each holding its permit; a shadow downstream's check run is recorded
     as a shadow decision instead, and spends no budget."""
     through = []
     for write in writes:
