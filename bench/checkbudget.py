@@ -69,19 +69,12 @@ def plan_jobs(n_events: int, seed: int = 34) -> list[list[list[Job]]]:
     return [[[job() for _ in JOBS] for _ in REPOS] for _ in range(n_events)]
 
 
-@dataclass(order=True)
-class _Due:
-    at: float
-    seq: int
-    act: Callable[[], None] = field(compare=False)
-
-
 @dataclass
 class Sim:
     """One clock, one agenda: arrivals, job changes and ChecksQueue's messages, each run at its moment."""
 
     clock: fakes.FakeClock
-    agenda: list[_Due] = field(default_factory=list)
+    agenda: list[tuple[float, int, Callable[[], None]]] = field(default_factory=list)  # (at, order, act)
     seq: itertools.count[int] = field(default_factory=itertools.count)
     deps: Any = None
     handled: int = 0
@@ -90,7 +83,7 @@ class Sim:
     outcomes: Counter[str] = field(default_factory=Counter)
 
     def at(self, t: float, act: Callable[[], None]) -> None:
-        heapq.heappush(self.agenda, _Due(t, next(self.seq), act))
+        heapq.heappush(self.agenda, (t, next(self.seq), act))
 
     # -- the ChecksQueue port, as SQS delays messages
     def send_checks(self, messages: list[Any], delay_s: float = 0.0) -> None:
@@ -111,10 +104,10 @@ class Sim:
     def run(self, until: float, budget_s: float) -> str:
         """Run the agenda up to `until` (simulated) or until `budget_s` of wall time has gone."""
         deadline = time.monotonic() + budget_s
-        while self.agenda and self.agenda[0].at <= until:
-            due = heapq.heappop(self.agenda)
-            self.clock.t = max(self.clock.t, due.at)
-            due.act()
+        while self.agenda and self.agenda[0][0] <= until:
+            at, _, act = heapq.heappop(self.agenda)
+            self.clock.t = max(self.clock.t, at)
+            act()
             if self.handled % 200 == 0 and time.monotonic() > deadline:
                 return "wall-time budget"
         return "drained" if not self.agenda else "horizon"
