@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections import Counter
+from types import SimpleNamespace
 from typing import Any
 
 import harness as h
@@ -82,19 +84,14 @@ def checkruns_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any
             runs = r.github.check_runs(h.UPSTREAM)
         kinds = Counter(q.method for q in writes)
         results[mode] = {
-            "setting": mode,
-            "events": events,
-            "repositories_per_event": targets,
-            "jobs_per_repository": jobs,
-            "all_completed": finished,
-            "check_runs": len(runs),
+            "setting": mode, "events": events, "repositories_per_event": targets, "jobs_per_repository": jobs,
+            "all_completed": finished, "check_runs": len(runs),
             "writes": {"total": len(writes), "create": kinds["POST"], "update": kinds["PATCH"]},
             "refused_writes": sum(1 for q in writes if (q.status or 0) >= 400),
             "writes_per_event": round(len(writes) / events, 2),
             "writes_per_repository_per_commit": round(len(writes) / (events * targets), 2),
-            "relay_metrics": h.metrics_delta(before, ("CheckRun",)),
-            "elapsed_s": round(elapsed, 1),
-        }
+            "relay_metrics": h.metrics_delta(before, ("CheckRun",)), "elapsed_s": round(elapsed, 1),
+        }  # fmt: skip
     results["method"] = f"{events} PR events x {targets} L4 repositories x {jobs} jobs, as in section 8, all passing"
     return {"check_run_writes": results}
 
@@ -112,11 +109,16 @@ def _checks_row(image: dict[str, Any]) -> str:
     return "comment" if pk.startswith("PR#") and sk == "COMMENT" else "other." + pk.split("#", 1)[0]
 
 
-def _checks_function(work: h.FunctionWork, taken: dict[str, Any], dispatches: int, writes: int, asks: int) -> dict:
-    """ChecksFunction's own work per L4 dispatch, and the write units of the flow's rows, whoever wrote them. Per
+def _checks_function(
+    works: list[h.FunctionWork], taken: dict[str, Any], dispatches: int, writes: int, asks: int
+) -> dict:
+    """The check-run writer's own work per L4 dispatch (ChecksFunction's and, since the state table's stream has a
+    function of its own, DispatchedFunction's), and the write units of the flow's rows, whoever wrote them. Per
     upstream write: its AWS calls with the reporter's asks for the check runs (`asks`: a pass booked per commit and
     batch since passes exist; before, a message per change, counted as the records it handled), and the ChecksQueue
     messages it handled."""
+    work = SimpleNamespace(**{k: sum((getattr(w, k) for w in works[1:]), getattr(works[0], k)) for k in (
+        "calls", "records", "records_by_source", "invocations", "cpu_s", "wall_s")})  # fmt: skip
     calls = work.calls
     mine = {row: n for row, n in taken["by_row"].items() if not row.startswith("other.")}
     written = sum(v for row, v in taken["writes"].items() if not row.startswith("other."))
@@ -142,16 +144,54 @@ def _checks_function(work: h.FunctionWork, taken: dict[str, Any], dispatches: in
 
 
 def comment_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
-    """Section 8 in a process of its own, and side by side the same at `--dispatch-baseline` (`baseline`)."""
+    """Section 8 and the late label in a process of their own, and side by side the same at `--dispatch-baseline`."""
     argv = [f"--comment-{k}={getattr(args, f'comment_{k}')}" for k in ("events", "targets", "jobs")]
     result = h.in_own_process(__file__, argv)
     if result.get("skipped"):
         raise RuntimeError(f"section 8: {result['reason']}")
     if ref := getattr(args, "dispatch_baseline", None):
         bench.out.say(f"   and at {ref}, in a process of its own")
-        at = h.at_baseline(ref, lambda _, code: h.in_own_process(__file__, argv, code).get("pr_comment", {}))
-        result["pr_comment"]["baseline"] = at
+        at = h.at_baseline(ref, lambda _, code: h.in_own_process(__file__, argv, code))
+        for part in ("pr_comment", "late_label"):
+            result[part]["baseline"] = {k: v for k, v in at.items() if k not in result} | at.get(part, {})
     return result
+
+
+def late_label(bench: h.Bench, timeout_s: float) -> dict[str, Any]:
+    """A `ciflow/crcr/gpu` label added after the L3 job finished, while the commit's L4 run settles (the default 60 s):
+    seconds from the label's webhook to each of the L3 repository's check runs on GitHub."""
+    l3, l4 = "bench-org-0/repo-0", "bench-org-1/repo-1"  # h.relay's two targets
+    allowlist = f"L3:\n  gpu:\n    {l3}: [oncall]\nL4:\n  - {l4}\n"
+    env = {"CRCR_CALLBACK_RATE_PER_MIN": "100000"}
+    bench.out.say("   a late label: one PR dispatched to an L3 and an L4 repository, labelled once both jobs finished")
+    with h.relay(bench.key, 2, installations=2, allowlist=allowlist, oidc=True, env=env) as r:
+        _open_prs(r, 1, timeout_s, comments=False)
+        for i, _, ticket in r.tickets():
+            r.report(i, ticket, "build", 100 + i, "in_progress")
+            r.report(i, ticket, "build", 100 + i, "completed", "success")
+
+        def runs(prefix: str) -> dict[str, str]:
+            return {c["name"]: c["status"] for c in r.github.check_runs(h.UPSTREAM) if c["name"].startswith(prefix)}
+
+        h.wait_until(lambda: runs(f"crcr/{l4}/").get(f"crcr/{l4}/CI/build") == "completed", timeout_s)
+        time.sleep(2.0)  # that pass has gone: it waits for the L4 run to settle
+        doc = json.loads(h.pr_event(0)[0]) | {"action": "labeled", "label": {"name": "ciflow/crcr/gpu"}}
+        doc["pull_request"] |= {"labels": [{"name": "ciflow/crcr/gpu"}], "updated_at": "2026-11-29T18:30:00Z"}
+        t0, seen = time.perf_counter(), {}
+        r.post(json.dumps(doc).encode())
+
+        def mirrored() -> bool:
+            for name in runs(f"crcr/{l3}"):
+                seen.setdefault(name, round(time.perf_counter() - t0, 1))
+            return len(seen) == 2
+
+        h.wait_until(mirrored, 120.0, every_s=0.1)
+    return {
+        "seconds_to_check_run": seen, "mirrored_s": max(seen.values()) if len(seen) == 2 else None,
+        "method": f"{l3} (L3, gpu) and {l4} (L4) dispatched for one PR, each job in_progress then completed; once the "
+        "L4 job's check run completed (its repository's run settling 60 s), the PR labelled ciflow/crcr/gpu: seconds "
+        "from that webhook's POST to each L3 check run's first appearance on the GitHub double",
+    }  # fmt: skip
 
 
 def comment_measure(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
@@ -163,7 +203,7 @@ def comment_measure(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
     bench.out.say(f"   {events} events x {targets} L4 repositories x {jobs} jobs, one failing")
     before = Counter(h.TOTALS)
     with h.relay(bench.key, targets, installations=targets, level="L4", oidc=True, env=ENV) as r:
-        work = h.FunctionWork(r.stack, "ChecksFunction", bench.aws)
+        works = [h.FunctionWork(r.stack, fn, bench.aws) for fn in ("ChecksFunction", "DispatchedFunction")]
         units = r.units("StateTable", row_of=_checks_row)["StateTable"]
         units.take()
         t0 = time.perf_counter()
@@ -178,7 +218,7 @@ def comment_measure(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
         elapsed = time.perf_counter() - t0
         # The reporter's asks: its pass bookings, or (code before passes) one message sent per recorded change.
         asks = h.metrics_delta(before, ("CheckPassRequested",)).get("CheckPassRequested") or callbacks
-        flow = _checks_function(work, units.take(), events * targets, sum(kinds.values()), asks)
+        flow = _checks_function(works, units.take(), events * targets, sum(kinds.values()), asks)
     on = {
         "setting": "on", "events": events, "repositories_per_event": targets, "jobs_per_repository": jobs,
         "callbacks": callbacks, "writes": dict(sorted(kinds.items())),
@@ -191,7 +231,7 @@ def comment_measure(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
         f"{events} PR events x {targets} L4 repositories x {jobs} jobs, each in_progress then (ChecksQueue empty) "
         "completed, job-0 failing; writes: POST/PATCH of the upstream's check runs and comments at the GitHub double"
     )
-    return {"pr_comment": {"per_event": {"on": on}, "method": method}}
+    return {"pr_comment": {"per_event": {"on": on}, "method": method}, "late_label": late_label(bench, timeout_s)}
 
 
 if __name__ == "__main__":

@@ -71,7 +71,9 @@ INTERNALS = {
     "crcr.adapters.allowlist_source": "parse_allowlist",
     "crcr.composition": "build_report_deps load_settings",
     "crcr.app.dispatch": "dispatch_id",
-    "crcr.contracts.messages": "CheckSyncMessage",
+    "crcr.contracts.check_messages": "DispatchChanged",
+    "crcr.app.checks_booking": "job_message",
+    "crcr.domain.checks": "SWEPT",
     "crcr.domain.pacing": "CONTENT_RATES",
     "crcr.ops.dlq": "list_dead_letters",
 }

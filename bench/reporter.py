@@ -77,7 +77,7 @@ def job_changes(commits: int, repos: int, *, seed: int = SEED, start: float | No
             repo = f"bench-org/repo-{r}"
             base = h.JobRecord(
                 dispatch_id=h.dispatch_id(delivery, repo), run_id="0", run_attempt=0, job_name="", workflow_name="",
-                state="timed_out", conclusion="timed_out", fingerprint=h.checks.SWEPT, url="", repo=repo,
+                state="timed_out", conclusion="timed_out", fingerprint=h.SWEPT, url="", repo=repo,
                 repo_id=50_000 + r, level=LEVELS[r % len(LEVELS)], delivery_id=delivery, upstream=h.UPSTREAM,
                 head_sha=sha, pr=pr, device=None, dispatched_at=dispatched, started_at=None,
                 completed_at=None, callback_payload="{}", version=1,
@@ -120,7 +120,7 @@ def _one_job(
     if never_finishes:
         at = started + RUN_TIMEOUT_S
         swept = replace(
-            running, state="timed_out", conclusion="timed_out", fingerprint=h.checks.SWEPT, completed_at=at, version=2
+            running, state="timed_out", conclusion="timed_out", fingerprint=h.SWEPT, completed_at=at, version=2
         )
         return [*out, Change(swept, running, at, "timed_out")]
     conclusion = "success" if passes or rng.random() >= FAILURE_RATE else "failure"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-FUNCTIONS = ("webhook", "planner", "dispatch", "callback", "reporter", "checks")
+FUNCTIONS = ("webhook", "planner", "dispatch", "callback", "reporter", "checks", "dispatched")
 
 
 def _get(doc: Any, path: str, default: Any = None) -> Any:
@@ -61,6 +61,10 @@ def print_summary(results: dict[str, Any]) -> None:
             if "aws_calls_per_upstream_write" in f:
                 print(f"{label}: per upstream write {f['aws_calls_per_upstream_write']} AWS calls, "
                       f"{f['checks_queue_messages_per_upstream_write']} ChecksQueue messages")  # fmt: skip
+    if (late := results.get("late_label")) is not None:
+        then = _get(late, "baseline.mirrored_s")
+        print(f" 8 a late ciflow label's check runs (an L4 run settling): {late['mirrored_s']} s"
+              + (f" (at {late['baseline']['ref']}: {then} s)" if then is not None else ""))  # fmt: skip
     if cbud := results.get("check_run_budget"):
         shown = ", ".join(
             f"{r['load']} {r['repository_runs_completed']}/{r['repository_runs_dispatched']} repository runs, "

@@ -12,6 +12,7 @@ _.test_results  # contracts/callback.py: a report's counts, kept in the stored c
 _.artifact_url  # contracts/callback.py: likewise
 _.scheduled  # contracts/callback.py: ScheduledBody's discriminator (`scheduled: true`)
 _.iat  # domain/ticket.py: TicketClaims, the ticket's issued-at claim as PyJWT writes and checks it
+_._to_wire  # contracts/check_messages.py: CheckMessage's model_serializer, called by pydantic's model_dump
 
 # Read by name rather than as an attribute.
 _.COMPLETED  # domain/jobs.py: JobState("completed"), the state a stored job carries

@@ -8,6 +8,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import SecretStr
@@ -25,7 +26,8 @@ if TYPE_CHECKING:
     from crcr.adapters.sqs import SqsChecksQueue
     from crcr.adapters.tickets import Ed25519Tickets
     from crcr.app.callback import CallbackDeps
-    from crcr.app.checks import CheckDeps, HeadAsk
+    from crcr.app.checks import CheckDeps
+    from crcr.app.checks_booking import HeadAsk
     from crcr.app.disable_authors import DisableAuthors
     from crcr.app.dispatch import BuildkiteDeps, DispatchDeps
     from crcr.app.health import HealthDeps
@@ -514,7 +516,12 @@ def _checks_queue(settings: Settings) -> SqsChecksQueue | None:
     return SqsChecksQueue(aws_client("sqs"), str(settings.checks_queue_url), str(settings.checks_dlq_url))
 
 
-def build_checks_deps(settings: Settings) -> CheckDeps:
+def build_dispatched_deps(settings: Settings) -> CheckDeps:
+    """DispatchedFunction: the pass alone (re-runs, reactions and regression notices are ChecksFunction's)."""
+    return build_checks_deps(settings, writers=False)
+
+
+def build_checks_deps(settings: Settings, *, writers: bool = True) -> CheckDeps:
     from crcr.adapters.check_runs import DynamoCheckRuns  # noqa: PLC0415
     from crcr.adapters.commands import GitHubCommands  # noqa: PLC0415
     from crcr.adapters.github import GitHubCheckRuns, GitHubIssueComments, GitHubReruns  # noqa: PLC0415
@@ -558,13 +565,14 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
     results = _results(settings)
     comment, notices = None, None
     if settings.pr_comment == "on":
-        from crcr.adapters.regressions import DynamoRegressions  # noqa: PLC0415
         from crcr.app.regression_notices import NoticeDeps  # noqa: PLC0415
 
         conversation = GitHubIssueComments(_github(settings))
-        # A regression's one notice: a comment on the PR of its first failing commit, on the same budget.
-        regressions = DynamoRegressions(aws_client("dynamodb"), table)
-        notices = NoticeDeps(conversation, regressions, allowlist, pacer, metrics, clock, door)
+        if writers:  # a regression's one notice: a comment on the PR of its first failing commit, on the same budget
+            from crcr.adapters.regressions import DynamoRegressions  # noqa: PLC0415
+
+            notices = NoticeDeps(conversation, DynamoRegressions(aws_client("dynamodb"), table), allowlist, pacer,
+                                 metrics, clock, door)  # fmt: skip
         # The same queue, pacer (one budget per installation), allowlist and metrics as the check runs.
         comment = CommentDeps(
             api=conversation,
@@ -584,7 +592,7 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
             # must start: that failure is shown after this at the latest.
             retry_hold_s=float(settings.run_timeout_s + settings.start_timeout_s),
         )
-    return CheckDeps(
+    built = CheckDeps(
         api=GitHubCheckRuns(_github(settings)),
         store=checks,
         results=results,
@@ -616,6 +624,7 @@ def build_checks_deps(settings: Settings) -> CheckDeps:
         demotions=CachedDemotions(DynamoLevels(aws_client("dynamodb"), str(settings.state_table)), clock.now),
         reactions=GitHubCommands(_github(settings)),
     )
+    return built if writers else replace(built, reruns=None, retries=None, reactions=None)
 
 
 def _rerun_deps(
@@ -784,7 +793,7 @@ def _head_ask(settings: Settings, queue: SqsChecksQueue | None) -> HeadAsk | Non
     if queue is None or not settings.state_table:
         return None
     from crcr.adapters.check_runs import DynamoCheckRuns  # noqa: PLC0415
-    from crcr.app.checks import HeadAsk  # noqa: PLC0415
+    from crcr.app.checks_booking import HeadAsk  # noqa: PLC0415
 
     return HeadAsk(DynamoCheckRuns(aws_client("dynamodb"), str(settings.state_table)), queue, SystemClock())
 

@@ -88,6 +88,10 @@ def check_comment(r: dict[str, Any]) -> None:
     on = r["pr_comment"]["per_event"]["on"]
     assert on["comments_per_pr"] == [1] and on["comment_writes_per_event"] == 1
     assert on["checks_function"]["records_per_dispatch"] > 0 and on["checks_function"]["write_units_per_dispatch"] > 0
+    assert set(r["late_label"]["seconds_to_check_run"]) == {
+        "crcr/bench-org-0/repo-0",
+        "crcr/bench-org-0/repo-0/CI/build",
+    }
 
 
 def check_reporter(r: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from crcr.contracts.messages import CheckSyncMessage
+from crcr.contracts.check_messages import RerunRequest
 from tests.conftest import Relay
 from tests.doubles.github_double import Reply
 from tests.doubles.oidc_issuer import OidcIssuer
@@ -34,8 +34,7 @@ def job_row(s: Scenario, job_name: str, attempt: int) -> dict[str, Any]:
 def send_rerun(s: Scenario, job_name: str = "build-and-test", attempt: int = 1) -> None:
     """What the reporter sends after recording an infra failure of an L3/L4 PR job."""
     row = job_row(s, job_name, attempt)
-    message = CheckSyncMessage(
-        kind="rerun",
+    message = RerunRequest(
         upstream=UPSTREAM,
         head_sha=s.head_sha,
         delivery_id=s.delivery,

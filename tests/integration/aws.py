@@ -65,16 +65,17 @@ def dynamodb_and_streams(**physical: str) -> Iterator[tuple[Any, Any]]:
         yield ddb, boto3.client("dynamodbstreams", **reach)
 
 
-def checks_stream_source() -> StreamSource:
-    """ChecksFunction's event source on the state table's stream, as template.yaml declares it (with its filter)."""
-    [checks] = [f for f in functions_of(load_template(ROOT / "template.yaml")) if f.logical_id == "ChecksFunction"]
-    [source] = [s for s in checks.stream_sources if s.table == "StateTable"]
+def dispatched_stream_source() -> StreamSource:
+    """DispatchedFunction's event source on the state table's stream, as template.yaml declares it (with its filter)."""
+    [fn] = [f for f in functions_of(load_template(ROOT / "template.yaml")) if f.logical_id == "DispatchedFunction"]
+    [source] = [s for s in fn.stream_sources if s.table == "StateTable"]
     return source
 
 
-def checks_handler(module_name: str) -> Callable[..., dict[str, Any]]:
-    """functions/checks/handler.py loaded afresh under `module_name` (its cached deps are the module's own)."""
-    spec = importlib.util.spec_from_file_location(module_name, ROOT / "functions/checks/handler.py")
+def checks_handler(module_name: str, function: str = "checks") -> Callable[..., dict[str, Any]]:
+    """functions/<function>/handler.py (ChecksFunction's, or DispatchedFunction's: "dispatched") loaded afresh under
+    `module_name` (its cached deps are the module's own)."""
+    spec = importlib.util.spec_from_file_location(module_name, ROOT / "functions" / function / "handler.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

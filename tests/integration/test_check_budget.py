@@ -24,9 +24,11 @@ from crcr.adapters.ledger import DynamoLedger
 from crcr.adapters.pacer import DynamoPacer
 from crcr.adapters.pulls import DynamoPullRequests
 from crcr.adapters.results import DynamoResults
-from crcr.app.checks import CheckDeps, job_message
+from crcr.app.checks import CheckDeps
+from crcr.app.checks_booking import job_message
 from crcr.app.ports.jobs import JobRecord
-from crcr.contracts.messages import CheckSyncMessage, DispatchMessage
+from crcr.contracts.check_messages import CheckSync
+from crcr.contracts.messages import DispatchMessage
 from crcr.domain.levels import Level
 from crcr.domain.pacing import parse_rates
 from crcr.domain.ticket import TicketClaims
@@ -36,7 +38,7 @@ from crcr.local.stack import Context
 from crcr.local.template import StreamSource
 from tests.conftest import APP_ID
 from tests.doubles.github_double import GitHubDouble
-from tests.integration.aws import checks_handler, checks_stream_source, dynamodb_and_streams, read_all
+from tests.integration.aws import checks_handler, dispatched_stream_source, dynamodb_and_streams, read_all
 from tests.unit.fakes import FakeClock, RecordingMetrics, StaticAllowlist, door
 
 UPSTREAM, REPO = "pytorch/pytorch", "org-four/L4-Repo"
@@ -63,16 +65,17 @@ class Checks:
 
     handler: Callable[..., dict[str, Any]]
     clock: FakeClock
+    stream: Callable[..., dict[str, Any]]  # DispatchedFunction's handler: the state table's stream
     deps: CheckDeps | None = None
     due: list[tuple[float, int, str]] = field(default_factory=list)
     seq: Iterator[int] = field(default_factory=itertools.count)
     dead: list[str] = field(default_factory=list)
 
-    def send_checks(self, messages: list[CheckSyncMessage], delay_s: float = 0.0) -> None:
+    def send_checks(self, messages: list[CheckSync], delay_s: float = 0.0) -> None:
         for m in messages:
             heapq.heappush(self.due, (self.clock.t + min(900.0, delay_s), next(self.seq), m.model_dump_json()))
 
-    def dead_letter(self, message: CheckSyncMessage, reason: str) -> None:
+    def dead_letter(self, message: CheckSync, reason: str) -> None:
         self.dead.append(reason)
 
     def run_until(self, t: float) -> None:
@@ -88,7 +91,7 @@ class Checks:
         """The state table's new stream records that pass the template's filter, handed over as Lambda does."""
         records = [r for r in read_all(reader) if passes(source.filters, r)]
         if records:
-            result = self.handler({"Records": records}, Context("ChecksFunction", 60), deps=self.deps)
+            result = self.stream({"Records": records}, Context("DispatchedFunction", 60), deps=self.deps)
             assert result == {"batchItemFailures": []}
         return len(records)
 
@@ -104,7 +107,7 @@ class World:
     clock: FakeClock
     stream: StreamReader
     prs: Iterator[int] = field(default_factory=lambda: itertools.count(1001))
-    source: StreamSource = field(default_factory=checks_stream_source)
+    source: StreamSource = field(default_factory=dispatched_stream_source)
 
     def dispatch(self) -> tuple[str, str]:
         """A pull request's new head dispatched to the L4 repository, as the dispatcher records it: its ledger row
@@ -172,7 +175,9 @@ def world(aws: tuple[Any, Any], app_key: rsa.RSAPrivateKey, app_key_pem: str) ->
         metrics = RecordingMetrics()
         ledger, results = DynamoLedger(ddb, "state"), DynamoResults(ddb, "results")
         pacer = DynamoPacer(ddb, "state", rates=parse_rates(RATES))
-        checks = Checks(checks_handler("crcr_fn_checks_budget"), clock)
+        checks = Checks(
+            checks_handler("crcr_fn_checks_budget"), clock, checks_handler("crcr_fn_dispatched", "dispatched")
+        )
         checks.deps = CheckDeps(
             api=GitHubCheckRuns(GitHubApp(github.url, APP_ID, app_key_pem, clock.now)),
             store=DynamoCheckRuns(ddb, "state"), results=results, ledger=ledger, prs=DynamoPullRequests(ddb, "state"),

@@ -40,6 +40,12 @@ EXPECTED = {
         {"check_runs", "pr_comment", "reruns", "pulls", "ledger", "pacer", "results", "levels", "regressions",
          "shadow"},
     ),
+    # The state table's stream: the pass alone, which may book the PR comment's render (its row sits beside the re-run
+    # markers the render reads); no re-run, reaction or regression notice.
+    "dispatched": (
+        "build_dispatched_deps",
+        {"check_runs", "pr_comment", "reruns", "pulls", "ledger", "pacer", "results", "levels", "shadow"},
+    ),
     # The check runs' aggregate: the reporter books each changed commit's check-run pass in it. It keeps the
     # branch jobs' regressions, and GitHub's comparisons for their ranges are budgeted per hour (rate_limits).
     "reporter": (

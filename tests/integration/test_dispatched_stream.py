@@ -1,4 +1,4 @@
-"""The state table's stream as ChecksFunction's source: the ledger's own writes over moto server, read as Lambda
+"""The state table's stream as DispatchedFunction's source: the ledger's own writes over moto server, read as Lambda
 reads the stream, through the filter template.yaml declares. An L3/L4 dispatch marked sent is the one record
 that passes, once, and it is the check-run request the dispatcher used to send to ChecksQueue."""
 
@@ -15,14 +15,15 @@ import pytest
 from crcr.adapters.ledger import DynamoLedger, dispatched_row
 from crcr.adapters.pacer import DynamoPacer
 from crcr.app.ports.ledger import LedgerState
-from crcr.contracts.messages import CheckSyncMessage, DispatchMessage
+from crcr.contracts.check_messages import CheckSync, DispatchChanged, read_check_sync
+from crcr.contracts.messages import DispatchMessage
 from crcr.domain.levels import Level
 from crcr.domain.ticket import TicketClaims
 from crcr.local.filters import passes
 from crcr.local.pollers import StreamReader
 from crcr.local.stack import Context
 from crcr.ops.dlq import redrive
-from tests.integration.aws import checks_handler, checks_stream_source, dynamodb_and_streams, moto_server, read_all
+from tests.integration.aws import checks_handler, dispatched_stream_source, dynamodb_and_streams, moto_server, read_all
 from tests.unit.fakes import FakeChecksQueue, RecordingMetrics
 from tests.unit.test_checks import _deps, _job
 
@@ -58,7 +59,7 @@ def test_only_an_l3_or_l4_dispatch_marked_sent_reaches_the_check_run_writer_and_
     aws: tuple[DynamoLedger, StreamReader, Any],
 ) -> None:
     state, reader, ddb = aws
-    source = checks_stream_source()
+    source = dispatched_stream_source()
     assert source.filters and source.on_failure_queue == "ChecksDLQ"
     levels = {"o/one": Level.L1, "o/two": Level.L2, "o/three": Level.L3, "o/four": Level.L4}
     for repo, level in levels.items():
@@ -112,10 +113,10 @@ def _record(repo: str, sequence: str, sha: str = "a" * 40) -> dict[str, Any]:
 
 
 def test_a_pass_the_writer_cannot_run_goes_to_checks_queue_and_only_one_sqs_refuses_is_retried_by_the_stream() -> None:
-    handler = checks_handler("crcr_fn_checks_stream")
+    handler = checks_handler("crcr_fn_checks_stream", "dispatched")
     deps, api, _ = _deps(_job("in_progress", None))
     event = {"Records": [_record("o/r", "100")]}
-    assert handler(event, Context("ChecksFunction", 60), deps=deps) == {"batchItemFailures": []}
+    assert handler(event, Context("DispatchedFunction", 60), deps=deps) == {"batchItemFailures": []}
     # The commit's pass, at once, from the latest recorded state (the fake results hold a job in progress already).
     assert [(kind, f["name"], f["status"]) for kind, f in api.calls] == [
         ("create", "crcr/o/r", "in_progress"),
@@ -129,21 +130,21 @@ def test_a_pass_the_writer_cannot_run_goes_to_checks_queue_and_only_one_sqs_refu
     queue, metrics = FakeChecksQueue(), RecordingMetrics()
     broken = dataclasses.replace(deps, results=TableDown(), queue=queue, metrics=metrics)
     other = {"Records": [_record("o/r", "150", sha="b" * 40)]}
-    assert handler(other, Context("ChecksFunction", 60), deps=broken) == {"batchItemFailures": []}
+    assert handler(other, Context("DispatchedFunction", 60), deps=broken) == {"batchItemFailures": []}
     assert [(m.kind, m.head_sha) for m, _ in queue.sent] == [("head", "b" * 40)]
     assert metrics.counts["CheckRequestQueued"] == 1
 
     class QueueDown(FakeChecksQueue):
-        def send_checks(self, messages: list[CheckSyncMessage], delay_s: float = 0.0) -> None:
+        def send_checks(self, messages: list[CheckSync], delay_s: float = 0.0) -> None:
             raise ConnectionError("SQS unreachable")
 
     both = dataclasses.replace(broken, queue=QueueDown())
     two = {"Records": [_record("o/r", "200", sha="c" * 40), _record("o/s", "201", sha="c" * 40)]}
-    result = handler(two, Context("ChecksFunction", 60), deps=both)
+    result = handler(two, Context("DispatchedFunction", 60), deps=both)
     assert result == {"batchItemFailures": [{"itemIdentifier": "200"}, {"itemIdentifier": "201"}]}
     assert metrics.counts["CheckRequestFailed"] == 1
     # The booking nobody would run was dropped: the stream's retry books and runs a pass of its own.
-    assert handler(two, Context("ChecksFunction", 60), deps=deps) == {"batchItemFailures": []}
+    assert handler(two, Context("DispatchedFunction", 60), deps=deps) == {"batchItemFailures": []}
     assert ("crcr/o/s", "queued") in {(f["name"], f["status"]) for _, f in api.calls if f["head_sha"] == "c" * 40}
 
 
@@ -151,14 +152,14 @@ def test_redrive_moves_check_run_messages_back_and_leaves_a_stream_batchs_record
     with moto_server() as reach:
         sqs = boto3.client("sqs", **reach)
         dlq, queue = (sqs.create_queue(QueueName=n)["QueueUrl"] for n in ("crcr-ChecksDLQ", "crcr-ChecksQueue"))
-        request = CheckSyncMessage(kind="repo", upstream=UPSTREAM, head_sha="a" * 40, delivery_id="x", repo="o/r")
-        # Lambda's on-failure record of a state-table stream batch ChecksFunction could not take.
+        request = DispatchChanged(upstream=UPSTREAM, head_sha="a" * 40, delivery_id="x", repo="o/r")
+        # Lambda's on-failure record of a state-table stream batch DispatchedFunction could not take.
         batch = {"requestContext": {"condition": "RetryAttemptsExhausted"}, "DDBStreamBatchInfo": {"batchSize": 1}}
         sqs.send_message(QueueUrl=dlq, MessageBody=request.model_dump_json())
         batch_id = sqs.send_message(QueueUrl=dlq, MessageBody=json.dumps(batch))["MessageId"]
         done = redrive(sqs, dlq, queue)
         assert done.moved == 1 and [row["message_id"] for row in done.left] == [batch_id]
         [moved] = sqs.receive_message(QueueUrl=queue)["Messages"]
-        assert CheckSyncMessage.model_validate_json(moved["Body"]) == request
+        assert read_check_sync(moved["Body"]) == request
         attributes = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["ApproximateNumberOfMessages"])
         assert attributes["Attributes"]["ApproximateNumberOfMessages"] == "1"  # still there, and visible

@@ -23,7 +23,8 @@ from crcr.adapters.pacer import DynamoPacer
 from crcr.adapters.pulls import DynamoPullRequests
 from crcr.adapters.results import DynamoResults
 from crcr.adapters.s3 import S3HudDocs
-from crcr.app.checks import CheckDeps, ask_head, head_message, sync
+from crcr.app.checks import CheckDeps, sync
+from crcr.app.checks_booking import ask_head, head_message
 from crcr.app.levels import LevelDeps, check_levels
 from crcr.app.pages import serve
 from crcr.app.ports.jobs import JobRecord

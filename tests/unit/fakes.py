@@ -17,7 +17,8 @@ from crcr.app.ports.github import GitHubError, GitHubRejected, NotInstalled, Rep
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.ledger import BuildRef, LedgerClaim, LedgerRow, LedgerState
 from crcr.app.ports.pulls import HeadRecord, PrInfo
-from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage
+from crcr.contracts.check_messages import CheckSync
+from crcr.contracts.messages import DispatchMessage, EventMessage
 from crcr.domain.allowlist import Allowlist
 from crcr.domain.checks import Known
 from crcr.domain.comment import Posted
@@ -520,15 +521,15 @@ class FakeRerunMarks:
 
 @dataclass
 class FakeChecksQueue:
-    sent: list[tuple[CheckSyncMessage, float]] = field(default_factory=list)
-    dead: list[tuple[CheckSyncMessage, str]] = field(default_factory=list)
+    sent: list[tuple[CheckSync, float]] = field(default_factory=list)
+    dead: list[tuple[CheckSync, str]] = field(default_factory=list)
     sends: int = 0  # calls to send_checks (each an SQS call, however many messages)
 
-    def send_checks(self, messages: list[CheckSyncMessage], delay_s: float = 0.0) -> None:
+    def send_checks(self, messages: list[CheckSync], delay_s: float = 0.0) -> None:
         self.sends += 1
         self.sent += [(m, delay_s) for m in messages]
 
-    def dead_letter(self, message: CheckSyncMessage, reason: str) -> None:
+    def dead_letter(self, message: CheckSync, reason: str) -> None:
         self.dead.append((message, reason))
 
 
@@ -645,11 +646,12 @@ class FakeCheckStore:
         self, upstream: str, head_sha: str, ticket: str, now: float, due_at: float, stale_before: float, rows: set[str]
     ) -> str:
         row = self.heads.get((upstream, head_sha), HeadSync())
-        pending, since = row.pending or ticket, row.pending_since if row.pending else now
-        if pending != ticket and (since or 0.0) < stale_before and row.lock_until < now:
-            pending, since = ticket, now  # the pending pass was lost: take over
+        pending, since, timer = row.pending or ticket, row.pending_since if row.pending else now, row.timer_at
+        waiting = timer is not None and timer > due_at  # the pending pass waits for a later timer of its own
+        if pending != ticket and ((since or 0.0) < stale_before or waiting) and row.lock_until < now:
+            pending, since, timer = ticket, now, None  # the pending pass was lost, or is not due soon enough: take over
         self.heads[(upstream, head_sha)] = replace(
-            row, pending=pending, pending_since=since, due_at=due_at, rows=row.rows | frozenset(rows)
+            row, pending=pending, pending_since=since, due_at=due_at, rows=row.rows | frozenset(rows), timer_at=timer
         )
         return pending
 
@@ -671,14 +673,22 @@ class FakeCheckStore:
             if row.pending != ticket or not settled:
                 return None, row
             self.heads[(upstream, head_sha)] = replace(
-                row, lock_until=now + lease_s, version=row.version + 1, due_at=None, pending_since=now
+                row, lock_until=now + lease_s, version=row.version + 1, due_at=None, pending_since=now, timer_at=None
             )
         else:
             self.heads[(upstream, head_sha)] = replace(row, lock_until=now + lease_s, version=row.version + 1)
         return row.version + 1, row
 
     def finish_head(
-        self, upstream: str, head_sha: str, ticket: str | None, locked: int, now: float, done: set[str], keep: bool
+        self,
+        upstream: str,
+        head_sha: str,
+        ticket: str | None,
+        locked: int,
+        now: float,
+        done: set[str],
+        keep: bool,
+        timer_at: float | None = None,
     ) -> float | None:
         row = self.heads.get((upstream, head_sha), HeadSync())
         if row.version != locked:
@@ -686,13 +696,17 @@ class FakeCheckStore:
         row = replace(row, lock_until=0.0, rows=row.rows - frozenset(done))
         if ticket is not None and not keep and row.pending == ticket and row.due_at is None:
             row = replace(row, pending=None, pending_since=None)
+        elif ticket is not None and timer_at is not None:
+            row = replace(row, timer_at=timer_at)
         self.heads[(upstream, head_sha)] = row
         return row.due_at if ticket is not None and row.pending == ticket else None
 
     def drop_head(self, upstream: str, head_sha: str, ticket: str) -> None:
         row = self.heads.get((upstream, head_sha), HeadSync())
         if row.pending == ticket:
-            self.heads[(upstream, head_sha)] = replace(row, pending=None, pending_since=None, due_at=None)
+            self.heads[(upstream, head_sha)] = replace(
+                row, pending=None, pending_since=None, due_at=None, timer_at=None
+            )
 
 
 @dataclass

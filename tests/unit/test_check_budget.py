@@ -9,10 +9,11 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from crcr.adapters.allowlist_source import parse_allowlist
-from crcr.app.checks import CheckDeps, ask_head, head_message, job_message, sync
+from crcr.app.checks import CheckDeps, sync
+from crcr.app.checks_booking import ask_head, head_message, job_message
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.ledger import LedgerRow, LedgerState
-from crcr.contracts.messages import CheckSyncMessage
+from crcr.contracts.check_messages import CheckSync, DispatchChanged
 from crcr.domain.checks import Known, Need, job_run_need, makes, repo_run_need
 from crcr.domain.pacing import CONTENT_RATES, Rate, WindowLevel, grant, pace, window_level
 from tests.unit.fakes import (
@@ -183,9 +184,7 @@ class World:
         self.state.ledger[(f"x-{dispatch}", REPO)] = LedgerRow(
             f"x-{dispatch}", REPO, LedgerState.DISPATCHED, dispatch, level=4, head_sha=sha, upstream=UPSTREAM, pr=5
         )
-        self.sync(
-            CheckSyncMessage(kind="repo", upstream=UPSTREAM, head_sha=sha, delivery_id=f"x-{dispatch}", repo=REPO)
-        )
+        self.sync(DispatchChanged(upstream=UPSTREAM, head_sha=sha, delivery_id=f"x-{dispatch}", repo=REPO))
 
     def reported(self, job: JobRecord) -> None:
         self.jobs.record(job)
@@ -193,7 +192,7 @@ class World:
         assert message is not None
         self.sync(message)
 
-    def sync(self, message: CheckSyncMessage) -> None:
+    def sync(self, message: CheckSync) -> None:
         sync(message, self.deps)
         self.passes()
 

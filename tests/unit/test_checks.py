@@ -8,12 +8,14 @@ from typing import Any
 import pytest
 
 from crcr.adapters.allowlist_source import parse_allowlist
-from crcr.app.checks import CheckDeps, SyncOutcome, check_run_fields, job_message, sync
+from crcr.app.checks import CheckDeps, SyncOutcome, sync
+from crcr.app.checks_booking import job_message
 from crcr.app.outbound import Permit
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.ledger import LedgerRow, LedgerState
 from crcr.app.ports.pulls import PrInfo
-from crcr.contracts.messages import CheckSyncMessage
+from crcr.contracts.check_messages import CheckSync, DispatchChanged, HeadSuperseded
+from crcr.domain.check_run_text import check_run_fields
 from crcr.domain.checks import JobOutcome, Known, check_run_name, rollup, should_write, wants_check_run
 from crcr.domain.failed_tests import cap, to_json
 from tests.unit.fakes import FakeCheckStore, FakeClock, FakePacer, FakeState, RecordingMetrics, StaticAllowlist, door
@@ -103,12 +105,12 @@ class _Results:
 
 class _Queue:
     def __init__(self) -> None:
-        self.sent: list[tuple[CheckSyncMessage, float]] = []
+        self.sent: list[tuple[CheckSync, float]] = []
 
-    def send_checks(self, messages: list[CheckSyncMessage], delay_s: float = 0.0) -> None:
+    def send_checks(self, messages: list[CheckSync], delay_s: float = 0.0) -> None:
         self.sent += [(m, delay_s) for m in messages]
 
-    def dead_letter(self, message: CheckSyncMessage, reason: str) -> None:
+    def dead_letter(self, message: CheckSync, reason: str) -> None:
         raise AssertionError(reason)
 
 
@@ -243,11 +245,11 @@ def test_a_commit_its_pr_went_back_to_is_not_cancelled_and_its_superseded_run_is
     deps.prs.record_pr_head("pytorch/pytorch", 5, head, "2026-12-07T10:00:00Z")  # type: ignore[attr-defined]
     deps.store.rows[("pytorch/pytorch", head, name)] = (Known(7, "queued", None), 1)  # type: ignore[attr-defined]
     # B's cancel of A, run after the PR went back to A: A is its head, nothing on it is cancelled.
-    late = CheckSyncMessage(kind="cancel", upstream="pytorch/pytorch", head_sha=head, superseded_by="b" * 40, pr=5)
+    late = HeadSuperseded(upstream="pytorch/pytorch", head_sha=head, superseded_by="b" * 40, pr=5)
     assert sync(late, deps).written == [] and api.calls == []
     # A's run was cancelled when B came; A is the head again and dispatched again: its run is queued again.
     deps.store.rows[("pytorch/pytorch", head, name)] = (Known(7, "completed", "cancelled"), 2)  # type: ignore[attr-defined]
-    booked = CheckSyncMessage(kind="repo", upstream="pytorch/pytorch", head_sha=head, delivery_id="x", repo="o/r")
+    booked = DispatchChanged(upstream="pytorch/pytorch", head_sha=head, delivery_id="x", repo="o/r")
     assert sync(booked, deps).detail == "booked"
     [(message, _)] = queue.sent
     deps.clock.t += deps.pass_settle_s  # type: ignore[attr-defined]
@@ -276,8 +278,6 @@ class _NoJobs(_Results):
 
 def test_a_summary_is_shown_without_control_or_bidi_characters() -> None:
     import json  # noqa: PLC0415
-
-    from crcr.app.checks import check_run_fields  # noqa: PLC0415
 
     summary = "## Failed\r\n\t* test_\x1b[31mfoo\x1b[0m\x00 \u202eevil\u2066 \x85ok"
     job = replace(_job("completed", "failure"), callback_payload=json.dumps({"summary": summary}))
@@ -332,7 +332,7 @@ def test_an_open_demotion_stops_new_check_runs_and_lets_running_ones_finish() ->
 
 
 def _demoted_nothing(deps: CheckDeps) -> bool:
-    from crcr.app.checks import _demoted  # noqa: PLC0415
+    from crcr.app.checks_plan import demoted as _demoted  # noqa: PLC0415
 
     return not _demoted("o/r", 3, 110.0, replace(deps, demotions=_Demotions({})))
 

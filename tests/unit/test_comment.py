@@ -18,7 +18,7 @@ from crcr.app.ports.comment import IssueComment
 from crcr.app.ports.github import GitHubRateLimited, GitHubRejected, GitHubUnavailable
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.pulls import PrInfo
-from crcr.contracts.messages import CheckSyncMessage
+from crcr.contracts.check_messages import CheckSync, CommentRequest
 from crcr.domain.comment import (
     BODY_BUDGET,
     ZWSP,
@@ -182,7 +182,7 @@ def test_a_hidden_infra_failure_is_looked_at_again_when_nothing_else_asks() -> N
     w.clock.t = render_message.not_before or 0
     assert w.sync(render_message) == "nothing_failed; recheck"  # hidden: nothing to tell yet
     [(recheck, delay)] = w.queue.sent
-    assert (recheck.render, delay) == (None, 900.0)  # looked at less often as the wait grows (at most 15 min)
+    assert (recheck.ticket, delay) == (None, 900.0)  # looked at less often as the wait grows (at most 15 min)
     w.marks.marks[("d1", "77")] = "refused"  # the re-run handler decided, and asked nobody to look
     assert w.run_queue() == ["booked", "created"]
     assert "infra" in w.api.writes[-1][2]
@@ -334,8 +334,8 @@ def test_the_hidden_state_finds_mentions_and_history_again() -> None:
 # -- the writer ---------------------------------------------------------------------------------------------
 
 
-def request(pr: int = PR) -> CheckSyncMessage:
-    return CheckSyncMessage(kind="comment", upstream=UPSTREAM, head_sha=HEAD, pr=pr)
+def request(pr: int = PR) -> CommentRequest:
+    return CommentRequest(upstream=UPSTREAM, head_sha=HEAD, pr=pr)
 
 
 class World:
@@ -356,7 +356,7 @@ class World:
             settle_s=5.0, max_wait_s=60.0, rand=lambda: 0.5, new_ticket=lambda: f"t{next(tickets)}", door=door()
         )  # fmt: skip
 
-    def sync(self, message: CheckSyncMessage) -> str:
+    def sync(self, message: CheckSync) -> str:
         return sync_comment(message, self.deps).detail
 
     def run_queue(self, advance: float = 0.0) -> list[str]:
@@ -377,7 +377,7 @@ def test_a_burst_of_requests_books_one_render_and_costs_one_write() -> None:
     details = [w.sync(request()) for _ in range(20)]
     assert details == ["booked"] + ["coalesced"] * 19
     [(render_message, delay)] = w.queue.sent
-    assert (render_message.render, delay) == ("t1", 5.0)
+    assert (render_message.ticket, delay) == ("t1", 5.0)
     assert w.run_queue() == ["created"]
     assert [kind for kind, _, _ in w.api.writes] == ["create"]
     # Nothing changed: a later request renders the same body and writes nothing.
@@ -489,7 +489,7 @@ def test_over_the_budget_the_render_waits_with_its_booked_slot_and_keeps_its_boo
     w.clock.t = message.not_before or 0
     assert w.sync(message) == "paced"
     [(later, delay)] = w.queue.sent
-    assert (delay, later.slot_at, later.render) == (42.0, w.clock.t + 42.0, "t1")
+    assert (delay, later.slot_at, later.ticket) == (42.0, w.clock.t + 42.0, "t1")
     assert w.api.writes == [] and w.store.rows[PR].pending == "t1" and w.count("PrCommentPaced") == 1
     assert w.sync(request()) == "coalesced"  # the paced render will show that change too
     assert w.run_queue() == ["created"]
@@ -516,7 +516,7 @@ def test_a_rate_limit_waits_as_github_says_and_spends_no_attempt() -> None:
     w.clock.t = message.not_before or 0
     assert w.sync(message) == "rate_limited"
     [(later, delay)] = w.queue.sent
-    assert (delay, later.attempt, later.render) == (30.0, 0, "t1")
+    assert (delay, later.attempt, later.ticket) == (30.0, 0, "t1")
     assert w.run_queue() == ["created"]
 
 

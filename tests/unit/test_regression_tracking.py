@@ -11,14 +11,14 @@ import pytest
 from crcr.adapters.allowlist_source import parse_allowlist
 from crcr.adapters.ledger import dispatched_row
 from crcr.app.budget import Budget
-from crcr.app.checks import job_message
+from crcr.app.checks_booking import job_message
 from crcr.app.pages import REGRESSIONS, serve
 from crcr.app.ports.github import GitHubRejected, GitHubUnavailable
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.regression_notices import NoticeDeps, tell
 from crcr.app.regressions import DOC_KEY, RECENT_RESULTS, RegressionDeps, track, track_job
 from crcr.app.summaries import SummaryDeps
-from crcr.contracts.messages import CheckSyncMessage
+from crcr.contracts.check_messages import RegressionNotice
 from crcr.domain.known import parse_condensed
 from crcr.domain.regressions import CLOSED_KEPT_S, BranchCommit, Tracked
 from crcr.ops.regressions import cancel
@@ -237,7 +237,7 @@ def test_a_regression_that_opens_asks_once_for_its_notice_on_the_pr_of_its_first
     assert len(queue.sent) == 1 and world.metrics.counts["RegressionNotTold"] == 1
 
 
-def notice_world() -> tuple[World, NoticeDeps, FakeIssueComments, CheckSyncMessage]:
+def notice_world() -> tuple[World, NoticeDeps, FakeIssueComments, RegressionNotice]:
     world = World()
     world.push(1, 2)
     world.report(result(1), result(2, "failure"))
@@ -245,7 +245,7 @@ def notice_world() -> tuple[World, NoticeDeps, FakeIssueComments, CheckSyncMessa
     allowlist = StaticAllowlist(parse_allowlist(f"L2:\n  - {REPO}: [alice, bob]\n"))
     deps = NoticeDeps(api=api, store=world.store, allowlist=allowlist, pacer=FakePacer(), metrics=world.metrics,
                       clock=world.clock, door=door())  # fmt: skip
-    message = CheckSyncMessage(kind="notice", upstream=UPSTREAM, head_sha=sha(2), repo=REPO, pr=1002, job_name="test")
+    message = RegressionNotice(upstream=UPSTREAM, head_sha=sha(2), repo=REPO, pr=1002, job_name="test")
     return world, deps, api, message.model_copy(update={"workflow_name": "CI"})
 
 

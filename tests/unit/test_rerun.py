@@ -19,7 +19,8 @@ from crcr.app.ports.github import GitHubError, GitHubRateLimited, GitHubRejected
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.reruns import RerunClaim, WorkflowRun
 from crcr.app.rerun import RerunDeps, RetryDeps
-from crcr.contracts.messages import CheckSyncMessage, EventMessage
+from crcr.contracts.check_messages import CheckSync, RerunRequest
+from crcr.contracts.messages import EventMessage
 from crcr.domain.checks import Known
 from crcr.domain.ids import NO_RUN
 from tests.unit.fakes import (
@@ -51,10 +52,10 @@ def job(name: str = "test", run_id: str = "777", attempt: int = 1, repo: str = L
     return replace(record, **changes)
 
 
-def message(record: JobRecord, **changes: Any) -> CheckSyncMessage:
+def message(record: JobRecord, **changes: Any) -> RerunRequest:
     """What the reporter sends for an infrastructure failure of an L3/L4 PR job."""
-    return CheckSyncMessage(
-        kind="rerun", upstream=record.upstream, head_sha=record.head_sha, delivery_id=record.delivery_id,
+    return RerunRequest(
+        upstream=record.upstream, head_sha=record.head_sha, delivery_id=record.delivery_id,
         repo=record.repo, dispatch_id=record.dispatch_id, run_id=record.run_id, run_attempt=record.run_attempt,
         job_name=record.job_name,
     ).model_copy(update=changes)  # fmt: skip
@@ -154,13 +155,13 @@ class FakeResults:
 
 @dataclass
 class FakeChecksQueue:
-    sent: list[tuple[CheckSyncMessage, float]] = field(default_factory=list)
-    dead: list[tuple[CheckSyncMessage, str]] = field(default_factory=list)
+    sent: list[tuple[CheckSync, float]] = field(default_factory=list)
+    dead: list[tuple[CheckSync, str]] = field(default_factory=list)
 
-    def send_checks(self, messages: list[CheckSyncMessage], delay_s: float = 0.0) -> None:
+    def send_checks(self, messages: list[CheckSync], delay_s: float = 0.0) -> None:
         self.sent += [(m, delay_s) for m in messages]
 
-    def dead_letter(self, message: CheckSyncMessage, reason: str) -> None:
+    def dead_letter(self, message: CheckSync, reason: str) -> None:
         self.dead.append((message, reason))
 
 
@@ -222,10 +223,10 @@ class World:
             rand=lambda: 0.5, door=door()
         )  # fmt: skip
 
-    def sync(self, msg: CheckSyncMessage) -> str:
+    def sync(self, msg: CheckSync) -> str:
         return sync(msg, self.deps).detail
 
-    def resent(self) -> CheckSyncMessage:
+    def resent(self) -> CheckSync:
         """The one message re-sent to the queue since the last look, with the clock moved to when it is due."""
         [(msg, _)] = self.queue.sent
         self.queue.sent.clear()
@@ -411,9 +412,8 @@ def test_two_jobs_of_one_run_deciding_at_once_wait_for_each_other() -> None:
 # -- the Checks tab -------------------------------------------------------------------------------------------
 
 
-def checks_tab(repo: str = L4, run_id: str = "777") -> CheckSyncMessage:
-    return CheckSyncMessage(kind="rerun", requested_by="checks_tab", upstream=UPSTREAM, head_sha=HEAD, repo=repo,
-                            run_id=run_id)  # fmt: skip
+def checks_tab(repo: str = L4, run_id: str = "777") -> RerunRequest:
+    return RerunRequest(requested_by="checks_tab", upstream=UPSTREAM, head_sha=HEAD, repo=repo, run_id=run_id)
 
 
 def test_a_checks_tab_rerun_is_paced_on_the_downstream_installation_too_and_marks_nothing() -> None:
@@ -435,7 +435,7 @@ def test_a_checks_tab_rerun_is_paced_on_the_downstream_installation_too_and_mark
     [(checks_tab(run_id=BUILD_UUID), "not_github"), (checks_tab(run_id=NO_RUN), "never_started"),
      (checks_tab(repo=L2), "not_l3")],
 )  # fmt: skip
-def test_a_checks_tab_rerun_of_what_cannot_be_rerun_asks_nothing(msg: CheckSyncMessage, reason: str) -> None:
+def test_a_checks_tab_rerun_of_what_cannot_be_rerun_asks_nothing(msg: CheckSync, reason: str) -> None:
     w = World()
     assert w.sync(msg) == reason
     assert w.github.calls == [] and w.marks.markers == {}

@@ -28,6 +28,7 @@ def _head_sync(item: dict[str, Any] | None) -> HeadSync:
         lock_until=_number(item, "lock_until") or 0.0,
         version=int(item.get("version", {}).get("N", "0")),
         rows=frozenset(item.get("booked_rows", {}).get("SS", [])),
+        timer_at=_number(item, "timer_at"),
     )
 
 
@@ -105,7 +106,7 @@ class DynamoCheckRuns:
     ) -> str:
         add = {"booked_rows": {"SS": sorted(rows)}} if rows else None
         key = self._sync_key(upstream, head_sha)
-        return book(self._ddb, self._table, key, ticket, now, due_at, stale_before, LEDGER_TTL_S, add)
+        return book(self._ddb, self._table, key, ticket, now, due_at, stale_before, LEDGER_TTL_S, add, sooner=True)
 
     def lock_head(
         self,
@@ -128,7 +129,7 @@ class DynamoCheckRuns:
         update = "SET lock_until = :l, expires_at = :exp, version = if_not_exists(version, :zero) + :one"
         if ticket is not None:
             condition += " AND pending = :t AND (attribute_not_exists(due_at) OR due_at <= :due OR pending_since < :b)"
-            update += ", pending_since = :now REMOVE due_at"
+            update += ", pending_since = :now REMOVE due_at, timer_at"
             values |= {":t": {"S": ticket}, ":due": {"N": str(num(due_by))}, ":b": {"N": str(num(booked_before))}}
         try:
             old = self._ddb.update_item(
@@ -148,7 +149,15 @@ class DynamoCheckRuns:
         return row.version + 1, row
 
     def finish_head(
-        self, upstream: str, head_sha: str, ticket: str | None, locked: int, now: float, done: set[str], keep: bool
+        self,
+        upstream: str,
+        head_sha: str,
+        ticket: str | None,
+        locked: int,
+        now: float,
+        done: set[str],
+        keep: bool,
+        timer_at: float | None = None,
     ) -> float | None:
         key = self._sync_key(upstream, head_sha)
         values: dict[str, Any] = {":v": {"N": str(locked)}}
@@ -167,6 +176,11 @@ class DynamoCheckRuns:
             )
             if ended:
                 return None
+        if (
+            ticket is not None and timer_at is not None
+        ):  # the booked pass waits for a timer of its own (book's `sooner`)
+            forget += " SET timer_at = :w"
+            values[":w"] = {"N": str(num(timer_at))}
         try:
             row = _head_sync(
                 self._ddb.update_item(
@@ -191,7 +205,7 @@ class DynamoCheckRuns:
             self._ddb.update_item,
             TableName=self._table,
             Key=self._sync_key(upstream, head_sha),
-            UpdateExpression="REMOVE pending, pending_since, due_at",
+            UpdateExpression="REMOVE pending, pending_since, due_at, timer_at",
             ConditionExpression="pending = :t",
             ExpressionAttributeValues={":t": {"S": ticket}},
         )

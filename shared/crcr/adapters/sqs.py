@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
-from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage, RunMessage
+from crcr.contracts.check_messages import CheckSync
+from crcr.contracts.messages import DispatchMessage, EventMessage, RunMessage
 
 SQS_MAX_DELAY_S = 900  # SQS caps DelaySeconds at 15 minutes; longer waits hop (see DispatchMessage.not_before)
 _BATCH = 10
@@ -89,7 +91,7 @@ class SqsChecksQueue:
         self._url = url
         self._dlq = dlq_url
 
-    def send_checks(self, messages: list[CheckSyncMessage], delay_s: float = 0.0) -> None:
+    def send_checks(self, messages: Sequence[CheckSync], delay_s: float = 0.0) -> None:
         delay = max(0, min(SQS_MAX_DELAY_S, math.ceil(delay_s)))
         _send_batches(
             self._sqs,
@@ -98,7 +100,7 @@ class SqsChecksQueue:
             "check-run",
         )
 
-    def dead_letter(self, message: CheckSyncMessage, reason: str) -> None:
+    def dead_letter(self, message: CheckSync, reason: str) -> None:
         self._sqs.send_message(
             QueueUrl=self._dlq,
             MessageBody=message.model_dump_json(),

@@ -127,11 +127,14 @@ def book(
     stale_before: float,
     ttl_s: int,
     add: dict[str, Any] | None = None,
+    sooner: bool = False,
 ) -> str:
     """A debounced booking on one row (a PR's comment render, a head's check-run pass): one write whether or not one
     is pending. The first request's ticket stays, every request moves the due time on; `add` is ADDed to the row
     (names -> values). Returns the ticket of the booking that will do the work: `ticket` when none was pending, or
-    the pending one was booked before `stale_before` (its message was lost) and no live lock holds the row."""
+    the pending one was booked before `stale_before` (its message was lost) and no live lock holds the row, or (with
+    `sooner`) the pending one waits for a timer of its own (`timer_at`) later than `due_at`: its message then finds
+    itself superseded, and this booking's, sent at `due_at`, does the work."""
     values = {
         ":due": {"N": str(num(due_at))},
         ":t": {"S": ticket},
@@ -151,20 +154,19 @@ def book(
     )["Attributes"]
     pending: str = got["pending"]["S"]
     live = "N" in got.get("lock_until", {}) and float(got["lock_until"]["N"]) >= now
-    if pending == ticket or float(got["pending_since"]["N"]) >= stale_before or live:
+    timer = got.get("timer_at", {}).get("N") if sooner else None
+    waiting = timer is not None and float(timer) > due_at
+    if pending == ticket or (float(got["pending_since"]["N"]) >= stale_before and not waiting) or live:
         return pending
     took = applied(
         client.update_item,
         TableName=table,
         Key=key,
-        UpdateExpression="SET pending = :t, pending_since = :now",
-        ConditionExpression="pending = :old AND pending_since < :stale",
-        ExpressionAttributeValues={
-            ":t": {"S": ticket},
-            ":now": {"N": str(num(now))},
-            ":old": {"S": pending},
-            ":stale": {"N": str(num(stale_before))},
-        },
+        UpdateExpression="SET pending = :t, pending_since = :now REMOVE timer_at",
+        # Still that booking, and (waiting) still waiting for that timer: a pass that began meanwhile removed it.
+        ConditionExpression="pending = :old AND " + ("timer_at = :timer" if waiting else "pending_since < :stale"),
+        ExpressionAttributeValues={":t": {"S": ticket}, ":now": {"N": str(num(now))}, ":old": {"S": pending}}
+        | ({":timer": {"N": str(timer)}} if waiting else {":stale": {"N": str(num(stale_before))}}),
     )
     if took:
         return ticket

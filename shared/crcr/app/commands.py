@@ -23,8 +23,9 @@ from crcr.app.ports.github import GitHubRejected, NotInstalled
 from crcr.app.ports.jobs import JobRecord, JobsByHead
 from crcr.app.ports.pulls import PrInfos
 from crcr.app.ports.queues import ChecksQueue, DispatchQueue
+from crcr.contracts.check_messages import CommentRequest, JobKey, Reaction, RerunRequest
 from crcr.contracts.github import IssueCommentEvent
-from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage, downstream_target
+from crcr.contracts.messages import DispatchMessage, EventMessage, downstream_target
 from crcr.domain.allowlist import Entry
 from crcr.domain.checks import Known, check_run_name, latest_attempts, wants_check_run
 from crcr.domain.commands import may_rerun, parse_command, stranger
@@ -133,8 +134,8 @@ def plan_command(
         return _ignored(summary, deps, "over_budget")
     pr = event.issue.number
     info = deps.prs.pr_info(deps.upstream, pr)
-    react = CheckSyncMessage(kind="react", upstream=deps.upstream, head_sha=info.head_sha if info else "", pr=pr,
-                             comment_id=event.comment.id, delivery_id=message.delivery_id)  # fmt: skip
+    react = Reaction(upstream=deps.upstream, head_sha=info.head_sha if info else "", pr=pr, comment_id=event.comment.id,
+                     delivery_id=message.delivery_id)  # fmt: skip
     live = [e for e in deps.allowlist.current().entries if deps.door.live(e.repo)]
     if not live:
         return _ignored(summary, deps, "shadow")  # nothing is ever sent to a shadow downstream: no reaction either
@@ -143,14 +144,15 @@ def plan_command(
         deps.checks.send_checks([react.model_copy(update={"reaction": "confused"})])
         return _ignored(summary, deps, "unknown_pr" if info is None else "unknown_repo")
     jobs = [j for j in deps.jobs.jobs_for_head(deps.upstream, info.head_sha) if j.pr == pr]
-    reruns: list[CheckSyncMessage] = []
+    reruns: list[RerunRequest] = []
     again: list[Entry] = []
     for entry in entries:
         mine = [j for j in jobs if repo_key(j.repo) == entry.key and j.job_name]
         failed = _failed_runs(mine)
         reruns += [
-            CheckSyncMessage(kind="rerun", requested_by="comment", upstream=deps.upstream, head_sha=info.head_sha,
-                             delivery_id=message.delivery_id, repo=entry.repo, dispatch_id=dispatch, run_id=run, pr=pr)
+            RerunRequest(requested_by="comment", upstream=deps.upstream, head_sha=info.head_sha,
+                         delivery_id=message.delivery_id, repo=entry.repo, job=JobKey(dispatch_id=dispatch, run_id=run),
+                         pr=pr)
             for dispatch, run in failed
         ]  # fmt: skip
         if not mine and not command.failed_only:
@@ -165,8 +167,11 @@ def plan_command(
         deps.dispatches.send_dispatches(dispatches)
     asked = bool(reruns or dispatches)
     deps.checks.send_checks(
-        [*reruns, react.model_copy(update={"reaction": "rocket" if asked else "confused"})]
-        + ([CheckSyncMessage(kind="comment", upstream=deps.upstream, head_sha=info.head_sha, pr=pr)] if asked else [])
+        [
+            *reruns,
+            react.model_copy(update={"reaction": "rocket" if asked else "confused"}),
+            *([CommentRequest(upstream=deps.upstream, head_sha=info.head_sha, pr=pr)] if asked else []),
+        ]
     )
     if asked:
         deps.metrics.count("CommandAccepted")

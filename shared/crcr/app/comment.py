@@ -29,7 +29,7 @@ from crcr.app.ports.pacing import Pacer
 from crcr.app.ports.pulls import PrInfos
 from crcr.app.ports.queues import ChecksQueue
 from crcr.app.ports.reruns import RerunMarks
-from crcr.contracts.messages import CheckSyncMessage
+from crcr.contracts.check_messages import CommentRequest
 from crcr.domain.comment import Posted, marker, recover, render, select
 from crcr.domain.retry import RetryPolicy
 
@@ -131,17 +131,17 @@ def _skip(deps: CommentDeps, reason: str) -> CommentOutcome:
     return CommentOutcome(reason)
 
 
-def sync_comment(message: CheckSyncMessage, deps: CommentDeps) -> CommentOutcome:
+def sync_comment(message: CommentRequest, deps: CommentDeps) -> CommentOutcome:
     """A request books (or joins) a render; a render writes the comment. GitHub's 4xx dead-letter the render
     with the reason; 5xx and timeouts back off; rate limits and the pacer delay it, never dropped."""
     if message.pr is None:
         return _skip(deps, "no_pr")
-    if message.render is None:
+    if message.ticket is None:
         return _request(message, message.pr, deps)
-    return _render(message, message.pr, message.render, deps)
+    return _render(message, message.pr, message.ticket, deps)
 
 
-def _request(message: CheckSyncMessage, pr: int, deps: CommentDeps) -> CommentOutcome:
+def _request(message: CommentRequest, pr: int, deps: CommentDeps) -> CommentOutcome:
     now = deps.clock.now()
     info = deps.prs.pr_info(message.upstream, pr)
     if info is None:
@@ -165,19 +165,19 @@ def ask_render(upstream: str, head_sha: str, pr: int, deps: CommentDeps) -> bool
     if booked != ticket:
         deps.metrics.count("PrCommentSkipped", reason="coalesced")
         return False
-    message = CheckSyncMessage(kind="comment", upstream=upstream, head_sha=head_sha, pr=pr)
+    message = CommentRequest(upstream=upstream, head_sha=head_sha, pr=pr)
     _send(message, deps, ticket, deps.settle_s, attempt=0, slot_at=None)
     return True
 
 
 def _send(
-    message: CheckSyncMessage, deps: CommentDeps, ticket: str, delay: float, attempt: int, slot_at: float | None
+    message: CommentRequest, deps: CommentDeps, ticket: str, delay: float, attempt: int, slot_at: float | None
 ) -> None:
-    update = {"render": ticket, "not_before": deps.clock.now() + delay, "attempt": attempt, "slot_at": slot_at}
+    update = {"ticket": ticket, "not_before": deps.clock.now() + delay, "attempt": attempt, "slot_at": slot_at}
     deps.queue.send_checks([message.model_copy(update=update)], delay)
 
 
-def _render(message: CheckSyncMessage, pr: int, ticket: str, deps: CommentDeps) -> CommentOutcome:
+def _render(message: CommentRequest, pr: int, ticket: str, deps: CommentDeps) -> CommentOutcome:
     upstream, now = message.upstream, deps.clock.now()
     row = deps.store.get_comment(upstream, pr)
     if row.pending != ticket:
@@ -221,14 +221,14 @@ def _render(message: CheckSyncMessage, pr: int, ticket: str, deps: CommentDeps) 
         outcome.detail += "; again"
     elif outcome.recheck_at is not None:
         # Nothing asks for the comment when a pending re-run is decided (or never reports): ask then.
-        update = {"render": None, "not_before": outcome.recheck_at, "attempt": 0, "slot_at": None}
+        update = {"ticket": None, "not_before": outcome.recheck_at, "attempt": 0, "slot_at": None}
         deps.queue.send_checks([message.model_copy(update=update)], max(1.0, outcome.recheck_at - now))
         outcome.detail += "; recheck"
     return outcome
 
 
 def _write(
-    message: CheckSyncMessage, pr: int, row: CommentRow, locked: int, budget: Budget, deps: CommentDeps
+    message: CommentRequest, pr: int, row: CommentRow, locked: int, budget: Budget, deps: CommentDeps
 ) -> CommentOutcome:
     """Under the lock: render from the latest recorded state and write it if it differs from the last body."""
     upstream, now = message.upstream, deps.clock.now()
@@ -298,7 +298,7 @@ def _digest(body: str) -> str:
 
 
 def _again(
-    message: CheckSyncMessage,
+    message: CommentRequest,
     deps: CommentDeps,
     ticket: str,
     locked: int,
@@ -321,7 +321,7 @@ def _again(
     return CommentOutcome(reason, delay)
 
 
-def _dead_letter(message: CheckSyncMessage, deps: CommentDeps, ticket: str, locked: int, reason: str) -> CommentOutcome:
+def _dead_letter(message: CommentRequest, deps: CommentDeps, ticket: str, locked: int, reason: str) -> CommentOutcome:
     upstream, pr, now = message.upstream, message.pr or 0, deps.clock.now()
     deps.store.release_comment(upstream, pr, locked, now)
     deps.store.drop_render(upstream, pr, ticket)  # the next change books a new render

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from crcr.app.checks import backfill
+from crcr.app.checks_booking import backfill
 from crcr.app.commands import CommandContext, CommandDeps, plan_command
 from crcr.app.dispatch import client_payload
 from crcr.app.outbound import Outbound
@@ -21,8 +21,16 @@ from crcr.app.ports.pulls import HeadRecord, PrInfo
 from crcr.app.ports.queues import BlobStore, ChecksQueue, DispatchQueue
 from crcr.app.rerun import RerunDeps, check_run_target, check_suite_targets
 from crcr.app.summaries import SummaryDeps
+from crcr.contracts.check_messages import (
+    CheckSync,
+    CommentRequest,
+    HeadSuperseded,
+    JobKey,
+    RepoSkipped,
+    RerunRequest,
+)
 from crcr.contracts.github import CheckRunEvent, CheckSuiteEvent, PullRequestEvent, PushCommit, PushEvent
-from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage, downstream_target
+from crcr.contracts.messages import DispatchMessage, EventMessage, downstream_target
 from crcr.domain.allowlist import Entry
 from crcr.domain.change_hints import change_hints
 from crcr.domain.checks import CIFLOW_DEVICE_PREFIX
@@ -302,14 +310,13 @@ def plan_rerun(message: EventMessage, doc: dict[str, Any], deps: PlannerDeps) ->
         summary.skipped["*"] = f"github_rejected: {exc}"
         return summary
     reruns = [
-        CheckSyncMessage(
-            kind="rerun",
+        RerunRequest(
             requested_by="checks_tab",
             upstream=deps.upstream,
             head_sha=head_sha,
             delivery_id=message.delivery_id,
             repo=repo,
-            run_id=run_id,
+            job=JobKey(run_id=run_id),
         )
         for repo, run_id in targets
     ]
@@ -329,15 +336,14 @@ def _record_head(event: UpstreamEvent, deps: PlannerDeps, now: float) -> tuple[f
     )
     if recorded.replaced is not None and deps.checks is not None:
         # The old commit's check runs still queued are cancelled, naming this one (never left hanging).
-        cancel = CheckSyncMessage(
-            kind="cancel",
+        cancel = HeadSuperseded(
             upstream=deps.upstream,
             head_sha=recorded.replaced,
             superseded_by=event.head_sha,
             pr=event.pr_number,  # the pass reads the PR's head: a commit it went back to meanwhile stays
         )
         # The PR's comment follows the new head at once (not when its first job reports, which may be hours).
-        comment = CheckSyncMessage(kind="comment", upstream=deps.upstream, head_sha=event.head_sha, pr=event.pr_number)
+        comment = CommentRequest(upstream=deps.upstream, head_sha=event.head_sha, pr=event.pr_number)
         deps.checks.send_checks([cancel, comment])
         deps.metrics.count("HeadSuperseded")
     return (now if recorded.newest else None), recorded.replaced
@@ -371,12 +377,10 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
     label = event.added_label or ""
     if event.action == "labeled" and ascii_lower(label).startswith(CIFLOW_DEVICE_PREFIX) and deps.checks and deps.jobs:
         device = label[len(CIFLOW_DEVICE_PREFIX) :]
-        mirrored = backfill(deps.jobs.jobs_for_head(deps.upstream, event.head_sha), device)
+        mirrored: list[CheckSync] = [*backfill(deps.jobs.jobs_for_head(deps.upstream, event.head_sha), device)]
         deps.metrics.count("CheckRunsBackfilled", len(mirrored))
         if mirrored and event.pr_number is not None:  # the device's jobs count in the PR's comment from now on
-            mirrored.append(
-                CheckSyncMessage(kind="comment", upstream=deps.upstream, head_sha=event.head_sha, pr=event.pr_number)
-            )
+            mirrored.append(CommentRequest(upstream=deps.upstream, head_sha=event.head_sha, pr=event.pr_number))
         deps.checks.send_checks(mirrored)
 
     targets, skipped, shadowed = _sorted(message, event, decisions, now, deps, summary)
@@ -606,8 +610,7 @@ def _skip_checks(messages: list[DispatchMessage], deps: PlannerDeps) -> None:
         return
     deps.checks.send_checks(
         [
-            CheckSyncMessage(
-                kind="skip",
+            RepoSkipped(
                 upstream=m.upstream,
                 head_sha=m.head_sha,
                 delivery_id=m.delivery_id,

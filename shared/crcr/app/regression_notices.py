@@ -13,7 +13,7 @@ from crcr.app.ports import AllowlistProvider, Clock, Metrics
 from crcr.app.ports.github import GitHubRateLimited, GitHubRejected, GitHubUnavailable, NotInstalled
 from crcr.app.ports.pacing import Pacer
 from crcr.app.ports.regressions import RegressionStore, change_regressions
-from crcr.contracts.messages import CheckSyncMessage
+from crcr.contracts.check_messages import RegressionNotice
 from crcr.domain.comment import text
 from crcr.domain.regressions import Tracked, notice_body
 
@@ -43,7 +43,7 @@ class NoticeBusy(Exception):
     """Another writer kept changing the job's regressions: try the notice again shortly."""
 
 
-def tell(message: CheckSyncMessage, deps: NoticeDeps, budget: Budget) -> str:
+def tell(message: RegressionNotice, deps: NoticeDeps, budget: Budget) -> str:
     """The one notice of a regression: claimed on the regression (`told`) before it is written, so a redelivered
     message never writes a second; a write GitHub could not take now releases the claim (the message is retried),
     one GitHub refuses is counted and not retried. Paced on the upstream installation like every upstream write."""
@@ -86,7 +86,7 @@ def tell(message: CheckSyncMessage, deps: NoticeDeps, budget: Budget) -> str:
     return "told now"
 
 
-def _release(message: CheckSyncMessage, t: Tracked, deps: NoticeDeps) -> None:
+def _release(message: RegressionNotice, t: Tracked, deps: NoticeDeps) -> None:
     """Give the claim back so the retried message can write the notice (best effort: a claim kept is a notice lost,
     never a second one)."""
 

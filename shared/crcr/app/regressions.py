@@ -21,7 +21,8 @@ from crcr.app.ports.queues import ChecksQueue, DispatchQueue
 from crcr.app.ports.regressions import RegressionStore
 from crcr.app.summaries import SummaryConflict, SummaryDeps, update_document
 from crcr.app.verdicts import BASELINE_EVENTS, JobAttempts, attempt
-from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, downstream_target
+from crcr.contracts.check_messages import RegressionNotice
+from crcr.contracts.messages import DispatchMessage, downstream_target
 from crcr.domain.allowlist import Entry
 from crcr.domain.failed_tests import parse as parse_failed_tests
 from crcr.domain.ids import repo_key
@@ -405,8 +406,8 @@ def _ask_notices(job: JobRecord, opened: list[Tracked], deps: RegressionDeps) ->
             deps.metrics.count("RegressionNotTold", reason="no_pr")
             continue
         asks.append(
-            CheckSyncMessage(kind="notice", upstream=job.upstream, head_sha=t.first_fail, repo=t.repo, pr=pr)
-            .model_copy(update={"workflow_name": t.workflow_name, "job_name": t.job_name})
+            RegressionNotice(upstream=job.upstream, head_sha=t.first_fail, repo=t.repo, pr=pr,
+                             workflow_name=t.workflow_name, job_name=t.job_name)
         )  # fmt: skip
     if asks:
         deps.notices.send_checks(asks)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from crcr.app.checks import HeadAsk, job_message, request_head
+from crcr.app.checks_booking import HeadAsk, job_message, request_head
 from crcr.app.hud import envelope
 from crcr.app.outbound import HUD, Outbound, Permit, Write
 from crcr.app.page_entries import job_key
@@ -27,7 +27,7 @@ from crcr.app.ports.queues import ChecksQueue
 from crcr.app.regressions import RegressionDeps, track
 from crcr.app.summaries import SummaryConflict, SummaryDeps, update_summaries
 from crcr.app.verdicts import VerdictDeps, attempt, flaky_predecessors, judged, judgement
-from crcr.contracts.messages import CheckSyncMessage
+from crcr.contracts.check_messages import CheckSync, CommentRequest, JobKey, RerunRequest
 from crcr.domain.regressions import BISECT
 
 
@@ -202,21 +202,22 @@ def _count_refusal(job: JobRecord, exc: HudRejected, deps: ReportDeps) -> None:
         deps.metrics.count("HudSummaryFailed")
 
 
-def _follow_ups(job: JobRecord, deps: ReportDeps) -> list[CheckSyncMessage]:
+def _follow_ups(job: JobRecord, deps: ReportDeps) -> list[CheckSync]:
     """What the check-run writer should look at again: the job's check runs (its commit's pass, which also asks for
     the PR's comment); and for an infrastructure failure of a run's first attempt, one re-run before anyone is told."""
     message = job_message(job)
-    messages = [message] if message is not None and deps.heads is None else []  # else: ask_passes, per batch
+    messages: list[CheckSync] = [message] if message is not None and deps.heads is None else []  # else: ask_passes
     if deps.verdicts is None or not judged(job):
         return messages
     if attempt(job).retryable_infra and job.verdict is not None:
-        rerun = CheckSyncMessage(kind="rerun", upstream=job.upstream, head_sha=job.head_sha, repo=job.repo)
+        failed = JobKey(
+            dispatch_id=job.dispatch_id, run_id=job.run_id, run_attempt=job.run_attempt, job_name=job.job_name
+        )
         messages.append(
-            rerun.model_copy(
-                update={"delivery_id": job.delivery_id, "dispatch_id": job.dispatch_id, "run_id": job.run_id}
-                | {"run_attempt": job.run_attempt, "job_name": job.job_name}
+            RerunRequest(
+                upstream=job.upstream, head_sha=job.head_sha, delivery_id=job.delivery_id, repo=job.repo, job=failed
             )
         )
     if deps.heads is None:
-        messages.append(CheckSyncMessage(kind="comment", upstream=job.upstream, head_sha=job.head_sha, pr=job.pr))
+        messages.append(CommentRequest(upstream=job.upstream, head_sha=job.head_sha, pr=job.pr))
     return messages

@@ -25,7 +25,7 @@ from crcr.app.ports.checkruns import CheckRunStore
 from crcr.app.ports.github import GitHubRejected, NotInstalled
 from crcr.app.ports.jobs import JobRecord, ResultsStore
 from crcr.app.ports.reruns import RerunClaim, WorkflowRun
-from crcr.contracts.messages import CheckSyncMessage
+from crcr.contracts.check_messages import JobKey
 from crcr.domain.checks import parse_external_id
 from crcr.domain.ids import NO_RUN, is_github_run
 from crcr.domain.levels import Level
@@ -177,9 +177,9 @@ def _infra(job: JobRecord) -> bool:
     return Attempt(job.run_attempt, job.state, job.conclusion, job.failure_kind).infra
 
 
-def retry_infra(message: CheckSyncMessage, deps: RerunDeps, retry: RetryDeps, pace: Pace) -> RetryOutcome:
+def retry_infra(failed: JobKey, deps: RerunDeps, retry: RetryDeps, pace: Pace) -> RetryOutcome:
     """Re-run the failed jobs of the run behind an infrastructure failure, once per (dispatch, run) ever."""
-    job = retry.results.get_job(message.dispatch_id, message.run_id, message.run_attempt, message.job_name)
+    job = retry.results.get_job(failed.dispatch_id, failed.run_id, failed.run_attempt, failed.job_name)
     if job is None:
         return _ignored("unknown_job", deps)
     blocked = _blocked(job.repo, job.run_id, deps)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from crcr.app.checks import SWEPT
 from crcr.app.ports import AllowlistProvider, Clock, Metrics
 from crcr.app.ports.buildkite import BuildkiteError, BuildReader
 from crcr.app.ports.github import GitHubError, GitHubRejected
@@ -14,6 +13,7 @@ from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.ledger import LedgerRow
 from crcr.app.ports.runs import BoundRun, GitHubJob, RunFinder, Search
 from crcr.app.runs import JobRecording, RunsDeps, reconcile_attempt, record_jobs
+from crcr.domain.checks import SWEPT
 from crcr.domain.errors import AllowlistError
 from crcr.domain.identity import Known, Refused, admit
 from crcr.domain.ids import NO_RUN, is_github_run

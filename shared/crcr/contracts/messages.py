@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from crcr.contracts.github import RepoName
 from crcr.domain.allowlist import Entry
@@ -93,43 +93,6 @@ class DispatchMessage(_Msg):
     skip: str | None = None
     # event_type "bisect" (the reporter): the regressed job and the range being bisected, client_payload.bisect.
     bisect: dict[str, Any] | None = None
-
-
-class CheckSyncMessage(_Msg):
-    """Reporter, dispatcher and planner -> check-run writer. It names what to look at again, not what to
-    write: the writer reads the latest recorded state when it gets there, so a job that finished while
-    its message waited (paced, or behind others) is written once, as finished."""
-
-    schema_version: Literal[1] = 1
-    # a pass over every check run of a commit (booked; `job` and `repo`, sent before passes existed, book one); a
-    # superseded commit; the PR's comment; one automatic re-run; a regression's one notice (on the PR of its first
-    # failing commit, `head_sha`, naming `repo`, `workflow_name` and `job_name`)
-    kind: Literal["head", "job", "repo", "cancel", "comment", "rerun", "skip", "react", "notice"]
-    upstream: str
-    head_sha: str
-    delivery_id: str = ""
-    repo: str = ""
-    dispatch_id: str = ""
-    run_id: Annotated[str, BeforeValidator(str)] = "0"  # a number in messages sent before Buildkite
-    run_attempt: int = 0
-    job_name: str = ""
-    workflow_name: str = ""  # kind "notice"
-    superseded_by: str | None = None  # kind "cancel": the PR's newer head
-    reason: str = ""  # kind "skip": why the repository's run is concluded skipped
-    ciflow: str | None = None  # kind "skip": of a ciflow/<name> tag push (its check run carries the name)
-    comment_id: int | None = None  # kind "react": the command's comment
-    reaction: str | None = None  # kind "react": GitHub's reaction content (rocket, confused)
-    pr: int | None = None  # kind "comment": the upstream PR whose comment to bring up to date; "cancel": its PR
-    # kind "rerun": the relay's one automatic retry of an infrastructure failure (the reporter, naming the
-    # failed job), or a re-run asked for from the upstream's Checks tab (the planner, naming repo and run_id)
-    requested_by: Literal["relay", "checks_tab", "comment"] = "relay"
-    # kind "comment": None asks for a render of the comment; otherwise the render booked in the PR's row
-    # (its ticket), which alone may write the comment: a burst of requests is merged into it. Kind "head": the
-    # pass booked in the head's row, likewise.
-    render: str | None = None
-    attempt: int = Field(default=0, ge=0, le=MAX_ATTEMPT)
-    not_before: float | None = None
-    slot_at: float | None = None  # a pacing slot booked for this message's next write
 
 
 class RunMessage(_Msg):

@@ -141,6 +141,7 @@ def makes(mode: str, need: Need, writes: int, level: Callable[[], WindowLevel]) 
 # Worst first: a repository's check run is only as good as its worst job. Anything unknown counts as failure.
 _CONCLUSION_ORDER = ("failure", "timed_out", "cancelled", "action_required", "success", "neutral", "skipped")
 DONE_STATES = ("completed", "timed_out", "not_started")  # a job in either has a completed check run
+SWEPT = "swept"  # fingerprint of a sweeper write: any genuine report differs from it
 
 
 class Attempt(Protocol):

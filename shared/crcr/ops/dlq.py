@@ -8,16 +8,17 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import TypeAdapter, ValidationError
 
-from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, EventMessage
+from crcr.contracts.check_messages import CHECK_SYNC
+from crcr.contracts.messages import DispatchMessage, EventMessage
 
 # Which message each of the template's queues carries, by its logical name (in the queue's physical name: SAM's
 # `<stack>-DispatchQueue-<suffix>`, crcr local's `crcr-local-DispatchQueue`).
-CONTRACTS: dict[str, type[BaseModel]] = {
-    "EventsQueue": EventMessage,
-    "DispatchQueue": DispatchMessage,
-    "ChecksQueue": CheckSyncMessage,
+CONTRACTS: dict[str, tuple[str, TypeAdapter[Any]]] = {
+    "EventsQueue": ("EventMessage", TypeAdapter(EventMessage)),
+    "DispatchQueue": ("DispatchMessage", TypeAdapter(DispatchMessage)),
+    "ChecksQueue": ("CheckMessage", CHECK_SYNC),  # one model per kind (crcr.contracts.check_messages)
 }
 STREAM_BATCH = "a stream batch's on-failure record: it names stream records, not a message, so it cannot be redriven"
 
@@ -47,9 +48,9 @@ def _name(url: str) -> str:
     return urllib.parse.urlsplit(url).path.strip("/")
 
 
-def contract_of(url: str) -> tuple[str, type[BaseModel]] | None:
+def contract_of(url: str) -> tuple[str, tuple[str, TypeAdapter[Any]]] | None:
     name = _name(url).rsplit("/", 1)[-1]
-    return next(((logical, model) for logical, model in CONTRACTS.items() if logical in name), None)
+    return next(((logical, contract) for logical, contract in CONTRACTS.items() if logical in name), None)
 
 
 def list_dead_letters(sqs: Any, dlq_url: str, limit: int = 100) -> list[dict[str, Any]]:
@@ -192,18 +193,19 @@ def redrive(
     return done
 
 
-def _checked(body: str, model: type[BaseModel] | None) -> tuple[str, str | None]:
+def _checked(body: str, contract: tuple[str, TypeAdapter[Any]] | None) -> tuple[str, str | None]:
     """The body to send (a dispatch starts again at attempt 0), or why it does not hold to the contract."""
     if stream_batch(body):
         return body, STREAM_BATCH
-    if model is None:
+    if contract is None:
         return body, None
+    name, model = contract
     try:
-        parsed = model.model_validate_json(body)
+        parsed = model.validate_json(body)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
-        return body, f"not a {model.__name__} ({where}: {first['msg']})"
+        return body, f"not a {name} ({where}: {first['msg']})"
     if isinstance(parsed, DispatchMessage):
         return parsed.model_copy(update={"attempt": 0, "not_before": None}).model_dump_json(), None
     return body, None

@@ -20,6 +20,7 @@ class HeadSync:
     lock_until: float = 0.0
     version: int = 0
     rows: frozenset[str] = frozenset()
+    timer_at: float | None = None  # the booked pass waits for a timer of its own (a repository settling) until then
 
 
 class CheckRunStore(Protocol):
@@ -39,8 +40,9 @@ class CheckRunStore(Protocol):
         self, upstream: str, head_sha: str, ticket: str, now: float, due_at: float, stale_before: float, rows: set[str]
     ) -> str:
         """Ask for a pass over the head no earlier than `due_at`, adding `rows`. The ticket of the pass that will do
-        it: `ticket` when none was pending (or the pending one was booked before `stale_before`: lost), else the
-        pending pass's, whose due time moves to `due_at`."""
+        it: `ticket` when none was pending, or the pending one was booked before `stale_before` (lost) or waits for a
+        timer of its own later than `due_at` (its message then finds itself superseded), else the pending pass's,
+        whose due time moves to `due_at`."""
         ...
 
     def lock_head(
@@ -60,10 +62,19 @@ class CheckRunStore(Protocol):
         ...
 
     def finish_head(
-        self, upstream: str, head_sha: str, ticket: str | None, locked: int, now: float, done: set[str], keep: bool
+        self,
+        upstream: str,
+        head_sha: str,
+        ticket: str | None,
+        locked: int,
+        now: float,
+        done: set[str],
+        keep: bool,
+        timer_at: float | None = None,
     ) -> float | None:
         """Release the head, forgetting the `done` rows, and end the booking unless `keep` or something was asked for
-        during the pass. None: over; else when the same pass must run again."""
+        during the pass; `timer_at`: the booking kept waits for a timer of its own until then, which a request for
+        sooner takes over (book_head). None: over; else when the same pass must run again."""
         ...
 
     def drop_head(self, upstream: str, head_sha: str, ticket: str) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
-from crcr.contracts.messages import CheckSyncMessage, DispatchMessage, RunMessage
+from crcr.contracts.check_messages import CheckSync
+from crcr.contracts.messages import DispatchMessage, RunMessage
 
 
 class DispatchQueue(Protocol):
@@ -14,8 +16,8 @@ class DispatchQueue(Protocol):
 
 
 class ChecksQueue(Protocol):
-    def send_checks(self, messages: list[CheckSyncMessage], delay_s: float = 0.0) -> None: ...
-    def dead_letter(self, message: CheckSyncMessage, reason: str) -> None: ...
+    def send_checks(self, messages: Sequence[CheckSync], delay_s: float = 0.0) -> None: ...
+    def dead_letter(self, message: CheckSync, reason: str) -> None: ...
 
 
 class BlobStore(Protocol):
