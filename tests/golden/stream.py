@@ -6,7 +6,7 @@ import hashlib
 import json
 from typing import Any
 
-from crcr.contracts.messages import CheckSyncMessage
+from crcr.contracts.check_messages import WIRE
 from tests.conftest import Relay, event_body, http
 from tests.doubles.buildkite_double import BuildkiteDouble
 from tests.doubles.buildkite_oidc import BuildkiteOidc
@@ -175,9 +175,10 @@ class Stream:
     # -- what no event brings ----------------------------------------------------------------------------------------
     def checks_message(self, **fields: Any) -> None:
         """A message the previous version put on ChecksQueue (sent on a client of the test's own: not captured)."""
-        message = CheckSyncMessage(upstream=UPSTREAM, **fields)
+        given = {"upstream": UPSTREAM} | fields  # the previous version's one flat model: every key, in its order
+        body = json.dumps({key: given.get(key, unset) for key, unset in WIRE}, separators=(",", ":"))
         sqs = private_client(self.relay.stack, "sqs")
-        sqs.send_message(QueueUrl=self.relay.stack.queue_urls["ChecksQueue"], MessageBody=message.model_dump_json())
+        sqs.send_message(QueueUrl=self.relay.stack.queue_urls["ChecksQueue"], MessageBody=body)
 
     def sweep(self) -> None:
         """EventBridge's schedule, once: the stack's own timer is set to a day."""
