@@ -15,11 +15,12 @@ _.iat  # domain/ticket.py: TicketClaims, the ticket's issued-at claim as PyJWT w
 _._to_wire  # contracts/check_messages.py: CheckMessage's model_serializer, called by pydantic's model_dump
 
 # Read by name rather than as an attribute.
+_.__getattr__  # composition/__init__.py: Python's module attribute hook (PEP 562), `crcr.composition.<builder>`
 _.COMPLETED  # domain/jobs.py: JobState("completed"), the state a stored job carries
 _.webhook_secret  # settings.py: Settings.secret("webhook_secret") and the secret document's keys
 _.ticket_signing_key  # settings.py: likewise
 _.hud_token  # settings.py: likewise
-_.endpoint  # composition.py: functools.cache's key (a client per AWS endpoint; crcr local's changes per stack)
+_.endpoint  # composition/base.py: functools.cache's key (a client per AWS endpoint; crcr local's changes per stack)
 
 # The AWS Lambda context object, as Powertools reads it (crcr local's stand-in for it).
 _.memory_limit_in_mb  # local/stack.py: Context

@@ -7,7 +7,8 @@ from typing import Any
 from crcr.adapters.observability import PowertoolsMetrics, logger, metrics
 from crcr.api import error_response, internal_error, json_response, lower_headers, raw_body
 from crcr.app.callback import CallbackDeps, handle_callback
-from crcr.composition import build_callback_deps, kept, load_settings
+from crcr.composition.base import freeze_gc, load_settings
+from crcr.composition.callback import build_callback_deps
 from crcr.domain.errors import CrcrError
 
 _deps: CallbackDeps | None = None
@@ -18,7 +19,7 @@ _deps: CallbackDeps | None = None
 def lambda_handler(event: dict[str, Any], context: Any, deps: CallbackDeps | None = None) -> dict[str, Any]:
     global _deps
     try:
-        deps = deps or _deps or (_deps := kept(build_callback_deps(load_settings())))
+        deps = deps or _deps or (_deps := freeze_gc(build_callback_deps(load_settings())))
         reply = handle_callback(raw_body(event), lower_headers(event).get("authorization"), deps)
     except CrcrError as exc:
         logger.warning("callback rejected", extra={"reason": exc.reason, "detail": exc.message, "field": exc.field})

@@ -7,7 +7,8 @@ from typing import Any
 
 from crcr.adapters.observability import logger, metrics
 from crcr.app.checks import CheckDeps, sync
-from crcr.composition import build_checks_deps, kept, load_settings
+from crcr.composition.base import freeze_gc, load_settings
+from crcr.composition.checks import build_checks_deps
 from crcr.contracts.check_messages import read_check_sync
 from crcr.sqs_batch import process_batch
 
@@ -18,7 +19,7 @@ _deps: CheckDeps | None = None
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict[str, Any], context: Any, deps: CheckDeps | None = None) -> dict[str, Any]:
     global _deps
-    ready = deps or _deps or (_deps := kept(build_checks_deps(load_settings())))
+    ready = deps or _deps or (_deps := freeze_gc(build_checks_deps(load_settings())))
 
     def handle(record: dict[str, Any]) -> None:
         message = read_check_sync(record["body"])

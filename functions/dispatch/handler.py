@@ -6,7 +6,8 @@ from typing import Any
 
 from crcr.adapters.observability import logger, metrics
 from crcr.app.dispatch import DispatchBatch, DispatchDeps
-from crcr.composition import build_dispatch_deps, kept, load_settings
+from crcr.composition.base import freeze_gc, load_settings
+from crcr.composition.dispatch import build_dispatch_deps
 from crcr.contracts.messages import DispatchMessage
 from crcr.sqs_batch import process_batch
 
@@ -17,7 +18,7 @@ _deps: DispatchDeps | None = None
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict[str, Any], context: Any, deps: DispatchDeps | None = None) -> dict[str, Any]:
     global _deps
-    ready = deps or _deps or (_deps := kept(build_dispatch_deps(load_settings())))
+    ready = deps or _deps or (_deps := freeze_gc(build_dispatch_deps(load_settings())))
     batch = DispatchBatch(ready)  # the records share each PR's head read and their metrics documents
 
     def handle(record: dict[str, Any]) -> None:

@@ -11,7 +11,8 @@ from crcr.app.checks import CheckDeps
 from crcr.app.checks_booking import ask_head, head_message, row_key
 from crcr.app.checks_pass import sync_head
 from crcr.app.ports.ledger import LedgerRow
-from crcr.composition import build_dispatched_deps, kept, load_settings
+from crcr.composition.base import freeze_gc, load_settings
+from crcr.composition.checks import build_dispatched_deps
 from crcr.contracts.check_messages import HeadPass
 
 _deps: CheckDeps | None = None
@@ -25,7 +26,7 @@ def lambda_handler(event: dict[str, Any], context: Any, deps: CheckDeps | None =
     ChecksQueue, which retries it as any pass; only a record whose booking failed is reported, and the stream retries
     from it (a booking twice is harmless)."""
     global _deps
-    ready = deps or _deps or (_deps := kept(build_dispatched_deps(load_settings())))
+    ready = deps or _deps or (_deps := freeze_gc(build_dispatched_deps(load_settings())))
     records = event.get("Records") or []
     heads: dict[tuple[str, str], dict[str, LedgerRow]] = {}
     for record in records:

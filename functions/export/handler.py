@@ -6,7 +6,8 @@ from typing import Any
 
 from crcr.adapters.observability import logger, metrics
 from crcr.app.scheduled_export import INCREMENTAL, ExportDeps, run_export
-from crcr.composition import build_export_deps, kept, load_settings
+from crcr.composition.base import freeze_gc, load_settings
+from crcr.composition.export import build_export_deps
 
 _deps: ExportDeps | None = None
 
@@ -15,7 +16,7 @@ _deps: ExportDeps | None = None
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict[str, Any], context: Any, deps: ExportDeps | None = None) -> dict[str, Any]:
     global _deps
-    ready = deps or _deps or (_deps := kept(build_export_deps(load_settings())))
+    ready = deps or _deps or (_deps := freeze_gc(build_export_deps(load_settings())))
     kind = str((event or {}).get("kind") or INCREMENTAL)  # the schedule's input; a plain tick is incremental
     started = run_export(kind, ready)
     logger.info("export", extra={"kind": started.kind, "prefix": started.prefix, "arn": started.arn})

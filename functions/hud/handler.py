@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from crcr.app.pages import Compose, Shadow, serve
-from crcr.composition import build_hud_pages, kept
+from crcr.composition.base import freeze_gc
+from crcr.composition.pages import build_hud_pages
 from crcr.settings import Settings
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -18,7 +19,7 @@ _ready: Built | None = None
 def lambda_handler(event: dict[str, Any], context: Any, deps: Built | None = None) -> dict[str, Any]:
     global _ready
     # No secrets here (the pages are public): Settings straight from the environment.
-    docs, assets, compose, shadow = deps or _ready or (_ready := kept(_build()))
+    docs, assets, compose, shadow = deps or _ready or (_ready := freeze_gc(_build()))
     answer = serve(str(event.get("rawPath") or "/hud/"), docs, assets, compose, shadow)
     return {
         "statusCode": answer.status,

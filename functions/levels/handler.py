@@ -9,7 +9,8 @@ from typing import Any
 
 from crcr.adapters.observability import logger, metrics
 from crcr.app.levels import LevelDeps, check_levels, level_status_missing
-from crcr.composition import build_level_deps, kept, load_settings
+from crcr.composition.base import freeze_gc, load_settings
+from crcr.composition.levels import build_level_deps
 
 _deps: LevelDeps | None = None
 
@@ -18,7 +19,7 @@ _deps: LevelDeps | None = None
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict[str, Any], context: Any, deps: LevelDeps | None = None) -> dict[str, Any]:
     global _deps
-    ready = deps or _deps or (_deps := kept(build_level_deps(load_settings())))
+    ready = deps or _deps or (_deps := freeze_gc(build_level_deps(load_settings())))
     if event.get("if_missing") and not level_status_missing(ready):
         return {"skipped": "the level status is stored; the hourly run refreshes it"}
     outcome = check_levels(ready)

@@ -6,7 +6,8 @@ from typing import Any
 
 from crcr.adapters.observability import logger, metrics
 from crcr.app.plan import PlannerDeps, plan_event
-from crcr.composition import build_planner_deps, kept, load_settings
+from crcr.composition.base import freeze_gc, load_settings
+from crcr.composition.planner import build_planner_deps
 from crcr.contracts.messages import EventMessage
 from crcr.sqs_batch import process_batch
 
@@ -17,7 +18,7 @@ _deps: PlannerDeps | None = None
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict[str, Any], context: Any, deps: PlannerDeps | None = None) -> dict[str, Any]:
     global _deps
-    ready = deps or _deps or (_deps := kept(build_planner_deps(load_settings())))
+    ready = deps or _deps or (_deps := freeze_gc(build_planner_deps(load_settings())))
 
     def handle(record: dict[str, Any]) -> None:
         message = EventMessage.model_validate_json(record["body"])

@@ -7,7 +7,8 @@ from typing import Any
 from crcr.adapters.observability import PowertoolsMetrics, logger, metrics
 from crcr.app.ports.github import GitHubError
 from crcr.app.reconcile import ReconcileDeps, reconcile
-from crcr.composition import build_reconcile_deps, kept, load_settings
+from crcr.composition.base import freeze_gc, load_settings
+from crcr.composition.reconciler import build_reconcile_deps
 
 _deps: ReconcileDeps | None = None
 
@@ -16,7 +17,7 @@ _deps: ReconcileDeps | None = None
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict[str, Any], context: Any, deps: ReconcileDeps | None = None) -> dict[str, Any]:
     global _deps
-    ready = deps or _deps or (_deps := kept(build_reconcile_deps(load_settings())))
+    ready = deps or _deps or (_deps := freeze_gc(build_reconcile_deps(load_settings())))
     try:
         summary = reconcile(ready)
     except GitHubError:

@@ -8,7 +8,8 @@ from typing import Any
 from crcr.adapters.observability import logger, metrics
 from crcr.adapters.stream import images
 from crcr.app.report import ReportDeps, ask_passes, judge, report_change, summarise, track_regressions
-from crcr.composition import build_report_deps, kept, load_settings
+from crcr.composition.base import freeze_gc, load_settings
+from crcr.composition.reporter import build_report_deps
 
 _deps: ReportDeps | None = None
 
@@ -17,7 +18,7 @@ _deps: ReportDeps | None = None
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict[str, Any], context: Any, deps: ReportDeps | None = None) -> dict[str, Any]:
     global _deps
-    ready = deps or _deps or (_deps := kept(build_report_deps(load_settings())))
+    ready = deps or _deps or (_deps := freeze_gc(build_report_deps(load_settings())))
     # TTL expiries and deletes have no new image: nothing to report.
     received = [(record, old, new) for record in event.get("Records") or [] for old, new in [images(record)] if new]
     try:

@@ -7,7 +7,8 @@ from typing import Any
 
 from crcr.adapters.observability import logger, metrics
 from crcr.app.runs import RunNotYetKnown, RunsDeps, observe_run
-from crcr.composition import build_runs_deps, kept, load_settings
+from crcr.composition.base import freeze_gc, load_settings
+from crcr.composition.runs import build_runs_deps
 from crcr.contracts.messages import RunMessage
 from crcr.sqs_batch import process_batch
 
@@ -18,7 +19,7 @@ _deps: RunsDeps | None = None
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict[str, Any], context: Any, deps: RunsDeps | None = None) -> dict[str, Any]:
     global _deps
-    ready = deps or _deps or (_deps := kept(build_runs_deps(load_settings())))
+    ready = deps or _deps or (_deps := freeze_gc(build_runs_deps(load_settings())))
 
     def handle(record: dict[str, Any]) -> None:
         message = RunMessage.model_validate_json(record["body"])

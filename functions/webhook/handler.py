@@ -7,7 +7,8 @@ from typing import Any
 from crcr.adapters.observability import PowertoolsMetrics, logger, metrics
 from crcr.api import error_response, internal_error, json_response, lower_headers, raw_body
 from crcr.app.ingest import IngestDeps, Outcome, ingest
-from crcr.composition import build_ingest_deps, kept, load_settings
+from crcr.composition.base import freeze_gc, load_settings
+from crcr.composition.webhook import build_ingest_deps
 from crcr.domain.errors import CrcrError
 
 _deps: IngestDeps | None = None
@@ -18,7 +19,7 @@ _deps: IngestDeps | None = None
 def lambda_handler(event: dict[str, Any], context: Any, deps: IngestDeps | None = None) -> dict[str, Any]:
     global _deps
     try:
-        deps = deps or _deps or (_deps := kept(build_ingest_deps(load_settings())))
+        deps = deps or _deps or (_deps := freeze_gc(build_ingest_deps(load_settings())))
         result = ingest(raw_body(event), lower_headers(event), deps)
     except CrcrError as exc:
         logger.warning("webhook rejected", extra={"reason": exc.reason, "detail": exc.message})

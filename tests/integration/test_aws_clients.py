@@ -15,7 +15,8 @@ from botocore.exceptions import ClientError
 
 from crcr import composition
 from crcr.app.ingest import Outcome, ingest
-from crcr.composition import build_ingest_deps, load_settings
+from crcr.composition.base import load_settings
+from crcr.composition.webhook import build_ingest_deps
 from crcr.domain.signature import sign
 from tests.conftest import ROOT
 from tests.doubles.aws_proxy import AwsProxy, Fault, verify_sigv4
@@ -46,7 +47,7 @@ def wire(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[AwsProxy, Any]]:
         # clients of its own (the composition keeps one per endpoint, and an earlier test's endpoint may have had
         # this proxy's port, with other credentials).
         monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
-        composition._client.cache_clear()
+        composition.base.client_for.cache_clear()
         env = {
             "CRCR_WEBHOOK_SECRET": SECRET,
             "CRCR_STATE_TABLE": "state",

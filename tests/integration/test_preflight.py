@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from crcr.adapters import preflight
-from crcr.composition import build_planner_deps
+from crcr.composition.planner import build_planner_deps
 from crcr.settings import ConfigError, Settings
 from tests.conftest import ROOT
 

@@ -15,7 +15,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from moto.server import ThreadedMotoServer
 
 from crcr.adapters.tickets import kid_of, private_pem
-from crcr.composition import build_callback_deps, build_dispatch_deps, build_jwks, load_settings
+from crcr.composition.base import load_settings
+from crcr.composition.callback import build_callback_deps, build_jwks
+from crcr.composition.dispatch import build_dispatch_deps
 from crcr.local.stack import free_port
 from crcr.ops.keys import rotate_secret
 from tests.conftest import ROOT, http
@@ -90,7 +92,7 @@ def test_a_key_set_in_the_environment_stays_fixed(secrets_manager: Any) -> None:
 def test_the_jwks_costs_secrets_manager_one_read_per_max_age_however_often_it_is_asked(
     secrets_manager: Any, app_key_pem: str
 ) -> None:
-    from crcr.composition import aws_client  # noqa: PLC0415 - the functions' own client, the one that is counted
+    from crcr.composition.base import aws_client  # noqa: PLC0415 - the functions' own client, the one that is counted
 
     first = Ed25519PrivateKey.generate()
     arn = secrets_manager.create_secret(

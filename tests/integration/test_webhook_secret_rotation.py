@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from crcr.app.ingest import Outcome, ingest
-from crcr.composition import _secrets_provider, build_ingest_deps, load_settings
+from crcr.composition.base import load_settings, secrets_provider
+from crcr.composition.webhook import build_ingest_deps
 from crcr.domain.errors import BadSignature
 from crcr.domain.signature import sign
 from tests.integration.test_ticket_keys import env, secrets_manager  # noqa: F401 - the fixture
@@ -48,7 +49,7 @@ def test_a_rotated_secret_is_taken_by_a_warm_function_and_the_previous_one_still
         ping(deps, "neither")
 
     secrets_manager.put_secret_value(SecretId=arn, SecretString=json.dumps({"webhook_secret": "new"}))
-    _secrets_provider.cache_clear()  # a new instance after the rotation ended: a cold cache
+    secrets_provider.cache_clear()  # a new instance after the rotation ended: a cold cache
     deps = build_ingest_deps(load_settings(ingest_env(arn)))
     assert ping(deps, "new") is Outcome.PONG
     with pytest.raises(BadSignature):

@@ -269,7 +269,7 @@ class World:
         """The jobs recorded from a downstream's word (a report, or GitHub's or Buildkite's record of its run)."""
         return sorted(r.job_name for r in self.jobs.rows.values() if r.job_name and r.state != "timed_out")
 
-    # -- the deps of each use case, as composition.py builds them, on the fakes ----------------------------------
+    # -- the deps of each use case, as crcr.composition builds them, on the fakes ----------------------------------
     def callback_deps(self) -> CallbackDeps:
         verifiers = {"github": OidcVerifier(self.oidc.url, "crcr", time.time)}
         verifiers["buildkite"] = OidcVerifier(self.buildkite_oidc.url, "crcr", time.time)

@@ -69,7 +69,8 @@ def onboard_from_env(
         examples = _examples(request.buildkite is not None, no_report)
         github = None
         if request.buildkite is None:  # a Buildkite downstream needs nothing from GitHub
-            from crcr.composition import build_onboard_github, load_settings  # noqa: PLC0415
+            from crcr.composition.base import load_settings  # noqa: PLC0415
+            from crcr.composition.operators import build_onboard_github  # noqa: PLC0415
 
             github = build_onboard_github(load_settings())
     except (CrcrError, ConfigError) as exc:
@@ -120,7 +121,7 @@ def _allowlist_change(settings: Any, result: Onboarding) -> Change | None:
     import difflib  # noqa: PLC0415
 
     from crcr.adapters.allowlist_source import fetcher_for, parse_allowlist  # noqa: PLC0415
-    from crcr.composition import _github, aws_client  # noqa: PLC0415
+    from crcr.composition.base import aws_client, github_app  # noqa: PLC0415
     from crcr.domain.allowlist import Entry  # noqa: PLC0415
     from crcr.domain.allowlist_edit import place  # noqa: PLC0415
     from crcr.domain.errors import AllowlistError  # noqa: PLC0415
@@ -129,7 +130,7 @@ def _allowlist_change(settings: Any, result: Onboarding) -> Change | None:
     if not source:
         return None
     try:
-        data = fetcher_for(source, lambda: aws_client("s3"), lambda: _github(settings))()
+        data = fetcher_for(source, lambda: aws_client("s3"), lambda: github_app(settings))()
         text = (data or b"").decode("utf-8")
         current = parse_allowlist(text)
     except AllowlistError as exc:

@@ -21,7 +21,7 @@ from crcr.local.webhook_sender import Unreachable, WebhookSender
 from crcr.ops.input_file import Caps, json_entries, one_line, size
 
 TIMEOUT_S = 10.0  # GitHub's own delivery timeout
-MAX_BODY_BYTES = 10 * 1024 * 1024  # the relay's own webhook body limit (crcr.composition.MAX_WEBHOOK_BYTES)
+MAX_BODY_BYTES = 10 * 1024 * 1024  # the relay's own webhook body limit (crcr.composition.webhook.MAX_WEBHOOK_BYTES)
 # A day of an App's deliveries is tens of thousands of a few tens of KB each; a larger file is split, never held.
 CAPS = Caps(total_bytes=256 * 1024 * 1024, entry_bytes=MAX_BODY_BYTES, entries=100_000)
 MAX_HEADER_CHARS = 200

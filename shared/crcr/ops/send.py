@@ -169,7 +169,7 @@ def _upstream(body: dict[str, Any], upstream: str) -> None:
         repo["owner"]["login"] = owner
 
 
-MAX_BODY_BYTES = 10 * 1024 * 1024  # the relay's own webhook body limit (crcr.composition.MAX_WEBHOOK_BYTES)
+MAX_BODY_BYTES = 10 * 1024 * 1024  # the relay's own webhook body limit (crcr.composition.webhook.MAX_WEBHOOK_BYTES)
 
 
 def from_file(path: str) -> bytes:

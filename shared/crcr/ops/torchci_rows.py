@@ -171,7 +171,7 @@ def export_from_env(fmt: str, out: str | None, since: str | None, from_export: s
     with the functions' own variables (AWS_ENDPOINT_URL for `crcr local`)."""
     from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
 
-    from crcr.composition import aws_client  # noqa: PLC0415
+    from crcr.composition.base import aws_client  # noqa: PLC0415
     from crcr.settings import ConfigError, Settings  # noqa: PLC0415
 
     moment = parse_since(since) if since else None

@@ -44,7 +44,7 @@ def add(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
 
-    from crcr.composition import aws_client  # noqa: PLC0415
+    from crcr.composition.base import aws_client  # noqa: PLC0415
     from crcr.ops.dlq import DlqFailed, list_dead_letters, queue_url, redrive, target_for  # noqa: PLC0415
 
     try:

@@ -25,7 +25,8 @@ def run(args: argparse.Namespace) -> int:
 
     from crcr.app.health import health_report  # noqa: PLC0415
     from crcr.app.ports.github import GitHubError  # noqa: PLC0415
-    from crcr.composition import build_health_deps, load_settings  # noqa: PLC0415
+    from crcr.composition.base import load_settings  # noqa: PLC0415
+    from crcr.composition.operators import build_health_deps  # noqa: PLC0415
     from crcr.domain.errors import CrcrError  # noqa: PLC0415
     from crcr.settings import ConfigError  # noqa: PLC0415
 

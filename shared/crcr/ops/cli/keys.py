@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         if args.out and not args.source:
             raise RotateFailed(USAGE, "--out writes the document read with --from: give --from FILE")
         if args.secret_arn:
-            from crcr.composition import aws_client  # noqa: PLC0415
+            from crcr.composition.base import aws_client  # noqa: PLC0415
 
             rotated = rotate_secret(aws_client("secretsmanager"), args.secret_arn, time.time(), **options)
             where = args.secret_arn

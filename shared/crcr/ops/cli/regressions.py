@@ -26,7 +26,8 @@ def add(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
 
-    from crcr.composition import build_regression_store, load_settings  # noqa: PLC0415
+    from crcr.composition.base import load_settings  # noqa: PLC0415
+    from crcr.composition.operators import build_regression_store  # noqa: PLC0415
     from crcr.ops.regressions import cancel, render, select  # noqa: PLC0415
     from crcr.settings import ConfigError  # noqa: PLC0415
 

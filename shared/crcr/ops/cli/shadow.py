@@ -31,7 +31,8 @@ def run(args: argparse.Namespace) -> int:
 
     from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
 
-    from crcr.composition import build_shadow_reader, load_settings  # noqa: PLC0415
+    from crcr.composition.base import load_settings  # noqa: PLC0415
+    from crcr.composition.operators import build_shadow_reader  # noqa: PLC0415
     from crcr.domain.shadow import compare  # noqa: PLC0415
     from crcr.ops.input_file import FileRefused, one_line  # noqa: PLC0415
     from crcr.ops.shadow import KEEP, CompareError, read_rows, render  # noqa: PLC0415
