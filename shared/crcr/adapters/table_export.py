@@ -19,6 +19,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from crcr.adapters.item_codec import from_dynamo
 from crcr.adapters.job_items import from_item, is_job_item
 from crcr.app.ports.jobs import JobRecord
 
@@ -150,9 +151,10 @@ def _changes_in(s3: Any, bucket: str, key: str, at: float) -> Iterator[tuple[flo
                 keys = doc.get("Keys") or item
                 if not isinstance(keys, dict) or not is_job_item(keys):
                     continue
-                written = (doc.get("Metadata") or {}).get("WriteTimestampMicros", {}).get("N")
+                written = from_dynamo(doc.get("Metadata") or {}).get("WriteTimestampMicros")
                 when = int(written) / 1e6 if written else at
-                item_key = (str(keys["pk"]["S"]), str(keys["sk"]["S"]))
+                stored = from_dynamo({"pk": keys["pk"], "sk": keys["sk"]})
+                item_key = (str(stored["pk"]), str(stored["sk"]))
                 yield when, item_key, _job(item, f"{key} line {n}") if isinstance(item, dict) else None
     except json.JSONDecodeError as exc:
         raise ExportUnreadable(f"{key} line {n}: not JSON ({exc.msg})") from exc
