@@ -64,7 +64,20 @@ def from_dynamo(item: Mapping[str, Any]) -> dict[str, Any]:
     plain: dict[str, Any] = {}
     for name, value in item.items():
         try:
-            plain[name] = _DESERIALIZER.deserialize(value)
+            plain[name] = _finite(_DESERIALIZER.deserialize(value))
         except (TypeError, AttributeError, KeyError, IndexError, ArithmeticError) as exc:
             raise ValueError(f"{name} is not a DynamoDB attribute value ({type(exc).__name__})") from exc
     return plain
+
+
+def _finite(value: Any) -> Any:
+    """The value, unless it holds a number DynamoDB never stores: TypeDeserializer reads `{"N": "junk"}` as NaN."""
+    if isinstance(value, Decimal) and not value.is_finite():
+        raise ArithmeticError(f"{value} is not a number DynamoDB stores")
+    if isinstance(value, list | set):
+        for member in value:
+            _finite(member)
+    elif isinstance(value, dict):
+        for member in value.values():
+            _finite(member)
+    return value
