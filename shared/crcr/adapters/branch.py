@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from crcr.adapters.item_codec import from_dynamo, to_dynamo
-from crcr.adapters.table import BRANCH_TTL_S, MISSING_COMMIT_TTL_S, branch_pk, key, lookup_pk, query_all
+from crcr.adapters.table import BRANCH_TTL_S, MISSING_COMMIT_TTL_S, branch_pk, key, lookup_key, lookup_pk, query_all
 from crcr.domain.ids import repo_key
 from crcr.domain.regressions import BranchCommit
 
@@ -96,7 +96,7 @@ class DynamoBranch:
     def commit_seen(self, upstream: str, sha: str, now: float, repo: str) -> bool | None:
         missing = f"MISSING#{repo_key(repo)}"  # what `repo`'s own report was told
         answered = lookup_pk(upstream, sha)
-        keys = [key(branch_pk(upstream), f"C#{sha}"), key(answered, "LOOKUP"), key(answered, missing)]
+        keys = [key(branch_pk(upstream), f"C#{sha}"), lookup_key(upstream, sha), key(answered, missing)]
         got = self._ddb.batch_get_item(RequestItems={self._table: {"Keys": keys, "ConsistentRead": True}})
         items = [from_dynamo(item) for item in got.get("Responses", {}).get(self._table, [])]
         if got.get("UnprocessedKeys"):

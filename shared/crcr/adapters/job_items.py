@@ -23,7 +23,7 @@ def to_item(record: JobRecord) -> dict[str, Any]:
 
 
 def _values(record: JobRecord) -> dict[str, Any]:
-    """The item's attributes (but its key); None for one the job does not have, as for an optional text left empty."""
+    """The item's attributes but its key: None for one the job does not have (an optional text left empty too)."""
     return {
         "dispatch_id": record.dispatch_id,
         "run_id": record.run_id,

@@ -86,11 +86,13 @@ def branch_pk(upstream: str) -> str:
 
 
 def lookup_pk(upstream: str, sha: str) -> str:
-    """What GitHub answered about an upstream commit a scheduled report named (`LOOKUP`, `MISSING#<repo>`)."""
+    """What GitHub answered about an upstream commit a scheduled report named: found (`LOOKUP`), or not found for
+    one downstream (`MISSING#<repo>`)."""
     return f"SHA#{repo_key(upstream)}#{sha}"
 
 
 def lookup_key(upstream: str, sha: str) -> dict[str, dict[str, Any]]:
+    """GitHub's answer that an upstream commit exists, for every downstream."""
     return key(lookup_pk(upstream, sha), "LOOKUP")
 
 
