@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping, Set
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+if TYPE_CHECKING:
+    from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
-_SERIALIZER = TypeSerializer()
-_DESERIALIZER = TypeDeserializer()
+
+@functools.cache
+def _serializer() -> TypeSerializer:
+    # Imported on first use, as the composition root imports boto3: importing the adapters does not load boto3.
+    from boto3.dynamodb.types import TypeSerializer  # noqa: PLC0415
+
+    return TypeSerializer()
+
+
+@functools.cache
+def _deserializer() -> TypeDeserializer:
+    from boto3.dynamodb.types import TypeDeserializer  # noqa: PLC0415
+
+    return TypeDeserializer()
 
 
 def num(value: float) -> Decimal:
@@ -50,7 +64,7 @@ def _prepared(value: Any) -> Any:
 
 def to_dynamo_value(value: Any) -> dict[str, Any]:
     """One attribute value: str, int, float (stored as `num`), bool, None, bytes, a list or tuple, a dict, a set."""
-    return dict(_SERIALIZER.serialize(_prepared(value)))
+    return dict(_serializer().serialize(_prepared(value)))
 
 
 def to_dynamo(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -62,9 +76,10 @@ def from_dynamo(item: Mapping[str, Any]) -> dict[str, Any]:
     """An item's plain values: numbers as Decimal (the caller says int or float), sets as sets, NULL as None. A value
     that is not a DynamoDB attribute value is a ValueError naming the attribute."""
     plain: dict[str, Any] = {}
+    reader = _deserializer()
     for name, value in item.items():
         try:
-            plain[name] = _finite(_DESERIALIZER.deserialize(value))
+            plain[name] = _finite(reader.deserialize(value))
         except (TypeError, AttributeError, KeyError, IndexError, ArithmeticError) as exc:
             raise ValueError(f"{name} is not a DynamoDB attribute value ({type(exc).__name__})") from exc
     return plain

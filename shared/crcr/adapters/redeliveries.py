@@ -11,7 +11,7 @@ from crcr.adapters.item_codec import from_dynamo, num, to_dynamo
 from crcr.adapters.table import DELIVERY_TTL_S, applied, conditional_failed, delivery_key, key
 from crcr.app.ports.deliveries import RedeliveryClaim
 
-CURSOR_KEY = key("RECONCILE#app-hook", "CURSOR")
+CURSOR = ("RECONCILE#app-hook", "CURSOR")  # the reconciler's cursor: (pk, sk)
 FINAL = ("requested", "refused")
 
 
@@ -140,8 +140,8 @@ class DynamoRedeliveries:
         )
 
     def reconcile_cursor(self) -> float | None:
-        item = self._ddb.get_item(TableName=self._table, Key=CURSOR_KEY, ConsistentRead=True).get("Item")
+        item = self._ddb.get_item(TableName=self._table, Key=key(*CURSOR), ConsistentRead=True).get("Item")
         return float(from_dynamo(item)["at"]) if item else None
 
     def save_reconcile_cursor(self, at: float) -> None:
-        self._ddb.put_item(TableName=self._table, Item=CURSOR_KEY | to_dynamo({"at": at}))
+        self._ddb.put_item(TableName=self._table, Item=key(*CURSOR) | to_dynamo({"at": at}))
