@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from crcr.adapters.table import BRANCH_TTL_S, MISSING_COMMIT_TTL_S, branch_pk, lookup_key, num, query_all
+from crcr.adapters.item_codec import from_dynamo, to_dynamo
+from crcr.adapters.table import BRANCH_TTL_S, MISSING_COMMIT_TTL_S, branch_pk, key, lookup_key, lookup_pk, query_all
 from crcr.domain.ids import repo_key
 from crcr.domain.regressions import BranchCommit
 
@@ -22,11 +23,11 @@ def _order_sk(t: float, i: int = 0, sha: str = "") -> str:
 def _ordered(commit: BranchCommit) -> dict[str, Any]:
     info = {"sha": commit.sha, "t": commit.t, "i": commit.i, "parent": commit.parent, "pr": commit.pr}
     info |= {"title": commit.title, "author": commit.author, "files": commit.files}
-    return {"sk": {"S": _order_sk(commit.t, commit.i, commit.sha)}, "c": {"S": json.dumps(info, separators=(",", ":"))}}
+    return {"sk": _order_sk(commit.t, commit.i, commit.sha), "c": json.dumps(info, separators=(",", ":"))}
 
 
 def _commit(item: dict[str, Any]) -> BranchCommit:
-    info = json.loads(item["c"]["S"])
+    info = json.loads(from_dynamo(item)["c"])
     files = info.get("files")
     return BranchCommit(
         info["sha"],
@@ -48,11 +49,11 @@ class DynamoBranch:
         self._table = table
 
     def record_commits(self, upstream: str, commits: list[BranchCommit]) -> None:
-        expires = {"N": str(int(max((c.t for c in commits), default=0)) + BRANCH_TTL_S)}
+        expires = int(max((c.t for c in commits), default=0)) + BRANCH_TTL_S
         pk = branch_pk(upstream)
-        items = [{"sk": {"S": f"C#{c.sha}"}, "t": {"N": str(num(c.t))}} for c in commits]
+        items: list[dict[str, Any]] = [{"sk": f"C#{c.sha}", "t": c.t} for c in commits]
         items += [_ordered(c) for c in commits]
-        requests = [{"PutRequest": {"Item": {"pk": pk} | item | {"expires_at": expires}}} for item in items]
+        requests = [{"PutRequest": {"Item": to_dynamo({"pk": pk} | item | {"expires_at": expires})}} for item in items]
         for start in range(0, len(requests), 25):  # BatchWriteItem takes 25 at a time
             pending: dict[str, Any] = {self._table: requests[start : start + 25]}
             for _ in range(5):
@@ -65,12 +66,12 @@ class DynamoBranch:
         found: dict[str, float] = {}
         wanted = list(dict.fromkeys(shas))
         for start in range(0, len(wanted), 100):  # BatchGetItem takes 100 keys
-            keys = [{"pk": branch_pk(upstream), "sk": {"S": f"C#{sha}"}} for sha in wanted[start : start + 100]]
+            keys = [key(branch_pk(upstream), f"C#{sha}") for sha in wanted[start : start + 100]]
             pending: dict[str, Any] = {self._table: {"Keys": keys, "ProjectionExpression": "sk, t"}}
             for _ in range(5):
                 got = self._ddb.batch_get_item(RequestItems=pending)
-                for item in got.get("Responses", {}).get(self._table, []):
-                    found[item["sk"]["S"].removeprefix("C#")] = float(item["t"]["N"])
+                for item in map(from_dynamo, got.get("Responses", {}).get(self._table, [])):
+                    found[item["sk"].removeprefix("C#")] = float(item["t"])
                 pending = got.get("UnprocessedKeys") or {}
                 if not pending:
                     break
@@ -82,8 +83,9 @@ class DynamoBranch:
             self._ddb,
             TableName=self._table,
             KeyConditionExpression="pk = :p AND sk BETWEEN :a AND :b",
-            ExpressionAttributeValues={":p": branch_pk(upstream), ":a": {"S": _order_sk(start)}}
-            | {":b": {"S": _order_sk(end, 99_999, "~")}},
+            ExpressionAttributeValues=to_dynamo(
+                {":p": branch_pk(upstream), ":a": _order_sk(start), ":b": _order_sk(end, 99_999, "~")}
+            ),
         )
         found: dict[str, BranchCommit] = {}
         for item in items:
@@ -92,31 +94,31 @@ class DynamoBranch:
         return sorted(found.values(), key=lambda c: c.order)
 
     def commit_seen(self, upstream: str, sha: str, now: float, repo: str) -> bool | None:
-        found_key = lookup_key(upstream, sha)
-        missing_key = found_key | {"sk": {"S": f"MISSING#{repo_key(repo)}"}}  # what `repo`'s own report was told
-        keys = [{"pk": branch_pk(upstream), "sk": {"S": f"C#{sha}"}}, found_key, missing_key]
+        missing = f"MISSING#{repo_key(repo)}"  # what `repo`'s own report was told
+        answered = lookup_pk(upstream, sha)
+        keys = [key(branch_pk(upstream), f"C#{sha}"), lookup_key(upstream, sha), key(answered, missing)]
         got = self._ddb.batch_get_item(RequestItems={self._table: {"Keys": keys, "ConsistentRead": True}})
-        items = got.get("Responses", {}).get(self._table, [])
+        items = [from_dynamo(item) for item in got.get("Responses", {}).get(self._table, [])]
         if got.get("UnprocessedKeys"):
             return None  # throttled: look it up as if never seen (the lookup's own budget still holds)
-        if any(item["pk"]["S"].startswith("BRANCH#") for item in items):
+        if any(item["pk"].startswith("BRANCH#") for item in items):
             return True
         # An answer past its time is no answer (DynamoDB deletes expired items only within a day or two). A commit
         # found is found for everyone; "no such commit" answers only the downstream whose report asked (a LOOKUP item
         # saying not found, as kept before 2026-12-07, answers no one).
         answers = {
-            item["sk"]["S"]: bool(item["found"]["BOOL"])
+            item["sk"]: bool(item["found"])
             for item in items
-            if item["pk"]["S"].startswith("SHA#") and float(item.get("expires_at", {}).get("N", "inf")) > now
+            if item["pk"].startswith("SHA#") and float(item.get("expires_at", "inf")) > now
         }
-        if answers.get(found_key["sk"]["S"]):
+        if answers.get("LOOKUP"):
             return True
-        return False if missing_key["sk"]["S"] in answers else None
+        return False if missing in answers else None
 
     def remember_commit(self, upstream: str, sha: str, found: bool, now: float, repo: str) -> None:
         ttl = BRANCH_TTL_S if found else MISSING_COMMIT_TTL_S
-        key = lookup_key(upstream, sha) | ({} if found else {"sk": {"S": f"MISSING#{repo_key(repo)}"}})
+        answer = "LOOKUP" if found else f"MISSING#{repo_key(repo)}"
         self._ddb.put_item(
             TableName=self._table,
-            Item=key | {"found": {"BOOL": found}, "expires_at": {"N": str(int(now) + ttl)}},
+            Item=key(lookup_pk(upstream, sha), answer) | to_dynamo({"found": found, "expires_at": int(now) + ttl}),
         )

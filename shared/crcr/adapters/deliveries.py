@@ -6,7 +6,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from crcr.adapters.table import DELIVERY_TTL_S, body_key, conditional_failed, delivery_key, num
+from crcr.adapters.item_codec import from_dynamo, to_dynamo
+from crcr.adapters.table import DELIVERY_TTL_S, body_key, conditional_failed, delivery_key
 from crcr.app.ports.deliveries import Claim
 
 
@@ -22,7 +23,7 @@ class DynamoDeliveries:
         X-GitHub-Delivery, so a captured body sent again under a fresh id is a replay; and an id seen before with
         another body takes nothing, so it can neither hide that body when it comes under its own id nor stand in
         for it. The same id with the same body passes (GitHub's redelivery, or a retry after a failure here)."""
-        expires = {"N": str(int(now) + DELIVERY_TTL_S)}
+        expires = int(now) + DELIVERY_TTL_S
         body = body_key(body_sha256)
         delivery = delivery_key(delivery_id)
         try:
@@ -31,22 +32,24 @@ class DynamoDeliveries:
                     {
                         "Put": {
                             "TableName": self._table,
-                            "Item": body | {"delivery_id": {"S": delivery_id}, "expires_at": expires},
+                            "Item": body | to_dynamo({"delivery_id": delivery_id, "expires_at": expires}),
                             "ConditionExpression": "attribute_not_exists(pk) OR delivery_id = :d",
-                            "ExpressionAttributeValues": {":d": {"S": delivery_id}},
+                            "ExpressionAttributeValues": to_dynamo({":d": delivery_id}),
                         }
                     },
                     {
                         "Put": {
                             "TableName": self._table,
                             "Item": delivery
-                            | {
-                                "event": {"S": event},
-                                "state": {"S": "received"},
-                                "received_at": {"N": str(num(now))},
-                                "body_sha256": {"S": body_sha256},
-                                "expires_at": expires,
-                            },
+                            | to_dynamo(
+                                {
+                                    "event": event,
+                                    "state": "received",
+                                    "received_at": now,
+                                    "body_sha256": body_sha256,
+                                    "expires_at": expires,
+                                }
+                            ),
                             "ConditionExpression": "attribute_not_exists(pk)",
                             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                         }
@@ -59,10 +62,10 @@ class DynamoDeliveries:
             reasons = exc.response.get("CancellationReasons") or []
             failed = [r.get("Code") == "ConditionalCheckFailed" for r in reasons] + [False, False]
             if failed[1]:
-                old = reasons[1].get("Item") or self._delivery_item(delivery)
-                if old.get("body_sha256", {}).get("S", body_sha256) != body_sha256:
+                old = from_dynamo(reasons[1].get("Item") or self._delivery_item(delivery))
+                if old.get("body_sha256", body_sha256) != body_sha256:
                     return Claim.REUSED
-                return Claim.QUEUED if old.get("state", {}).get("S") == "queued" else Claim.PENDING
+                return Claim.QUEUED if old.get("state") == "queued" else Claim.PENDING
             if failed[0]:
                 return Claim.REPLAYED
             raise
@@ -79,5 +82,5 @@ class DynamoDeliveries:
             Key=delivery_key(delivery_id),
             UpdateExpression="SET #s = :q, queued_at = :t",
             ExpressionAttributeNames={"#s": "state"},
-            ExpressionAttributeValues={":q": {"S": "queued"}, ":t": {"N": str(num(now))}},
+            ExpressionAttributeValues=to_dynamo({":q": "queued", ":t": now}),
         )

@@ -7,7 +7,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from crcr.adapters.table import RESULTS_TTL_S, attr_n, conditional_failed
+from crcr.adapters.item_codec import from_dynamo, to_dynamo
+from crcr.adapters.table import RESULTS_TTL_S, conditional_failed, key
 from crcr.app.ports.jobs import JobLimitReached
 
 
@@ -22,13 +23,13 @@ class DynamoHudKeys:
         self._table = table
 
     def claim(self, dispatch_id: str, hud_key: str | None, owner: str, now: float, max_jobs: int) -> str | None:
-        expires = attr_n(int(now) + RESULTS_TTL_S)  # as long as the job rows they guard
+        expires = int(now) + RESULTS_TTL_S  # as long as the job rows they guard
         count = {
             "TableName": self._table,
-            "Key": {"pk": {"S": f"HUD#{dispatch_id}"}, "sk": {"S": "#JOBS"}},
+            "Key": key(f"HUD#{dispatch_id}", "#JOBS"),
             "UpdateExpression": "ADD jobs :one SET expires_at = :exp",
             "ConditionExpression": "attribute_not_exists(jobs) OR jobs < :cap",
-            "ExpressionAttributeValues": {":one": attr_n(1), ":cap": attr_n(max_jobs), ":exp": expires},
+            "ExpressionAttributeValues": to_dynamo({":one": 1, ":cap": max_jobs, ":exp": expires}),
         }
         if hud_key is None:
             # No key to hold (the job's own run and attempt name its row): the count alone, one write, no transaction.
@@ -46,12 +47,9 @@ class DynamoHudKeys:
                     {
                         "Put": {
                             "TableName": self._table,
-                            "Item": {
-                                "pk": {"S": f"HUD#{dispatch_id}"},
-                                "sk": {"S": digest},
-                                "owner": {"S": owner},
-                                "expires_at": expires,
-                            },
+                            "Item": to_dynamo(
+                                {"pk": f"HUD#{dispatch_id}", "sk": digest, "owner": owner, "expires_at": expires}
+                            ),
                             "ConditionExpression": "attribute_not_exists(pk)",
                             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                         }
@@ -64,11 +62,11 @@ class DynamoHudKeys:
                 raise
             reasons = [*(exc.response.get("CancellationReasons") or []), {}, {}]
             if reasons[0].get("Code") == "ConditionalCheckFailed":
-                holder = (reasons[0].get("Item") or {}).get("owner", {}).get("S")
+                holder = from_dynamo(reasons[0].get("Item") or {}).get("owner")
                 if holder is None:  # a cancellation that did not bring the item: read it
-                    key = {"pk": {"S": f"HUD#{dispatch_id}"}, "sk": {"S": digest}}
-                    item = self._ddb.get_item(TableName=self._table, Key=key, ConsistentRead=True).get("Item") or {}
-                    holder = item.get("owner", {}).get("S", "another job")
+                    held = key(f"HUD#{dispatch_id}", digest)
+                    item = self._ddb.get_item(TableName=self._table, Key=held, ConsistentRead=True).get("Item") or {}
+                    holder = from_dynamo(item).get("owner", "another job")
                 return None if holder == owner else str(holder)  # the same job again: counted once already
             if reasons[1].get("Code") == "ConditionalCheckFailed":
                 raise JobLimitReached(f"dispatch {dispatch_id} holds {max_jobs} jobs") from exc

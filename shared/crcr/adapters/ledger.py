@@ -3,11 +3,13 @@ time, and the sweeper's watch on dispatches no job has reported on yet."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from crcr.adapters.table import LEDGER_TTL_S, SWEEP_INDEX, applied, conditional_failed, ledger_key, num
+from crcr.adapters.item_codec import from_dynamo, to_dynamo
+from crcr.adapters.table import LEDGER_TTL_S, SWEEP_INDEX, applied, conditional_failed, key, ledger_key
 from crcr.app.ports.ledger import BuildRef, LedgerClaim, LedgerRow, LedgerState
 from crcr.contracts.messages import DispatchMessage
 from crcr.domain.regressions import BISECT
@@ -17,30 +19,43 @@ BY_DISPATCH_INDEX = "by_dispatch"  # keys only, on `dispatch_id`: a run's title 
 
 
 def ledger_row(delivery_id: str, item: dict[str, Any]) -> LedgerRow:
+    return _ledger_row(delivery_id, from_dynamo(item))
+
+
+def _ledger_row(delivery_id: str, row: dict[str, Any]) -> LedgerRow:
+    def number(name: str) -> Decimal | None:
+        value = row.get(name)
+        return value if isinstance(value, Decimal) else None  # absent, or NULL (a dispatch with no PR)
+
+    def whole(name: str) -> int | None:
+        value = number(name)
+        return int(value) if value is not None else None
+
+    dispatched_at = number("dispatched_at")
     return LedgerRow(
         delivery_id=delivery_id,
-        repo=item.get("repo_full_name", item.get("repo", {"S": ""}))["S"],
-        state=LedgerState(item["state"]["S"]),
-        dispatch_id=item.get("dispatch_id", {}).get("S", ""),
-        lease_until=float(item.get("lease_until", {}).get("N", "0")),
-        dispatched_at=float(item["dispatched_at"]["N"]) if "dispatched_at" in item else None,
-        reason=item.get("reason", {}).get("S"),
-        repo_id=int(item["repo_id"]["N"]) if "repo_id" in item else None,
-        upstream=item.get("upstream", {}).get("S"),
-        head_sha=item.get("head_sha", {}).get("S"),
-        pr=int(item["pr"]["N"]) if "N" in item.get("pr", {}) else None,
-        level=int(item["level"]["N"]) if "level" in item else None,
-        device=item.get("device", {}).get("S"),
-        event_type=item.get("event_type", {}).get("S"),
-        ciflow=item.get("ciflow", {}).get("S"),
-        ci=item.get("ci", {}).get("S", "github"),
-        build_id=item.get("build_id", {}).get("S"),
-        build_number=int(item["build_number"]["N"]) if "N" in item.get("build_number", {}) else None,
-        build_url=item.get("build_url", {}).get("S"),
-        build_pipeline=item.get("build_pipeline", {}).get("S") or None,
-        unsettled=frozenset(item.get("unsettled", {}).get("SS", [])),
-        start_watched=item.get("sweep_pk", {}).get("S") == "START",
-        run_id=item.get("run_id", {}).get("S"),
+        repo=row.get("repo_full_name", row.get("repo", "")),
+        state=LedgerState(row["state"]),
+        dispatch_id=row.get("dispatch_id", ""),
+        lease_until=float(number("lease_until") or 0),
+        dispatched_at=float(dispatched_at) if dispatched_at is not None else None,
+        reason=row.get("reason"),
+        repo_id=whole("repo_id"),
+        upstream=row.get("upstream"),
+        head_sha=row.get("head_sha"),
+        pr=whole("pr"),
+        level=whole("level"),
+        device=row.get("device"),
+        event_type=row.get("event_type"),
+        ciflow=row.get("ciflow"),
+        ci=row.get("ci", "github"),
+        build_id=row.get("build_id"),
+        build_number=whole("build_number"),
+        build_url=row.get("build_url"),
+        build_pipeline=row.get("build_pipeline") or None,
+        unsettled=frozenset(row.get("unsettled", ())),
+        start_watched=row.get("sweep_pk") == "START",
+        run_id=row.get("run_id"),
     )
 
 
@@ -48,18 +63,18 @@ def dispatched_row(record: dict[str, Any]) -> LedgerRow | None:
     """The ledger row an L3/L4 dispatch just marked sent (the StateTable stream's filter passes only those; anything
     else here is None), as its new image holds it: its commit's check-run pass reads it from here, not the table."""
     data = record.get("dynamodb") or {}
-    new, old = data.get("NewImage") or {}, data.get("OldImage") or {}
-    pk, sk = new.get("pk", {}).get("S", ""), new.get("sk", {}).get("S", "")
+    new, old = from_dynamo(data.get("NewImage") or {}), from_dynamo(data.get("OldImage") or {})
+    pk, sk = str(new.get("pk", "")), str(new.get("sk", ""))
     if not (pk.startswith("DLV#") and sk.startswith("DSP#")):
         return None
     sent = LedgerState.DISPATCHED.value
-    if new.get("state", {}).get("S") != sent or old.get("state", {}).get("S") == sent:
+    if new.get("state") != sent or old.get("state") == sent:
         return None
-    if int(new.get("level", {}).get("N", "0")) < 3 or "upstream" not in new or "head_sha" not in new:
+    if int(new.get("level", 0)) < 3 or "upstream" not in new or "head_sha" not in new:
         return None
-    if new.get("event_type", {}).get("S") == BISECT:
+    if new.get("event_type") == BISECT:
         return None  # a bisection run has no upstream check runs
-    return ledger_row(pk.removeprefix("DLV#"), new)
+    return _ledger_row(pk.removeprefix("DLV#"), new)
 
 
 class DynamoLedger:
@@ -81,18 +96,17 @@ class DynamoLedger:
         return ledger_row(delivery_id, item) if item else None
 
     def _base_values(self, message: DispatchMessage, now: float) -> dict[str, Any]:
-        values: dict[str, Any] = {
-            ":repo": {"S": message.target_repo},
-            ":level": {"N": str(int(message.level))},
-            ":upstream": {"S": message.upstream},
-            ":sha": {"S": message.head_sha},
-            ":event": {"S": message.event_type},
-            ":now": {"N": str(num(now))},
-            ":exp": {"N": str(int(now) + LEDGER_TTL_S)},
+        return {
+            ":repo": message.target_repo,
+            ":level": int(message.level),
+            ":upstream": message.upstream,
+            ":sha": message.head_sha,
+            ":event": message.event_type,
+            ":now": now,
+            ":exp": int(now) + LEDGER_TTL_S,
+            ":pr": message.pr_number,  # None: NULL
+            ":ciflow": message.ciflow,
         }
-        values[":pr"] = {"N": str(message.pr_number)} if message.pr_number is not None else {"NULL": True}
-        values[":ciflow"] = {"S": message.ciflow} if message.ciflow is not None else {"NULL": True}
-        return values
 
     _BASE_SET = (
         "repo = :repo, #lvl = :level, upstream = :upstream, head_sha = :sha, event_type = :event, "
@@ -112,15 +126,15 @@ class DynamoLedger:
         row: bool = False,
     ) -> LedgerClaim:
         values = self._base_values(message, now) | {
-            ":sending": {"S": LedgerState.SENDING.value},
-            ":lease": {"N": str(num(now + lease_s))},
-            ":owner": {"S": owner},
-            ":repo_id": {"N": str(repo_id)},
-            ":full": {"S": full_name},
-            ":did": {"S": dispatch_id},
-            ":done": {"S": LedgerState.DISPATCHED.value},
-            ":superseded": {"S": LedgerState.SUPERSEDED.value},
-            ":mine": {"SS": [owner]},
+            ":sending": LedgerState.SENDING.value,
+            ":lease": now + lease_s,
+            ":owner": owner,
+            ":repo_id": repo_id,
+            ":full": full_name,
+            ":did": dispatch_id,
+            ":done": LedgerState.DISPATCHED.value,
+            ":superseded": LedgerState.SUPERSEDED.value,
+            ":mine": {owner},
         }
         try:
             written = self._ddb.update_item(
@@ -135,7 +149,7 @@ class DynamoLedger:
                     "attribute_not_exists(pk) OR (NOT (#s IN (:done, :superseded)) AND lease_until < :now)"
                 ),
                 ExpressionAttributeNames={"#s": "state", "#lvl": "level"},
-                ExpressionAttributeValues=values,
+                ExpressionAttributeValues=to_dynamo(values),
                 # The row that refused the claim comes back with the refusal: no read before the write.
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 ReturnValues="ALL_NEW" if row else "NONE",
@@ -159,20 +173,19 @@ class DynamoLedger:
         """After this attempt's claim, which wrote the dispatch's identity (repository, commit, PR, level,
         dispatch id): only what the send changed is written here."""
         values: dict[str, Any] = {
-            ":s": {"S": LedgerState.DISPATCHED.value},
-            ":now": {"N": str(num(now))},
-            ":device": {"S": message.device} if message.device else {"NULL": True},
-            ":ci": {"S": claims.ci},
-            ":zero": {"N": "0"},
+            ":s": LedgerState.DISPATCHED.value,
+            ":now": now,
+            ":device": message.device or None,
+            ":ci": claims.ci,
+            ":zero": 0,
         }
         built = ""
         if build is not None:
             built = ", build_id = :bid, build_number = :bnum, build_url = :burl, build_pipeline = :bpipe"
-            values |= {":bid": {"S": build.id}, ":bnum": {"N": str(build.number)}, ":burl": {"S": build.url}}
-            values |= {":bpipe": {"S": build.pipeline}}
+            values |= {":bid": build.id, ":bnum": build.number, ":burl": build.url, ":bpipe": build.pipeline}
         if run_id is not None:
             built += ", run_id = :run"
-            values[":run"] = {"S": run_id}
+            values[":run"] = run_id
         watch = ""
         if self._start_timeout_s is not None and message.level >= 2 and run_id is None:
             # (A run GitHub named is watched as a bound run instead: crcr.adapters.runs.)
@@ -181,7 +194,7 @@ class DynamoLedger:
             wait = self._start_timeout_s
             if claims.ci == "github" and self._run_create_timeout_s is not None:
                 wait = min(wait, self._run_create_timeout_s)
-            values |= {":watch": {"S": "START"}, ":due": {"N": str(num(now + wait))}}
+            values |= {":watch": "START", ":due": now + wait}
         self._ddb.update_item(
             TableName=self._table,
             Key=ledger_key(message.delivery_id, message.target_repo),
@@ -190,7 +203,7 @@ class DynamoLedger:
                 f"lease_until = :zero{built}{watch} REMOVE reason"
             ),
             ExpressionAttributeNames={"#s": "state"},
-            ExpressionAttributeValues=values,
+            ExpressionAttributeValues=to_dynamo(values),
         )
 
     def mark(
@@ -205,16 +218,16 @@ class DynamoLedger:
         """Record a non-dispatched state and release the claim, never overwriting a sent dispatch or
         another attempt's live claim; `settled` takes this attempt off the unsettled sends."""
         values = self._base_values(message, now) | {
-            ":s": {"S": state.value},
-            ":reason": {"S": reason[:1000]},
-            ":zero": {"N": "0"},
-            ":done": {"S": LedgerState.DISPATCHED.value},
-            ":owner": {"S": owner or "-"},
+            ":s": state.value,
+            ":reason": reason[:1000],
+            ":zero": 0,
+            ":done": LedgerState.DISPATCHED.value,
+            ":owner": owner or "-",
         }
         forget = ""
         if settled and owner:
             forget = " DELETE unsettled :mine"
-            values[":mine"] = {"SS": [owner]}
+            values[":mine"] = {owner}
         applied(
             self._ddb.update_item,
             TableName=self._table,
@@ -226,7 +239,7 @@ class DynamoLedger:
                 "OR lease_owner = :owner))"
             ),
             ExpressionAttributeNames={"#s": "state", "#lvl": "level"},
-            ExpressionAttributeValues=values,
+            ExpressionAttributeValues=to_dynamo(values),
         )
 
     def clear_start_watch(self, delivery_id: str, repo: str) -> None:
@@ -243,21 +256,19 @@ class DynamoLedger:
             TableName=self._table,
             IndexName=BY_DISPATCH_INDEX,
             KeyConditionExpression="dispatch_id = :d",
-            ExpressionAttributeValues={":d": {"S": dispatch_id}},
+            ExpressionAttributeValues=to_dynamo({":d": dispatch_id}),
             Limit=2,
         ).get("Items", [])
-        for item in items:
-            sk = item["sk"]["S"]
-            if item["pk"]["S"].startswith("DLV#") and sk.startswith("DSP#"):
-                row = self._by_key(item["pk"]["S"].removeprefix("DLV#"), item)
+        for item in map(from_dynamo, items):
+            pk, sk = item["pk"], item["sk"]
+            if pk.startswith("DLV#") and sk.startswith("DSP#"):
+                row = self._by_key(pk.removeprefix("DLV#"), pk, sk)
                 if row is not None and row.dispatch_id == dispatch_id:
                     return row
         return None
 
-    def _by_key(self, delivery_id: str, keys: dict[str, Any]) -> LedgerRow | None:
-        item = self._ddb.get_item(
-            TableName=self._table, Key={"pk": keys["pk"], "sk": keys["sk"]}, ConsistentRead=True
-        ).get("Item")
+    def _by_key(self, delivery_id: str, pk: str, sk: str) -> LedgerRow | None:
+        item = self._ddb.get_item(TableName=self._table, Key=key(pk, sk), ConsistentRead=True).get("Item")
         return ledger_row(delivery_id, item) if item else None
 
     def note_run(self, delivery_id: str, repo: str, run_id: str) -> None:
@@ -268,7 +279,7 @@ class DynamoLedger:
             Key=ledger_key(delivery_id, repo),
             UpdateExpression="SET run_id = :run",
             ConditionExpression="attribute_exists(pk) AND attribute_not_exists(run_id)",
-            ExpressionAttributeValues={":run": {"S": run_id}},
+            ExpressionAttributeValues=to_dynamo({":run": run_id}),
         )
 
     def rewatch_start(self, delivery_id: str, repo: str, until: float) -> None:
@@ -279,7 +290,7 @@ class DynamoLedger:
             Key=ledger_key(delivery_id, repo),
             UpdateExpression="SET sweep_pk = :w, sweep_at = :due",
             ConditionExpression="attribute_exists(pk)",
-            ExpressionAttributeValues={":w": {"S": "START"}, ":due": {"N": str(num(until))}},
+            ExpressionAttributeValues=to_dynamo({":w": "START", ":due": until}),
         )
 
     def due_starts(self, now: float, limit: int = 100) -> list[LedgerRow]:
@@ -288,13 +299,13 @@ class DynamoLedger:
             TableName=self._table,
             IndexName=SWEEP_INDEX,
             KeyConditionExpression="sweep_pk = :w AND sweep_at <= :now",
-            ExpressionAttributeValues={":w": {"S": "START"}, ":now": {"N": str(num(now))}},
+            ExpressionAttributeValues=to_dynamo({":w": "START", ":now": now}),
             Limit=limit,
         ).get("Items", [])
         rows = []
-        for item in items:
-            delivery_id = item["pk"]["S"].removeprefix("DLV#")
-            row = self.get(delivery_id, item["repo"]["S"])
+        for item in map(from_dynamo, items):
+            delivery_id = item["pk"].removeprefix("DLV#")
+            row = self.get(delivery_id, item["repo"])
             if row is not None:
                 rows.append(row)
         return rows

@@ -10,7 +10,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from crcr.adapters.table import num, query_all
+from crcr.adapters.item_codec import from_dynamo, to_dynamo
+from crcr.adapters.table import key, query_all
 from crcr.app.ports.levels import Demotion
 from crcr.domain.ids import repo_key
 
@@ -30,24 +31,23 @@ class DynamoLevels:
     def l2_since(self, levels: list[tuple[str, int]], now: float) -> dict[str, float]:
         found: dict[str, float] = {}
         for repo, level in levels:
-            key = repo_key(repo)
-            values: dict[str, Any] = {":level": {"N": str(level)}, ":now": {"N": str(num(now))}}
+            slug = repo_key(repo)
+            values: dict[str, Any] = {":level": level, ":now": now, ":repo": repo}
             update = "SET repo = :repo, #lvl = :level, level_since = if_not_exists(level_since, :now)"
-            values[":repo"] = {"S": repo}
             if level >= 2:
                 first = self._first_l2_job(repo) if self._first_l2_job else None
-                values[":l2"] = {"N": str(num(min(now, first) if first is not None else now))}
+                values[":l2"] = min(now, first) if first is not None else now
                 update += ", l2_since = if_not_exists(l2_since, :l2)"
             item = self._ddb.update_item(
                 TableName=self._table,
-                Key={"pk": {"S": PK}, "sk": {"S": f"HISTORY#{key}"}},
+                Key=key(PK, f"HISTORY#{slug}"),
                 UpdateExpression=update,
                 ExpressionAttributeNames={"#lvl": "level"},
-                ExpressionAttributeValues=values,
+                ExpressionAttributeValues=to_dynamo(values),
                 ReturnValues="ALL_NEW",
             )["Attributes"]
             if "l2_since" in item:
-                found[key] = float(item["l2_since"]["N"])
+                found[slug] = float(from_dynamo(item)["l2_since"])
         return found
 
     def dedupe_states(self) -> dict[str, tuple[str, float]]:
@@ -55,21 +55,21 @@ class DynamoLevels:
             self._ddb,
             TableName=self._table,
             KeyConditionExpression="pk = :p AND begins_with(sk, :h)",
-            ExpressionAttributeValues={":p": {"S": PK}, ":h": {"S": "HISTORY#"}},
+            ExpressionAttributeValues=to_dynamo({":p": PK, ":h": "HISTORY#"}),
             ProjectionExpression="sk, dedupe, dedupe_at",
         )
         return {
-            item["sk"]["S"].removeprefix("HISTORY#"): (item["dedupe"]["S"], float(item["dedupe_at"]["N"]))
-            for item in items
+            item["sk"].removeprefix("HISTORY#"): (item["dedupe"], float(item["dedupe_at"]))
+            for item in map(from_dynamo, items)
             if "dedupe" in item
         }
 
     def set_dedupe(self, repo: str, state: str, now: float) -> None:
         self._ddb.update_item(
             TableName=self._table,
-            Key={"pk": {"S": PK}, "sk": {"S": f"HISTORY#{repo_key(repo)}"}},
+            Key=key(PK, f"HISTORY#{repo_key(repo)}"),
             UpdateExpression="SET dedupe = :d, dedupe_at = :now",
-            ExpressionAttributeValues={":d": {"S": state}, ":now": {"N": str(num(now))}},
+            ExpressionAttributeValues=to_dynamo({":d": state, ":now": now}),
         )
 
     def open_demotions(self) -> dict[str, Demotion]:
@@ -77,42 +77,42 @@ class DynamoLevels:
             self._ddb,
             TableName=self._table,
             KeyConditionExpression="pk = :p AND begins_with(sk, :d)",
-            ExpressionAttributeValues={":p": {"S": PK}, ":d": {"S": "DEMOTION#"}},
+            ExpressionAttributeValues=to_dynamo({":p": PK, ":d": "DEMOTION#"}),
             ConsistentRead=True,
         )
         return {
-            item["sk"]["S"].removeprefix("DEMOTION#"): Demotion(
-                item["repo"]["S"], int(item["pr"]["N"]), float(item["since"]["N"])
-            )
-            for item in items
+            item["sk"].removeprefix("DEMOTION#"): Demotion(item["repo"], int(item["pr"]), float(item["since"]))
+            for item in map(from_dynamo, items)
         }
 
     def set_demotion(self, repo: str, pr: int, since: float) -> None:
         self._ddb.update_item(
             TableName=self._table,
-            Key={"pk": {"S": PK}, "sk": {"S": f"DEMOTION#{repo_key(repo)}"}},
+            Key=key(PK, f"DEMOTION#{repo_key(repo)}"),
             UpdateExpression="SET repo = :repo, pr = :pr, since = if_not_exists(since, :since)",
-            ExpressionAttributeValues={":repo": {"S": repo}, ":pr": {"N": str(pr)}, ":since": {"N": str(num(since))}},
+            ExpressionAttributeValues=to_dynamo({":repo": repo, ":pr": pr, ":since": since}),
         )
 
     def clear_demotion(self, repo: str, closed_at: float | None = None) -> None:
-        self._ddb.delete_item(TableName=self._table, Key={"pk": {"S": PK}, "sk": {"S": f"DEMOTION#{repo_key(repo)}"}})
+        self._ddb.delete_item(TableName=self._table, Key=key(PK, f"DEMOTION#{repo_key(repo)}"))
         if closed_at is not None:
-            self._ddb.put_item(
-                TableName=self._table,
-                Item={"pk": {"S": PK}, "sk": {"S": f"CLOSED#{repo_key(repo)}"}, "at": {"N": str(num(closed_at))}}
-                | {"expires_at": {"N": str(int(closed_at) + 7 * 86_400)}},
-            )
+            closed = {
+                "pk": PK,
+                "sk": f"CLOSED#{repo_key(repo)}",
+                "at": closed_at,
+                "expires_at": int(closed_at) + 7 * 86_400,
+            }
+            self._ddb.put_item(TableName=self._table, Item=to_dynamo(closed))
 
     def cooling(self, now: float, within: float) -> set[str]:
         items = query_all(
             self._ddb,
             TableName=self._table,
             KeyConditionExpression="pk = :p AND begins_with(sk, :c)",
-            ExpressionAttributeValues={":p": {"S": PK}, ":c": {"S": "CLOSED#"}},
+            ExpressionAttributeValues=to_dynamo({":p": PK, ":c": "CLOSED#"}),
             ConsistentRead=True,
         )
-        return {i["sk"]["S"].removeprefix("CLOSED#") for i in items if now - float(i["at"]["N"]) < within}
+        return {i["sk"].removeprefix("CLOSED#") for i in map(from_dynamo, items) if now - float(i["at"]) < within}
 
 
 class CachedDemotions:

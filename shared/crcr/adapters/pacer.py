@@ -11,7 +11,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from crcr.adapters.table import DAY, conditional_failed, num, pace_key
+from crcr.adapters.item_codec import from_dynamo, num, to_dynamo
+from crcr.adapters.table import DAY, conditional_failed, pace_key
 from crcr.domain.pacing import (
     CONTENT_RATES,
     RESERVE_HORIZON_S,
@@ -37,10 +38,11 @@ class _Cell:
     tats: tuple[float, ...] | None
 
 
-def _cell(item: dict[str, Any] | None) -> _Cell:
-    if not item or "tats" not in item:
+def _cell(stored: dict[str, Any] | None) -> _Cell:
+    if not stored or "tats" not in stored:
         return _Cell(0, None)
-    return _Cell(int(item.get("version", {}).get("N", "0")), tuple(float(v["N"]) for v in item["tats"]["L"]))
+    item = from_dynamo(stored)
+    return _Cell(int(item.get("version", 0)), tuple(float(t) for t in item["tats"]))
 
 
 class DynamoPacer:
@@ -165,7 +167,7 @@ class DynamoPacer:
         return RESERVE_HORIZON_S + 1.0 if reserve else 1.0
 
     def _values(self, now: float) -> dict[str, Any]:
-        return {":one": {"N": "1"}, ":exp": {"N": str(int(now) + 2 * DAY)}}
+        return {":one": 1, ":exp": int(now) + 2 * DAY}
 
     def _take(
         self, key: int | str, cell_key: dict[str, Any], busy: tuple[bool, ...], now: float, cost: int = 1
@@ -178,23 +180,23 @@ class DynamoPacer:
             if is_busy:
                 sets.append(f"tats[{i}] = tats[{i}] + :i{i}")
                 conditions.append(f"tats[{i}] > :now AND tats[{i}] <= :lim{i}")
-                values[":now"] = {"N": str(num(now))}
-                values[f":i{i}"] = {"N": str(num(cost * rate.interval))}
+                values[":now"] = now
+                values[f":i{i}"] = cost * rate.interval
                 # A microsecond of slack: the float arithmetic above must never find allowed what DynamoDB's
                 # decimals refuse (the same write would be refused again and again).
-                values[f":lim{i}"] = {"N": str(num(now + (rate.burst - cost + 1) * rate.interval + 1e-6))}
+                values[f":lim{i}"] = now + (rate.burst - cost + 1) * rate.interval + 1e-6
             else:
                 # Idle: the window allows `cost` calls at once only if they fit in its burst from its time on.
                 sets.append(f"tats[{i}] = :t{i}")
                 conditions.append(f"tats[{i}] <= :idle{i}")
-                values[f":t{i}"] = {"N": str(num(now + cost * rate.interval))}
-                values[f":idle{i}"] = {"N": str(num(now - max(0, cost - 1 - rate.burst) * rate.interval))}
+                values[f":t{i}"] = now + cost * rate.interval
+                values[f":idle{i}"] = now - max(0, cost - 1 - rate.burst) * rate.interval
         return self._update(
             key,
             cell_key,
             UpdateExpression=f"SET {', '.join(sets)}, expires_at = :exp ADD version :one",
             ConditionExpression=" AND ".join(conditions),
-            ExpressionAttributeValues=values,
+            ExpressionAttributeValues=to_dynamo(values),
         )
 
     def _write_whole(
@@ -202,18 +204,18 @@ class DynamoPacer:
     ) -> _Cell | None:
         """The cell whole (a booking, a new cell, new rates), if it is still the version decided from (None:
         if there is no cell yet)."""
-        values = self._values(now) | {":tats": {"L": [{"N": str(num(t))} for t in tats]}}
+        values = self._values(now) | {":tats": tats}
         if version is None:
             condition = "attribute_not_exists(pk)"
         else:
             condition = "version = :v"
-            values[":v"] = {"N": str(version)}
+            values[":v"] = version
         return self._update(
             key,
             cell_key,
             UpdateExpression="SET tats = :tats, expires_at = :exp ADD version :one",
             ConditionExpression=condition,
-            ExpressionAttributeValues=values,
+            ExpressionAttributeValues=to_dynamo(values),
         )
 
     def _update(self, key: int | str, cell_key: dict[str, Any], **request: Any) -> _Cell | None:

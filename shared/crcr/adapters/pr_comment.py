@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from crcr.adapters.table import COMMENT_TTL_S, applied, book, comment_key, num
+from crcr.adapters.item_codec import from_dynamo, to_dynamo
+from crcr.adapters.table import COMMENT_TTL_S, applied, book, comment_key
 from crcr.app.ports.comment import CommentRow
 from crcr.domain.comment import Posted
 
@@ -17,29 +18,33 @@ class DynamoPrComment:
         self._table = table
 
     def get_comment(self, upstream: str, pr: int) -> CommentRow:
-        item = self._ddb.get_item(TableName=self._table, Key=comment_key(upstream, pr), ConsistentRead=True).get("Item")
-        if not item:
+        stored = self._ddb.get_item(TableName=self._table, Key=comment_key(upstream, pr), ConsistentRead=True).get(
+            "Item"
+        )
+        if not stored:
             return CommentRow()
+        item = from_dynamo(stored)
 
         def number(name: str) -> float | None:
-            return float(item[name]["N"]) if "N" in item.get(name, {}) else None
+            value = item.get(name)
+            return float(value) if value is not None else None
 
         comment_id = number("comment_id")
         posted = Posted(
             comment_id=int(comment_id) if comment_id is not None else None,
-            body_hash=item.get("body_hash", {}).get("S", ""),
-            mentioned=frozenset(item.get("mentioned", {}).get("SS", [])),
-            live=frozenset(item.get("live", {}).get("SS", [])),
-            history=tuple(v["S"] for v in item.get("history", {}).get("L", [])),
+            body_hash=item.get("body_hash", ""),
+            mentioned=frozenset(item.get("mentioned", ())),
+            live=frozenset(item.get("live", ())),
+            history=tuple(item.get("history", ())),
         )
         return CommentRow(
             posted=posted,
-            searched=bool(item.get("searched", {}).get("BOOL", False)),
-            pending=item.get("pending", {}).get("S"),
+            searched=bool(item.get("searched", False)),
+            pending=item.get("pending"),
             pending_since=number("pending_since"),
             due_at=number("due_at"),
             lock_until=number("lock_until") or 0.0,
-            version=int(item.get("version", {}).get("N", "0")),
+            version=int(item.get("version", 0)),
         )
 
     def book_render(self, upstream: str, pr: int, ticket: str, now: float, due_at: float, stale_before: float) -> str:
@@ -54,37 +59,28 @@ class DynamoPrComment:
             ConditionExpression=(
                 "version = :v AND pending = :t AND (attribute_not_exists(lock_until) OR lock_until < :now)"
             ),
-            ExpressionAttributeValues={
-                ":n": {"N": str(version + 1)},
-                ":v": {"N": str(version)},
-                ":t": {"S": ticket},
-                ":l": {"N": str(num(now + lease_s))},
-                ":now": {"N": str(num(now))},
-            },
+            ExpressionAttributeValues=to_dynamo(
+                {":n": version + 1, ":v": version, ":t": ticket, ":l": now + lease_s, ":now": now}
+            ),
         )
         return version + 1 if ok else None
 
     def release_comment(self, upstream: str, pr: int, locked: int, now: float, posted: Posted | None = None) -> bool:
-        values: dict[str, Any] = {":v": {"N": str(locked)}, ":n": {"N": str(locked + 1)}}
+        values: dict[str, Any] = {":v": locked, ":n": locked + 1}
         sets = ["version = :n"]
         removes = ["lock_until"]
         if posted is not None:
             sets += ["searched = :yes", "body_hash = :h", "history = :hist", "expires_at = :exp"]
-            values |= {
-                ":yes": {"BOOL": True},
-                ":h": {"S": posted.body_hash},
-                ":hist": {"L": [{"S": h} for h in posted.history]},
-                ":exp": {"N": str(int(now) + COMMENT_TTL_S)},
-            }
+            values |= {":yes": True, ":h": posted.body_hash, ":hist": posted.history, ":exp": int(now) + COMMENT_TTL_S}
             if posted.comment_id is not None:
                 sets.append("comment_id = :id")
-                values[":id"] = {"N": str(posted.comment_id)}
+                values[":id"] = posted.comment_id
             else:
                 removes.append("comment_id")
             for name, names in (("mentioned", posted.mentioned), ("live", posted.live)):
                 if names:  # a string set cannot be empty
                     sets.append(f"{name} = :{name}")
-                    values[f":{name}"] = {"SS": sorted(names)}
+                    values[f":{name}"] = names
                 else:
                     removes.append(name)
         return applied(
@@ -93,7 +89,7 @@ class DynamoPrComment:
             Key=comment_key(upstream, pr),
             UpdateExpression=f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
             ConditionExpression="version = :v",
-            ExpressionAttributeValues=values,
+            ExpressionAttributeValues=to_dynamo(values),
         )
 
     def end_render(self, upstream: str, pr: int, ticket: str, now: float, keep: bool = False) -> float | None:
@@ -105,7 +101,7 @@ class DynamoPrComment:
                 Key=key,
                 UpdateExpression="REMOVE pending, pending_since",
                 ConditionExpression="pending = :t AND attribute_not_exists(due_at)",
-                ExpressionAttributeValues={":t": {"S": ticket}},
+                ExpressionAttributeValues=to_dynamo({":t": ticket}),
             ):
                 return None
             row = self.get_comment(upstream, pr)
@@ -124,5 +120,5 @@ class DynamoPrComment:
             Key=comment_key(upstream, pr),
             UpdateExpression="REMOVE pending, pending_since, due_at",
             ConditionExpression="pending = :t",
-            ExpressionAttributeValues={":t": {"S": ticket}},
+            ExpressionAttributeValues=to_dynamo({":t": ticket}),
         )

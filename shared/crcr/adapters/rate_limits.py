@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from crcr.adapters.item_codec import from_dynamo, to_dynamo
+from crcr.adapters.table import key as table_key
 from crcr.domain.ids import repo_key
 
 
@@ -22,12 +24,12 @@ class DynamoRateLimiter:
         window = int(now // self._window_s)
         got = self._ddb.update_item(
             TableName=self._table,
-            Key={"pk": {"S": f"{self._prefix}{repo_key(key)}"}, "sk": {"S": str(window)}},
+            Key=table_key(f"{self._prefix}{repo_key(key)}", str(window)),
             UpdateExpression="ADD hits :one SET expires_at = :exp",
-            ExpressionAttributeValues={":one": {"N": "1"}, ":exp": {"N": str((window + 2) * self._window_s)}},
+            ExpressionAttributeValues=to_dynamo({":one": 1, ":exp": (window + 2) * self._window_s}),
             ReturnValues="UPDATED_NEW",
         )
-        if int(got["Attributes"]["hits"]["N"]) > self._limit:
+        if int(from_dynamo(got["Attributes"])["hits"]) > self._limit:
             return (window + 1) * self._window_s - now
         return 0.0
 

@@ -7,10 +7,11 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from crcr.adapters.table import DELIVERY_TTL_S, applied, conditional_failed, delivery_key, num
+from crcr.adapters.item_codec import from_dynamo, num, to_dynamo
+from crcr.adapters.table import DELIVERY_TTL_S, applied, conditional_failed, delivery_key, key
 from crcr.app.ports.deliveries import RedeliveryClaim
 
-CURSOR_KEY = {"pk": {"S": "RECONCILE#app-hook"}, "sk": {"S": "CURSOR"}}
+CURSOR = ("RECONCILE#app-hook", "CURSOR")  # the reconciler's cursor: (pk, sk)
 FINAL = ("requested", "refused")
 
 
@@ -24,8 +25,8 @@ class DynamoRedeliveries:
         self._table = table
 
     @staticmethod
-    def _key(guid: str) -> dict[str, dict[str, str]]:
-        return {"pk": {"S": f"DLV#{guid}"}, "sk": {"S": "REDELIVERY"}}
+    def _key(guid: str) -> dict[str, dict[str, Any]]:
+        return key(f"DLV#{guid}", "REDELIVERY")
 
     def delivery_state(self, guid: str) -> str | None:
         item = self._ddb.get_item(
@@ -35,23 +36,25 @@ class DynamoRedeliveries:
             ProjectionExpression="#s",
             ExpressionAttributeNames={"#s": "state"},
         ).get("Item")
-        return item["state"]["S"] if item and "state" in item else None
+        return from_dynamo(item).get("state") if item else None
 
     def claim_redelivery(
         self, guid: str, attempt_id: int, owner: str, now: float, lease_s: float, max_asks: int
     ) -> RedeliveryClaim:
-        values = {
-            ":id": {"N": str(attempt_id)},
-            ":o": {"S": owner},
-            ":lease": {"N": str(num(now + lease_s))},
-            ":now": {"N": str(num(now))},
-            ":asking": {"S": "asking"},
-            ":abandoned": {"S": "abandoned"},
-            ":max": {"N": str(max_asks)},
-            ":one": {"N": "1"},
-            ":zero": {"N": "0"},
-            ":exp": {"N": str(int(now) + DELIVERY_TTL_S)},
-        }
+        values = to_dynamo(
+            {
+                ":id": attempt_id,
+                ":o": owner,
+                ":lease": now + lease_s,
+                ":now": now,
+                ":asking": "asking",
+                ":abandoned": "abandoned",
+                ":max": max_asks,
+                ":one": 1,
+                ":zero": 0,
+                ":exp": int(now) + DELIVERY_TTL_S,
+            }
+        )
         try:
             # A new attempt of the event (its first failure, or a redelivery that failed too): one more ask.
             self._ddb.update_item(
@@ -72,17 +75,17 @@ class DynamoRedeliveries:
         except ClientError as exc:
             if not conditional_failed(exc):
                 raise
-            return self._claim_taken(guid, attempt_id, exc.response.get("Item") or {}, values)
+            return self._claim_taken(guid, attempt_id, from_dynamo(exc.response.get("Item") or {}), now, values)
         return RedeliveryClaim.CLAIMED
 
     def _claim_taken(
-        self, guid: str, attempt_id: int, old: dict[str, Any], values: dict[str, dict[str, str]]
+        self, guid: str, attempt_id: int, old: dict[str, Any], now: float, values: dict[str, dict[str, Any]]
     ) -> RedeliveryClaim:
-        state = old.get("state", {}).get("S")
+        state = old.get("state")
         if state == "abandoned":
             return RedeliveryClaim.ABANDONED
-        lapsed = float(old.get("lease_until", {}).get("N", "0")) < float(values[":now"]["N"])
-        if int(old.get("last_id", {}).get("N", "0")) == attempt_id:
+        lapsed = float(old.get("lease_until", 0)) < float(num(now))
+        if int(old.get("last_id", 0)) == attempt_id:
             if state != "asking" or not lapsed:
                 return RedeliveryClaim.ASKED if state in FINAL else RedeliveryClaim.BUSY
             # A run that asked for this very attempt died or could not reach GitHub: ask again (no new ask).
@@ -120,13 +123,9 @@ class DynamoRedeliveries:
             UpdateExpression="SET #s = :s, lease_until = :zero, updated_at = :now",
             ConditionExpression="last_id = :id AND #o = :o",
             ExpressionAttributeNames={"#s": "state", "#o": "owner"},
-            ExpressionAttributeValues={
-                ":s": {"S": status},
-                ":zero": {"N": "0"},
-                ":now": {"N": str(num(now))},
-                ":id": {"N": str(attempt_id)},
-                ":o": {"S": owner},
-            },
+            ExpressionAttributeValues=to_dynamo(
+                {":s": status, ":zero": 0, ":now": now, ":id": attempt_id, ":o": owner}
+            ),
         )
 
     def release_redelivery(self, guid: str, attempt_id: int, owner: str) -> None:
@@ -137,12 +136,12 @@ class DynamoRedeliveries:
             UpdateExpression="SET lease_until = :zero",
             ConditionExpression="last_id = :id AND #o = :o",
             ExpressionAttributeNames={"#o": "owner"},
-            ExpressionAttributeValues={":zero": {"N": "0"}, ":id": {"N": str(attempt_id)}, ":o": {"S": owner}},
+            ExpressionAttributeValues=to_dynamo({":zero": 0, ":id": attempt_id, ":o": owner}),
         )
 
     def reconcile_cursor(self) -> float | None:
-        item = self._ddb.get_item(TableName=self._table, Key=CURSOR_KEY, ConsistentRead=True).get("Item")
-        return float(item["at"]["N"]) if item else None
+        item = self._ddb.get_item(TableName=self._table, Key=key(*CURSOR), ConsistentRead=True).get("Item")
+        return float(from_dynamo(item)["at"]) if item else None
 
     def save_reconcile_cursor(self, at: float) -> None:
-        self._ddb.put_item(TableName=self._table, Item=CURSOR_KEY | {"at": {"N": str(num(at))}})
+        self._ddb.put_item(TableName=self._table, Item=key(*CURSOR) | to_dynamo({"at": at}))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from crcr.adapters.item_codec import from_dynamo, to_dynamo
+from crcr.adapters.table import key
 from crcr.domain.ids import repo_key
 
 
@@ -18,9 +20,9 @@ class DynamoRefusals:
         hour = int(now // 3600)
         got = self._ddb.update_item(
             TableName=self._table,
-            Key={"pk": {"S": f"REFUSED#{repo_key(repo)}"}, "sk": {"S": f"{hour}#{reason}"}},
+            Key=key(f"REFUSED#{repo_key(repo)}", f"{hour}#{reason}"),
             UpdateExpression="ADD refused :one SET expires_at = :exp",
-            ExpressionAttributeValues={":one": {"N": "1"}, ":exp": {"N": str((hour + 2) * 3600)}},
+            ExpressionAttributeValues=to_dynamo({":one": 1, ":exp": (hour + 2) * 3600}),
             ReturnValues="UPDATED_NEW",
         )
-        return int(got["Attributes"]["refused"]["N"])
+        return int(from_dynamo(got["Attributes"])["refused"])

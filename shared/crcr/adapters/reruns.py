@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from crcr.adapters.table import DAY, LEDGER_TTL_S, applied, num, rerun_pk
+from crcr.adapters.item_codec import from_dynamo, to_dynamo
+from crcr.adapters.table import DAY, LEDGER_TTL_S, applied, key, rerun_pk
 from crcr.app.ports.reruns import RERUN_STATUSES, RerunClaim
 
 
@@ -17,34 +18,25 @@ class DynamoReruns:
 
     def rerun_state(self, dispatch_id: str, run_id: str) -> str | None:
         item = self._ddb.get_item(
-            TableName=self._table,
-            Key={"pk": rerun_pk(dispatch_id), "sk": {"S": f"RUN#{run_id}"}},
-            ConsistentRead=True,
+            TableName=self._table, Key=key(rerun_pk(dispatch_id), f"RUN#{run_id}"), ConsistentRead=True
         ).get("Item")
-        return item.get("status", {}).get("S") if item else None
+        return from_dynamo(item).get("status") if item else None
 
     def claim_rerun(self, dispatch_id: str, run_id: str, owner: str, now: float, lease_s: float) -> RerunClaim:
-        claim = {"pk": rerun_pk(dispatch_id), "sk": {"S": f"CLAIM#{run_id}"}}
+        claim = key(rerun_pk(dispatch_id), f"CLAIM#{run_id}")
         taken = applied(
             self._ddb.put_item,
             TableName=self._table,
-            Item=claim
-            | {
-                "owner": {"S": owner},
-                "lease_until": {"N": str(num(now + lease_s))},
-                "expires_at": {"N": str(int(now) + DAY)},
-            },
+            Item=claim | to_dynamo({"owner": owner, "lease_until": now + lease_s, "expires_at": int(now) + DAY}),
             ConditionExpression="attribute_not_exists(pk) OR lease_until < :now",
-            ExpressionAttributeValues={":now": {"N": str(num(now))}},
+            ExpressionAttributeValues=to_dynamo({":now": now}),
         )
         if not taken:
             return RerunClaim.BUSY
         # Read the marker only once the claim is held: a holder marks before it releases, so a decision
         # made just before this claim is always seen.
         marker = self._ddb.get_item(
-            TableName=self._table,
-            Key={"pk": rerun_pk(dispatch_id), "sk": {"S": f"RUN#{run_id}"}},
-            ConsistentRead=True,
+            TableName=self._table, Key=key(rerun_pk(dispatch_id), f"RUN#{run_id}"), ConsistentRead=True
         ).get("Item")
         if marker is not None:
             self.release_rerun(dispatch_id, run_id, owner)
@@ -55,10 +47,10 @@ class DynamoReruns:
         applied(  # a lapsed claim another message took is theirs now: leave it
             self._ddb.delete_item,
             TableName=self._table,
-            Key={"pk": rerun_pk(dispatch_id), "sk": {"S": f"CLAIM#{run_id}"}},
+            Key=key(rerun_pk(dispatch_id), f"CLAIM#{run_id}"),
             ConditionExpression="#o = :o",
             ExpressionAttributeNames={"#o": "owner"},
-            ExpressionAttributeValues={":o": {"S": owner}},
+            ExpressionAttributeValues=to_dynamo({":o": owner}),
         )
 
     def mark_rerun(self, dispatch_id: str, run_id: str, status: str, now: float) -> bool:
@@ -67,12 +59,14 @@ class DynamoReruns:
         return applied(
             self._ddb.put_item,
             TableName=self._table,
-            Item={
-                "pk": rerun_pk(dispatch_id),
-                "sk": {"S": f"RUN#{run_id}"},
-                "status": {"S": status},
-                "marked_at": {"N": str(num(now))},
-                "expires_at": {"N": str(int(now) + LEDGER_TTL_S)},
-            },
+            Item=to_dynamo(
+                {
+                    "pk": rerun_pk(dispatch_id),
+                    "sk": f"RUN#{run_id}",
+                    "status": status,
+                    "marked_at": now,
+                    "expires_at": int(now) + LEDGER_TTL_S,
+                }
+            ),
             ConditionExpression="attribute_not_exists(pk)",
         )

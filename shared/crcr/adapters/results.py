@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from crcr.adapters.item_codec import to_dynamo
 from crcr.adapters.job_items import (
     BY_BASELINE_INDEX,
     BY_REPO_INDEX,
@@ -15,7 +16,7 @@ from crcr.adapters.job_items import (
     is_job_item,
     to_item,
 )
-from crcr.adapters.table import applied, attr_n, job_key, query_all
+from crcr.adapters.table import applied, job_key, job_pk, query_all
 from crcr.app.ports.jobs import JobRecord
 from crcr.domain.ids import repo_key
 from crcr.domain.limits import MAX_RUN_ATTEMPT
@@ -33,13 +34,13 @@ class DynamoResults:
         """The VerdictStore port: a verdict on the row as recorded (the same version), never on a newer state; False
         when the row already carries it (a redelivered stream record), so a verdict is counted once. The baseline's
         commit and a `known` verdict's issues go with it, or are removed."""
-        values: dict[str, Any] = {":v": {"S": verdict}, ":ver": attr_n(record.version)}
+        values: dict[str, Any] = {":v": verdict, ":ver": record.version}
         sets, removes = ["verdict = :v"], []
         kept = (("verdict_baseline", baseline_sha, ":b"), ("known_issues", known_issues, ":k"))
         for name, value, placeholder in kept:
             if value:
                 sets.append(f"{name} = {placeholder}")
-                values[placeholder] = {"S": value}
+                values[placeholder] = value
             else:
                 removes.append(name)
         update = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
@@ -49,7 +50,7 @@ class DynamoResults:
             Key=job_key(record.dispatch_id, record.run_id, record.run_attempt, record.job_name),
             UpdateExpression=update,
             ConditionExpression="version = :ver AND (attribute_not_exists(verdict) OR verdict <> :v)",
-            ExpressionAttributeValues=values,
+            ExpressionAttributeValues=to_dynamo(values),
         )
 
     def jobs_for_head(self, upstream: str, head_sha: str) -> list[JobRecord]:
@@ -59,7 +60,7 @@ class DynamoResults:
             TableName=self._table,
             IndexName="by_head",
             KeyConditionExpression="head_key = :h",
-            ExpressionAttributeValues={":h": {"S": f"{repo_key(upstream)}#{head_sha}"}},
+            ExpressionAttributeValues=to_dynamo({":h": f"{repo_key(upstream)}#{head_sha}"}),
         )
         return [from_item(item) for item in items]
 
@@ -71,7 +72,7 @@ class DynamoResults:
             TableName=self._table,
             IndexName=BY_REPO_INDEX,
             KeyConditionExpression="repo_key = :r AND dispatched_at >= :since",
-            ExpressionAttributeValues={":r": {"S": repo_key(repo)}, ":since": attr_n(since)},
+            ExpressionAttributeValues=to_dynamo({":r": repo_key(repo), ":since": since}),
         )
         return [from_item(item) for item in items]
 
@@ -82,10 +83,7 @@ class DynamoResults:
             TableName=self._table,
             IndexName=BY_BASELINE_INDEX,
             KeyConditionExpression="baseline_key = :b AND dispatched_at >= :since",
-            ExpressionAttributeValues={
-                ":b": {"S": baseline_key(repo, workflow_name, job_name)},
-                ":since": attr_n(since),
-            },
+            ExpressionAttributeValues=to_dynamo({":b": baseline_key(repo, workflow_name, job_name), ":since": since}),
         )
         return [from_item(item) for item in items]
 
@@ -96,7 +94,7 @@ class DynamoResults:
             TableName=self._table,
             IndexName=BY_BASELINE_INDEX,
             KeyConditionExpression="baseline_key = :b",
-            ExpressionAttributeValues={":b": {"S": baseline_key(repo, workflow_name, job_name)}},
+            ExpressionAttributeValues=to_dynamo({":b": baseline_key(repo, workflow_name, job_name)}),
             ScanIndexForward=False,
             Limit=limit,
         ).get("Items", [])
@@ -111,7 +109,7 @@ class DynamoResults:
                 TableName=self._table,
                 IndexName=BY_REPO_INDEX,
                 KeyConditionExpression="repo_key = :r",
-                ExpressionAttributeValues={":r": {"S": repo_key(repo)}},
+                ExpressionAttributeValues=to_dynamo({":r": repo_key(repo)}),
                 ProjectionExpression="pk, sk",
                 ScanIndexForward=False,
                 Limit=limit,
@@ -130,7 +128,7 @@ class DynamoResults:
             TableName=self._table,
             IndexName=BY_REPO_INDEX,
             KeyConditionExpression="repo_key = :r",
-            ExpressionAttributeValues={":r": {"S": repo_key(repo)}},
+            ExpressionAttributeValues=to_dynamo({":r": repo_key(repo)}),
             ScanIndexForward=True,
             Limit=1,
         ).get("Items", [])
@@ -143,7 +141,7 @@ class DynamoResults:
             self._ddb,
             TableName=self._table,
             KeyConditionExpression="pk = :p",
-            ExpressionAttributeValues={":p": {"S": f"DSP#{dispatch_id}"}},
+            ExpressionAttributeValues=to_dynamo({":p": job_pk(dispatch_id)}),
             ConsistentRead=True,
         )
         return [from_item(item) for item in items]
@@ -154,7 +152,7 @@ class DynamoResults:
             self._ddb.query(
                 TableName=self._table,
                 KeyConditionExpression="pk = :p",
-                ExpressionAttributeValues={":p": {"S": f"DSP#{dispatch_id}"}},
+                ExpressionAttributeValues=to_dynamo({":p": job_pk(dispatch_id)}),
                 ProjectionExpression="pk",
                 Limit=1,
                 ConsistentRead=True,
@@ -199,7 +197,7 @@ class DynamoResults:
             TableName=self._table,
             IndexName="sweep",
             KeyConditionExpression="sweep_pk = :w AND sweep_at <= :now",
-            ExpressionAttributeValues={":w": {"S": "RUN"}, ":now": attr_n(now)},
+            ExpressionAttributeValues=to_dynamo({":w": "RUN", ":now": now}),
             Limit=limit,
         ).get("Items", [])
         return [from_item(item) for item in items]
@@ -214,11 +212,14 @@ class DynamoResults:
         condition: dict[str, Any] = (
             {"ConditionExpression": "attribute_not_exists(pk)"}
             if expected_version is None
-            else {"ConditionExpression": "version = :v", "ExpressionAttributeValues": {":v": attr_n(expected_version)}}
+            else {
+                "ConditionExpression": "version = :v",
+                "ExpressionAttributeValues": to_dynamo({":v": expected_version}),
+            }
         )
         item = to_item(record)
         if record.state == "in_progress" and self._run_timeout_s is not None and record.started_at is not None:
             # Watched by the sweeper until it completes (put_item replaces the item, dropping these).
             due = record.recheck_at or record.started_at + self._run_timeout_s
-            item |= {"sweep_pk": {"S": "RUN"}, "sweep_at": attr_n(due)}
+            item |= to_dynamo({"sweep_pk": "RUN", "sweep_at": due})
         return applied(self._ddb.put_item, TableName=self._table, Item=item, **condition)

@@ -6,33 +6,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from crcr.adapters.table import LEDGER_TTL_S, SWEEP_INDEX, applied, attr_n, num
+from crcr.adapters.item_codec import from_dynamo, to_dynamo
+from crcr.adapters.table import LEDGER_TTL_S, SWEEP_INDEX, applied, key
 from crcr.app.ports.runs import BoundRun
 from crcr.domain.ids import repo_key
 
 WATCH = "BOUNDRUN"  # sweep_pk of a bound run not known to be completed
 
 
-def run_key(repo: str, run_id: str) -> dict[str, dict[str, str]]:
-    return {"pk": {"S": f"RUN#{repo_key(repo)}#{run_id}"}, "sk": {"S": "RUN"}}
+def run_key(repo: str, run_id: str) -> dict[str, dict[str, Any]]:
+    return key(f"RUN#{repo_key(repo)}#{run_id}", "RUN")
 
 
-def _run(item: dict[str, Any]) -> BoundRun:
+def _run(stored: dict[str, Any]) -> BoundRun:
+    item = from_dynamo(stored)
+
     def text(name: str) -> str:
-        return str(item.get(name, {}).get("S", ""))
+        return str(item.get(name) or "")  # absent, or NULL (no conclusion yet)
 
     return BoundRun(
         repo=text("repo"),
         run_id=text("run_id"),
         delivery_id=text("delivery_id"),
         dispatch_id=text("run_dispatch"),  # never `dispatch_id`: that attribute keys the ledger's by_dispatch index
-        attempt=int(item.get("attempt", {}).get("N", "1")),
+        attempt=int(item.get("attempt", 1)),
         status=text("run_status"),
         conclusion=text("conclusion") or None,
         workflow_name=text("workflow_name"),
         url=text("url"),
-        progress=int(item.get("progress", {}).get("N", "0")),
-        reconciled=frozenset(int(a) for a in item.get("reconciled", {}).get("NS", [])),
+        progress=int(item.get("progress", 0)),
+        reconciled=frozenset(int(a) for a in item.get("reconciled", ())),
     )
 
 
@@ -47,18 +50,18 @@ class DynamoRuns:
 
     def record(self, run: BoundRun, now: float, watch_until: float | None) -> bool:
         values: dict[str, Any] = {
-            ":repo": {"S": run.repo},
-            ":run": {"S": run.run_id},
-            ":dlv": {"S": run.delivery_id},
-            ":did": {"S": run.dispatch_id},
-            ":attempt": attr_n(run.attempt),
-            ":status": {"S": run.status},
-            ":conclusion": {"S": run.conclusion} if run.conclusion else {"NULL": True},
-            ":wf": {"S": run.workflow_name},
-            ":url": {"S": run.url},
-            ":p": attr_n(run.progress),
-            ":now": attr_n(now),
-            ":exp": attr_n(int(now) + LEDGER_TTL_S),
+            ":repo": run.repo,
+            ":run": run.run_id,
+            ":dlv": run.delivery_id,
+            ":did": run.dispatch_id,
+            ":attempt": run.attempt,
+            ":status": run.status,
+            ":conclusion": run.conclusion or None,
+            ":wf": run.workflow_name,
+            ":url": run.url,
+            ":p": run.progress,
+            ":now": now,
+            ":exp": int(now) + LEDGER_TTL_S,
         }
         update = (
             "SET repo = :repo, run_id = :run, delivery_id = :dlv, run_dispatch = :did, attempt = :attempt, "
@@ -69,7 +72,7 @@ class DynamoRuns:
             update += " REMOVE sweep_pk, sweep_at"
         else:
             update += ", sweep_pk = :watch, sweep_at = :due"
-            values |= {":watch": {"S": WATCH}, ":due": attr_n(watch_until)}
+            values |= {":watch": WATCH, ":due": watch_until}
         return applied(
             self._ddb.update_item,
             TableName=self._table,
@@ -77,7 +80,7 @@ class DynamoRuns:
             UpdateExpression=update,
             ConditionExpression="attribute_not_exists(pk) OR progress < :p",
             ExpressionAttributeNames={"#url": "url"},
-            ExpressionAttributeValues=values,
+            ExpressionAttributeValues=to_dynamo(values),
         )
 
     def claim_reconcile(self, repo: str, run_id: str, attempt: int, owner: str, now: float, lease_s: float) -> bool:
@@ -90,12 +93,7 @@ class DynamoRuns:
                 "attribute_exists(pk) AND (attribute_not_exists(reconciled) OR NOT contains(reconciled, :a)) "
                 "AND (attribute_not_exists(lease_until) OR lease_until < :now)"
             ),
-            ExpressionAttributeValues={
-                ":o": {"S": owner},
-                ":l": attr_n(now + lease_s),
-                ":a": attr_n(attempt),
-                ":now": attr_n(now),
-            },
+            ExpressionAttributeValues=to_dynamo({":o": owner, ":l": now + lease_s, ":a": attempt, ":now": now}),
         )
 
     def reconciled(self, repo: str, run_id: str, attempt: int, owner: str) -> None:
@@ -105,7 +103,7 @@ class DynamoRuns:
             Key=run_key(repo, run_id),
             UpdateExpression="ADD reconciled :a REMOVE lease_owner, lease_until",
             ConditionExpression="lease_owner = :o",
-            ExpressionAttributeValues={":a": {"NS": [str(attempt)]}, ":o": {"S": owner}},
+            ExpressionAttributeValues=to_dynamo({":a": {attempt}, ":o": owner}),
         )
 
     def release(self, repo: str, run_id: str, owner: str) -> None:
@@ -115,7 +113,7 @@ class DynamoRuns:
             Key=run_key(repo, run_id),
             UpdateExpression="REMOVE lease_owner, lease_until",
             ConditionExpression="lease_owner = :o",
-            ExpressionAttributeValues={":o": {"S": owner}},
+            ExpressionAttributeValues=to_dynamo({":o": owner}),
         )
 
     def due_runs(self, now: float, limit: int = 100) -> list[BoundRun]:
@@ -123,7 +121,7 @@ class DynamoRuns:
             TableName=self._table,
             IndexName=SWEEP_INDEX,
             KeyConditionExpression="sweep_pk = :w AND sweep_at <= :now",
-            ExpressionAttributeValues={":w": {"S": WATCH}, ":now": {"N": str(num(now))}},
+            ExpressionAttributeValues=to_dynamo({":w": WATCH, ":now": now}),
             Limit=limit,
         ).get("Items", [])
         return [_run(item) for item in items]
@@ -135,5 +133,5 @@ class DynamoRuns:
             Key=run_key(repo, run_id),
             UpdateExpression="SET sweep_pk = :w, sweep_at = :due",
             ConditionExpression="attribute_exists(pk)",
-            ExpressionAttributeValues={":w": {"S": WATCH}, ":due": attr_n(until)},
+            ExpressionAttributeValues=to_dynamo({":w": WATCH, ":due": until}),
         )

@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from crcr.adapters.table import applied, attr_n
+from crcr.adapters.item_codec import from_dynamo, to_dynamo
+from crcr.adapters.table import applied, key
 
 
 class DynamoTableExports:
@@ -52,11 +53,11 @@ class DynamoExportMarks:
     def __init__(self, client: Any, table: str, results_table: str) -> None:
         self._ddb = client
         self._table = table
-        self._key = {"pk": {"S": f"EXPORT#{results_table}"}, "sk": {"S": "LAST"}}
+        self._key = key(f"EXPORT#{results_table}", "LAST")
 
     def last(self) -> float | None:
         item = self._ddb.get_item(TableName=self._table, Key=self._key, ConsistentRead=True).get("Item")
-        return float(item["to"]["N"]) if item else None
+        return float(from_dynamo(item)["to"]) if item else None
 
     def advance(self, to: float) -> bool:
         return applied(
@@ -66,5 +67,5 @@ class DynamoExportMarks:
             UpdateExpression="SET #to = :to",
             ConditionExpression="attribute_not_exists(#to) OR #to < :to",
             ExpressionAttributeNames={"#to": "to"},
-            ExpressionAttributeValues={":to": attr_n(to)},
+            ExpressionAttributeValues=to_dynamo({":to": to}),
         )

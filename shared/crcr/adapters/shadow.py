@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from crcr.adapters.item_codec import from_dynamo, to_dynamo
 from crcr.adapters.table import query_all
 from crcr.domain.ids import repo_key
 from crcr.domain.shadow import SHADOW_KEPT_S, ShadowDecision
@@ -14,8 +15,8 @@ from crcr.domain.shadow import SHADOW_KEPT_S, ShadowDecision
 BATCH = 25  # BatchWriteItem's most
 
 
-def _pk(upstream: str) -> dict[str, str]:
-    return {"S": f"SHADOW#{repo_key(upstream)}"}
+def _pk(upstream: str) -> str:
+    return f"SHADOW#{repo_key(upstream)}"
 
 
 def _sk(received_at: float) -> str:
@@ -33,12 +34,14 @@ class DynamoShadow:
         requests = [
             {
                 "PutRequest": {
-                    "Item": {
-                        "pk": _pk(d.upstream),
-                        "sk": {"S": f"{_sk(d.received_at)}#{d.delivery_id}#{repo_key(d.repo)}"},
-                        "doc": {"S": json.dumps(d.to_json(), separators=(",", ":"))},
-                        "expires_at": {"N": str(int(d.received_at + SHADOW_KEPT_S))},
-                    }
+                    "Item": to_dynamo(
+                        {
+                            "pk": _pk(d.upstream),
+                            "sk": f"{_sk(d.received_at)}#{d.delivery_id}#{repo_key(d.repo)}",
+                            "doc": json.dumps(d.to_json(), separators=(",", ":")),
+                            "expires_at": int(d.received_at + SHADOW_KEPT_S),
+                        }
+                    )
                 }
             }
             for d in decisions
@@ -55,11 +58,11 @@ class DynamoShadow:
     def recent(self, upstream: str, limit: int, before: float | None = None) -> list[ShadowDecision]:
         condition, values = "pk = :p", {":p": _pk(upstream)}
         if before is not None:
-            condition, values = condition + " AND sk < :b", values | {":b": {"S": _sk(before)}}
+            condition, values = condition + " AND sk < :b", values | {":b": _sk(before)}
         got = self._ddb.query(
             TableName=self._table,
             KeyConditionExpression=condition,
-            ExpressionAttributeValues=values,
+            ExpressionAttributeValues=to_dynamo(values),
             ScanIndexForward=False,
             Limit=limit,
         )
@@ -70,10 +73,10 @@ class DynamoShadow:
             self._ddb,
             TableName=self._table,
             KeyConditionExpression="pk = :p AND sk BETWEEN :a AND :b",
-            ExpressionAttributeValues={":p": _pk(upstream), ":a": {"S": _sk(start)}, ":b": {"S": _sk(end) + "~"}},
+            ExpressionAttributeValues=to_dynamo({":p": _pk(upstream), ":a": _sk(start), ":b": _sk(end) + "~"}),
         )
         return [_decision(i) for i in items]
 
 
 def _decision(item: dict[str, Any]) -> ShadowDecision:
-    return ShadowDecision.from_json(json.loads(item["doc"]["S"]))
+    return ShadowDecision.from_json(json.loads(from_dynamo(item)["doc"]))

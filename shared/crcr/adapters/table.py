@@ -5,11 +5,11 @@ A key only one class uses lives with that class."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from decimal import Decimal
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from crcr.adapters.item_codec import from_dynamo, to_dynamo
 from crcr.domain.ids import repo_key
 
 DAY = 86_400
@@ -54,67 +54,79 @@ def query_all(client: Any, **kwargs: Any) -> list[dict[str, Any]]:
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
-def num(value: float) -> Decimal:
-    return Decimal(str(round(value, 6)))
+def key(pk: str, sk: str) -> dict[str, dict[str, Any]]:
+    """An item's key as DynamoDB takes it."""
+    return to_dynamo({"pk": pk, "sk": sk})
 
 
-def attr_n(value: float | int) -> dict[str, str]:
-    """A number attribute at the table's precision."""
-    return {"N": str(num(value))}
-
-
-def delivery_key(delivery_id: str) -> dict[str, dict[str, str]]:
+def delivery_key(delivery_id: str) -> dict[str, dict[str, Any]]:
     """The webhook's record of a delivery."""
-    return {"pk": {"S": f"DLV#{delivery_id}"}, "sk": {"S": "META"}}
+    return key(f"DLV#{delivery_id}", "META")
 
 
-def body_key(body_sha256: str) -> dict[str, dict[str, str]]:
+def body_key(body_sha256: str) -> dict[str, dict[str, Any]]:
     """A webhook body's digest, claimed by the first delivery id that brought it."""
-    return {"pk": {"S": f"BODY#{body_sha256}"}, "sk": {"S": "META"}}
+    return key(f"BODY#{body_sha256}", "META")
 
 
-def ledger_key(delivery_id: str, repo: str) -> dict[str, dict[str, str]]:
+def ledger_key(delivery_id: str, repo: str) -> dict[str, dict[str, Any]]:
     """A dispatch: one per delivery and downstream repository, beside the delivery's record."""
-    return {"pk": {"S": f"DLV#{delivery_id}"}, "sk": {"S": f"DSP#{repo_key(repo)}"}}
+    return key(f"DLV#{delivery_id}", f"DSP#{repo_key(repo)}")
 
 
-def pr_pk(upstream: str, pr: int) -> dict[str, str]:
+def pr_pk(upstream: str, pr: int) -> str:
     """An upstream PR's items: its head (`HEAD`), releases (`RELEASED#…`), comment (`COMMENT`) and the commit that
     landed it (`MERGED`)."""
-    return {"S": f"PR#{repo_key(upstream)}#{pr}"}
+    return f"PR#{repo_key(upstream)}#{pr}"
 
 
-def branch_pk(upstream: str) -> dict[str, str]:
+def branch_pk(upstream: str) -> str:
     """The upstream default branch's commits (`C#<sha>`), in the order they were pushed."""
-    return {"S": f"BRANCH#{repo_key(upstream)}"}
+    return f"BRANCH#{repo_key(upstream)}"
 
 
-def lookup_key(upstream: str, sha: str) -> dict[str, dict[str, str]]:
-    """What GitHub answered about an upstream commit a scheduled report named."""
-    return {"pk": {"S": f"SHA#{repo_key(upstream)}#{sha}"}, "sk": {"S": "LOOKUP"}}
+def lookup_pk(upstream: str, sha: str) -> str:
+    """What GitHub answered about an upstream commit a scheduled report named: found (`LOOKUP`), or not found for
+    one downstream (`MISSING#<repo>`)."""
+    return f"SHA#{repo_key(upstream)}#{sha}"
 
 
-def check_key(upstream: str, head_sha: str, name: str) -> dict[str, dict[str, str]]:
-    return {"pk": {"S": f"CHECK#{repo_key(upstream)}#{head_sha}"}, "sk": {"S": f"NAME#{name}"}}
+def lookup_key(upstream: str, sha: str) -> dict[str, dict[str, Any]]:
+    """GitHub's answer that an upstream commit exists, for every downstream."""
+    return key(lookup_pk(upstream, sha), "LOOKUP")
 
 
-def comment_key(upstream: str, pr: int) -> dict[str, dict[str, str]]:
-    return {"pk": pr_pk(upstream, pr), "sk": {"S": "COMMENT"}}
+def check_pk(upstream: str, head_sha: str) -> str:
+    """An upstream commit's check runs (`NAME#<name>`) and their pass (`SYNC`)."""
+    return f"CHECK#{repo_key(upstream)}#{head_sha}"
 
 
-def rerun_pk(dispatch_id: str) -> dict[str, str]:
+def check_key(upstream: str, head_sha: str, name: str) -> dict[str, dict[str, Any]]:
+    return key(check_pk(upstream, head_sha), f"NAME#{name}")
+
+
+def comment_key(upstream: str, pr: int) -> dict[str, dict[str, Any]]:
+    return key(pr_pk(upstream, pr), "COMMENT")
+
+
+def rerun_pk(dispatch_id: str) -> str:
     """A dispatch's automatic re-runs: the marker (`RUN#<run>`) and the claim that decides it (`CLAIM#<run>`)."""
-    return {"S": f"RERUN#{dispatch_id}"}
+    return f"RERUN#{dispatch_id}"
 
 
-def pace_key(key: int | str, cell: str) -> dict[str, dict[str, str]]:
+def pace_key(pace: int | str, cell: str) -> dict[str, dict[str, Any]]:
     """A pacing cell: one budget (`cell`) of one key (an installation, an organization)."""
-    return {"pk": {"S": f"PACE#{key}"}, "sk": {"S": cell}}
+    return key(f"PACE#{pace}", cell)
 
 
-def job_key(dispatch_id: str, run_id: str, run_attempt: int, job_name: str) -> dict[str, dict[str, str]]:
+def job_pk(dispatch_id: str) -> str:
+    """A dispatch's jobs in the results table."""
+    return f"DSP#{dispatch_id}"
+
+
+def job_key(dispatch_id: str, run_id: str, run_attempt: int, job_name: str) -> dict[str, dict[str, Any]]:
     """A job attempt in the results table."""
-    return {"pk": {"S": f"DSP#{dispatch_id}"}, "sk": {"S": f"JOB#{run_id}#{run_attempt}#{job_name}"}}
+    return key(job_pk(dispatch_id), f"JOB#{run_id}#{run_attempt}#{job_name}")
 
 
 def book(
@@ -135,28 +147,28 @@ def book(
     the pending one was booked before `stale_before` (its message was lost) and no live lock holds the row, or (with
     `sooner`) the pending one waits for a timer of its own (`timer_at`) later than `due_at`: its message then finds
     itself superseded, and this booking's, sent at `due_at`, does the work."""
-    values = {
-        ":due": {"N": str(num(due_at))},
-        ":t": {"S": ticket},
-        ":now": {"N": str(num(now))},
-        ":zero": {"N": "0"},
-        ":exp": {"N": str(int(now) + ttl_s)},
-    }
+    values = to_dynamo({":due": due_at, ":t": ticket, ":now": now, ":zero": 0, ":exp": int(now) + ttl_s})
     expression = (
         "SET due_at = :due, pending = if_not_exists(pending, :t), pending_since = if_not_exists(pending_since, :now), "
         "version = if_not_exists(version, :zero), expires_at = :exp"
     )
     if add:
         expression += " ADD " + ", ".join(f"{name} :add_{name}" for name in add)
-        values |= {f":add_{name}": value for name, value in add.items()}
-    got = client.update_item(
-        TableName=table, Key=key, UpdateExpression=expression, ExpressionAttributeValues=values, ReturnValues="ALL_NEW"
-    )["Attributes"]
-    pending: str = got["pending"]["S"]
-    live = "N" in got.get("lock_until", {}) and float(got["lock_until"]["N"]) >= now
-    timer = got.get("timer_at", {}).get("N") if sooner else None
+        values |= to_dynamo({f":add_{name}": value for name, value in add.items()})
+    got = from_dynamo(
+        client.update_item(
+            TableName=table,
+            Key=key,
+            UpdateExpression=expression,
+            ExpressionAttributeValues=values,
+            ReturnValues="ALL_NEW",
+        )["Attributes"]
+    )
+    pending: str = got["pending"]
+    live = got.get("lock_until") is not None and float(got["lock_until"]) >= now
+    timer = got.get("timer_at") if sooner else None
     waiting = timer is not None and float(timer) > due_at
-    if pending == ticket or (float(got["pending_since"]["N"]) >= stale_before and not waiting) or live:
+    if pending == ticket or (float(got["pending_since"]) >= stale_before and not waiting) or live:
         return pending
     took = applied(
         client.update_item,
@@ -165,10 +177,11 @@ def book(
         UpdateExpression="SET pending = :t, pending_since = :now REMOVE timer_at",
         # Still that booking, and (waiting) still waiting for that timer: a pass that began meanwhile removed it.
         ConditionExpression="pending = :old AND " + ("timer_at = :timer" if waiting else "pending_since < :stale"),
-        ExpressionAttributeValues={":t": {"S": ticket}, ":now": {"N": str(num(now))}, ":old": {"S": pending}}
-        | ({":timer": {"N": str(timer)}} if waiting else {":stale": {"N": str(num(stale_before))}}),
+        ExpressionAttributeValues=to_dynamo(
+            {":t": ticket, ":now": now, ":old": pending} | ({":timer": timer} if waiting else {":stale": stale_before})
+        ),
     )
     if took:
         return ticket
-    item = client.get_item(TableName=table, Key=key, ConsistentRead=True).get("Item") or {}
-    return str(item.get("pending", {}).get("S") or ticket)
+    item = from_dynamo(client.get_item(TableName=table, Key=key, ConsistentRead=True).get("Item") or {})
+    return str(item.get("pending") or ticket)

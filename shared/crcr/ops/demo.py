@@ -14,6 +14,7 @@ import time
 import uuid
 from typing import Any
 
+from crcr.adapters.item_codec import from_dynamo
 from crcr.local.sandbox import SandboxJob
 from crcr.local.stack import LocalStack, project_root
 from crcr.local.webhook_sender import WebhookSender
@@ -273,7 +274,7 @@ def _head(dispatch: dict[str, Any]) -> str | None:
 
 def _finished(stack: LocalStack, sha: str) -> int:
     items = stack.client("dynamodb").scan(TableName="crcr-local-ResultsTable", ConsistentRead=True)["Items"]
-    return sum(1 for i in items if i["head_sha"]["S"] == sha and i["state"]["S"] in ("completed", "timed_out"))
+    return sum(1 for i in map(from_dynamo, items) if i["head_sha"] == sha and i["state"] in ("completed", "timed_out"))
 
 
 def _until(predicate: Any, timeout_s: float) -> None:
@@ -310,9 +311,9 @@ class Transitions(threading.Thread):
                 items = ddb.scan(TableName="crcr-local-ResultsTable", ConsistentRead=True)["Items"]
             except Exception:  # the stack stopping
                 return
-            for item in sorted(items, key=lambda i: float(i.get("dispatched_at", {}).get("N", "0"))):
-                key = (item["pk"]["S"], item["sk"]["S"])
-                state = ":".join(item.get(k, {}).get("S", "") for k in ("state", "conclusion", "verdict"))
+            for item in sorted(map(from_dynamo, items), key=lambda i: float(i.get("dispatched_at", 0))):
+                key = (item["pk"], item["sk"])
+                state = ":".join(item.get(k) or "" for k in ("state", "conclusion", "verdict"))
                 if self._seen.get(key) == state:
                     continue
                 before = self._seen.get(key)
@@ -322,13 +323,11 @@ class Transitions(threading.Thread):
 
     def _line(self, item: dict[str, Any], before: str | None) -> str:
         def num(name: str) -> float | None:
-            return float(item[name]["N"]) if "N" in item.get(name, {}) else None
+            return float(item[name]) if item.get(name) is not None else None
 
-        state, conclusion = item["state"]["S"], item.get("conclusion", {}).get("S")
+        state, conclusion = item["state"], item.get("conclusion")
         previous = (before or "dispatched:").split(":")[0]
-        job = f"{item['job_name']['S']}" + (
-            f" (attempt {item['run_attempt']['N']})" if item["run_attempt"]["N"] != "1" else ""
-        )
+        job = f"{item['job_name']}" + (f" (attempt {item['run_attempt']})" if item["run_attempt"] != 1 else "")
         started, dispatched, completed = num("started_at"), num("dispatched_at"), num("completed_at")
         if state == "in_progress" and started and dispatched:
             timing = f"queued {started - dispatched:.1f} s"
@@ -336,16 +335,16 @@ class Transitions(threading.Thread):
             timing = f"ran {completed - started:.1f} s"
         else:
             timing = ""
-        verdict = f", verdict {item['verdict']['S']}" if "S" in item.get("verdict", {}) else ""
+        verdict = f", verdict {item['verdict']}" if item.get("verdict") else ""
         outcome = f"{state} {conclusion}" if conclusion and conclusion != state else state
         if previous == state and verdict:
             outcome, verdict, timing = f"judged:{verdict[1:]}", "", ""
-            return f"  +{time.time() - self._start:5.1f} s  {item['head_sha']['S'][:7]}  {item['repo']['S']:26} " + (
-                f"L{item['level']['N']}  {job:26} {outcome}"
+            return f"  +{time.time() - self._start:5.1f} s  {item['head_sha'][:7]}  {item['repo']:26} " + (
+                f"L{item['level']}  {job:26} {outcome}"
             )
         return (
-            f"  +{time.time() - self._start:5.1f} s  {item['head_sha']['S'][:7]}  {item['repo']['S']:26} "
-            f"L{item['level']['N']}  {job:26} "
+            f"  +{time.time() - self._start:5.1f} s  {item['head_sha'][:7]}  {item['repo']:26} "
+            f"L{item['level']}  {job:26} "
             f"{previous} -> {outcome}{verdict}" + (f"  ({timing})" if timing else "")
         )
 
@@ -437,19 +436,19 @@ def _jobs(stack: LocalStack) -> list[dict[str, Any]]:
     }
 
     def num(item: dict[str, Any], name: str) -> float | None:
-        return float(item[name]["N"]) if "N" in item.get(name, {}) else None
+        return float(item[name]) if item.get(name) is not None else None
 
     rows = []
-    for item in items:
+    for item in map(from_dynamo, items):
         dispatched, started, completed = num(item, "dispatched_at"), num(item, "started_at"), num(item, "completed_at")
         rows.append(
             {
-                "repo": item["repo"]["S"],
-                "level": item["level"]["N"],
-                "event": events.get(item["delivery_id"]["S"], "?"),
-                "job": item["job_name"]["S"],
-                "state": item["state"]["S"],
-                "conclusion": item.get("conclusion", {}).get("S", "-"),
+                "repo": item["repo"],
+                "level": str(item["level"]),
+                "event": events.get(item["delivery_id"], "?"),
+                "job": item["job_name"],
+                "state": item["state"],
+                "conclusion": item.get("conclusion") or "-",
                 "queue_s": f"{started - dispatched:.2f}" if started and dispatched else "-",
                 "run_s": f"{completed - started:.2f}" if completed and started else "-",
             }
