@@ -17,7 +17,6 @@ import pytest
 from crcr.adapters.branch import DynamoBranch
 from crcr.adapters.check_runs import DynamoCheckRuns
 from crcr.adapters.deliveries import DynamoDeliveries
-from crcr.adapters.exports import DynamoExportMarks
 from crcr.adapters.hud_keys import DynamoHudKeys
 from crcr.adapters.ledger import DynamoLedger, dispatched_row
 from crcr.adapters.levels import DynamoLevels
@@ -31,6 +30,7 @@ from crcr.adapters.regressions import DynamoRegressions
 from crcr.adapters.reruns import DynamoReruns
 from crcr.adapters.results import DynamoResults
 from crcr.adapters.runs import DynamoRuns
+from crcr.adapters.scheduled_export import DynamoExportMarks
 from crcr.adapters.shadow import DynamoShadow
 from crcr.adapters.stream import images
 from crcr.app.ports.jobs import JobLimitReached, JobRecord
