@@ -22,7 +22,7 @@ from tests.doubles.hud import HudDouble
 from tests.doubles.oidc_issuer import OidcIssuer
 from tests.golden.capture import AwsWrites, Writes
 from tests.golden.compare import as_text, normal_form, readable_diff
-from tests.golden.normalise import Rules, Window
+from tests.golden.normalise import BEFORE_S, Rules, Window
 from tests.golden.stream import (
     BK_REPO,
     DOCS_PR,
@@ -250,7 +250,7 @@ def test_what_the_relay_writes_for_the_recorded_stream_is_the_golden_file(
     if raw := os.environ.get("CRCR_GOLDEN_RAW"):  # what was captured, before its normal form (docs/testing.md)
         Path(raw).write_text(json.dumps(captured, indent=1, default=str))
     # Times the run made lie between a while before it started and its longest TTL (400 days) after it.
-    window = Window(began - 3600, time.time() + 3 * 366 * 86_400)
+    window = Window(began - BEFORE_S, time.time() + 3 * 366 * 86_400)
     got = as_text(normal_form(captured, Rules(window, double_ids(github), frozenset(stream.volatile_bodies))))
     if os.environ.get("CRCR_GOLDEN_UPDATE"):
         GOLDEN.write_text(got)

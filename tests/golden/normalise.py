@@ -47,6 +47,14 @@ class Window:
     def holds(self, seconds: float) -> bool:
         return self.start <= seconds <= self.end
 
+    @property
+    def began(self) -> float:
+        """When the run began (the window opens BEFORE_S earlier)."""
+        return self.start + BEFORE_S
+
+
+BEFORE_S = 3600.0  # a time the run made may be this much before it began (a seeded history's)
+
 
 @dataclass(frozen=True)
 class Volatile:
@@ -132,8 +140,21 @@ def clock_time(match: re.Match[str], rules: Rules) -> Volatile | None:
 
 
 def calendar_date(match: re.Match[str], rules: Rules) -> Volatile | None:
-    """Today's date (a page's day, a nightly's): it changes at midnight."""
-    return _dated(match.group(0), "date", rules)
+    """A day the run names (a page's day, a nightly's, a trend's last 14): named by how many days before the run's
+    it is, so a run after midnight, or on another day, reads alike."""
+    text = match.group(0)
+    try:
+        day = datetime.fromisoformat(text).replace(tzinfo=UTC).date()
+    except ValueError:
+        return None
+    today = datetime.fromtimestamp(rules.window.began, UTC).date()
+    back = (today - day).days
+    if not 0 <= back <= DAYS_BACK:
+        return None
+    return Volatile("date" if back == 0 else f"date-{back}", text, numbered=False)
+
+
+DAYS_BACK = 60  # the oldest day a page names: health's window (30 days) and its trend (14) are within it
 
 
 def _dated(text: str, kind: str, rules: Rules) -> Volatile | None:

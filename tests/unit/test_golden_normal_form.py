@@ -147,3 +147,16 @@ def test_a_difference_is_printed_with_its_step_and_path() -> None:
     assert '-steps["L4 fails"].github[0].body.output.summary = "failure"' in diff
     assert '+steps["L4 fails"].github[0].body.output.summary = "failed"' in diff
     assert diff.splitlines()[:2] == ["2 lines differ, at:", "     2  steps[…].github[…].body.output.summary"]
+
+
+def test_a_day_is_named_by_how_many_days_before_the_run_it_is_whatever_the_run_s_date() -> None:
+    """A trend's days, read on two runs a day apart, take the same placeholders: a golden file made yesterday holds."""
+    shown = []
+    for began in (NOW, NOW + 86_400):
+        named = ("2026-12-06", "2026-12-07") if began == NOW else ("2026-12-07", "2026-12-08")
+        days = [{"day": d} for d in named]
+        rules = Rules(Window(began - 3600, began + 3 * 366 * 86_400))
+        captured = {"steps": [], "tables": {}, "hud_bucket": {"data/repo/x.json": {"trend": days}}, "dead_letters": {}}
+        [document] = normal_form(captured, rules)["hud_bucket"]
+        shown.append(document["doc"]["trend"])
+    assert shown[0] == shown[1] == [{"day": "<date-1>"}, {"day": "<date>"}]
