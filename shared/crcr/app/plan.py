@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -21,6 +19,7 @@ from crcr.app.ports.pulls import HeadRecord, PrInfo
 from crcr.app.ports.queues import BlobStore, ChecksQueue, DispatchQueue
 from crcr.app.rerun import RerunDeps, check_run_target, check_suite_targets
 from crcr.app.summaries import SummaryDeps
+from crcr.app.upstream_event import MAX_COMPARED_FILES, load_body, pushed_by_payload, to_upstream_event
 from crcr.contracts.check_messages import (
     CheckSync,
     CommentRequest,
@@ -29,29 +28,26 @@ from crcr.contracts.check_messages import (
     RepoSkipped,
     RerunRequest,
 )
-from crcr.contracts.github import CheckRunEvent, CheckSuiteEvent, PullRequestEvent, PushCommit, PushEvent
+from crcr.contracts.github import CheckRunEvent, CheckSuiteEvent
 from crcr.contracts.messages import DispatchMessage, EventMessage, downstream_target
 from crcr.domain.allowlist import Entry
 from crcr.domain.change_hints import change_hints
 from crcr.domain.checks import CIFLOW_DEVICE_PREFIX
 from crcr.domain.errors import BadRequest
-from crcr.domain.ids import ascii_lower, repo_key
-from crcr.domain.jsondoc import loads
+from crcr.domain.ids import ascii_lower
 from crcr.domain.levels import Level
 from crcr.domain.payload import fit_payload
 from crcr.domain.planning import (
-    MAX_RESOLVED_PRS,
     MERGED_LABEL,
     NO_MATCHING_FILES,
     Decision,
     UpstreamEvent,
     Verdict,
-    ciflow_tag,
     filter_paths,
     needs_files,
     plan,
 )
-from crcr.domain.regressions import MAX_COMMIT_FILES, BranchCommit, landed_pr
+from crcr.domain.regressions import BranchCommit
 from crcr.domain.shadow import DISPATCH, HOLD, SKIP, ShadowDecision
 
 
@@ -131,129 +127,6 @@ class PlanSummary:
     page_note: str = "off"  # the HUD pages told what was planned: noted, nothing, off, or failed: <why>
 
 
-def load_body(message: EventMessage, blobs: BlobStore) -> dict[str, Any]:
-    raw = message.body.encode() if message.body is not None else blobs.get(message.body_ref or "")
-    if hashlib.sha256(raw).hexdigest() != message.body_sha256:
-        raise BadRequest(f"body of delivery {message.delivery_id} does not match its digest", field="body")
-    doc = loads(raw)  # the rules ingest applied: a body stored before them, or replayed, meets them too
-    if not isinstance(doc, dict):
-        raise BadRequest("body must be a JSON object", field="body")
-    return doc
-
-
-def to_upstream_event(event: str, doc: dict[str, Any]) -> UpstreamEvent:
-    try:
-        if event == "pull_request":
-            pr_event = PullRequestEvent.model_validate(doc)
-            pr = pr_event.pull_request
-            return UpstreamEvent(
-                kind="pull_request",
-                action=pr_event.action,
-                repo=pr_event.repository.full_name,
-                head_sha=pr.head.sha,
-                pr_number=pr.number,
-                ref=pr.head.ref,
-                default_branch=pr_event.repository.default_branch,
-                draft=pr.draft,
-                author_association=pr.author_association,
-                labels=tuple(label.name for label in pr.labels),
-                added_label=pr_event.label.name if pr_event.label else None,
-                base_sha=pr.base.sha,
-                closed=pr.state == "closed",
-                updated_at=pr.updated_at or "",
-                changed_files=pr.changed_files,
-                title=pr.title,
-                author=pr.user.login if pr.user else None,
-                at=_epoch(pr.updated_at),
-                merged=bool(pr.merged) or MERGED_LABEL in (label.name for label in pr.labels),
-            )
-        push = PushEvent.model_validate(doc)
-    except ValidationError as exc:
-        raise BadRequest(f"{event} payload is malformed: {exc.errors()[0]['msg']}", field="body") from exc
-    tag = ciflow_tag(push.ref)
-    head = push.head_commit if push.head_commit is not None and push.head_commit.id == push.after else None
-    return UpstreamEvent(
-        kind="push",
-        action=None,
-        repo=push.repository.full_name,
-        head_sha=push.after,
-        pr_number=tag[1] if tag else None,
-        ciflow=tag[0] if tag else None,
-        ref=push.ref,
-        default_branch=push.repository.default_branch,
-        deleted=push.deleted,
-        commits=_branch_commits(push),
-        pushed_files=_pushed_files(push),
-        title=head.message if head else None,
-        author=(head.author.username or head.author.name) if head and head.author else None,
-        at=_epoch(head.timestamp) if head else None,
-        resolved_prs=_resolved(push),
-    )
-
-
-def _branch_commits(push: PushEvent) -> tuple[BranchCommit, ...]:
-    """The pushed commits in the branch's order, each with its parent in the push (the first: the push's `before`) and
-    what a blamelist shows of it: the PR it landed, its first line, its author, its files."""
-    found: list[BranchCommit] = []
-    parent = push.before if push.before and push.before.strip("0") else None
-    for i, c in enumerate(push.commits):
-        t = _epoch(c.timestamp)
-        if t is not None and i >= len(push.commits) - MAX_ORDERED_COMMITS:
-            files = _files_of(c)
-            found.append(
-                BranchCommit(
-                    c.id,
-                    t,
-                    i=i,
-                    parent=parent,
-                    pr=landed_pr(c.resolves, c.message, push.repository.full_name),
-                    title=c.message,  # its first line (contracts' Title)
-                    author=(c.author.username or c.author.name) if c.author else None,
-                    files=tuple(sorted(files)) if files is not None and len(files) <= MAX_COMMIT_FILES else None,
-                )
-            )
-        parent = c.id
-    return tuple(found)
-
-
-def _files_of(commit: PushCommit) -> set[str] | None:
-    """The files a pushed commit added, modified or removed; None when the payload does not list them."""
-    if commit.added is None or commit.modified is None or commit.removed is None:
-        return None
-    return {*commit.added, *commit.modified, *commit.removed}
-
-
-def _resolved(push: PushEvent) -> tuple[int, ...]:
-    """The upstream PRs a push to the default branch says it lands (the merge bot's trailer in its commits)."""
-    if push.ref != f"refs/heads/{push.repository.default_branch}":
-        return ()
-    upstream = repo_key(push.repository.full_name)
-    found = {c.resolves[1] for c in push.commits if c.resolves is not None and repo_key(c.resolves[0]) == upstream}
-    return tuple(sorted(found))[:MAX_RESOLVED_PRS]
-
-
-MAX_PUSH_COMMITS = 2048  # GitHub lists at most this many commits in a push's payload
-MAX_COMPARED_FILES = 300  # GitHub's comparison of two commits names at most this many files
-
-
-def _pushed_files(push: PushEvent) -> tuple[str, ...] | None:
-    """Every file the push's commits added, modified or removed; None when the payload cannot tell them all."""
-    if not push.commits or len(push.commits) >= MAX_PUSH_COMMITS:
-        return None
-    files: set[str] = set()
-    for commit in push.commits:
-        listed = _files_of(commit)
-        if listed is None:
-            return None
-        files |= listed
-    return tuple(sorted(files))
-
-
-def _pushed(event: UpstreamEvent) -> tuple[str, ...] | None:
-    """A branch push's files as its payload lists them (a ciflow tag's are its PR's: not known without a listing)."""
-    return event.pushed_files if event.kind == "push" and event.ciflow is None else None
-
-
 def _changed_files(event: UpstreamEvent, deps: PlannerDeps) -> tuple[str, ...] | None:
     """The change's files for path filters: a push's from its payload, a PR head's (or a ciflow tag's PR head's)
     from one comparison with its base, by SHA; None (dispatch) when they cannot all be known."""
@@ -271,16 +144,6 @@ def _changed_files(event: UpstreamEvent, deps: PlannerDeps) -> tuple[str, ...] |
     files = deps.files.change_files(deps.upstream, base, event.head_sha)
     deps.metrics.count("ChangedFilesListed" if files is not None else "ChangedFilesUnknown")
     return files
-
-
-MAX_ORDERED_COMMITS = 250
-
-
-def _epoch(timestamp: str | None) -> float | None:
-    try:
-        return datetime.fromisoformat(timestamp).timestamp() if timestamp else None
-    except ValueError:
-        return None
 
 
 def plan_rerun(message: EventMessage, doc: dict[str, Any], deps: PlannerDeps) -> PlanSummary:
@@ -359,7 +222,7 @@ def plan_event(message: EventMessage, deps: PlannerDeps) -> PlanSummary:
     decisions = plan(event, deps.allowlist.current())
     filtered = needs_files(decisions, event)
     # The change's files: listed for path filters only; a push's are in its payload at no cost.
-    files = _changed_files(event, deps) if filtered else _pushed(event)
+    files = _changed_files(event, deps) if filtered else pushed_by_payload(event)
     if filtered:
         decisions = filter_paths(decisions, event, files)
     hints = None if event.action == "closed" else change_hints(files, event.changed_files)
