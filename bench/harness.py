@@ -67,6 +67,9 @@ INTERNALS = {
     "crcr.adapters.pacer": "DynamoPacer",
     "crcr.adapters.job_items": "from_item to_item",
     "crcr.adapters.s3": "S3HudDocs",
+    "crcr.app.summaries": "PR_COMMITS SummaryDeps _with_commits summary_of update_summaries with_index",
+    "crcr.app.page_entries": "job_key",
+    "crcr.app.page_notes": "PlanNote note_plan",
     "crcr.adapters.github": "GitHubApp GitHubCheckRuns",
     "crcr.adapters.allowlist_source": "parse_allowlist",
     "crcr.composition": "build_report_deps load_settings",
@@ -77,7 +80,7 @@ INTERNALS = {
     "crcr.domain.pacing": "CONTENT_RATES",
     "crcr.ops.dlq": "list_dead_letters",
 }
-MODULES = {"checks": "crcr.app.checks", "summaries": "crcr.app.summaries"}
+MODULES = {"checks": "crcr.app.checks"}
 
 
 def __getattr__(name: str) -> Any:

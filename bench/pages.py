@@ -53,18 +53,18 @@ def commit_summary(sha: str, pr: int | None, at: float, rng: random.Random, keep
     """A commit's overview summary from the relay's code: its planner note and its jobs merged into its document."""
     docs = keep or MemoryDocs()
     clock = FakeClock(at)
-    deps = h.summaries.SummaryDeps(docs=docs, metrics=RecordingMetrics(), clock=clock)
+    deps = h.SummaryDeps(docs=docs, metrics=RecordingMetrics(), clock=clock)
     meta = {"title": f"[inductor] Fix a thing in change {sha[:8]}", "author": f"dev{rng.randrange(500)}", "at": at}
     if pr:
         meta |= {"pr_state": "open", "base_sha": "0" * 40}
-    h.summaries.note_plan(
-        h.summaries.PlanNote(h.UPSTREAM, sha, "pull_request" if pr else "push", pr, meta=meta,
+    h.note_plan(
+        h.PlanNote(h.UPSTREAM, sha, "pull_request" if pr else "push", pr, meta=meta,
                  planned={repo: {"state": "pending", "level": 4} for repo in REPOS}), deps)  # fmt: skip
     clock.t = at + 3000
-    h.summaries.update_summaries(jobs_of(sha, pr, at, rng), deps)
+    h.update_summaries(jobs_of(sha, pr, at, rng), deps)
     doc, _ = docs.get(f"commit/{sha}.json")
     assert doc is not None
-    return h.summaries.summary_of(doc)
+    return h.summary_of(doc)
 
 
 def seed(days: int, load: int, say: Callable[[str], None]) -> tuple[MemoryDocs, int, float]:
@@ -96,24 +96,22 @@ def seed(days: int, load: int, say: Callable[[str], None]) -> tuple[MemoryDocs, 
         batch.append(summary)
         if pr is not None:
             # A PR page holds its own few commits; only recent PRs are kept here (older ones are never fetched).
-            prs[pr] = h.summaries._with_commits(
-                prs.get(pr), [summary], keep=h.summaries.PR_COMMITS, now=at, pr=pr
-            ) or prs.get(pr)
+            prs[pr] = h._with_commits(prs.get(pr), [summary], keep=h.PR_COMMITS, now=at, pr=pr) or prs.get(pr)
             if len(prs) > 2000:
                 prs.pop(next(iter(prs)))
         if len(batch) == BATCH:
-            index = h.summaries._with_index(index, batch, now=at) or index
+            index = h.with_index(index, batch, now=at) or index
             batch = []
     if batch:
-        index = h.summaries._with_index(index, batch, now=end) or index
+        index = h.with_index(index, batch, now=end) or index
     # The measured PR: the newest one, whose head gets a full commit document through the reporter's code.
     pr = max(p for p in prs)
     head = f"{total + 1:040x}"
     own = MemoryDocs()
     real = commit_summary(head, pr, end, random.Random(22), own)
     docs.put(f"commit/{head}.json", own.docs[f"commit/{head}.json"], None)
-    prs[pr] = h.summaries._with_commits(prs[pr], [real], keep=h.summaries.PR_COMMITS, now=end, pr=pr)
-    index = h.summaries._with_index(index, [real], now=end) or index
+    prs[pr] = h._with_commits(prs[pr], [real], keep=h.PR_COMMITS, now=end, pr=pr)
+    index = h.with_index(index, [real], now=end) or index
     assert index is not None and prs[pr] is not None
     docs.put("index.json", index, None)
     docs.put(f"pr/{pr}.json", prs[pr], None)  # type: ignore[arg-type]

@@ -177,13 +177,13 @@ def expected_verdicts(changes: list[Change]) -> dict[str, str | None]:
                     verdict = "flaky" if job is latest or _failed(job) else None
                 elif _failed(job):
                     verdict = "infra" if job.state == "timed_out" else "no baseline"
-            out[h.summaries.job_key(job)] = verdict
+            out[h.job_key(job)] = verdict
     return out
 
 
 def verify_verdicts(ddb: Any, table: str, expected: dict[str, str | None]) -> dict[str, Any]:
     """The setting's results table ends with the verdicts the fed changes call for, on every row."""
-    rows = {h.summaries.job_key(job): job.verdict for job in map(h.from_item, h.scan(ddb, TableName=table))}
+    rows = {h.job_key(job): job.verdict for job in map(h.from_item, h.scan(ddb, TableName=table))}
     problems = [f"{k}: verdict {rows.get(k)!r} != {want!r}" for k, want in expected.items() if rows.get(k) != want]
     if extra := set(rows) - set(expected):
         problems.append(f"{len(extra)} rows never fed")
@@ -197,7 +197,7 @@ def verify_documents(docs: Any, changes: list[Change]) -> dict[str, Any]:
     verdicts = expected_verdicts(changes)
     versions: dict[str, dict[str, int]] = {}
     for job in _final(changes).values():
-        versions.setdefault(job.head_sha, {})[h.summaries.job_key(job)] = job.version
+        versions.setdefault(job.head_sha, {})[h.job_key(job)] = job.version
     index, _ = docs.get("index.json")
     listed = {c.get("sha") for c in (index or {}).get("commits", [])}
     problems = [f"index lists {len(listed)} commits, {len(versions)} fed"] if listed != set(versions) else []
