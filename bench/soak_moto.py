@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import sys
 import threading
@@ -10,9 +9,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
-from urllib.parse import unquote
 
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+from werkzeug.test import EnvironBuilder, run_wsgi_app
 
 from crcr.local.aws import atomic_dynamodb, patch_moto
 from crcr.local.front import FrontEnd, Limits, Route
@@ -94,44 +93,12 @@ def wsgi_route(app: Callable[..., Iterable[bytes]], port: int) -> Route:
     moto's own server closes each after one answer, which put a connect and a close in every call's CPU."""
 
     def route(method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes, Any]:
-        environ: dict[str, Any] = {
-            "REQUEST_METHOD": method,
-            "SCRIPT_NAME": "",
-            "PATH_INFO": unquote(path, encoding="latin-1"),
-            "QUERY_STRING": query,
-            "SERVER_NAME": "127.0.0.1",
-            "SERVER_PORT": str(port),
-            "SERVER_PROTOCOL": "HTTP/1.1",
-            "REMOTE_ADDR": "127.0.0.1",
-            "wsgi.version": (1, 0),
-            "wsgi.url_scheme": "http",
-            "wsgi.input": io.BytesIO(body),
-            "wsgi.errors": sys.stderr,
-            "wsgi.multithread": True,
-            "wsgi.multiprocess": False,
-            "wsgi.run_once": False,
-            "CONTENT_LENGTH": str(len(body)),
-        }
-        for name, value in headers.items():
-            key = name.upper().replace("-", "_")
-            if key == "CONTENT_TYPE":
-                environ[key] = value
-            elif key != "CONTENT_LENGTH":
-                environ[f"HTTP_{key}"] = value
-        answer: dict[str, Any] = {}
-
-        def start_response(status: str, response_headers: list[tuple[str, str]], exc_info: Any = None) -> None:
-            answer["status"] = int(status.split(" ", 1)[0])
-            answer["headers"] = {k: v for k, v in response_headers if k.lower() not in {"content-length", "connection"}}
-
-        chunks = app(environ, start_response)
-        try:
-            out = b"".join(chunks)
-        finally:
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()
-        return answer["status"], out, answer["headers"]
+        request = EnvironBuilder(
+            path, f"http://127.0.0.1:{port}", query, method, headers=headers, data=body, multithread=True
+        )
+        chunks, status, answer = run_wsgi_app(app, request.get_environ(), buffered=True)
+        kept = {k: v for k, v in answer.items() if k.lower() not in {"content-length", "connection"}}
+        return int(status.split(" ", 1)[0]), b"".join(chunks), kept
 
     return route
 
