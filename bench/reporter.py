@@ -49,14 +49,11 @@ def _digest(doc: dict[str, Any]) -> str:
 
 
 def _payload(status: str, conclusion: str | None, job: str, run_id: int, rng: random.Random) -> dict[str, Any]:
-    doc: dict[str, Any] = {"schema_version": 1, "status": status, "workflow_name": "CI", "job_name": job}
-    doc["run_id"] = run_id
+    doc = {"schema_version": 1, "status": status, "workflow_name": "CI", "job_name": job, "run_id": run_id}
     if status == "completed":
-        doc["conclusion"] = conclusion
-        total = rng.randint(200, 4000)
-        failed = rng.randint(1, 5) if conclusion == "failure" else 0
-        skipped = total // 20
-        doc["test_results"] = {"passed": total - failed - skipped, "failed": failed, "skipped": skipped, "total": total}
+        total, failed = rng.randint(200, 4000), rng.randint(1, 5) if conclusion == "failure" else 0
+        results = {"passed": total - failed - total // 20, "failed": failed, "skipped": total // 20, "total": total}
+        doc |= {"conclusion": conclusion, "test_results": results}
     return doc
 
 
@@ -284,19 +281,17 @@ def _per(counts: Counter[str] | dict[str, int], n: int) -> dict[str, float]:
 
 
 def _report(setting: Setting, changes: list[Change], fed: list[Change], s3: Any, ddb: Any) -> dict[str, Any]:
-    n = len(changes)
-    written = setting.metrics.get("HudSummaryWritten", 0)
-    conflicts = setting.metrics.get("HudSummaryConflict", 0)
+    n, deps_summaries = len(changes), setting.deps.summaries
+    writes = {name: round(setting.metrics.get(name, 0) / n, 3) for name in ("HudSummaryWritten", "HudSummaryConflict")}
     verdicts = verify_verdicts(ddb, setting.table, expected_verdicts(fed))
     if setting.bucket is not None:
         verification = verify_documents(h.S3HudDocs(s3, setting.bucket), fed)
         verification["problems"] = (verification["problems"] + verdicts["problems"])[:5]
     else:
         s3_calls = sum(v for k, v in setting.calls.items() if k.startswith("s3."))
-        verification = {"ok": not s3_calls and not written, "s3_calls": s3_calls, "problems": verdicts["problems"]}
-    verification["ok"] = verification["ok"] and verdicts["ok"]
-    verification["verdicts"] = verdicts
-    deps_summaries = setting.deps.summaries
+        ok = not s3_calls and not setting.metrics.get("HudSummaryWritten")
+        verification = {"ok": ok, "s3_calls": s3_calls, "problems": verdicts["problems"]}
+    verification |= {"ok": verification["ok"] and verdicts["ok"], "verdicts": verdicts}
     return {
         "setting": setting.name,
         "summaries": deps_summaries is not None,
@@ -315,21 +310,16 @@ def _report(setting: Setting, changes: list[Change], fed: list[Change], s3: Any,
         "ms_per_change": round(setting.wall * 1000.0 / n, 3),
         "cpu_ms_per_change": round(setting.cpu * 1000.0 / n, 3),
         "moto_cpu_ms_per_change": round(setting.moto_cpu * 1000.0 / n, 3),
-        "writes_per_change": {
-            "HudSummaryWritten": round(written / n, 3),
-            "HudSummaryConflict": round(conflicts / n, 3),
-        },
+        "writes_per_change": writes,
         "relay_metrics": dict(sorted(setting.metrics.items())),
         "verification": verification,
     }
 
 
 def difference(on: dict[str, Any], off: dict[str, Any]) -> dict[str, Any]:
-    ops = sorted(set(on["aws_calls_per_change"]) | set(off["aws_calls_per_change"]))
     on_calls, off_calls = on["aws_calls_per_change"], off["aws_calls_per_change"]
-    diff: dict[str, Any] = {
-        "aws_calls_per_change": {op: round(on_calls.get(op, 0) - off_calls.get(op, 0), 3) for op in ops}
-    }
+    calls = {op: round(on_calls.get(op, 0) - off_calls.get(op, 0), 3) for op in sorted(on_calls | off_calls)}
+    diff: dict[str, Any] = {"aws_calls_per_change": calls}
     for key in ("ms_per_change", "cpu_ms_per_change", "moto_cpu_ms_per_change"):
         diff[key] = round(on[key] - off[key], 3)
     for name in ("HudSummaryWritten", "HudSummaryConflict"):
@@ -341,9 +331,8 @@ def health_adds(with_health: dict[str, Any], without: dict[str, Any], changes: l
     """What the health refresh adds, and what it would add at the stream's own pace: the bench feeds the sequence in
     seconds, so each repository's health is computed once here, where the changes' own times would run it on each
     repository's first change and then on the first at least `refresh_s` after its last run."""
-    adds = difference(with_health, without)
-    refresh = with_health["health_refresh"]
-    done = refresh["computations"]
+    adds, refresh = difference(with_health, without), with_health["health_refresh"]
+    done, ms = refresh["computations"], refresh["ms_total"]
     last: dict[str, float] = {}
     at_pace = 0
     for ch in changes:
@@ -351,15 +340,13 @@ def health_adds(with_health: dict[str, Any], without: dict[str, Any], changes: l
         if repo not in last or ch.at - last[repo] >= refresh["refresh_s"]:
             last[repo] = ch.at
             at_pace += 1
-    calls = adds["aws_calls_per_change"]["total"] * len(changes)
+    calls, share = adds["aws_calls_per_change"]["total"] * len(changes), at_pace / len(changes)
     adds["computations"] = done
-    adds["ms_per_computation"] = round(refresh["ms_total"] / done, 2) if done else None
+    adds["ms_per_computation"] = round(ms / done, 2) if done else None
     adds["aws_calls_per_computation"] = round(calls / done, 2) if done else None
     adds["computations_at_stream_pace"] = at_pace
-    adds["ms_per_change_at_stream_pace"] = (
-        round(refresh["ms_total"] / done * at_pace / len(changes), 3) if done else None
-    )
-    adds["aws_calls_per_change_at_stream_pace"] = round(calls / done * at_pace / len(changes), 3) if done else None
+    adds["ms_per_change_at_stream_pace"] = round(ms / done * share, 3) if done else None
+    adds["aws_calls_per_change_at_stream_pace"] = round(calls / done * share, 3) if done else None
     return adds
 
 
@@ -408,8 +395,12 @@ class Feed:
 
 
 def reporter_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
-    """One stack holding template.yaml's resources with no poller; each setting its own copy of the results table,
-    fed the same stream batches in turn (the settings take turns going first)."""
+    """One stack (template.yaml's resources, no poller): ReporterFunction's handler called directly with the records of
+    each setting's own copy of the results table's stream, read as crcr local's StreamReader reads it: the changes,
+    written to every copy as the callback function would, and the verdicts the reporter writes back. Each batch goes
+    to every setting in turn (alternating which goes first), each with its own dependencies from build_report_deps:
+    off = no HUD bucket, on = the template's, on_health = on with the health refresh; HUD push and check runs off in
+    all. AWS calls from a botocore hook, CPU from time.process_time around each handler call."""
     started = time.perf_counter()
     changes = job_changes(args.reporter_commits, args.reporter_repos)
     # One change of another commit, before the sequence: opens connections and loads what botocore loads lazily.
@@ -478,15 +469,5 @@ def reporter_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]
         results[s.name]["verification"]["ok"] and not results[s.name]["batch_item_failures"] for s in settings
     )
     results["elapsed_s"] = round(time.perf_counter() - started, 1)
-    results["method"] = (
-        "one moto_server process and local stack (template.yaml's resources, no pollers); "
-        "functions/reporter/handler.py lambda_handler called directly with the records of each setting's own "
-        "copy of the results table's stream (NEW_AND_OLD_IMAGES, read as crcr.local.pollers.StreamReader reads "
-        "it): the changes, written to every copy as the callback function would, and the verdicts the reporter "
-        f"writes back, in batches of {batch_size}; each batch goes to every setting in turn (alternating which goes "
-        "first), each with its own dependencies from build_report_deps: off = no CRCR_HUD_BUCKET, on = the "
-        "template's HudBucket, on_health = on with the health refresh; HUD push (CRCR_HUD_URL) and check runs "
-        "(CRCR_CHECKS_QUEUE_URL, App id) off in all; AWS calls from a botocore hook, CPU from time.process_time "
-        "around each handler call"
-    )
+    results["method"] = " ".join(str(reporter_section.__doc__).split()) + f" Batches of {batch_size}."
     return {"reporter": results}

@@ -165,20 +165,17 @@ class Event:
 
 
 def make_events(n: int) -> list[Event]:
-    pr_doc = json.loads((h.ROOT / "examples" / "events" / "pull_request.opened.json").read_text())
-    push_doc = json.loads((h.ROOT / "examples" / "events" / "push.main.json").read_text())
+    push = (h.ROOT / "examples" / "events" / "push.main.json").read_bytes()
     events = []
     for i in range(n):
         sha = uuid.uuid5(uuid.NAMESPACE_OID, f"soak-{i}").hex + f"{i:08x}"
         if i % PUSH_EVERY == PUSH_EVERY - 1:
-            name, doc = "push", json.loads(json.dumps(push_doc))
-            doc["before"], doc["after"] = doc["after"], sha
-            for commit in doc.get("commits") or []:
+            name, doc = "push", json.loads(push)
+            doc["before"], doc["after"], doc["head_commit"]["id"] = doc["after"], sha, sha
+            for commit in doc["commits"]:
                 commit["id"] = sha
-            if doc.get("head_commit"):
-                doc["head_commit"]["id"] = sha
         else:
-            name, doc = "pull_request", json.loads(json.dumps(pr_doc))
+            name, doc = "pull_request", json.loads(h.event_body())
             doc["number"] = doc["pull_request"]["number"] = 200_000 + i
             doc["pull_request"]["head"] = doc["pull_request"]["head"] | {"sha": sha, "ref": f"soak-{i}"}
         events.append(Event(name, str(uuid.uuid4()), json.dumps(doc).encode()))
@@ -425,20 +422,17 @@ class Soak:
         jobs, lost_hooks, played = [], set(), 0
         for n, (pair, payload) in enumerate(sorted(tickets.items())):
             repo, repo_id = ids[pair[1]]
-            run_id = titled.get(payload["dispatch_id"])
+            run_id, fate, job_id = titled.get(payload["dispatch_id"]), "", None
             if run_id is None:  # no title to bind by: the reports are all the relay learns
-                conclusion = "failure" if rng.random() < FAILURE_SHARE else "success"
-                order = (
-                    ["completed", "in_progress"] if rng.random() < OUT_OF_ORDER_SHARE else ["in_progress", "completed"]
-                )
-                twice = [rng.random() < DUPLICATE_SHARE for _ in order]
-                jobs.append(Job(pair, repo, repo_id, payload["ticket"], 90_000_000 + n, conclusion, order, twice))
-                continue
-            fate, conclusion, order, hook_lost = played_run(rng, FORCED[played] if played < len(FORCED) else "")
-            played += 1
-            if hook_lost:
-                lost_hooks.add(run_id)
-            job_id = self.gh.jobs_of(repo, run_id)[0]["id"]
+                run_id, conclusion = 90_000_000 + n, "failure" if rng.random() < FAILURE_SHARE else "success"
+                in_order = rng.random() >= OUT_OF_ORDER_SHARE
+                order = ["in_progress", "completed"] if in_order else ["completed", "in_progress"]
+            else:
+                fate, conclusion, order, hook_lost = played_run(rng, FORCED[played] if played < len(FORCED) else "")
+                played += 1
+                if hook_lost:
+                    lost_hooks.add(run_id)
+                job_id = self.gh.jobs_of(repo, run_id)[0]["id"]
             twice = [rng.random() < DUPLICATE_SHARE for _ in order]
             jobs.append(Job(pair, repo, repo_id, payload["ticket"], run_id, conclusion, order, twice, [], fate, job_id))
         self.gh.drop_webhooks(
@@ -551,11 +545,9 @@ def _cause(soak: Soak, pair: tuple[str, str], earlier: h.RecordedRequest) -> str
 
 
 def result_rows(soak: Soak) -> dict[tuple[str, str], Any]:
-    return {
-        (item["delivery_id"]["S"], item["repo"]["S"].lower()): item
-        for item in h.scan(soak.ddb, TableName="crcr-local-ResultsTable", ConsistentRead=True)
-        if item.get("job_name", {}).get("S") == "build"
-    }
+    """The results table's rows (JobRecord) of the downstreams' jobs, by (delivery, repository lower-case)."""
+    rows = map(h.from_item, h.scan(soak.ddb, TableName="crcr-local-ResultsTable", ConsistentRead=True))
+    return {(row.delivery_id, row.repo.lower()): row for row in rows if row.job_name == "build"}
 
 
 def results_recorded(soak: Soak, jobs: list[Job]) -> tuple[int, list[str]]:
@@ -568,14 +560,13 @@ def results_recorded(soak: Soak, jobs: list[Job]) -> tuple[int, list[str]]:
         firsts = {status: answer for status, answer in reversed(job.answers)}  # each report's first answer
         for n, status in enumerate(job.order):
             ok = row is not None and firsts.get(status, "").startswith("200 ")
-            state = (row or {}).get("state", {}).get("S")
             if ok and status == "completed":
-                ok = state == "completed" and row.get("conclusion", {}).get("S") == job.conclusion
+                ok = row.state == "completed" and row.conclusion == job.conclusion
             elif ok:
-                ok = "N" in row.get("started_at", {}) or (n == 1 and state == "completed")
+                ok = row.started_at is not None or (n == 1 and row.state == "completed")
             recorded += ok
             if not ok and len(problems) < 20:
-                problems.append(f"{job.pair} {status}: answered {firsts.get(status)}, row {row and row.get('state')}")
+                problems.append(f"{job.pair} {status}: answered {firsts.get(status)}, row {row and row.state}")
     return recorded, problems
 
 
@@ -589,8 +580,8 @@ def runs_report(soak: Soak, jobs: list[Job], hud: HudDouble, lost_hooks: int) ->
     wrong = []
     for job in played:
         truth = soak.gh.jobs_of(job.repo, job.run_id)[0]["conclusion"]
-        row, pushed = rows.get(job.pair) or {}, hud_rows.get(job.pair) or [{}]
-        ledger = row.get("conclusion", {}).get("S") if row.get("state", {}).get("S") == "completed" else None
+        row, pushed = rows.get(job.pair), hud_rows.get(job.pair) or [{}]
+        ledger = row.conclusion if row is not None and row.state == "completed" else None
         shown = [r.get("conclusion") for r in pushed]
         if ledger != truth or shown != [truth]:
             wrong.append(f"{job.pair[1]} run {job.run_id}: GitHub {truth}, ledger {ledger}, HUD {shown}")
@@ -612,7 +603,7 @@ def runs_report(soak: Soak, jobs: list[Job], hud: HudDouble, lost_hooks: int) ->
         "completed_webhooks_lost": lost_hooks,
         "conclusions_not_githubs": wrong[:20],
         "conclusions_not_githubs_count": len(wrong),
-        "false_timed_out": sum(1 for r in rows.values() if r.get("conclusion", {}).get("S") == "timed_out"),
+        "false_timed_out": sum(1 for r in rows.values() if r.conclusion == "timed_out"),
         "hud_409": sum(1 for status, _ in hud.attempts if status == 409),
         # The relay's reads of runs per run played, by kind: with RUN_TIMEOUT_S at 20 s the sweeper asks about a
         # run still queued every 20 s (production: hourly), so `run` is the soak's compressed time, not a cost.
