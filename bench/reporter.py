@@ -23,7 +23,7 @@ FAILURE_RATE = 0.15
 START_TIMEOUT_S, RUN_TIMEOUT_S = 3600, 43_200  # template defaults: when the sweeper steps in
 COMMIT_SPACING_S = 90.0
 # Relay configuration each setting leaves out, so that only the HUD summaries differ between them.
-OFF_IN_BOTH = ("CRCR_HUD_URL", "CRCR_CHECKS_QUEUE_URL", "CRCR_GITHUB_APP_ID")
+OFF = ("CRCR_HUD_URL", "CRCR_CHECKS_QUEUE_URL", "CRCR_GITHUB_APP_ID")
 # The repositories the bench reports for, listed as the stack's settings check requires an allowlist.
 ALLOWLIST = "L4:\n" + "".join(f"  - bench-org/repo-{r}\n" for r in range(100))
 
@@ -249,11 +249,11 @@ def deliver(setting: Setting, r: h.Relay, batch: list[dict[str, Any]], bench: h.
     setting.failures += len((result or {}).get("batchItemFailures") or [])
 
 
-def build_setting(r: h.Relay, name: str, bucket: str | None, *, health: bool = False) -> Setting:
+def build_setting(r: h.Relay, name: str, bucket: str | None, *, health: bool = False, off: Any = OFF) -> Setting:
     """The reporter's dependencies as its composition root builds them, with its own results table, the HUD bucket
-    or none, HUD push and check runs off; the health refresh timed with `health`, else taken out."""
+    or none, the settings `off` left out; the health refresh timed with `health`, else taken out."""
     table, reader = r.results_copy(name)
-    env = {k: v for k, v in r.stack.function_env.items() if k not in (*OFF_IN_BOTH, "CRCR_HUD_BUCKET")}
+    env = {k: v for k, v in r.stack.function_env.items() if k not in (*off, "CRCR_HUD_BUCKET")}
     env["CRCR_RESULTS_TABLE"] = table
     if bucket is not None:
         env["CRCR_HUD_BUCKET"] = bucket
