@@ -7,8 +7,6 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,17 +50,15 @@ class Window:
         self.units.update(taken["by_destination"])
         self.units_by_row.update(taken["by_row"])
 
-    @contextmanager
-    def measure(self, size: int) -> Iterator[None]:
-        before = self._aws.snapshot()
-        cpu, wall = time.process_time(), time.perf_counter()
-        try:
-            yield
-        finally:
-            self.cpu_s += time.process_time() - cpu
-            self.wall_s += time.perf_counter() - wall
-            self.calls.update(self._aws.snapshot() - before)
-            self.batch_sizes.append(size)
+    def handle(self, r: h.Relay, messages: list[dict[str, Any]]) -> Any:
+        """The dispatcher's handler called with `messages`, its AWS calls, CPU and wall time counted."""
+        before, cpu, wall = self._aws.snapshot(), time.process_time(), time.perf_counter()
+        result = r.invoke(DISPATCH, "DispatchQueue", messages)
+        self.cpu_s += time.process_time() - cpu
+        self.wall_s += time.perf_counter() - wall
+        self.calls.update(self._aws.snapshot() - before)
+        self.batch_sizes.append(len(messages))
+        return result
 
     def report(self, dispatches: int) -> dict[str, Any]:
         n = max(1, dispatches)
@@ -96,9 +92,7 @@ def _drain(r: h.Relay, window: Window, expected: int, timeout_s: float, units: h
         messages = r.receive("DispatchQueue", wait_s=1)
         if not messages:
             continue
-        with window.measure(len(messages)):
-            result = r.invoke(DISPATCH, "DispatchQueue", messages)
-        failed = {f["itemIdentifier"] for f in (result or {}).get("batchItemFailures") or []}
+        failed = {f["itemIdentifier"] for f in (window.handle(r, messages) or {}).get("batchItemFailures") or []}
         if done := [m for m in messages if m["MessageId"] not in failed]:
             r.delete("DispatchQueue", done)
         handled += len(done)
@@ -151,10 +145,9 @@ class Outcomes:
         self._lock = threading.Lock()
         self._inside = threading.local()
 
-    def wrap(self, handler_module: Any) -> None:
-        """The use case where the handler reaches it: its own import (older code), or crcr.app.dispatch's module-level
-        `dispatch` (the batch object calls that)."""
-        module = handler_module if hasattr(handler_module, "dispatch") else sys.modules["crcr.app.dispatch"]
+    def wrap(self) -> None:
+        """The use case where the handler's batch object reaches it: crcr.app.dispatch's module-level `dispatch`."""
+        module = sys.modules["crcr.app.dispatch"]
         inner = module.dispatch
 
         def dispatch(message: Any, *args: Any, **kwargs: Any) -> Any:
@@ -201,7 +194,7 @@ def backlog(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
         with h.relay(
             bench.key, repos, installations=repos, pollers=None, github="process", as_lambda=True, env=env
         ) as r:
-            outcomes.wrap(sys.modules[f"crcr_fn_{DISPATCH}"])
+            outcomes.wrap()
             for _ in range(events):
                 r.post(h.event_body())
             r.plan_all(events)

@@ -103,11 +103,8 @@ def throughput_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, An
         time.sleep(1.5)  # anything beyond the expected count now would be a duplicate
         all_requests = double.requests
         warm_requests = all_requests[len(cold_requests) :]
-        landed = Counter(
-            (repo.lower(), str((d.get("client_payload") or {}).get("delivery_id")))
-            for repo in r.repos
-            for d in double.dispatches(repo)
-        )
+        accepted = [q for q in all_requests if h.request_kind(q) == "dispatches" and q.status == 204]
+        landed = Counter((h.repo_of(q), h.delivery_of(q)) for q in accepted)
         wanted = {(repo.lower(), d) for repo in r.repos for d in [cold_delivery, *deliveries]}
         errors = Counter(q.status for q in all_requests if q.status is None or q.status >= 400)
         unexpected, internal_errors = len(double.unexpected), len(double.internal_errors)

@@ -86,26 +86,17 @@ def job_changes(commits: int, repos: int, *, seed: int = SEED, start: float | No
                 continue
             run_id = 9_000_000 + c * 100 + r
             for j in range(1 + r % 2):
-                changes.extend(_one_job(base, run_id, JOB_NAMES[j], rng, never_finishes=c % 11 == 7 and r == j == 0))
+                changes.extend(_one_job(base, run_id, JOB_NAMES[j], rng, swept=c % 11 == 7 and r == j == 0))
                 if changes[-1].new.conclusion == "failure" and c % 3 == 0:
-                    rerun_at = changes[-1].at + 120
-                    changes.extend(_one_job(base, run_id, JOB_NAMES[j], rng, attempt=2, after=rerun_at, passes=True))
+                    changes.extend(_one_job(base, run_id, JOB_NAMES[j], rng, rerun_at=changes[-1].at + 120))
     changes.sort(key=lambda ch: ch.at)
     return changes
 
 
-def _one_job(
-    base: Any,
-    run_id: int,
-    name: str,
-    rng: random.Random,
-    *,
-    attempt: int = 1,
-    after: float | None = None,
-    passes: bool = False,
-    never_finishes: bool = False,
-) -> list[Change]:
-    started = (after if after is not None else base.dispatched_at) + rng.uniform(20, 180)
+def _one_job(base: Any, run_id: int, name: str, rng: random.Random, rerun_at: float = 0, swept: bool = False) -> list:
+    """A job's changes: a first attempt (`swept`: never finished), or one re-run at `rerun_at` that passes."""
+    attempt = 2 if rerun_at else 1
+    started = (rerun_at or base.dispatched_at) + rng.uniform(20, 180)
     url = f"https://github.com/{base.repo}/actions/runs/{run_id}"
     running_doc = _payload("in_progress", None, name, run_id, rng)
     running = replace(
@@ -114,13 +105,13 @@ def _one_job(
         callback_payload=json.dumps(running_doc), version=1, check_run_id=f"crcr-{run_id}-{attempt}",
     )  # fmt: skip
     out = [Change(running, None, started, "in_progress")]
-    if never_finishes:
+    if swept:
         at = started + RUN_TIMEOUT_S
         swept = replace(
             running, state="timed_out", conclusion="timed_out", fingerprint=h.SWEPT, completed_at=at, version=2
         )
         return [*out, Change(swept, running, at, "timed_out")]
-    conclusion = "success" if passes or rng.random() >= FAILURE_RATE else "failure"
+    conclusion = "success" if rerun_at or rng.random() >= FAILURE_RATE else "failure"
     done_at = started + rng.uniform(300, 1800)
     done_doc = _payload("completed", conclusion, name, run_id, rng)
     done = replace(
