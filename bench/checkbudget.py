@@ -99,7 +99,7 @@ class Sim:
         self.waiting -= 1
         self.handled += 1
         assert self.deps is not None
-        self.outcomes[h.checks.sync(message, self.deps).detail.split(":")[0]] += 1
+        self.outcomes[h.sync(message, self.deps).detail.split(":")[0]] += 1
 
     def run(self, until: float, budget_s: float) -> str:
         """Run the agenda up to `until` (simulated) or until `budget_s` of wall time has gone."""
@@ -141,7 +141,7 @@ def _setting(key: h.AppKey, mode: str, load: int, *, drain_hours: float, budget_
         ledger, jobs, metrics = fakes.FakeState(), fakes.FakeJobs(), fakes.RecordingMetrics()
         allowlist = "L4:\n" + "".join(f"  - {r}\n" for r in REPOS)
         allowlist += "repos:\n" + "".join(f"  {r}:\n    check_runs: {mode}\n" for r in REPOS)
-        sim.deps = h.checks.CheckDeps(
+        sim.deps = h.CheckDeps(
             api=h.GitHubCheckRuns(h.GitHubApp(double.url, h.APP_ID, key.private_pem, clock.now)),
             store=fakes.FakeCheckStore(), results=jobs, ledger=ledger, prs=ledger, queue=sim, pacer=pacer,
             allowlist=fakes.StaticAllowlist(h.parse_allowlist(allowlist)), metrics=metrics, clock=clock, settle_s=60.0,

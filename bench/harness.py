@@ -56,8 +56,7 @@ except ImportError:
         stack._poll(*args)
 
 
-# Product internals the sections use beyond the stack, by module, looked up when first used: their modules move as the
-# product is reorganised, and a baseline run imports only what its section touches.
+# Product internals the sections use, looked up when first used: a baseline run imports only what its section touches.
 INTERNALS = {
     "crcr.app.ports.jobs": "JobRecord",
     "crcr.adapters.branch": "DynamoBranch",
@@ -79,13 +78,11 @@ INTERNALS = {
     "crcr.domain.checks": "SWEPT",
     "crcr.domain.pacing": "CONTENT_RATES",
     "crcr.ops.dlq": "list_dead_letters",
+    "crcr.app.checks": "CheckDeps sync",
 }
-MODULES = {"checks": "crcr.app.checks"}
 
 
 def __getattr__(name: str) -> Any:
-    if name in MODULES:
-        return importlib.import_module(MODULES[name])
     module = next((m for m, names in INTERNALS.items() if name in names.split()), None)
     if module is None:
         raise AttributeError(name)
@@ -245,13 +242,11 @@ def cpu_seconds(pid: int | None = None) -> float:
 
 
 class AwsCalls:
-    """Counts AWS API calls by service.Operation through a botocore hook on boto3's default session: every client
-    the relay and the stack create afterwards (boto3.client) copies the session's hooks."""
+    """AWS API calls by service.Operation, overall and by thread, from a botocore hook on every client made after it."""
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
-        # Keyed by the thread itself: a thread id is reused once its thread ends (the front end starts one per
-        # connection), a Thread object kept here is not.
+        # Keyed by the thread itself: a thread id is reused once its thread ends, a Thread object kept here is not.
         self.by_thread: dict[threading.Thread, Counter[str]] = {}
         self._lock = threading.Lock()
 
@@ -445,8 +440,7 @@ def wait_until(done: Callable[[], bool], timeout_s: float, every_s: float = 0.05
 
 
 def started(argv: list[str], ready: Callable[[], bool], what: str, wait_s: float, **kw: Any) -> subprocess.Popen[Any]:
-    """`argv` in a process of its own (its errors in its output, by default none), returned once `ready()`; ended,
-    and an error, if it exits or is not ready."""
+    """`argv` in a process of its own, returned once `ready()`; ended, and an error, if it exits or is not ready."""
     proc = subprocess.Popen(argv, **{"stdout": subprocess.DEVNULL, "stderr": subprocess.STDOUT} | kw)
 
     def up() -> bool:
@@ -477,8 +471,7 @@ def end(proc: subprocess.Popen[Any], ask: Callable[[], None], timeout_s: float =
 
 
 class GitHubProcess:
-    """The GitHub double in a process of its own (this file run as a script), so that the bench process's CPU is the
-    relay's alone; `ask` returns its `github_tally`."""
+    """The GitHub double in a process of its own, so the bench process's CPU is the relay's; `ask`: its tally."""
 
     def __init__(self, key: AppKey, installs: list[tuple[str, int, int]]) -> None:
         self._proc = subprocess.Popen(
@@ -526,8 +519,7 @@ def serve_github_double() -> None:
 
 
 class QuietStack(LocalStack):
-    """No poller at all, not even the streams' and the schedules' (which run with pollers_per_queue=0): the bench
-    alone invokes the functions, until it starts a queue's pollers itself."""
+    """No poller at all, not even the streams' and schedules': the bench invokes the functions, or starts a queue's."""
 
     def _start_pollers(self) -> None:
         return None
@@ -866,8 +858,7 @@ def child_main(add_arguments: Callable[[Any], None], measure: Callable[[Bench, A
 
 
 def at_baseline(ref: str, measure: Callable[[str, Path], dict[str, Any]]) -> dict[str, Any]:
-    """`measure(commit, folder)` of the code at a git ref, exported to a temporary folder, under the ref and its
-    commit; skipped when `ref` names no commit here, or when `measure` says it was."""
+    """`measure(commit, folder)` of the code at a git ref, exported to a temporary folder (skipped if no commit)."""
     commit = subprocess.run(
         ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=ROOT, capture_output=True, text=True, check=False
     ).stdout.strip()
