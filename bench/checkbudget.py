@@ -32,8 +32,7 @@ PEAK_HOUR = 18  # UTC
 
 
 def hourly_shape() -> list[float]:
-    """Share of a day's events in each hour of the simulated day, which starts at noon UTC (so the busiest hours
-    come first, before any wall-time budget can stop a setting): 1 + 0.6 cos(2 pi (utc - 18) / 24), normalised."""
+    """Each hour's share of the day's events from noon UTC, busiest first: 1 + 0.6 cos(2 pi (utc - 18) / 24)."""
     weights = [
         1 + 0.6 * math.cos(2 * math.pi * ((hour + START_UTC_HOUR) % 24 + 0.5 - PEAK_HOUR) / 24) for hour in range(24)
     ]
@@ -260,10 +259,8 @@ def checkbudget_section(bench: h.Bench, args: argparse.Namespace, seed: int = 12
     for load in (int(x) for x in args.checkbudget_loads.split(",")):
         for mode in args.checkbudget_modes.split(","):
             bench.out.say(f"   {mode:8} {load:>2}x: {PYTORCH_PR_EVENTS_PER_DAY * load} PR events over a simulated day")
-            # per_job falls behind at every load: a sixth of the budget shows it, and its growing backlog costs the
-            # most wall time (every waiting message asks the pacer again every 15 minutes). auto gets time in
-            # proportion to the load, enough to write every run of the day with room for a host in a slow phase
-            # (1x: 100 to 170 s here, 10x: about 800 s; it stops as soon as it has drained).
+            # per_job falls behind at every load: a sixth of the budget shows it. auto gets time in proportion to the
+            # load, enough to write every run of the day (1x: 100 to 170 s here); it stops once drained.
             allowed = budget_s * load if mode != "per_job" else budget_s / 6
             row = _setting(bench.key, mode, load, drain_hours=args.checkbudget_drain_hours, budget_s=allowed, seed=seed)
             results["settings"].append(row)

@@ -15,9 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness as h
 
 DISPATCH = "DispatchFunction"
-# GitHub.com's budget (60/60+15,440/3600+50) with every period divided by 4: the same shape, four times faster. The
-# backlog's 120 dispatches per installation drain in 2.5 minutes instead of 10, and the budget, not the local stack
-# (about 9 dispatches a second here), still sets the pace: 2.4 a second over the five installations.
+# GitHub.com's budget (60/60+15,440/3600+50) four times faster: the backlog drains in 2.5 minutes instead of 10, and
+# the budget, not the local stack, still sets the pace.
 BACKLOG_RATES = "60/15+15,440/900+50"
 
 
@@ -83,8 +82,7 @@ class Window:
 
 
 def _drain(r: h.Relay, window: Window, expected: int, timeout_s: float, units: h.StreamUnits) -> int:
-    """Hand the dispatch queue to the handler in batches of up to 10 until `expected` have been handled; the state
-    table's write units of those calls go to `window`."""
+    """The dispatch queue to the handler in batches of up to 10 until `expected` were handled, counted in `window`."""
     units.take()  # what the webhook and the planner wrote before
     handled = 0
     deadline = time.monotonic() + timeout_s
@@ -170,8 +168,7 @@ class Outcomes:
 
 
 def _within_budget(times_by_repo: dict[str, list[float]], rates: str) -> dict[str, Any]:
-    """The most calls any installation made in any window of each rate's period, against count + burst. The rates
-    are read here, not by the relay's own parser: a `--baseline` run measures code that may not have it."""
+    """The most calls any installation made in any window of each rate's period, against count + burst."""
     windows = []
     for part in rates.split(","):
         count, _, rest = part.partition("/")
@@ -244,8 +241,7 @@ def measure(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
             f"   warm: {args.dispatch_events} events x {args.dispatch_targets} {level} repositories, "
             f"{args.dispatch_repeats} times"
         )
-        # The machine's speed drifts between runs: each level is measured `repeats` times on fresh stacks, and the
-        # run with the median CPU is the figure.
+        # The machine's speed drifts: each level is measured `repeats` times on fresh stacks, the median CPU's run kept.
         runs = sorted(
             (warm_cost(bench, args, level) for _ in range(max(1, args.dispatch_repeats))),
             key=lambda run: float(run["warm"]["relay_cpu_ms_per_dispatch"]),

@@ -21,8 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def ingest_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
-    """Section 1: POST /webhook -> 202 with only the webhook function running (no poller), as in Lambda, where the
-    planner and the dispatcher never share its execution environment."""
+    """Section 1: POST /webhook -> 202 with only the webhook function running (no poller), as in Lambda."""
     body, out, samples, warmup, max_window_s = h.event_body(), bench.out, args.samples, args.warmup, 120.0
     results: dict[str, Any] = {"samples_per_size": samples, "max_window_s_per_size": max_window_s}
     for n in TARGET_COUNTS:

@@ -68,9 +68,8 @@ def commit_summary(sha: str, pr: int | None, at: float, rng: random.Random, keep
 
 
 def seed(days: int, load: int, say: Callable[[str], None]) -> tuple[MemoryDocs, int, float]:
-    """`days` of commits at `load` x 1,000 PR events a day; returns the documents, the measured PR and the seconds
-    it took. Commits are summarised once per template slot and re-keyed (sha, PR, time) per commit: the cells are
-    the relay's, the per-commit cost is the merges the pages' documents go through."""
+    """`days` of commits at `load` x 1,000 PR events a day: the documents, the measured PR and the seconds it took.
+    A few commits are summarised by the relay's code and re-keyed (sha, PR, time) for every other."""
     started = time.perf_counter()
     rng = random.Random(21)  # the same commits' cells at every size: what differs is only how much is held
     end = time.time()

@@ -52,8 +52,8 @@ def history(pushes: int, rng: random.Random, t0: float) -> list[list[Any]]:
 
 
 def results(pushes: list[list[Any]], seen: list[bool], repos: int, rng: random.Random) -> dict[int, list[tuple]]:
-    """Per push the relay saw, the branch results it brings: (repo, job, event type, head SHA, passed). Push jobs test
-    every head; nightly ones every NIGHTLY_EVERY-th head seen. Each job breaks and mends by chance."""
+    """Per push the relay saw, its branch results (repo, job, event type, head SHA, passed); nightly jobs test every
+    NIGHTLY_EVERY-th head seen."""
     broken = [False] * repos
     out: dict[int, list[tuple]] = {}
     tested = 0
@@ -130,8 +130,7 @@ def _setting(r: h.Relay, name: str, bucket: str, tracking: bool) -> rep.Setting:
 
 
 def write_units(ddb: Any, table: str, prefix: str) -> float:
-    """The mean write units of the state table's items whose key starts with `prefix`, as DynamoDB bills a write of
-    each (a unit per KB begun; the item's JSON, a little over its stored size, stands for it)."""
+    """The mean write units of the state table's items whose key starts with `prefix` (a unit per KB of their JSON)."""
     items = [i for i in h.scan(ddb, TableName=table) if i["pk"]["S"].startswith(prefix)]
     return sum(math.ceil(len(json.dumps(i)) / 1024) for i in items) / max(1, len(items))
 
@@ -222,8 +221,7 @@ def regressions_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, A
         "on": on,
         "aws_calls_per_branch_result_added": round(on["aws_calls"]["total"] - off["aws_calls"]["total"], 3),
         "cpu_ms_per_branch_result_added": round(on["cpu_ms"] - off["cpu_ms"], 3),
-        # Write units: a kept job's regressions at its items' size, a budget cell 1, a batch of compared commits
-        # at 25 items (the most a batch writes: an upper bound).
+        # A kept job's regressions at its items' size, a budget cell 1, a batch of compared commits 25 (at most).
         "write_units_per_branch_result_added": round(
             on["aws_calls"].get("dynamodb.PutItem", 0) * math.ceil(regs_wu)
             + on["aws_calls"].get("dynamodb.UpdateItem", 0)

@@ -58,9 +58,8 @@ def _payload(status: str, conclusion: str | None, job: str, run_id: int, rng: ra
 
 
 def job_changes(commits: int, repos: int, *, seed: int = SEED, start: float | None = None) -> list[Change]:
-    """`commits` commits (three in four of PRs, two commits per PR) x `repos` repositories x 1 or 2 jobs, each
-    `in_progress` then `completed` (about one in seven fails); re-runs, sweeps and dispatches with no job on every
-    third, eleventh and thirteenth commit; ordered by when each would be written, so the commits interleave."""
+    """`commits` commits x `repos` repositories x 1 or 2 jobs, each `in_progress` then `completed`, with re-runs,
+    sweeps and dispatches with no job, ordered by when each would be written, so the commits interleave."""
     rng = random.Random(seed)
     t0 = float(int(start if start is not None else time.time() - 2 * 86_400))
     changes: list[Change] = []
@@ -122,8 +121,7 @@ def _one_job(base: Any, run_id: int, name: str, rng: random.Random, rerun_at: fl
 
 
 class Retries:
-    """Lambda's stream retries, drawn: a batch delivered again from one of its records on, at the head of the next
-    batch (after a batch item failure or a time-out), so that about `redelivered` of the records arrive twice."""
+    """Lambda's stream retries, drawn: a batch delivered again from one of its records on, `redelivered` of them."""
 
     def __init__(self, redelivered: float, *, seed: int = RETRY_SEED) -> None:
         self._rng = random.Random(seed)
@@ -146,10 +144,8 @@ def _failed(job: Any) -> bool:
 
 
 def expected_verdicts(changes: list[Change]) -> dict[str, str | None]:
-    """Per job attempt (keyed as the commit documents key it), the verdict its row ends with (docs/contracts.md),
-    worked out here, apart from the reporter: only L3/L4 jobs of pull requests get one; a run whose latest attempt
-    passed after a failed one is `flaky` on the failed attempts and the passing one; a failed latest attempt is
-    `infra` when timed out, else `no baseline` (the bench records no PR's base commit)."""
+    """Per job attempt, the verdict its row ends with (docs/contracts.md), worked out apart from the reporter; a failed
+    latest attempt is `no baseline` unless timed out (the bench records no PR's base commit)."""
     runs: dict[tuple[str, str, str, str], list[Any]] = {}
     for job in _final(changes).values():
         runs.setdefault((job.dispatch_id, job.run_id, job.workflow_name, job.job_name), []).append(job)
@@ -180,8 +176,8 @@ def verify_verdicts(ddb: Any, table: str, expected: dict[str, str | None]) -> di
 
 
 def verify_documents(docs: Any, changes: list[Change]) -> dict[str, Any]:
-    """The index lists every commit fed and no other; each commit document holds every job attempt at its final
-    version, with the verdict its row ends with (the cells those make are the summaries' own, unit-tested)."""
+    """The index lists every commit fed and no other; each commit document every job attempt at its final version
+    and verdict."""
     verdicts = expected_verdicts(changes)
     versions: dict[str, dict[str, int]] = {}
     for job in _final(changes).values():
@@ -319,9 +315,8 @@ def difference(on: dict[str, Any], off: dict[str, Any]) -> dict[str, Any]:
 
 
 def health_adds(with_health: dict[str, Any], without: dict[str, Any], changes: list[Change]) -> dict[str, Any]:
-    """What the health refresh adds, and what it would add at the stream's own pace: the bench feeds the sequence in
-    seconds, so each repository's health is computed once here, where the changes' own times would run it on each
-    repository's first change and then on the first at least `refresh_s` after its last run."""
+    """What the health refresh adds, and what it would add at the stream's own pace (the bench feeds it in seconds:
+    each repository's health is computed once here, at the changes' own times every `refresh_s`)."""
     adds, refresh = difference(with_health, without), with_health["health_refresh"]
     done, ms = refresh["computations"], refresh["ms_total"]
     last: dict[str, float] = {}
@@ -342,9 +337,8 @@ def health_adds(with_health: dict[str, Any], without: dict[str, Any], changes: l
 
 
 class Feed:
-    """The settings' streams side by side: each change written to every setting's table (unmeasured) just before the
-    reporter reads it, the verdicts it writes back coming after; the settings differ only in the summaries, never in
-    the verdicts, so their streams hold the same records in the same order, and one `read` serves them all."""
+    """The settings' streams side by side, each change written to every setting's table (unmeasured): they differ only
+    in the summaries, never in the verdicts, so their streams hold the same records and one `read` serves them all."""
 
     def __init__(self, ddb: Any, settings: list[Setting]) -> None:
         self._ddb = ddb

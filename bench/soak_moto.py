@@ -21,8 +21,7 @@ COUNTS_PATH = "/_soak/aws-calls"
 
 
 class Counting:
-    """`GET /_soak/aws-calls` answers `{"relay": {"DynamoDB.PutItem": n, ...}, "soak": {...}}`: a call whose
-    User-Agent carries `crcr-soak` is the soak's own (queue depths, the fault, ledger snapshots)."""
+    """`GET /_soak/aws-calls`: `{"relay": {"DynamoDB.PutItem": n, ...}, "soak": {...}}` (a `crcr-soak` User-Agent)."""
 
     def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
         self.app = app
@@ -107,8 +106,7 @@ def main() -> None:
     port = int(sys.argv[1])
     fast_clock()
     patch_moto()  # as `crcr local` runs moto (crcr.local.aws): its Query, item maps, transactions and stream iterators
-    # Each DynamoDB request whole before the next, as DynamoDB makes a conditional write one step: two racing claims
-    # of one dispatch could otherwise both pass, and the soak would count a duplicate DynamoDB never lets happen.
+    # Each DynamoDB request whole before the next, as DynamoDB makes a conditional write one step.
     app = Counting(atomic_dynamodb(Dispatcher(create_backend_app)))
     # S3 holds webhook bodies up to API Gateway's 10 MB, plus the request's own framing.
     limits = Limits(max_body=64 * 1024 * 1024, body_budget=512 * 1024 * 1024, request_s=120.0, write_s=120.0)

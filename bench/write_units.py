@@ -85,8 +85,7 @@ def record_units(record: dict[str, Any], shape: TableShape) -> dict[str, int]:
 
 
 class StreamUnits:
-    """A table's stream from its start (a crcr.local.pollers.StreamReader); `take()`: the write units since the last
-    take, by kind of row and by where."""
+    """A table's stream from its start; `take()`: the write units since the last take, by kind of row and by where."""
 
     def __init__(self, reader: Any, shape: TableShape, row_of: Any = None) -> None:
         self._reader = reader
@@ -126,8 +125,8 @@ def _prefix(image: dict[str, Any]) -> str:
 
 
 def _writes(records: list[dict[str, Any]], shape: TableShape) -> list[dict[str, Any]]:
-    """The records of the writes: moto records an UpdateItem that creates an item as two INSERTs, the first with the
-    key alone; that one is left out (the relay never writes an item of its key alone)."""
+    """The records of the writes: moto records an UpdateItem that creates an item as two INSERTs, the first (the key
+    alone, which the relay never writes) left out."""
     out = []
     for i, record in enumerate(records):
         data = record.get("dynamodb") or {}
