@@ -6,7 +6,9 @@ import argparse
 import contextlib
 import http.client
 import importlib
+import itertools
 import json
+import multiprocessing
 import os
 import platform
 import re
@@ -474,30 +476,23 @@ class GitHubProcess:
     """The GitHub double in a process of its own, so the bench process's CPU is the relay's; `ask`: its tally."""
 
     def __init__(self, key: AppKey, installs: list[tuple[str, int, int]]) -> None:
-        self._proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "github-double"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env={k: v for k, v in os.environ.items() if k != "CRCR_BENCH_CODE_ROOT"},
-        )
-        setup = {"public_key_pem": key.public_pem.decode(), "installs": installs}
-        self.url: str = self._send(setup)["url"]
+        spawn = multiprocessing.get_context("spawn")
+        self._pipe, child = spawn.Pipe()
+        self._proc = spawn.Process(target=serve_github_double, args=(child, key.public_pem, installs), daemon=True)
+        self._proc.start()
+        self.url: str = self._pipe.recv()
         self._lock = threading.Lock()
-
-    def _send(self, doc: dict[str, Any]) -> dict[str, Any]:
-        assert self._proc.stdin is not None and self._proc.stdout is not None
-        self._proc.stdin.write(json.dumps(doc) + "\n")
-        self._proc.stdin.flush()
-        return dict(json.loads(self._proc.stdout.readline()))
 
     def ask(self, *, times: bool = False) -> dict[str, Any]:
         with self._lock:
-            return self._send({"times": times})
+            self._pipe.send(times)
+            return dict(self._pipe.recv())
 
     def stop(self) -> None:
-        assert self._proc.stdin is not None
-        end(self._proc, self._proc.stdin.close)
+        self._pipe.close()  # the child's next receive fails: it stops its double and ends
+        self._proc.join(10)
+        if self._proc.is_alive():
+            self._proc.kill()
 
 
 def github_double(public_pem: bytes, installs: list[tuple[str, int, int]], **kwargs: Any) -> GitHubDouble:
@@ -508,13 +503,13 @@ def github_double(public_pem: bytes, installs: list[tuple[str, int, int]], **kwa
     return double
 
 
-def serve_github_double() -> None:
-    """GitHubProcess's child: the set-up on the first line of stdin, then one tally per line asked."""
-    setup = json.loads(sys.stdin.readline())
-    double = github_double(setup["public_key_pem"].encode(), setup["installs"])
-    print(json.dumps({"url": double.url}), flush=True)
-    for line in sys.stdin:
-        print(json.dumps(github_tally(double, times=json.loads(line)["times"])), flush=True)
+def serve_github_double(pipe: Any, public_pem: bytes, installs: list[tuple[str, int, int]]) -> None:
+    """GitHubProcess's child: the double's URL, then its tally each time it is asked, until the pipe closes."""
+    double = github_double(public_pem, installs)
+    pipe.send(double.url)
+    with contextlib.suppress(EOFError):
+        while True:
+            pipe.send(github_tally(double, times=pipe.recv()))
     double.stop()
 
 
@@ -526,16 +521,11 @@ class QuietStack(LocalStack):
 
     def start_pollers(self, function: str, pollers: int = 2) -> None:
         fn = next(f for f in self.functions if f.logical_id == function)
-        for source in fn.sqs_sources:
-            for i in range(pollers):
-                thread = threading.Thread(
-                    target=poll_queue,
-                    args=(self, fn, source.queue, source.batch_size, source.report_failures),
-                    name=f"poll-{fn.logical_id}-{i}",
-                    daemon=True,
-                )
-                thread.start()
-                self._threads.append(thread)
+        for source, i in itertools.product(fn.sqs_sources, range(pollers)):
+            args = (self, fn, source.queue, source.batch_size, source.report_failures)
+            thread = threading.Thread(target=poll_queue, args=args, name=f"poll-{function}-{i}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
 
 
 def run_name(body: dict[str, Any]) -> str:
@@ -869,7 +859,3 @@ def at_baseline(ref: str, measure: Callable[[str, Path], dict[str, Any]]) -> dic
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
         then = measure(commit, Path(tmp))
     return then if then.get("skipped") else {"ref": ref, "commit": commit} | then
-
-
-if __name__ == "__main__" and sys.argv[1:] == ["github-double"]:
-    serve_github_double()
