@@ -168,7 +168,8 @@ class Outcomes:
 
 
 def _within_budget(times_by_repo: dict[str, list[float]], rates: str) -> dict[str, Any]:
-    """The most calls any installation made in any window of each rate's period, against count + burst."""
+    """The most calls any installation made in any window of each rate's period, against count + burst (rates read
+    here: a baseline's code may not have the relay's parser)."""
     windows = []
     for part in rates.split(","):
         count, _, rest = part.partition("/")

@@ -337,13 +337,11 @@ class OutputCapture:
         self.path = Path(tempfile.mkstemp(prefix="crcr-bench-log-")[1])
         self._saved: list[int] = []
         self._lock = threading.Lock()
-        self.terminal = sys.__stdout__
 
     def __enter__(self) -> OutputCapture:
         sys.stdout.flush()
         sys.stderr.flush()
         self._saved = [os.dup(1), os.dup(2)]
-        self.terminal = os.fdopen(os.dup(self._saved[0]), "w", buffering=1)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
@@ -357,12 +355,10 @@ class OutputCapture:
         os.dup2(self._saved[1], 2)
         for fd in self._saved:
             os.close(fd)
-        self.terminal.close()
-        self.terminal = sys.__stdout__
 
     def say(self, text: str) -> None:
         with self._lock:
-            print(text, file=self.terminal, flush=True)
+            os.write(self._saved[0], f"{text}\n".encode())
 
     def offset(self) -> int:
         sys.stdout.flush()

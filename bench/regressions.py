@@ -175,14 +175,11 @@ def regressions_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, A
         branch = h.DynamoBranch(ddb, r.stack.function_env["CRCR_STATE_TABLE"])
         batch_size = next(f for f in r.stack.functions if f.logical_id == rep.FUNCTION).stream_sources[0].batch_size
         feed, log_calls, compares_before = rep.Feed(ddb, settings), Counter[str](), len(r.github.requests)
-        changes = 0
         for n, p in enumerate(sorted(tested)):
             before = bench.aws.snapshot()
             branch.record_commits(h.UPSTREAM, pushes[p])  # what the planner writes for the push
             log_calls.update(bench.aws.snapshot() - before)
-            push_changes = _changes(p, tested[p], pushes[p][-1].t)
-            feed.write(push_changes)
-            changes += len(push_changes)
+            feed.write(_changes(p, tested[p], pushes[p][-1].t))
             while feed.read < feed.length:
                 start, end = feed.read, min(feed.read + batch_size, feed.length)
                 for setting in settings if n % 2 == 0 else settings[::-1]:
@@ -214,7 +211,7 @@ def regressions_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, A
             "repositories": args.regression_repos,
             "commits": sum(map(len, pushes)),
             "branch_results": jobs,
-            "changes": changes,
+            "changes": 2 * jobs,  # each job's in-progress and finished rows
             "batch_size": batch_size,
         },
         "off": off,
