@@ -222,10 +222,7 @@ def comment_measure(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
         "comments_per_pr": sorted(set(comments)), "relay_metrics": h.metrics_delta(before, ("PrComment", "CheckRun")),
         "elapsed_s": round(elapsed, 1), "checks_function": flow,
     }  # fmt: skip
-    method = (
-        f"{events} PR events x {targets} L4 repositories x {jobs} jobs, each in_progress then (ChecksQueue empty) "
-        "completed, job-0 failing; writes: POST/PATCH of the upstream's check runs and comments at the GitHub double"
-    )
+    method = f"{events} PR events x {targets} L4 repositories x {jobs} jobs, job-0 failing: as section 6, comment on"
     return {"pr_comment": {"per_event": {"on": on}, "method": method}, "late_label": late_label(bench, timeout_s)}
 
 

@@ -169,10 +169,6 @@ def pages_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
                     overview = measure(browser, served, "/hud/", runs)
                     pr_page = measure(browser, served, f"/hud/pr/{pr}", runs)
                 out[f"{load}x_{held}d"] = {"seed_s": round(seeded_s, 1), "overview": overview, "pr": pr_page}
-                say(
-                    f"   {load:>2}x, {held:>2} day(s) held: overview {overview['bytes_documents']:,} B of documents "
-                    f"({overview['bytes_first_visit']:,} B first visit), ready in {overview['ready_ms_p50']} ms; "
-                    f"PR page {pr_page['bytes_documents']:,} B ({pr_page['bytes_first_visit']:,} B), "
-                    f"ready in {pr_page['ready_ms_p50']} ms"
-                )
+                shown = [f"{p['bytes_documents']:,} B in {p['ready_ms_p50']} ms" for p in (overview, pr_page)]
+                say(f"   {load:>2}x, {held:>2} day(s) held: overview {shown[0]}, PR page {shown[1]}")
     return {"hud_pages": out}
