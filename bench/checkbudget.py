@@ -194,7 +194,7 @@ def _setting(key: h.AppKey, mode: str, load: int, *, drain_hours: float, budget_
             completed = sum(1 for r in runs if r["name"].count("/") == 2 and r["status"] == "completed")
             at_day_end = {"waiting_messages": sim.waiting, "repository_runs_open": len(finished) - completed}
             stopped = sim.run(START + DAY + drain_hours * 3600, budget_s - (time.perf_counter() - started))
-        result = _measure(double, finished, clock.t)
+        result = _measure(double, finished)
         # repository_runs_dispatched: fewer than expected when a wall-time budget stopped the day early
         result.update(
             setting=mode, load=f"{load}x", events=len(events), repository_runs_expected=len(events) * len(REPOS),
@@ -210,7 +210,7 @@ def _setting(key: h.AppKey, mode: str, load: int, *, drain_hours: float, budget_
     return result
 
 
-def _measure(double: h.GitHubDouble, finished: dict[tuple[str, str], float], now: float) -> dict[str, Any]:
+def _measure(double: h.GitHubDouble, finished: dict[tuple[str, str], float]) -> dict[str, Any]:
     runs = double.check_runs(h.UPSTREAM)
     ids = {r["id"]: (r["head_sha"], r["name"]) for r in runs}
     writes = h.upstream_writes(double, "check-runs")

@@ -66,10 +66,8 @@ def results(pushes: list[list[Any]], seen: list[bool], repos: int, rng: random.R
             if nightly and tested % NIGHTLY_EVERY:
                 continue
             broken[r] = rng.random() >= FIX if broken[r] else rng.random() < BREAK
-            job = "nightly-test" if nightly else "test"
-            out[p].append(
-                (f"bench-org/repo-{r}", job, "nightly" if nightly else "push", commits[-1].sha, not broken[r])
-            )
+            job, kind = ("nightly-test", "nightly") if nightly else ("test", "push")
+            out[p].append((f"bench-org/repo-{r}", job, kind, commits[-1].sha, not broken[r]))
     return out
 
 

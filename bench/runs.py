@@ -16,9 +16,7 @@ import harness as h
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-drops", type=int, default=200, help="non-relay workflow_job/workflow_run deliveries")
     parser.add_argument("--run-jobs", type=int, default=4, help="jobs of each reconciled run")
-    parser.add_argument(
-        "--inbound-events", type=int, default=100, help="section 14: callbacks and run events of each kind"
-    )
+    parser.add_argument("--inbound-events", type=int, default=100, help="section 14's callbacks and run events")
 
 
 def _run_event(repo: str, i: int, **run: Any) -> dict[str, Any]:

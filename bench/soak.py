@@ -299,9 +299,8 @@ class Soak:
 
     def events_queue_limit(self, size: int) -> None:
         """The window's fault: EventsQueue refuses messages over `size` bytes, so the webhook answers 500."""
-        self.sqs.set_queue_attributes(
-            QueueUrl=self.queue_url("EventsQueue"), Attributes={"MaximumMessageSize": str(size)}
-        )
+        url, attributes = self.queue_url("EventsQueue"), {"MaximumMessageSize": str(size)}
+        self.sqs.set_queue_attributes(QueueUrl=url, Attributes=attributes)
 
     def feed(self) -> None:
         n = len(self.events)
@@ -429,15 +428,10 @@ class Soak:
                 event == "workflow_run" and body["action"] == "completed" and body["workflow_run"]["id"] in lost_hooks
             )
         )
-        tally: Counter[str] = Counter()
-        lock = threading.Lock()
 
         def report(job: Job, token: str, status: str, again: bool) -> None:
             for _ in range(2 if again else 1):
-                answer = self.post_callback(job.body(status), token)
-                job.answers.append((status, answer))
-                with lock:
-                    tally[answer] += 1
+                job.answers.append((status, self.post_callback(job.body(status), token)))
 
         def run(job: Job) -> None:
             token = h.job_token(issuer, job.repo, job.repo_id, job.run_id)
@@ -462,7 +456,8 @@ class Soak:
                 (repo, run["id"]) for repo, _, _ in self.repos if not carries_id(repo) for run in self.gh.runs_of(repo)
             ]
             list(pool.map(lambda r: (self.gh.start_run(*r), self.gh.finish_run(*r)), untitled))
-        return {"jobs": jobs, "answers": tally, "lost_hooks": len(lost_hooks)}
+        answers = Counter(answer for job in jobs for _, answer in job.answers)
+        return {"jobs": jobs, "answers": answers, "lost_hooks": len(lost_hooks)}
 
     def post_callback(self, body: bytes, token: str) -> str:
         """One report as the report action sends it: 429, 5xx and dropped connections retried with backoff."""

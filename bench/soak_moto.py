@@ -91,11 +91,11 @@ def wsgi_route(app: Callable[..., Iterable[bytes]], port: int) -> Route:
     """A WSGI application (moto's) behind crcr local's HTTP/1.1 front end, which keeps connections open as AWS does:
     moto's own server closes each after one answer, which put a connect and a close in every call's CPU."""
 
+    base = f"http://127.0.0.1:{port}"
+
     def route(method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes, Any]:
-        request = EnvironBuilder(
-            path, f"http://127.0.0.1:{port}", query, method, headers=headers, data=body, multithread=True
-        )
-        chunks, status, answer = run_wsgi_app(app, request.get_environ(), buffered=True)
+        environ = EnvironBuilder(path, base, query, method, headers=headers, data=body, multithread=True).get_environ()
+        chunks, status, answer = run_wsgi_app(app, environ, buffered=True)
         kept = {k: v for k, v in answer.items() if k.lower() not in {"content-length", "connection"}}
         return int(status.split(" ", 1)[0]), b"".join(chunks), kept
 
