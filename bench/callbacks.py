@@ -90,8 +90,7 @@ def callbacks_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any
         cold = _Tally()
         cold.add(*r.callback(body("cold-start"), token()))  # builds the function's dependencies, meets the issuer
         cold_requests = _issuer_paths(issuer, issuer_mark)
-        # The tables' write units from their streams: the callbacks' writes and the reporter's (none here: no HUD,
-        # no verdicts at L2), around the recorded and the completing phases.
+        # The tables' write units from their streams (the reporter writes none here: no HUD, no verdicts at L2).
         units = r.units("StateTable", "ResultsTable")
         for table in units.values():
             table.take()

@@ -32,8 +32,7 @@ PEAK_HOUR = 18  # UTC
 
 
 def hourly_shape() -> list[float]:
-    """Share of a day's events in each hour of the simulated day, which starts at noon UTC (so the busiest hours
-    come first, before any wall-time budget can stop a setting): 1 + 0.6 cos(2 pi (utc - 18) / 24), normalised."""
+    """Each hour's share of the day's events from noon UTC, busiest first: 1 + 0.6 cos(2 pi (utc - 18) / 24)."""
     weights = [
         1 + 0.6 * math.cos(2 * math.pi * ((hour + START_UTC_HOUR) % 24 + 0.5 - PEAK_HOUR) / 24) for hour in range(24)
     ]
@@ -99,7 +98,7 @@ class Sim:
         self.waiting -= 1
         self.handled += 1
         assert self.deps is not None
-        self.outcomes[h.checks.sync(message, self.deps).detail.split(":")[0]] += 1
+        self.outcomes[h.sync(message, self.deps).detail.split(":")[0]] += 1
 
     def run(self, until: float, budget_s: float) -> str:
         """Run the agenda up to `until` (simulated) or until `budget_s` of wall time has gone."""
@@ -141,7 +140,7 @@ def _setting(key: h.AppKey, mode: str, load: int, *, drain_hours: float, budget_
         ledger, jobs, metrics = fakes.FakeState(), fakes.FakeJobs(), fakes.RecordingMetrics()
         allowlist = "L4:\n" + "".join(f"  - {r}\n" for r in REPOS)
         allowlist += "repos:\n" + "".join(f"  {r}:\n    check_runs: {mode}\n" for r in REPOS)
-        sim.deps = h.checks.CheckDeps(
+        sim.deps = h.CheckDeps(
             api=h.GitHubCheckRuns(h.GitHubApp(double.url, h.APP_ID, key.private_pem, clock.now)),
             store=fakes.FakeCheckStore(), results=jobs, ledger=ledger, prs=ledger, queue=sim, pacer=pacer,
             allowlist=fakes.StaticAllowlist(h.parse_allowlist(allowlist)), metrics=metrics, clock=clock, settle_s=60.0,
@@ -195,7 +194,7 @@ def _setting(key: h.AppKey, mode: str, load: int, *, drain_hours: float, budget_
             completed = sum(1 for r in runs if r["name"].count("/") == 2 and r["status"] == "completed")
             at_day_end = {"waiting_messages": sim.waiting, "repository_runs_open": len(finished) - completed}
             stopped = sim.run(START + DAY + drain_hours * 3600, budget_s - (time.perf_counter() - started))
-        result = _measure(double, finished, clock.t)
+        result = _measure(double, finished)
         # repository_runs_dispatched: fewer than expected when a wall-time budget stopped the day early
         result.update(
             setting=mode, load=f"{load}x", events=len(events), repository_runs_expected=len(events) * len(REPOS),
@@ -211,7 +210,7 @@ def _setting(key: h.AppKey, mode: str, load: int, *, drain_hours: float, budget_
     return result
 
 
-def _measure(double: h.GitHubDouble, finished: dict[tuple[str, str], float], now: float) -> dict[str, Any]:
+def _measure(double: h.GitHubDouble, finished: dict[tuple[str, str], float]) -> dict[str, Any]:
     runs = double.check_runs(h.UPSTREAM)
     ids = {r["id"]: (r["head_sha"], r["name"]) for r in runs}
     writes = h.upstream_writes(double, "check-runs")
@@ -260,10 +259,8 @@ def checkbudget_section(bench: h.Bench, args: argparse.Namespace, seed: int = 12
     for load in (int(x) for x in args.checkbudget_loads.split(",")):
         for mode in args.checkbudget_modes.split(","):
             bench.out.say(f"   {mode:8} {load:>2}x: {PYTORCH_PR_EVENTS_PER_DAY * load} PR events over a simulated day")
-            # per_job falls behind at every load: a sixth of the budget shows it, and its growing backlog costs the
-            # most wall time (every waiting message asks the pacer again every 15 minutes). auto gets time in
-            # proportion to the load, enough to write every run of the day with room for a host in a slow phase
-            # (1x: 100 to 170 s here, 10x: about 800 s; it stops as soon as it has drained).
+            # per_job falls behind at every load: a sixth of the budget shows it. auto gets time in proportion to the
+            # load, enough to write every run of the day (1x: 100 to 170 s here); it stops once drained.
             allowed = budget_s * load if mode != "per_job" else budget_s / 6
             row = _setting(bench.key, mode, load, drain_hours=args.checkbudget_drain_hours, budget_s=allowed, seed=seed)
             results["settings"].append(row)

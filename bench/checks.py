@@ -48,8 +48,7 @@ def _open_prs(r: h.Relay, events: int, timeout_s: float, *, comments: bool) -> l
 
 
 def _jobs_report(r: h.Relay, jobs: int, timeout_s: float, conclusion: Any) -> int:
-    """Every dispatched repository's jobs report `in_progress`, then, once ChecksQueue is empty (those writes have
-    landed, as they would while a real job runs), `completed` with `conclusion(job)`."""
+    """Every dispatched job reports `in_progress`, then (ChecksQueue empty) `completed` with `conclusion(job)`."""
     reports = [(i, ticket, f"job-{j}", 100 + k) for i, k, ticket in r.tickets() for j in range(jobs)]
     time.sleep(1.0)  # the dispatcher's requests for the repositories' queued runs reach the queue
     for i, ticket, job, run_id in reports:
@@ -97,8 +96,7 @@ def checkruns_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any
 
 
 def _checks_row(image: dict[str, Any]) -> str:
-    """Whose row a write was: the check-run flow's (a check run or a commit's pass, the comment, the upstream's pacing,
-    a downstream's share of it) or another's."""
+    """Whose row a write was: the check-run flow's (check run or pass, comment, pacing, a share) or another's."""
     pk, sk = str((image.get("pk") or {}).get("S", "")), str((image.get("sk") or {}).get("S", ""))
     if pk.startswith("CHECK#"):
         return "check_run"
@@ -112,11 +110,9 @@ def _checks_row(image: dict[str, Any]) -> str:
 def _checks_function(
     works: list[h.FunctionWork], taken: dict[str, Any], dispatches: int, writes: int, asks: int
 ) -> dict:
-    """The check-run writer's own work per L4 dispatch (ChecksFunction's and, since the state table's stream has a
-    function of its own, DispatchedFunction's), and the write units of the flow's rows, whoever wrote them. Per
-    upstream write: its AWS calls with the reporter's asks for the check runs (`asks`: a pass booked per commit and
-    batch since passes exist; before, a message per change, counted as the records it handled), and the ChecksQueue
-    messages it handled."""
+    """The check-run writer's own work per L4 dispatch (ChecksFunction's and DispatchedFunction's) and the write units
+    of the flow's rows, whoever wrote them; per upstream write, its AWS calls with the reporter's `asks` for a pass,
+    and the ChecksQueue messages it handled."""
     work = SimpleNamespace(**{k: sum((getattr(w, k) for w in works[1:]), getattr(works[0], k)) for k in (
         "calls", "records", "records_by_source", "invocations", "cpu_s", "wall_s")})  # fmt: skip
     calls = work.calls
@@ -196,8 +192,7 @@ def late_label(bench: h.Bench, timeout_s: float) -> dict[str, Any]:
 
 def comment_measure(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
     """The upstream's writes per PR event with the PR comment on (job 0 of every repository fails, so every PR gets a
-    comment), and ChecksFunction's own cost per L4 dispatch. With the comment off, the writes are section 6's
-    `per_job` (`auto` makes every write while the budget has room)."""
+    comment), and ChecksFunction's own cost per L4 dispatch; with the comment off, the writes are section 6's."""
     events, targets, jobs = args.comment_events, args.comment_targets, args.comment_jobs
     timeout_s = max(getattr(args, "timeout", 0), 120)
     bench.out.say(f"   {events} events x {targets} L4 repositories x {jobs} jobs, one failing")
@@ -227,10 +222,7 @@ def comment_measure(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
         "comments_per_pr": sorted(set(comments)), "relay_metrics": h.metrics_delta(before, ("PrComment", "CheckRun")),
         "elapsed_s": round(elapsed, 1), "checks_function": flow,
     }  # fmt: skip
-    method = (
-        f"{events} PR events x {targets} L4 repositories x {jobs} jobs, each in_progress then (ChecksQueue empty) "
-        "completed, job-0 failing; writes: POST/PATCH of the upstream's check runs and comments at the GitHub double"
-    )
+    method = f"{events} PR events x {targets} L4 repositories x {jobs} jobs, job-0 failing: as section 6, comment on"
     return {"pr_comment": {"per_event": {"on": on}, "method": method}, "late_label": late_label(bench, timeout_s)}
 
 

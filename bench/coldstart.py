@@ -72,9 +72,8 @@ def coldstart_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any
     if ref := args.dispatch_baseline:
 
         def then(commit: str, code: Path) -> dict[str, Any]:
-            return measure_source(bench.out.say, args.coldstart_runs, code, f"baseline {ref}") | {
-                "code": f"git archive {commit[:12]}"
-            }
+            measured = measure_source(bench.out.say, args.coldstart_runs, code, f"baseline {ref}")
+            return measured | {"code": f"git archive {commit[:12]}"}
 
         cold["baseline"] = h.at_baseline(ref, then)
     return {"cold_start": cold}

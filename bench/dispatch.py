@@ -7,8 +7,6 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness as h
 
 DISPATCH = "DispatchFunction"
-# GitHub.com's budget (60/60+15,440/3600+50) with every period divided by 4: the same shape, four times faster. The
-# backlog's 120 dispatches per installation drain in 2.5 minutes instead of 10, and the budget, not the local stack
-# (about 9 dispatches a second here), still sets the pace: 2.4 a second over the five installations.
+# GitHub.com's budget (60/60+15,440/3600+50) four times faster: the backlog drains in 2.5 minutes instead of 10, and
+# the budget, not the local stack, still sets the pace.
 BACKLOG_RATES = "60/15+15,440/900+50"
 
 
@@ -52,17 +49,15 @@ class Window:
         self.units.update(taken["by_destination"])
         self.units_by_row.update(taken["by_row"])
 
-    @contextmanager
-    def measure(self, size: int) -> Iterator[None]:
-        before = self._aws.snapshot()
-        cpu, wall = time.process_time(), time.perf_counter()
-        try:
-            yield
-        finally:
-            self.cpu_s += time.process_time() - cpu
-            self.wall_s += time.perf_counter() - wall
-            self.calls.update(self._aws.snapshot() - before)
-            self.batch_sizes.append(size)
+    def handle(self, r: h.Relay, messages: list[dict[str, Any]]) -> Any:
+        """The dispatcher's handler called with `messages`, its AWS calls, CPU and wall time counted."""
+        before, cpu, wall = self._aws.snapshot(), time.process_time(), time.perf_counter()
+        result = r.invoke(DISPATCH, "DispatchQueue", messages)
+        self.cpu_s += time.process_time() - cpu
+        self.wall_s += time.perf_counter() - wall
+        self.calls.update(self._aws.snapshot() - before)
+        self.batch_sizes.append(len(messages))
+        return result
 
     def report(self, dispatches: int) -> dict[str, Any]:
         n = max(1, dispatches)
@@ -87,8 +82,7 @@ class Window:
 
 
 def _drain(r: h.Relay, window: Window, expected: int, timeout_s: float, units: h.StreamUnits) -> int:
-    """Hand the dispatch queue to the handler in batches of up to 10 until `expected` have been handled; the state
-    table's write units of those calls go to `window`."""
+    """The dispatch queue to the handler in batches of up to 10 until `expected` were handled, counted in `window`."""
     units.take()  # what the webhook and the planner wrote before
     handled = 0
     deadline = time.monotonic() + timeout_s
@@ -96,9 +90,7 @@ def _drain(r: h.Relay, window: Window, expected: int, timeout_s: float, units: h
         messages = r.receive("DispatchQueue", wait_s=1)
         if not messages:
             continue
-        with window.measure(len(messages)):
-            result = r.invoke(DISPATCH, "DispatchQueue", messages)
-        failed = {f["itemIdentifier"] for f in (result or {}).get("batchItemFailures") or []}
+        failed = {f["itemIdentifier"] for f in (window.handle(r, messages) or {}).get("batchItemFailures") or []}
         if done := [m for m in messages if m["MessageId"] not in failed]:
             r.delete("DispatchQueue", done)
         handled += len(done)
@@ -151,10 +143,9 @@ class Outcomes:
         self._lock = threading.Lock()
         self._inside = threading.local()
 
-    def wrap(self, handler_module: Any) -> None:
-        """The use case where the handler reaches it: its own import (older code), or crcr.app.dispatch's module-level
-        `dispatch` (the batch object calls that)."""
-        module = handler_module if hasattr(handler_module, "dispatch") else sys.modules["crcr.app.dispatch"]
+    def wrap(self) -> None:
+        """The use case where the handler's batch object reaches it: crcr.app.dispatch's module-level `dispatch`."""
+        module = sys.modules["crcr.app.dispatch"]
         inner = module.dispatch
 
         def dispatch(message: Any, *args: Any, **kwargs: Any) -> Any:
@@ -177,8 +168,8 @@ class Outcomes:
 
 
 def _within_budget(times_by_repo: dict[str, list[float]], rates: str) -> dict[str, Any]:
-    """The most calls any installation made in any window of each rate's period, against count + burst. The rates
-    are read here, not by the relay's own parser: a `--baseline` run measures code that may not have it."""
+    """The most calls any installation made in any window of each rate's period, against count + burst (rates read
+    here: a baseline's code may not have the relay's parser)."""
     windows = []
     for part in rates.split(","):
         count, _, rest = part.partition("/")
@@ -201,7 +192,7 @@ def backlog(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
         with h.relay(
             bench.key, repos, installations=repos, pollers=None, github="process", as_lambda=True, env=env
         ) as r:
-            outcomes.wrap(sys.modules[f"crcr_fn_{DISPATCH}"])
+            outcomes.wrap()
             for _ in range(events):
                 r.post(h.event_body())
             r.plan_all(events)
@@ -251,8 +242,7 @@ def measure(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
             f"   warm: {args.dispatch_events} events x {args.dispatch_targets} {level} repositories, "
             f"{args.dispatch_repeats} times"
         )
-        # The machine's speed drifts between runs: each level is measured `repeats` times on fresh stacks, and the
-        # run with the median CPU is the figure.
+        # The machine's speed drifts: each level is measured `repeats` times on fresh stacks, the median CPU's run kept.
         runs = sorted(
             (warm_cost(bench, args, level) for _ in range(max(1, args.dispatch_repeats))),
             key=lambda run: float(run["warm"]["relay_cpu_ms_per_dispatch"]),

@@ -6,7 +6,9 @@ import argparse
 import contextlib
 import http.client
 import importlib
+import itertools
 import json
+import multiprocessing
 import os
 import platform
 import re
@@ -56,8 +58,7 @@ except ImportError:
         stack._poll(*args)
 
 
-# Product internals the sections use beyond the stack, by module, looked up when first used: their modules move as the
-# product is reorganised, and a baseline run imports only what its section touches.
+# Product internals the sections use, looked up when first used: a baseline run imports only what its section touches.
 INTERNALS = {
     "crcr.app.ports.jobs": "JobRecord",
     "crcr.adapters.branch": "DynamoBranch",
@@ -67,6 +68,9 @@ INTERNALS = {
     "crcr.adapters.pacer": "DynamoPacer",
     "crcr.adapters.job_items": "from_item to_item",
     "crcr.adapters.s3": "S3HudDocs",
+    "crcr.app.summaries": "PR_COMMITS SummaryDeps _with_commits summary_of update_summaries with_index",
+    "crcr.app.page_entries": "job_key",
+    "crcr.app.page_notes": "PlanNote note_plan",
     "crcr.adapters.github": "GitHubApp GitHubCheckRuns",
     "crcr.adapters.allowlist_source": "parse_allowlist",
     "crcr.composition": "build_report_deps load_settings",
@@ -76,13 +80,11 @@ INTERNALS = {
     "crcr.domain.checks": "SWEPT",
     "crcr.domain.pacing": "CONTENT_RATES",
     "crcr.ops.dlq": "list_dead_letters",
+    "crcr.app.checks": "CheckDeps sync",
 }
-MODULES = {"checks": "crcr.app.checks", "summaries": "crcr.app.summaries"}
 
 
 def __getattr__(name: str) -> Any:
-    if name in MODULES:
-        return importlib.import_module(MODULES[name])
     module = next((m for m, names in INTERNALS.items() if name in names.split()), None)
     if module is None:
         raise AttributeError(name)
@@ -184,8 +186,6 @@ def github_tally(double: GitHubDouble, *, times: bool = False) -> dict[str, Any]
         "dispatches": len(accepted),
         "duplicates": sum(c - 1 for c in landed.values() if c > 1),
         "refused": sum(1 for r in requests if (r.status or 0) >= 400),
-        "unexpected": len(double.unexpected),
-        "internal_errors": len(double.internal_errors),
     }
     if times:
         by_repo: dict[str, list[float]] = {}
@@ -244,13 +244,11 @@ def cpu_seconds(pid: int | None = None) -> float:
 
 
 class AwsCalls:
-    """Counts AWS API calls by service.Operation through a botocore hook on boto3's default session: every client
-    the relay and the stack create afterwards (boto3.client) copies the session's hooks."""
+    """AWS API calls by service.Operation, overall and by thread, from a botocore hook on every client made after it."""
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
-        # Keyed by the thread itself: a thread id is reused once its thread ends (the front end starts one per
-        # connection), a Thread object kept here is not.
+        # Keyed by the thread itself: a thread id is reused once its thread ends, a Thread object kept here is not.
         self.by_thread: dict[threading.Thread, Counter[str]] = {}
         self._lock = threading.Lock()
 
@@ -339,13 +337,11 @@ class OutputCapture:
         self.path = Path(tempfile.mkstemp(prefix="crcr-bench-log-")[1])
         self._saved: list[int] = []
         self._lock = threading.Lock()
-        self.terminal = sys.__stdout__
 
     def __enter__(self) -> OutputCapture:
         sys.stdout.flush()
         sys.stderr.flush()
         self._saved = [os.dup(1), os.dup(2)]
-        self.terminal = os.fdopen(os.dup(self._saved[0]), "w", buffering=1)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
@@ -359,12 +355,10 @@ class OutputCapture:
         os.dup2(self._saved[1], 2)
         for fd in self._saved:
             os.close(fd)
-        self.terminal.close()
-        self.terminal = sys.__stdout__
 
     def say(self, text: str) -> None:
         with self._lock:
-            print(text, file=self.terminal, flush=True)
+            os.write(self._saved[0], f"{text}\n".encode())
 
     def offset(self) -> int:
         sys.stdout.flush()
@@ -444,8 +438,7 @@ def wait_until(done: Callable[[], bool], timeout_s: float, every_s: float = 0.05
 
 
 def started(argv: list[str], ready: Callable[[], bool], what: str, wait_s: float, **kw: Any) -> subprocess.Popen[Any]:
-    """`argv` in a process of its own (its errors in its output, by default none), returned once `ready()`; ended,
-    and an error, if it exits or is not ready."""
+    """`argv` in a process of its own, returned once `ready()`; ended, and an error, if it exits or is not ready."""
     proc = subprocess.Popen(argv, **{"stdout": subprocess.DEVNULL, "stderr": subprocess.STDOUT} | kw)
 
     def up() -> bool:
@@ -476,34 +469,26 @@ def end(proc: subprocess.Popen[Any], ask: Callable[[], None], timeout_s: float =
 
 
 class GitHubProcess:
-    """The GitHub double in a process of its own (this file run as a script), so that the bench process's CPU is the
-    relay's alone; `ask` returns its `github_tally`."""
+    """The GitHub double in a process of its own, so the bench process's CPU is the relay's; `ask`: its tally."""
 
     def __init__(self, key: AppKey, installs: list[tuple[str, int, int]]) -> None:
-        self._proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "github-double"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env={k: v for k, v in os.environ.items() if k != "CRCR_BENCH_CODE_ROOT"},
-        )
-        setup = {"public_key_pem": key.public_pem.decode(), "installs": installs}
-        self.url: str = self._send(setup)["url"]
+        spawn = multiprocessing.get_context("spawn")
+        self._pipe, child = spawn.Pipe()
+        self._proc = spawn.Process(target=serve_github_double, args=(child, key.public_pem, installs), daemon=True)
+        self._proc.start()
+        self.url: str = self._pipe.recv()
         self._lock = threading.Lock()
-
-    def _send(self, doc: dict[str, Any]) -> dict[str, Any]:
-        assert self._proc.stdin is not None and self._proc.stdout is not None
-        self._proc.stdin.write(json.dumps(doc) + "\n")
-        self._proc.stdin.flush()
-        return dict(json.loads(self._proc.stdout.readline()))
 
     def ask(self, *, times: bool = False) -> dict[str, Any]:
         with self._lock:
-            return self._send({"times": times})
+            self._pipe.send(times)
+            return dict(self._pipe.recv())
 
     def stop(self) -> None:
-        assert self._proc.stdin is not None
-        end(self._proc, self._proc.stdin.close)
+        self._pipe.close()  # the child's next receive fails: it stops its double and ends
+        self._proc.join(10)
+        if self._proc.is_alive():
+            self._proc.kill()
 
 
 def github_double(public_pem: bytes, installs: list[tuple[str, int, int]], **kwargs: Any) -> GitHubDouble:
@@ -514,35 +499,29 @@ def github_double(public_pem: bytes, installs: list[tuple[str, int, int]], **kwa
     return double
 
 
-def serve_github_double() -> None:
-    """GitHubProcess's child: the set-up on the first line of stdin, then one tally per line asked."""
-    setup = json.loads(sys.stdin.readline())
-    double = github_double(setup["public_key_pem"].encode(), setup["installs"])
-    print(json.dumps({"url": double.url}), flush=True)
-    for line in sys.stdin:
-        print(json.dumps(github_tally(double, times=json.loads(line)["times"])), flush=True)
+def serve_github_double(pipe: Any, public_pem: bytes, installs: list[tuple[str, int, int]]) -> None:
+    """GitHubProcess's child: the double's URL, then its tally each time it is asked, until the pipe closes."""
+    double = github_double(public_pem, installs)
+    pipe.send(double.url)
+    with contextlib.suppress(EOFError):
+        while True:
+            pipe.send(github_tally(double, times=pipe.recv()))
     double.stop()
 
 
 class QuietStack(LocalStack):
-    """No poller at all, not even the streams' and the schedules' (which run with pollers_per_queue=0): the bench
-    alone invokes the functions, until it starts a queue's pollers itself."""
+    """No poller at all, not even the streams' and schedules': the bench invokes the functions, or starts a queue's."""
 
     def _start_pollers(self) -> None:
         return None
 
     def start_pollers(self, function: str, pollers: int = 2) -> None:
         fn = next(f for f in self.functions if f.logical_id == function)
-        for source in fn.sqs_sources:
-            for i in range(pollers):
-                thread = threading.Thread(
-                    target=poll_queue,
-                    args=(self, fn, source.queue, source.batch_size, source.report_failures),
-                    name=f"poll-{fn.logical_id}-{i}",
-                    daemon=True,
-                )
-                thread.start()
-                self._threads.append(thread)
+        for source, i in itertools.product(fn.sqs_sources, range(pollers)):
+            args = (self, fn, source.queue, source.batch_size, source.report_failures)
+            thread = threading.Thread(target=poll_queue, args=args, name=f"poll-{function}-{i}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
 
 
 def run_name(body: dict[str, Any]) -> str:
@@ -584,7 +563,6 @@ class Relay:
     stop_s: float | None = None
     _conn: http.client.HTTPConnection | None = None
 
-    # -- requests ---------------------------------------------------------------------------------------
     def post(self, body: bytes, event: str = "pull_request", *, keep_alive: bool = False) -> tuple[int, float, str]:
         """One signed webhook, as GitHub delivers it: (status, round trip seconds, delivery id)."""
         delivery = str(uuid.uuid4())
@@ -614,31 +592,26 @@ class Relay:
             raise RuntimeError(f"callback answered {code}: {reply[:200]!r}")
 
     def _send(self, path: str, body: bytes, headers: dict[str, str], *, keep_alive: bool) -> tuple[int, float, bytes]:
-        """One POST; a new connection each unless `keep_alive`, so threads may send side by side."""
-        for attempt in range(2):
-            conn = (keep_alive and self._conn) or http.client.HTTPConnection(
-                self.stack.host, self.stack.port, timeout=30
-            )
+        """One POST, tried twice; a new connection each unless `keep_alive`, so threads may send side by side."""
+        for attempt in (1, 2):
+            conn = (keep_alive and self._conn) or http.client.HTTPConnection(self.stack.host, self.stack.port, 30)
             start = time.perf_counter()
             try:
                 conn.request("POST", path, body=body, headers=headers)
                 resp = conn.getresponse()
                 data = resp.read()
+                return resp.status, time.perf_counter() - start, data
             except (ConnectionError, http.client.HTTPException):
-                conn.close()
-                self._conn = None if keep_alive else self._conn
-                if attempt:
+                conn.close()  # a kept connection closed this way connects again on its next request
+                if attempt == 2:
                     raise
-                continue
-            elapsed = time.perf_counter() - start
-            if keep_alive:
-                self._conn = conn
-            else:
-                conn.close()
-            return resp.status, elapsed, data
+            finally:
+                if keep_alive:
+                    self._conn = conn
+                else:
+                    conn.close()
         raise AssertionError("unreachable")
 
-    # -- observation -----------------------------------------------------------------------------------
     def accepted_dispatch_count(self) -> int:
         """Cheap to poll: counts 204s on /dispatches without copying payloads."""
         return sum(1 for r in self.github.requests if r.status == 204 and request_kind(r) == "dispatches")
@@ -657,15 +630,12 @@ class Relay:
             for k, sent in enumerate(self.github.dispatches(repo))
         ]
 
-    def queue_depth(self, logical: str) -> int:
-        return queue_depth(self.stack.client("sqs"), self.stack.queue_urls[logical])
-
     def wait_idle(self, timeout_s: float, queue: str = "ChecksQueue") -> bool:
         """Until the queue's function has nothing left: the queue empty twice in a row, a second apart."""
         deadline = time.monotonic() + timeout_s
         empty = 0
         while time.monotonic() < deadline:
-            empty = empty + 1 if self.queue_depth(queue) == 0 else 0
+            empty = empty + 1 if queue_depth(self.stack.client("sqs"), self.stack.queue_urls[queue]) == 0 else 0
             if empty >= 2:
                 return True
             time.sleep(1.0)
@@ -684,7 +654,6 @@ class Relay:
         arn = ddb.describe_table(TableName=copy)["Table"]["LatestStreamArn"]
         return copy, StreamReader(self.stack.client("dynamodbstreams"), arn)
 
-    # -- the bench invoking functions itself -------------------------------------------------------------
     def receive(self, queue: str, wait_s: int = 0) -> list[dict[str, Any]]:
         got = self.stack.client("sqs").receive_message(
             QueueUrl=self.stack.queue_urls[queue],
@@ -817,10 +786,8 @@ def pr_event(n: int) -> tuple[bytes, int, str]:
 
 
 def distinct(body: bytes, delivery: str) -> bytes:
-    """The body as an event of its own: GitHub never sends two events alike to the byte, and the relay takes the
-    same signed bytes under a new delivery id for a replay. A field the relay does not read, put in front."""
-    if not body.startswith(b"{") or body[1:].lstrip().startswith(b"}"):
-        return body
+    """The body (a JSON object) as an event of its own: GitHub never sends two events alike to the byte, and the relay
+    takes the same signed bytes under a new delivery id for a replay. A field the relay does not read, put in front."""
     return b'{"crcr_bench_delivery": "' + delivery.encode() + b'", ' + body[1:]
 
 
@@ -877,8 +844,7 @@ def child_main(add_arguments: Callable[[Any], None], measure: Callable[[Bench, A
 
 
 def at_baseline(ref: str, measure: Callable[[str, Path], dict[str, Any]]) -> dict[str, Any]:
-    """`measure(commit, folder)` of the code at a git ref, exported to a temporary folder, under the ref and its
-    commit; skipped when `ref` names no commit here, or when `measure` says it was."""
+    """`measure(commit, folder)` of the code at a git ref, exported to a temporary folder (skipped if no commit)."""
     commit = subprocess.run(
         ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=ROOT, capture_output=True, text=True, check=False
     ).stdout.strip()
@@ -889,7 +855,3 @@ def at_baseline(ref: str, measure: Callable[[str, Path], dict[str, Any]]) -> dic
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
         then = measure(commit, Path(tmp))
     return then if then.get("skipped") else {"ref": ref, "commit": commit} | then
-
-
-if __name__ == "__main__" and sys.argv[1:] == ["github-double"]:
-    serve_github_double()

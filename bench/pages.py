@@ -53,24 +53,23 @@ def commit_summary(sha: str, pr: int | None, at: float, rng: random.Random, keep
     """A commit's overview summary from the relay's code: its planner note and its jobs merged into its document."""
     docs = keep or MemoryDocs()
     clock = FakeClock(at)
-    deps = h.summaries.SummaryDeps(docs=docs, metrics=RecordingMetrics(), clock=clock)
+    deps = h.SummaryDeps(docs=docs, metrics=RecordingMetrics(), clock=clock)
     meta = {"title": f"[inductor] Fix a thing in change {sha[:8]}", "author": f"dev{rng.randrange(500)}", "at": at}
     if pr:
         meta |= {"pr_state": "open", "base_sha": "0" * 40}
-    h.summaries.note_plan(
-        h.summaries.PlanNote(h.UPSTREAM, sha, "pull_request" if pr else "push", pr, meta=meta,
+    h.note_plan(
+        h.PlanNote(h.UPSTREAM, sha, "pull_request" if pr else "push", pr, meta=meta,
                  planned={repo: {"state": "pending", "level": 4} for repo in REPOS}), deps)  # fmt: skip
     clock.t = at + 3000
-    h.summaries.update_summaries(jobs_of(sha, pr, at, rng), deps)
+    h.update_summaries(jobs_of(sha, pr, at, rng), deps)
     doc, _ = docs.get(f"commit/{sha}.json")
     assert doc is not None
-    return h.summaries.summary_of(doc)
+    return h.summary_of(doc)
 
 
 def seed(days: int, load: int, say: Callable[[str], None]) -> tuple[MemoryDocs, int, float]:
-    """`days` of commits at `load` x 1,000 PR events a day; returns the documents, the measured PR and the seconds
-    it took. Commits are summarised once per template slot and re-keyed (sha, PR, time) per commit: the cells are
-    the relay's, the per-commit cost is the merges the pages' documents go through."""
+    """`days` of commits at `load` x 1,000 PR events a day: the documents, the measured PR and the seconds it took.
+    A few commits are summarised by the relay's code and re-keyed (sha, PR, time) for every other."""
     started = time.perf_counter()
     rng = random.Random(21)  # the same commits' cells at every size: what differs is only how much is held
     end = time.time()
@@ -96,24 +95,22 @@ def seed(days: int, load: int, say: Callable[[str], None]) -> tuple[MemoryDocs, 
         batch.append(summary)
         if pr is not None:
             # A PR page holds its own few commits; only recent PRs are kept here (older ones are never fetched).
-            prs[pr] = h.summaries._with_commits(
-                prs.get(pr), [summary], keep=h.summaries.PR_COMMITS, now=at, pr=pr
-            ) or prs.get(pr)
+            prs[pr] = h._with_commits(prs.get(pr), [summary], keep=h.PR_COMMITS, now=at, pr=pr) or prs.get(pr)
             if len(prs) > 2000:
                 prs.pop(next(iter(prs)))
         if len(batch) == BATCH:
-            index = h.summaries._with_index(index, batch, now=at) or index
+            index = h.with_index(index, batch, now=at) or index
             batch = []
     if batch:
-        index = h.summaries._with_index(index, batch, now=end) or index
+        index = h.with_index(index, batch, now=end) or index
     # The measured PR: the newest one, whose head gets a full commit document through the reporter's code.
     pr = max(p for p in prs)
     head = f"{total + 1:040x}"
     own = MemoryDocs()
     real = commit_summary(head, pr, end, random.Random(22), own)
     docs.put(f"commit/{head}.json", own.docs[f"commit/{head}.json"], None)
-    prs[pr] = h.summaries._with_commits(prs[pr], [real], keep=h.summaries.PR_COMMITS, now=end, pr=pr)
-    index = h.summaries._with_index(index, [real], now=end) or index
+    prs[pr] = h._with_commits(prs[pr], [real], keep=h.PR_COMMITS, now=end, pr=pr)
+    index = h.with_index(index, [real], now=end) or index
     assert index is not None and prs[pr] is not None
     docs.put("index.json", index, None)
     docs.put(f"pr/{pr}.json", prs[pr], None)  # type: ignore[arg-type]
@@ -172,10 +169,6 @@ def pages_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
                     overview = measure(browser, served, "/hud/", runs)
                     pr_page = measure(browser, served, f"/hud/pr/{pr}", runs)
                 out[f"{load}x_{held}d"] = {"seed_s": round(seeded_s, 1), "overview": overview, "pr": pr_page}
-                say(
-                    f"   {load:>2}x, {held:>2} day(s) held: overview {overview['bytes_documents']:,} B of documents "
-                    f"({overview['bytes_first_visit']:,} B first visit), ready in {overview['ready_ms_p50']} ms; "
-                    f"PR page {pr_page['bytes_documents']:,} B ({pr_page['bytes_first_visit']:,} B), "
-                    f"ready in {pr_page['ready_ms_p50']} ms"
-                )
+                shown = [f"{p['bytes_documents']:,} B in {p['ready_ms_p50']} ms" for p in (overview, pr_page)]
+                say(f"   {load:>2}x, {held:>2} day(s) held: overview {shown[0]}, PR page {shown[1]}")
     return {"hud_pages": out}

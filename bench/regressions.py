@@ -52,8 +52,8 @@ def history(pushes: int, rng: random.Random, t0: float) -> list[list[Any]]:
 
 
 def results(pushes: list[list[Any]], seen: list[bool], repos: int, rng: random.Random) -> dict[int, list[tuple]]:
-    """Per push the relay saw, the branch results it brings: (repo, job, event type, head SHA, passed). Push jobs test
-    every head; nightly ones every NIGHTLY_EVERY-th head seen. Each job breaks and mends by chance."""
+    """Per push the relay saw, its branch results (repo, job, event type, head SHA, passed); nightly jobs test every
+    NIGHTLY_EVERY-th head seen."""
     broken = [False] * repos
     out: dict[int, list[tuple]] = {}
     tested = 0
@@ -66,10 +66,8 @@ def results(pushes: list[list[Any]], seen: list[bool], repos: int, rng: random.R
             if nightly and tested % NIGHTLY_EVERY:
                 continue
             broken[r] = rng.random() >= FIX if broken[r] else rng.random() < BREAK
-            job = "nightly-test" if nightly else "test"
-            out[p].append(
-                (f"bench-org/repo-{r}", job, "nightly" if nightly else "push", commits[-1].sha, not broken[r])
-            )
+            job, kind = ("nightly-test", "nightly") if nightly else ("test", "push")
+            out[p].append((f"bench-org/repo-{r}", job, kind, commits[-1].sha, not broken[r]))
     return out
 
 
@@ -120,21 +118,17 @@ def _changes(p: int, tested: list[tuple], t: float) -> list[Any]:
 
 
 def _setting(r: h.Relay, name: str, bucket: str, tracking: bool) -> rep.Setting:
-    """The reporter as its composition root builds it (HUD documents on, HUD push and check runs off), with its own
-    results table and bucket; `tracking` off takes the regressions out and changes nothing else."""
-    table, reader = r.results_copy(name)
-    env = {k: v for k, v in r.stack.function_env.items() if k not in ("CRCR_HUD_URL", "CRCR_CHECKS_QUEUE_URL")}
-    env |= {"CRCR_RESULTS_TABLE": table, "CRCR_HUD_BUCKET": bucket}
-    deps = h.build_report_deps(h.load_settings(env))
-    if deps.regressions is None or deps.regressions.history is None or deps.checks is not None:
+    """The reporter as section 7 builds it, the App kept for GitHub's comparisons; `tracking` off takes the regressions
+    out and changes nothing else."""
+    setting = rep.build_setting(r, name, bucket, off=("CRCR_HUD_URL", "CRCR_CHECKS_QUEUE_URL"))
+    if setting.deps.regressions is None or setting.deps.regressions.history is None:
         raise RuntimeError(f"{name}: the reporter is not configured as this section needs")
-    deps = replace(deps, summaries=replace(deps.summaries, health=None))  # section 7 measures the health refresh
-    return rep.Setting(name, deps if tracking else replace(deps, regressions=None), bucket, table, reader)
+    setting.deps = setting.deps if tracking else replace(setting.deps, regressions=None)
+    return setting
 
 
 def write_units(ddb: Any, table: str, prefix: str) -> float:
-    """The mean write units of the state table's items whose key starts with `prefix`, as DynamoDB bills a write of
-    each (a unit per KB begun; the item's JSON, a little over its stored size, stands for it)."""
+    """The mean write units of the state table's items whose key starts with `prefix` (a unit per KB of their JSON)."""
     items = [i for i in h.scan(ddb, TableName=table) if i["pk"]["S"].startswith(prefix)]
     return sum(math.ceil(len(json.dumps(i)) / 1024) for i in items) / max(1, len(items))
 
@@ -150,8 +144,13 @@ def verify(store: Any, want: dict[tuple[str, str], list[tuple]]) -> dict[str, An
 
 
 def regressions_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
-    """One stack with no pollers and the GitHub double holding the branch's history; the two settings take turns
-    going first on each stream batch, as in section 7."""
+    """One stack (template.yaml's resources, no poller) with the GitHub double holding the branch's history;
+    ReporterFunction's handler called directly with each setting's own copy of the results table's stream, batch by
+    batch, the two settings taking turns going first: on = the reporter as build_report_deps makes it (HUD documents
+    on; HUD push, check runs and the health refresh off), off = the same with regression tracking taken out. Each
+    push's commits go to the branch log first, as the planner writes them (counted apart); a share of the pushes never
+    reach the relay, so their commits come from GitHub's comparison; the kept regressions are checked against the
+    ranges the results call for, worked out apart from the relay."""
     started, rng = time.perf_counter(), random.Random(SEED)
     t0 = float(int(time.time() - 3 * 86_400))
     pushes = history(args.regression_pushes, rng, t0)
@@ -174,15 +173,11 @@ def regressions_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, A
         branch = h.DynamoBranch(ddb, r.stack.function_env["CRCR_STATE_TABLE"])
         batch_size = next(f for f in r.stack.functions if f.logical_id == rep.FUNCTION).stream_sources[0].batch_size
         feed, log_calls, compares_before = rep.Feed(ddb, settings), Counter[str](), len(r.github.requests)
-        changes, logged = 0, 0
         for n, p in enumerate(sorted(tested)):
             before = bench.aws.snapshot()
             branch.record_commits(h.UPSTREAM, pushes[p])  # what the planner writes for the push
             log_calls.update(bench.aws.snapshot() - before)
-            logged += 1
-            push_changes = _changes(p, tested[p], pushes[p][-1].t)
-            feed.write(push_changes)
-            changes += len(push_changes)
+            feed.write(_changes(p, tested[p], pushes[p][-1].t))
             while feed.read < feed.length:
                 start, end = feed.read, min(feed.read + batch_size, feed.length)
                 for setting in settings if n % 2 == 0 else settings[::-1]:
@@ -214,22 +209,21 @@ def regressions_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, A
             "repositories": args.regression_repos,
             "commits": sum(map(len, pushes)),
             "branch_results": jobs,
-            "changes": changes,
+            "changes": 2 * jobs,  # each job's in-progress and finished rows
             "batch_size": batch_size,
         },
         "off": off,
         "on": on,
         "aws_calls_per_branch_result_added": round(on["aws_calls"]["total"] - off["aws_calls"]["total"], 3),
         "cpu_ms_per_branch_result_added": round(on["cpu_ms"] - off["cpu_ms"], 3),
-        # Write units: a kept job's regressions at its items' size, a budget cell 1, a batch of compared commits
-        # at 25 items (the most a batch writes: an upper bound).
+        # A kept job's regressions at its items' size, a budget cell 1, a batch of compared commits 25 (at most).
         "write_units_per_branch_result_added": round(
             on["aws_calls"].get("dynamodb.PutItem", 0) * math.ceil(regs_wu)
             + on["aws_calls"].get("dynamodb.UpdateItem", 0)
             + on["aws_calls"].get("dynamodb.BatchWriteItem", 0) * 25 * branch_wu,
             3,
         ),
-        "branch_log_aws_calls_per_push": {k: round(v / logged, 3) for k, v in sorted(log_calls.items())},
+        "branch_log_aws_calls_per_push": {k: round(v / len(tested), 3) for k, v in sorted(log_calls.items())},
         "branch_log_write_units_per_push": round(2 * sum(map(len, pushes)) / len(pushes) * branch_wu, 3),
         "regressions_opened": opened,
         "regressions_expected": ranges,
@@ -241,16 +235,7 @@ def regressions_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, A
         "verification": verification
         | {"ok": verification["ok"] and opened == ranges and len(compares) == len(gaps) and not on["failures"]},
         "elapsed_s": round(time.perf_counter() - started, 1),
-        "method": (
-            "one moto_server process and local stack (template.yaml's resources, no pollers) with the GitHub double "
-            "holding the branch's history; functions/reporter/handler.py called directly with each setting's own "
-            "copy of the results table's stream, batch by batch, each setting in turn: on = the reporter as "
-            "build_report_deps makes it (HUD documents on, HUD push, check runs and the health refresh off), off = "
-            "the same with regression tracking taken out; each push's commits written to the branch log first as "
-            "the planner writes them (counted apart); a share of the pushes never reach the relay, so their "
-            "commits come from GitHub's comparison; the kept regressions checked against the ranges the results "
-            "call for, worked out apart from the relay"
-        ),
+        "method": " ".join(str(regressions_section.__doc__).split()),
     }
     bench.out.say(
         f"  {jobs} branch results: +{out['aws_calls_per_branch_result_added']} AWS calls each with tracking on; "

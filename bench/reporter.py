@@ -23,7 +23,7 @@ FAILURE_RATE = 0.15
 START_TIMEOUT_S, RUN_TIMEOUT_S = 3600, 43_200  # template defaults: when the sweeper steps in
 COMMIT_SPACING_S = 90.0
 # Relay configuration each setting leaves out, so that only the HUD summaries differ between them.
-OFF_IN_BOTH = ("CRCR_HUD_URL", "CRCR_CHECKS_QUEUE_URL", "CRCR_GITHUB_APP_ID")
+OFF = ("CRCR_HUD_URL", "CRCR_CHECKS_QUEUE_URL", "CRCR_GITHUB_APP_ID")
 # The repositories the bench reports for, listed as the stack's settings check requires an allowlist.
 ALLOWLIST = "L4:\n" + "".join(f"  - bench-org/repo-{r}\n" for r in range(100))
 
@@ -49,21 +49,17 @@ def _digest(doc: dict[str, Any]) -> str:
 
 
 def _payload(status: str, conclusion: str | None, job: str, run_id: int, rng: random.Random) -> dict[str, Any]:
-    doc: dict[str, Any] = {"schema_version": 1, "status": status, "workflow_name": "CI", "job_name": job}
-    doc["run_id"] = run_id
+    doc = {"schema_version": 1, "status": status, "workflow_name": "CI", "job_name": job, "run_id": run_id}
     if status == "completed":
-        doc["conclusion"] = conclusion
-        total = rng.randint(200, 4000)
-        failed = rng.randint(1, 5) if conclusion == "failure" else 0
-        skipped = total // 20
-        doc["test_results"] = {"passed": total - failed - skipped, "failed": failed, "skipped": skipped, "total": total}
+        total, failed = rng.randint(200, 4000), rng.randint(1, 5) if conclusion == "failure" else 0
+        results = {"passed": total - failed - total // 20, "failed": failed, "skipped": total // 20, "total": total}
+        doc |= {"conclusion": conclusion, "test_results": results}
     return doc
 
 
 def job_changes(commits: int, repos: int, *, seed: int = SEED, start: float | None = None) -> list[Change]:
-    """`commits` commits (three in four of PRs, two commits per PR) x `repos` repositories x 1 or 2 jobs, each
-    `in_progress` then `completed` (about one in seven fails); re-runs, sweeps and dispatches with no job on every
-    third, eleventh and thirteenth commit; ordered by when each would be written, so the commits interleave."""
+    """`commits` commits x `repos` repositories x 1 or 2 jobs, each `in_progress` then `completed`, with re-runs,
+    sweeps and dispatches with no job, ordered by when each would be written, so the commits interleave."""
     rng = random.Random(seed)
     t0 = float(int(start if start is not None else time.time() - 2 * 86_400))
     changes: list[Change] = []
@@ -89,26 +85,17 @@ def job_changes(commits: int, repos: int, *, seed: int = SEED, start: float | No
                 continue
             run_id = 9_000_000 + c * 100 + r
             for j in range(1 + r % 2):
-                changes.extend(_one_job(base, run_id, JOB_NAMES[j], rng, never_finishes=c % 11 == 7 and r == j == 0))
+                changes.extend(_one_job(base, run_id, JOB_NAMES[j], rng, swept=c % 11 == 7 and r == j == 0))
                 if changes[-1].new.conclusion == "failure" and c % 3 == 0:
-                    rerun_at = changes[-1].at + 120
-                    changes.extend(_one_job(base, run_id, JOB_NAMES[j], rng, attempt=2, after=rerun_at, passes=True))
+                    changes.extend(_one_job(base, run_id, JOB_NAMES[j], rng, rerun_at=changes[-1].at + 120))
     changes.sort(key=lambda ch: ch.at)
     return changes
 
 
-def _one_job(
-    base: Any,
-    run_id: int,
-    name: str,
-    rng: random.Random,
-    *,
-    attempt: int = 1,
-    after: float | None = None,
-    passes: bool = False,
-    never_finishes: bool = False,
-) -> list[Change]:
-    started = (after if after is not None else base.dispatched_at) + rng.uniform(20, 180)
+def _one_job(base: Any, run_id: int, name: str, rng: random.Random, rerun_at: float = 0, swept: bool = False) -> list:
+    """A job's changes: a first attempt (`swept`: never finished), or one re-run at `rerun_at` that passes."""
+    attempt = 2 if rerun_at else 1
+    started = (rerun_at or base.dispatched_at) + rng.uniform(20, 180)
     url = f"https://github.com/{base.repo}/actions/runs/{run_id}"
     running_doc = _payload("in_progress", None, name, run_id, rng)
     running = replace(
@@ -117,13 +104,13 @@ def _one_job(
         callback_payload=json.dumps(running_doc), version=1, check_run_id=f"crcr-{run_id}-{attempt}",
     )  # fmt: skip
     out = [Change(running, None, started, "in_progress")]
-    if never_finishes:
+    if swept:
         at = started + RUN_TIMEOUT_S
         swept = replace(
             running, state="timed_out", conclusion="timed_out", fingerprint=h.SWEPT, completed_at=at, version=2
         )
         return [*out, Change(swept, running, at, "timed_out")]
-    conclusion = "success" if passes or rng.random() >= FAILURE_RATE else "failure"
+    conclusion = "success" if rerun_at or rng.random() >= FAILURE_RATE else "failure"
     done_at = started + rng.uniform(300, 1800)
     done_doc = _payload("completed", conclusion, name, run_id, rng)
     done = replace(
@@ -134,8 +121,7 @@ def _one_job(
 
 
 class Retries:
-    """Lambda's stream retries, drawn: a batch delivered again from one of its records on, at the head of the next
-    batch (after a batch item failure or a time-out), so that about `redelivered` of the records arrive twice."""
+    """Lambda's stream retries, drawn: a batch delivered again from one of its records on, `redelivered` of them."""
 
     def __init__(self, redelivered: float, *, seed: int = RETRY_SEED) -> None:
         self._rng = random.Random(seed)
@@ -158,10 +144,8 @@ def _failed(job: Any) -> bool:
 
 
 def expected_verdicts(changes: list[Change]) -> dict[str, str | None]:
-    """Per job attempt (keyed as the commit documents key it), the verdict its row ends with (docs/contracts.md),
-    worked out here, apart from the reporter: only L3/L4 jobs of pull requests get one; a run whose latest attempt
-    passed after a failed one is `flaky` on the failed attempts and the passing one; a failed latest attempt is
-    `infra` when timed out, else `no baseline` (the bench records no PR's base commit)."""
+    """Per job attempt, the verdict its row ends with (docs/contracts.md), worked out apart from the reporter; a failed
+    latest attempt is `no baseline` unless timed out (the bench records no PR's base commit)."""
     runs: dict[tuple[str, str, str, str], list[Any]] = {}
     for job in _final(changes).values():
         runs.setdefault((job.dispatch_id, job.run_id, job.workflow_name, job.job_name), []).append(job)
@@ -177,13 +161,13 @@ def expected_verdicts(changes: list[Change]) -> dict[str, str | None]:
                     verdict = "flaky" if job is latest or _failed(job) else None
                 elif _failed(job):
                     verdict = "infra" if job.state == "timed_out" else "no baseline"
-            out[h.summaries.job_key(job)] = verdict
+            out[h.job_key(job)] = verdict
     return out
 
 
 def verify_verdicts(ddb: Any, table: str, expected: dict[str, str | None]) -> dict[str, Any]:
     """The setting's results table ends with the verdicts the fed changes call for, on every row."""
-    rows = {h.summaries.job_key(job): job.verdict for job in map(h.from_item, h.scan(ddb, TableName=table))}
+    rows = {h.job_key(job): job.verdict for job in map(h.from_item, h.scan(ddb, TableName=table))}
     problems = [f"{k}: verdict {rows.get(k)!r} != {want!r}" for k, want in expected.items() if rows.get(k) != want]
     if extra := set(rows) - set(expected):
         problems.append(f"{len(extra)} rows never fed")
@@ -192,12 +176,12 @@ def verify_verdicts(ddb: Any, table: str, expected: dict[str, str | None]) -> di
 
 
 def verify_documents(docs: Any, changes: list[Change]) -> dict[str, Any]:
-    """The index lists every commit fed and no other; each commit document holds every job attempt at its final
-    version, with the verdict its row ends with (the cells those make are the summaries' own, unit-tested)."""
+    """The index lists every commit fed and no other; each commit document every job attempt at its final version
+    and verdict."""
     verdicts = expected_verdicts(changes)
     versions: dict[str, dict[str, int]] = {}
     for job in _final(changes).values():
-        versions.setdefault(job.head_sha, {})[h.summaries.job_key(job)] = job.version
+        versions.setdefault(job.head_sha, {})[h.job_key(job)] = job.version
     index, _ = docs.get("index.json")
     listed = {c.get("sha") for c in (index or {}).get("commits", [])}
     problems = [f"index lists {len(listed)} commits, {len(versions)} fed"] if listed != set(versions) else []
@@ -224,8 +208,7 @@ class Setting:
     stream: list[dict[str, Any]] = field(default_factory=list)  # its table's stream read so far, in order
     health: bool = False
     health_ms: list[float] = field(default_factory=list)  # each health computation, when the refresh is on
-    batch_ms: list[float] = field(default_factory=list)  # each handler call, its AWS calls and records given
-    batch_records: list[int] = field(default_factory=list)
+    batch_records: list[int] = field(default_factory=list)  # each handler call's records
     wall: float = 0.0
     cpu: float = 0.0
     moto_cpu: float = 0.0
@@ -241,22 +224,20 @@ def deliver(setting: Setting, r: h.Relay, batch: list[dict[str, Any]], bench: h.
     moto_before = h.cpu_seconds(r.moto.pid)
     c0, t0 = time.process_time(), time.perf_counter()
     result = handler(event, context, deps=setting.deps)
-    elapsed = time.perf_counter() - t0
+    setting.wall += time.perf_counter() - t0
     setting.cpu += time.process_time() - c0
     setting.moto_cpu += h.cpu_seconds(r.moto.pid) - moto_before
-    setting.wall += elapsed
     setting.calls.update(bench.aws.snapshot() - calls)
-    setting.batch_ms.append(elapsed * 1000.0)
     setting.batch_records.append(len(batch))
     setting.metrics.update(Counter(h.TOTALS) - metrics)
     setting.failures += len((result or {}).get("batchItemFailures") or [])
 
 
-def build_setting(r: h.Relay, name: str, bucket: str | None, *, health: bool = False) -> Setting:
+def build_setting(r: h.Relay, name: str, bucket: str | None, *, health: bool = False, off: Any = OFF) -> Setting:
     """The reporter's dependencies as its composition root builds them, with its own results table, the HUD bucket
-    or none, HUD push and check runs off; the health refresh timed with `health`, else taken out."""
+    or none, the settings `off` left out; the health refresh timed with `health`, else taken out."""
     table, reader = r.results_copy(name)
-    env = {k: v for k, v in r.stack.function_env.items() if k not in (*OFF_IN_BOTH, "CRCR_HUD_BUCKET")}
+    env = {k: v for k, v in r.stack.function_env.items() if k not in (*off, "CRCR_HUD_BUCKET")}
     env["CRCR_RESULTS_TABLE"] = table
     if bucket is not None:
         env["CRCR_HUD_BUCKET"] = bucket
@@ -284,19 +265,17 @@ def _per(counts: Counter[str] | dict[str, int], n: int) -> dict[str, float]:
 
 
 def _report(setting: Setting, changes: list[Change], fed: list[Change], s3: Any, ddb: Any) -> dict[str, Any]:
-    n = len(changes)
-    written = setting.metrics.get("HudSummaryWritten", 0)
-    conflicts = setting.metrics.get("HudSummaryConflict", 0)
+    n, deps_summaries = len(changes), setting.deps.summaries
+    writes = {name: round(setting.metrics.get(name, 0) / n, 3) for name in ("HudSummaryWritten", "HudSummaryConflict")}
     verdicts = verify_verdicts(ddb, setting.table, expected_verdicts(fed))
     if setting.bucket is not None:
         verification = verify_documents(h.S3HudDocs(s3, setting.bucket), fed)
         verification["problems"] = (verification["problems"] + verdicts["problems"])[:5]
     else:
         s3_calls = sum(v for k, v in setting.calls.items() if k.startswith("s3."))
-        verification = {"ok": not s3_calls and not written, "s3_calls": s3_calls, "problems": verdicts["problems"]}
-    verification["ok"] = verification["ok"] and verdicts["ok"]
-    verification["verdicts"] = verdicts
-    deps_summaries = setting.deps.summaries
+        ok = not s3_calls and not setting.metrics.get("HudSummaryWritten")
+        verification = {"ok": ok, "s3_calls": s3_calls, "problems": verdicts["problems"]}
+    verification |= {"ok": verification["ok"] and verdicts["ok"], "verdicts": verdicts}
     return {
         "setting": setting.name,
         "summaries": deps_summaries is not None,
@@ -308,28 +287,23 @@ def _report(setting: Setting, changes: list[Change], fed: list[Change], s3: Any,
         },
         "changes": n,
         "records_delivered": sum(setting.batch_records),
-        "batches": len(setting.batch_ms),
+        "batches": len(setting.batch_records),
         "batch_item_failures": setting.failures,
         "aws_calls": dict(sorted(setting.calls.items())),
         "aws_calls_per_change": _per(setting.calls, n),
         "ms_per_change": round(setting.wall * 1000.0 / n, 3),
         "cpu_ms_per_change": round(setting.cpu * 1000.0 / n, 3),
         "moto_cpu_ms_per_change": round(setting.moto_cpu * 1000.0 / n, 3),
-        "writes_per_change": {
-            "HudSummaryWritten": round(written / n, 3),
-            "HudSummaryConflict": round(conflicts / n, 3),
-        },
+        "writes_per_change": writes,
         "relay_metrics": dict(sorted(setting.metrics.items())),
         "verification": verification,
     }
 
 
 def difference(on: dict[str, Any], off: dict[str, Any]) -> dict[str, Any]:
-    ops = sorted(set(on["aws_calls_per_change"]) | set(off["aws_calls_per_change"]))
     on_calls, off_calls = on["aws_calls_per_change"], off["aws_calls_per_change"]
-    diff: dict[str, Any] = {
-        "aws_calls_per_change": {op: round(on_calls.get(op, 0) - off_calls.get(op, 0), 3) for op in ops}
-    }
+    calls = {op: round(on_calls.get(op, 0) - off_calls.get(op, 0), 3) for op in sorted(on_calls | off_calls)}
+    diff: dict[str, Any] = {"aws_calls_per_change": calls}
     for key in ("ms_per_change", "cpu_ms_per_change", "moto_cpu_ms_per_change"):
         diff[key] = round(on[key] - off[key], 3)
     for name in ("HudSummaryWritten", "HudSummaryConflict"):
@@ -338,12 +312,10 @@ def difference(on: dict[str, Any], off: dict[str, Any]) -> dict[str, Any]:
 
 
 def health_adds(with_health: dict[str, Any], without: dict[str, Any], changes: list[Change]) -> dict[str, Any]:
-    """What the health refresh adds, and what it would add at the stream's own pace: the bench feeds the sequence in
-    seconds, so each repository's health is computed once here, where the changes' own times would run it on each
-    repository's first change and then on the first at least `refresh_s` after its last run."""
-    adds = difference(with_health, without)
-    refresh = with_health["health_refresh"]
-    done = refresh["computations"]
+    """What the health refresh adds, and what it would add at the stream's own pace (the bench feeds it in seconds:
+    each repository's health is computed once here, at the changes' own times every `refresh_s`)."""
+    adds, refresh = difference(with_health, without), with_health["health_refresh"]
+    done, ms = refresh["computations"], refresh["ms_total"]
     last: dict[str, float] = {}
     at_pace = 0
     for ch in changes:
@@ -351,22 +323,19 @@ def health_adds(with_health: dict[str, Any], without: dict[str, Any], changes: l
         if repo not in last or ch.at - last[repo] >= refresh["refresh_s"]:
             last[repo] = ch.at
             at_pace += 1
-    calls = adds["aws_calls_per_change"]["total"] * len(changes)
+    calls, share = adds["aws_calls_per_change"]["total"] * len(changes), at_pace / len(changes)
     adds["computations"] = done
-    adds["ms_per_computation"] = round(refresh["ms_total"] / done, 2) if done else None
+    adds["ms_per_computation"] = round(ms / done, 2) if done else None
     adds["aws_calls_per_computation"] = round(calls / done, 2) if done else None
     adds["computations_at_stream_pace"] = at_pace
-    adds["ms_per_change_at_stream_pace"] = (
-        round(refresh["ms_total"] / done * at_pace / len(changes), 3) if done else None
-    )
-    adds["aws_calls_per_change_at_stream_pace"] = round(calls / done * at_pace / len(changes), 3) if done else None
+    adds["ms_per_change_at_stream_pace"] = round(ms / done * share, 3) if done else None
+    adds["aws_calls_per_change_at_stream_pace"] = round(calls / done * share, 3) if done else None
     return adds
 
 
 class Feed:
-    """The settings' streams side by side: each change written to every setting's table (unmeasured) just before the
-    reporter reads it, the verdicts it writes back coming after; the settings differ only in the summaries, never in
-    the verdicts, so their streams hold the same records in the same order, and one `read` serves them all."""
+    """The settings' streams side by side, each change written to every setting's table (unmeasured): they differ only
+    in the summaries, never in the verdicts, so their streams hold the same records and one `read` serves them all."""
 
     def __init__(self, ddb: Any, settings: list[Setting]) -> None:
         self._ddb = ddb
@@ -408,8 +377,12 @@ class Feed:
 
 
 def reporter_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
-    """One stack holding template.yaml's resources with no poller; each setting its own copy of the results table,
-    fed the same stream batches in turn (the settings take turns going first)."""
+    """One stack (template.yaml's resources, no poller): ReporterFunction's handler called directly with the records of
+    each setting's own copy of the results table's stream, read as crcr local's StreamReader reads it: the changes,
+    written to every copy as the callback function would, and the verdicts the reporter writes back. Each batch goes
+    to every setting in turn (alternating which goes first), each with its own dependencies from build_report_deps:
+    off = no HUD bucket, on = the template's, on_health = on with the health refresh; HUD push and check runs off in
+    all. AWS calls from a botocore hook, CPU from time.process_time around each handler call."""
     started = time.perf_counter()
     changes = job_changes(args.reporter_commits, args.reporter_repos)
     # One change of another commit, before the sequence: opens connections and loads what botocore loads lazily.
@@ -426,8 +399,7 @@ def reporter_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]
             build_setting(r, "on_health", f"{bucket}-health", health=True),
         ]
         bench.out.say(
-            f"   {len(changes)} changes ({args.reporter_redelivered:.0%} of the stream's records delivered twice) in "
-            f"batches of {batch_size}, each batch to: {', '.join(s.name for s in settings)}"
+            f"   {len(changes)} changes in batches of {batch_size}, {args.reporter_redelivered:.0%} redelivered"
         )
         handler = r.stack.handlers[FUNCTION]
         feed = Feed(ddb, settings)
@@ -465,7 +437,7 @@ def reporter_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]
                 "stream_records": feed.length - measured_from,
                 "verdict_write_backs": feed.write_backs,
                 "redelivered": sum(settings[0].batch_records) - (feed.length - measured_from),
-                "batches": len(settings[0].batch_ms),
+                "batches": len(settings[0].batch_records),
             }
         }
         for setting in settings:
@@ -478,15 +450,5 @@ def reporter_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]
         results[s.name]["verification"]["ok"] and not results[s.name]["batch_item_failures"] for s in settings
     )
     results["elapsed_s"] = round(time.perf_counter() - started, 1)
-    results["method"] = (
-        "one moto_server process and local stack (template.yaml's resources, no pollers); "
-        "functions/reporter/handler.py lambda_handler called directly with the records of each setting's own "
-        "copy of the results table's stream (NEW_AND_OLD_IMAGES, read as crcr.local.pollers.StreamReader reads "
-        "it): the changes, written to every copy as the callback function would, and the verdicts the reporter "
-        f"writes back, in batches of {batch_size}; each batch goes to every setting in turn (alternating which goes "
-        "first), each with its own dependencies from build_report_deps: off = no CRCR_HUD_BUCKET, on = the "
-        "template's HudBucket, on_health = on with the health refresh; HUD push (CRCR_HUD_URL) and check runs "
-        "(CRCR_CHECKS_QUEUE_URL, App id) off in all; AWS calls from a botocore hook, CPU from time.process_time "
-        "around each handler call"
-    )
+    results["method"] = " ".join(str(reporter_section.__doc__).split()) + f" Batches of {batch_size}."
     return {"reporter": results}

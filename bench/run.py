@@ -35,12 +35,7 @@ SECTIONS = [
     ("reporter", "7. reporter cost per recorded change", reporter.reporter_section, False),
     ("dispatch", "10. the dispatcher's cost per warm dispatch", dispatch.dispatch_section, False),
     ("pages", "11. HUD pages at PyTorch's scale", pages.pages_section, False),
-    (
-        "regressions",
-        "13. regression tracking per branch result; compare calls per regression",
-        regressions.regressions_section,
-        False,
-    ),
+    ("regressions", "13. regression tracking per branch result, compare calls", regressions.regressions_section, False),
     ("runs", "12. GitHub's record of runs: events dropped at the door, a run reconciled", runs.runs_section, False),
     ("inbound", "14. the inbound door on a callback and a run event, and at the baseline", runs.inbound_section, False),
     ("coldstart", "5. cold starts of each function", coldstart.coldstart_section, False),

@@ -16,9 +16,7 @@ import harness as h
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-drops", type=int, default=200, help="non-relay workflow_job/workflow_run deliveries")
     parser.add_argument("--run-jobs", type=int, default=4, help="jobs of each reconciled run")
-    parser.add_argument(
-        "--inbound-events", type=int, default=100, help="section 14: callbacks and run events of each kind"
-    )
+    parser.add_argument("--inbound-events", type=int, default=100, help="section 14's callbacks and run events")
 
 
 def _run_event(repo: str, i: int, **run: Any) -> dict[str, Any]:
@@ -31,16 +29,14 @@ def _run_event(repo: str, i: int, **run: Any) -> dict[str, Any]:
 
 
 def runs_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
-    """One stack, two L2 targets whose workflow names its runs with the dispatch id (the double plays the runs and
-    sends `workflow_run`, as GitHub does)."""
+    """One stack, two L2 targets whose runs carry the dispatch id (the double plays them and sends `workflow_run`)."""
     results: dict[str, Any] = {}
     with h.relay(bench.key, 2, installations=2, level="L2", env={"CRCR_RUN_REPORT_SETTLE_S": "0"}) as r:
         r.github.set_webhook(f"{r.stack.url}/webhook", r.stack.secrets["webhook_secret"])
         jobs = tuple(f"job-{j}" for j in range(args.run_jobs))
         for repo in r.repos:
             r.github.set_dispatch_workflow(repo, h.run_name, jobs=jobs)
-        # Dropped at the door: a busy downstream's own runs and jobs (push runs, every job event). Counted on the
-        # webhook function's own threads: the sweeper and the pollers keep running beside it.
+        # Dropped at the door: a downstream's own runs and jobs, counted on the webhook function's own threads.
         for event in ("warm-up", "workflow_job", "workflow_run"):
             work = h.FunctionWork(r.stack, "WebhookFunction", bench.aws)
             for i in range(args.run_drops if event != "warm-up" else 1):
@@ -111,9 +107,8 @@ def _per(work: h.FunctionWork, since: tuple[Counter[str], float], n: int) -> dic
 
 
 def inbound_measure(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any]:
-    """One L2 target dispatched once, its run playing: `n` warm callbacks (each a new job), `n` `workflow_run` events
-    of its own runs titled with the dispatch id (each binds a run), and `n` an outsider sends with the same title;
-    AWS calls and CPU of each function per report or event, after one of each warmed it."""
+    """One L2 target dispatched once: `n` warm callbacks, `n` `workflow_run` events of its own titled runs and `n` an
+    outsider sends with the same title; each function's AWS calls and CPU per report or event, after a warm-up."""
     n = args.inbound_events
     env = {"CRCR_CALLBACK_RATE_PER_MIN": "100000", "CRCR_RUN_REPORT_SETTLE_S": "0"}
     with h.relay(bench.key, 1, installations=1, level="L2", oidc=True, env=env) as r:

@@ -39,16 +39,14 @@ from tests.doubles.hud import HudDouble
 from tests.doubles.oidc_issuer import OidcIssuer
 
 HUD_TOKEN, WEBHOOK_SECRET = "soak-hud-token", "soak-webhook-secret"
-# GitHub's faults on every request the relay makes (dispatches, tokens, installations, the App's delivery list and
-# redeliveries), drawn from a fixed seed; timeouts only where something is created.
+# GitHub's faults on every request the relay makes, drawn from a fixed seed; timeouts only where something is created.
 FAULT_502, FAULT_429, FAULT_403, FAULT_TIMEOUT = 0.05, 0.02, 0.01, 0.01
 RETRY_AFTER_S = 2  # what the 429 and the secondary-limit 403 ask for
 GITHUB_TIMEOUT_S = 2  # the relay's read timeout (CRCR_GITHUB_TIMEOUT_S); a hang outlasts it
 HANG_S = GITHUB_TIMEOUT_S + 3
 VISIBILITY_S, RECONCILE_INTERVAL_S, RETRY_BASE_S = 30, 10, 0.5
 WRITE_RATES = "6000/60+600"  # per installation, 100 a second: GitHub.com's 75 a minute would take hours
-# Events go in while the relay's queues hold fewer messages than this (moto's receive cost grows with queue depth), a
-# few at a time, as GitHub's deliveries would.
+# Events go in a few at a time while the relay's queues hold fewer messages (moto's receives grow with queue depth).
 MAX_BACKLOG, FEEDERS = 150, 4
 PUSH_EVERY = 5  # every fifth event is a push to main, the others open a pull request
 # The disruptions, at these shares of the events fed: the webhook fails for a tenth of them (2 to 40) at 4 a second.
@@ -56,9 +54,7 @@ WINDOW_AT, WINDOW_MAX, WINDOW_RATE = 0.2, 40, 4.0
 KILL_AT = (0.4, 0.7)
 CALLBACK_WORKERS = 8
 DUPLICATE_SHARE, OUT_OF_ORDER_SHARE, FAILURE_SHARE = 0.05, 0.05, 0.10
-# GitHub's record of each run: the runs of downstreams whose titles carry the dispatch id are played on the double
-# (started, finished, cancelled, or failed by a lost runner), and their reports are lost at these shares; GitHub's own
-# `completed` webhook is lost for LOST_HOOK of them (the sweeper asks about the run instead).
+# The titled runs GitHub plays: cancelled, runners lost, `completed` webhooks lost, and reports never sent.
 CANCEL_SHARE, LOST_RUNNER_SHARE, LOST_HOOK = 0.05, 0.05, 0.03
 LOST_RUN_REPORTS, LOST_IN_PROGRESS, LOST_COMPLETED = 0.05, 0.10, 0.20
 # The first runs played take one case each, so a small run has them all whatever the seed.
@@ -165,20 +161,17 @@ class Event:
 
 
 def make_events(n: int) -> list[Event]:
-    pr_doc = json.loads((h.ROOT / "examples" / "events" / "pull_request.opened.json").read_text())
-    push_doc = json.loads((h.ROOT / "examples" / "events" / "push.main.json").read_text())
+    push = (h.ROOT / "examples" / "events" / "push.main.json").read_bytes()
     events = []
     for i in range(n):
         sha = uuid.uuid5(uuid.NAMESPACE_OID, f"soak-{i}").hex + f"{i:08x}"
         if i % PUSH_EVERY == PUSH_EVERY - 1:
-            name, doc = "push", json.loads(json.dumps(push_doc))
-            doc["before"], doc["after"] = doc["after"], sha
-            for commit in doc.get("commits") or []:
+            name, doc = "push", json.loads(push)
+            doc["before"], doc["after"], doc["head_commit"]["id"] = doc["after"], sha, sha
+            for commit in doc["commits"]:
                 commit["id"] = sha
-            if doc.get("head_commit"):
-                doc["head_commit"]["id"] = sha
         else:
-            name, doc = "pull_request", json.loads(json.dumps(pr_doc))
+            name, doc = "pull_request", json.loads(h.event_body())
             doc["number"] = doc["pull_request"]["number"] = 200_000 + i
             doc["pull_request"]["head"] = doc["pull_request"]["head"] | {"sha": sha, "ref": f"soak-{i}"}
         events.append(Event(name, str(uuid.uuid4()), json.dumps(doc).encode()))
@@ -186,8 +179,7 @@ def make_events(n: int) -> list[Event]:
 
 
 def carries_id(repo: str) -> bool:
-    """Every other downstream's workflow sets `run-name` to carry the dispatch id (as the example workflow does):
-    after an ambiguous answer the relay finds its run instead of sending again. The others' titles do not."""
+    """Every other downstream's run-name carries the dispatch id: after an ambiguous answer the relay finds its run."""
     return int(repo.rsplit("-", 1)[1]) % 2 == 0
 
 
@@ -201,9 +193,8 @@ def github_double(key: h.AppKey, repos: list[tuple[str, int, int]], seed: int, t
         (FAULT_403, Reply.secondary_rate_limit(retry_after=RETRY_AFTER_S)),
     ]
     if timeouts:
-        # However the draws fall (which POST a draw lands on depends on the order the workers send in), the first
-        # dispatch of the first downstream of each kind is carried out and answered late: every run with timeouts
-        # takes the run lookup that stands in for a second send, and sends one duplicate it must explain.
+        # Whatever the draws, the first dispatch of the first downstream of each kind is carried out and answered late:
+        # every run with timeouts takes the run lookup instead of a second send, and sends one duplicate to explain.
         for kind in (True, False):
             first = next((repo for repo, _, _ in repos if carries_id(repo) is kind), None)
             if first is not None:
@@ -307,11 +298,9 @@ class Soak:
                 self.backlog = self.depth("EventsQueue", "DispatchQueue")
 
     def events_queue_limit(self, size: int) -> None:
-        """The window's fault: EventsQueue refuses every message over `size` bytes, so the webhook's enqueue fails
-        and it answers 500 (GitHub shows the delivery failed); the planner keeps draining the queue."""
-        self.sqs.set_queue_attributes(
-            QueueUrl=self.queue_url("EventsQueue"), Attributes={"MaximumMessageSize": str(size)}
-        )
+        """The window's fault: EventsQueue refuses messages over `size` bytes, so the webhook answers 500."""
+        url, attributes = self.queue_url("EventsQueue"), {"MaximumMessageSize": str(size)}
+        self.sqs.set_queue_attributes(QueueUrl=url, Attributes=attributes)
 
     def feed(self) -> None:
         n = len(self.events)
@@ -343,9 +332,7 @@ class Soak:
             time.sleep(1 / WINDOW_RATE)
         self.events_queue_limit(262144)
         failed = sum(1 for g in self.window if not self.gh.deliveries_of(g)[0].ok)
-        say(
-            f"  webhook window: {len(self.window)} events delivered while EventsQueue refused messages, {failed} failed"
-        )
+        say(f"  webhook window: {len(self.window)} events while EventsQueue refused messages, {failed} failed")
         return end
 
     def kill_and_restart(self) -> None:
@@ -409,10 +396,8 @@ class Soak:
         say("  the soak's time bound ran out while settling")
 
     def callbacks(self, issuer: OidcIssuer, seed: int) -> dict[str, Any]:
-        """Every dispatched downstream's job reports `in_progress` and `completed` (some twice, some out of order),
-        from CALLBACK_WORKERS runners, as the report action sends them. The runs of downstreams whose titles carry
-        the dispatch id are played on GitHub first (runners lost, runs cancelled, some `completed` webhooks lost),
-        and their reports are lost at LOST_* shares: the relay must take what they never said from GitHub."""
+        """Every dispatched job reports as the report action does, from CALLBACK_WORKERS runners; the titled runs are
+        played on GitHub first, their reports partly lost: the relay must take what they never said from GitHub."""
         rng = random.Random(seed)
         ids = {repo.lower(): (repo, repo_id) for repo, _, repo_id in self.repos}
         tickets = {pair: r.json["client_payload"] for pair, r in self.landed()}
@@ -425,20 +410,17 @@ class Soak:
         jobs, lost_hooks, played = [], set(), 0
         for n, (pair, payload) in enumerate(sorted(tickets.items())):
             repo, repo_id = ids[pair[1]]
-            run_id = titled.get(payload["dispatch_id"])
+            run_id, fate, job_id = titled.get(payload["dispatch_id"]), "", None
             if run_id is None:  # no title to bind by: the reports are all the relay learns
-                conclusion = "failure" if rng.random() < FAILURE_SHARE else "success"
-                order = (
-                    ["completed", "in_progress"] if rng.random() < OUT_OF_ORDER_SHARE else ["in_progress", "completed"]
-                )
-                twice = [rng.random() < DUPLICATE_SHARE for _ in order]
-                jobs.append(Job(pair, repo, repo_id, payload["ticket"], 90_000_000 + n, conclusion, order, twice))
-                continue
-            fate, conclusion, order, hook_lost = played_run(rng, FORCED[played] if played < len(FORCED) else "")
-            played += 1
-            if hook_lost:
-                lost_hooks.add(run_id)
-            job_id = self.gh.jobs_of(repo, run_id)[0]["id"]
+                run_id, conclusion = 90_000_000 + n, "failure" if rng.random() < FAILURE_SHARE else "success"
+                in_order = rng.random() >= OUT_OF_ORDER_SHARE
+                order = ["in_progress", "completed"] if in_order else ["completed", "in_progress"]
+            else:
+                fate, conclusion, order, hook_lost = played_run(rng, FORCED[played] if played < len(FORCED) else "")
+                played += 1
+                if hook_lost:
+                    lost_hooks.add(run_id)
+                job_id = self.gh.jobs_of(repo, run_id)[0]["id"]
             twice = [rng.random() < DUPLICATE_SHARE for _ in order]
             jobs.append(Job(pair, repo, repo_id, payload["ticket"], run_id, conclusion, order, twice, [], fate, job_id))
         self.gh.drop_webhooks(
@@ -446,15 +428,10 @@ class Soak:
                 event == "workflow_run" and body["action"] == "completed" and body["workflow_run"]["id"] in lost_hooks
             )
         )
-        tally: Counter[str] = Counter()
-        lock = threading.Lock()
 
         def report(job: Job, token: str, status: str, again: bool) -> None:
             for _ in range(2 if again else 1):
-                answer = self.post_callback(job.body(status), token)
-                job.answers.append((status, answer))
-                with lock:
-                    tally[answer] += 1
+                job.answers.append((status, self.post_callback(job.body(status), token)))
 
         def run(job: Job) -> None:
             token = h.job_token(issuer, job.repo, job.repo_id, job.run_id)
@@ -479,7 +456,8 @@ class Soak:
                 (repo, run["id"]) for repo, _, _ in self.repos if not carries_id(repo) for run in self.gh.runs_of(repo)
             ]
             list(pool.map(lambda r: (self.gh.start_run(*r), self.gh.finish_run(*r)), untitled))
-        return {"jobs": jobs, "answers": tally, "lost_hooks": len(lost_hooks)}
+        answers = Counter(answer for job in jobs for _, answer in job.answers)
+        return {"jobs": jobs, "answers": answers, "lost_hooks": len(lost_hooks)}
 
     def post_callback(self, body: bytes, token: str) -> str:
         """One report as the report action sends it: 429, 5xx and dropped connections retried with backoff."""
@@ -495,9 +473,8 @@ class Soak:
         return f"{resp.status} {answer.get('status') or answer.get('error')}"
 
     def wait_reporter(self, hud: HudDouble, jobs: int) -> None:
-        """Until PyTorch's HUD holds a completed row per job (some only the sweeper's question to GitHub completes),
-        the pushes stop changing (the results stream is drained) and no run event waits (each run GitHub said
-        completed has had its jobs listed, even where the reports had said it all)."""
+        """Until PyTorch's HUD holds a completed row per job, the pushes stop changing (the results stream is drained)
+        and no run event waits (each run GitHub said completed has had its jobs listed)."""
         last, still, looks = -1, 0, 0
         while self.left() > 0:
             rows = sum(1 for row in hud.rows.values() if row.get("status") == "completed")
@@ -516,8 +493,7 @@ class Soak:
 
 def duplicates(soak: Soak) -> list[dict[str, Any]]:
     """Every (delivery, repository) GitHub accepted more than once, each repeat with the ambiguous answer that caused
-    it: the earlier accepted request timed out (answered after the relay's timeout), or the relay was killed after it
-    was sent and before its ledger row said dispatched."""
+    it: a time-out after GitHub accepted, or a kill between GitHub's answer and the ledger's write."""
     by_pair: dict[tuple[str, str], list[h.RecordedRequest]] = {}
     for pair, rec in soak.landed():
         by_pair.setdefault(pair, []).append(rec)
@@ -551,11 +527,9 @@ def _cause(soak: Soak, pair: tuple[str, str], earlier: h.RecordedRequest) -> str
 
 
 def result_rows(soak: Soak) -> dict[tuple[str, str], Any]:
-    return {
-        (item["delivery_id"]["S"], item["repo"]["S"].lower()): item
-        for item in h.scan(soak.ddb, TableName="crcr-local-ResultsTable", ConsistentRead=True)
-        if item.get("job_name", {}).get("S") == "build"
-    }
+    """The results table's rows (JobRecord) of the downstreams' jobs, by (delivery, repository lower-case)."""
+    rows = map(h.from_item, h.scan(soak.ddb, TableName="crcr-local-ResultsTable", ConsistentRead=True))
+    return {(row.delivery_id, row.repo.lower()): row for row in rows if row.job_name == "build"}
 
 
 def results_recorded(soak: Soak, jobs: list[Job]) -> tuple[int, list[str]]:
@@ -568,14 +542,13 @@ def results_recorded(soak: Soak, jobs: list[Job]) -> tuple[int, list[str]]:
         firsts = {status: answer for status, answer in reversed(job.answers)}  # each report's first answer
         for n, status in enumerate(job.order):
             ok = row is not None and firsts.get(status, "").startswith("200 ")
-            state = (row or {}).get("state", {}).get("S")
             if ok and status == "completed":
-                ok = state == "completed" and row.get("conclusion", {}).get("S") == job.conclusion
+                ok = row.state == "completed" and row.conclusion == job.conclusion
             elif ok:
-                ok = "N" in row.get("started_at", {}) or (n == 1 and state == "completed")
+                ok = row.started_at is not None or (n == 1 and row.state == "completed")
             recorded += ok
             if not ok and len(problems) < 20:
-                problems.append(f"{job.pair} {status}: answered {firsts.get(status)}, row {row and row.get('state')}")
+                problems.append(f"{job.pair} {status}: answered {firsts.get(status)}, row {row and row.state}")
     return recorded, problems
 
 
@@ -589,8 +562,8 @@ def runs_report(soak: Soak, jobs: list[Job], hud: HudDouble, lost_hooks: int) ->
     wrong = []
     for job in played:
         truth = soak.gh.jobs_of(job.repo, job.run_id)[0]["conclusion"]
-        row, pushed = rows.get(job.pair) or {}, hud_rows.get(job.pair) or [{}]
-        ledger = row.get("conclusion", {}).get("S") if row.get("state", {}).get("S") == "completed" else None
+        row, pushed = rows.get(job.pair), hud_rows.get(job.pair) or [{}]
+        ledger = row.conclusion if row is not None and row.state == "completed" else None
         shown = [r.get("conclusion") for r in pushed]
         if ledger != truth or shown != [truth]:
             wrong.append(f"{job.pair[1]} run {job.run_id}: GitHub {truth}, ledger {ledger}, HUD {shown}")
@@ -612,7 +585,7 @@ def runs_report(soak: Soak, jobs: list[Job], hud: HudDouble, lost_hooks: int) ->
         "completed_webhooks_lost": lost_hooks,
         "conclusions_not_githubs": wrong[:20],
         "conclusions_not_githubs_count": len(wrong),
-        "false_timed_out": sum(1 for r in rows.values() if r.get("conclusion", {}).get("S") == "timed_out"),
+        "false_timed_out": sum(1 for r in rows.values() if r.conclusion == "timed_out"),
         "hud_409": sum(1 for status, _ in hud.attempts if status == 409),
         # The relay's reads of runs per run played, by kind: with RUN_TIMEOUT_S at 20 s the sweeper asks about a
         # run still queued every 20 s (production: hourly), so `run` is the soak's compressed time, not a cost.
@@ -634,9 +607,8 @@ def per(calls: Counter[str], n: int) -> dict[str, Any]:
 
 
 def window_report(soak: Soak) -> list[dict[str, Any]]:
-    """Every event with a failed delivery (the dead window's, and any other: a redelivery that reached a relay being
-    restarted, an answer later than GitHub's 10 s): its attempts, the reconciler's asks, and whether every target was
-    first dispatched after a redelivery the reconciler asked for (the window's must be; the others, dispatched)."""
+    """Every event with a failed delivery (the dead window's, or a relay being restarted): its attempts, the
+    reconciler's asks, and whether every target was first dispatched after a redelivery the reconciler asked for."""
     failed = {d.guid for d in soak.gh.hook_deliveries if not d.ok}
     asked = Counter(r.path.split("/")[4] for r in soak.gh.requests if r.path.endswith("/attempts") and r.accepted)
     first_dispatch: dict[tuple[str, str], float] = {}
@@ -646,9 +618,7 @@ def window_report(soak: Soak) -> list[dict[str, Any]]:
     out = []
     for event in (e for e in soak.events if e.guid in failed):
         tries = soak.gh.deliveries_of(event.guid)
-        # Only the reconciler asks for redeliveries here; one the relay queued may still go unanswered (a kill before
-        # its answer): the reconciler then sees it queued and rightly asks no more, so no 2xx need ever come. What
-        # counts is that every target was first dispatched once a redelivery it asked for reached the relay.
+        # A redelivery the relay queued may go unanswered (a kill before its answer): reaching the relay is what counts.
         recovered_at = min((d.delivered_at for d in tries if d.redelivery and d.ok), default=None)
         reached_at = min((d.delivered_at for d in tries if d.redelivery), default=None)
         firsts = [first_dispatch.get((event.guid, repo.lower())) for repo, _, _ in soak.repos]
@@ -690,8 +660,7 @@ def build_report(soak: Soak, args: argparse.Namespace, cb: dict[str, Any], hud: 
         "duplicates": dups,
         "duplicate_count": sum(d["accepted"] - 1 for d in dups),
         "unexplained_duplicates": sum(1 for d in dups if not d["explained"]),
-        # A workflow whose run-name carries the dispatch id can be found after an ambiguous answer, so it must never
-        # be started twice; the others may be, with an ambiguous answer.
+        # A run whose run-name carries the dispatch id is found after an ambiguous answer: never started twice.
         "duplicates_by_kind": {
             "run_name_carries_id": sum(d["accepted"] - 1 for d in dups if d["run_name_carries_id"]),
             "no_id": sum(d["accepted"] - 1 for d in dups if not d["run_name_carries_id"]),
@@ -902,8 +871,7 @@ def main() -> int:
         if report["relay_cpu_s"] and report["delivered"]:
             ms = 1000 * report["relay_cpu_s"] / report["delivered"]
             report["relay_cpu_ms_per_dispatch_and_its_reports"] = round(ms, 2)
-        # The dispatch queue's re-queues by reason, from the relay's own metric: `paced` are messages put back because
-        # their installation's write budget had no slot yet.
+        # Re-queues by reason (the relay's metric); `paced`: put back while the installation's write budget was full.
         by_reason = {k.split("=", 1)[1]: v for k, v in sorted(tally.items()) if k.startswith("DispatchRetried.reason=")}
         paced = by_reason.get("paced", 0)
         report["requeues_per_dispatch"] = round(paced / report["delivered"], 3) if report["delivered"] else None

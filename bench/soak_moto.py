@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import sys
 import threading
@@ -10,9 +9,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
-from urllib.parse import unquote
 
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+from werkzeug.test import EnvironBuilder, run_wsgi_app
 
 from crcr.local.aws import atomic_dynamodb, patch_moto
 from crcr.local.front import FrontEnd, Limits, Route
@@ -22,8 +21,7 @@ COUNTS_PATH = "/_soak/aws-calls"
 
 
 class Counting:
-    """`GET /_soak/aws-calls` answers `{"relay": {"DynamoDB.PutItem": n, ...}, "soak": {...}}`: a call whose
-    User-Agent carries `crcr-soak` is the soak's own (queue depths, the fault, ledger snapshots)."""
+    """`GET /_soak/aws-calls`: `{"relay": {"DynamoDB.PutItem": n, ...}, "soak": {...}}` (a `crcr-soak` User-Agent)."""
 
     def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
         self.app = app
@@ -93,45 +91,13 @@ def wsgi_route(app: Callable[..., Iterable[bytes]], port: int) -> Route:
     """A WSGI application (moto's) behind crcr local's HTTP/1.1 front end, which keeps connections open as AWS does:
     moto's own server closes each after one answer, which put a connect and a close in every call's CPU."""
 
+    base = f"http://127.0.0.1:{port}"
+
     def route(method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes, Any]:
-        environ: dict[str, Any] = {
-            "REQUEST_METHOD": method,
-            "SCRIPT_NAME": "",
-            "PATH_INFO": unquote(path, encoding="latin-1"),
-            "QUERY_STRING": query,
-            "SERVER_NAME": "127.0.0.1",
-            "SERVER_PORT": str(port),
-            "SERVER_PROTOCOL": "HTTP/1.1",
-            "REMOTE_ADDR": "127.0.0.1",
-            "wsgi.version": (1, 0),
-            "wsgi.url_scheme": "http",
-            "wsgi.input": io.BytesIO(body),
-            "wsgi.errors": sys.stderr,
-            "wsgi.multithread": True,
-            "wsgi.multiprocess": False,
-            "wsgi.run_once": False,
-            "CONTENT_LENGTH": str(len(body)),
-        }
-        for name, value in headers.items():
-            key = name.upper().replace("-", "_")
-            if key == "CONTENT_TYPE":
-                environ[key] = value
-            elif key != "CONTENT_LENGTH":
-                environ[f"HTTP_{key}"] = value
-        answer: dict[str, Any] = {}
-
-        def start_response(status: str, response_headers: list[tuple[str, str]], exc_info: Any = None) -> None:
-            answer["status"] = int(status.split(" ", 1)[0])
-            answer["headers"] = {k: v for k, v in response_headers if k.lower() not in {"content-length", "connection"}}
-
-        chunks = app(environ, start_response)
-        try:
-            out = b"".join(chunks)
-        finally:
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()
-        return answer["status"], out, answer["headers"]
+        environ = EnvironBuilder(path, base, query, method, headers=headers, data=body, multithread=True).get_environ()
+        chunks, status, answer = run_wsgi_app(app, environ, buffered=True)
+        kept = {k: v for k, v in answer.items() if k.lower() not in {"content-length", "connection"}}
+        return int(status.split(" ", 1)[0]), b"".join(chunks), kept
 
     return route
 
@@ -140,8 +106,7 @@ def main() -> None:
     port = int(sys.argv[1])
     fast_clock()
     patch_moto()  # as `crcr local` runs moto (crcr.local.aws): its Query, item maps, transactions and stream iterators
-    # Each DynamoDB request whole before the next, as DynamoDB makes a conditional write one step: two racing claims
-    # of one dispatch could otherwise both pass, and the soak would count a duplicate DynamoDB never lets happen.
+    # Each DynamoDB request whole before the next, as DynamoDB makes a conditional write one step.
     app = Counting(atomic_dynamodb(Dispatcher(create_backend_app)))
     # S3 holds webhook bodies up to API Gateway's 10 MB, plus the request's own framing.
     limits = Limits(max_body=64 * 1024 * 1024, body_budget=512 * 1024 * 1024, request_s=120.0, write_s=120.0)

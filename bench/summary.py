@@ -16,11 +16,9 @@ def _get(doc: Any, path: str, default: Any = None) -> Any:
 
 
 def print_summary(results: dict[str, Any]) -> None:
-    git, machine = results["git"], results["machine"]
+    git, m = results["git"], results["machine"]
     print(f"\n== crcr bench: commit {git['commit'][:12]}{' (dirty)' if git['dirty'] else ''}, {results['timestamp']}")
-    print(
-        f"   python {machine['python']}, {machine['cpu_count']} CPUs, load at start {machine['load_average_at_start']}"
-    )
+    print(f"   python {m['python']}, {m['cpu_count']} CPUs, load at start {m['load_average_at_start']}")
     if git.get("commit_changed_during_run"):
         print(f"   WARNING: HEAD moved to {git['commit_at_end'][:12]} during the run: sections measured different code")
     if iso := _get(results, "ingest_latency.isolated"):

@@ -12,8 +12,7 @@ from typing import Any
 class Index:
     name: str
     keys: tuple[str, ...]
-    projection: str  # ALL, KEYS_ONLY, INCLUDE
-    include: tuple[str, ...] = ()
+    projected: frozenset[str] | None  # the attributes an entry holds; None: the item's every one (ALL)
 
 
 @dataclass(frozen=True)
@@ -24,12 +23,13 @@ class TableShape:
 
 def shape_of(props: dict[str, Any]) -> TableShape:
     """A table's keys and global secondary indexes, from its template.yaml resource's properties."""
-    indexes = []
+    keys, indexes = tuple(k["AttributeName"] for k in props["KeySchema"]), []
     for gsi in props.get("GlobalSecondaryIndexes") or []:
-        keys, projection = tuple(k["AttributeName"] for k in gsi["KeySchema"]), gsi.get("Projection") or {}
-        include = tuple(projection.get("NonKeyAttributes") or ())
-        indexes.append(Index(gsi["IndexName"], keys, projection.get("ProjectionType", "ALL"), include))
-    return TableShape(tuple(k["AttributeName"] for k in props["KeySchema"]), tuple(indexes))
+        index_keys, projection = tuple(k["AttributeName"] for k in gsi["KeySchema"]), gsi.get("Projection") or {}
+        kept = frozenset((*index_keys, *keys, *(projection.get("NonKeyAttributes") or ())))
+        whole = projection.get("ProjectionType", "ALL") == "ALL"
+        indexes.append(Index(gsi["IndexName"], index_keys, None if whole else kept))
+    return TableShape(keys, tuple(indexes))
 
 
 def value_size(value: dict[str, Any]) -> int:
@@ -60,14 +60,11 @@ def units(size: int) -> int:
     return max(1, math.ceil(size / 1024))
 
 
-def _entry(image: dict[str, Any] | None, index: Index, shape: TableShape) -> dict[str, Any] | None:
+def _entry(image: dict[str, Any] | None, index: Index) -> dict[str, Any] | None:
     """The index entry an item makes (None when it lacks an index key: a sparse index leaves it out)."""
     if image is None or any(k not in image for k in index.keys):
         return None
-    if index.projection == "ALL":
-        return image
-    wanted = set(index.keys) | set(shape.keys) | set(index.include)
-    return {k: v for k, v in image.items() if k in wanted}
+    return image if index.projected is None else {k: v for k, v in image.items() if k in index.projected}
 
 
 def record_units(record: dict[str, Any], shape: TableShape) -> dict[str, int]:
@@ -76,7 +73,7 @@ def record_units(record: dict[str, Any], shape: TableShape) -> dict[str, int]:
     old, new = data.get("OldImage"), data.get("NewImage")
     out = {"table": units(max(item_size(old), item_size(new)))}
     for index in shape.indexes:
-        before, after = _entry(old, index, shape), _entry(new, index, shape)
+        before, after = _entry(old, index), _entry(new, index)
         if before is not None and after is not None and any(before.get(k) != after.get(k) for k in index.keys):
             out[index.name] = units(item_size(before)) + units(item_size(after))  # moved: a delete and a put
         elif before != after:  # put, changed or removed
@@ -85,8 +82,7 @@ def record_units(record: dict[str, Any], shape: TableShape) -> dict[str, int]:
 
 
 class StreamUnits:
-    """A table's stream from its start (a crcr.local.pollers.StreamReader); `take()`: the write units since the last
-    take, by kind of row and by where."""
+    """A table's stream from its start; `take()`: the write units since the last take, by kind of row and by where."""
 
     def __init__(self, reader: Any, shape: TableShape, row_of: Any = None) -> None:
         self._reader = reader
@@ -126,8 +122,8 @@ def _prefix(image: dict[str, Any]) -> str:
 
 
 def _writes(records: list[dict[str, Any]], shape: TableShape) -> list[dict[str, Any]]:
-    """The records of the writes: moto records an UpdateItem that creates an item as two INSERTs, the first with the
-    key alone; that one is left out (the relay never writes an item of its key alone)."""
+    """The records of the writes: moto records an UpdateItem that creates an item as two INSERTs, the first (the key
+    alone, which the relay never writes) left out."""
     out = []
     for i, record in enumerate(records):
         data = record.get("dynamodb") or {}
