@@ -80,7 +80,7 @@ ROLES = {
     "webhook": "WebhookFunction", "planner": "PlannerFunction", "dispatch": "DispatchFunction",
     "callback": "CallbackFunction", "reporter": "ReporterFunction", "checks": "ChecksFunction",
     "jwks": "JwksFunction", "hud": "HudFunction", "sweeper": "SweeperFunction", "reconciler": "ReconcilerFunction",
-    "levels": "LevelFunction", "runs": "RunsFunction", "export": "ExportFunction",
+    "levels": "LevelFunction", "runs": "RunsFunction", "export": "ExportFunction", "dispatched": "DispatchedFunction",
 }  # fmt: skip
 RECEIVES_PER_SQS_INVOCATION = 1.0  # Lambda's poller's ReceiveMessage that returned the batch (empty polls: fixed)
 
