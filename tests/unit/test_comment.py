@@ -19,19 +19,8 @@ from crcr.app.ports.github import GitHubRateLimited, GitHubRejected, GitHubUnava
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.pulls import PrInfo
 from crcr.contracts.check_messages import CheckSync, CommentRequest
-from crcr.domain.comment import (
-    BODY_BUDGET,
-    ZWSP,
-    Posted,
-    View,
-    handle,
-    marker,
-    recover,
-    render,
-    safe_url,
-    select,
-    text,
-)
+from crcr.domain.comment import BODY_BUDGET, Posted, View, marker, recover, render, select
+from crcr.domain.markdown import ZWSP, handle, safe_url, text
 from tests.unit.fakes import (
     FakeChecksQueue,
     FakeClock,

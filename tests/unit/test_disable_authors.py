@@ -16,8 +16,8 @@ from crcr.app.disable_authors import AuthorAnswer, DisableAuthors
 from crcr.app.page_entries import _failure
 from crcr.app.ports.pulls import PrInfo
 from crcr.app.verdicts import judgement
-from crcr.domain.comment import known_links
 from crcr.domain.known import DisableIssue, condensed_from_issues, known_refs, parse_condensed, parse_known_refs
+from crcr.domain.markdown import known_links
 from crcr.settings import ConfigError, Settings
 from tests.conftest import APP_ID
 from tests.doubles.github_double import DEFAULT_PERMISSIONS, GitHubDouble, Reply

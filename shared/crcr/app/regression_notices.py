@@ -14,7 +14,7 @@ from crcr.app.ports.github import GitHubRateLimited, GitHubRejected, GitHubUnava
 from crcr.app.ports.pacing import Pacer
 from crcr.app.ports.regressions import RegressionStore, change_regressions
 from crcr.contracts.check_messages import RegressionNotice
-from crcr.domain.comment import text
+from crcr.domain.markdown import text
 from crcr.domain.regressions import Tracked, notice_body
 
 WRITE_TRIES = 4

@@ -9,8 +9,8 @@ from typing import Any, Protocol
 
 from crcr.domain import failed_tests
 from crcr.domain.checks import DONE_STATES, Rollup, latest_attempts
-from crcr.domain.comment import known_links
 from crcr.domain.ids import NO_RUN
+from crcr.domain.markdown import known_links
 from crcr.domain.planning import NO_MATCHING_FILES
 from crcr.domain.text import shown
 from crcr.domain.verdicts import VERDICT_MEANING

@@ -1,15 +1,9 @@
-"""The PR comment (docs/contracts.md): which downstream jobs it lists, what it says, and how untrusted text is set.
+"""The PR comment (docs/contracts.md): which downstream jobs it lists and what it says.
 
-One comment per upstream PR, rendered from the latest recorded state of the PR's current head: per L4 job (and
-L3 job while the PR carries `ciflow/crcr/<device>`) its newest attempt; the failing ones, and the ones that
-passed on a retry after failing (`flaky`), and the dispatches GitHub started no run for (`not_started`), in a
-table per downstream repository. An infrastructure failure whose automatic re-run the relay requested is not
-shown until that re-run reports. A repository's oncalls are mentioned for a `new` failure or a dispatch not started.
-
-Everything a downstream reported (job and workflow names, links, its triage verdict) is untrusted: it is set as
-plain text with Markdown and HTML escaped, and with mentions, issue references and autolinks broken by an
-invisible space, so it can neither ping anyone, link anywhere nor break the table. Only the allowlist's oncalls
-are ever mentioned, and only once per PR and repository.
+One comment per upstream PR, from the latest recorded state of its head: per L4 job (and L3 job while the PR carries
+`ciflow/crcr/<device>`) the newest attempt of the failing, flaky and not-started ones, a table per downstream. An
+infrastructure failure whose automatic re-run was requested waits for it. Downstream text is set by
+`crcr.domain.markdown`; only the allowlist's oncalls are mentioned, once per PR and repository.
 """
 
 from __future__ import annotations
@@ -19,15 +13,13 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
-from urllib.parse import urlsplit
+from typing import Protocol
 
 from crcr.domain import failed_tests
 from crcr.domain.checks import wants_check_run
 from crcr.domain.ids import repo_key, run_order
-from crcr.domain.known import parse_known_refs
+from crcr.domain.markdown import handle, known_links, link, text, triage_cell
 from crcr.domain.runs import NOT_STARTED
-from crcr.domain.text import NAME_FORBIDDEN
 from crcr.domain.verdicts import BROKEN_TRUNK, FLAKY, INFRA, KNOWN, NEW, NO_BASELINE, PRE_EXISTING, Attempt
 
 # What the relay writes at most, counted in UTF-16 code units (GitHub's count or more), under GitHub's limit on an issue
@@ -40,63 +32,6 @@ RERUN_REQUESTED = "requested"  # the relay asked for the automatic re-run of an 
 RECHECK_MIN_S, RECHECK_MAX_S = 30.0, 900.0  # how often an undecided re-run is looked at again
 NO_JOB_NAME = "(no job started)"
 FAILING_TESTS_SHOWN = 5
-ZWSP = "\u200b"  # zero-width space: breaks a mention or a reference without changing what a reader sees
-
-_MARKDOWN = re.compile(r"([\\`*_\[\]()!|~])")
-_REFERENCE = re.compile(r"#(?=[0-9A-Za-z])")  # #123, org/repo#123
-_GH_REFERENCE = re.compile(r"(?i)\b(gh)-(?=[0-9])")  # GH-123 links an issue too
-_SCHEME = re.compile(r"://")  # http://, https://, ftp://: GFM's extended autolinks
-_WWW = re.compile(r"(?i)\b(www)\.")
-_LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$")
-_TEAM = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-_URL_UNSAFE = set("<>\"'`\\{}^")
-_URL_ENCODE = {"(": "%28", ")": "%29", "[": "%5B", "]": "%5D", "|": "%7C"}
-
-
-def text(value: object, limit: int = 200) -> str:
-    """Untrusted text as inert Markdown for one line (a table cell): no markup, HTML, mention, reference or
-    autolink survives, and a pipe cannot end the cell."""
-    s = value if isinstance(value, str) else str(value)
-    s = " ".join(NAME_FORBIDDEN.sub(" ", s).split())
-    if len(s) > limit:
-        s = s[: limit - 1].rstrip() + "…"
-    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    s = _MARKDOWN.sub(r"\\\1", s)
-    s = s.replace("@", "@" + ZWSP)
-    s = _REFERENCE.sub("#" + ZWSP, s)
-    s = _GH_REFERENCE.sub(r"\1" + ZWSP + "-", s)
-    s = _SCHEME.sub(":" + ZWSP + "//", s)
-    return _WWW.sub(r"\1" + ZWSP + ".", s)
-
-
-def safe_url(value: object) -> str | None:
-    """A downstream's link as a Markdown link target: plain http(s), no userinfo (https://github.com@evil),
-    printable ASCII without quotes or brackets that could end the link; None otherwise."""
-    if not isinstance(value, str) or not value or len(value) > 500:
-        return None
-    if any(not 33 <= ord(c) <= 126 or c in _URL_UNSAFE for c in value):
-        return None
-    try:
-        parts = urlsplit(value)
-    except ValueError:
-        return None
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
-        return None
-    return "".join(_URL_ENCODE.get(c, c) for c in value)
-
-
-def link(value: object) -> str:
-    """The downstream run as a link whose text is its host, so a reader sees where it goes."""
-    url = safe_url(value)
-    if url is None:
-        return "—"
-    return f"[{text(urlsplit(url).hostname or 'run', 100)}]({url})"
-
-
-def handle(oncall: str) -> str | None:
-    """An allowlist oncall as a GitHub login or `org/team` (without the @), or None when it is neither."""
-    name = oncall.strip().removeprefix("@")
-    return name if _LOGIN.fullmatch(name) or _TEAM.fullmatch(name) else None
 
 
 def marker(upstream: str, pr: int) -> str:
@@ -391,45 +326,6 @@ def _verdict_cell(row: Row) -> str:
     if row.known_issues:
         word += " " + known_links(row.known_issues)
     return f"{word} (timed out)" if row.outcome == "timed_out" else word
-
-
-def known_links(refs: str) -> str:
-    """A `known` verdict's issues as links `[#123](…/issues/123)` (URLs from the configured disabled-tests list,
-    checked like every link), each `by @login` when the issue search named its author (a mention that pings no one)."""
-    links = []
-    for url, author in parse_known_refs(refs):
-        safe = safe_url(url)
-        number = url.rstrip("/").rsplit("/", 1)[-1]
-        if safe and number.isdigit():
-            links.append(f"[#{ZWSP}{number}]({safe})" + (f" by {text('@' + author, 60)}" if author else ""))
-    return "(" + ", ".join(links) + ")" if links else ""
-
-
-def triage_cell(raw: str) -> str:
-    """The downstream's triage verdict (validated at the callback, still untrusted): category, confidence,
-    summary and the upstream change it suspects, as text; never a link or a reference."""
-    try:
-        verdict = json.loads(raw) if raw else None
-    except ValueError:
-        return "—"
-    if not isinstance(verdict, dict) or not verdict.get("category"):
-        return "—"
-    parts = [f"_{text(verdict.get('category'), 20)}_, {text(verdict.get('confidence'), 20)} confidence"]
-    if verdict.get("summary"):
-        parts.append(f"“{text(verdict['summary'], 300)}”")
-    suspected: Any = verdict.get("suspected_upstream")
-    if isinstance(suspected, dict):
-        named = []
-        if isinstance(suspected.get("pr"), int):
-            named.append(f"PR {suspected['pr']}")  # as text: a #reference would add to that PR's timeline
-        if suspected.get("commit"):
-            named.append(f"commit {text(str(suspected['commit'])[:12], 12)}")
-        if named:
-            suspect = "suspects upstream " + " / ".join(named)
-            if suspected.get("reason"):
-                suspect += f": {text(suspected['reason'], 150)}"
-            parts.append(suspect)
-    return " · ".join(parts)
 
 
 def _failing_tests(row: Row) -> str:
