@@ -163,7 +163,8 @@ def regressions_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, A
     with h.relay(bench.key, 0, allowlist=allowlist, pollers=None, env={"CRCR_COMPARE_CALLS_PER_HOUR": "100000"}) as r:
         r.github.install(h.UPSTREAM, installation_id=7100, repo_id=h.UPSTREAM_ID)
         r.github.add_history(h.UPSTREAM, [
-            {"sha": c.sha, "parent": c.parent, "message": f"{c.title}\n\nbody", "author": c.author, "date": _iso(c.t)}
+            {"sha": c.sha, "parent": c.parent, "message": f"{c.title}\n\nbody", "author": c.author,
+             "date": _iso(c.committed_at)}
             for commits in pushes for c in commits
         ])  # fmt: skip
         s3, ddb = r.stack.client("s3"), r.stack.client("dynamodb")

@@ -60,7 +60,9 @@ def test_not_an_upstream_commit_is_remembered_for_the_downstream_that_asked_and_
 def test_the_branchs_commits_are_read_back_in_order_with_what_a_blamelist_shows(ddb: Any) -> None:
     branch = DynamoBranch(ddb, "state")
     upstream = "pytorch/blame"
-    first = [BranchCommit(f"{i:040x}", T0 + 10, i=i, pr=100 + i, title=f"Change {i} (#{100 + i})") for i in range(3)]
+    first = [
+        BranchCommit(f"{i:040x}", T0 + 10, place=i, pr=100 + i, title=f"Change {i} (#{100 + i})") for i in range(3)
+    ]
     later = BranchCommit("e" * 40, T0 + 5, parent=first[-1].sha, author="alice", files=("torch/a.py",))
     branch.record_commits(upstream, first)
     branch.record_commits(upstream, [later])

@@ -252,7 +252,7 @@ def write_branch(ddb: Any, state: str, results: str) -> list[Any]:
     branch = DynamoBranch(ddb, state)
     up = "pytorch/pytorch"
     commits = [
-        BranchCommit(f"{i:040x}", NOW + i * 0.5, i=i % 2, parent=f"{i - 1:040x}" if i else None, pr=100 + i)
+        BranchCommit(f"{i:040x}", NOW + i * 0.5, place=i % 2, parent=f"{i - 1:040x}" if i else None, pr=100 + i)
         for i in range(30)
     ]
     commits[3] = dataclasses.replace(commits[3], title="Fix (#103)", author="ann", files=("a.py", "b/c.py"))

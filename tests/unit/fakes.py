@@ -186,11 +186,11 @@ class FakeState:
         return HeadRecord(newest=True, replaced=previous if previous != head_sha else None)
 
     def record_commits(self, upstream: str, commits: list[BranchCommit]) -> None:
-        self.commits.update((c.sha, c.t) for c in commits)
+        self.commits.update((c.sha, c.committed_at) for c in commits)
         self.branch.update((c.sha, c) for c in commits)
 
     def commits_between(self, upstream: str, start: float, end: float) -> list[BranchCommit]:
-        return sorted((c for c in self.branch.values() if start <= c.t <= end), key=lambda c: c.order)
+        return sorted((c for c in self.branch.values() if start <= c.committed_at <= end), key=lambda c: c.order)
 
     def commit_times(self, upstream: str, shas: list[str]) -> dict[str, float]:
         return {sha: self.commits[sha] for sha in shas if sha in self.commits}

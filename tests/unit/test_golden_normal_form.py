@@ -160,3 +160,20 @@ def test_a_day_is_named_by_how_many_days_before_the_run_it_is_whatever_the_run_s
         [document] = normal_form(captured, rules)["hud_bucket"]
         shown.append(document["doc"]["trend"])
     assert shown[0] == shown[1] == [{"day": "<date-1>"}, {"day": "<date>"}]
+
+
+def test_a_steps_head_passes_are_one_per_commit_however_often_it_booked_one() -> None:
+    """A step whose callbacks outlasted the settle time books a head's pass twice (new ticket, new due time, a resend
+    a second later): it reads as the step that booked it once. Another commit's pass, a changed field, still shows."""
+
+    def head(sha: str, ticket: str, due: float, delay: int, upstream: str = "pytorch/pytorch") -> dict[str, Any]:
+        body = {"kind": "head", "head_sha": sha, "upstream": upstream, "render": ticket, "not_before": due}
+        return {"queue": "ChecksQueue", "body": json.dumps(body), "delay_s": delay}
+
+    once = form([step("5", queues=[head("b" * 40, "1" * 32, NOW + 5, 5)])])
+    twice = form([step("5", queues=[head("b" * 40, "2" * 32, NOW + 1, 1), head("b" * 40, "3" * 32, NOW + 9, 5)])])
+    assert as_text(once) == as_text(twice)
+    two_heads = form([step("5", queues=[head("b" * 40, "1" * 32, NOW + 5, 5), head("c" * 40, "4" * 32, NOW + 5, 5)])])
+    assert len(two_heads["steps"][0]["queues"]) == 2
+    elsewhere = form([step("5", queues=[head("b" * 40, "1" * 32, NOW + 5, 5, upstream="pytorch/other")])])
+    assert as_text(elsewhere) != as_text(once)

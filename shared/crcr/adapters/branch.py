@@ -16,14 +16,17 @@ from crcr.domain.ids import repo_key
 from crcr.domain.regressions import BranchCommit
 
 
-def _order_sk(t: float, i: int = 0, sha: str = "") -> str:
-    return f"O#{max(0, round(t * 1000)):015d}#{i:05d}#{sha}"
+def _order_sk(committed_at: float, place: int = 0, sha: str = "") -> str:
+    return f"O#{max(0, round(committed_at * 1000)):015d}#{place:05d}#{sha}"
 
 
 def _ordered(commit: BranchCommit) -> dict[str, Any]:
-    info = {"sha": commit.sha, "t": commit.t, "i": commit.i, "parent": commit.parent, "pr": commit.pr}
+    info = {"sha": commit.sha, "t": commit.committed_at, "i": commit.place, "parent": commit.parent, "pr": commit.pr}
     info |= {"title": commit.title, "author": commit.author, "files": commit.files}
-    return {"sk": _order_sk(commit.t, commit.i, commit.sha), "c": json.dumps(info, separators=(",", ":"))}
+    return {
+        "sk": _order_sk(commit.committed_at, commit.place, commit.sha),
+        "c": json.dumps(info, separators=(",", ":")),
+    }
 
 
 def _commit(item: dict[str, Any]) -> BranchCommit:
@@ -32,7 +35,7 @@ def _commit(item: dict[str, Any]) -> BranchCommit:
     return BranchCommit(
         info["sha"],
         float(info["t"]),
-        i=int(info.get("i") or 0),
+        place=int(info.get("i") or 0),
         parent=info.get("parent"),
         pr=info.get("pr"),
         title=info.get("title"),
@@ -49,9 +52,9 @@ class DynamoBranch:
         self._table = table
 
     def record_commits(self, upstream: str, commits: list[BranchCommit]) -> None:
-        expires = int(max((c.t for c in commits), default=0)) + BRANCH_TTL_S
+        expires = int(max((c.committed_at for c in commits), default=0)) + BRANCH_TTL_S
         pk = branch_pk(upstream)
-        items: list[dict[str, Any]] = [{"sk": f"C#{c.sha}", "t": c.t} for c in commits]
+        items: list[dict[str, Any]] = [{"sk": f"C#{c.sha}", "t": c.committed_at} for c in commits]
         items += [_ordered(c) for c in commits]
         requests = [{"PutRequest": {"Item": to_dynamo({"pk": pk} | item | {"expires_at": expires})}} for item in items]
         for start in range(0, len(requests), 25):  # BatchWriteItem takes 25 at a time

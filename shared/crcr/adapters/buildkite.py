@@ -108,13 +108,13 @@ class BuildkiteClient:
             job = _job(item)
             if job is not None and not item.get("retried"):  # a retried job's place is its retry's
                 latest[job.id] = job
-        state, said = parsed["state"], parsed.get("number")
+        state, build_number = parsed["state"], parsed.get("number")
         return BuildkiteBuild(
             state=state,
             finished=state in BUILDKITE_BUILD_FINAL,
             jobs=tuple(latest.values()),
             id=str(parsed.get("id") or ""),
-            number=said if isinstance(said, int) and not isinstance(said, bool) else None,
+            number=build_number if isinstance(build_number, int) and not isinstance(build_number, bool) else None,
         )
 
     def _request(self, method: str, path: str, body: Any = None, *, permit: Permit | None = None) -> tuple[int, Any]:

@@ -130,7 +130,7 @@ def _listed(item: object, i: int, upstream: str) -> BranchCommit | None:
     return BranchCommit(
         commit.id.lower(),
         t,
-        i=i,
+        place=i,
         parent=parent if isinstance(parent, str) else None,
         pr=landed_pr(commit.resolves, commit.message, upstream),
         title=commit.message,

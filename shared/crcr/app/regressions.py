@@ -33,15 +33,15 @@ from crcr.domain.regressions import (
     CLOSED_KEPT_S,
     Blamed,
     BranchCommit,
+    CommitResult,
     Regression,
-    Said,
     Tracked,
     bisect_limit,
+    commit_result,
     merged,
     midpoint,
     regressions,
-    said,
-    same,
+    same_regression,
 )
 
 RECENT_RESULTS = 100  # the job's newest branch results looked at (an open regression older than them is kept)
@@ -185,7 +185,9 @@ def _look(
     by_sha: dict[str, list[JobRecord]] = {}
     for r in rows:
         by_sha.setdefault(r.head_sha, []).append(r)
-    results: dict[str, Said | None] = {sha: said(attempt(r) for r in found) for sha, found in by_sha.items()}
+    results: dict[str, CommitResult | None] = {
+        sha: commit_result(attempt(r) for r in found) for sha, found in by_sha.items()
+    }
     # An open regression older than the rows looked at goes on from its own ends.
     for s in stored:
         if s.open:
@@ -240,7 +242,7 @@ def _bisect_one(
         rows = [r for r in by_sha.get(t.bisect_pending, []) if r.event_type == BISECT]
         if not rows or any(r.state == "in_progress" for r in rows):
             return t  # its run has not reported yet
-        if said(attempt(r) for r in rows) is None:
+        if commit_result(attempt(r) for r in rows) is None:
             deps.metrics.count("BisectStopped", reason="no_result")
             return replace(t, bisect_pending=None, bisect_stopped="no_result")  # infra, timed out, cancelled
         t = replace(t, bisect_pending=None)  # its result narrowed the range already
@@ -281,7 +283,7 @@ KNOWN_LOOKS = 5  # first failures looked at per look for failures known upstream
 
 def _without_known(
     found: list[Regression],
-    results: dict[str, Said | None],
+    results: dict[str, CommitResult | None],
     by_sha: dict[str, list[JobRecord]],
     seen: set[tuple[str, str]],
     order: list[str],
@@ -384,7 +386,7 @@ def _count_changes(before: list[Tracked], after: list[Tracked], deps: Regression
     was_open = {t.first_fail for t in before if t.open}
     opened = []
     for t in after:
-        if t.open and not any(same(t, b) for b in before):
+        if t.open and not any(same_regression(t, b) for b in before):
             deps.metrics.count("RegressionOpened")
             opened.append(t)
         elif not t.open and t.first_fail in was_open:

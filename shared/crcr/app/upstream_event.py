@@ -97,7 +97,7 @@ def _branch_commits(push: PushEvent) -> tuple[BranchCommit, ...]:
                 BranchCommit(
                     c.id,
                     t,
-                    i=i,
+                    place=i,
                     parent=parent,
                     pr=landed_pr(c.resolves, c.message, push.repository.full_name),
                     title=c.message,  # its first line (contracts' Title)

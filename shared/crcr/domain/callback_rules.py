@@ -54,14 +54,14 @@ def check_identity(
         if not value:
             raise Forbidden(f"the token has no {name} claim", field=name)
         got[name] = value
-    said = Evidence(
+    evidence = Evidence(
         Channel.GITHUB_OIDC,
         repository=got["repository"],
         repository_id=got["repository_id"],
         repository_owner_id=claim_text(claims, "repository_owner_id"),
         workflow=claim_text(claims, "job_workflow_ref"),
     )
-    admitted = admit(entry, said, known)
+    admitted = admit(entry, evidence, known)
     if got["event_name"] not in events:
         raise Forbidden(f"runs started by {got['event_name'][:100]!r} cannot report", field="event_name")
     if got["run_id"] != str(run_id):
@@ -120,10 +120,10 @@ def check_buildkite_build(
     the entry admitted and the job's id, its check_run_id."""
     if build_number is None or build_id is None:
         raise Unavailable("the relay has not recorded the build it created yet; retry shortly", retry_after_s=5)
-    said = Evidence(
+    evidence = Evidence(
         Channel.BUILDKITE_OIDC, repository=repo, build_number=claim_text(claims, "build_number"), build_id=run_id
     )
-    admitted = admit(entry, said, Known(build_number=build_number, build_id=build_id))
+    admitted = admit(entry, evidence, Known(build_number=build_number, build_id=build_id))
     return admitted, _job_id(claims, check_run_id)
 
 

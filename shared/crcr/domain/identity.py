@@ -86,33 +86,33 @@ class Known:
 NOTHING_KNOWN = Known()
 
 
-def admit(entry: Entry | None, said: Evidence, known: Known = NOTHING_KNOWN) -> Entry:
-    """The allowlist entry `said` speaks for, or Refused naming what did not hold. `entry` is the one the run is
+def admit(entry: Entry | None, evidence: Evidence, known: Known = NOTHING_KNOWN) -> Entry:
+    """The allowlist entry `evidence` speaks for, or Refused naming what did not hold. `entry` is the one the run is
     expected to be of (the dispatched repository's, or the caller's for a run no dispatch started)."""
-    name = said.repository or ""
+    name = evidence.repository or ""
 
     def refuse(check: str, message: str, fact: str | None = None) -> Refused:
-        field = FIELDS[said.channel].get(fact or check, fact or check)
-        return Refused(message, channel=said.channel, check=check, field=field)
+        field = FIELDS[evidence.channel].get(fact or check, fact or check)
+        return Refused(message, channel=evidence.channel, check=check, field=field)
 
     if entry is None:
         raise refuse("not_allowlisted", f"{name[:200] or 'the caller'} is not on the allowlist", "repository")
-    pins, ref = entry.settings, said.workflow or ""
-    rid, pin = _shown(said.repository_id), f"the allowlist's pin for {entry.repo}"
+    pins, ref = entry.settings, evidence.workflow or ""
+    rid, pin = _shown(evidence.repository_id), f"the allowlist's pin for {entry.repo}"
     # Each fact the channel states must hold. Names are ASCII only, compared folding ASCII letters alone: a look-alike
     # never matches (Kelvin sign, Cyrillic).
     rules: tuple[tuple[str, bool, str], ...] = (
         ("repository", is_repo_name(name) and repo_key(name) == entry.key, f"{name[:200]!r} is not {entry.repo}"),
         (
             "repository_id",
-            _same(said.repository_id, known.repository_id),
+            _agrees(evidence.repository_id, known.repository_id),
             f"repository id {rid} is not that of the {entry.repo} the relay dispatched to",
         ),
-        ("repository_id", _same(said.repository_id, pins.repository_id), f"repository id {rid} is not {pin}"),
+        ("repository_id", _agrees(evidence.repository_id, pins.repository_id), f"repository id {rid} is not {pin}"),
         (
             "repository_owner_id",
-            _same(said.repository_owner_id, pins.repository_owner_id),
-            f"owner id {_shown(said.repository_owner_id)} is not {pin}",
+            _agrees(evidence.repository_owner_id, pins.repository_owner_id),
+            f"owner id {_shown(evidence.repository_owner_id)} is not {pin}",
         ),
         (
             "workflow",
@@ -121,34 +121,35 @@ def admit(entry: Entry | None, said: Evidence, known: Known = NOTHING_KNOWN) -> 
         ),
         (
             "head_repository",
-            said.head_repository_id is not None and said.head_repository_id == said.repository_id,
+            evidence.head_repository_id is not None and evidence.head_repository_id == evidence.repository_id,
             f"a run of another repository's code (a fork) does not speak for {entry.repo}",
         ),
         (
             "installation",
-            _same(said.installation_id, known.installation_id),
-            f"installation {_shown(said.installation_id)} is not the one {entry.repo} is dispatched and read through",
+            _agrees(evidence.installation_id, known.installation_id),
+            f"installation {_shown(evidence.installation_id)} is not the one {entry.repo} is dispatched and read "
+            "through",
         ),
         (
             "build_number",
-            _same(said.build_number, known.build_number),
-            f"build {_shown(said.build_number)} is not build {known.build_number}, the one the relay created",
+            _agrees(evidence.build_number, known.build_number),
+            f"build {_shown(evidence.build_number)} is not build {known.build_number}, the one the relay created",
         ),
         (
             "build_id",
-            _same(said.build_id, known.build_id),
+            _agrees(evidence.build_id, known.build_id),
             "the build is not the one the relay created for this dispatch",
         ),
     )
     for fact, holds, message in rules:
-        if fact in STATES[said.channel] and not holds:
+        if fact in STATES[evidence.channel] and not holds:
             raise refuse(fact, message)
     return entry
 
 
-def _same(said: str | None, expected: int | str | None) -> bool:
-    """Whether what was said is what is expected; nothing expected (no pin, not known here) always holds."""
-    return expected is None or said == str(expected)
+def _agrees(stated: str | None, expected: int | str | None) -> bool:
+    """Whether what was stated is what is expected; nothing expected (no pin, not known here) always holds."""
+    return expected is None or stated == str(expected)
 
 
 def _shown(value: str | None) -> str:

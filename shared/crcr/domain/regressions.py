@@ -20,7 +20,7 @@ from typing import Any, Literal
 from crcr.domain.ids import repo_key
 from crcr.domain.verdicts import Attempt
 
-Said = Literal["pass", "fail"]
+CommitResult = Literal["pass", "fail"]
 BISECT = "bisect"  # the event type of a bisection run: its ledger row, its jobs and its repository_dispatch
 
 # A squash merge's first line ends with its PR: "Fix the thing (#1234)".
@@ -33,8 +33,8 @@ class BranchCommit:
     """A commit pushed to the upstream's default branch, as a blamelist names it."""
 
     sha: str
-    t: float  # the commit's time: the branch's order (ties: its place in its push, `i`)
-    i: int = 0
+    committed_at: float  # the branch's order (ties: its place in its push)
+    place: int = 0
     parent: str | None = None  # the commit before it on the branch, when the push said (its `before` or its list)
     pr: int | None = None  # the PR it landed, from the merge bot's trailer or the squash title's "(#N)"
     title: str | None = None  # the message's first line
@@ -43,7 +43,7 @@ class BranchCommit:
 
     @property
     def order(self) -> tuple[float, int]:
-        return (self.t, self.i)
+        return (self.committed_at, self.place)
 
 
 def title_pr(title: str | None) -> int | None:
@@ -59,7 +59,7 @@ def landed_pr(resolves: tuple[str, int] | None, title: str | None, upstream: str
     return title_pr(title)
 
 
-def said(attempts: Iterable[Attempt]) -> Said | None:
+def commit_result(attempts: Iterable[Attempt]) -> CommitResult | None:
     """What one commit's attempts of the job say of the code: `pass`, `fail`, or nothing (None)."""
     seen = list(attempts)
     if any(a.passed for a in seen):
@@ -82,7 +82,7 @@ class Regression:
         return self.fixed_by is None
 
 
-def regressions(results: Mapping[str, Said | None], branch: Sequence[str]) -> list[Regression]:
+def regressions(results: Mapping[str, CommitResult | None], branch: Sequence[str]) -> list[Regression]:
     """Every regression of one job, oldest first, from its result per commit (`said`) and the branch's commits in
     order (oldest first; a commit not on it is not placed and says nothing)."""
     position = {sha: i for i, sha in enumerate(branch)}
@@ -237,7 +237,7 @@ def _shas(x: Tracked | Regression) -> set[str]:
     return {b.sha if isinstance(b, Blamed) else b for b in x.blamelist}
 
 
-def same(a: Tracked | Regression, b: Tracked | Regression) -> bool:
+def same_regression(a: Tracked | Regression, b: Tracked | Regression) -> bool:
     """The same regression seen again, perhaps with its range narrowed by a result that came late."""
     return a.first_fail == b.first_fail or a.last_pass == b.last_pass or bool(_shas(a) & _shas(b))
 
@@ -258,7 +258,7 @@ def merged(
     kept: list[Tracked] = []
     used: set[int] = set()
     for r in found:
-        match = next((i for i, s in enumerate(stored) if i not in used and same(s, r)), None)
+        match = next((i for i, s in enumerate(stored) if i not in used and same_regression(s, r)), None)
         before = stored[match] if match is not None else None
         if match is not None:
             used.add(match)

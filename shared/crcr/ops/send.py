@@ -1,5 +1,5 @@
 """`crcr send`: a realistic upstream webhook (from examples/events/ or a file), signed as GitHub signs it, posted to a
-local or deployed relay, and what the relay answered, said in words."""
+local or deployed relay, and what the relay answered, answered in words."""
 
 from __future__ import annotations
 
@@ -56,8 +56,8 @@ class Sent:
     pr: int | None
 
     def meaning(self) -> str:
-        said = self.reply.get("status") if isinstance(self.reply.get("status"), str) else None
-        known = MEANINGS.get((self.status, said)) or MEANINGS.get((self.status, None))
+        answered = self.reply.get("status") if isinstance(self.reply.get("status"), str) else None
+        known = MEANINGS.get((self.status, answered)) or MEANINGS.get((self.status, None))
         if known:
             return known
         return "the relay failed; GitHub would show the delivery as failed" if self.status >= 500 else "unexpected"
@@ -65,10 +65,9 @@ class Sent:
     def line(self) -> str:
         what = f"{self.event}.{self.action}" if self.action else self.event
         where = (f" #{self.pr}" if self.pr else "") + (f" at {self.sha[:12]}" if self.sha else "")
-        said = self.reply.get("status") or self.reply.get("message") or self.reply.get("error") or ""
-        return (
-            f"{what}{where} -> {self.url}: {self.status} {said} (delivery {self.delivery_id}): {self.meaning()}".strip()
-        )
+        answer = self.reply.get("status") or self.reply.get("message") or self.reply.get("error") or ""
+        reply = f"{self.status} {answer} (delivery {self.delivery_id})"
+        return f"{what}{where} -> {self.url}: {reply}: {self.meaning()}".strip()
 
     def as_json(self) -> dict[str, Any]:
         return {
