@@ -1,7 +1,6 @@
-"""LevelFunction: on a schedule, each downstream's level status for the HUD, and the demotion PRs it calls for.
-
-Hourly; and every 5 minutes with `{"if_missing": true}`, which computes it only while none is stored (a new stack),
-so PyTorch's level-status route has an answer minutes after a deploy, not an hour."""
+"""LevelFunction: on a schedule, each downstream's level status for the HUD, and the demotion PRs it calls for. Hourly,
+and every 5 minutes with `{"if_missing": true}` (computed only while none is stored: a new stack), so PyTorch's
+level-status route has an answer minutes after a deploy, not an hour."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The AllowlistPulls port on GitHub: the demotion PR in the repository that holds the allowlist.
-
-Endpoints (docs/contracts.md lists them with the rest): `GET pulls`, `POST pulls`, `PATCH pulls/{n}`,
-`GET git/ref/{ref}`, `POST git/refs`, `PATCH git/refs/{ref}` (a branch left over from an earlier PR starts again
-at the base), `GET`/`PUT contents/{path}`, `POST issues/{n}/labels` and `POST issues/{n}/comments`; one token for
-that repository alone with contents:write and pull_requests:write.
-"""
+"""The AllowlistPulls port on GitHub: the demotion PR in the repository that holds the allowlist, with a token for that
+repository alone (contents:write, pull_requests:write; its endpoints are in docs/contracts.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Allowlist loading: YAML with line numbers, from a path, s3:// or github:owner/repo/path@ref.
-
-A source is polled at most every `refresh_s`; a document that fails to fetch or validate is logged,
-counted and ignored, so a bad edit never replaces the last good allowlist.
-"""
+"""Allowlist loading: YAML with line numbers, from a path, s3:// or github:owner/repo/path@ref; a source is polled at
+most every `refresh_s`, and a document that fails to fetch or validate is logged, counted and ignored, so a bad edit
+never replaces the last good allowlist."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
 """The upstream default branch in the state table: the order of the commits pushed to it (for baselines and
-blamelists), and what GitHub said of commits a scheduled report named (found: for everyone; not found: for the
-downstream whose report asked).
-
-Each pushed commit is two items in the branch's partition: `C#<sha>` (its time, read by SHA) and `O#<ms>#<i>#<sha>`
-(its place in the branch's order with what a blamelist shows of it, read as a range)."""
+blamelists), and what GitHub said of commits a scheduled report named."""
 
 from __future__ import annotations
 
@@ -52,6 +48,8 @@ class DynamoBranch:
         self._table = table
 
     def record_commits(self, upstream: str, commits: list[BranchCommit]) -> None:
+        """Each commit as two items in the branch's partition: `C#<sha>` (its time, read by SHA) and
+        `O#<ms>#<place>#<sha>` (its place in the branch's order with what a blamelist shows of it, read as a range)."""
         expires = int(max((c.committed_at for c in commits), default=0)) + BRANCH_TTL_S
         pk = branch_pk(upstream)
         items: list[dict[str, Any]] = [{"sk": f"C#{c.sha}", "t": c.committed_at} for c in commits]

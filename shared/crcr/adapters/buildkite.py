@@ -1,9 +1,6 @@
-"""Buildkite REST client for Buildkite dispatches: create a build, find the builds of a dispatch.
-
-A thin client over a urllib3 pool (`crcr.adapters.http_pool`), like the GitHub one: no retries inside the Lambda;
-every failure is classified for the caller, which retries through the queue. The API token is sent only in the
-Authorization header and never appears in an error or a log line.
-"""
+"""Buildkite REST client for Buildkite dispatches (create a build, find a dispatch's builds) over a urllib3 pool, like
+the GitHub one: no retries inside the Lambda, every failure classified for the caller, which retries through the
+queue. The API token goes only in the Authorization header, never in an error or a log line."""
 
 from __future__ import annotations
 

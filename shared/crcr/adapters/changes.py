@@ -1,13 +1,5 @@
 """GitHub's comparison of two upstream commits (`GET /repos/{upstream}/compare/{base}...{head}`): the ChangedFiles port
-(a PR head's files, once per head) and the BranchHistory port (the commits a regression range holds that the relay
-never saw pushed).
-
-By SHA, so the listing is the head's whatever the PR became since (a force-push between the event and its planning
-listed the newer head's files under the older head, and a skip on them passed a required check the change needed).
-GitHub's comparison names at most 300 files; one that names 300 may be cut, so it counts as unknown (dispatch), as
-does any answer that is not a comparison with a list of files. A head's answer is kept by this instance, so the events
-of one head (labels, a redelivery) ask once.
-"""
+(a PR head's files, by SHA) and the BranchHistory port (a regression range's commits the relay never saw pushed)."""
 
 from __future__ import annotations
 
@@ -27,7 +19,7 @@ from crcr.domain.ids import SHA_PATTERN
 from crcr.domain.regressions import BranchCommit, landed_pr
 
 MAX_COMPARE_FILES = 300  # GitHub's comparison lists at most this many files
-KEPT_HEADS = 256
+KEPT_HEADS = 256  # heads whose files this instance keeps: the events of one head (labels, a redelivery) ask once
 SHA = re.compile(SHA_PATTERN)
 
 

@@ -1,9 +1,6 @@
-"""GitHub REST client for the App: JWT, down-scoped installation tokens (cached), repository_dispatch.
-
-A thin client over a urllib3 connection pool (`crcr.adapters.http_pool`: kept-alive connections, the proxy the
-environment names): no retries inside the Lambda, no redirects followed; every failure is classified for the
-caller, which retries through the queue.
-"""
+"""GitHub REST client for the App: JWT, down-scoped installation tokens (cached), repository_dispatch; over a urllib3
+pool (`crcr.adapters.http_pool`), no retries inside the Lambda, no redirects followed: every failure is classified for
+the caller, which retries through the queue."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
 """urllib3 connection pools for the relay's HTTP clients (GitHub, Buildkite, the HUD, OIDC issuers), through the
-proxy the environment names, as botocore does for the AWS calls.
-
-A pool never retries and never follows a redirect: each client classifies every answer and failure itself, and
-the relay retries through its queues. A proxy comes from HTTPS_PROXY / HTTP_PROXY unless NO_PROXY covers the
-host (read as the standard library reads them); its credentials go in `Proxy-Authorization`, over TLS when the
-proxy is itself `https://`, and an https request goes through a `CONNECT` tunnel.
-"""
+proxy the environment names, as botocore does for the AWS calls; never retrying, never following a redirect."""
 
 from __future__ import annotations
 
@@ -17,7 +11,8 @@ from urllib3.util import make_headers, parse_url
 
 
 def proxy_for(url: str) -> str | None:
-    """The proxy the environment names for `url`, or None."""
+    """The proxy the environment names for `url` (HTTPS_PROXY / HTTP_PROXY unless NO_PROXY covers the host, read as
+    the standard library reads them), or None."""
     parts = urlsplit(url)
     if not parts.hostname or urllib.request.proxy_bypass(parts.hostname):
         return None

@@ -1,8 +1,6 @@
-"""Levels in the state table: each repository's level history (when it first reached L2) and the open demotions.
-
-Rows under one partition, `LEVELS`: `HISTORY#<repo>` and `DEMOTION#<repo>`. A handful of repositories: the
-demotions are read whole, and a reader on the check-run path keeps them for a minute.
-"""
+"""Levels in the state table, partition `LEVELS`: each repository's level history (`HISTORY#<repo>`: when it first
+reached L2) and the open demotions (`DEMOTION#<repo>`: a handful, read whole; a reader on the check-run path keeps
+them for a minute)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
 """OIDC token verification for GitHub Actions and Buildkite: the issuer (fixed in code) selects the verifier;
-discovery → JWKS (cached), RS256/ES256 only, pinned iss/aud.
-
-PyJWT's PyJWKClient refuses an unknown `kid` for 30 s after a fetch, so a key rotated in moments
-ago fails. Here an unknown `kid` refetches the key set at once, unless a fetch happened less than
-`refetch_interval_s` ago for another unknown `kid` (then the caller is told to retry shortly): random `kid`s cost the
-issuer at most one fetch per interval per instance.
-
-One fetch at a time, and never in the way of a token whose key is known: such a token is verified with the cached
-keys while another caller fetches (a key set past its cache age is refreshed by one caller, the others go on with
-the cached keys, and a failed refresh keeps them); only callers waiting for a key the relay has not seen wait.
-"""
+discovery → JWKS (cached; an unknown `kid` refetches at once, rate-bounded), RS256/ES256 only, pinned iss/aud."""
 
 from __future__ import annotations
 
@@ -118,6 +108,8 @@ class OidcVerifier:
         self._keys = keys
 
     def _key(self, kid: str) -> jwt.PyJWK:
+        """The key `kid` names. One fetch at a time, never in the way of a token whose key is known (verified with the
+        cached keys meanwhile; a failed refresh keeps them): only callers waiting for a key not seen yet wait."""
         key = self._keys.get(kid)
         if key is not None:
             if self._clock() - self._fetched_at >= self._cache_s and self._fetching.acquire(blocking=False):

@@ -1,8 +1,6 @@
-"""Configuration checked before the relay runs: by `crcr local` before its ready line, by each function at its cold
-start. One line per problem, naming the variable, or the file and line (hand-written: the rules are the relay's own).
-
-Documents from a path are read and validated whole; an `s3://` or `github:` source is checked for its form only
-here (it is fetched, and a bad version refused with the last good one kept, when it is used)."""
+"""Configuration checked before the relay runs (by `crcr local` before its ready line, by each function at its cold
+start), one line per problem naming the variable, or the file and line; a path's documents are validated whole, an
+`s3://` or `github:` source only for its form (fetched, a bad version refused keeping the last good one, when used)."""
 
 from __future__ import annotations
 

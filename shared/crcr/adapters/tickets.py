@@ -1,12 +1,5 @@
-"""Dispatch tickets: EdDSA (Ed25519) JWTs signed by the relay with its current key, verified by the key their
-`kid` names (the current key or the previous, verify-only one), public keys served as a JWKS.
-
-The keys come from a source that may change under a running function (a rotated Secrets Manager secret, read
-through Powertools' cache): the signer and the JWKS follow it within the cache's age, and a ticket naming a key
-id the verifier does not know makes it read the source again at once, at most once per `refetch_interval_s`
-(then the caller is told to retry shortly), so a key another function started signing with moments ago verifies
-and random key ids cost Secrets Manager at most one read per interval per instance.
-"""
+"""Dispatch tickets: EdDSA (Ed25519) JWTs signed with the relay's current key, verified by the key their `kid` names
+(current, or the previous verify-only one; an unknown one re-reads the key source), public keys served as a JWKS."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""PR comment commands (the planner, on `issue_comment`): `@<app-slug> rerun <owner/repo|all> [failed]`.
-
-From someone GitHub says has write or triage access to the upstream (asked of GitHub, never read from the
-comment): for each named L3/L4 downstream (or all of them), the failed GitHub runs on the PR's current head are
-re-run (`rerun-failed-jobs`, through the check-run writer and its pacer, as from the Checks tab); a downstream
-with nothing recorded on that head is dispatched again, unless the command says `failed`. The comment gets a
-reaction (`rocket` when something was asked for, `confused` when nothing could be), the PR comment is rendered
-again; anyone else's command is ignored and counted, without a reaction (a stranger's, by the comment's
-`author_association`, before GitHub is asked anything).
-"""
+"""PR comment commands (the planner, on `issue_comment`): `@<app-slug> rerun <owner/repo|all> [failed]`, from those
+GitHub says may give them (docs/contracts.md, "Re-runs from a PR comment")."""
 
 from __future__ import annotations
 

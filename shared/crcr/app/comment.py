@@ -1,14 +1,5 @@
-"""The PR comment writer (docs/contracts.md), on ChecksQueue: one comment per upstream PR, created at its first L3/L4
-failure and then edited in place, paced with the check runs on the upstream installation's budget.
-
-A `comment` message from the reporter or the planner asks for a render; it never says what to write. The first
-request books a render in the PR's row and sends it back to the queue a few seconds later; requests made while
-one is booked only push its due time on (at most `max_wait_s` from when it started waiting), so a burst of
-callbacks lands before the comment is rendered and costs one write. The render locks the row, reads the
-latest recorded state (the PR's head and labels, the head's jobs, the re-run markers, the allowlist's owners),
-and writes only a body that differs from the last one written. A request made while it renders keeps the
-booking alive, so the render runs once more afterwards: no change is ever left unshown.
-"""
+"""The PR comment writer, on ChecksQueue: a `comment` message asks for a render, which the PR's row books and coalesces,
+then one write of a changed body on the upstream installation's budget (docs/contracts.md, "The PR comment")."""
 
 from __future__ import annotations
 

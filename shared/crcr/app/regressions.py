@@ -1,8 +1,6 @@
-"""Regression tracking (ReporterFunction, per stream batch): each finished result of a downstream job on the
-upstream's default branch (a push or a scheduled run) places the job's recent branch results in the branch's order,
-keeps its regressions (crcr.domain.regressions) and the HUD's `regressions.json` that the pages and
-`GET /hud/api/crcr/regressions` read. Advisory: nothing here changes a job, a check run or PyTorch's HUD rows, and a
-failure here is counted and never fails the batch (the job's next result looks again)."""
+"""Regression tracking (ReporterFunction, per stream batch): each finished default-branch result of a downstream job
+(push or scheduled) places its recent branch results in the branch's order, keeps its regressions
+(crcr.domain.regressions) and the HUD's `regressions.json`; advisory: it changes no job, check run or HUD row."""
 
 from __future__ import annotations
 
@@ -48,7 +46,7 @@ RECENT_RESULTS = 100  # the job's newest branch results looked at (an open regre
 MAX_BLAMELIST = 250  # commits named per regression (GitHub's compare lists as many)
 WRITE_TRIES = 8
 CONFLICT_WAIT_S = 0.05  # the first wait after a lost write (doubling, jittered)
-DOC_KEY = "regressions.json"
+DOC_KEY = "regressions.json"  # read by the HUD pages and `GET /hud/api/crcr/regressions`
 DOC_SCHEMA = 1
 
 

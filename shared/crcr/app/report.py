@@ -1,11 +1,6 @@
-"""Reporter use case: each recorded job change gets its verdict (failed L3/L4 jobs of PRs), updates the HUD
-pages' documents, is pushed to PyTorch's HUD in the shape it expects, and asks the check-run writer for the
-job's check runs, the PR comment and, for an infrastructure failure, one automatic re-run.
-
-PyTorch's HUD rows are write-once after completion (a later write answers 409): a job goes there as completed
-once, with its verdict when it gets one, and whatever the relay learns of it afterwards (a retry's pass making
-it flaky, a genuine result after the relay timed it out) goes to the relay's own pages, check runs and comment.
-A 409 that still comes (a push the stream retries after the HUD took it) is a duplicate, never a dead letter."""
+"""Reporter use case: each recorded job change gets its verdict (failed L3/L4 jobs of PRs), updates the HUD pages'
+documents, is pushed to PyTorch's HUD (once as finished: docs/contracts.md), and asks the check-run writer for its
+check runs, the PR comment and, for an infrastructure failure, one automatic re-run."""
 
 from __future__ import annotations
 

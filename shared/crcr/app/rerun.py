@@ -1,16 +1,5 @@
-"""Re-runs of downstream runs (`rerun-failed-jobs`): asked for from the upstream's Checks tab (the planner finds
-the runs, the check-run writer asks GitHub), and the relay's own single retry of an infrastructure failure
-(the reporter's `rerun` message, handled by the check-run writer).
-
-Both go one way: L3+ repositories only, GitHub Actions runs only (a Buildkite build, or the sweeper's record
-of a dispatch no job started on, has nothing the Actions API can re-run), `GET …/actions/runs/{id}` first and
-a run still running is left alone, then one content-creating POST that spends a slot of the downstream
-installation's budget, shared with dispatches.
-
-The relay's own retry is once per (dispatch, run) ever and of a run's first attempt only: a run someone
-already re-ran is not retried again. Its outcome is a marker the PR comment reads (`requested`, `refused`,
-`not_retryable`); while the run is still running (other jobs of it go on) the message comes back later.
-"""
+"""Re-runs of downstream GitHub runs (`rerun-failed-jobs`): those asked for upstream (the Checks tab, a comment command)
+and the relay's one retry of an infrastructure failure, both on the check-run writer (docs/contracts.md, "Re-runs")."""
 
 from __future__ import annotations
 

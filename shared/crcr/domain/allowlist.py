@@ -1,8 +1,6 @@
-"""Allowlist rules: PyTorch's level document plus optional per-repository settings, validated with line numbers.
-
-The document arrives as plain Python values (dict, list, str, bool, int). Strings and keys may carry a
-``line`` attribute (the YAML adapter attaches one); the rules here only read it to name the line in errors.
-"""
+"""Allowlist rules: PyTorch's level document plus optional per-repository settings, validated with line numbers. It
+arrives as plain Python values (dict, list, str, bool, int); strings and keys may carry a ``line`` attribute (the
+YAML adapter attaches one), read here only to name the line in errors."""
 
 from __future__ import annotations
 

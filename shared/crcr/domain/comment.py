@@ -1,10 +1,5 @@
-"""The PR comment (docs/contracts.md): which downstream jobs it lists and what it says.
-
-One comment per upstream PR, from the latest recorded state of its head: per L4 job (and L3 job while the PR carries
-`ciflow/crcr/<device>`) the newest attempt of the failing, flaky and not-started ones, a table per downstream. An
-infrastructure failure whose automatic re-run was requested waits for it. Downstream text is set by
-`crcr.domain.markdown`; only the allowlist's oncalls are mentioned, once per PR and repository.
-"""
+"""The PR comment (docs/contracts.md): which downstream jobs it lists and what it says; downstream text is set by
+`crcr.domain.markdown`."""
 
 from __future__ import annotations
 

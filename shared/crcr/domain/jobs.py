@@ -1,8 +1,6 @@
-"""Job state machine (docs/contracts.md), per dispatch x run_id x run_attempt x job_name.
-
-dispatched → in_progress → completed; dispatched → completed is allowed; terminal states never go
-back; timed_out (written by the sweeper) is replaced by a later genuine completion.
-"""
+"""Job state machine (docs/contracts.md), per dispatch x run_id x run_attempt x job_name: dispatched → in_progress →
+completed, and dispatched → completed; terminal states never go back; timed_out (written by the sweeper) is replaced
+by a later genuine completion."""
 
 from __future__ import annotations
 

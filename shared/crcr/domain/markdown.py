@@ -1,8 +1,6 @@
-"""Untrusted text set in GitHub Markdown (the PR comment, check runs, notices): inert, linking nowhere unchecked.
-
-Everything a downstream reports is set as plain text with Markdown and HTML escaped, and with mentions, issue
-references and autolinks broken by an invisible space, so it can neither ping anyone, link anywhere nor break a table.
-"""
+"""Untrusted text set in GitHub Markdown (the PR comment, check runs, notices): plain text with Markdown and HTML
+escaped, and mentions, issue references and autolinks broken by an invisible space, so it can neither ping anyone,
+link anywhere unchecked nor break a table."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Lambda's event filtering (an event source mapping's FilterCriteria) for the local stack's pollers.
-
-A record passes when any filter's pattern matches it. A pattern is an object whose keys must each be present
-in the record: a nested object matches a nested object, a list matches a value equal to one of its entries or
-passing one of its operators. The operators here are the ones template.yaml uses, plus `exists`; any other
-is refused when the template is read, so a pattern the local stack would misread never runs."""
+"""Lambda's event filtering (an event source mapping's FilterCriteria) for the local stack's pollers: the operators
+template.yaml uses, plus `exists`; any other is refused when the template is read."""
 
 from __future__ import annotations
 
@@ -28,6 +24,8 @@ class Filter:
         _check(self.pattern)
 
     def matches(self, record: dict[str, Any]) -> bool:
+        """Each key of the pattern present in the record: a nested object matches a nested object, a list a value
+        equal to one of its entries or passing one of its operators."""
         return _object(self.pattern, record)
 
 

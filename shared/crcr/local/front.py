@@ -1,11 +1,5 @@
-"""crcr local's HTTP front end: API Gateway's HTTP API at the edge (framing, size limits, bursts) before `route`.
-
-Stdlib only (`socketserver` + `http.server`'s request parsing): the server runs inside the relay process. What it
-adds to `ThreadingHTTPServer` is the edge behaviour docs/local-stack.md describes: strict message framing
-(RFC 9112 §6), chunked request bodies, API Gateway's payload and header quotas, a per-request read deadline,
-a listen backlog, and bounds on connections (an idle one gives its worker up to a waiting one) and on request
-bytes held in memory (each request holds what it has received, never what it declares).
-"""
+"""crcr local's HTTP front end: API Gateway's HTTP API at the edge (framing, size limits, bursts) before `route`,
+stdlib only, with the bounds docs/local-stack.md describes."""
 
 from __future__ import annotations
 

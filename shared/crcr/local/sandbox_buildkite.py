@@ -1,10 +1,5 @@
-"""Sandbox Buildkite for `crcr local` without CRCR_BUILDKITE_API_URL: the REST API's create-build and list
-(by meta_data) for the relay's dispatcher, and a build that runs and reports its job through the real
-/callback with a Buildkite-agent-shaped OIDC token from a sandbox issuer (claims as Buildkite documents).
-
-Organization and pipeline ids are UUIDs derived from their slugs, so examples/ci_providers.yml can name
-them; the tokens carry organization_id/pipeline_id as `--claim organization_id,pipeline_id` asks.
-"""
+"""Sandbox Buildkite for `crcr local` without CRCR_BUILDKITE_API_URL: create-build and list for the dispatcher, and
+builds that report through the real /callback with Buildkite-agent-shaped OIDC tokens from a sandbox issuer."""
 
 from __future__ import annotations
 
@@ -23,7 +18,8 @@ from urllib.parse import parse_qsl
 
 from crcr.local.sandbox import SandboxReply
 
-# Fixed namespace: the same slug always has the same id, in every run and in examples/ci_providers.yml.
+# Organization and pipeline ids are UUIDs derived from their slugs in a fixed namespace: the same slug always has
+# the same id, in every run and in examples/ci_providers.yml.
 _NAMESPACE = uuid.UUID("6f1c3d2e-7a1b-4c5d-9e8f-0a1b2c3d4e5f")
 _BUILDS = re.compile(r"^/v2/organizations/([a-z0-9-]+)/pipelines/([a-z0-9-]+)/builds$")
 
@@ -146,7 +142,7 @@ class SandboxBuildkite:
             "agent_id": str(uuid.uuid4()),
             "build_source": build["source"],
             "runner_environment": "self-hosted",
-            "organization_id": build["organization"]["id"],
+            "organization_id": build["organization"]["id"],  # as `--claim organization_id,pipeline_id` asks
             "pipeline_id": build["pipeline"]["id"],
         }
 

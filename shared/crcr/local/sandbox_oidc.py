@@ -1,9 +1,6 @@
-"""Sandbox OIDC issuer for `crcr local`: mints GitHub-Actions-shaped tokens for the sandbox workflows (and,
-as a second instance on another path, Buildkite-agent-shaped ones for the sandbox Buildkite).
-
-It serves discovery and JWKS under the local port (loopback http, which the relay accepts only there),
-so the sandbox downstream runs call back through the real verification path.
-"""
+"""Sandbox OIDC issuer for `crcr local`: GitHub-Actions-shaped tokens for the sandbox workflows (a second instance on
+another path: Buildkite-agent-shaped ones), discovery and JWKS on the local port (loopback http, which the relay
+accepts only there), so the sandbox runs call back through the real verification path."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The local stack: moto in server mode as the AWS, resources from template.yaml, handlers run as Lambda would.
-
-HTTP routes come from the functions' HttpApi events, SQS pollers from their SQS events (batch size,
-partial batch failure; visibility timeout and redrive are SQS's own, in moto), all on one local port.
-"""
+"""The local stack: moto in server mode as the AWS, resources from template.yaml, handlers run as Lambda would; HTTP
+routes from the functions' HttpApi events, SQS pollers from their SQS events (batch size, partial batch failure;
+visibility timeout and redrive are SQS's own, in moto), all on one local port."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Reads template.yaml's own declarations so the local stack is built from what is deployed.
-
-moto's CloudFormation skips AWS::Serverless::* resources, so the queues, tables, buckets, functions and
-their event sources are read here and created through the ordinary AWS APIs.
-"""
+"""Reads template.yaml's own declarations so the local stack is built from what is deployed: moto's CloudFormation skips
+AWS::Serverless::* resources, so the queues, tables, buckets, functions and their event sources are read here and
+created through the ordinary AWS APIs."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""A port of PyTorch's HUD endpoint for relay results (torchci `POST /api/crcr/results`), to judge pushes.
-
-Ported line by line from `torchci/pages/api/crcr/results.ts` and `torchci/lib/crcr/crcrUtils.ts`
-(`extractPrContext`, `extractDynamoRecord`, `writeToDynamo`) as they stand since September 2026, including
-JavaScript's semantics where they decide the answer: reading a property of `undefined` is a TypeError (500),
-`!x` is falsy-ness, `??` skips only null/undefined, a template literal prints `undefined`, `String.slice`
-counts UTF-16 code units, and UpdateItem sets only defined fields. Rows are write-once after completion: a
-write to a row already `completed` answers 409. The table is a dict keyed like `torchci-oot-workflow-job`,
-with DynamoDB's own limits on key and item size.
-"""
+"""A port of PyTorch's HUD endpoint for relay results (torchci `POST /api/crcr/results`), to judge pushes: line by line
+from torchci's `results.ts` and `crcrUtils.ts`, JavaScript's semantics included (docs/decisions.md, 2026-12-08)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""`crcr demo`: the relay end to end on the embedded stack with the sandbox GitHub: first a PR and a push whose
-downstreams pass, each job's transitions shown as they happen; then a PR whose downstreams fail in the ways that
-matter (a new failure with its failing tests, one the default branch broke first (`broken trunk`, its regression
-named with the range), an infrastructure failure retried once, a job
-whose runner vanished, which GitHub's own record of the run ends instead of a time-out),
-the PR comment and check runs that result, a dead letter and its redrive; then the HUD pages to open."""
+"""`crcr demo`: the relay end to end on the embedded stack with the sandbox GitHub: passing downstreams, then failing
+ones in the ways that matter, with the PR comment, check runs, a dead letter's redrive and the HUD pages to open."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Operator tool behind `crcr replay`: recorded webhook deliveries sent through a relay again, in the order GitHub
-delivered them, signed with the relay's own webhook secret; for a rehearsal of a day of traffic on `crcr local`, or a
-shadow deployment fed what the relay in service received.
-
-A file holds GitHub's delivery log entries (`GET /app/hook/deliveries/{id}`: `guid`, `event`, `delivered_at`,
-`redelivery` and `request.payload`), or raw deliveries (`headers` with `X-GitHub-Event` and `X-GitHub-Delivery`, and
-`body` as sent), as a JSON array or one per line, gzipped or not. Each keeps its delivery id, so a redelivery is one
-again."""
+"""Operator tool behind `crcr replay`: recorded webhook deliveries sent through a relay again, re-signed, in GitHub's
+delivery order, to rehearse on `crcr local` or feed a shadow deployment (docs/contracts.md, `crcr replay`)."""
 
 from __future__ import annotations
 
