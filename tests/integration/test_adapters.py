@@ -358,7 +358,11 @@ def test_the_branchs_missing_commits_come_from_githubs_comparison_in_order(
     assert found is not None and [c.sha for c in found] == shas[2:]
     assert [(c.parent, c.pr, c.author) for c in found] == [(shas[1], 102, "dev2"), (shas[2], 999, "dev3"),
                                                            (shas[3], 104, "dev4")]  # fmt: skip
-    assert found[1].title == "Land it" and found[0].committed_at < found[1].committed_at < found[2].committed_at and found[0].files is None
+    assert (
+        found[1].title == "Land it"
+        and found[0].committed_at < found[1].committed_at < found[2].committed_at
+        and found[0].files is None
+    )
     assert history.commits_between("pytorch/pytorch", shas[4], shas[1]) is None  # not an ancestor: cannot say
     assert next(r.path for r in github.requests if "/compare/" in r.path).endswith(f"{shas[1]}...{shas[4]}")
 
