@@ -1,6 +1,6 @@
-"""`crcr replay` end to end on `crcr local`: a recorded day of a few hundred deliveries (PRs opened, pushed to,
-labelled and closed, drafts, first-time contributors, pushes to main, GitHub's redeliveries), sent to one relay as
-GitHub sent them, then replayed from GitHub's delivery log to a fresh relay: the same dispatches, each once."""
+"""`crcr replay` end to end on `crcr local`: a recorded stretch of deliveries (PRs opened, pushed to, labelled and
+closed, drafts, first-time contributors, pushes to main, GitHub's redeliveries), sent to one relay as GitHub sent
+them, then replayed from GitHub's delivery log to a fresh relay: the same dispatches, each once."""
 
 from __future__ import annotations
 
@@ -30,9 +30,10 @@ ALLOWLIST = (
 )
 
 
-def day(seed: int = SEED, deliveries: int = 240) -> list[dict[str, Any]]:
-    """GitHub's delivery log of a day, oldest first, as `GET /app/hook/deliveries/{id}` gives each entry: PR events
-    for 60 PRs and pushes to main, with one delivery in twenty redelivered later under its own guid."""
+def day(seed: int = SEED, deliveries: int = 100, pulls: int = 20) -> list[dict[str, Any]]:
+    """GitHub's delivery log, oldest first, as `GET /app/hook/deliveries/{id}` gives each entry: PR events for `pulls`
+    PRs (each opened, then pushed to, labelled, closed) and pushes to main, one delivery in twenty redelivered later
+    under its own guid. Every kind shows within a hundred; more only take longer (the soak plays days)."""
     rng = random.Random(seed)
     start = datetime(2026, 12, 6, tzinfo=UTC)
     out: list[dict[str, Any]] = []
@@ -45,7 +46,7 @@ def day(seed: int = SEED, deliveries: int = 240) -> list[dict[str, Any]]:
             sha = f"{rng.getrandbits(160):040x}"
             event, doc = "push", push | {"before": push["after"], "after": sha}
         else:
-            number = 180_000 + rng.randrange(60)
+            number = 180_000 + rng.randrange(pulls)
             head = f"{rng.getrandbits(160):040x}"
             action = "opened" if number not in prs else rng.choice(["synchronize", "synchronize", "labeled", "closed"])
             if action in ("labeled", "closed"):
