@@ -67,7 +67,7 @@ INTERNALS = {
     "crcr.app.ports.ledger": "LedgerRow LedgerState",
     "crcr.adapters.pacer": "DynamoPacer",
     "crcr.adapters.job_items": "from_item to_item",
-    "crcr.adapters.s3": "S3HudDocs",
+    "crcr.adapters.s3": "S3PageDocs",
     "crcr.app.summaries": "PR_COMMITS SummaryDeps _with_commits summary_of update_summaries with_index",
     "crcr.app.page_entries": "job_key",
     "crcr.app.page_notes": "PlanNote note_plan",

@@ -242,7 +242,7 @@ def build_setting(r: h.Relay, name: str, bucket: str | None, *, health: bool = F
     if bucket is not None:
         env["CRCR_HUD_BUCKET"] = bucket
     deps = h.build_report_deps(h.load_settings(env))
-    if deps.hud is not None or deps.checks is not None or (deps.summaries is None) != (bucket is None):
+    if deps.torchci is not None or deps.checks is not None or (deps.summaries is None) != (bucket is None):
         raise RuntimeError(f"{name}: the reporter is not configured as this setting needs")
     setting = Setting(name, deps, bucket, table, reader)
     if deps.summaries is not None:
@@ -269,7 +269,7 @@ def _report(setting: Setting, changes: list[Change], fed: list[Change], s3: Any,
     writes = {name: round(setting.metrics.get(name, 0) / n, 3) for name in ("HudSummaryWritten", "HudSummaryConflict")}
     verdicts = verify_verdicts(ddb, setting.table, expected_verdicts(fed))
     if setting.bucket is not None:
-        verification = verify_documents(h.S3HudDocs(s3, setting.bucket), fed)
+        verification = verify_documents(h.S3PageDocs(s3, setting.bucket), fed)
         verification["problems"] = (verification["problems"] + verdicts["problems"])[:5]
     else:
         s3_calls = sum(v for k, v in setting.calls.items() if k.startswith("s3."))

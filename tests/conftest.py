@@ -271,7 +271,7 @@ def assert_hud_rows_match_the_ledger(stack: LocalStack, hud: HudDouble) -> None:
     """Every row PyTorch's HUD would hold is one the relay recorded, with the ledger's identity, and the
     relay's own `crcr_workflow_job` row (the export's) has the same key and identity."""
     from crcr.adapters.job_items import from_item  # noqa: PLC0415
-    from crcr.app.hud import row  # noqa: PLC0415
+    from crcr.app.torchci import row  # noqa: PLC0415
 
     if not hud.rows:
         return

@@ -8,7 +8,7 @@ from typing import Any
 
 from crcr.app.pages import Compose, Shadow, serve
 from crcr.composition.base import freeze_gc
-from crcr.composition.pages import build_hud_pages
+from crcr.composition.pages import build_pages
 from crcr.settings import Settings
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -30,7 +30,7 @@ def lambda_handler(event: dict[str, Any], context: Any, deps: Built | None = Non
 
 
 def _build() -> Built:
-    docs, compose, shadow = build_hud_pages(Settings.from_env())
+    docs, compose, shadow = build_pages(Settings.from_env())
     return docs, _assets(), compose, shadow
 
 

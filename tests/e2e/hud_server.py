@@ -23,7 +23,7 @@ STATIC = ROOT / "functions" / "hud" / "static"
 
 
 class MemoryDocs:
-    """HudDocs and HudDocReader in memory: versioned, conditional puts, bytes as S3HudDocs stores them."""
+    """PageDocs and PageDocReader in memory: versioned, conditional puts, bytes as S3PageDocs stores them."""
 
     def __init__(self) -> None:
         self.docs: dict[str, dict[str, Any]] = {}

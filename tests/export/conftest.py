@@ -15,8 +15,8 @@ from chdb import session
 from moto.server import ThreadedMotoServer
 
 from crcr.adapters.results import DynamoResults
-from crcr.app.hud import COLUMNS
 from crcr.app.ports.jobs import JobRecord
+from crcr.app.torchci import COLUMNS
 from crcr.local.stack import free_port
 from crcr.local.template import load_template
 from crcr.ops.torchci_rows import FORMATS

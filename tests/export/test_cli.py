@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from crcr.app.hud import COLUMNS
+from crcr.app.torchci import COLUMNS
 from crcr.local.stack import OPERATOR_CRCR_KEYS, OPERATOR_ENV_KEYS, free_port
 from crcr.ops.torchci_rows import last_change, select_rows, write
 from tests.export.conftest import BUCKET, RESULTS_TABLE, Aws

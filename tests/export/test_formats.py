@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from crcr.adapters.results import DynamoResults
-from crcr.app.hud import COLUMNS, EPOCH, row
 from crcr.app.ports.jobs import JobRecord
+from crcr.app.torchci import COLUMNS, EPOCH, row
 from crcr.ops.torchci_rows import FORMATS, last_change, nanoseconds, select_rows, write
 from tests.conftest import ROOT
 from tests.export.conftest import DUCKDB_TYPES, LOAD, RESULTS_TABLE, TIMES, Aws, ClickHouse

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from crcr.app.hud import envelope
 from crcr.app.ports.jobs import JobRecord
+from crcr.app.torchci import envelope
 from crcr.local.torchci import TorchciHud
 from crcr.ops.torchci_rows import select_rows, write
 from tests.export.conftest import ClickHouse

@@ -20,12 +20,12 @@ from crcr.adapters.check_runs import DynamoCheckRuns
 from crcr.adapters.deliveries import DynamoDeliveries
 from crcr.adapters.disabled_issues import GitHubAuthorPermissions, GitHubDisabledIssues
 from crcr.adapters.github import GitHubApp, GitHubIssueComments
-from crcr.adapters.hud_keys import DynamoHudKeys
 from crcr.adapters.pacer import DynamoPacer
 from crcr.adapters.pr_comment import DynamoPrComment
 from crcr.adapters.pulls import DynamoPullRequests
 from crcr.adapters.rate_limits import DynamoRateLimiter
 from crcr.adapters.reruns import DynamoReruns
+from crcr.adapters.torchci_keys import DynamoTorchciKeys
 from crcr.app.disable_authors import DisableAuthors
 from crcr.app.ports.comment import CommentRow
 from crcr.app.ports.deliveries import Claim
@@ -171,7 +171,7 @@ def test_one_pass_per_head_at_a_time_and_a_crashed_pass_lapses(aws: dict[str, An
 
 def test_a_hud_key_is_held_by_the_first_job_that_reports_it(aws: dict[str, Any]) -> None:
     _table(aws["dynamodb"], "hudkeys")
-    keys = DynamoHudKeys(aws["dynamodb"], "hudkeys")
+    keys = DynamoTorchciKeys(aws["dynamodb"], "hudkeys")
     key = json.dumps(["CI", "build", "7001"])
     first, second = "run 11 attempt 1", "run 11 attempt 2"
     assert keys.claim("d1", key, first, now=100.0, max_jobs=10) is None
@@ -190,7 +190,7 @@ def test_a_hud_key_is_held_by_the_first_job_that_reports_it(aws: dict[str, Any])
 
 def test_a_dispatch_holds_at_most_its_limit_of_jobs_each_counted_once(aws: dict[str, Any]) -> None:
     _table(aws["dynamodb"], "jobcaps")
-    keys = DynamoHudKeys(aws["dynamodb"], "jobcaps")
+    keys = DynamoTorchciKeys(aws["dynamodb"], "jobcaps")
     for i in range(3):
         assert keys.claim("d1", f"job-{i}", f"run 1 attempt {i}", now=100.0, max_jobs=3) is None
         assert keys.claim("d1", f"job-{i}", f"run 1 attempt {i}", now=101.0, max_jobs=3) is None  # counted once
@@ -322,11 +322,11 @@ def test_allowlist_check_accepts_pytorchs_current_file_unchanged(tmp_path: Any) 
 
 
 def test_hud_documents_are_replaced_only_if_unchanged_and_a_stale_copy_costs_one_refusal(aws: dict[str, Any]) -> None:
-    from crcr.adapters.s3 import S3HudDocs  # noqa: PLC0415
+    from crcr.adapters.s3 import S3PageDocs  # noqa: PLC0415
 
     s3 = aws["s3"]
     s3.create_bucket(Bucket="hud")
-    one, two = S3HudDocs(s3, "hud"), S3HudDocs(s3, "hud")  # two reporters
+    one, two = S3PageDocs(s3, "hud"), S3PageDocs(s3, "hud")  # two reporters
     assert one.get("index.json") == (None, None)
     assert one.put("index.json", {"n": 1}, None)
     assert not two.put("index.json", {"n": 99}, None)  # it exists now: a blind create is refused

@@ -19,7 +19,7 @@ from tests.conftest import ROOT
 # One class per aggregate of the two tables (shared/crcr/adapters), each in its module.
 DATA_ACCESS = {
     "deliveries", "redeliveries", "ledger", "pulls", "branch", "check_runs", "pr_comment", "reruns", "pacer",
-    "results", "hud_keys", "rate_limits", "refusals", "levels", "runs", "regressions", "shadow", "scheduled_export",
+    "results", "torchci_keys", "rate_limits", "refusals", "levels", "runs", "regressions", "shadow", "scheduled_export",
 }  # fmt: skip
 
 # function -> (its builder in crcr.composition, the data access it needs)
@@ -33,7 +33,7 @@ EXPECTED = {
     # A workflow_dispatch downstream's run is recorded when GitHub names it (crcr.app.dispatch). Every function that
     # writes outside the relay keeps the writes its outbound door withholds for shadow downstreams (shadow).
     "dispatch": ("build_dispatch_deps", {"ledger", "pulls", "pacer", "runs", "shadow"}),
-    "callback": ("build_callback_deps", {"ledger", "branch", "results", "hud_keys", "rate_limits", "refusals"}),
+    "callback": ("build_callback_deps", {"ledger", "branch", "results", "torchci_keys", "rate_limits", "refusals"}),
     # A regression's one notice is claimed on the regression (crcr.app.regression_notices).
     "checks": (
         "build_checks_deps",
@@ -53,8 +53,8 @@ EXPECTED = {
         {"results", "pulls", "branch", "check_runs", "regressions", "rate_limits", "shadow"},
     ),
     # The sweeper asks GitHub's record first, and reconciles a run it finds completed as the runs worker does.
-    "sweeper": ("build_sweep_deps", {"ledger", "results", "runs", "hud_keys"}),
-    "runs": ("build_runs_deps", {"ledger", "runs", "results", "hud_keys"}),
+    "sweeper": ("build_sweep_deps", {"ledger", "results", "runs", "torchci_keys"}),
+    "runs": ("build_runs_deps", {"ledger", "runs", "results", "torchci_keys"}),
     "reconciler": ("build_reconcile_deps", {"redeliveries", "pacer"}),
     "levels": ("build_level_deps", {"results", "levels", "shadow"}),
     "jwks": ("build_jwks", set()),
@@ -62,7 +62,7 @@ EXPECTED = {
     "export": ("build_export_deps", {"scheduled_export"}),
     # The PR and repository pages are composed when read: the repository's newest rows come from the results table.
     # A shadow relay's decisions are read for GET /hud/api/crcr/shadow.
-    "hud": ("build_hud_pages", {"results", "shadow"}),
+    "hud": ("build_pages", {"results", "shadow"}),
 }  # fmt: skip
 
 PROBE = """

@@ -22,7 +22,7 @@ from crcr.adapters.levels import CachedDemotions, DynamoLevels
 from crcr.adapters.pacer import DynamoPacer
 from crcr.adapters.pulls import DynamoPullRequests
 from crcr.adapters.results import DynamoResults
-from crcr.adapters.s3 import S3HudDocs
+from crcr.adapters.s3 import S3PageDocs
 from crcr.app.checks import CheckDeps, sync
 from crcr.app.checks_booking import ask_head, head_message
 from crcr.app.levels import LevelDeps, check_levels
@@ -95,7 +95,7 @@ def world(app_key_pem: str, app_key: Any) -> Iterator[World]:
         allowlist = CachedAllowlist(GitHubFetcher(app, UPSTREAM, ".github/allowlist.yml", "main"), metrics, clock.now)
         levels = DynamoLevels(ddb, "state", results.first_l2_job)
         deps = LevelDeps(
-            allowlist=allowlist, jobs=results, history=levels, demotions=levels, docs=S3HudDocs(s3, "hud"),
+            allowlist=allowlist, jobs=results, history=levels, demotions=levels, docs=S3PageDocs(s3, "hud"),
             metrics=metrics, clock=clock, parse=parse_allowlist,
             pulls=GitHubAllowlistPulls(app, UPSTREAM, ".github/allowlist.yml", "main"), door=door()
         )  # fmt: skip
@@ -136,7 +136,7 @@ def test_the_demotion_pr_is_opened_once_then_closed_and_check_runs_stop_and_resu
     assert outcome.failed == []
 
     # The level status, served as PyTorch's GET /api/crcr/level-status.
-    answer = serve("/hud/api/crcr/level-status", S3HudDocs(world.s3, "hud"), {})
+    answer = serve("/hud/api/crcr/level-status", S3PageDocs(world.s3, "hud"), {})
     body = json.loads(answer.body)
     npu = next(r for r in body["repos"] if r["repo"] == "org/npu-ci")
     assert (answer.status, npu["change"], npu["windowDays"], npu["noData"]) == (200, "demote", 7, False)
@@ -184,7 +184,7 @@ def test_the_demotion_pr_is_opened_once_then_closed_and_check_runs_stop_and_resu
     for n in range(200, 300):
         world.report(n, "failure", at=now + n)
     check_levels(world.deps)
-    body = json.loads(serve("/hud/api/crcr/level-status", S3HudDocs(world.s3, "hud"), {}).body)
+    body = json.loads(serve("/hud/api/crcr/level-status", S3PageDocs(world.s3, "hud"), {}).body)
     assert next(r for r in body["repos"] if r["repo"] == "org/npu-ci")["change"] == "demote"
     assert len(world.github.pulls(UPSTREAM)) == 1
 

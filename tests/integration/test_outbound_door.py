@@ -16,7 +16,7 @@ from crcr.adapters.buildkite import BuildkiteClient
 from crcr.adapters.commands import GitHubCommands
 from crcr.adapters.dispatch_runs import GitHubWorkflows
 from crcr.adapters.github import GitHubApp, GitHubCheckRuns, GitHubHookDeliveries, GitHubIssueComments, GitHubReruns
-from crcr.adapters.hud import HudClient
+from crcr.adapters.torchci import TorchciClient
 from crcr.app.outbound import BUILDKITE, GITHUB, HUD, Permit, Unpermitted, Write
 from crcr.app.ports.buildkite import NewBuild
 from tests.conftest import APP_ID, HUD_TOKEN, ROOT
@@ -48,7 +48,7 @@ WRITERS = {
     "github.GitHubIssueComments.create_comment",
     "github.GitHubIssueComments.update_comment",
     "github.GitHubReruns.rerun_failed_jobs",
-    "hud.HudClient.push",
+    "torchci.TorchciClient.push",
 }
 TOKEN_MINTS = {"github.GitHubApp.repo_token"}
 # The transports: each checks the permit of every request but a GET (and GitHub's token mint) itself.
@@ -188,7 +188,7 @@ def test_every_github_writer_refuses_to_send_without_a_permit_or_with_another_wr
     github: GitHubDouble, app: GitHubApp
 ) -> None:
     calls = _github_calls(app)
-    assert set(calls) == {w for w in WRITERS if not w.startswith(("buildkite.", "hud.")) and w not in TOKEN_MINTS}
+    assert set(calls) == {w for w in WRITERS if not w.startswith(("buildkite.", "torchci.")) and w not in TOKEN_MINTS}
     elsewhere = door().permit(Write(BUILDKITE, "dispatch", DOWN, UPSTREAM, "k"))
     for name, call in calls.items():
         for wrong in (None, elsewhere):
@@ -217,7 +217,7 @@ def test_buildkite_and_the_hud_refuse_to_send_without_a_permit(buildkite: Buildk
     hud = HudDouble(HUD_TOKEN)
     client = BuildkiteClient(buildkite.url, buildkite.token)
     build = NewBuild(branch="main", message="m", env={}, meta_data={})
-    pusher = HudClient(hud.url, HUD_TOKEN)
+    pusher = TorchciClient(hud.url, HUD_TOKEN)
     github_permit = door().permit(Write(GITHUB, "dispatch", DOWN, UPSTREAM, "k"))
     for wrong in (None, github_permit):
         with pytest.raises(Unpermitted):

@@ -17,7 +17,6 @@ import pytest
 from crcr.adapters.branch import DynamoBranch
 from crcr.adapters.check_runs import DynamoCheckRuns
 from crcr.adapters.deliveries import DynamoDeliveries
-from crcr.adapters.hud_keys import DynamoHudKeys
 from crcr.adapters.ledger import DynamoLedger, dispatched_row
 from crcr.adapters.levels import DynamoLevels
 from crcr.adapters.pacer import DynamoPacer
@@ -33,6 +32,7 @@ from crcr.adapters.runs import DynamoRuns
 from crcr.adapters.scheduled_export import DynamoExportMarks
 from crcr.adapters.shadow import DynamoShadow
 from crcr.adapters.stream import images
+from crcr.adapters.torchci_keys import DynamoTorchciKeys
 from crcr.app.ports.jobs import JobLimitReached, JobRecord
 from crcr.app.ports.ledger import BuildRef, LedgerState
 from crcr.app.ports.runs import BoundRun
@@ -393,7 +393,7 @@ def write_regressions(ddb: Any, state: str, results: str) -> list[Any]:
 
 
 def write_hud_keys(ddb: Any, state: str, results: str) -> list[Any]:
-    keys = DynamoHudKeys(ddb, state)
+    keys = DynamoTorchciKeys(ddb, state)
     reads: list[Any] = [keys.claim("dsp-1", "key-a", "job-1", NOW, 3)]
     reads.append(keys.claim("dsp-1", "key-a", "job-1", NOW + 1, 3))
     reads.append(keys.claim("dsp-1", "key-a", "job-2", NOW + 2, 3))

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from crcr.app.hud import EPOCH, envelope, row
 from crcr.app.ports.jobs import JobRecord
+from crcr.app.torchci import EPOCH, envelope, row
 from crcr.local.torchci import extract_dynamo_record
 
 NEVER_STARTED = JobRecord(  # what the sweeper records for a dispatch no job reported on

@@ -11,9 +11,9 @@ from dataclasses import replace
 from typing import Any
 
 from crcr.app.outbound import Permit
-from crcr.app.ports.hud import HudRejected, HudUnavailable
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.pulls import PrInfo
+from crcr.app.ports.torchci import TorchciRejected, TorchciUnavailable
 from crcr.app.report import ReportDeps, judge, report_change
 from crcr.app.summaries import SummaryDeps
 from crcr.domain.failed_tests import cap, to_json
@@ -32,9 +32,9 @@ class PortedHud:
     def push(self, envelope: dict[str, Any], *, permit: Permit) -> None:
         status, reply = self.torchci.handle("POST", {"x-hud-internal-bot": "t"}, json.dumps(envelope).encode())
         if status >= 500:
-            raise HudUnavailable(f"HUD answered {status}")
+            raise TorchciUnavailable(f"HUD answered {status}")
         if status >= 400:
-            raise HudRejected(status, json.dumps(reply))
+            raise TorchciRejected(status, json.dumps(reply))
 
 
 class Letters:
@@ -48,7 +48,7 @@ class Letters:
 def reporter(world: World) -> tuple[ReportDeps, PortedHud, Letters, RecordingMetrics]:
     hud, letters, metrics = PortedHud(), Letters(), RecordingMetrics()
     deps = ReportDeps(
-        hud=hud, dead_letters=letters, metrics=metrics, verdicts=world.deps(), sleep=lambda _: None, door=door()
+        torchci=hud, dead_letters=letters, metrics=metrics, verdicts=world.deps(), sleep=lambda _: None, door=door()
     )
     return deps, hud, letters, metrics
 
@@ -132,7 +132,7 @@ def test_a_push_the_hud_already_took_is_a_duplicate_not_a_dead_letter() -> None:
     report_change(None, done, deps)
     report_change(None, done, deps)  # the stream handed the record over again (a retried batch)
     assert hud.torchci.answers == [200, 409]
-    assert metrics.counts["HudDuplicate"] == 1 and metrics.counts["HudRejected"] == 0
+    assert metrics.counts["HudDuplicate"] == 1 and metrics.counts["TorchciRejected"] == 0
     assert letters.sent == []
 
 
@@ -144,7 +144,7 @@ def test_a_ciflow_push_is_filed_under_its_pr_and_is_never_a_baseline() -> None:
     [row] = hud.torchci.table.values()
     assert (row["pr_number"], row["pytorch_head_sha"], row["event_type"]) == (7, "d" * 40, "push")
     # Without the pull_request object (as PyTorch's relay forwards the push) torchci still finds the PR.
-    from crcr.app.hud import envelope  # noqa: PLC0415
+    from crcr.app.torchci import envelope  # noqa: PLC0415
 
     push = envelope(ciflow)
     del push["untrusted"]["callback_payload"]["payload"]["pull_request"]
@@ -158,12 +158,12 @@ def test_a_ciflow_push_is_filed_under_its_pr_and_is_never_a_baseline() -> None:
 def test_a_push_the_hud_refuses_is_counted_on_its_repository_page_once() -> None:
     class Refusing:
         def push(self, envelope: dict[str, Any], *, permit: Permit) -> None:
-            raise HudRejected(400, "workflow.name is too long")
+            raise TorchciRejected(400, "workflow.name is too long")
 
     world = World()
     docs = FakeDocs()
     deps, _, letters, metrics = reporter(world)
-    deps = replace(deps, hud=Refusing(), summaries=SummaryDeps(docs=docs, metrics=metrics, clock=FakeClock()))
+    deps = replace(deps, torchci=Refusing(), summaries=SummaryDeps(docs=docs, metrics=metrics, clock=FakeClock()))
     job = record("completed", "success", pr=None, event="push")
     report_change(None, job, deps)
     report_change(None, job, deps)  # the stream retried the record: one refusal, two dead letters

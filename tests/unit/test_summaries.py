@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from crcr.app.hud import NO_JOB_NAME, envelope, row
 from crcr.app.page_compose import composer, pr_page, repo_page
 from crcr.app.page_notes import PlanNote, note_plan, note_refusals
 from crcr.app.pages import serve
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.summaries import INDEX_COMMITS, PR_LIVE_COMMITS, SummaryConflict, SummaryDeps, update_summaries
+from crcr.app.torchci import NO_JOB_NAME, envelope, row
 from tests.unit.fakes import FakeClock, FakeResultsRows, RecordingMetrics
 
 

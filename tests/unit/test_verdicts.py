@@ -157,7 +157,7 @@ def test_classify_needs_a_finished_latest_attempt() -> None:
 def test_the_reporter_puts_the_verdict_first_and_reports_the_row_that_carries_it(world: World) -> None:
     failed = record()
     world.rows = [on_branch(BASE, "success", "p1"), failed]
-    deps = ReportDeps(hud=None, dead_letters=None, metrics=RecordingMetrics(), verdicts=world.deps(), door=door())  # type: ignore[arg-type]
+    deps = ReportDeps(torchci=None, dead_letters=None, metrics=RecordingMetrics(), verdicts=world.deps(), door=door())  # type: ignore[arg-type]
     assert judge(None, failed, deps) is False  # not reported yet: its next image carries the verdict
     assert world.verdicts == {("dsp-pr", 1, "test"): "new"}
     assert judge(failed, replace(failed, verdict="new"), deps) is True
@@ -171,7 +171,7 @@ def test_a_passing_retry_marks_the_failed_attempt_flaky(world: World) -> None:
     failed = replace(record(), verdict="new")
     passed = record("completed", "success", attempt=2)
     world.rows = [failed, passed]
-    deps = ReportDeps(hud=None, dead_letters=None, metrics=RecordingMetrics(), verdicts=world.deps(), door=door())  # type: ignore[arg-type]
+    deps = ReportDeps(torchci=None, dead_letters=None, metrics=RecordingMetrics(), verdicts=world.deps(), door=door())  # type: ignore[arg-type]
     judge(failed, passed, deps)
     assert world.verdicts == {("dsp-pr", 1, "test"): "flaky", ("dsp-pr", 2, "test"): "flaky"}
 

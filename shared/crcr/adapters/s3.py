@@ -21,7 +21,7 @@ class S3Blobs:
         return body
 
 
-class S3HudDocs:
+class S3PageDocs:
     """The HUD's JSON documents in S3, replaced only if unchanged since read (If-Match / If-None-Match).
 
     What this instance last wrote is kept with its ETag: the next change of that document writes from

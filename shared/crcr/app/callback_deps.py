@@ -8,7 +8,7 @@ from typing import Protocol
 
 from crcr.app.ports import AllowlistProvider, Clock, Metrics
 from crcr.app.ports.identity import TicketVerifier, TokenVerifier
-from crcr.app.ports.jobs import HudKeys, ResultsStore
+from crcr.app.ports.jobs import ResultsStore, TorchciKeys
 from crcr.app.ports.ledger import LedgerRow
 from crcr.app.summaries import SummaryDeps
 from crcr.domain.limits import MAX_JOBS_PER_DISPATCH
@@ -76,7 +76,7 @@ class CallbackDeps:
     ledger: CallbackLedger
     allowlist: AllowlistProvider
     results: ResultsStore
-    hud_keys: HudKeys
+    torchci_keys: TorchciKeys
     limiter: RateLimiter
     metrics: Metrics
     clock: Clock

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 from crcr.app.callback_body import Report, fingerprint_of, stored_payload
 from crcr.app.callback_deps import CallbackDeps, Reply
-from crcr.app.hud import derived_check_run_id
 from crcr.app.page_notes import note_refusals
 from crcr.app.ports.jobs import JobLimitReached, JobRecord
 from crcr.app.ports.ledger import LedgerRow
+from crcr.app.torchci import derived_check_run_id
 from crcr.domain.errors import (
     Conflict,
     CrcrError,
@@ -130,7 +130,7 @@ def _check_hud_key_free(row: LedgerRow, report: Report, deps: CallbackDeps, now:
     hud_key = json.dumps([report.workflow_name, report.job_name, check_run_id]) if check_run_id else None
     owner = f"run {report.run_id} attempt {report.run_attempt}"
     try:
-        holder = deps.hud_keys.claim(row.dispatch_id, hud_key, owner, now, deps.max_jobs_per_dispatch)
+        holder = deps.torchci_keys.claim(row.dispatch_id, hud_key, owner, now, deps.max_jobs_per_dispatch)
     except JobLimitReached:
         raise OverLimit(
             f"this dispatch already holds {deps.max_jobs_per_dispatch} jobs, the limit per dispatch; "

@@ -11,9 +11,9 @@ from crcr.app.health import sample
 from crcr.app.outbound import GITHUB, Outbound, Permit, Write
 from crcr.app.ports import AllowlistProvider, Clock, Metrics
 from crcr.app.ports.github import DispatchRuns, GitHubError
-from crcr.app.ports.hud import HudDocs
 from crcr.app.ports.jobs import JobRecord, JobsByRepo
 from crcr.app.ports.levels import Demotions, LevelHistory, PullRef
+from crcr.app.ports.pages import PageDocs
 from crcr.domain.allowlist import Allowlist, Entry
 from crcr.domain.allowlist_edit import EditError, demote_to_l2
 from crcr.domain.errors import AllowlistError
@@ -73,7 +73,7 @@ class LevelDeps:
     jobs: JobsByRepo
     history: LevelHistory
     demotions: Demotions
-    docs: HudDocs
+    docs: PageDocs
     metrics: Metrics
     clock: Clock
     parse: Callable[[str], Allowlist]  # the allowlist's own loader, to check an edit

@@ -6,8 +6,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from crcr.app.hud import NO_JOB_NAME, reported
 from crcr.app.ports.jobs import JobRecord
+from crcr.app.torchci import NO_JOB_NAME, reported
 from crcr.domain import failed_tests
 from crcr.domain.ids import repo_key, run_order
 from crcr.domain.known import parse_known_refs

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
-class HudDocReader(Protocol):
+class PageDocReader(Protocol):
     def read(self, key: str) -> bytes | None:
         """A document's bytes as stored, or None when there is none."""
         ...
@@ -63,7 +63,7 @@ COMPOSED = ("pr/", "repo/")
 
 def serve(
     path: str,
-    docs: HudDocReader | None,
+    docs: PageDocReader | None,
     assets: dict[str, bytes],
     compose: Compose | None = None,
     shadow: Shadow | None = None,

@@ -11,22 +11,22 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from crcr.app.checks_booking import HeadAsk, job_message, request_head
-from crcr.app.hud import envelope
 from crcr.app.outbound import HUD, Outbound, Permit, Write
 from crcr.app.page_entries import job_key
 from crcr.app.page_notes import note_refusals
 from crcr.app.ports import Metrics
-from crcr.app.ports.hud import HudRejected, HudUnavailable
 from crcr.app.ports.jobs import JobRecord
 from crcr.app.ports.queues import ChecksQueue
+from crcr.app.ports.torchci import TorchciRejected, TorchciUnavailable
 from crcr.app.regressions import RegressionDeps, track
 from crcr.app.summaries import SummaryConflict, SummaryDeps, update_summaries
+from crcr.app.torchci import envelope
 from crcr.app.verdicts import VerdictDeps, attempt, flaky_predecessors, judged, judgement
 from crcr.contracts.check_messages import CheckSync, CommentRequest, JobKey, RerunRequest
 from crcr.domain.regressions import BISECT
 
 
-class Hud(Protocol):
+class Torchci(Protocol):
     def push(self, envelope: dict[str, Any], *, permit: Permit) -> None: ...
 
 
@@ -40,7 +40,7 @@ HUD_DUPLICATE = 409  # torchci: the row is completed already
 
 @dataclass(frozen=True)
 class ReportDeps:
-    hud: Hud | None
+    torchci: Torchci | None
     dead_letters: DeadLetters
     metrics: Metrics
     door: Outbound  # a shadow downstream's rows are recorded, never pushed (crcr.app.outbound)
@@ -133,7 +133,7 @@ def report_change(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> st
         return None
     if deps.checks is not None and (follow_ups := _follow_ups(new, deps)):
         deps.checks.send_checks(follow_ups)
-    if deps.hud is None:
+    if deps.torchci is None:
         return "off"
     if new.event_type == BISECT:
         deps.metrics.count("HudPushWithheld")  # a bisection run is the relay's own question, not a row of PyTorch's
@@ -147,16 +147,16 @@ def report_change(old: JobRecord | None, new: JobRecord, deps: ReportDeps) -> st
         return "withheld"  # a shadow downstream's row: kept as a shadow decision, and on crcr's own pages
     for tries in range(deps.attempts):
         try:
-            deps.hud.push(push, permit=permit)
-        except HudRejected as exc:
+            deps.torchci.push(push, permit=permit)
+        except TorchciRejected as exc:
             if exc.status == HUD_DUPLICATE:
                 deps.metrics.count("HudDuplicate")
                 return "duplicate"
-            deps.metrics.count("HudRejected")
+            deps.metrics.count("TorchciRejected")
             deps.dead_letters.send(push, f"HUD rejected the push: {exc}")
             _count_refusal(new, exc, deps)
             return "rejected"
-        except HudUnavailable:
+        except TorchciUnavailable:
             deps.metrics.count("HudRetried")
             if tries + 1 == deps.attempts:
                 raise
@@ -181,7 +181,7 @@ def _write(job: JobRecord, push: dict[str, Any]) -> Write:
     )
 
 
-def _count_refusal(job: JobRecord, exc: HudRejected, deps: ReportDeps) -> None:
+def _count_refusal(job: JobRecord, exc: TorchciRejected, deps: ReportDeps) -> None:
     """The repository page counts what the HUD refused, with the reason, and keeps the repository on the grid.
     Best effort: the dead letter is the record; a page that cannot be written is counted, never retried."""
     if deps.summaries is None:

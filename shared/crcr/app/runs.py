@@ -11,7 +11,7 @@ from typing import Protocol
 
 from crcr.app.ports import AllowlistProvider, Clock, Metrics
 from crcr.app.ports.github import GitHubError, NotInstalled
-from crcr.app.ports.jobs import HudKeys, JobLimitReached, JobRecord, ResultsStore
+from crcr.app.ports.jobs import JobLimitReached, JobRecord, ResultsStore, TorchciKeys
 from crcr.app.ports.ledger import LedgerRow
 from crcr.app.ports.runs import BoundRun, DispatchLookup, GitHubJob, RunRecords, RunStore
 from crcr.contracts.messages import RunMessage
@@ -31,7 +31,7 @@ class RunsDeps:
     runs: RunStore
     github: RunRecords
     results: ResultsStore
-    hud_keys: HudKeys
+    torchci_keys: TorchciKeys
     metrics: Metrics
     clock: Clock
     allowlist: AllowlistProvider  # the inbound door's pins
@@ -137,7 +137,7 @@ class JobRecording(Protocol):
     @property
     def results(self) -> ResultsStore: ...
     @property
-    def hud_keys(self) -> HudKeys: ...
+    def torchci_keys(self) -> TorchciKeys: ...
     @property
     def metrics(self) -> Metrics: ...
     @property
@@ -151,7 +151,7 @@ class Recording:
     """JobRecording on its own, for a sweeper without GitHub's record (no App credentials) that reads Buildkite's."""
 
     results: ResultsStore
-    hud_keys: HudKeys
+    torchci_keys: TorchciKeys
     metrics: Metrics
     clock: Clock
     max_jobs_per_dispatch: int = MAX_JOBS_PER_DISPATCH
@@ -252,7 +252,7 @@ def _take_hud_key(row: LedgerRow, run: BoundRun, record: JobRecord, deps: JobRec
     key = json.dumps([record.workflow_name, record.job_name, record.check_run_id])  # the callback's key
     owner = f"run {run.run_id} attempt {run.attempt}"
     try:
-        holder = deps.hud_keys.claim(row.dispatch_id, key, owner, deps.clock.now(), deps.max_jobs_per_dispatch)
+        holder = deps.torchci_keys.claim(row.dispatch_id, key, owner, deps.clock.now(), deps.max_jobs_per_dispatch)
     except JobLimitReached:
         deps.metrics.count("RunJobRefused", reason="jobs_per_dispatch")
         return False

@@ -11,8 +11,8 @@ from typing import Any
 
 from crcr.app.page_entries import cells, entry, latest_attempts
 from crcr.app.ports import Clock, Metrics
-from crcr.app.ports.hud import HudDocs
 from crcr.app.ports.jobs import JobRecord
+from crcr.app.ports.pages import PageDocs
 from crcr.domain.ids import repo_key
 from crcr.domain.payload import encoded_size
 
@@ -33,7 +33,7 @@ REFUSAL_KEYS = 50  # refusals remembered by key, so a retried record is counted 
 
 @dataclass(frozen=True)
 class SummaryDeps:
-    docs: HudDocs
+    docs: PageDocs
     metrics: Metrics
     clock: Clock
     # Computes the repository's health section; None leaves it out (see the reporter's composition).

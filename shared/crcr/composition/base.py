@@ -243,7 +243,7 @@ def page_docs(settings: Settings, metrics: PowertoolsMetrics) -> SummaryDeps | N
     """The HUD pages' documents as the planner notes its decisions in them (no health section)."""
     if not settings.hud_bucket:
         return None
-    from crcr.adapters.s3 import S3HudDocs  # noqa: PLC0415
+    from crcr.adapters.s3 import S3PageDocs  # noqa: PLC0415
     from crcr.app.summaries import SummaryDeps  # noqa: PLC0415
 
-    return SummaryDeps(docs=S3HudDocs(aws_client("s3"), settings.hud_bucket), metrics=metrics, clock=SystemClock())
+    return SummaryDeps(docs=S3PageDocs(aws_client("s3"), settings.hud_bucket), metrics=metrics, clock=SystemClock())

@@ -18,12 +18,12 @@ if TYPE_CHECKING:
 def build_callback_deps(settings: Settings) -> CallbackDeps:
     from crcr.adapters.branch import DynamoBranch  # noqa: PLC0415
     from crcr.adapters.github import UpstreamCommitLookup  # noqa: PLC0415
-    from crcr.adapters.hud_keys import DynamoHudKeys  # noqa: PLC0415
     from crcr.adapters.ledger import DynamoLedger  # noqa: PLC0415
     from crcr.adapters.oidc import IssuerRouter, OidcVerifier  # noqa: PLC0415
     from crcr.adapters.rate_limits import DynamoRateLimiter  # noqa: PLC0415
     from crcr.adapters.refusals import DynamoRefusals  # noqa: PLC0415
     from crcr.adapters.results import DynamoResults  # noqa: PLC0415
+    from crcr.adapters.torchci_keys import DynamoTorchciKeys  # noqa: PLC0415
     from crcr.app.callback import CallbackDeps  # noqa: PLC0415
 
     settings.require("state_table", "results_table", "allowlist")
@@ -42,7 +42,7 @@ def build_callback_deps(settings: Settings) -> CallbackDeps:
         ledger=DynamoLedger(aws_client("dynamodb"), str(settings.state_table)),
         allowlist=load_allowlist(settings, metrics, clock),
         results=DynamoResults(aws_client("dynamodb"), str(settings.results_table), settings.run_timeout_s),
-        hud_keys=DynamoHudKeys(aws_client("dynamodb"), str(settings.state_table)),
+        torchci_keys=DynamoTorchciKeys(aws_client("dynamodb"), str(settings.state_table)),
         limiter=DynamoRateLimiter(aws_client("dynamodb"), str(settings.state_table), settings.callback_rate_per_min),
         metrics=metrics,
         clock=clock,
@@ -65,10 +65,10 @@ def build_callback_deps(settings: Settings) -> CallbackDeps:
 def _refusal_pages(settings: Settings, metrics: PowertoolsMetrics, clock: SystemClock) -> SummaryDeps | None:
     if not settings.hud_bucket:
         return None
-    from crcr.adapters.s3 import S3HudDocs  # noqa: PLC0415
+    from crcr.adapters.s3 import S3PageDocs  # noqa: PLC0415
     from crcr.app.summaries import SummaryDeps  # noqa: PLC0415
 
-    return SummaryDeps(docs=S3HudDocs(OnFirstUse("s3"), settings.hud_bucket), metrics=metrics, clock=clock)
+    return SummaryDeps(docs=S3PageDocs(OnFirstUse("s3"), settings.hud_bucket), metrics=metrics, clock=clock)
 
 
 def build_jwks(settings: Settings) -> Ed25519Tickets:

@@ -20,7 +20,7 @@ def build_level_deps(settings: Settings) -> LevelDeps:
     from crcr.adapters.allowlist_source import parse_allowlist  # noqa: PLC0415
     from crcr.adapters.dispatch_runs import GitHubDispatchRuns  # noqa: PLC0415
     from crcr.adapters.levels import DynamoLevels  # noqa: PLC0415
-    from crcr.adapters.s3 import S3HudDocs  # noqa: PLC0415
+    from crcr.adapters.s3 import S3PageDocs  # noqa: PLC0415
     from crcr.app.levels import LevelDeps  # noqa: PLC0415
 
     settings.require("state_table", "results_table", "allowlist", "hud_bucket")
@@ -39,7 +39,7 @@ def build_level_deps(settings: Settings) -> LevelDeps:
         jobs=results,
         history=DynamoLevels(aws_client("dynamodb"), str(settings.state_table), results.first_l2_job),
         demotions=DynamoLevels(aws_client("dynamodb"), str(settings.state_table)),
-        docs=S3HudDocs(aws_client("s3"), str(settings.hud_bucket)),
+        docs=S3PageDocs(aws_client("s3"), str(settings.hud_bucket)),
         metrics=metrics,
         clock=clock,
         parse=parse_allowlist,

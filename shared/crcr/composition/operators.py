@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 from crcr.adapters.clock import SystemClock
 from crcr.composition.base import aws_client, github_app, results_store
-from crcr.composition.pages import build_hud_reader
+from crcr.composition.pages import build_page_reader
 from crcr.settings import ConfigError, Settings
 
 if TYPE_CHECKING:
-    from crcr.adapters.s3 import S3HudDocs
+    from crcr.adapters.s3 import S3PageDocs
     from crcr.app.health import HealthDeps
     from crcr.app.onboard import RepoLookup
     from crcr.app.ports.regressions import RegressionStore
@@ -51,13 +51,13 @@ def build_onboard_github(settings: Settings) -> RepoLookup:
         raise ConfigError(f"CRCR_GITHUB_APP_PRIVATE_KEY is not the App's private key: {exc}") from None
 
 
-def build_shadow_reader(settings: Settings) -> tuple[str, ShadowLog, S3HudDocs | None]:
+def build_shadow_reader(settings: Settings) -> tuple[str, ShadowLog, S3PageDocs | None]:
     """`crcr shadow compare`: the upstream, the state table's shadow decisions, and the HUD bucket it may publish to."""
     from crcr.adapters.shadow import DynamoShadow  # noqa: PLC0415
 
     settings.require("state_table")
     log = DynamoShadow(aws_client("dynamodb"), str(settings.state_table))
-    return settings.upstream_repo, log, build_hud_reader(settings)
+    return settings.upstream_repo, log, build_page_reader(settings)
 
 
 def build_regression_store(settings: Settings) -> tuple[str, RegressionStore]:

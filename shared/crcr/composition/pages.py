@@ -10,21 +10,21 @@ from crcr.composition.base import aws_client, results_store
 from crcr.settings import Settings
 
 if TYPE_CHECKING:
-    from crcr.adapters.s3 import S3HudDocs
+    from crcr.adapters.s3 import S3PageDocs
 
 
-def build_hud_reader(settings: Settings) -> S3HudDocs | None:
+def build_page_reader(settings: Settings) -> S3PageDocs | None:
     """The HUD pages' documents, read-only; None (every page empty) when the stack has no HUD bucket."""
     if not settings.hud_bucket:
         return None
-    from crcr.adapters.s3 import S3HudDocs  # noqa: PLC0415
+    from crcr.adapters.s3 import S3PageDocs  # noqa: PLC0415
 
-    return S3HudDocs(aws_client("s3"), settings.hud_bucket)
+    return S3PageDocs(aws_client("s3"), settings.hud_bucket)
 
 
-def build_hud_pages(
+def build_pages(
     settings: Settings,
-) -> tuple[S3HudDocs | None, Callable[[str], dict[str, Any] | None] | None, Callable[[], dict[str, Any]] | None]:
+) -> tuple[S3PageDocs | None, Callable[[str], dict[str, Any] | None] | None, Callable[[], dict[str, Any]] | None]:
     """The HUD pages' documents, what composes the PR and repository pages when read (their commits' documents, the
     results table's newest rows of the repository), and what reads a shadow relay's newest decisions."""
     shadow = None
@@ -34,7 +34,7 @@ def build_hud_pages(
 
         log = DynamoShadow(aws_client("dynamodb"), str(settings.state_table))
         shadow = functools.partial(shadow_page, log, settings.upstream_repo, settings.mode)
-    docs = build_hud_reader(settings)
+    docs = build_page_reader(settings)
     if docs is None:
         return None, None, shadow
     from crcr.app.page_compose import composer  # noqa: PLC0415

@@ -32,12 +32,12 @@ if TYPE_CHECKING:
 
 
 def build_report_deps(settings: Settings) -> ReportDeps:
-    from crcr.adapters.hud import HudClient  # noqa: PLC0415
     from crcr.adapters.stream import SqsDeadLetters  # noqa: PLC0415
+    from crcr.adapters.torchci import TorchciClient  # noqa: PLC0415
     from crcr.app.report import ReportDeps  # noqa: PLC0415
 
     settings.require("reporter_dlq_url")
-    hud = HudClient(settings.hud_url, settings.secret("hud_token")) if settings.hud_url else None
+    hud = TorchciClient(settings.hud_url, settings.secret("hud_token")) if settings.hud_url else None
     metrics = PowertoolsMetrics()
     checks = sqs_checks_queue(settings)
     known = _known_failures(settings, metrics)
@@ -45,7 +45,7 @@ def build_report_deps(settings: Settings) -> ReportDeps:
     clock = SystemClock()
     allowlist = load_allowlist(settings, metrics, clock) if settings.allowlist else None
     return ReportDeps(
-        hud=hud,
+        torchci=hud,
         dead_letters=SqsDeadLetters(aws_client("sqs"), str(settings.reporter_dlq_url)),
         metrics=metrics,
         door=outbound_door(settings, metrics, clock, allowlist),
@@ -206,11 +206,11 @@ def _summaries(settings: Settings, metrics: PowertoolsMetrics) -> SummaryDeps | 
     """The HUD pages' documents, when the stack has a HUD bucket."""
     if not settings.hud_bucket:
         return None
-    from crcr.adapters.s3 import S3HudDocs  # noqa: PLC0415
+    from crcr.adapters.s3 import S3PageDocs  # noqa: PLC0415
     from crcr.app.summaries import SummaryDeps  # noqa: PLC0415
 
     return SummaryDeps(
-        docs=S3HudDocs(aws_client("s3"), settings.hud_bucket),
+        docs=S3PageDocs(aws_client("s3"), settings.hud_bucket),
         metrics=metrics,
         clock=SystemClock(),
         health=_page_health(settings),

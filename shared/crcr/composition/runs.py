@@ -18,10 +18,10 @@ def build_runs_deps(settings: Settings) -> RunsDeps:
     """The runs worker: the ledger's index by dispatch id, the bound runs, the results table and the HUD keys, and
     GitHub's Actions API with each downstream's own installation (actions: read)."""
     from crcr.adapters.dispatch_runs import GitHubDispatchRuns  # noqa: PLC0415
-    from crcr.adapters.hud_keys import DynamoHudKeys  # noqa: PLC0415
     from crcr.adapters.ledger import DynamoLedger  # noqa: PLC0415
     from crcr.adapters.results import DynamoResults  # noqa: PLC0415
     from crcr.adapters.runs import DynamoRuns  # noqa: PLC0415
+    from crcr.adapters.torchci_keys import DynamoTorchciKeys  # noqa: PLC0415
     from crcr.app.runs import RunsDeps  # noqa: PLC0415
 
     settings.require("state_table", "results_table", "github_app_id", "allowlist")
@@ -32,7 +32,7 @@ def build_runs_deps(settings: Settings) -> RunsDeps:
         runs=DynamoRuns(ddb, str(settings.state_table)),
         github=GitHubDispatchRuns(github_app(settings)),
         results=DynamoResults(ddb, str(settings.results_table), settings.run_timeout_s),
-        hud_keys=DynamoHudKeys(ddb, str(settings.state_table)),
+        torchci_keys=DynamoTorchciKeys(ddb, str(settings.state_table)),
         metrics=metrics,
         clock=clock,
         allowlist=load_allowlist(settings, metrics, clock),
@@ -73,15 +73,15 @@ def _buildkite_record(settings: Settings, runs: RunsDeps | None) -> BuildkiteRec
     if settings.buildkite_api_token is None:
         return None
     from crcr.adapters.buildkite import BuildkiteClient  # noqa: PLC0415
-    from crcr.adapters.hud_keys import DynamoHudKeys  # noqa: PLC0415
     from crcr.adapters.results import DynamoResults  # noqa: PLC0415
+    from crcr.adapters.torchci_keys import DynamoTorchciKeys  # noqa: PLC0415
     from crcr.app.runs import Recording  # noqa: PLC0415
     from crcr.app.sweep import BuildkiteRecord  # noqa: PLC0415
 
     ddb = aws_client("dynamodb")
     recording = runs or Recording(
         results=DynamoResults(ddb, str(settings.results_table), settings.run_timeout_s),
-        hud_keys=DynamoHudKeys(ddb, str(settings.state_table)),
+        torchci_keys=DynamoTorchciKeys(ddb, str(settings.state_table)),
         metrics=PowertoolsMetrics(),
         clock=SystemClock(),
         max_jobs_per_dispatch=settings.max_jobs_per_dispatch,

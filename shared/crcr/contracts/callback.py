@@ -30,7 +30,7 @@ def _timestamp(value: str | None) -> str | None:
         raise ValueError("must be an ISO 8601 date and time, e.g. 2026-01-31T12:00:00Z") from exc
 
 
-# The relay's own check_run_ids, for a job that sends none (crcr.app.hud.derived_check_run_id). A caller may not
+# The relay's own check_run_ids, for a job that sends none (crcr.app.torchci.derived_check_run_id). A caller may not
 # use the prefix: a derived id is then a job's alone, and its HUD key needs no claim (one write less per job).
 DERIVED_CHECK_RUN_PREFIX = "crcr-"
 

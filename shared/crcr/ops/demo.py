@@ -349,7 +349,7 @@ def _hud_pushes(stack: LocalStack, timeout_s: float = 15.0) -> tuple[int, list[i
     """Pushes the sandbox HUD (PyTorch's extraction) accepted and refused, and rows whose identity is the
     ledger's: each row's PR and commit are compared with the job the relay recorded under the same key."""
     from crcr.adapters.job_items import from_item  # noqa: PLC0415
-    from crcr.app.hud import row  # noqa: PLC0415
+    from crcr.app.torchci import row  # noqa: PLC0415
 
     hud = stack.sandbox_hud
     assert hud is not None

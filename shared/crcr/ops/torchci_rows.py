@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
-from crcr.app.hud import COLUMNS, EPOCH, row
 from crcr.app.ports.jobs import JobRecord
+from crcr.app.torchci import COLUMNS, EPOCH, row
 
 TABLE = "crcr_workflow_job"
 # Our format name → ClickHouse's name for it (`FORMAT …` in the INSERT that loads the file).

@@ -112,7 +112,7 @@ class NewestJobs(Protocol):
         ...
 
 
-class HudKeys(Protocol):
+class TorchciKeys(Protocol):
     def claim(self, dispatch_id: str, hud_key: str | None, owner: str, now: float, max_jobs: int) -> str | None:
         """Take one HUD row's key among a dispatch's jobs for `owner` (the job's run and attempt; the key names the
         job), counting it among the dispatch's jobs: None when the key is the owner's (taken now, or by an earlier

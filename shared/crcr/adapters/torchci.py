@@ -1,4 +1,4 @@
-"""HUD push client: POST a job change with PyTorch's `x-hud-internal-bot` header."""
+"""PyTorch's HUD (torchci) push client: POST a job change with its `x-hud-internal-bot` header."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import urllib3
 
 from crcr.adapters.http_pool import pool_for
 from crcr.app.outbound import HUD, Permit, require
-from crcr.app.ports.hud import HudRejected, HudUnavailable
+from crcr.app.ports.torchci import TorchciRejected, TorchciUnavailable
 
 
-class HudClient:
+class TorchciClient:
     def __init__(self, url: str, token: str, *, timeout_s: float = 10.0) -> None:
         self._url = url
         self._token = token
@@ -31,8 +31,8 @@ class HudClient:
                 redirect=False,
             )
         except urllib3.exceptions.HTTPError as exc:
-            raise HudUnavailable(f"HUD unreachable: {type(exc).__name__}") from exc
+            raise TorchciUnavailable(f"HUD unreachable: {type(exc).__name__}") from exc
         if resp.status >= 500 or resp.status == 429:
-            raise HudUnavailable(f"HUD answered {resp.status}")
+            raise TorchciUnavailable(f"HUD answered {resp.status}")
         if resp.status >= 400:
-            raise HudRejected(resp.status, resp.data[:500].decode("utf-8", "replace"))
+            raise TorchciRejected(resp.status, resp.data[:500].decode("utf-8", "replace"))

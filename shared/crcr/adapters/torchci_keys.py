@@ -1,4 +1,4 @@
-"""The HUD row keys a dispatch's jobs hold, and the count of its jobs, in the state table."""
+"""The keys of PyTorch's HUD (torchci) rows a dispatch's jobs hold, and the count of its jobs, in the state table."""
 
 from __future__ import annotations
 
@@ -12,11 +12,10 @@ from crcr.adapters.table import RESULTS_TTL_S, conditional_failed, key
 from crcr.app.ports.jobs import JobLimitReached
 
 
-class DynamoHudKeys:
-    """The HudKeys port: one state-table item per (dispatch, HUD key), holding the job that took it, and one count of
-    the keys a dispatch holds, written together in one transaction per new job that names a check-run id, whatever
-    the dispatch's size (before, a new job read every job of its dispatch to look for the key). A job that names none
-    holds no key and only counts."""
+class DynamoTorchciKeys:
+    """The TorchciKeys port: one state-table item per (dispatch, torchci row key), holding the job that took it, and
+    one count of the keys a dispatch holds, written together in one transaction per new job that names a check-run id,
+    whatever the dispatch's size. A job that names none holds no key and only counts."""
 
     def __init__(self, client: Any, table: str) -> None:
         self._ddb = client
