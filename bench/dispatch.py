@@ -168,15 +168,11 @@ class Outcomes:
 
 
 def _within_budget(times_by_repo: dict[str, list[float]], rates: str) -> dict[str, Any]:
-    """The most calls any installation made in any window of each rate's period, against count + burst (rates read
-    here: a baseline's code may not have the relay's parser)."""
+    """The most calls any installation made in any window of each rate's period, against count + burst."""
     windows = []
-    for part in rates.split(","):
-        count, _, rest = part.partition("/")
-        period_s, _, burst = rest.partition("+")
-        most = max((h.most_in_any(times, float(period_s)) for times in times_by_repo.values()), default=0)
-        allowed = int(count) + int(burst or 0)
-        windows.append({"period_s": float(period_s), "allowed": allowed, "most_in_any_window": most})
+    for rate in h.parse_rates(rates):
+        most = max((h.most_in_any(times, rate.period_s) for times in times_by_repo.values()), default=0)
+        windows.append({"period_s": rate.period_s, "allowed": rate.count + rate.burst, "most_in_any_window": most})
     return {"windows": windows, "within": all(w["most_in_any_window"] <= w["allowed"] for w in windows)}
 
 

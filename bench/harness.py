@@ -42,21 +42,12 @@ from write_units import StreamUnits, table_shapes  # noqa: E402
 
 from crcr.adapters.observability import TOTALS, logger  # noqa: E402
 from crcr.domain.signature import sign  # noqa: E402
+from crcr.local.pollers import StreamReader, poll_queue, sqs_record  # noqa: E402
+from crcr.local.resources import table_spec  # noqa: E402
 from crcr.local.stack import Context, LocalStack, free_port, generate_keys  # noqa: E402
 from crcr.local.template import resources_of  # noqa: E402
 from tests.doubles.github_double import GitHubDouble, RecordedRequest  # noqa: E402
 from tests.doubles.oidc_issuer import OidcIssuer  # noqa: E402
-
-try:  # the stack's event sources and resources have modules of their own since issue 42; a baseline may predate them
-    from crcr.local.pollers import StreamReader, poll_queue, sqs_record
-    from crcr.local.resources import table_spec
-except ImportError:
-    from crcr.local.stack import StreamReader, table_spec
-    from crcr.local.stack import _sqs_record as sqs_record
-
-    def poll_queue(stack: Any, *args: Any) -> None:
-        stack._poll(*args)
-
 
 # Product internals the sections use, looked up when first used: a baseline run imports only what its section touches.
 INTERNALS = {
@@ -78,7 +69,7 @@ INTERNALS = {
     "crcr.contracts.check_messages": "DispatchChanged",
     "crcr.app.checks_booking": "job_message",
     "crcr.domain.checks": "SWEPT",
-    "crcr.domain.pacing": "CONTENT_RATES",
+    "crcr.domain.pacing": "CONTENT_RATES parse_rates",
     "crcr.ops.dlq": "list_dead_letters",
     "crcr.app.checks": "CheckDeps sync",
 }
