@@ -1,6 +1,4 @@
-"""Section 13: what regression tracking costs: the reporter's AWS calls per branch job result with tracking on against
-off (the same stream to both), the branch log each push writes, and GitHub's comparisons per regression when the
-relay never saw some of the pushes."""
+"""Section 13: regression tracking's cost per branch job result, the branch log per push, compares per regression."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""`make soak`: the relay under faults, kills and a dead webhook window on loopback, every event and result accounted.
-
-.venv/bin/python bench/soak.py [--events N] [--targets N] [--seed N] [--out bench/soak.json]
-"""
+"""`make soak`: the relay under faults, kills and a dead webhook window on loopback, every event and result counted."""
 
 from __future__ import annotations
 
@@ -780,7 +777,7 @@ def print_table(r: dict[str, Any]) -> None:
 
 def main() -> int:
     env = os.environ.get
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=int(env("SOAK_EVENTS") or 400), help="SOAK_EVENTS, default 400")
     parser.add_argument("--targets", type=int, default=int(env("SOAK_TARGETS") or 10), help="SOAK_TARGETS, default 10")
     parser.add_argument("--seed", type=int, default=int(env("SOAK_SEED") or 1), help="SOAK_SEED, default 1")
