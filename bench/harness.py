@@ -120,6 +120,11 @@ def is_polling(operation: str) -> bool:
     return operation.endswith(POLLING[0]) or operation.lower().startswith(POLLING[1])
 
 
+def per_unit(counts: Counter[str] | dict[str, int], n: int) -> dict[str, float]:
+    """Each count per unit (`n` of them), and their `total` per unit."""
+    return {k: round(v / n, 3) for k, v in sorted(counts.items())} | {"total": round(sum(counts.values()) / n, 3)}
+
+
 def calls_per(before: Counter[str], after: Counter[str], n: int, unit: str) -> dict[str, Any]:
     """AWS calls per `unit` between two snapshots, leaving out polling."""
     ops = {k: v for k, v in sorted((after - before).items()) if not is_polling(k)}
@@ -194,15 +199,6 @@ def most_in_any(times: list[float], window_s: float) -> int:
             lo += 1
         best = max(best, hi - lo + 1)
     return best
-
-
-def read_all(reader: StreamReader) -> list[dict[str, Any]]:
-    """Every record of a table's stream written since the last read, shard by shard, unchanged writes left out."""
-    records: list[dict[str, Any]] = []
-    for shard in reader.shards():
-        while page := reader.read(shard, 1000):
-            records += page
-    return records
 
 
 def scan(ddb: Any, **kwargs: Any) -> list[dict[str, Any]]:

@@ -245,4 +245,4 @@ def regressions_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, A
 
 def _figures(s: rep.Setting, jobs: int) -> dict[str, Any]:
     """Per branch job result (its in-progress and its finished row): the AWS calls and CPU of the handler calls."""
-    return {"aws_calls": rep._per(s.calls, jobs), "cpu_ms": round(s.cpu * 1000.0 / jobs, 3), "failures": s.failures}
+    return {"aws_calls": h.per_unit(s.calls, jobs), "cpu_ms": round(s.cpu * 1000.0 / jobs, 3), "failures": s.failures}

@@ -805,10 +805,7 @@ def main() -> int:
     issuer, hud = OidcIssuer(), HudDouble(HUD_TOKEN)
     env_vars = {k: v for k, v in os.environ.items() if not k.startswith(("CRCR_", "AWS_"))}
     env_vars |= h.relay_env(key, gh.url, allowlist, WEBHOOK_SECRET) | {
-        "AWS_ENDPOINT_URL": moto.url,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": moto.url,  # `crcr local` sets moto's credentials and region
         # Fixed across restarts: a ticket signed by one relay process must verify in the next.
         "CRCR_TICKET_SIGNING_KEY": h.generate_keys()["ticket_signing_key"],
         "CRCR_OIDC_ISSUER": issuer.url,
