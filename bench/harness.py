@@ -271,10 +271,11 @@ def on_every_call(hook: Callable[..., None], event: str = "before-call") -> Call
 
 
 class FunctionWork:
-    """One function's invocations on a stack, the records they were handed, and the CPU and AWS calls of the threads
-    that ran them (the invoking thread and its `crcr.sqs_batch` workers), not what other functions do meanwhile."""
+    """A function's (or a few's) invocations on a stack, the records they were handed, and the CPU and AWS calls of the
+    threads that ran them (the invoking thread and its `crcr.sqs_batch` workers), not what others do meanwhile."""
 
-    def __init__(self, stack: LocalStack, function: str, aws: AwsCalls) -> None:
+    def __init__(self, stack: LocalStack, function: str | tuple[str, ...], aws: AwsCalls) -> None:
+        functions = (function,) if isinstance(function, str) else function
         self.invocations = self.records = 0
         self.records_by_source: Counter[str] = Counter()  # aws:sqs (a queue), aws:dynamodb (a table's stream)
         self.cpu_s = self.wall_s = 0.0
@@ -284,7 +285,7 @@ class FunctionWork:
         invoke = stack.invoke
 
         def counted(logical_id: str, event: dict[str, Any]) -> Any:
-            if logical_id != function:
+            if logical_id not in functions:
                 return invoke(logical_id, event)
             cpu, calls, wall = self._cpu(), self._aws.of_threads(self._threads()), time.perf_counter()
             try:
@@ -599,13 +600,13 @@ class Relay:
                     conn.close()
         raise AssertionError("unreachable")
 
-    def accepted_dispatch_count(self) -> int:
-        """Cheap to poll: counts 204s on /dispatches without copying payloads."""
-        return sum(1 for r in self.github.requests if r.status == 204 and request_kind(r) == "dispatches")
-
     def wait_for_dispatches(self, expected: int, timeout_s: float, settle_s: float = 1.5) -> bool:
-        """Poll until `expected` dispatches were accepted, then wait `settle_s` for any extra (duplicates)."""
-        landed = wait_until(lambda: self.accepted_dispatch_count() >= expected, timeout_s)
+        """Poll until `expected` dispatches were accepted (204), then wait `settle_s` for any extra (duplicates)."""
+
+        def accepted() -> int:
+            return sum(1 for r in self.github.requests if r.status == 204 and request_kind(r) == "dispatches")
+
+        landed = wait_until(lambda: accepted() >= expected, timeout_s)
         time.sleep(settle_s if landed else 0.0)
         return landed
 
@@ -749,14 +750,11 @@ def relay(
         kind = QuietStack if pollers is None else LocalStack
         stack = kind(port=0, env=config, pollers_per_queue=pollers or 0, root=CODE_ROOT).start()  # stops if it fails
         the_relay = Relay(stack, double, moto, [r for r, _ in repos], issuer)
-        level_before = logger.log_level
+        hold.callback(the_relay.close)
+        hold.callback(logger.setLevel, logger.log_level)
         if as_lambda:
             logger.setLevel("INFO")  # the logger was created at WARNING when crcr was first imported
-        try:
-            yield the_relay
-        finally:
-            logger.setLevel(level_before)
-            the_relay.close()
+        yield the_relay
 
 
 def event_body() -> bytes:

@@ -138,7 +138,6 @@ def throughput_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, An
             "wall_s": round(drained - first_post, 2),
             "relay_process": round(cpu_after[0] - cpu_before[0], 2),
             "moto_process": round(cpu_after[1] - cpu_before[1], 2),
-            "note": "relay process = handlers, local HTTP server, pollers and the GitHub double",
         },
         "aws_calls": aws_ops,
         # Polling (SQS receives, stream reads) left out: the pollers make those whether or not there is work.
