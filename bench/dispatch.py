@@ -7,10 +7,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness as h
 
@@ -116,7 +113,6 @@ def warm_cost(bench: h.Bench, args: argparse.Namespace, level: str) -> dict[str,
     return {
         "events": events,
         "targets": targets,
-        "installations": min(targets, 10),
         "level": level,
         "cold": cold.report(cold_handled),
         "warm": warm.report(warm_handled),

@@ -858,6 +858,9 @@ def main() -> int:
         for stop in (gh.stop, issuer.stop, hud.stop, moto.stop):
             with contextlib.suppress(Exception):  # best effort at the end
                 stop()
+    report = context | report
+    report["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    report["duration_s"] = round(time.monotonic() - started, 1)
     if "error" not in report:
         tally = relay.metrics()
         report["relay_cpu_s"] = round(sum(r.cpu_s or 0.0 for r in relay.runs), 1)
@@ -873,10 +876,6 @@ def main() -> int:
         report["relay_metrics"] = dict(sorted(tally.items()))
         # Ambiguous answers the relay settled by finding the run a dispatch had started, instead of sending again.
         report["dispatch_runs_found"] = tally.get("DispatchRunFound", 0)
-    report = context | report
-    report["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    report["duration_s"] = round(time.monotonic() - started, 1)
-    if "error" not in report:
         status = verdict(report)
         print_table(report)
     args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
