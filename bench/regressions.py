@@ -176,7 +176,7 @@ def regressions_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, A
             before = bench.aws.snapshot()
             branch.record_commits(h.UPSTREAM, pushes[p])  # what the planner writes for the push
             log_calls.update(bench.aws.snapshot() - before)
-            feed.write(_changes(p, tested[p], pushes[p][-1].t))
+            feed.write(_changes(p, tested[p], pushes[p][-1].committed_at))
             while feed.read < feed.length:
                 start, end = feed.read, min(feed.read + batch_size, feed.length)
                 for setting in settings if n % 2 == 0 else settings[::-1]:
