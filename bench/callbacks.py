@@ -156,8 +156,6 @@ def callbacks_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, Any
             "cpu_s": {
                 "relay_process": round(cpu_1[0] - cpu_0[0], 2),
                 "moto_process": round(cpu_1[1] - cpu_0[1], 2),
-                "note": "relay process = callback handler, local HTTP server, pollers (the reporter's stream "
-                "poller invokes ReporterFunction for each recorded job; no HUD is set, so it pushes nothing)",
             },
         },
         "results_table_rows": rows,

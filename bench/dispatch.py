@@ -7,16 +7,12 @@ import sys
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness as h
 
 DISPATCH = "DispatchFunction"
-# GitHub.com's budget (60/60+15,440/3600+50) four times faster: the backlog drains in 2.5 minutes instead of 10, and
-# the budget, not the local stack, still sets the pace.
+# GitHub.com's budget (CONTENT_RATES) four times faster: the budget, not the local stack, still sets the pace.
 BACKLOG_RATES = "60/15+15,440/900+50"
 
 
@@ -40,14 +36,11 @@ class Window:
         self.calls: Counter[str] = Counter()
         self.cpu_s = self.wall_s = 0.0
         self.batch_sizes: list[int] = []
-        self.writes: Counter[str] = Counter()
-        self.units: Counter[str] = Counter()
-        self.units_by_row: Counter[str] = Counter()
+        self.units = {key: Counter[str]() for key in ("writes", "by_destination", "by_row")}  # as StreamUnits takes
 
     def add_units(self, taken: dict[str, Any]) -> None:
-        self.writes.update(taken["writes"])
-        self.units.update(taken["by_destination"])
-        self.units_by_row.update(taken["by_row"])
+        for key, counts in self.units.items():
+            counts.update(taken[key])
 
     def handle(self, r: h.Relay, messages: list[dict[str, Any]]) -> Any:
         """The dispatcher's handler called with `messages`, its AWS calls, CPU and wall time counted."""
@@ -74,10 +67,10 @@ class Window:
             "aws_calls_per_dispatch_total": round(sum(self.calls.values()) / n, 3),
             "relay_cpu_ms_per_dispatch": round(self.cpu_s * 1000 / n, 3),
             "handler_wall_ms_per_dispatch": round(self.wall_s * 1000 / n, 3),
-            "state_writes_per_dispatch": per(self.writes),
-            "write_units_per_dispatch": round(sum(self.units.values()) / n, 3),
-            "write_units_per_dispatch_by_destination": per(self.units),
-            "write_units_per_dispatch_by_row": per(self.units_by_row),
+            "state_writes_per_dispatch": per(self.units["writes"]),
+            "write_units_per_dispatch": round(sum(self.units["by_destination"].values()) / n, 3),
+            "write_units_per_dispatch_by_destination": per(self.units["by_destination"]),
+            "write_units_per_dispatch_by_row": per(self.units["by_row"]),
         }
 
 
@@ -120,7 +113,6 @@ def warm_cost(bench: h.Bench, args: argparse.Namespace, level: str) -> dict[str,
     return {
         "events": events,
         "targets": targets,
-        "installations": min(targets, 10),
         "level": level,
         "cold": cold.report(cold_handled),
         "warm": warm.report(warm_handled),
@@ -168,15 +160,11 @@ class Outcomes:
 
 
 def _within_budget(times_by_repo: dict[str, list[float]], rates: str) -> dict[str, Any]:
-    """The most calls any installation made in any window of each rate's period, against count + burst (rates read
-    here: a baseline's code may not have the relay's parser)."""
+    """The most calls any installation made in any window of each rate's period, against count + burst."""
     windows = []
-    for part in rates.split(","):
-        count, _, rest = part.partition("/")
-        period_s, _, burst = rest.partition("+")
-        most = max((h.most_in_any(times, float(period_s)) for times in times_by_repo.values()), default=0)
-        allowed = int(count) + int(burst or 0)
-        windows.append({"period_s": float(period_s), "allowed": allowed, "most_in_any_window": most})
+    for rate in h.parse_rates(rates):
+        most = max((h.most_in_any(times, rate.period_s) for times in times_by_repo.values()), default=0)
+        windows.append({"period_s": rate.period_s, "allowed": rate.count + rate.burst, "most_in_any_window": most})
     return {"windows": windows, "within": all(w["most_in_any_window"] <= w["allowed"] for w in windows)}
 
 

@@ -42,21 +42,12 @@ from write_units import StreamUnits, table_shapes  # noqa: E402
 
 from crcr.adapters.observability import TOTALS, logger  # noqa: E402
 from crcr.domain.signature import sign  # noqa: E402
+from crcr.local.pollers import StreamReader, poll_queue, sqs_record  # noqa: E402
+from crcr.local.resources import table_spec  # noqa: E402
 from crcr.local.stack import Context, LocalStack, free_port, generate_keys  # noqa: E402
 from crcr.local.template import resources_of  # noqa: E402
 from tests.doubles.github_double import GitHubDouble, RecordedRequest  # noqa: E402
 from tests.doubles.oidc_issuer import OidcIssuer  # noqa: E402
-
-try:  # the stack's event sources and resources have modules of their own since issue 42; a baseline may predate them
-    from crcr.local.pollers import StreamReader, poll_queue, sqs_record
-    from crcr.local.resources import table_spec
-except ImportError:
-    from crcr.local.stack import StreamReader, table_spec
-    from crcr.local.stack import _sqs_record as sqs_record
-
-    def poll_queue(stack: Any, *args: Any) -> None:
-        stack._poll(*args)
-
 
 # Product internals the sections use, looked up when first used: a baseline run imports only what its section touches.
 INTERNALS = {
@@ -78,7 +69,7 @@ INTERNALS = {
     "crcr.contracts.check_messages": "DispatchChanged",
     "crcr.app.checks_booking": "job_message",
     "crcr.domain.checks": "SWEPT",
-    "crcr.domain.pacing": "CONTENT_RATES",
+    "crcr.domain.pacing": "CONTENT_RATES parse_rates",
     "crcr.ops.dlq": "list_dead_letters",
     "crcr.app.checks": "CheckDeps sync",
 }
@@ -127,6 +118,11 @@ def metrics_delta(before: Counter[str], prefixes: tuple[str, ...] = ("",)) -> di
 def is_polling(operation: str) -> bool:
     """A poller's call (botocore's `dynamodbstreams.GetRecords` or soak_moto's `DynamoDBStreams.GetRecords`)."""
     return operation.endswith(POLLING[0]) or operation.lower().startswith(POLLING[1])
+
+
+def per_unit(counts: Counter[str] | dict[str, int], n: int) -> dict[str, float]:
+    """Each count per unit (`n` of them), and their `total` per unit."""
+    return {k: round(v / n, 3) for k, v in sorted(counts.items())} | {"total": round(sum(counts.values()) / n, 3)}
 
 
 def calls_per(before: Counter[str], after: Counter[str], n: int, unit: str) -> dict[str, Any]:
@@ -205,15 +201,6 @@ def most_in_any(times: list[float], window_s: float) -> int:
     return best
 
 
-def read_all(reader: StreamReader) -> list[dict[str, Any]]:
-    """Every record of a table's stream written since the last read, shard by shard, unchanged writes left out."""
-    records: list[dict[str, Any]] = []
-    for shard in reader.shards():
-        while page := reader.read(shard, 1000):
-            records += page
-    return records
-
-
 def scan(ddb: Any, **kwargs: Any) -> list[dict[str, Any]]:
     """Every item a Scan returns, page after page."""
     return [item for page in ddb.get_paginator("scan").paginate(**kwargs) for item in page["Items"]]
@@ -284,10 +271,11 @@ def on_every_call(hook: Callable[..., None], event: str = "before-call") -> Call
 
 
 class FunctionWork:
-    """One function's invocations on a stack, the records they were handed, and the CPU and AWS calls of the threads
-    that ran them (the invoking thread and its `crcr.sqs_batch` workers), not what other functions do meanwhile."""
+    """A function's (or a few's) invocations on a stack, the records they were handed, and the CPU and AWS calls of the
+    threads that ran them (the invoking thread and its `crcr.sqs_batch` workers), not what others do meanwhile."""
 
-    def __init__(self, stack: LocalStack, function: str, aws: AwsCalls) -> None:
+    def __init__(self, stack: LocalStack, function: str | tuple[str, ...], aws: AwsCalls) -> None:
+        functions = (function,) if isinstance(function, str) else function
         self.invocations = self.records = 0
         self.records_by_source: Counter[str] = Counter()  # aws:sqs (a queue), aws:dynamodb (a table's stream)
         self.cpu_s = self.wall_s = 0.0
@@ -297,7 +285,7 @@ class FunctionWork:
         invoke = stack.invoke
 
         def counted(logical_id: str, event: dict[str, Any]) -> Any:
-            if logical_id != function:
+            if logical_id not in functions:
                 return invoke(logical_id, event)
             cpu, calls, wall = self._cpu(), self._aws.of_threads(self._threads()), time.perf_counter()
             try:
@@ -612,13 +600,13 @@ class Relay:
                     conn.close()
         raise AssertionError("unreachable")
 
-    def accepted_dispatch_count(self) -> int:
-        """Cheap to poll: counts 204s on /dispatches without copying payloads."""
-        return sum(1 for r in self.github.requests if r.status == 204 and request_kind(r) == "dispatches")
-
     def wait_for_dispatches(self, expected: int, timeout_s: float, settle_s: float = 1.5) -> bool:
-        """Poll until `expected` dispatches were accepted, then wait `settle_s` for any extra (duplicates)."""
-        landed = wait_until(lambda: self.accepted_dispatch_count() >= expected, timeout_s)
+        """Poll until `expected` dispatches were accepted (204), then wait `settle_s` for any extra (duplicates)."""
+
+        def accepted() -> int:
+            return sum(1 for r in self.github.requests if r.status == 204 and request_kind(r) == "dispatches")
+
+        landed = wait_until(lambda: accepted() >= expected, timeout_s)
         time.sleep(settle_s if landed else 0.0)
         return landed
 
@@ -762,14 +750,11 @@ def relay(
         kind = QuietStack if pollers is None else LocalStack
         stack = kind(port=0, env=config, pollers_per_queue=pollers or 0, root=CODE_ROOT).start()  # stops if it fails
         the_relay = Relay(stack, double, moto, [r for r, _ in repos], issuer)
-        level_before = logger.log_level
+        hold.callback(the_relay.close)
+        hold.callback(logger.setLevel, logger.log_level)
         if as_lambda:
             logger.setLevel("INFO")  # the logger was created at WARNING when crcr was first imported
-        try:
-            yield the_relay
-        finally:
-            logger.setLevel(level_before)
-            the_relay.close()
+        yield the_relay
 
 
 def event_body() -> bytes:

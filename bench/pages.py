@@ -81,7 +81,6 @@ def seed(days: int, load: int, say: Callable[[str], None]) -> tuple[MemoryDocs, 
     prs: dict[int, dict[str, Any] | None] = {}
     total = days * per_day
     batch: list[dict[str, Any]] = []
-    n = 0
     for n in range(total):
         at = start + n * (days * DAY_S / total)
         back = total - 1 - n  # counted from the newest, so the newest commits are alike at every size
@@ -115,7 +114,7 @@ def seed(days: int, load: int, say: Callable[[str], None]) -> tuple[MemoryDocs, 
     docs.put("index.json", index, None)
     docs.put(f"pr/{pr}.json", prs[pr], None)  # type: ignore[arg-type]
     seconds = time.perf_counter() - started
-    say(f"   seeded {days} day(s) at {load}x: {n + 1:,} commits in {seconds:.1f} s")
+    say(f"   seeded {days} day(s) at {load}x: {total:,} commits in {seconds:.1f} s")
     return docs, pr, seconds
 
 

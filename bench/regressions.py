@@ -1,6 +1,4 @@
-"""Section 13: what regression tracking costs: the reporter's AWS calls per branch job result with tracking on against
-off (the same stream to both), the branch log each push writes, and GitHub's comparisons per regression when the
-relay never saw some of the pushes."""
+"""Section 13: regression tracking's cost per branch job result, the branch log per push, compares per regression."""
 
 from __future__ import annotations
 
@@ -247,4 +245,4 @@ def regressions_section(bench: h.Bench, args: argparse.Namespace) -> dict[str, A
 
 def _figures(s: rep.Setting, jobs: int) -> dict[str, Any]:
     """Per branch job result (its in-progress and its finished row): the AWS calls and CPU of the handler calls."""
-    return {"aws_calls": rep._per(s.calls, jobs), "cpu_ms": round(s.cpu * 1000.0 / jobs, 3), "failures": s.failures}
+    return {"aws_calls": h.per_unit(s.calls, jobs), "cpu_ms": round(s.cpu * 1000.0 / jobs, 3), "failures": s.failures}

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import harness as h
+from write_units import read_all
 
 FUNCTION = "ReporterFunction"
 SEED, RETRY_SEED = 7, 11
@@ -260,10 +261,6 @@ def build_setting(r: h.Relay, name: str, bucket: str | None, *, health: bool = F
     return setting
 
 
-def _per(counts: Counter[str] | dict[str, int], n: int) -> dict[str, float]:
-    return {k: round(v / n, 3) for k, v in sorted(counts.items()) if v} | {"total": round(sum(counts.values()) / n, 3)}
-
-
 def _report(setting: Setting, changes: list[Change], fed: list[Change], s3: Any, ddb: Any) -> dict[str, Any]:
     n, deps_summaries = len(changes), setting.deps.summaries
     writes = {name: round(setting.metrics.get(name, 0) / n, 3) for name in ("HudSummaryWritten", "HudSummaryConflict")}
@@ -290,7 +287,7 @@ def _report(setting: Setting, changes: list[Change], fed: list[Change], s3: Any,
         "batches": len(setting.batch_records),
         "batch_item_failures": setting.failures,
         "aws_calls": dict(sorted(setting.calls.items())),
-        "aws_calls_per_change": _per(setting.calls, n),
+        "aws_calls_per_change": h.per_unit(setting.calls, n),
         "ms_per_change": round(setting.wall * 1000.0 / n, 3),
         "cpu_ms_per_change": round(setting.cpu * 1000.0 / n, 3),
         "moto_cpu_ms_per_change": round(setting.moto_cpu * 1000.0 / n, 3),
@@ -363,7 +360,7 @@ class Feed:
     def _take(self) -> list[dict[str, Any]]:
         start = self.length
         for setting in self._settings:
-            setting.stream.extend(h.read_all(setting.reader))
+            setting.stream.extend(read_all(setting.reader))
 
         def images(s: Setting) -> list[tuple[str, Any, Any]]:
             return [

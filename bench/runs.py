@@ -1,6 +1,4 @@
-"""Section 12: GitHub's record of the runs the relay started: what a downstream's run event costs when it is not the
-relay's (dropped at the door), and what reconciling one completed run costs (its jobs read once, recorded). Section 14:
-what the inbound door costs a callback and a run event, side by side with the baseline commit."""
+"""Sections 12 and 14: GitHub's record of the relay's runs (events dropped, a run reconciled), the inbound door."""
 
 from __future__ import annotations
 

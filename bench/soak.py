@@ -1,7 +1,4 @@
-"""`make soak`: the relay under faults, kills and a dead webhook window on loopback, every event and result accounted.
-
-.venv/bin/python bench/soak.py [--events N] [--targets N] [--seed N] [--out bench/soak.json]
-"""
+"""`make soak`: the relay under faults, kills and a dead webhook window on loopback, every event and result counted."""
 
 from __future__ import annotations
 
@@ -780,7 +777,7 @@ def print_table(r: dict[str, Any]) -> None:
 
 def main() -> int:
     env = os.environ.get
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=int(env("SOAK_EVENTS") or 400), help="SOAK_EVENTS, default 400")
     parser.add_argument("--targets", type=int, default=int(env("SOAK_TARGETS") or 10), help="SOAK_TARGETS, default 10")
     parser.add_argument("--seed", type=int, default=int(env("SOAK_SEED") or 1), help="SOAK_SEED, default 1")
@@ -808,10 +805,7 @@ def main() -> int:
     issuer, hud = OidcIssuer(), HudDouble(HUD_TOKEN)
     env_vars = {k: v for k, v in os.environ.items() if not k.startswith(("CRCR_", "AWS_"))}
     env_vars |= h.relay_env(key, gh.url, allowlist, WEBHOOK_SECRET) | {
-        "AWS_ENDPOINT_URL": moto.url,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": moto.url,  # `crcr local` sets moto's credentials and region
         # Fixed across restarts: a ticket signed by one relay process must verify in the next.
         "CRCR_TICKET_SIGNING_KEY": h.generate_keys()["ticket_signing_key"],
         "CRCR_OIDC_ISSUER": issuer.url,
@@ -864,6 +858,9 @@ def main() -> int:
         for stop in (gh.stop, issuer.stop, hud.stop, moto.stop):
             with contextlib.suppress(Exception):  # best effort at the end
                 stop()
+    report = context | report
+    report["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    report["duration_s"] = round(time.monotonic() - started, 1)
     if "error" not in report:
         tally = relay.metrics()
         report["relay_cpu_s"] = round(sum(r.cpu_s or 0.0 for r in relay.runs), 1)
@@ -879,10 +876,6 @@ def main() -> int:
         report["relay_metrics"] = dict(sorted(tally.items()))
         # Ambiguous answers the relay settled by finding the run a dispatch had started, instead of sending again.
         report["dispatch_runs_found"] = tally.get("DispatchRunFound", 0)
-    report = context | report
-    report["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    report["duration_s"] = round(time.monotonic() - started, 1)
-    if "error" not in report:
         status = verdict(report)
         print_table(report)
     args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")

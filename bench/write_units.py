@@ -81,6 +81,17 @@ def record_units(record: dict[str, Any], shape: TableShape) -> dict[str, int]:
     return out
 
 
+def read_all(reader: Any, *, unchanged: bool = False) -> list[dict[str, Any]]:
+    """Every record of a table's stream since the last read, shard by shard; with `unchanged`, the writes that changed
+    nothing too, which the reader's `read` leaves out (as Lambda sees none) and DynamoDB bills."""
+    page_of = reader._next if unchanged else reader.read
+    records: list[dict[str, Any]] = []
+    for shard in reader.shards():
+        while page := page_of(shard, 1000):
+            records += page
+    return records
+
+
 class StreamUnits:
     """A table's stream from its start; `take()`: the write units since the last take, by kind of row and by where."""
 
@@ -89,19 +100,11 @@ class StreamUnits:
         self._shape = shape
         self._row_of = row_of or _prefix
 
-    def _records(self) -> list[dict[str, Any]]:
-        """Unchanged writes too, which the reader's `read` leaves out (as Lambda sees none): DynamoDB bills them."""
-        out: list[dict[str, Any]] = []
-        for sid in self._reader.shards():
-            while page := self._reader._next(sid, 1000):
-                out += page
-        return out
-
     def take(self) -> dict[str, Any]:
         writes: Counter[str] = Counter()
         spent: Counter[str] = Counter()
         by_row: Counter[str] = Counter()
-        for record in _writes(self._records(), self._shape):
+        for record in _writes(read_all(self._reader, unchanged=True), self._shape):
             data = record.get("dynamodb") or {}
             row = self._row_of(data.get("NewImage") or data.get("OldImage") or {})
             got = record_units(record, self._shape)
